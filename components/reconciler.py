@@ -1,0 +1,192 @@
+"""The reconciler and its node agent, deployed by the same stack that declares the fleet.
+
+Least privilege: named verbs on named resources only, no cluster-admin. The healing policy
+is the fleet spec itself, rendered into a ConfigMap the reconciler reads; webhook URLs
+(they carry tokens) go into a Secret, never the ConfigMap.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from fleetspec import labels, remediation_crd
+from fleetspec.models import FleetSpec, WebhookTarget
+
+from .meta import metadata, resources
+
+NAME = "gpufleet-reconciler"
+AGENT = "gpufleet-agent"
+METRICS_PORT = 9102
+
+
+def cluster_rules() -> list[dict]:
+    """What the reconciler may do cluster-wide. Tested: no wildcards, nothing it does not use."""
+    return [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [labels.GROUP], "resources": [remediation_crd.PLURAL],
+         "verbs": ["get", "list", "watch", "create", "patch", "update"]},
+    ]
+
+
+def namespace_rules() -> list[dict]:
+    """In its own namespace: its policy and pool capacity, and the leader-election Lease."""
+    return [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+    ]
+
+
+def agent_rules() -> list[dict]:
+    return [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    ]
+
+
+def notification_env(spec: FleetSpec) -> dict[str, str]:
+    """Env var per webhook target, read from the notifications Secret."""
+    return {n.name: f"GPUFLEET_WEBHOOK_{n.name.upper().replace('-', '_')}"
+            for n in spec.healing.notifications if isinstance(n, WebhookTarget)}
+
+
+@dataclass
+class ReconcilerArgs:
+    spec: FleetSpec
+    webhook_urls: dict[str, pulumi.Input[str]] = field(default_factory=dict)  # target name -> secret URL
+
+
+class Reconciler(pulumi.ComponentResource):
+    namespace: pulumi.Output[str]
+    policy_config_map: k8s.core.v1.ConfigMap
+    deployment: k8s.apps.v1.Deployment
+
+    def __init__(self, name: str, args: ReconcilerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpufleet:reconciler:Reconciler", name, None, opts)
+        spec, env = args.spec, args.spec.environment
+        dep = spec.healing.reconciler
+        child = pulumi.ResourceOptions(parent=self)
+        meta = lambda n, comp="reconciler", ns=True, **kw: metadata(  # noqa: E731
+            n, comp, env, self.namespace if ns else None, **kw)
+
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata=metadata(dep.namespace, "reconciler", env), opts=child)
+        self.namespace = ns.metadata.name
+
+        crd = k8s.apiextensions.v1.CustomResourceDefinition(
+            f"{name}-remediation-crd",
+            metadata=remediation_crd.manifest()["metadata"], spec=remediation_crd.manifest()["spec"], opts=child)
+
+        sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta(NAME), opts=child)
+        role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta(NAME, ns=False), rules=cluster_rules(),
+                                       opts=child)
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-clusterrolebinding", metadata=meta(NAME, ns=False),
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role.metadata.name},
+            subjects=[{"kind": "ServiceAccount", "name": sa.metadata.name, "namespace": self.namespace}], opts=child)
+        ns_role = k8s.rbac.v1.Role(f"{name}-role", metadata=meta(NAME), rules=namespace_rules(), opts=child)
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-rolebinding", metadata=meta(NAME),
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ns_role.metadata.name},
+            subjects=[{"kind": "ServiceAccount", "name": sa.metadata.name, "namespace": self.namespace}], opts=child)
+
+        self.policy_config_map = k8s.core.v1.ConfigMap(
+            f"{name}-policy", metadata=meta("gpufleet-policy"),
+            data={"fleet.json": spec.model_dump_json(indent=2)}, opts=child)
+
+        env_names = notification_env(spec)
+        secret = k8s.core.v1.Secret(
+            f"{name}-notifications", metadata=meta("gpufleet-notifications"),
+            string_data={env_names[n]: url for n, url in args.webhook_urls.items()}, opts=child)
+
+        selector = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": env}
+        pod_labels = metadata(NAME, "reconciler", env)["labels"]
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=meta(NAME),
+            spec={
+                "replicas": dep.replicas,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": pod_labels,
+                                 "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}},
+                    "spec": {
+                        "serviceAccountName": sa.metadata.name,
+                        "nodeSelector": {labels.ROLE: labels.ROLE_SYSTEM},
+                        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [{
+                            "name": "reconciler",
+                            "image": dep.image,
+                            "args": ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
+                                     "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)],
+                            "envFrom": [{"secretRef": {"name": secret.metadata.name}}],
+                            "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},
+                            "readinessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},
+                            "resources": resources("100m", "128Mi", "1", "512Mi"),
+                            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                                "capabilities": {"drop": ["ALL"]}},
+                            "volumeMounts": [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True}],
+                        }],
+                        "volumes": [{"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}],
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[crd]),
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb", metadata=meta(NAME),
+            spec={"minAvailable": 1, "selector": {"matchLabels": selector}}, opts=child)
+        k8s.core.v1.Service(
+            f"{name}-metrics", metadata=meta(f"{NAME}-metrics"),
+            spec={"selector": selector, "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]},
+            opts=child)
+
+        # The node agent: reads the kernel log for NVRM Xid lines and sets the GPU condition.
+        agent_sa = k8s.core.v1.ServiceAccount(f"{name}-agent-sa", metadata=meta(AGENT, "agent"), opts=child)
+        agent_role = k8s.rbac.v1.ClusterRole(f"{name}-agent-clusterrole", metadata=meta(AGENT, "agent", ns=False),
+                                             rules=agent_rules(), opts=child)
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-agent-clusterrolebinding", metadata=meta(AGENT, "agent", ns=False),
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": agent_role.metadata.name},
+            subjects=[{"kind": "ServiceAccount", "name": agent_sa.metadata.name, "namespace": self.namespace}], opts=child)
+        agent_selector = {"app.kubernetes.io/name": AGENT, "app.kubernetes.io/instance": env}
+        tolerations = [{"operator": "Exists", "effect": "NoSchedule"}]
+        k8s.apps.v1.DaemonSet(
+            f"{name}-agent",
+            metadata=meta(AGENT, "agent"),
+            spec={
+                "selector": {"matchLabels": agent_selector},
+                "template": {
+                    "metadata": {"labels": metadata(AGENT, "agent", env)["labels"]},
+                    "spec": {
+                        "serviceAccountName": agent_sa.metadata.name,
+                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": labels.POOL, "operator": "Exists"}]}]}}},
+                        "tolerations": tolerations,
+                        "containers": [{
+                            "name": "agent",
+                            "image": dep.agent_image,
+                            "args": ["agent", "--kmsg", "/dev/kmsg", "--node", "$(NODE_NAME)",
+                                     "--condition", spec.healing.condition_types[0]],
+                            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                            "resources": resources("20m", "32Mi", "200m", "128Mi"),
+                            # Reading /dev/kmsg needs privilege; the agent mounts nothing else.
+                            "securityContext": {"privileged": True, "readOnlyRootFilesystem": True},
+                            "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}],
+                        }],
+                        "volumes": [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}],
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create="2m", update="2m")),
+        )
+        self.register_outputs({
+            "namespace": self.namespace,
+            "policy_config_map": self.policy_config_map.metadata.name,
+            "deployment": self.deployment.metadata.name,
+        })

@@ -1,0 +1,56 @@
+"""Every label, taint and annotation gpufleet reads or writes, in one place.
+
+Keys are prefixed `gpufleet.io/` (versioned API objects use `gpufleet.io/v1alpha1`).
+A node's role in its pool is one label, `gpufleet.io/role`, whose values and
+transitions are drawn in `reconciler/phases.py`.
+"""
+from __future__ import annotations
+
+GROUP = "gpufleet.io"
+API_VERSION = f"{GROUP}/v1alpha1"
+
+# Node labels
+POOL = f"{GROUP}/pool"
+ROLE = f"{GROUP}/role"
+ROLE_ACTIVE = "active"
+ROLE_SPARE = "spare"
+ROLE_QUARANTINED = "quarantined"
+ROLE_SYSTEM = "system"
+TOPOLOGY_BLOCK = f"{GROUP}/topology-block"
+GPU_MODEL = "nvidia.com/gpu.product"
+GPU_COUNT = "nvidia.com/gpu.count"
+
+# Node taints
+SPARE_TAINT = f"{GROUP}/spare"            # NoSchedule until promoted
+QUARANTINE_TAINT = f"{GROUP}/quarantined"  # NoSchedule, value = the XID
+
+# Node annotations (progress persisted on the object, so a restart resumes)
+REMEDIATION = f"{GROUP}/remediation"       # name of the Remediation record in progress
+PROMOTED_FOR = f"{GROUP}/promoted-for"     # on a promoted spare: the node it replaced
+SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
+
+# Pod opt-out (key configurable in the spec; this is the default)
+DEFAULT_OPT_OUT = f"{GROUP}/auto-replace-opt-out"
+OPT_OUT_REASON = f"{GROUP}/opt-out-reason"
+OPT_OUT_EXPIRES = f"{GROUP}/opt-out-expires"
+
+# Node condition the agent and inject-fault write, and the reconciler reads by default
+GPU_CONDITION = "GpuHealthy"
+
+# Slurm drain/down reasons written by gpufleet carry this prefix; Slinky's carry
+# "slurm-operator:". Anything else was set by a person and is never undone.
+SLURM_REASON_PREFIX = "gpufleet:"
+SLINKY_REASON_PREFIX = "slurm-operator:"
+
+# Standard Kubernetes labels on every object the stack declares
+PART_OF = "gpufleet"
+
+
+def standard_labels(name: str, component: str, instance: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/instance": instance,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": "pulumi",
+    }

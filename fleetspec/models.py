@@ -1,0 +1,332 @@
+"""The declarative fleet spec: one document per environment, under `gpufleet:fleet`.
+
+Pydantic only (no pulumi, no kubernetes), so the components, the reconciler and the
+policy pack share it. Every model forbids unknown keys: a typo must fail, not vanish.
+Secrets never appear here: fields ending in `_secret` name a Pulumi secret config key.
+"""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from . import labels, xids
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:]*(@sha256:[a-f0-9]{64})?$")
+
+
+class FieldError(ValueError):
+    """A validation error that knows which field (relative to the model) it is about,
+    so cross-field checks still point at a path like `slurm.partitions[1].pools`."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+def _k8s_name(v: str) -> str:
+    if len(v) > 63 or not _DNS_LABEL.match(v):
+        raise ValueError(
+            f"{v!r} is not a valid Kubernetes name: use at most 63 lower-case letters, "
+            "digits and '-', starting and ending with a letter or digit"
+        )
+    return v
+
+
+def _label_key(v: str) -> str:
+    prefix, _, name = v.rpartition("/")
+    if prefix and (len(prefix) > 253 or not all(_DNS_LABEL.match(p) for p in prefix.split("."))):
+        raise ValueError(f"{v!r} is not a valid label key: the prefix must be a DNS subdomain")
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        raise ValueError(f"{v!r} is not a valid label key: the name part must be 1-63 alphanumerics, '-', '_' or '.'")
+    return v
+
+
+def _label_value(v: str) -> str:
+    if len(v) > 63 or not _LABEL_VALUE.match(v):
+        raise ValueError(f"{v!r} is not a valid label value")
+    return v
+
+
+def _quantity(v: str) -> str:
+    if not _QUANTITY.match(v):
+        raise ValueError(f"{v!r} is not a Kubernetes quantity such as '10Ti' or '500Gi'")
+    return v
+
+
+def _image(v: str) -> str:
+    if not _IMAGE.match(v):
+        raise ValueError(f"{v!r} is not a container image reference")
+    return v
+
+
+def _labels(v: dict[str, str]) -> dict[str, str]:
+    for k, val in v.items():
+        _label_key(k)
+        _label_value(val)
+    return v
+
+
+K8sName = Annotated[str, AfterValidator(_k8s_name)]
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+Quantity = Annotated[str, AfterValidator(_quantity)]
+Image = Annotated[str, AfterValidator(_image)]
+Labels = Annotated[dict[str, str], AfterValidator(_labels)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- the Kubernetes cluster -------------------------------------------------------------
+
+class ClusterSpec(Strict):
+    """How to reach the Kubernetes cluster."""
+
+    kind: Literal["local", "kubeconfig"] = Field(
+        description="`local`: the control plane `gpufleet local up` starts; `kubeconfig`: an existing cluster."
+    )
+    kubeconfig: str | None = Field(None, description="Path to a kubeconfig (kind: kubeconfig). Default: ~/.kube/config.")
+    context: str | None = Field(None, description="Context in the kubeconfig; default: its current context.")
+
+    @model_validator(mode="after")
+    def _local_has_no_kubeconfig(self) -> "ClusterSpec":
+        if self.kind == "local" and (self.kubeconfig or self.context):
+            raise FieldError("kubeconfig", "a local cluster writes its own kubeconfig: remove kubeconfig/context or use kind: kubeconfig")
+        return self
+
+
+# --- GPU node pools -----------------------------------------------------------------------
+
+class Taint(Strict):
+    key: LabelKey
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class AwsNodeGroup(Strict):
+    """The Auto Scaling group behind a pool with provider `aws-asg`."""
+
+    asg_name: str = Field(min_length=1)
+    region: str = Field("us-east-1", min_length=1)
+
+
+class NodePool(Strict):
+    name: K8sName
+    node_type: str = Field(min_length=1, description="Instance or machine type, e.g. p5.48xlarge.")
+    gpu_model: str = Field(min_length=1, description="e.g. H100-SXM5-80GB")
+    gpus_per_node: int = Field(8, ge=1, le=16)
+    cpus_per_node: int = Field(96, ge=1)
+    memory_per_node: Quantity = "1Ti"
+    nodes: int = Field(ge=0, description="Active nodes that run Slurm workers.")
+    spares: int = Field(ge=0, description="Pre-joined spare nodes, tainted until promoted.")
+    labels: Labels = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    topology_block: K8sName | None = Field(None, description="Network block (Slurm topology/block) the pool sits in.")
+    provider: Literal["kubernetes-spares", "aws-asg", "local"] = Field(
+        "kubernetes-spares", description="Who owns the nodes and refills spares."
+    )
+    aws: AwsNodeGroup | None = None
+
+    @model_validator(mode="after")
+    def _provider_settings(self) -> "NodePool":
+        if self.provider == "aws-asg" and self.aws is None:
+            raise FieldError("aws", "provider aws-asg needs an `aws` block with the Auto Scaling group name")
+        if self.provider != "aws-asg" and self.aws is not None:
+            raise FieldError("aws", f"an `aws` block only goes with provider aws-asg, not {self.provider}")
+        reserved = [k for k in self.labels if k.startswith(labels.GROUP + "/")]
+        if reserved:
+            raise FieldError("labels", f"labels {reserved} use the reserved prefix {labels.GROUP}/")
+        return self
+
+    def node_names(self) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(self.nodes)]
+
+    def spare_names(self) -> list[str]:
+        return [f"{self.name}-spare-{i}" for i in range(self.spares)]
+
+
+# --- shared storage ------------------------------------------------------------------------
+
+class NfsServer(Strict):
+    server: str = Field(min_length=1)
+    path: str = Field(pattern=r"^/")
+
+
+class StorageSpec(Strict):
+    """Shared storage mounted in every Slurm pod: checkpoints live here."""
+
+    name: K8sName
+    size: Quantity
+    access_mode: Literal["ReadWriteMany", "ReadOnlyMany", "ReadWriteOnce"] = "ReadWriteMany"
+    mount_path: str = Field("/checkpoints", pattern=r"^/")
+    storage_class: str | None = None
+    nfs: NfsServer | None = None
+    host_path: str | None = Field(None, pattern=r"^/", description="Local environment only: a folder on this machine.")
+
+    @model_validator(mode="after")
+    def _one_backend(self) -> "StorageSpec":
+        chosen = [k for k in ("storage_class", "nfs", "host_path") if getattr(self, k) is not None]
+        if len(chosen) != 1:
+            raise FieldError("", f"set exactly one of storage_class, nfs, host_path (got {chosen or 'none'})")
+        return self
+
+
+# --- Slurm on Kubernetes (Slinky) ------------------------------------------------------------
+
+class OperatorSpec(Strict):
+    mode: Literal["helm", "crds-only"] = Field(
+        "helm",
+        description="`helm`: install SchedMD's slurm-operator and CRD charts; `crds-only`: only gpufleet's "
+        "definitions of the Slinky kinds (for clusters that cannot pull the chart, like the local one).",
+    )
+    chart_version: str = Field("1.0.1", pattern=r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
+    repository: str = "oci://ghcr.io/slinkyproject/charts"
+
+
+class Partition(Strict):
+    name: K8sName
+    pools: list[K8sName] = Field(min_length=1)
+    default: bool = False
+    max_time: str | None = Field(None, pattern=r"^(UNLIMITED|\d+(-\d{1,2})?(:\d{2}){0,2})$")
+
+
+class LoginSpec(Strict):
+    replicas: int = Field(1, ge=0, le=16)
+    ssh_authorized_keys: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _keys_look_like_keys(self) -> "LoginSpec":
+        for i, k in enumerate(self.ssh_authorized_keys):
+            if not re.match(r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp\d+|sk-\S+) \S+", k):
+                raise FieldError(f"ssh_authorized_keys[{i}]", "not an OpenSSH public key line")
+        return self
+
+
+class SlurmSpec(Strict):
+    namespace: K8sName = "slurm"
+    cluster_name: K8sName = "gpufleet"
+    operator: OperatorSpec = Field(default_factory=OperatorSpec)
+    image_tag: str = Field("25.11-ubuntu24.04", min_length=1, description="Tag of SchedMD's Slurm images.")
+    image_registry: str = "ghcr.io/slinkyproject"
+    partitions: list[Partition] = Field(min_length=1)
+    login: LoginSpec = Field(default_factory=LoginSpec)
+    accounting: bool = False
+    restapi: bool = True
+    munge_key_secret: str = Field("mungeKey", description="Pulumi secret config key holding the munge key.")
+    jwt_key_secret: str = Field("slurmJwtKey", description="Pulumi secret config key holding the Slurm JWT key.")
+
+
+# --- healing -----------------------------------------------------------------------------
+
+class WebhookTarget(Strict):
+    type: Literal["webhook"]
+    name: K8sName
+    url_secret: str = Field(min_length=1, description="Pulumi secret config key with the URL (it carries a token).")
+
+
+class SnsTarget(Strict):
+    type: Literal["sns"]
+    name: K8sName
+    topic_arn: str = Field(pattern=r"^arn:aws[a-z-]*:sns:")
+    region: str = "us-east-1"
+
+
+NotificationTarget = Annotated[WebhookTarget | SnsTarget, Field(discriminator="type")]
+
+
+class ReconcilerDeployment(Strict):
+    namespace: K8sName = "gpufleet-system"
+    image: Image = "ghcr.io/gpufleet/reconciler:0.1.0"
+    replicas: int = Field(2, ge=1, le=5)
+    agent_image: Image = "ghcr.io/gpufleet/agent:0.1.0"
+
+
+class HealingSpec(Strict):
+    enabled: bool = True
+    dry_run: bool = Field(False, description="Decide and record, but change nothing.")
+    condition_types: list[LabelKey] = Field(default_factory=lambda: [labels.GPU_CONDITION], min_length=1)
+    critical_xids: list[int] = Field(default_factory=lambda: list(xids.DEFAULT_CRITICAL), min_length=1)
+    occurrences: int = Field(1, ge=1, description="Signals of a critical XID within the window before acting.")
+    occurrence_window_seconds: int = Field(600, ge=1)
+    grace_period_seconds: int = Field(120, ge=0, le=3600, description="SIGTERM to kill, for the job to checkpoint.")
+    drain_timeout_seconds: int = Field(300, ge=10, le=7200)
+    max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
+    max_unhealthy_fraction: float = Field(
+        0.2, gt=0, le=1, description="Above this fraction of a pool unhealthy within the window, stop and page."
+    )
+    unhealthy_window_seconds: int = Field(900, ge=1)
+    max_attempts_per_node: int = Field(2, ge=1, description="Remediations of one node within the window before it is quarantined for a human.")
+    attempts_window_seconds: int = Field(86400, ge=60)
+    opt_out_label: LabelKey = labels.DEFAULT_OPT_OUT
+    notifications: list[NotificationTarget] = Field(default_factory=list)
+    reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)
+
+    @model_validator(mode="after")
+    def _xids(self) -> "HealingSpec":
+        app = sorted(set(self.critical_xids) & xids.APPLICATION)
+        if app:
+            raise FieldError("critical_xids", f"{app} are application errors; remediating them would only move the bug")
+        if any(x <= 0 for x in self.critical_xids):
+            raise FieldError("critical_xids", "XIDs are positive numbers")
+        names = [n.name for n in self.notifications]
+        if len(names) != len(set(names)):
+            raise FieldError("notifications", f"names must be unique: {names}")
+        return self
+
+
+# --- the whole fleet ---------------------------------------------------------------------------
+
+class FleetSpec(Strict):
+    """One environment's training cluster."""
+
+    environment: K8sName
+    cluster: ClusterSpec
+    pools: list[NodePool] = Field(min_length=1)
+    storage: list[StorageSpec] = Field(default_factory=list)
+    slurm: SlurmSpec
+    healing: HealingSpec = Field(default_factory=HealingSpec)
+
+    @model_validator(mode="after")
+    def _references(self) -> "FleetSpec":
+        _unique("pools", [p.name for p in self.pools])
+        _unique("storage", [s.name for s in self.storage])
+        _unique("slurm.partitions", [p.name for p in self.slurm.partitions])
+        pools = {p.name for p in self.pools}
+        for i, part in enumerate(self.slurm.partitions):
+            missing = [p for p in part.pools if p not in pools]
+            if missing:
+                raise FieldError(
+                    f"slurm.partitions[{i}].pools",
+                    f"partition {part.name!r} names pool(s) {missing} that are not declared; declared pools: {sorted(pools)}",
+                )
+        if sum(p.default for p in self.slurm.partitions) > 1:
+            raise FieldError("slurm.partitions", "at most one partition may be the default")
+        for i, s in enumerate(self.storage):
+            if s.host_path and self.cluster.kind != "local":
+                raise FieldError(f"storage[{i}].host_path", "host_path is only for the local cluster")
+        return self
+
+    def pool(self, name: str) -> NodePool:
+        return next(p for p in self.pools if p.name == name)
+
+    @property
+    def checkpoint_storage(self) -> StorageSpec | None:
+        return self.storage[0] if self.storage else None
+
+    def secret_keys(self) -> list[str]:
+        """Config keys that must hold Pulumi secrets."""
+        keys = [self.slurm.munge_key_secret, self.slurm.jwt_key_secret]
+        keys += [n.url_secret for n in self.healing.notifications if isinstance(n, WebhookTarget)]
+        return keys
+
+
+def _unique(where: str, names: list[str]) -> None:
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise FieldError(f"{where}[{names.index(dupes[0], names.index(dupes[0]) + 1)}].name", f"duplicate name(s) {dupes}")

@@ -1,0 +1,1 @@
+"""Commands beyond validation: reconciler, agent, drills, local environment, previews."""

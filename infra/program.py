@@ -1,0 +1,52 @@
+"""The stack program, importable so tests can set Pulumi's mocks first and then run it."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pulumi
+
+from components import GpuFleet, GpuFleetArgs, pool_summaries
+from components.cluster import local_kubeconfig_path
+from fleetspec import SpecError, parse_fleet
+from fleetspec.load import CONFIG_KEY, PROJECT
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def load_spec():
+    """Validate the stack's fleet before any resource is declared; a bad spec stops here."""
+    config = pulumi.Config(PROJECT)
+    try:
+        return parse_fleet(config.get_object("fleet"), source=f"stack {pulumi.get_stack()} ({CONFIG_KEY})")
+    except SpecError as e:
+        raise pulumi.RunError(str(e)) from None
+
+
+def build() -> GpuFleet:
+    spec = load_spec()
+    config = pulumi.Config(PROJECT)
+    secrets = {k: v for k in spec.secret_keys() if (v := config.get_secret(k)) is not None}
+    missing = [k for k in spec.secret_keys() if k not in secrets]
+    if missing:
+        raise pulumi.RunError(
+            "secrets not set for stack " + pulumi.get_stack() + ": "
+            + ", ".join(f"`pulumi config set --secret {k} ...`" for k in missing)
+        )
+    fleet = GpuFleet(
+        spec.environment,
+        GpuFleetArgs(
+            spec, secrets,
+            local_kubeconfig=local_kubeconfig_path(PROJECT_DIR) if spec.cluster.kind == "local" else None,
+            render_dir=os.environ.get("GPUFLEET_RENDER_DIR") or None,
+        ),
+    )
+    pulumi.export("environment", spec.environment)
+    pulumi.export("kubeconfig", fleet.cluster.kubeconfig)
+    pulumi.export("context", fleet.cluster.context)
+    pulumi.export("login_endpoint", fleet.slurm.login_endpoint)
+    pulumi.export("slurm_namespace", fleet.slurm.namespace)
+    pulumi.export("reconciler_namespace", fleet.reconciler.namespace)
+    pulumi.export("slinky_operator", fleet.slurm.operator_mode)
+    pulumi.export("pools", pool_summaries(spec))
+    return fleet

@@ -1,0 +1,1 @@
+"""gpufleet's self-healing controller. Plain Python: it never imports pulumi."""

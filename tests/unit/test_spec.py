@@ -1,0 +1,121 @@
+"""The fleet spec: every example is valid, every bad input fails naming the field."""
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetspec import CONFIG_KEY, SpecError, load_stack_file, parse_fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def base() -> dict:
+    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    return copy.deepcopy(doc["config"][CONFIG_KEY])
+
+
+@pytest.mark.parametrize("env", ["local", "staging", "prod"])
+def test_examples_are_valid(env):
+    sf = load_stack_file(ROOT / f"Pulumi.{env}.yaml")
+    assert sf.fleet.environment == env
+    assert all(p.spares >= 1 for p in sf.fleet.pools)
+
+
+def test_prod_is_a_realistic_fleet():
+    f = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    assert len(f.pools) >= 3 and sum(p.nodes for p in f.pools) >= 300
+    assert f.healing.grace_period_seconds == 120
+
+
+def mutate(fn):
+    d = base()
+    fn(d)
+    return d
+
+
+CASES = [
+    ("unknown key", lambda d: d["pools"][0].__setitem__("spraes", 2), "pools[0].spraes", "unknown key"),
+    ("unknown top key", lambda d: d.__setitem__("heal", {}), f"{CONFIG_KEY}.heal", "unknown key"),
+    ("duplicate pool", lambda d: d["pools"][1].__setitem__("name", "h100-a"), "pools[1].name", "duplicate"),
+    ("partition names missing pool", lambda d: d["slurm"]["partitions"][1].__setitem__("pools", ["h200"]),
+     "slurm.partitions[1].pools", "h200"),
+    ("negative spares", lambda d: d["pools"][2].__setitem__("spares", -1), "pools[2].spares", "greater than or equal to 0"),
+    ("negative nodes", lambda d: d["pools"][0].__setitem__("nodes", -5), "pools[0].nodes", "greater than or equal to 0"),
+    ("bad k8s name", lambda d: d["pools"][0].__setitem__("name", "H100_A"), "pools[0].name", "not a valid Kubernetes name"),
+    ("grace too long", lambda d: d["healing"].__setitem__("grace_period_seconds", 7200), "healing.grace_period_seconds", "3600"),
+    ("grace negative", lambda d: d["healing"].__setitem__("grace_period_seconds", -1), "healing.grace_period_seconds", "0"),
+    ("xid not a number", lambda d: d["healing"].__setitem__("critical_xids", [79, "seventy"]), "healing.critical_xids[1]", "integer"),
+    ("application xid", lambda d: d["healing"].__setitem__("critical_xids", [79, 13]), "healing.critical_xids", "application"),
+    ("fraction > 1", lambda d: d["healing"].__setitem__("max_unhealthy_fraction", 1.5), "healing.max_unhealthy_fraction", "1"),
+    ("aws without block", lambda d: d["pools"][0].pop("aws"), "pools[0].aws", "asg"),
+    ("bad label key", lambda d: d["pools"][0]["labels"].__setitem__("bad key!", "x"), "pools[0].labels", "label key"),
+    ("reserved label", lambda d: d["pools"][0]["labels"].__setitem__("gpufleet.io/pool", "x"), "pools[0].labels", "reserved"),
+    ("storage two backends", lambda d: d["storage"][0].__setitem__("nfs", {"server": "s", "path": "/x"}), "storage[0]", "exactly one"),
+    ("bad quantity", lambda d: d["storage"][0].__setitem__("size", "lots"), "storage[0].size", "quantity"),
+    ("two defaults", lambda d: d["slurm"]["partitions"][1].__setitem__("default", True), "slurm.partitions", "default"),
+    ("bad ssh key", lambda d: d["slurm"]["login"].__setitem__("ssh_authorized_keys", ["hello"]),
+     "slurm.login.ssh_authorized_keys[0]", "OpenSSH"),
+    ("no pools", lambda d: d.__setitem__("pools", []), f"{CONFIG_KEY}.pools", "at least 1"),
+    ("bad notification type", lambda d: d["healing"]["notifications"].append({"type": "pager", "name": "x"}),
+     "healing.notifications[2]", "type"),
+    ("host_path outside local", lambda d: d["storage"][0].update(storage_class=None, host_path="/tmp/x"),
+     "storage[0].host_path", "local"),
+]
+
+
+@pytest.mark.parametrize("what,fn,path,reason", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_names_the_field(what, fn, path, reason):
+    with pytest.raises(SpecError) as e:
+        parse_fleet(mutate(fn))
+    text = str(e.value)
+    paths = [p for p, _ in e.value.issues]
+    assert any(p.endswith(path) for p in paths), (paths, text)
+    assert reason.lower() in text.lower(), text
+
+
+def test_plain_text_secret_is_refused(tmp_path):
+    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    doc["config"]["gpufleet:slackWebhookUrl"] = "https://hooks.example.com/T000/B000/XXXX"
+    p = tmp_path / "Pulumi.leaky.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError) as e:
+        load_stack_file(p)
+    assert "gpufleet:slackWebhookUrl" in str(e.value) and "--secret" in str(e.value)
+    doc["config"]["gpufleet:slackWebhookUrl"] = {"secure": "v1:abc"}
+    p.write_text(yaml.safe_dump(doc))
+    assert "slackWebhookUrl" not in load_stack_file(p).missing_secrets()
+
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "gpufleet.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_cli_validate_exit_codes(tmp_path):
+    ok = cli("validate", "--stack", "local")
+    assert ok.returncode == 0, ok.stderr
+    assert "valid" in ok.stdout
+    for what, fn, path, reason in CASES[:8]:
+        doc = {"config": {CONFIG_KEY: mutate(fn)}}
+        p = tmp_path / "Pulumi.bad.yaml"
+        p.write_text(yaml.safe_dump(doc))
+        bad = cli("validate", str(p))
+        assert bad.returncode == 2, (what, bad.stdout, bad.stderr)
+        assert path in bad.stderr, (what, bad.stderr)
+    bare = tmp_path / "fleet.yaml"
+    bare.write_text(yaml.safe_dump(base()))
+    assert cli("validate", str(bare)).returncode == 0
+    assert cli("validate", str(tmp_path / "missing.yaml")).returncode == 2
+
+
+def test_cli_spec_schema_is_json_schema():
+    import json
+
+    out = cli("spec-schema")
+    schema = json.loads(out.stdout)
+    assert schema["title"] == "FleetSpec" and "pools" in schema["properties"]
+    assert schema["additionalProperties"] is False
