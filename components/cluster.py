@@ -19,8 +19,9 @@ class ClusterAccessArgs:
 
 
 def local_kubeconfig_path(project_dir: str | Path) -> str:
-    """The local environment's kubeconfig; GPUFLEET_KUBECONFIG overrides (tests use their own cluster)."""
-    return os.environ.get("GPUFLEET_KUBECONFIG") or str(Path(project_dir) / ".local" / "kube" / "kubeconfig")
+    """The local environment's kubeconfig (GPUFLEET_LOCAL_DIR moves it; tests use their own cluster)."""
+    local = os.environ.get("GPUFLEET_LOCAL_DIR") or str(Path(project_dir) / ".local")
+    return str(Path(local).resolve() / "kube" / "kubeconfig")
 
 
 class ClusterAccess(pulumi.ComponentResource):

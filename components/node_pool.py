@@ -16,42 +16,9 @@ import pulumi_kubernetes as k8s
 
 from fleetspec import labels
 from fleetspec.models import NodePool
+from fleetspec.placement import node_labels, node_taints, worker_selector, worker_tolerations
 
 from .meta import metadata
-
-
-def pool_node_labels(pool: NodePool, role: str) -> dict[str, str]:
-    """Labels a node of this pool carries (the provider applies them when it joins)."""
-    out = {
-        **pool.labels,
-        labels.POOL: pool.name,
-        labels.ROLE: role,
-        labels.GPU_MODEL: pool.gpu_model,
-        labels.GPU_COUNT: str(pool.gpus_per_node),
-    }
-    if pool.topology_block:
-        out[labels.TOPOLOGY_BLOCK] = pool.topology_block
-    return out
-
-
-def pool_node_taints(pool: NodePool, role: str) -> list[dict[str, str]]:
-    taints = [t.model_dump() for t in pool.taints]
-    if role == labels.ROLE_SPARE:
-        taints.append({"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"})
-    return taints
-
-
-def pool_tolerations(pool: NodePool) -> list[dict[str, str]]:
-    """What a pool's workers tolerate: the pool's own taints, never the spare or quarantine taints."""
-    return [
-        {"key": t.key, "operator": "Equal" if t.value else "Exists", **({"value": t.value} if t.value else {}),
-         "effect": t.effect}
-        for t in pool.taints
-    ]
-
-
-def pool_selector(pool: NodePool) -> dict[str, str]:
-    return {labels.POOL: pool.name}
 
 
 def capacity_document(pool: NodePool) -> dict[str, Any]:
@@ -63,10 +30,10 @@ def capacity_document(pool: NodePool) -> dict[str, Any]:
         "nodeType": pool.node_type,
         "gpuModel": pool.gpu_model,
         "gpusPerNode": pool.gpus_per_node,
-        "activeLabels": pool_node_labels(pool, labels.ROLE_ACTIVE),
-        "spareLabels": pool_node_labels(pool, labels.ROLE_SPARE),
-        "activeTaints": pool_node_taints(pool, labels.ROLE_ACTIVE),
-        "spareTaints": pool_node_taints(pool, labels.ROLE_SPARE),
+        "activeLabels": node_labels(pool, labels.ROLE_ACTIVE),
+        "spareLabels": node_labels(pool, labels.ROLE_SPARE),
+        "activeTaints": node_taints(pool, labels.ROLE_ACTIVE),
+        "spareTaints": node_taints(pool, labels.ROLE_SPARE),
         **({"aws": pool.aws.model_dump()} if pool.aws else {}),
     }
 
@@ -87,8 +54,8 @@ class GpuNodePool(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpufleet:pool:GpuNodePool", name, None, opts)
         pool = args.pool
-        self.selector = pool_selector(pool)
-        self.tolerations = pool_tolerations(pool)
+        self.selector = worker_selector(pool)
+        self.tolerations = worker_tolerations(pool)
         self.capacity = k8s.core.v1.ConfigMap(
             f"{name}-capacity",
             metadata=metadata(f"gpufleet-pool-{pool.name}", "node-pool", args.environment, args.namespace,

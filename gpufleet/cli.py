@@ -101,7 +101,7 @@ def main() -> None:  # pragma: no cover - console entry
 
 
 # Commands of the other concerns register themselves on `app`.
-from . import commands  # noqa: E402,F401
+from . import commands, local_commands  # noqa: E402,F401
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

@@ -1,1 +1,181 @@
-"""Commands beyond validation: reconciler, agent, drills, local environment, previews."""
+"""Commands for the reconciler, the node agent, drills and on-call."""
+from __future__ import annotations
+
+import signal
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .cli import EXIT_FAILED, _err, app, load_spec
+from .paths import default_kubeconfig, local_slurm_env
+
+
+def _api(kubeconfig: Optional[Path], stack: Optional[str] = None):
+    from reconciler.app import api_client
+
+    path = kubeconfig or default_kubeconfig(stack)
+    if path is not None and not Path(path).exists():
+        _err(f"no kubeconfig at {path}: is the cluster up? (`gpufleet local up` for the local one)")
+        raise typer.Exit(EXIT_FAILED)
+    return api_client(str(path) if path else None)
+
+
+@app.command()
+def reconcile(
+    stack: Optional[str] = typer.Option(None, "--stack", "-s", help="Take the policy from Pulumi.<STACK>.yaml."),
+    policy: Optional[Path] = typer.Option(None, "--policy", help="Policy file (fleet.json from the ConfigMap)."),
+    kubeconfig: Optional[Path] = typer.Option(None, help="Kubeconfig; in a pod, the service account is used."),
+    slurm: str = typer.Option("cli", help="Slurm backend: cli (scontrol/squeue/scancel) or none."),
+    namespace: Optional[str] = typer.Option(None, help="Namespace for the Lease and Events."),
+    leader_elect: bool = typer.Option(False, "--leader-elect", help="Act only while holding the Lease."),
+    metrics_port: int = typer.Option(9102, help="Port for /metrics and /healthz (0: off)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and log; change nothing."),
+    once: bool = typer.Option(False, "--once", help="One pass, then exit (for cron-style runs and tests)."),
+    json_logs: bool = typer.Option(True, "--json-logs/--text-logs", help="Structured JSON logs."),
+) -> None:
+    """Run the self-healing controller: detect GPU faults, drain, requeue, replace from spares."""
+    from reconciler import logs
+    from reconciler.app import build, load_policy, slurm_client
+
+    logs.setup(json_logs=json_logs)
+    spec = load_policy(policy) if policy else load_spec(stack, None)
+    slurm_env = local_slurm_env() if spec.cluster.kind == "local" else None
+    rec = build(spec, _api(kubeconfig, stack), slurm=slurm_client(slurm, slurm_env), namespace=namespace,
+                leader_elect=leader_elect, dry_run=dry_run)
+    if once:
+        rec.cache.sync()
+        rec.runtime.run_pass()
+        return
+    signal.signal(signal.SIGTERM, lambda *_: rec.stop.set())
+    try:
+        rec.run(metrics_port or None)
+    except KeyboardInterrupt:
+        rec.stop.set()
+
+
+@app.command()
+def agent(
+    node: str = typer.Option(..., help="This node's name (the DaemonSet passes spec.nodeName)."),
+    kmsg: Path = typer.Option(Path("/dev/kmsg"), help="Kernel log to follow (a file works for drills)."),
+    condition: str = typer.Option("GpuHealthy", help="Node condition to set."),
+    kubeconfig: Optional[Path] = typer.Option(None),
+    from_start: bool = typer.Option(False, help="Read a file from its start instead of its end."),
+) -> None:
+    """Node agent: follow the kernel log for `NVRM: Xid` lines and set the GPU condition on critical ones."""
+    from fleetspec import xids
+    from reconciler import logs
+    from reconciler.agent import follow, handle_lines, report_fault
+    from reconciler.kube import Kube
+
+    logs.setup()
+    kube = Kube(_api(kubeconfig))
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    handle_lines(follow(kmsg, lambda: stop["now"], from_start), lambda ev: report_fault(kube, node, ev, condition),
+                 set(xids.DEFAULT_CRITICAL))
+
+
+@app.command("inject-fault")
+def inject_fault(
+    node: str = typer.Argument(..., help="Node to fault."),
+    xid: int = typer.Option(79, help="XID to report (79: GPU fallen off the bus)."),
+    message: Optional[str] = typer.Option(None, help="Condition message; default: the XID's description."),
+    condition: str = typer.Option("GpuHealthy", help="Node condition to set."),
+    kubeconfig: Optional[Path] = typer.Option(None),
+    stack: Optional[str] = typer.Option(None, "--stack", "-s"),
+) -> None:
+    """Set the GPU fault condition on NODE, exactly as the node agent would (for demos and drills)."""
+    from fleetspec import xids
+    from reconciler.errors import PermanentError, TemporaryError
+    from reconciler.kmsg import XidEvent
+    from reconciler.kube import Kube
+
+    kube = Kube(_api(kubeconfig, stack))
+    ev = XidEvent(xid, "PCI:0000:00:00", message or xids.describe(xid))
+    try:
+        kube.set_condition(node, condition, "False", f"Xid{xid}", ev.message)
+    except (TemporaryError, PermanentError) as e:
+        _err(f"could not set {condition} on {node}: {e}")
+        raise typer.Exit(EXIT_FAILED)
+    typer.echo(f"{node}: {condition}=False reason=Xid{xid} ({ev.message})")
+
+
+@app.command("mark-healthy")
+def mark_healthy(
+    node: str = typer.Argument(..., help="A repaired, quarantined node."),
+    condition: str = typer.Option("GpuHealthy"),
+    kubeconfig: Optional[Path] = typer.Option(None),
+    stack: Optional[str] = typer.Option(None, "--stack", "-s"),
+) -> None:
+    """Record that NODE passed its GPU health check; the reconciler then returns it to the spares."""
+    from reconciler.kube import Kube
+
+    Kube(_api(kubeconfig, stack)).set_condition(node, condition, "True", "HealthCheckPassed",
+                                               "GPU health check passed")
+    typer.echo(f"{node}: {condition}=True reason=HealthCheckPassed")
+
+
+def _dur(seconds: float) -> str:
+    return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}m"
+
+
+def remediation_rows(records) -> list[list[str]]:
+    now = datetime.now(timezone.utc)
+    rows = []
+    for r in sorted(records, key=lambda r: r.created):
+        times = list(r.phase_times)
+        steps = []
+        for i, (phase, at) in enumerate(times):
+            end = times[i + 1][1] if i + 1 < len(times) else (None if not r.phase.terminal else at)
+            if end is not None and phase not in ("Succeeded", "Failed", "Escalated"):
+                steps.append(f"{phase} {_dur((end - at).total_seconds())}")
+        total = ((times[-1][1] if r.phase.terminal else now) - r.created).total_seconds()
+        outcome = r.phase.value if r.phase.terminal or r.phase.value == "OptedOut" else "in progress"
+        rows.append([r.node, str(r.xid), r.phase.value, r.replacement or "-", ", ".join(steps) or "-",
+                     _dur(total), outcome])
+    return rows
+
+
+@app.command()
+def remediations(
+    watch: bool = typer.Option(False, "--watch", "-w", help="Refresh until interrupted."),
+    kubeconfig: Optional[Path] = typer.Option(None),
+    stack: Optional[str] = typer.Option(None, "--stack", "-s"),
+    interval: float = typer.Option(1.0, help="Seconds between refreshes with --watch."),
+) -> None:
+    """List remediation records: node, XID, phase, replacement, time per phase, outcome."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from reconciler.errors import PermanentError, TemporaryError
+    from reconciler.records import KubeRecordStore
+
+    store = KubeRecordStore(_api(kubeconfig, stack))
+
+    def table() -> Table:
+        t = Table(title="gpufleet remediations")
+        for col in ("NODE", "XID", "PHASE", "REPLACEMENT", "TIME PER PHASE", "TOTAL", "OUTCOME"):
+            t.add_column(col)
+        for row in remediation_rows(store.list()):
+            t.add_row(*row)
+        return t
+
+    try:
+        if not watch:
+            Console().print(table())
+            return
+        with Live(table(), refresh_per_second=4) as live:
+            while True:
+                time.sleep(interval)
+                live.update(table())
+    except (TemporaryError, PermanentError) as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        pass
+
+

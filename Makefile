@@ -1,0 +1,18 @@
+# The two commands of the README's Quickstart, and their building blocks.
+.PHONY: demo test bootstrap unit clean-local
+
+demo: bootstrap
+	.venv/bin/gpufleet demo
+
+test: bootstrap
+	.venv/bin/python -m pytest -q
+
+bootstrap:
+	scripts/bootstrap.sh
+
+unit:
+	.venv/bin/python -m pytest -q tests/unit
+
+clean-local:
+	-.venv/bin/gpufleet local down
+	rm -rf .local

@@ -1,0 +1,43 @@
+"""Where a pool's nodes and workers go: node labels, taints and the tolerations of its workers.
+
+Shared by the stack (NodeSets, capacity ConfigMaps) and the node providers (joining nodes).
+"""
+from __future__ import annotations
+
+from . import labels
+from .models import NodePool
+
+
+def node_labels(pool: NodePool, role: str) -> dict[str, str]:
+    """Labels a node of this pool carries in a role (active, spare, quarantined)."""
+    out = {
+        **pool.labels,
+        labels.POOL: pool.name,
+        labels.ROLE: role,
+        labels.GPU_MODEL: pool.gpu_model,
+        labels.GPU_COUNT: str(pool.gpus_per_node),
+    }
+    if pool.topology_block:
+        out[labels.TOPOLOGY_BLOCK] = pool.topology_block
+    return out
+
+
+def node_taints(pool: NodePool, role: str) -> list[dict[str, str]]:
+    """The pool's taints; a spare also carries the spare taint, so nothing lands on it until promoted."""
+    taints = [t.model_dump() for t in pool.taints]
+    if role == labels.ROLE_SPARE:
+        taints.append({"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"})
+    return taints
+
+
+def worker_tolerations(pool: NodePool) -> list[dict[str, str]]:
+    """What a pool's workers tolerate: the pool's own taints, never the spare or quarantine taints."""
+    return [
+        {"key": t.key, "operator": "Equal" if t.value else "Exists", **({"value": t.value} if t.value else {}),
+         "effect": t.effect}
+        for t in pool.taints
+    ]
+
+
+def worker_selector(pool: NodePool) -> dict[str, str]:
+    return {labels.POOL: pool.name}

@@ -1,0 +1,197 @@
+"""The main job, end to end on the local environment: bring the fleet up with `pulumi up`,
+run a training job under Slurm, break a GPU under it, and show the fleet heal.
+
+Each step prints a progress line; the end is a timeline and a check that no training step
+was lost (the resumed job's final weights equal an uninterrupted run's).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from fleetspec.models import FleetSpec
+
+from .localenv import train
+from .localenv.env import LocalEnv
+from .stack import Stack
+
+STEPS, EVERY, DELAY = 300, 10, 0.05
+
+
+def say(msg: str) -> None:
+    print(f"{datetime.now().strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+@dataclass
+class Timeline:
+    fault_at: float
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    healthy_at: float | None = None
+    job_running_again_at: float | None = None
+    resumed_step: int | None = None
+    resumed_on: str | None = None
+    replacement: str | None = None
+    node: str = ""
+    outcome: str = ""
+
+    def render(self) -> str:
+        lines = ["", "Timeline (seconds after the fault):", f"  {'phase':<18}{'entered':>9}{'took':>8}"]
+        for i, (phase, at) in enumerate(self.phases):
+            took = (self.phases[i + 1][1] - at) if i + 1 < len(self.phases) else None
+            lines.append(f"  {phase:<18}{at - self.fault_at:>8.1f}s{'' if took is None else f'{took:>7.1f}s'}")
+        if self.healthy_at:
+            lines.append(f"  fault -> healthy replacement taking jobs: {self.healthy_at - self.fault_at:.1f}s "
+                         f"({self.node} -> {self.replacement})")
+        if self.job_running_again_at:
+            lines.append(f"  fault -> job running again:               {self.job_running_again_at - self.fault_at:.1f}s "
+                         f"(resumed at step {self.resumed_step} on {self.resumed_on})")
+        return "\n".join(lines)
+
+
+def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, xid: int = 79,
+             grace: int | None = None, timeout: float = 600, out: Callable[[str], None] = say) -> Timeline:
+    from reconciler.kube import Kube
+    from reconciler.records import KubeRecordStore
+
+    total = 7
+    out(f"[1/{total}] local environment: control plane, {sum(p.nodes + p.spares for p in spec.pools)} fake GPU "
+        f"nodes, Slurm")
+    if fresh:
+        reset(env, stack)
+    env.up()
+
+    out(f"[2/{total}] pulumi up -s {stack.name}")
+    stack.ensure()
+    stack.ensure_secrets(spec.secret_keys())
+    t0 = time.monotonic()
+    stack.up()
+    out(f"      applied in {time.monotonic() - t0:.1f}s")
+
+    out(f"[3/{total}] reconciler: same code and policy as its Deployment, as a host process")
+    api = env.kube.api_client()
+    kube = Kube(api)
+    policy = _policy_from_cluster(kube, spec, env.root)
+    if grace is not None:
+        doc = json.loads(policy.read_text())
+        doc["healing"]["grace_period_seconds"] = grace
+        policy.write_text(json.dumps(doc, indent=2))
+    env.start_reconciler(policy)
+
+    out(f"[4/{total}] sbatch: {STEPS} steps of SGD, checkpoint every {EVERY} steps and on SIGTERM")
+    storage = spec.checkpoint_storage
+    run_dir = Path(storage.host_path if storage and storage.host_path else env.root / "checkpoints") / "demo-run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    part = next(p for p in spec.slurm.partitions if p.default) if any(p.default for p in spec.slurm.partitions) \
+        else spec.slurm.partitions[0]
+    nodes_needed = spec.pool(part.pools[0]).nodes
+    job = submit_training(env, part.name, nodes_needed, run_dir)
+    batch = wait_for(lambda: _batch_host(env, job), 60, "the job to start")
+    wait_for(lambda: _last_step(run_dir) >= 60 or None, 120, "the first checkpoints")
+    out(f"      job {job} running on {nodes_needed} node(s), batch host {batch}, step {_last_step(run_dir)}")
+
+    out(f"[5/{total}] inject XID {xid} (GPU fallen off the bus) on {batch}")
+    fault_at = time.time()
+    kube.set_condition(batch, spec.healing.condition_types[0], "False", f"Xid{xid}",
+                       f"Xid {xid} on PCI:0000:3b:00: GPU has fallen off the bus.")
+
+    out(f"[6/{total}] the fleet heals itself (no human action):")
+    store = KubeRecordStore(api)
+    tl = Timeline(fault_at=fault_at, node=batch)
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout
+    record = None
+    while time.monotonic() < deadline:
+        recs = [r for r in store.list() if r.node == batch]
+        if recs:
+            record = max(recs, key=lambda r: r.created)
+            for phase, at in record.phase_times:
+                if phase not in seen:
+                    seen.add(phase)
+                    extra = f" -> {record.replacement}" if phase == "Resuming" and record.replacement else ""
+                    out(f"      +{at.timestamp() - fault_at:5.1f}s  {phase}{extra}")
+            if record.phase.terminal or record.phase.value == "OptedOut":
+                break
+        time.sleep(0.2)
+    if record is None or not record.phase.terminal:
+        raise RuntimeError(f"no finished remediation within {timeout}s; see {env.reconciler_log}")
+    tl.phases = [(p, at.timestamp()) for p, at in record.phase_times]
+    tl.replacement, tl.outcome = record.replacement, record.phase.value
+    if record.phase.value == "Succeeded":
+        tl.healthy_at = record.phase_times[-1][1].timestamp()
+
+    out(f"[7/{total}] the requeued job resumes from its checkpoint")
+    wait_for(lambda: (run_dir / "result.json").exists() or None, timeout, "the job to finish")
+    restart = next((e for e in _events(run_dir) if e["event"] == "start" and e["time"] > fault_at), None)
+    if restart:
+        tl.job_running_again_at, tl.resumed_step, tl.resumed_on = restart["time"], restart["step"], restart["host"]
+    print(tl.render(), flush=True)
+    result = json.loads((run_dir / "result.json").read_text())["weights"]
+    same = result == train.reference(STEPS)
+    print(f"\n  final weights {'EQUAL' if same else 'DIFFER FROM'} those of an uninterrupted {STEPS}-step run: "
+          f"{'no training step was lost' if same else 'steps were lost or repeated'}", flush=True)
+    if not same:
+        raise RuntimeError("the resumed job's result differs from an uninterrupted run")
+    return tl
+
+
+def reset(env: LocalEnv, stack: Stack) -> None:
+    """Start from a clean fleet: stop everything and drop cluster, Slurm and stack state."""
+    env.down()
+    for sub in ("kube/etcd-data", "kube/etcd", "slurm/ctld/state", "state", "checkpoints"):
+        shutil.rmtree(env.root / sub, ignore_errors=True)
+
+
+def _policy_from_cluster(kube, spec: FleetSpec, root: Path) -> Path:
+    """The reconciler's policy exactly as the stack rendered it into its ConfigMap."""
+    ns = spec.healing.reconciler.namespace
+    cm = kube.core.read_namespaced_config_map("gpufleet-policy", ns)
+    path = root / "policy.json"
+    path.write_text(cm.data["fleet.json"])
+    return path
+
+
+def submit_training(env: LocalEnv, partition: str, nodes: int, run_dir: Path, steps: int = STEPS,
+                    every: int = EVERY, delay: float = DELAY) -> int:
+    cmd = (f"exec {sys.executable} -m gpufleet.localenv.train --dir {run_dir} --steps {steps} "
+           f"--every {every} --delay {delay}")
+    return env.slurm.sbatch(f"--partition={partition}", f"--nodes={nodes}", "--requeue", "--open-mode=append",
+                            "--job-name=demo-train", f"--output={run_dir}/slurm-%j.out", f"--chdir={run_dir}",
+                            "--wrap", cmd)
+
+
+def _batch_host(env: LocalEnv, job: int) -> str | None:
+    out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T %B"], env=env.slurm.env(), capture_output=True,
+                         text=True, timeout=15).stdout.split()
+    return out[1] if len(out) == 2 and out[0] == "RUNNING" else None
+
+
+def _events(run_dir: Path) -> list[dict]:
+    f = run_dir / "events.jsonl"
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()] if f.exists() else []
+
+
+def _last_step(run_dir: Path) -> int:
+    steps = [e["step"] for e in _events(run_dir) if e["event"] == "checkpoint"]
+    return max(steps) if steps else 0
+
+
+def wait_for(fn, timeout: float, what: str, every: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat()

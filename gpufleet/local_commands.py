@@ -1,0 +1,79 @@
+"""`gpufleet local up | down | status`: the embedded default environment on this machine."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .cli import EXIT_FAILED, _err, app, load_spec
+
+local = typer.Typer(help="The local environment: control plane, fake GPU nodes (kwok), real Slurm.",
+                    no_args_is_help=True)
+app.add_typer(local, name="local")
+
+
+def make_env(stack: str = "local", file: Optional[Path] = None):
+    from .localenv.env import LocalEnv
+
+    spec = load_spec(stack, file)
+    if spec.cluster.kind != "local":
+        _err(f"stack {stack} is not a local cluster (cluster.kind: {spec.cluster.kind})")
+        raise typer.Exit(EXIT_FAILED)
+    return LocalEnv(spec)
+
+
+@local.command("up")
+def local_up(stack: str = typer.Option("local", "--stack", "-s")) -> None:
+    """Start etcd, the API server, controller manager, scheduler, kwok, the fake nodes and Slurm (idempotent)."""
+    from .localenv.kube import LocalKubeError
+    from .localenv.slurm import LocalSlurmError
+
+    env = make_env(stack)
+    try:
+        env.up()
+    except (LocalKubeError, LocalSlurmError) as e:
+        _err(f"local environment failed to come up:\n{e}")
+        raise typer.Exit(EXIT_FAILED)
+
+
+@local.command("down")
+def local_down(stack: str = typer.Option("local", "--stack", "-s")) -> None:
+    """Stop everything the local environment started (idempotent). State and certificates are kept."""
+    make_env(stack).down()
+
+
+@local.command("status")
+def local_status(stack: str = typer.Option("local", "--stack", "-s"),
+                 as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Show what runs. Exit 1 when something is down."""
+    env = make_env(stack)
+    st = env.status()
+    if as_json:
+        typer.echo(json.dumps(st, indent=2, default=str))
+    else:
+        for part, value in st.items():
+            typer.echo(f"{part}: {json.dumps(value, default=str) if not isinstance(value, str) else value}")
+    if not (st["kube"].get("ready") and env.slurm.healthy()):
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def demo(
+    keep: bool = typer.Option(False, "--keep", help="Reuse the running environment instead of starting clean."),
+    xid: int = typer.Option(79, help="XID to inject."),
+    grace: Optional[int] = typer.Option(None, help="Override the grace period (seconds) for this run."),
+) -> None:
+    """The main job: local up, pulumi up, a training job, an XID 79, and the fleet healing itself."""
+    from .demo import run_demo
+    from .stack import PulumiError, Stack
+
+    env = make_env("local")
+    try:
+        tl = run_demo(env.spec, env, Stack("local"), fresh=not keep, xid=xid, grace=grace)
+    except (PulumiError, RuntimeError, TimeoutError) as e:
+        _err(f"demo failed: {e}\n  reconciler log: {env.reconciler_log}")
+        raise typer.Exit(EXIT_FAILED)
+    if tl.outcome != "Succeeded":
+        raise typer.Exit(EXIT_FAILED)

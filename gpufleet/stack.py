@@ -1,0 +1,99 @@
+"""Run the Pulumi CLI for one stack of this project, with the environment it needs.
+
+The `local` stack keeps its state in a file backend under the local folder and encrypts
+its secrets with a passphrase (default `gpufleet-local`, documented in the README; set
+PULUMI_CONFIG_PASSPHRASE to use another). Other stacks use whatever backend and secrets
+provider the user is logged in to, unless PULUMI_BACKEND_URL says otherwise.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .paths import PROJECT_DIR, TOOLS_BIN, local_dir
+
+LOCAL_PASSPHRASE = "gpufleet-local"
+
+
+class PulumiError(RuntimeError):
+    pass
+
+
+def pulumi_binary() -> str:
+    built = TOOLS_BIN / "pulumi"
+    if built.exists():
+        return str(built)
+    found = shutil.which("pulumi")
+    if found:
+        return found
+    raise PulumiError("pulumi not found: run scripts/build-tools.sh (builds it into .tools/bin) or install it")
+
+
+@dataclass
+class Stack:
+    name: str
+    project_dir: Path = PROJECT_DIR
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PATH"] = f"{TOOLS_BIN}{os.pathsep}{env.get('PATH', '')}"
+        env.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
+        env.setdefault("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
+        if (TOOLS_BIN.parent / "pulumi-home").exists():
+            env.setdefault("PULUMI_HOME", str(TOOLS_BIN.parent / "pulumi-home"))
+        if self.name == "local" or "PULUMI_BACKEND_URL" not in env:
+            state = local_dir() / "state"
+            state.mkdir(parents=True, exist_ok=True)
+            env["PULUMI_BACKEND_URL"] = f"file://{state}"
+        if self.name == "local":
+            env.setdefault("PULUMI_CONFIG_PASSPHRASE", LOCAL_PASSPHRASE)
+        env.update(self.extra_env)
+        return env
+
+    def run(self, *args: str, capture: bool = False, check: bool = True, timeout: float | None = 1800,
+            stack_flag: bool = True) -> subprocess.CompletedProcess:
+        argv = [pulumi_binary(), *args, "--cwd", str(self.project_dir), "--non-interactive"]
+        if stack_flag:
+            argv += ["--stack", self.name]
+        proc = subprocess.run(argv, env=self.env(), text=True, timeout=timeout,
+                              capture_output=capture, stdin=subprocess.DEVNULL)
+        if check and proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout or "")[-3000:] if capture else ""
+            raise PulumiError(f"pulumi {' '.join(args)} failed (exit {proc.returncode}) {detail}".strip())
+        return proc
+
+    def exists(self) -> bool:
+        out = self.run("stack", "ls", "--json", capture=True, stack_flag=False).stdout
+        return any(s["name"] == self.name for s in json.loads(out or "[]"))
+
+    def ensure(self) -> None:
+        """Create the stack when missing (its config file and salt are committed for `local`)."""
+        if not self.exists():
+            self.run("stack", "init", self.name, "--secrets-provider", "passphrase", stack_flag=False, capture=True)
+
+    def ensure_secrets(self, keys: Sequence[str]) -> list[str]:
+        """Set random values for missing secrets (the local stack only: demo values)."""
+        cfg = json.loads(self.run("config", "--json", capture=True).stdout or "{}")
+        missing = [k for k in keys if f"gpufleet:{k}" not in cfg]
+        for k in missing:
+            self.run("config", "set", "--secret", k, secrets.token_urlsafe(32), capture=True)
+        return missing
+
+    def up(self, *extra: str) -> subprocess.CompletedProcess:
+        return self.run("up", "--yes", "--skip-preview", *extra)
+
+    def preview(self, *extra: str, capture: bool = False, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run("preview", *extra, capture=capture, check=check)
+
+    def destroy(self) -> subprocess.CompletedProcess:
+        return self.run("destroy", "--yes", "--skip-preview")
+
+    def outputs(self) -> dict:
+        return json.loads(self.run("stack", "output", "--json", "--show-secrets", capture=True).stdout or "{}")

@@ -1,0 +1,176 @@
+"""The reconciler's Kubernetes adapter: nodes, pods, evictions, events, the node condition.
+
+Works on raw dicts (no model deserialisation: it is the cost that grows with the fleet).
+One ApiClient is built at start-up and passed in. Every failure is raised as a
+TemporaryError or PermanentError, so callers decide on retries by type, not by message.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from fleetspec import labels
+
+from .errors import PermanentError, TemporaryError, classify_api_status
+
+log = logging.getLogger(__name__)
+TIMEOUT = 20  # seconds for any single API call
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _call(what: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
+    try:
+        return fn(*args, _request_timeout=TIMEOUT, **kwargs)
+    except ApiException as e:
+        body = (e.body or "")[:300] if isinstance(e.body, str) else ""
+        raise classify_api_status(e.status)(f"{what}: {e.status} {e.reason} {body}".strip()) from None
+    except (HTTPError, OSError) as e:
+        raise TemporaryError(f"{what}: {e}") from None
+
+
+def _json(resp) -> Any:
+    return json.loads(resp.data)
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient):
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+
+    # --- nodes ---------------------------------------------------------------------------------
+
+    def list_nodes(self) -> tuple[list[dict], str]:
+        data = _json(_call("list nodes", self.core.list_node, _preload_content=False))
+        return data["items"], data["metadata"]["resourceVersion"]
+
+    def get_node(self, name: str) -> dict:
+        return _json(_call(f"get node {name}", self.core.read_node, name, _preload_content=False))
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: int = 300) -> Iterator[tuple[str, dict]]:
+        """(event type, node) pairs until the server ends the watch. A 410 Gone surfaces as
+        TemporaryError: the caller lists again."""
+        w = watch.Watch()
+        try:
+            for ev in w.stream(self.core.list_node, resource_version=resource_version, deserialize=False,
+                               timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
+                if ev["type"] == "ERROR":
+                    raise TemporaryError(f"watch nodes: {ev['raw_object'].get('message', ev['raw_object'])}")
+                yield ev["type"], ev["raw_object"]
+        except ApiException as e:
+            raise classify_api_status(e.status)(f"watch nodes: {e.status} {e.reason}") from None
+        except (HTTPError, OSError) as e:
+            raise TemporaryError(f"watch nodes: {e}") from None
+        finally:
+            w.stop()
+
+    def patch_node(self, name: str, body: dict) -> dict:
+        return _json(_call(f"patch node {name}", self.core.patch_node, name, body, _preload_content=False))
+
+    def update_node(self, name: str, mutate: Callable[[dict], bool], attempts: int = 5) -> dict:
+        """Read, change, write with the resourceVersion; retry on conflict. `mutate` returns
+        False when nothing needs changing (then nothing is written)."""
+        for attempt in range(attempts):
+            node = self.get_node(name)
+            if not mutate(node):
+                return node
+            try:
+                return _json(_call(f"update node {name}", self.core.replace_node, name, node, _preload_content=False))
+            except TemporaryError as e:
+                if "409" not in str(e) or attempt == attempts - 1:
+                    raise
+        raise TemporaryError(f"update node {name}: conflict after {attempts} attempts")
+
+    def cordon(self, name: str, reason: str) -> None:
+        # Slinky reads this annotation to tell its own drain reason from ours.
+        self.patch_node(name, {"spec": {"unschedulable": True},
+                               "metadata": {"annotations": {labels.SLINKY_CORDON_REASON: reason}}})
+
+    def set_node_role(self, name: str, role: str, *, add_taints: list[dict] = (), remove_taints: list[str] = (),
+                      annotations: dict[str, str | None] | None = None, schedulable: bool | None = None) -> dict:
+        def mutate(node: dict) -> bool:
+            meta, spec = node["metadata"], node.setdefault("spec", {})
+            before = json.dumps([meta.get("labels"), meta.get("annotations"), spec.get("taints"), spec.get("unschedulable")],
+                                sort_keys=True)
+            meta.setdefault("labels", {})[labels.ROLE] = role
+            ann = meta.setdefault("annotations", {})
+            for k, v in (annotations or {}).items():
+                if v is None:
+                    ann.pop(k, None)
+                else:
+                    ann[k] = v
+            taints = [t for t in spec.get("taints") or [] if t["key"] not in set(remove_taints)]
+            for t in add_taints:
+                if not any(x["key"] == t["key"] for x in taints):
+                    taints.append(dict(t))
+            spec["taints"] = taints or None
+            if schedulable is not None:
+                spec["unschedulable"] = None if schedulable else True
+            after = json.dumps([meta.get("labels"), meta.get("annotations"), spec.get("taints"), spec.get("unschedulable")],
+                               sort_keys=True)
+            return before != after
+
+        return self.update_node(name, mutate)
+
+    def set_condition(self, name: str, ctype: str, status: str, reason: str, message: str) -> None:
+        """Set one node condition (the agent's and inject-fault's write). The transition time
+        moves only when the status or reason changes, so a repeated signal stays one signal."""
+        node = self.get_node(name)
+        now = now_rfc3339()
+        conds = node.get("status", {}).get("conditions") or []
+        old = next((c for c in conds if c.get("type") == ctype), None)
+        changed = old is None or old.get("status") != status or old.get("reason") != reason
+        cond = {"type": ctype, "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now,
+                "lastTransitionTime": now if changed else old.get("lastTransitionTime", now)}
+        _call(f"set condition {ctype} on {name}", self.core.patch_node_status, name,
+              {"status": {"conditions": [cond]}}, _preload_content=False)
+
+    # --- pods ----------------------------------------------------------------------------------
+
+    def pods_on_node(self, name: str) -> list[dict]:
+        data = _json(_call(f"list pods on {name}", self.core.list_pod_for_all_namespaces,
+                           field_selector=f"spec.nodeName={name}", _preload_content=False))
+        return data["items"]
+
+    def evict(self, pod: dict) -> bool:
+        """Ask for an eviction; False when a PodDisruptionBudget refuses it for now."""
+        meta = pod["metadata"]
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+        try:
+            _call(f"evict {meta['namespace']}/{meta['name']}", self.core.create_namespaced_pod_eviction,
+                  meta["name"], meta["namespace"], body)
+        except TemporaryError as e:
+            if " 429 " in f" {e} ":
+                return False
+            raise
+        except PermanentError as e:
+            if " 404 " in f" {e} ":
+                return True  # already gone
+            raise
+        return True
+
+    # --- events ----------------------------------------------------------------------------------
+
+    def event(self, involved: dict, reason: str, message: str, type_: str = "Normal",
+              namespace: str = "default") -> None:
+        """A core/v1 Event on `involved` ({kind, name, apiVersion?, uid?}); best effort."""
+        ts = now_rfc3339()
+        body = {
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": involved, "reason": reason, "message": message[:1000], "type": type_,
+            "source": {"component": "gpufleet-reconciler"}, "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+        }
+        try:
+            _call("create event", self.core.create_namespaced_event, namespace, body)
+        except (TemporaryError, PermanentError) as e:
+            log.warning("event not recorded: %s", e)

@@ -1,0 +1,82 @@
+"""The local environment's fake GPU nodes (kwok): their manifests and the reserve that refills spares.
+
+Each pool gets `nodes` active nodes and `spares` spares; RESERVE more spare names per pool
+exist in the local Slurm from the start (drained), so a refill can join one as a new spare.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fleetspec import labels
+from fleetspec.models import FleetSpec, NodePool
+from fleetspec.placement import node_labels, node_taints
+
+from .errors import TemporaryError
+from .kube import Kube
+
+RESERVE = 2
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+SYSTEM_NODE = "local-system-0"
+
+
+def fake_node(name: str, node_labels: dict[str, str], taints: list[dict], *, cpus: int, memory: str,
+              gpus: int = 0) -> dict[str, Any]:
+    capacity = {"cpu": str(cpus), "memory": memory, "pods": "110"}
+    if gpus:
+        capacity["nvidia.com/gpu"] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {**node_labels, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64", "type": "kwok"},
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"taints": taints or None},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def pool_node(pool: NodePool, name: str, role: str) -> dict[str, Any]:
+    return fake_node(name, node_labels(pool, role), node_taints(pool, role), cpus=pool.cpus_per_node,
+                     memory=pool.memory_per_node, gpus=pool.gpus_per_node)
+
+
+def fleet_nodes(spec: FleetSpec) -> list[dict[str, Any]]:
+    """Every fake node of the local fleet: a system node, then each pool's nodes and spares."""
+    out = [fake_node(SYSTEM_NODE, {labels.ROLE: labels.ROLE_SYSTEM}, [], cpus=8, memory="32Gi")]
+    for pool in spec.pools:
+        out += [pool_node(pool, n, labels.ROLE_ACTIVE) for n in pool.node_names()]
+        out += [pool_node(pool, n, labels.ROLE_SPARE) for n in pool.spare_names()]
+    return out
+
+
+def slurm_node_names(spec: FleetSpec) -> tuple[dict[str, list[str]], list[str]]:
+    """Slurm's view of the local fleet: nodes per partition, and the nodes that start drained
+    (spares and the reserve)."""
+    spares = []
+    for pool in spec.pools:
+        spares += [f"{pool.name}-spare-{i}" for i in range(pool.spares + RESERVE)]
+    partitions = {}
+    for part in spec.slurm.partitions:
+        names = []
+        for pname in part.pools:
+            pool = spec.pool(pname)
+            names += pool.node_names() + [f"{pool.name}-spare-{i}" for i in range(pool.spares + RESERVE)]
+        partitions[part.name] = names
+    return partitions, spares
+
+
+def join_reserve_spare(kube: Kube, pool: NodePool) -> str | None:
+    """Join the next reserved fake node of the pool as a spare; None when the reserve is used up."""
+    existing = {n["metadata"]["name"] for n in kube.list_nodes()[0]}
+    for i in range(pool.spares + RESERVE):
+        name = f"{pool.name}-spare-{i}"
+        if name not in existing:
+            try:
+                kube.core.create_node(pool_node(pool, name, labels.ROLE_SPARE))
+            except Exception as e:  # noqa: BLE001 - surfaced as a retryable error
+                raise TemporaryError(f"join {name}: {e}") from None
+            return name
+    return None

@@ -1,0 +1,124 @@
+"""Tell people what happened: Kubernetes Events, webhooks (Slack-compatible JSON), AWS SNS.
+
+A notification that cannot be delivered is logged and counted, never a reason to stop
+healing: the fleet matters more than the message about it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from fleetspec import labels, remediation_crd
+from fleetspec.models import FleetSpec, SnsTarget, WebhookTarget
+
+from .model import Record
+
+log = logging.getLogger(__name__)
+EMOJI = {"info": ":white_check_mark:", "warning": ":warning:", "critical": ":rotating_light:"}
+
+
+@dataclass(frozen=True)
+class Message:
+    event: str
+    severity: str  # info | warning | critical
+    text: str
+    record: Record | None = None
+
+    def fields(self) -> dict[str, Any]:
+        r = self.record
+        return {} if r is None else {"node": r.node, "pool": r.pool, "xid": r.xid, "phase": r.phase.value,
+                                     "remediation": r.name, "replacement": r.replacement}
+
+
+class Channel(Protocol):
+    name: str
+
+    def send(self, msg: Message) -> None: ...
+
+
+class Webhook:
+    """POST a Slack-compatible body ({"text": ..., "attachments": [...]}); retried with backoff."""
+
+    def __init__(self, name: str, url: str, timeout: float = 5.0, attempts: int = 3):
+        self.name, self.url, self.timeout, self.attempts = name, url, timeout, attempts
+
+    def body(self, msg: Message) -> dict[str, Any]:
+        return {
+            "text": f"{EMOJI.get(msg.severity, '')} gpufleet: {msg.text}".strip(),
+            "attachments": [{"color": {"info": "good", "warning": "warning", "critical": "danger"}[msg.severity],
+                             "fields": [{"title": k, "value": str(v), "short": True}
+                                        for k, v in msg.fields().items() if v is not None]}],
+            "gpufleet": {"event": msg.event, "severity": msg.severity, **msg.fields()},
+        }
+
+    def send(self, msg: Message) -> None:
+        @retry(stop=stop_after_attempt(self.attempts), wait=wait_exponential(multiplier=0.2, max=5), reraise=True,
+               retry=retry_if_exception_type(httpx.HTTPError))
+        def post():
+            r = httpx.post(self.url, json=self.body(msg), timeout=self.timeout)
+            r.raise_for_status()
+
+        post()
+
+
+class Sns:
+    def __init__(self, name: str, topic_arn: str, region: str, client: Any = None):
+        import boto3
+
+        self.name, self.topic_arn = name, topic_arn
+        self.client = client or boto3.client("sns", region_name=region)
+
+    def send(self, msg: Message) -> None:
+        self.client.publish(
+            TopicArn=self.topic_arn,
+            Subject=f"gpufleet {msg.severity}: {msg.event}"[:100],
+            Message=msg.text,
+            MessageAttributes={"severity": {"DataType": "String", "StringValue": msg.severity},
+                               "event": {"DataType": "String", "StringValue": msg.event}},
+        )
+
+
+def channels_from_spec(spec: FleetSpec, env: dict[str, str] | None = None) -> list[Channel]:
+    """Webhook URLs come from the environment (the notifications Secret), never the spec."""
+    env = os.environ if env is None else env
+    out: list[Channel] = []
+    for t in spec.healing.notifications:
+        if isinstance(t, WebhookTarget):
+            var = f"GPUFLEET_WEBHOOK_{t.name.upper().replace('-', '_')}"
+            if env.get(var):
+                out.append(Webhook(t.name, env[var]))
+            else:
+                log.warning("webhook %s has no URL (%s unset): skipped", t.name, var)
+        elif isinstance(t, SnsTarget):
+            out.append(Sns(t.name, t.topic_arn, t.region))
+    return out
+
+
+class Notifier:
+    def __init__(self, channels: list[Channel], kube: Any = None, namespace: str = "default", on_failure=None):
+        self.channels, self.kube, self.namespace = channels, kube, namespace
+        self.on_failure = on_failure or (lambda channel: None)
+        self.sent: list[Message] = []
+
+    def send(self, msg: Message) -> None:
+        self.sent.append(msg)
+        log.info("notify %s: %s", msg.event, msg.text,
+                 extra={"remediation": msg.record.name if msg.record else None, "severity": msg.severity})
+        if self.kube is not None and msg.record is not None:
+            type_ = "Normal" if msg.severity == "info" else "Warning"
+            reason = "GpuFleet" + "".join(w.capitalize() for w in msg.event.split("-"))
+            self.kube.event({"kind": "Node", "name": msg.record.node, "apiVersion": "v1"}, reason, msg.text, type_,
+                            self.namespace)
+            self.kube.event({"kind": remediation_crd.KIND, "name": msg.record.name, "apiVersion": labels.API_VERSION},
+                            reason, msg.text, type_, self.namespace)
+        for ch in self.channels:
+            try:
+                ch.send(msg)
+            except Exception as e:  # noqa: BLE001 - delivery must never stop healing
+                log.error("notification to %s failed: %s", ch.name, e)
+                self.on_failure(ch.name)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Everything gpufleet needs on this machine, idempotent and with progress:
+#   1. a Python virtualenv (.venv) with the project and its test dependencies
+#   2. Slurm and munge from Debian's packages
+#   3. the Go-built tools (Pulumi CLI, language host, Kubernetes provider, kube-apiserver, etcd, kwok)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+start=$SECONDS
+step() { printf '[bootstrap %3ds] %s\n' "$((SECONDS - start))" "$*"; }
+
+py=${PYTHON:-python3.11}
+command -v "$py" >/dev/null || py=python3
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-12)
+if [ ! -f "$stamp" ]; then
+  step "python: creating .venv and installing gpufleet[test] (about a minute)"
+  [ -x .venv/bin/python ] || "$py" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[test]'
+  rm -f .venv/.installed-*; touch "$stamp"
+else
+  step "python: .venv up to date"
+fi
+
+step "slurm: checking Debian's slurm-wlm and munge"
+scripts/install-slurm.sh
+
+step "go tools: pulumi engine and local control plane"
+scripts/build-tools.sh
+step "ready"

@@ -1,0 +1,230 @@
+"""The reconciler's Kubernetes side against a real API server (kwok nodes): conditions, cordon,
+eviction, opt-out, spare promotion, Remediation records, restarts, the Lease."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from fleetspec import labels, parse_fleet, remediation_crd
+from reconciler import local_nodes
+from reconciler.app import build
+from reconciler.kube import Kube
+from reconciler.leader import LeaseElector
+from reconciler.notify import Message
+from reconciler.phases import Phase
+
+pytestmark = pytest.mark.integration
+
+
+class Recorder:
+    name = "recorder"
+
+    def __init__(self):
+        self.messages: list[Message] = []
+
+    def send(self, msg: Message) -> None:
+        self.messages.append(msg)
+
+
+def fleet(pool: str, nodes: int = 3, spares: int = 1, **healing):
+    return parse_fleet({
+        "environment": "itest", "cluster": {"kind": "local"},
+        "pools": [{"name": pool, "node_type": "kwok", "gpu_model": "H100", "gpus_per_node": 8, "cpus_per_node": 4,
+                   "memory_per_node": "16Gi", "nodes": nodes, "spares": spares, "provider": "kubernetes-spares",
+                   "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}],
+        "slurm": {"partitions": [{"name": "p", "pools": [pool]}]},
+        "healing": {"grace_period_seconds": 0, "drain_timeout_seconds": 10, "max_unhealthy_fraction": 0.9,
+                    "reconciler": {"namespace": "default"}, **healing},
+    })
+
+
+@pytest.fixture(scope="module")
+def api(kube_cluster):
+    api = kube_cluster.api_client()
+    crd = remediation_crd.manifest()
+    ext = client.ApiextensionsV1Api(api)
+    try:
+        ext.create_custom_resource_definition(crd)
+    except ApiException as e:
+        assert e.status == 409
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # wait until the API serves the new kind
+        try:
+            client.CustomObjectsApi(api).list_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations")
+            break
+        except ApiException:
+            time.sleep(0.3)
+    return api
+
+
+def make_nodes(kube_cluster, spec):
+    core = client.CoreV1Api(kube_cluster.api_client())
+    for node in local_nodes.fleet_nodes(spec)[1:]:  # the pool's nodes and spares
+        core.create_node(node)
+    for pool in spec.pools:
+        for n in pool.node_names() + pool.spare_names():
+            kube_cluster.wait_node_ready(n)
+
+
+def pod(name: str, node: str, pod_labels: dict | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": pod_labels or {"app": "train"}},
+            "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "c", "image": "registry.example/train:1.0"}]}}
+
+
+def reconciler(api, spec, channel=None):
+    rec = build(spec, api, slurm=None)
+    rec.runtime.notifier.channels = [channel or Recorder()]
+    return rec
+
+
+def run_until(rec, done, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rec.cache.sync()
+        rec.runtime.run_pass()
+        result = done()
+        if result:
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"not reached in {timeout}s; records: {rec.runtime.store.list()}")
+
+
+def records_for(rec, node):
+    return [r for r in rec.runtime.store.list() if r.node == node]
+
+
+def test_fault_condition_survives_kwok_heartbeats(kube_cluster, api):
+    spec = fleet("hb", nodes=1, spares=0)
+    make_nodes(kube_cluster, spec)
+    kube = Kube(api)
+    kube.set_condition("hb-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+    first = kube.get_node("hb-0")
+    time.sleep(3)  # kwok heartbeats update status in the meantime
+    conds = {c["type"]: c for c in kube.get_node("hb-0")["status"]["conditions"]}
+    assert conds["GpuHealthy"]["status"] == "False" and conds["Ready"]["status"] == "True"
+    # the same signal again does not move the transition time: one signal, not two
+    kube.set_condition("hb-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+    again = {c["type"]: c for c in kube.get_node("hb-0")["status"]["conditions"]}["GpuHealthy"]
+    assert again["lastTransitionTime"] == {c["type"]: c for c in first["status"]["conditions"]}["GpuHealthy"]["lastTransitionTime"]
+
+
+def test_heals_a_node_with_a_spare(kube_cluster, api):
+    spec = fleet("heal")
+    make_nodes(kube_cluster, spec)
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod("default", pod("heal-worker", "heal-0"))
+    rec = reconciler(api, spec)
+    Kube(api).set_condition("heal-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+
+    done = run_until(rec, lambda: [r for r in records_for(rec, "heal-0") if r.phase.terminal])
+    (r,) = done
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "heal-spare-0" and r.xid == 79
+    bad = core.read_node("heal-0")
+    assert bad.spec.unschedulable and bad.metadata.labels[labels.ROLE] == labels.ROLE_QUARANTINED
+    assert any(t.key == labels.QUARANTINE_TAINT for t in bad.spec.taints)
+    assert bad.metadata.annotations[labels.REMEDIATION] == r.name
+    spare = core.read_node("heal-spare-0")
+    assert spare.metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE and not spare.spec.unschedulable
+    assert not any(t.key == labels.SPARE_TAINT for t in spare.spec.taints or [])
+    assert spare.metadata.annotations[labels.PROMOTED_FOR] == "heal-0"
+    # the worker pod was evicted through the eviction API
+    with pytest.raises(ApiException) as gone:
+        for _ in range(50):
+            core.read_namespaced_pod("heal-worker", "default")
+            time.sleep(0.2)
+    assert gone.value.status == 404
+    events = core.list_namespaced_event("default", field_selector="involvedObject.name=heal-0").items
+    assert {"GpuFleetDetected", "GpuFleetSucceeded"} <= {e.reason for e in events}
+    # more passes change nothing: one record, one promotion
+    for _ in range(3):
+        rec.cache.sync()
+        rec.runtime.run_pass()
+    assert len(records_for(rec, "heal-0")) == 1
+    assert [e for e in rec.runtime.notifier.channels[0].messages if e.event == "succeeded"].__len__() == 1
+
+
+def test_opt_out_label_holds_the_node(kube_cluster, api):
+    spec = fleet("opt")
+    make_nodes(kube_cluster, spec)
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod("default", pod("opt-debug", "opt-1", {labels.DEFAULT_OPT_OUT: "true"}))
+    rec = reconciler(api, spec)
+    Kube(api).set_condition("opt-1", "GpuHealthy", "False", "Xid48", "DBE")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "opt-1") if r.phase is Phase.OPTED_OUT])
+    assert "default/opt-debug" in r.reason and r.replacement is None
+    assert core.read_node("opt-1").spec.unschedulable
+    spare = core.read_node("opt-spare-0")
+    assert spare.metadata.labels[labels.ROLE] == labels.ROLE_SPARE  # nothing replaced
+    core.read_namespaced_pod("opt-debug", "default")  # and nothing evicted
+    sent = [m.event for m in rec.runtime.notifier.channels[0].messages]
+    assert sent.count("opted-out") == 1
+
+
+def test_restart_mid_remediation_resumes_without_repeating(kube_cluster, api):
+    spec = fleet("rst", spares=2)
+    make_nodes(kube_cluster, spec)
+    Kube(api).set_condition("rst-0", "GpuHealthy", "False", "Xid79", "off the bus")
+    first = reconciler(api, spec)
+    first_channel = first.runtime.notifier.channels[0]
+    # run the first reconciler until it has chosen a spare, then "kill" it
+    run_until(first, lambda: [r for r in records_for(first, "rst-0") if r.replacement])
+    second_channel = Recorder()
+    second = reconciler(api, spec, second_channel)
+    (r,) = run_until(second, lambda: [r for r in records_for(second, "rst-0") if r.phase.terminal])
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "rst-spare-0"
+    core = client.CoreV1Api(api)
+    roles = {n: core.read_node(n).metadata.labels[labels.ROLE] for n in ("rst-spare-0", "rst-spare-1")}
+    assert roles == {"rst-spare-0": labels.ROLE_ACTIVE, "rst-spare-1": labels.ROLE_SPARE}  # promoted once
+    events = [m.event for m in first_channel.messages + second_channel.messages]
+    assert events.count("detected") == 1 and events.count("succeeded") == 1
+    assert [p for p, _ in r.phase_times].count("Replacing") == 1
+
+
+def test_no_spare_waits_then_heals_when_capacity_joins(kube_cluster, api):
+    spec = fleet("nos", nodes=2, spares=0)
+    make_nodes(kube_cluster, spec)
+    rec = reconciler(api, spec)
+    Kube(api).set_condition("nos-0", "GpuHealthy", "False", "Xid79", "off the bus")
+    run_until(rec, lambda: [r for r in records_for(rec, "nos-0") if r.phase is Phase.WAITING_FOR_SPARE])
+    assert client.CoreV1Api(api).read_node("nos-0").spec.unschedulable
+    # capacity arrives (a cloud provider, or a person): a new spare joins the pool
+    client.CoreV1Api(api).create_node(local_nodes.pool_node(spec.pools[0], "nos-spare-9", labels.ROLE_SPARE))
+    kube_cluster.wait_node_ready("nos-spare-9")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "nos-0") if r.phase.terminal])
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "nos-spare-9"
+
+
+def test_lease_elects_one_leader_and_fails_over(api):
+    a = LeaseElector(api, "default", "itest-leader", "a", lease_seconds=2, renew_every=0.5)
+    b = LeaseElector(api, "default", "itest-leader", "b", lease_seconds=2, renew_every=0.5)
+    assert a.try_acquire() is True
+    assert b.try_acquire() is False and a.leading.is_set() and not b.leading.is_set()
+    assert a.try_acquire() is True  # renewal
+    time.sleep(2.5)  # a stops renewing (killed): the lease expires
+    assert b.try_acquire() is True and a.try_acquire() is False
+    lease = client.CoordinationV1Api(api).read_namespaced_lease("itest-leader", "default")
+    assert lease.spec.holder_identity == "b" and lease.spec.lease_transitions >= 1
+
+
+def test_watch_wakes_on_a_fault_not_on_heartbeats(kube_cluster, api):
+    spec = fleet("wch", nodes=1, spares=0)
+    make_nodes(kube_cluster, spec)
+    rec = reconciler(api, spec)
+    stop = threading.Event()
+    rec.cache.sync()
+    rec.cache.start(stop)
+    try:
+        time.sleep(1.0)
+        rec.cache.wake.clear()
+        assert not rec.cache.wake.wait(3.0), "a heartbeat woke the reconciler"
+        Kube(api).set_condition("wch-0", "GpuHealthy", "False", "Xid79", "off the bus")
+        assert rec.cache.wake.wait(5.0)
+        assert rec.cache.views["wch-0"].fault.xid == 79
+    finally:
+        stop.set()

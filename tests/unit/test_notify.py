@@ -1,0 +1,101 @@
+"""Notifications: a webhook on loopback (retried on failure) and SNS on a moto server."""
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from fleetspec import parse_fleet
+from reconciler.model import Record
+from reconciler.notify import Message, Notifier, Sns, Webhook, channels_from_spec
+from reconciler.phases import Phase
+
+REC = Record(name="h100-0-xid79-1", node="h100-0", pool="h100", xid=79, message="off the bus",
+             phase=Phase.SUCCEEDED, created=datetime(2026, 1, 1, tzinfo=timezone.utc), replacement="h100-spare-0")
+
+
+class Hook(BaseHTTPRequestHandler):
+    received: list[dict] = []
+    fail_first = 0
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if Hook.fail_first > 0:
+            Hook.fail_first -= 1
+            self.send_response(500)
+            self.end_headers()
+            return
+        Hook.received.append(body)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def hook():
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Hook.received, Hook.fail_first = [], 0
+    yield f"http://127.0.0.1:{server.server_port}/hook"
+    server.shutdown()
+
+
+def test_webhook_posts_slack_compatible_json_and_retries(hook):
+    Hook.fail_first = 2
+    Webhook("slack", hook, attempts=3).send(Message("succeeded", "info", "h100-0 replaced", REC))
+    (body,) = Hook.received
+    assert body["text"].startswith(":white_check_mark: gpufleet: h100-0 replaced")
+    fields = {f["title"]: f["value"] for f in body["attachments"][0]["fields"]}
+    assert fields["node"] == "h100-0" and fields["replacement"] == "h100-spare-0" and fields["xid"] == "79"
+
+
+def test_undeliverable_notification_never_raises(hook):
+    Hook.fail_first = 10
+    failed = []
+    n = Notifier([Webhook("slack", hook, attempts=2), Webhook("dead", "http://127.0.0.1:9/none", attempts=1)],
+                 on_failure=failed.append)
+    n.send(Message("detected", "warning", "x", REC))
+    assert failed == ["slack", "dead"] and len(n.sent) == 1
+
+
+def test_webhook_url_comes_from_the_environment_not_the_spec():
+    spec = parse_fleet({
+        "environment": "t", "cluster": {"kind": "local"},
+        "pools": [{"name": "a", "node_type": "x", "gpu_model": "g", "nodes": 1, "spares": 1}],
+        "slurm": {"partitions": [{"name": "p", "pools": ["a"]}]},
+        "healing": {"notifications": [{"type": "webhook", "name": "slack-oncall", "url_secret": "k"}]},
+    })
+    assert channels_from_spec(spec, {}) == []
+    (ch,) = channels_from_spec(spec, {"GPUFLEET_WEBHOOK_SLACK_ONCALL": "http://127.0.0.1:1/x"})
+    assert ch.url == "http://127.0.0.1:1/x"
+
+
+@pytest.fixture(scope="module")
+def moto():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def test_sns_publishes_to_subscribers(moto, monkeypatch):
+    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    sns = boto3.client("sns", endpoint_url=moto, region_name="us-east-1")
+    sqs = boto3.client("sqs", endpoint_url=moto, region_name="us-east-1")
+    topic = sns.create_topic(Name="gpufleet-oncall")["TopicArn"]
+    queue = sqs.create_queue(QueueName="oncall")["QueueUrl"]
+    qarn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=qarn)
+    Sns("pager", topic, "us-east-1", client=sns).send(Message("storm", "critical", "5 of 10 nodes unhealthy"))
+    msgs = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=1)["Messages"]
+    body = json.loads(msgs[0]["Body"])
+    assert body["Message"] == "5 of 10 nodes unhealthy" and "critical" in body["Subject"]
