@@ -36,7 +36,10 @@ class ClusterAccess(pulumi.ComponentResource):
             kubeconfig, context = args.local_kubeconfig, "gpufleet-local"
         else:
             kubeconfig, context = os.path.expanduser(c.kubeconfig or "~/.kube/config"), c.context
-        provider_args: dict = {"enable_server_side_apply": True}
+        # Mutable ConfigMaps and Secrets: a policy change updates them in place instead of
+        # replacing them (and the Deployment that mounts them) on every `pulumi up`.
+        provider_args: dict = {"enable_server_side_apply": True, "enable_config_map_mutable": True,
+                               "enable_secret_mutable": True}
         if args.render_dir:
             provider_args["render_yaml_to_directory"] = args.render_dir
         else:

@@ -99,9 +99,12 @@ class Reconciler(pulumi.ComponentResource):
             data={"fleet.json": spec.model_dump_json(indent=2)}, opts=child)
 
         env_names = notification_env(spec)
-        secret = k8s.core.v1.Secret(
-            f"{name}-notifications", metadata=meta("gpufleet-notifications"),
-            string_data={env_names[n]: url for n, url in args.webhook_urls.items()}, opts=child)
+        env_from = []
+        if args.webhook_urls:
+            secret = k8s.core.v1.Secret(
+                f"{name}-notifications", metadata=meta("gpufleet-notifications"),
+                string_data={env_names[n]: url for n, url in args.webhook_urls.items()}, opts=child)
+            env_from = [{"secretRef": {"name": secret.metadata.name}}]
 
         selector = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": env}
         pod_labels = metadata(NAME, "reconciler", env)["labels"]
@@ -123,7 +126,7 @@ class Reconciler(pulumi.ComponentResource):
                             "image": dep.image,
                             "args": ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
                                      "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)],
-                            "envFrom": [{"secretRef": {"name": secret.metadata.name}}],
+                            "envFrom": env_from,
                             "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
                             "livenessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},
                             "readinessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},

@@ -7,7 +7,6 @@ so `gpufleet --help` and `gpufleet validate` stay fast.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -96,12 +95,5 @@ def spec_schema() -> None:
     typer.echo(json.dumps(FleetSpec.model_json_schema(), indent=2))
 
 
-def main() -> None:  # pragma: no cover - console entry
-    app()
-
-
 # Commands of the other concerns register themselves on `app`.
-from . import commands, local_commands  # noqa: E402,F401
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+from . import commands, local_commands, preview  # noqa: E402,F401

@@ -56,7 +56,7 @@ class Timeline:
 
 
 def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, xid: int = 79,
-             grace: int | None = None, timeout: float = 600, out: Callable[[str], None] = say) -> Timeline:
+             grace: int | None = None, timeout: float = 300, out: Callable[[str], None] = say) -> Timeline:
     from reconciler.kube import Kube
     from reconciler.records import KubeRecordStore
 
@@ -109,6 +109,8 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
     deadline = time.monotonic() + timeout
     record = None
     while time.monotonic() < deadline:
+        if not env.reconciler_running():
+            raise RuntimeError(f"the reconciler exited; last lines of {env.reconciler_log}:\n{env.reconciler_log_tail()}")
         recs = [r for r in store.list() if r.node == batch]
         if recs:
             record = max(recs, key=lambda r: r.created)

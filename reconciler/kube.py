@@ -63,9 +63,10 @@ class Kube:
         try:
             for ev in w.stream(self.core.list_node, resource_version=resource_version, deserialize=False,
                                timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
+                obj = ev.get("raw_object") or ev["object"]  # without deserialising, "object" is the dict
                 if ev["type"] == "ERROR":
-                    raise TemporaryError(f"watch nodes: {ev['raw_object'].get('message', ev['raw_object'])}")
-                yield ev["type"], ev["raw_object"]
+                    raise TemporaryError(f"watch nodes: {obj.get('message', obj)}")
+                yield ev["type"], obj
         except ApiException as e:
             raise classify_api_status(e.status)(f"watch nodes: {e.status} {e.reason}") from None
         except (HTTPError, OSError) as e:

@@ -99,6 +99,10 @@ class NodeCache:
                 log.warning("node watch interrupted (%s); listing again", e)
                 self.version = ""
                 stop.wait(1.0)
+            except Exception:  # noqa: BLE001 - the watch must outlive any surprise; a relist heals it
+                log.exception("node watch failed; listing again")
+                self.version = ""
+                stop.wait(1.0)
 
     def start(self, stop: threading.Event) -> threading.Thread:
         t = threading.Thread(target=self.run, args=(stop,), name="node-watch", daemon=True)

@@ -130,7 +130,7 @@ class LocalEnv:
         pid = self._reconciler_running()
         if pid:
             return pid
-        argv = [sys.executable, "-m", "gpufleet.cli", "reconcile", "--policy", str(policy),
+        argv = [sys.executable, "-m", "gpufleet", "reconcile", "--policy", str(policy),
                 "--kubeconfig", str(self.kube.kubeconfig_path), "--leader-elect",
                 "--metrics-port", str(metrics_port)]
         env = {**self.slurm.env(), **(extra_env or {}), "GPUFLEET_LOCAL_DIR": str(self.root)}
@@ -148,6 +148,15 @@ class LocalEnv:
         except (OSError, ValueError):
             return None
         return pid if b"reconcile" in cmdline else None
+
+    def reconciler_running(self) -> bool:
+        return self._reconciler_running() is not None
+
+    def reconciler_log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.reconciler_log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
 
     def reconciler_status(self) -> str:
         pid = self._reconciler_running()

@@ -39,6 +39,7 @@ class SlurmJob:
     nodes: tuple[str, ...] = field(default_factory=tuple)
     requeue: bool = True  # whether the job may be requeued
     reason: str = ""      # pending reason, e.g. BeginTime
+    restarts: int = 0     # how often Slurm has requeued it (SLURM_RESTART_COUNT)
 
 
 class SlurmClient(Protocol):

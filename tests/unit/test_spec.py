@@ -92,7 +92,7 @@ def test_plain_text_secret_is_refused(tmp_path):
 
 
 def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "gpufleet.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "gpufleet", *args], cwd=cwd, capture_output=True, text=True)
 
 
 def test_cli_validate_exit_codes(tmp_path):

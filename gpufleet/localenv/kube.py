@@ -1,0 +1,755 @@
+"""A real local Kubernetes control plane with fake (kwok) GPU nodes.
+
+:class:`LocalKube` runs etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok as detached background processes on 127.0.0.1, each
+with a pid file (``<workdir>/run/<name>.pid``) and a log file
+(``<workdir>/logs/<name>.log``), so :meth:`LocalKube.up` returns while they run
+and a later :meth:`LocalKube.down` (from this or another process) stops them.
+
+The binaries come from ``scripts/build-kube.sh`` (linked into ``.tools/bin``).
+Certificates are generated once (:mod:`gpufleet.localenv.certs`) and reused;
+the admin kubeconfig is ``<workdir>/kubeconfig`` with context ``gpufleet-local``.
+
+Nodes are fake: :meth:`LocalKube.create_fake_node` creates a Node annotated
+``kwok.x-k8s.io/node=fake``; kwok (configured with the Stage files in
+``tools/kube/kwok/stages``) makes it Ready, keeps its lease fresh, and drives
+pods bound to it to Running (and deletes them when they are deleted).
+
+Command line (workdir defaults to ``<repo>/.local/kube``)::
+
+    python -m gpufleet.localenv.kube up|down|status [--workdir DIR] [--bin-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import logging
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufleet.localenv.certs import PKI, ensure_pki
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BIN_DIR = REPO_ROOT / ".tools" / "bin"
+DEFAULT_WORKDIR = REPO_ROOT / ".local" / "kube"
+DEFAULT_STAGES_DIR = REPO_ROOT / "tools" / "kube" / "kwok" / "stages"
+
+CONTEXT_NAME = "gpufleet-local"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_ANNOTATION_VALUE = "fake"
+
+# Defaults chosen away from the well-known ports (2379/2380, 6443, 10257, 10259,
+# 10247) so a real cluster or kind on the same host does not collide.
+DEFAULT_PORTS = {
+    "etcd": 23790,
+    "etcd_peer": 23800,
+    "apiserver": 26443,
+    "controller_manager": 20257,
+    "scheduler": 20259,
+    "kwok": 20247,
+}
+
+_HAVE_PROCFS = Path("/proc/self/stat").exists()
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+class LocalKubeError(RuntimeError):
+    """A component failed to start, became unhealthy or could not be stopped."""
+
+
+@dataclass
+class _Component:
+    name: str
+    binary: str
+    ports: tuple[int, ...]
+    argv: Callable[[], list[str]]
+    health: Callable[[], bool]
+    url: str
+    before_start: Callable[[], None] | None = None
+
+
+@dataclass
+class LocalKube:
+    """A local control plane rooted at ``workdir`` using the binaries in ``bin_dir``.
+
+    All ports are bound on 127.0.0.1 only. ``progress`` receives one line per
+    step (``[local] etcd ready (1.2s)``); lines also go to this module's logger.
+    """
+
+    workdir: Path
+    bin_dir: Path = DEFAULT_BIN_DIR
+    etcd_port: int = DEFAULT_PORTS["etcd"]
+    etcd_peer_port: int = DEFAULT_PORTS["etcd_peer"]
+    apiserver_port: int = DEFAULT_PORTS["apiserver"]
+    controller_manager_port: int = DEFAULT_PORTS["controller_manager"]
+    scheduler_port: int = DEFAULT_PORTS["scheduler"]
+    kwok_port: int = DEFAULT_PORTS["kwok"]
+    service_cluster_ip_range: str = "10.96.0.0/16"
+    pod_cidr: str = "10.244.0.1/16"  # kwok hands out fake pod IPs from this (no traffic goes there)
+    stages_dir: Path = DEFAULT_STAGES_DIR
+    start_timeout: float = 90.0
+    stop_timeout: float = 15.0
+    etcd_unsafe_no_fsync: bool = False
+    verbosity: int = 1
+    progress: Callable[[str], None] | None = None
+    _procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False, repr=False)
+    _api_client: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.workdir = Path(self.workdir).resolve()
+        self.bin_dir = Path(self.bin_dir)
+        self.stages_dir = Path(self.stages_dir)
+        net = ipaddress.ip_network(self.service_cluster_ip_range)
+        self.service_ip = str(net[1])
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def pki(self) -> PKI:
+        return PKI(self.workdir / "pki")
+
+    @property
+    def server_url(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{self.etcd_port}"
+
+    def log_path(self, name: str) -> Path:
+        return self.workdir / "logs" / f"{name}.log"
+
+    def pid_path(self, name: str) -> Path:
+        return self.workdir / "run" / f"{name}.pid"
+
+    # ---------------------------------------------------------- public API
+    def up(self) -> LocalKube:
+        """Start (or reuse) every component and wait until all are healthy."""
+        t0 = time.monotonic()
+        self._check_binaries()
+        for sub in ("run", "logs"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        _, created = ensure_pki(self.workdir / "pki", service_ip=self.service_ip)
+        self._say(f"[local] certificates {'generated: ' + ', '.join(created) if created else 'reused'}"
+                  f" ({self.workdir / 'pki'})")
+        self._write_kubeconfig()
+        self._write_kwok_config()
+
+        comps = self._components()
+        self._ensure([comps["etcd"]])
+        self._ensure([comps["kube-apiserver"]])
+        self._ensure([comps["kube-controller-manager"], comps["kube-scheduler"], comps["kwok"]])
+        self._wait_bootstrapped()
+        self._say(f"[local] control plane ready in {time.monotonic() - t0:.1f}s; "
+                  f"KUBECONFIG={self.kubeconfig_path} (context {CONTEXT_NAME})")
+        return self
+
+    def down(self) -> None:
+        """Stop every component (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
+        comps = self._components()
+        for group in (("kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",), ("etcd",)):
+            self._stop([comps[n] for n in group])
+        self._api_client = None
+
+    def status(self) -> dict[str, Any]:
+        """State of each component: pid, running, healthy, port, url, log file."""
+        comps = self._components()
+        out: dict[str, Any] = {
+            "workdir": str(self.workdir),
+            "kubeconfig": str(self.kubeconfig_path),
+            "context": CONTEXT_NAME,
+            "server": self.server_url,
+            "components": {},
+        }
+        for name in COMPONENTS:
+            c = comps[name]
+            pid = self._running_pid(c)
+            out["components"][name] = {
+                "pid": pid,
+                "running": pid is not None,
+                "healthy": pid is not None and c.health(),
+                "port": c.ports[0],
+                "url": c.url,
+                "log": str(self.log_path(name)),
+            }
+        out["ready"] = all(v["healthy"] for v in out["components"].values())
+        return out
+
+    # ------------------------------------------------------- kubernetes API
+    def api_client(self):
+        """A ``kubernetes.client.ApiClient`` for the admin kubeconfig (cached)."""
+        if self._api_client is None:
+            from kubernetes import config as kconfig
+
+            self._api_client = kconfig.new_client_from_config(
+                config_file=str(self.kubeconfig_path), context=CONTEXT_NAME
+            )
+        return self._api_client
+
+    def core_v1(self):
+        from kubernetes import client as kclient
+
+        return kclient.CoreV1Api(self.api_client())
+
+    def create_fake_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        capacity: dict[str, str | int] | None = None,
+        *,
+        allocatable: dict[str, str | int] | None = None,
+        annotations: dict[str, str] | None = None,
+        wait_ready: bool = True,
+        timeout: float = 60.0,
+    ):
+        """Create a kwok-managed Node and (by default) wait until it is Ready.
+
+        ``capacity`` is merged over ``cpu=32, memory=256Gi, pods=110``; put
+        ``nvidia.com/gpu`` in it for a GPU node. ``allocatable`` defaults to the
+        capacity. ``taints`` are dicts with ``key``, optional ``value``, ``effect``.
+        Returns the Node (``V1Node``) as last read.
+        """
+        cap = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+        cap.update({k: str(v) for k, v in (capacity or {}).items()})
+        alloc = {k: str(v) for k, v in (allocatable or cap).items()}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {
+                    KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE,
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    **(annotations or {}),
+                },
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "type": "kwok",
+                    **(labels or {}),
+                },
+            },
+            "spec": {"taints": [dict(t) for t in (taints or [])]},
+            "status": {"capacity": cap, "allocatable": alloc},
+        }
+        core = self.core_v1()
+        core.create_node(body)
+        if wait_ready:
+            return self.wait_node_ready(name, timeout=timeout)
+        return core.read_node(name)
+
+    def wait_node_ready(self, name: str, timeout: float = 60.0):
+        core = self.core_v1()
+        deadline = time.monotonic() + timeout
+        node = None
+        while time.monotonic() < deadline:
+            node = core.read_node(name)
+            for cond in (node.status.conditions or []) if node.status else []:
+                if cond.type == "Ready" and cond.status == "True":
+                    return node
+            time.sleep(0.25)
+        conds = [(c.type, c.status, c.reason) for c in ((node.status.conditions or []) if node and node.status else [])]
+        raise LocalKubeError(
+            f"node {name} did not become Ready within {timeout:.0f}s (conditions: {conds}); "
+            f"kwok log tail:\n{self._tail(self.log_path('kwok'))}"
+        )
+
+    # -------------------------------------------------------------- internals
+    def _say(self, msg: str) -> None:
+        log.info(msg)
+        if self.progress is not None:
+            self.progress(msg)
+
+    def _bin(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def _check_binaries(self) -> None:
+        missing = [n for n in COMPONENTS if not os.access(self.bin_dir / n, os.X_OK)]
+        if missing:
+            raise LocalKubeError(
+                f"missing binaries in {self.bin_dir}: {', '.join(missing)} "
+                f"(build them with scripts/build-kube.sh)"
+            )
+        if not self.stages_dir.is_dir() or not list(self.stages_dir.glob("*.yaml")):
+            raise LocalKubeError(f"no kwok Stage files (*.yaml) in {self.stages_dir}")
+
+    def _write_kubeconfig(self) -> None:
+        import base64
+
+        b64 = lambda p: base64.b64encode(Path(p).read_bytes()).decode()  # noqa: E731
+        pki = self.pki
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{
+                "name": CONTEXT_NAME,
+                "cluster": {"server": self.server_url, "certificate-authority-data": b64(pki.ca_cert)},
+            }],
+            "users": [{
+                "name": "gpufleet-admin",
+                "user": {
+                    "client-certificate-data": b64(pki.admin_cert),
+                    "client-key-data": b64(pki.admin_key),
+                },
+            }],
+            "contexts": [{
+                "name": CONTEXT_NAME,
+                "context": {"cluster": CONTEXT_NAME, "user": "gpufleet-admin", "namespace": "default"},
+            }],
+            "current-context": CONTEXT_NAME,
+            "preferences": {},
+        }
+        tmp = self.kubeconfig_path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(cfg, f, sort_keys=False)
+        os.replace(tmp, self.kubeconfig_path)
+
+    def _write_kwok_config(self) -> None:
+        docs = []
+        for p in sorted(self.stages_dir.glob("*.yaml")):
+            docs.extend(d for d in yaml.safe_load_all(p.read_text()) if d)
+        path = self.workdir / "kwok.yaml"
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+    def _components(self) -> dict[str, _Component]:
+        pki = self.pki
+        wd = self.workdir
+        kc = str(self.kubeconfig_path)
+        v = f"--v={self.verbosity}"
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+
+        def etcd_argv() -> list[str]:
+            argv = [
+                self._bin("etcd"),
+                "--name=gpufleet-local",
+                f"--data-dir={wd / 'etcd-data'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=gpufleet-local={peer}",
+                "--initial-cluster-state=new",
+                "--auto-compaction-mode=periodic",
+                "--auto-compaction-retention=1h",
+                "--quota-backend-bytes=2147483648",
+                "--log-level=warn",
+            ]
+            if self.etcd_unsafe_no_fsync:
+                argv.append("--unsafe-no-fsync")
+            return argv
+
+        def apiserver_argv() -> list[str]:
+            return [
+                self._bin("kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.apiserver_port}",
+                f"--cert-dir={wd / 'apiserver-certs'}",
+                f"--tls-cert-file={pki.apiserver_cert}",
+                f"--tls-private-key-file={pki.apiserver_key}",
+                f"--client-ca-file={pki.ca_cert}",
+                "--authorization-mode=Node,RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                f"--service-cluster-ip-range={self.service_cluster_ip_range}",
+                # A loopback address is not a valid Endpoints address: don't publish
+                # the "kubernetes" service endpoints at all.
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--profiling=false",
+                v,
+            ]
+
+        def delegated(secure_port: int) -> list[str]:
+            return [
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={secure_port}",
+                "--leader-elect=false",
+                "--profiling=false",
+                v,
+            ]
+
+        def kcm_argv() -> list[str]:
+            return [
+                self._bin("kube-controller-manager"),
+                *delegated(self.controller_manager_port),
+                "--cluster-name=gpufleet-local",
+                "--controllers=*",
+                f"--root-ca-file={pki.ca_cert}",
+                f"--service-account-private-key-file={pki.sa_key}",
+                f"--cluster-signing-cert-file={pki.ca_cert}",
+                f"--cluster-signing-key-file={pki.ca_key}",
+                f"--service-cluster-ip-range={self.service_cluster_ip_range}",
+            ]
+
+        def scheduler_argv() -> list[str]:
+            return [self._bin("kube-scheduler"), *delegated(self.scheduler_port)]
+
+        def kwok_argv() -> list[str]:
+            return [
+                self._bin("kwok"),
+                f"--kubeconfig={kc}",
+                f"--config={wd / 'kwok.yaml'}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={KWOK_ANNOTATION_VALUE}",
+                f"--server-address=127.0.0.1:{self.kwok_port}",
+                "--node-lease-duration-seconds=40",
+                f"--cidr={self.pod_cidr}",
+            ]
+
+        def etcd_health() -> bool:
+            body = _http_get(f"{self.etcd_url}/health")
+            try:
+                return body is not None and json.loads(body).get("health") == "true"
+            except ValueError:
+                return False
+
+        def apiserver_health() -> bool:
+            try:
+                ctx = self._admin_ssl()
+            except (OSError, ssl.SSLError):  # no PKI (yet)
+                return False
+            return _http_get(f"{self.server_url}/readyz", ctx) == "ok"
+
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # self-signed in-memory serving certs; only /healthz is read
+
+        kcm_url = f"https://127.0.0.1:{self.controller_manager_port}/healthz"
+        sched_url = f"https://127.0.0.1:{self.scheduler_port}/healthz"
+        kwok_url = f"http://127.0.0.1:{self.kwok_port}/healthz"
+        return {
+            "etcd": _Component("etcd", "etcd", (self.etcd_port, self.etcd_peer_port), etcd_argv,
+                               etcd_health, f"{self.etcd_url}/health"),
+            "kube-apiserver": _Component("kube-apiserver", "kube-apiserver", (self.apiserver_port,),
+                                         apiserver_argv, apiserver_health, f"{self.server_url}/readyz"),
+            "kube-controller-manager": _Component(
+                "kube-controller-manager", "kube-controller-manager", (self.controller_manager_port,),
+                kcm_argv, lambda: _http_get(kcm_url, insecure) == "ok", kcm_url),
+            "kube-scheduler": _Component("kube-scheduler", "kube-scheduler", (self.scheduler_port,),
+                                         scheduler_argv, lambda: _http_get(sched_url, insecure) == "ok",
+                                         sched_url),
+            "kwok": _Component("kwok", "kwok", (self.kwok_port,), kwok_argv,
+                               lambda: _http_get(kwok_url) == "ok", kwok_url,
+                               before_start=self._release_kwok_leases),
+        }
+
+    def _admin_ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return ctx
+
+    # --- processes
+    def _read_pid(self, name: str) -> dict | None:
+        try:
+            rec = json.loads(self.pid_path(name).read_text())
+            return rec if isinstance(rec.get("pid"), int) else None
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _alive(self, pid: int) -> bool:
+        proc = next((p for p in self._procs.values() if p.pid == pid), None)
+        if proc is not None:
+            return proc.poll() is None  # our child: poll() also reaps it
+        if _HAVE_PROCFS:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                return False
+            return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # zombies count as dead
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+    def _is_ours(self, rec: dict) -> bool:
+        """The pid is alive and is the process we started (its start time matches: no pid reuse)."""
+        pid = rec["pid"]
+        if not self._alive(pid):
+            return False
+        started = rec.get("starttime")
+        return started is None or _proc_starttime(pid) == started
+
+    def _running_pid(self, c: _Component) -> int | None:
+        rec = self._read_pid(c.name)
+        return rec["pid"] if rec and self._is_ours(rec) else None
+
+    def _start(self, c: _Component) -> subprocess.Popen:
+        for port in c.ports:
+            if not _port_free(port):
+                raise LocalKubeError(
+                    f"{c.name}: port {port} on 127.0.0.1 is in use by a process that this LocalKube "
+                    f"(workdir {self.workdir}) did not start; stop it or choose other ports"
+                )
+        argv = c.argv()
+        logf = self.log_path(c.name)
+        with open(logf, "ab") as out:
+            out.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self._procs[c.name] = proc
+        tmp = self.pid_path(c.name).with_suffix(".tmp")
+        tmp.write_text(json.dumps({
+            "pid": proc.pid, "argv0": argv[0], "started": time.time(),
+            "starttime": _proc_starttime(proc.pid),
+        }))
+        os.replace(tmp, self.pid_path(c.name))
+        return proc
+
+    def _ensure(self, comps: Iterable[_Component]) -> None:
+        """Reuse running+healthy components, start missing ones, then wait for all."""
+        t0 = time.monotonic()
+        pending: list[tuple[_Component, int, bool]] = []
+        for c in comps:
+            rec = self._read_pid(c.name)
+            if rec and self._is_ours(rec):
+                if c.health():
+                    self._say(f"[local] {c.name} already running (pid {rec['pid']}), healthy")
+                    continue
+                self._say(f"[local] {c.name} running (pid {rec['pid']}) but not healthy yet; waiting")
+                pending.append((c, rec["pid"], False))
+                continue
+            if rec:
+                self.pid_path(c.name).unlink(missing_ok=True)
+            if c.before_start is not None:
+                c.before_start()
+            proc = self._start(c)
+            self._say(f"[local] {c.name} starting (pid {proc.pid}, port {c.ports[0]}, log {self.log_path(c.name)})")
+            pending.append((c, proc.pid, True))
+
+        deadline = t0 + self.start_timeout
+        while pending:
+            still = []
+            for c, pid, started in pending:
+                if not self._alive(pid):
+                    proc = self._procs.get(c.name)
+                    code = proc.returncode if proc is not None and proc.pid == pid else None
+                    self.pid_path(c.name).unlink(missing_ok=True)
+                    raise LocalKubeError(
+                        f"{c.name} exited during start-up (pid {pid}, exit code {code}); "
+                        f"last lines of {self.log_path(c.name)}:\n{self._tail(self.log_path(c.name))}"
+                    )
+                if c.health():
+                    self._say(f"[local] {c.name} ready ({time.monotonic() - t0:.1f}s)")
+                else:
+                    still.append((c, pid, started))
+            pending = still
+            if pending and time.monotonic() > deadline:
+                c, pid, _ = pending[0]
+                raise LocalKubeError(
+                    f"{c.name} (pid {pid}) did not become healthy at {c.url} within "
+                    f"{self.start_timeout:.0f}s; last lines of {self.log_path(c.name)}:\n"
+                    f"{self._tail(self.log_path(c.name))}"
+                )
+            if pending:
+                time.sleep(0.2)
+
+    def _stop(self, comps: list[_Component]) -> None:
+        """SIGTERM the components together, wait, SIGKILL what is left after stop_timeout."""
+        t0 = time.monotonic()
+        victims: dict[str, int] = {}
+        for c in comps:
+            rec = self._read_pid(c.name)
+            if rec is None:
+                continue
+            if self._is_ours(rec):
+                _signal_group(rec["pid"], signal.SIGTERM)
+                victims[c.name] = rec["pid"]
+            else:  # stale pid file
+                self.pid_path(c.name).unlink(missing_ok=True)
+        killed: set[str] = set()
+        while victims:
+            for name, pid in list(victims.items()):
+                if not self._alive(pid):
+                    del victims[name]
+                    self.pid_path(name).unlink(missing_ok=True)
+                    self._procs.pop(name, None)
+                    how = "killed" if name in killed else "stopped"
+                    self._say(f"[local] {name} {how} (pid {pid}, {time.monotonic() - t0:.1f}s)")
+            if not victims:
+                break
+            waited = time.monotonic() - t0
+            if waited > self.stop_timeout:
+                for name, pid in victims.items():
+                    if name not in killed:
+                        self._say(f"[local] {name} (pid {pid}) still running {self.stop_timeout:.0f}s "
+                                  f"after SIGTERM; sending SIGKILL")
+                        _signal_group(pid, signal.SIGKILL)
+                        killed.add(name)
+                if waited > self.stop_timeout + 10:
+                    raise LocalKubeError(
+                        "could not stop: " + ", ".join(f"{n} (pid {p})" for n, p in victims.items())
+                    )
+            time.sleep(0.1)
+
+    def _release_kwok_leases(self) -> None:
+        """Delete the node Leases of kwok nodes before a new kwok starts.
+
+        kwok only drives nodes (and their pods) whose Lease it holds, and each kwok
+        process has a new random identity: without this, a restarted kwok would
+        wait for the previous holder's lease to expire (40s) before the existing
+        fake nodes' pods move again. No kwok of ours is running at this point.
+        """
+        from kubernetes import client as kclient
+        from kubernetes.client.rest import ApiException
+
+        core = self.core_v1()
+        leases = kclient.CoordinationV1Api(self.api_client())
+        released = 0
+        for node in core.list_node().items:
+            if (node.metadata.annotations or {}).get(KWOK_ANNOTATION) != KWOK_ANNOTATION_VALUE:
+                continue
+            try:
+                leases.delete_namespaced_lease(node.metadata.name, "kube-node-lease")
+                released += 1
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        if released:
+            self._say(f"[local] released {released} fake-node lease(s) held by a previous kwok")
+
+    def _wait_bootstrapped(self) -> None:
+        """Wait for what kube-controller-manager creates that pods need (the default ServiceAccount)."""
+        from kubernetes.client.rest import ApiException
+
+        t0 = time.monotonic()
+        core = self.core_v1()
+        last: Exception | None = None
+        while time.monotonic() - t0 < self.start_timeout:
+            try:
+                core.read_namespaced_service_account("default", "default")
+                self._say(f"[local] cluster bootstrapped: default service account present "
+                          f"({time.monotonic() - t0:.1f}s)")
+                return
+            except ApiException as e:
+                last = e
+                if e.status != 404:
+                    raise
+            time.sleep(0.25)
+        raise LocalKubeError(
+            f"default/default ServiceAccount not created within {self.start_timeout:.0f}s ({last}); "
+            f"last lines of the kube-controller-manager log:\n"
+            f"{self._tail(self.log_path('kube-controller-manager'))}"
+        )
+
+    @staticmethod
+    def _tail(path: Path, lines: int = 25) -> str:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 64 * 1024))
+                data = f.read().decode(errors="replace").splitlines()
+        except FileNotFoundError:
+            return f"  (no log file {path})"
+        return "\n".join("  | " + line for line in data[-lines:])
+
+
+def _http_get(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -> str | None:
+    """Body of a 200 answer, else None (connection refused, TLS error, non-200...)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=ctx) as r:  # noqa: S310 - loopback only
+            return r.read().decode(errors="replace").strip() if r.status == 200 else None
+    except (urllib.error.URLError, OSError, ssl.SSLError, ValueError):
+        return None
+
+
+def _proc_starttime(pid: int) -> int | None:
+    """Kernel start time of ``pid`` (clock ticks since boot), None without procfs."""
+    if not _HAVE_PROCFS:
+        return None
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the process group the component leads (start_new_session), else the process."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpufleet.localenv.kube", description=__doc__.split("\n")[0])
+    ap.add_argument("action", choices=["up", "down", "status"])
+    ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    ap.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN_DIR)
+    for key, port in DEFAULT_PORTS.items():
+        ap.add_argument(f"--{key.replace('_', '-')}-port", type=int, default=port)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    kube = LocalKube(
+        args.workdir, args.bin_dir,
+        **{f"{k}_port": getattr(args, f"{k}_port") for k in DEFAULT_PORTS},
+    )
+    try:
+        if args.action == "up":
+            kube.up()
+            print(f"export KUBECONFIG={kube.kubeconfig_path}")
+        elif args.action == "down":
+            kube.down()
+        else:
+            print(json.dumps(kube.status(), indent=2))
+    except LocalKubeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

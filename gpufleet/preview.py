@@ -1,0 +1,629 @@
+"""`gpufleet preview` and `gpufleet render`: what a change would do, fit for a pull request.
+
+`preview` runs `pulumi preview --diff --json` with the policy pack (`policies/`) and the
+environment's policy config (`policies/config/<env>.json`), with
+PULUMI_ENABLE_STREAMING_JSON_PREVIEW set: stdout is then the engine's event stream (one JSON
+event a line), which carries the steps and the policy violations (the one-document `--json`
+digest drops policy events). The pure functions below turn either form into a Summary:
+changes by operation and kind, every policy violation with its level, and errors. Exit 1
+when a mandatory policy fails or the preview itself fails; 2 for invalid input.
+
+`--scratch` previews in a throwaway copy of the stack: empty state in a temporary file
+backend, a random passphrase and placeholder secrets, so no backend or secret is needed
+(everything shows as a create). `render` always works that way: it runs `pulumi up` with
+GPUFLEET_RENDER_DIR set, so the Kubernetes provider writes manifests instead of applying them.
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets as _secrets
+import shutil
+import subprocess
+import tempfile
+from collections import Counter, defaultdict
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+import typer
+
+from .cli import EXIT_FAILED, EXIT_INVALID, _err, app
+from .paths import PROJECT_DIR
+
+POLICY_PACK_DIR = PROJECT_DIR / "policies"
+POLICY_CONFIG_DIR = POLICY_PACK_DIR / "config"
+PLACEHOLDER_SECRET = "placeholder-not-a-real-secret"
+
+# Operations a reader cares about, in the order a summary lists them. The engine also emits
+# create-replacement / delete-replaced around a replace: counted once, as the replace.
+CHANGE_OPS = ("create", "update", "replace", "delete", "import")
+_OP_ALIASES = {"create-replacement": None, "delete-replaced": None, "discard-replaced": None,
+               "replace": "replace", "import-replacement": "replace", "discard": "delete",
+               "remove-pending-replace": None}
+_QUIET_OPS = {"same", "read", "refresh", "read-replacement", "read-discard"}
+_COLOR = re.compile(r"<\{%[^%]*%\}>")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+def clean(text: str) -> str:
+    """Drop the engine's colour directives (`<{%fg 1%}>`) and ANSI codes."""
+    return _ANSI.sub("", _COLOR.sub("", text or ""))
+
+
+def parse_digest(text: str) -> dict | None:
+    """The `pulumi preview --json` document, or None (empty, or the preview died first)."""
+    text = (text or "").strip()
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        doc = json.loads(text[start:])
+    except ValueError:
+        try:  # trailing noise after the document
+            doc, _ = json.JSONDecoder().raw_decode(text[start:])
+        except ValueError:
+            return None
+    return doc if isinstance(doc, dict) else None
+
+
+def parse_events(text: str) -> list[dict]:
+    """An engine event log (`--event-log`): one JSON object per line; broken lines are skipped."""
+    out = []
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict):
+            out.append(ev)
+    return out
+
+
+def split_urn(urn: str) -> tuple[str, str]:
+    """'urn:pulumi:prod::gpufleet::a$b$kubernetes:apps/v1:Deployment::prod-reconciler-deployment'
+    -> ('kubernetes:apps/v1:Deployment', 'prod-reconciler-deployment')"""
+    parts = (urn or "").split("::")
+    if len(parts) < 4:
+        return "", urn or ""
+    return parts[2].rsplit("$", 1)[-1], "::".join(parts[3:])
+
+
+def kind_of(type_token: str) -> str:
+    """'kubernetes:apps/v1:Deployment' -> 'Deployment'; 'pulumi:providers:kubernetes' -> 'provider:kubernetes'."""
+    if type_token.startswith("pulumi:providers:"):
+        return "provider:" + type_token.split(":", 2)[2]
+    return type_token.rsplit(":", 1)[-1] if type_token else "?"
+
+
+def _level(raw: str) -> str:
+    raw = (raw or "").lower()
+    if raw in ("mandatory", "remediate"):
+        return "mandatory"
+    if raw in ("advisory", "warning"):
+        return "advisory"
+    return raw or "advisory"
+
+
+@dataclass
+class Change:
+    op: str
+    kind: str
+    name: str
+    urn: str
+    type: str
+    diffs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Violation:
+    policy: str
+    level: str          # mandatory | advisory
+    message: str        # the rule's message (what, on which resource, how to fix)
+    urn: str = ""
+    kind: str = ""
+    name: str = ""
+    pack: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.kind} {self.name}" if self.urn else "stack"
+
+
+@dataclass
+class Summary:
+    stack: str
+    changes: list[Change] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    policy_packs: dict[str, str] = field(default_factory=dict)
+    policy_config: str = ""
+    mode: str = "stack state"
+    unchanged: int = 0
+    engine_exit: int | None = None
+
+    @property
+    def mandatory(self) -> list[Violation]:
+        return [v for v in self.violations if v.level == "mandatory"]
+
+    @property
+    def advisory(self) -> list[Violation]:
+        return [v for v in self.violations if v.level != "mandatory"]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.mandatory or self.errors or (self.engine_exit not in (None, 0)))
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def counts(self) -> dict[str, Counter]:
+        """op -> Counter(kind -> n), ops in CHANGE_OPS order."""
+        by: dict[str, Counter] = defaultdict(Counter)
+        for c in self.changes:
+            by[c.op][c.kind] += 1
+        return {op: by[op] for op in CHANGE_OPS if by.get(op)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "mode": self.mode,
+            "ok": not self.failed,
+            "changes": {op: dict(sorted(c.items())) for op, c in self.counts().items()},
+            "unchanged": self.unchanged,
+            "resources": [asdict(c) for c in self.changes],
+            "violations": [asdict(v) for v in self.violations],
+            "mandatory_violations": len(self.mandatory),
+            "advisory_violations": len(self.advisory),
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "policy_packs": self.policy_packs,
+            "policy_config": self.policy_config,
+            "engine_exit": self.engine_exit,
+        }
+
+
+def _is_component(type_token: str, state: dict | None) -> bool:
+    """Component resources (gpufleet's own and the stack) change nothing by themselves."""
+    if isinstance(state, dict) and "custom" in state:
+        return not state.get("custom")
+    return type_token.startswith(("pulumi:pulumi:", "gpufleet:"))
+
+
+def _change(op: str, urn: str, type_token: str, state: dict | None, diffs: Iterable[str] | None) -> Change | None:
+    op = _OP_ALIASES.get(op, op)
+    if op is None or op in _QUIET_OPS or not urn:
+        return None
+    t, name = split_urn(urn)
+    type_token = type_token or t
+    if _is_component(type_token, state):
+        return None
+    return Change(op, kind_of(type_token), name, urn, type_token, sorted(set(diffs or [])))
+
+
+def _violation(pe: dict) -> Violation:
+    urn = pe.get("resourceUrn") or ""
+    t, name = split_urn(urn) if urn else ("", "")
+    text = clean(pe.get("message", "")).strip()
+    # The SDK sends "<policy description>\n<the rule's message>": keep the rule's message.
+    detail = text.split("\n", 1)[1].strip() if "\n" in text else text
+    return Violation(policy=pe.get("policyName", "?"), level=_level(pe.get("enforcementLevel", "")),
+                     message=detail or text, urn=urn, kind=kind_of(t) if t else "", name=name,
+                     pack=pe.get("policyPackName", ""))
+
+
+def summarize(digest: dict | None, events: list[dict], *, stack: str, policy_config: str = "",
+              mode: str = "stack state", engine_exit: int | None = None) -> Summary:
+    """Steps from the digest (or, without one, from the event log's resourcePreEvents), policy
+    violations and errors from the event log (and the digest's diagnostics)."""
+    s = Summary(stack=stack, policy_config=policy_config, mode=mode, engine_exit=engine_exit)
+    seen: set[tuple[str, str]] = set()
+
+    def add(c: Change | None) -> None:
+        if c is not None and (c.op, c.urn) not in seen:
+            seen.add((c.op, c.urn))
+            s.changes.append(c)
+
+    steps = (digest or {}).get("steps") or []
+    metas = [m for m in ((ev.get("resourcePreEvent") or {}).get("metadata") for ev in events) if m]
+    # Replacement keys sit on the create-replacement step; the summary shows them on the replace.
+    replace_keys: dict[str, list[str]] = defaultdict(list)
+    for st in steps:
+        replace_keys[st.get("urn", "")] += st.get("replaceReasons") or []
+    for m in metas:
+        replace_keys[m.get("urn", "")] += m.get("keys") or []
+    for st in steps:
+        state = st.get("newState") or st.get("oldState") or {}
+        add(_change(st.get("op", ""), st.get("urn", ""), state.get("type", ""), state,
+                    st.get("diffReasons") or list(st.get("detailedDiff") or {}) or replace_keys.get(st.get("urn", ""))))
+    if not steps:
+        for m in metas:
+            state = m.get("new") or m.get("old") or {}
+            add(_change(m.get("op", ""), m.get("urn", ""), m.get("type", ""), state,
+                        m.get("diffs") or list(m.get("detailedDiff") or {}) or replace_keys.get(m.get("urn", ""))))
+
+    same = sum(1 for st in steps if st.get("op") == "same") or sum(1 for m in metas if m.get("op") == "same"
+                                                                   and not _is_component(m.get("type", ""), m.get("new")))
+    change_summary = (digest or {}).get("changeSummary") or {}
+    s.unchanged = same or int(change_summary.get("same", 0) or 0)  # the engine's count includes components
+
+    vkeys: set[tuple] = set()
+    diag_msgs: list[tuple[str, str, str]] = []
+    for ev in events:
+        pe = ev.get("policyEvent")
+        if pe:
+            v = _violation(pe)
+            key = (v.policy, v.urn, v.message)
+            if key not in vkeys:
+                vkeys.add(key)
+                s.violations.append(v)
+        de = ev.get("diagnosticEvent")
+        if de and not de.get("ephemeral"):
+            diag_msgs.append((de.get("severity", ""), de.get("urn", ""), clean(de.get("message", ""))))
+        se = ev.get("summaryEvent")
+        if se:
+            # keys look like "gpufleet|local|/path/to/policies" (name|source|path)
+            s.policy_packs.update({k.split("|", 1)[0]: v for k, v in (se.get("PolicyPacks") or {}).items()})
+            if not s.unchanged:
+                s.unchanged = int((se.get("resourceChanges") or {}).get("same", 0) or 0)
+    for d in (digest or {}).get("diagnostics") or []:
+        diag_msgs.append((d.get("severity", ""), d.get("urn", ""), clean(d.get("message", ""))))
+
+    seen_msgs: set[str] = set()
+    generic = []
+    for sev, urn, msg in diag_msgs:
+        msg = msg.strip()
+        if not msg or msg in seen_msgs:
+            continue
+        seen_msgs.add(msg)
+        if _is_policy_echo(msg):
+            continue
+        where = f"{kind_of(split_urn(urn)[0])} {split_urn(urn)[1]}: " if urn else ""
+        if sev == "error" and _GENERIC_FAILURE.match(msg):
+            generic.append(msg)  # "preview failed": kept only when nothing else says why
+        elif sev == "error":
+            s.errors.append(where + msg)
+        elif sev == "warning":
+            s.warnings.append(where + msg)
+    if generic and not s.errors and not s.mandatory:
+        s.errors.append(generic[0])
+    return s
+
+
+_NOISE = re.compile(r"^(warning: )?using pulumi-[a-z-]+ from \$PATH")
+_GENERIC_FAILURE = re.compile(r"^(error: )?(preview|update) failed\s*$")
+
+
+def _is_policy_echo(msg: str) -> bool:
+    """Diagnostics that repeat what the summary already says: policy results echoed by the
+    engine, and the note that a plugin came from $PATH (this project builds its own)."""
+    low = msg.lower()
+    return "policy violation" in low or low.startswith(("mandatory:", "advisory:")) or bool(_NOISE.match(msg))
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(s: Summary) -> str:
+    icon = "❌" if s.failed else "✅"
+    head = f"### {icon} `gpufleet preview --stack {s.stack}`"
+    lines = [head, ""]
+    counts = s.counts()
+    if counts:
+        lines += ["| change | count | kinds |", "| --- | ---: | --- |"]
+        for op, c in counts.items():
+            kinds = ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in sorted(c.items()))
+            lines.append(f"| {op} | {sum(c.values())} | {kinds} |")
+        if s.unchanged:
+            lines.append(f"| unchanged | {s.unchanged} | |")
+    else:
+        lines.append(f"No resource changes ({s.unchanged} unchanged)." if s.unchanged else "No resource changes.")
+    lines.append("")
+    if s.violations:
+        lines += [f"**Policy violations:** {len(s.mandatory)} mandatory, {len(s.advisory)} advisory", "",
+                  "| level | policy | resource | what and how to fix |", "| --- | --- | --- | --- |"]
+        for v in sorted(s.violations, key=lambda v: (v.level != "mandatory", v.policy, v.name)):
+            mark = "🚫 mandatory" if v.level == "mandatory" else "⚠️ advisory"
+            lines.append(f"| {mark} | `{v.policy}` | {_md_escape(v.where)} | {_md_escape(v.message)} |")
+    else:
+        lines.append("**Policies:** all passed." if s.policy_packs or s.engine_exit == 0 else "**Policies:** no violations reported.")
+    if s.errors:
+        lines += ["", "**Errors:**", ""] + [f"- {_md_escape(e)}" for e in s.errors]
+    if s.warnings:
+        lines += ["", "<details><summary>Warnings</summary>", ""] + [f"- {_md_escape(w)}" for w in s.warnings] \
+            + ["", "</details>"]
+    if s.changes:
+        lines += ["", "<details><summary>Resources</summary>", "", "| change | kind | name |", "| --- | --- | --- |"]
+        for c in sorted(s.changes, key=lambda c: (CHANGE_OPS.index(c.op) if c.op in CHANGE_OPS else 99, c.kind, c.name)):
+            shown = [f"`{d}`" for d in c.diffs[:4]] + (["…"] if len(c.diffs) > 4 else [])
+            detail = f" ({', '.join(shown)})" if shown else ""
+            lines.append(f"| {c.op} | {c.kind} | `{c.name}`{_md_escape(detail)} |")
+        lines += ["", "</details>"]
+    foot = [f"state: {s.mode}"]
+    if s.policy_config:
+        foot.append(f"policy config: `{s.policy_config}`")
+    if s.policy_packs:
+        foot.append("packs: " + ", ".join(f"{k} {v}" for k, v in s.policy_packs.items()))
+    lines += ["", "<sub>" + " · ".join(foot) + "</sub>", ""]
+    return "\n".join(lines)
+
+
+def to_text(s: Summary) -> str:
+    out = [f"preview of stack {s.stack} ({s.mode}):"]
+    counts = s.counts()
+    if counts:
+        for op, c in counts.items():
+            out.append(f"  {op:8} {sum(c.values()):4}  " + ", ".join(f"{k} {n}" for k, n in sorted(c.items())))
+    else:
+        out.append("  no resource changes")
+    if s.unchanged:
+        out.append(f"  {'same':8} {s.unchanged:4}")
+    if s.violations:
+        out.append(f"policy violations: {len(s.mandatory)} mandatory, {len(s.advisory)} advisory")
+        for v in sorted(s.violations, key=lambda v: (v.level != "mandatory", v.policy, v.name)):
+            out.append(f"  [{v.level}] {v.policy}: {v.message}")
+    else:
+        out.append("policy violations: none")
+    for e in s.errors:
+        out.append(f"error: {e}")
+    out.append("result: " + ("FAILED" if s.failed else "ok"))
+    return "\n".join(out)
+
+
+# --- running the engine -----------------------------------------------------------------------
+
+def default_policy_config(stack: str) -> Path | None:
+    f = POLICY_CONFIG_DIR / f"{stack}.json"
+    return f if f.exists() else None
+
+
+def _plain_config(stack_yaml: Path) -> dict:
+    """The stack file's config without secure values (they belong to another passphrase)."""
+    import yaml
+
+    doc = yaml.safe_load(stack_yaml.read_text()) or {}
+    return {k: v for k, v in (doc.get("config") or {}).items() if not (isinstance(v, dict) and "secure" in v)}
+
+
+@contextmanager
+def scratch_stack(stack: str, secret_keys: list[str], extra_env: dict[str, str] | None = None,
+                  stack_yaml: Path | None = None) -> Iterator[Any]:
+    """A throwaway copy of the project for one stack: the sources linked, the stack file's plain
+    config copied, empty state in a temporary file backend, placeholder secrets."""
+    import yaml
+
+    from .stack import Stack
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"gpufleet-{stack}-"))
+    try:
+        proj = tmp / "project"
+        proj.mkdir()
+        for entry in PROJECT_DIR.iterdir():
+            if entry.name.startswith("Pulumi.") and entry.name != "Pulumi.yaml":
+                continue
+            if entry.name in (".git", ".local", ".pytest_cache", "rendered"):
+                continue
+            (proj / entry.name).symlink_to(entry)
+        (proj / f"Pulumi.{stack}.yaml").write_text(
+            yaml.safe_dump({"config": _plain_config(stack_yaml or PROJECT_DIR / f"Pulumi.{stack}.yaml")},
+                           sort_keys=False))
+        (tmp / "state").mkdir()
+        env = {"PULUMI_BACKEND_URL": f"file://{tmp / 'state'}",
+               "PULUMI_CONFIG_PASSPHRASE": _secrets.token_urlsafe(24),
+               **(extra_env or {})}
+        env.pop("PULUMI_CONFIG_PASSPHRASE_FILE", None)
+        st = Stack(stack, project_dir=proj, extra_env=env)
+        st.run("stack", "init", stack, "--secrets-provider", "passphrase", stack_flag=False, capture=True)
+        for k in secret_keys:
+            st.run("config", "set", "--secret", k, PLACEHOLDER_SECRET, capture=True)
+        yield st
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+STREAM_ENV = {"PULUMI_ENABLE_STREAMING_JSON_PREVIEW": "true"}
+
+
+def run_preview(st: Any, policy_config: Path | None, timeout: float = 3600
+                ) -> tuple[subprocess.CompletedProcess, dict | None, list[dict]]:
+    """`pulumi preview --json` with streaming JSON: stdout is the engine's event stream, one
+    event a line, policy events included (the non-streaming digest drops them)."""
+    st.extra_env.update(STREAM_ENV)
+    args = ["preview", "--diff", "--json", "--color", "never", "--policy-pack", str(POLICY_PACK_DIR)]
+    if policy_config is not None:
+        args += ["--policy-pack-config", str(policy_config.resolve())]
+    proc = st.run(*args, capture=True, check=False, timeout=timeout)
+    return (proc,) + split_output(proc.stdout or "")
+
+
+def split_output(stdout: str) -> tuple[dict | None, list[dict]]:
+    """(digest, events) from `pulumi preview --json` output: an event stream (streaming mode) or
+    one digest document (a CLI without streaming)."""
+    events = [e for e in parse_events(stdout) if _is_event(e)]
+    if events:
+        return None, events
+    return parse_digest(stdout), []
+
+
+def _is_event(e: dict) -> bool:
+    return "sequence" in e or any(k.endswith("Event") for k in e)
+
+
+def _write(path: Optional[Path], text: str) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+@app.command()
+def preview(
+    stack: str = typer.Option(..., "--stack", "-s", help="The environment: Pulumi.<STACK>.yaml."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Write the Markdown summary (a PR comment) here."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
+    policy_config: Optional[Path] = typer.Option(
+        None, "--policy-config", help="Policy pack config; default policies/config/<STACK>.json when it exists."),
+    scratch: bool = typer.Option(
+        False, "--scratch", help="Preview against empty throwaway state with placeholder secrets (no backend or "
+                                 "secrets needed; every resource shows as a create)."),
+    stack_yaml: Optional[Path] = typer.Option(
+        None, "--stack-file", help="With --scratch: preview this stack file instead of Pulumi.<STACK>.yaml (a what-if)."),
+    raw: Optional[Path] = typer.Option(None, "--raw", help="Also keep pulumi's raw JSON output here (a folder)."),
+) -> None:
+    """Preview a stack with the policy pack; print changes by kind and every policy violation.
+    Exit 1 when a mandatory policy fails or the preview fails."""
+    from fleetspec import SpecError, load_stack_file, stack_file
+
+    from .stack import PulumiError, Stack
+
+    if stack_yaml is not None and not scratch:
+        _err("--stack-file needs --scratch (a stack's real state belongs to its own stack file)")
+        raise typer.Exit(EXIT_INVALID)
+    try:
+        sf = load_stack_file(stack_yaml or stack_file(stack, PROJECT_DIR))
+    except SpecError as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_INVALID)
+    if policy_config is None:
+        policy_config = default_policy_config(stack)
+    elif not policy_config.exists():
+        _err(f"no such policy config: {policy_config}")
+        raise typer.Exit(EXIT_INVALID)
+    if not scratch and sf.missing_secrets():
+        _err(f"stack {stack} has no value for secret(s) {sf.missing_secrets()}, so its program refuses to run: set "
+             f"them (`pulumi config set --secret KEY ...`) or preview with --scratch (placeholder secrets)")
+        raise typer.Exit(EXIT_INVALID)
+
+    try:
+        if scratch:
+            with scratch_stack(stack, sf.fleet.secret_keys(), stack_yaml=stack_yaml) as st:
+                proc, digest, events = run_preview(st, policy_config)
+        else:
+            st = Stack(stack, extra_env=dict(STREAM_ENV))
+            if not st.exists():
+                _err(f"stack {stack} does not exist in backend {st.env().get('PULUMI_BACKEND_URL', '(default)')}: "
+                     f"log in to the right backend (PULUMI_BACKEND_URL), or preview with --scratch")
+                raise typer.Exit(EXIT_INVALID)
+            proc, digest, events = run_preview(st, policy_config)
+    except (PulumiError, subprocess.TimeoutExpired, FileNotFoundError) as e:
+        _err(f"preview of stack {stack} could not run: {e}")
+        raise typer.Exit(EXIT_FAILED)
+
+    if raw is not None:
+        raw.mkdir(parents=True, exist_ok=True)
+        (raw / f"{stack}.preview.jsonl").write_text(proc.stdout or "")
+        (raw / f"{stack}.stderr.txt").write_text(proc.stderr or "")
+
+    rel = str(policy_config.resolve().relative_to(PROJECT_DIR)) if policy_config and \
+        policy_config.resolve().is_relative_to(PROJECT_DIR) else str(policy_config or "")
+    s = summarize(digest, events, stack=stack, policy_config=rel,
+                  mode="scratch: empty state, placeholder secrets" if scratch else "stack state",
+                  engine_exit=proc.returncode)
+    if proc.returncode != 0 and not s.errors and not s.mandatory:
+        tail = clean(proc.stderr or "").strip().splitlines()[-5:]
+        s.errors.append("pulumi preview failed (exit %d)%s" % (proc.returncode, (": " + " | ".join(tail)) if tail else ""))
+    typer.echo(to_text(s))
+    _write(markdown, to_markdown(s))
+    _write(json_out, json.dumps(s.to_dict(), indent=2) + "\n")
+    if s.failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+# --- render ------------------------------------------------------------------------------------
+
+RENDER_SUBDIRS = ("0-crd", "1-manifest")
+
+
+def rendered_files(out: Path) -> list[Path]:
+    return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+def secret_manifests(files: Iterable[Path]) -> list[Path]:
+    """Rendered Secrets (the provider names files <apiVersion>-<kind>-<namespace>-<name>.yaml)."""
+    out = []
+    for f in files:
+        try:
+            head = f.read_text(errors="replace")[:4000]
+        except OSError:
+            continue
+        if re.search(r"^kind:\s*Secret\s*$", head, re.M):
+            out.append(f)
+    return out
+
+
+@app.command()
+def render(
+    stack: str = typer.Option(..., "--stack", "-s", help="The environment: Pulumi.<STACK>.yaml."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the manifests (GitOps)."),
+    force: bool = typer.Option(False, "--force", help="Replace manifests a previous render left in --out."),
+    policies: bool = typer.Option(True, "--policies/--no-policies",
+                                  help="Enforce the policy pack (the env's policies/config/<STACK>.json) while rendering."),
+) -> None:
+    """Write the stack's Kubernetes manifests to a folder instead of applying them.
+
+    Runs the program with GPUFLEET_RENDER_DIR (the provider's renderYamlToDirectory) through
+    `pulumi up` on a throwaway stack: empty state, placeholder secrets, the policy pack enforced.
+    Secrets are rendered with placeholder values; supply the real ones through your secret manager."""
+    from fleetspec import SpecError, load_stack_file, stack_file
+
+    from .stack import PulumiError
+
+    try:
+        sf = load_stack_file(stack_file(stack, PROJECT_DIR))
+    except SpecError as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_INVALID)
+    out = out.resolve()
+    existing = [out / d for d in RENDER_SUBDIRS if (out / d).exists()]
+    if existing and not force:
+        _err(f"{out} already holds rendered manifests ({', '.join(d.name for d in existing)}): pass --force to "
+             f"replace them")
+        raise typer.Exit(EXIT_INVALID)
+    for d in existing:
+        shutil.rmtree(d)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with scratch_stack(stack, sf.fleet.secret_keys(), {"GPUFLEET_RENDER_DIR": str(out)}) as st:
+            args = ["up", "--yes", "--skip-preview", "--color", "never"]
+            if policies:
+                args += ["--policy-pack", str(POLICY_PACK_DIR)]
+                config = default_policy_config(stack)
+                if config is not None:
+                    args += ["--policy-pack-config", str(config)]
+            proc = st.run(*args, capture=True, check=False, timeout=3600)
+    except (PulumiError, subprocess.TimeoutExpired, FileNotFoundError) as e:
+        _err(f"render of stack {stack} could not run: {e}")
+        raise typer.Exit(EXIT_FAILED)
+    files = rendered_files(out)
+    if proc.returncode != 0:
+        lines = clean((proc.stdout or "") + "\n" + (proc.stderr or "")).strip().splitlines()
+        errors = [ln.strip() for ln in lines if re.search(r"\berror\b", ln, re.I)]
+        tail = "\n".join(errors[:10] or lines[-15:])
+        _err(f"pulumi up (render) for stack {stack} failed (exit {proc.returncode}); {len(files)} file(s) written "
+             f"before it stopped:\n{tail}")
+        raise typer.Exit(EXIT_FAILED)
+    typer.echo(f"rendered stack {stack}: {len(files)} manifest(s) in {out}")
+    for f in files:
+        typer.echo(f"  {f.relative_to(out)}")
+    secrets_ = secret_manifests(files)
+    if secrets_:
+        typer.secho(f"note: {len(secrets_)} Secret manifest(s) hold placeholder values "
+                    f"({PLACEHOLDER_SECRET!r}); provide the real ones out of band: "
+                    + ", ".join(str(f.relative_to(out)) for f in secrets_), fg=typer.colors.YELLOW, err=True)
+    if not files:
+        _err("nothing was rendered")
+        raise typer.Exit(EXIT_FAILED)
+
+
+__all__ = ["Summary", "Violation", "Change", "parse_digest", "parse_events", "summarize", "to_markdown", "to_text",
+           "split_urn", "kind_of", "preview", "render"]

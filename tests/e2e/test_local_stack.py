@@ -1,0 +1,136 @@
+"""End to end on the `local` stack: the real Pulumi engine, a real API server with kwok nodes, real
+Slurm, the real reconciler as a host process. The tests run in order and share one environment."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from fleetspec import labels, load_stack_file
+from gpufleet import demo
+from gpufleet.localenv.env import LocalEnv
+from gpufleet.stack import Stack
+from reconciler.kube import Kube
+from reconciler.phases import Phase
+from reconciler.records import KubeRecordStore
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory, kube_bin_dir, slurm_installed, pulumi_bin_dir):
+    root = tmp_path_factory.mktemp("e2e")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GPUFLEET_LOCAL_DIR", str(root))
+    spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
+    env = LocalEnv(spec, root=root, bin_dir=kube_bin_dir, ports=LocalEnv.free_ports(spec), progress=print)
+    env.up()
+    stack = Stack("local")
+    stack.ensure()
+    stack.ensure_secrets(spec.secret_keys())
+    try:
+        yield spec, env, stack
+    finally:
+        env.down()
+        mp.undo()
+
+
+def preview_changes(stack: Stack) -> dict:
+    out = stack.preview("--json", capture=True).stdout
+    return json.loads(out).get("changeSummary", {})
+
+
+def test_preview_then_up_then_nothing_to_do(local):
+    spec, env, stack = local
+    assert preview_changes(stack).get("create", 0) > 30
+    stack.up()
+    outputs = stack.outputs()
+    assert outputs["slinky_operator"] == "crds-only" and outputs["reconciler_namespace"] == "gpufleet-system"
+    assert {p["name"] for p in outputs["pools"]} == {"h100", "l40s"}
+    api = env.kube.api_client()
+    nodesets = client.CustomObjectsApi(api).list_namespaced_custom_object("slinky.slurm.net", "v1beta1", "slurm",
+                                                                          "nodesets")["items"]
+    assert {n["metadata"]["name"] for n in nodesets} == {"h100", "l40s"}
+    assert client.CoreV1Api(api).read_namespaced_config_map("gpufleet-policy", "gpufleet-system").data["fleet.json"]
+    stack.run("up", "--yes", "--expect-no-changes")  # a second up has nothing to do
+
+
+def test_xid79_heals_and_the_job_resumes_from_its_checkpoint(local):
+    spec, env, stack = local
+    tl = demo.run_demo(spec, env, stack, fresh=False, timeout=300, out=print)
+    assert tl.outcome == "Succeeded" and tl.replacement == "h100-spare-0"
+    assert tl.resumed_step and tl.resumed_step >= 60  # resumed from a checkpoint, not from zero
+    assert [p for p, _ in tl.phases] == ["Detected", "SlurmDraining", "Checkpointing", "Requeued", "Evicting",
+                                         "Replacing", "Resuming", "Succeeded"]
+    run_dir = Path(spec.checkpoint_storage.host_path) / "demo-run"
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "checkpoint-on-sigterm" for e in events)  # SIGTERM reached the job in its grace period
+    # the swap does not make the stack want to change anything
+    stack.run("up", "--yes", "--expect-no-changes")
+
+
+def _records(env, node):
+    return [r for r in KubeRecordStore(env.kube.api_client()).list() if r.node == node]
+
+
+def _wait(fn, timeout=120, what="condition"):
+    return demo.wait_for(fn, timeout, what, every=0.2)
+
+
+def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):
+    spec, env, stack = local
+    kube = Kube(env.kube.api_client())
+    spare_before = sorted(n["metadata"]["name"] for n in kube.list_nodes()[0]
+                          if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_SPARE
+                          and n["metadata"]["labels"].get(labels.POOL) == "h100")
+    assert spare_before, "the pool's spare was refilled after the first remediation"
+    kube.set_condition("h100-1", "GpuHealthy", "False", "Xid48", "Double bit ECC error")
+    _wait(lambda: [r for r in _records(env, "h100-1") if r.phase not in (Phase.DETECTED,)], what="a phase past Detected")
+    env.stop_reconciler(signal.SIGKILL)  # killed mid-remediation
+    (mid,) = _records(env, "h100-1")
+    assert not mid.phase.terminal
+    env.start_reconciler(env.root / "policy.json")
+    (done,) = _wait(lambda: [r for r in _records(env, "h100-1") if r.phase.terminal], what="the remediation to end")
+    assert done.phase is Phase.SUCCEEDED and done.replacement == spare_before[0]
+    phases = [p for p, _ in done.phase_times]
+    assert len(phases) == len(set(phases))  # no phase done twice
+    node = kube.get_node(done.replacement)
+    assert node["metadata"]["labels"][labels.ROLE] == labels.ROLE_ACTIVE
+
+
+def test_opt_out_label_means_nothing_is_replaced(local):
+    spec, env, stack = local
+    core = client.CoreV1Api(env.kube.api_client())
+    core.create_namespaced_pod("default", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "debug-session", "labels": {labels.DEFAULT_OPT_OUT: "true"},
+                     "annotations": {labels.OPT_OUT_REASON: "profiling a kernel", labels.OPT_OUT_EXPIRES: "2099-01-01"}},
+        "spec": {"nodeName": "l40s-0", "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "c", "image": "registry.example/debug:1.0"}]}})
+    Kube(env.kube.api_client()).set_condition("l40s-0", "GpuHealthy", "False", "Xid79", "off the bus")
+    (r,) = _wait(lambda: [r for r in _records(env, "l40s-0") if r.phase is Phase.OPTED_OUT], what="OptedOut")
+    assert "default/debug-session" in r.reason
+    time.sleep(2)
+    assert core.read_node("l40s-spare-0").metadata.labels[labels.ROLE] == labels.ROLE_SPARE
+    assert core.read_node("l40s-0").spec.unschedulable
+    core.read_namespaced_pod("debug-session", "default")  # not evicted
+    state = subprocess.run(["scontrol", "show", "node", "l40s-0"], env=env.slurm.env(), capture_output=True,
+                           text=True).stdout
+    assert "DOWN" in state and "gpufleet:" in state
+
+
+def test_destroy_removes_the_stack(local):
+    spec, env, stack = local
+    env.stop_reconciler()
+    stack.destroy()
+    assert stack.outputs() == {}
+    with pytest.raises(ApiException) as e:
+        client.CoreV1Api(env.kube.api_client()).read_namespaced_config_map("gpufleet-policy", "gpufleet-system")
+    assert e.value.status == 404

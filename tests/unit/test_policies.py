@@ -1,0 +1,431 @@
+"""The policy pack's rules, without the engine: each rule on a passing and a failing resource,
+then every rule over what the real components declare for Pulumi.prod.yaml under Pulumi's mocks.
+
+Rules get pulumi_policy's own ResourceValidationArgs / StackValidationArgs with props wrapped in
+the engine's unknown-checking proxy, as the engine hands them over. (A PolicyPack is never built
+here: its constructor starts a gRPC server and blocks.)
+"""
+from __future__ import annotations
+
+import copy
+import json
+from datetime import date
+from pathlib import Path
+
+import pulumi
+import pytest
+from pulumi_policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
+
+from fleetspec import labels, load_stack_file
+from fleetspec.models import FleetSpec
+from policies.rules import BY_NAME, RULES, build_policies
+from policies.rules import opt_out
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = ROOT / "policies" / "config"
+DIGEST = "sha256:" + "ab" * 32
+
+DEP = "kubernetes:apps/v1:Deployment"
+DS = "kubernetes:apps/v1:DaemonSet"
+STS = "kubernetes:apps/v1:StatefulSet"
+JOB = "kubernetes:batch/v1:Job"
+CM = "kubernetes:core/v1:ConfigMap"
+NODESET = "kubernetes:slinky.slurm.net/v1beta1:NodeSet"
+CONTROLLER = "kubernetes:slinky.slurm.net/v1beta1:Controller"
+CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+CRB = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+RB = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+
+
+def env_config(env: str) -> dict[str, dict]:
+    """policies/config/<env>.json: rule -> (level, config without the level)."""
+    raw = json.loads((CONFIG_DIR / f"{env}.json").read_text())
+    return {name: {k: v for k, v in c.items() if k != "enforcementLevel"} for name, c in raw.items()}
+
+
+def levels(env: str) -> dict[str, str]:
+    return {name: c["enforcementLevel"] for name, c in json.loads((CONFIG_DIR / f"{env}.json").read_text()).items()}
+
+
+def run(rule: str, typ: str, props: dict, config: dict | None = None, name: str = "res") -> list[str]:
+    """Validate one resource with one rule; the messages it reported."""
+    got: list[str] = []
+    args = ResourceValidationArgs(typ, unknown_checking_proxy(copy.deepcopy(props)),
+                                  f"urn:pulumi:test::gpufleet::{typ}::{name}", name, None, None, config)
+    BY_NAME[rule].validate(args, lambda msg, urn=None: got.append(msg))
+    return got
+
+
+def run_stack(rule: str, resources: list[tuple[str, dict]], config: dict | None = None) -> list[str]:
+    got: list[str] = []
+    res = [PolicyResource(typ, unknown_checking_proxy(copy.deepcopy(props)), f"urn:pulumi:test::gpufleet::{typ}::r{i}",
+                          f"r{i}", None, None, None, [], {}) for i, (typ, props) in enumerate(resources)]
+    BY_NAME[rule].validate(StackValidationArgs(res, config), lambda msg, urn=None: got.append(msg))
+    return got
+
+
+def meta(name: str, **extra) -> dict:
+    return {"name": name, "namespace": "gpufleet-system", "labels": {"app.kubernetes.io/part-of": "gpufleet"}, **extra}
+
+
+def container(name="main", image=f"ghcr.io/gpufleet/reconciler@{DIGEST}", **extra) -> dict:
+    return {"name": name, "image": image,
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+            **extra}
+
+
+def workload(name="app", containers=None, pod_labels=None, pod_annotations=None, volumes=None, **pod) -> dict:
+    tmeta = {"labels": {"app": name, **(pod_labels or {})}}
+    if pod_annotations is not None:
+        tmeta["annotations"] = pod_annotations
+    return {"metadata": meta(name), "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+        "metadata": tmeta,
+        "spec": {"containers": containers or [container()], **({"volumes": volumes} if volumes else {}), **pod}}}}
+
+
+def test_pack_declares_every_rule_once_with_a_schema_that_matches_the_configs():
+    names = [r.name for r in RULES]
+    assert len(names) == len(set(names)) == 8
+    policies = build_policies()
+    assert [p.name for p in policies] == names
+    assert {type(p).__name__ for p in policies} == {"ResourceValidationPolicy", "StackValidationPolicy"}
+    for env in ("local", "staging", "prod"):
+        cfg = json.loads((CONFIG_DIR / f"{env}.json").read_text())
+        assert set(cfg) == set(names), env
+        for name, c in cfg.items():
+            assert c["enforcementLevel"] in ("advisory", "mandatory", "disabled")
+            assert set(c) - {"enforcementLevel"} <= set(BY_NAME[name].config_schema), (env, name)
+    assert set(levels("local").values()) == {"advisory"}
+    assert set(levels("prod").values()) == {"mandatory"}
+
+
+# --- opt-out labels ---------------------------------------------------------------------------
+
+OPT = labels.DEFAULT_OPT_OUT
+
+
+@pytest.fixture
+def fixed_today(monkeypatch):
+    monkeypatch.setattr(opt_out, "today", lambda: date(2025, 6, 1))
+
+
+def test_opt_out_with_reason_and_future_expiry_passes(fixed_today):
+    ok = workload("train", pod_labels={OPT: "true"},
+                  pod_annotations={labels.OPT_OUT_REASON: "3-day run, no checkpoints; ask @ml-infra",
+                                   labels.OPT_OUT_EXPIRES: "2025-06-20"})
+    assert run("opt-out-labels", JOB, ok) == []
+    assert run("opt-out-labels", DEP, workload("plain")) == []  # no opt-out at all
+
+
+def test_opt_out_without_reason_or_expiry_fails(fixed_today):
+    msgs = run("opt-out-labels", STS, workload("train", pod_labels={OPT: "true"}))
+    assert len(msgs) == 2
+    assert any(labels.OPT_OUT_REASON in m and "StatefulSet gpufleet-system/train" in m for m in msgs)
+    assert any(labels.OPT_OUT_EXPIRES in m and "YYYY-MM-DD" in m for m in msgs)
+
+
+def test_opt_out_expired_wrong_value_and_too_long_fail(fixed_today):
+    ann = {labels.OPT_OUT_REASON: "why"}
+    expired = run("opt-out-labels", DEP, workload("a", pod_labels={OPT: "true"},
+                                                   pod_annotations={**ann, labels.OPT_OUT_EXPIRES: "2025-05-31"}))
+    assert len(expired) == 1 and "expired on 2025-05-31" in expired[0] and "Fix:" in expired[0]
+    bad = run("opt-out-labels", DEP, workload("a", pod_labels={OPT: "yes-please"},
+                                               pod_annotations={**ann, labels.OPT_OUT_EXPIRES: "2025-06-02"}))
+    assert len(bad) == 1 and "not an allowed value" in bad[0]
+    far = run("opt-out-labels", DEP, workload("a", pod_labels={OPT: "true"},
+                                               pod_annotations={**ann, labels.OPT_OUT_EXPIRES: "2026-06-02"}),
+              {"maxDays": 30})
+    assert len(far) == 1 and "2025-07-01" in far[0]
+    garbled = run("opt-out-labels", DEP, workload("a", pod_labels={OPT: "true"},
+                                                   pod_annotations={**ann, labels.OPT_OUT_EXPIRES: "next week"}))
+    assert len(garbled) == 1 and "not an ISO date" in garbled[0]
+
+
+def test_opt_out_label_key_is_configurable(fixed_today):
+    custom = "example.com/no-replace"
+    props = workload("a", pod_labels={custom: "true"})
+    assert run("opt-out-labels", DEP, props) == []
+    assert len(run("opt-out-labels", DEP, props, {"label": custom})) == 2
+
+
+def test_nodeset_never_opts_out_where_forbidden(fixed_today):
+    ns = {"apiVersion": "slinky.slurm.net/v1beta1", "kind": "NodeSet", "metadata": meta("h100"),
+          "spec": {"slurmd": {"image": "ghcr.io/slinkyproject/slurmd:25.11"},
+                   "template": {"metadata": {"labels": {OPT: "true"},
+                                             "annotations": {labels.OPT_OUT_REASON: "r",
+                                                             labels.OPT_OUT_EXPIRES: "2025-06-05"}},
+                                "spec": {}}}}
+    assert run("opt-out-labels", NODESET, ns) == []  # allowed outside prod, with reason and expiry
+    msgs = run("opt-out-labels", NODESET, ns, {"forbidOnNodeSets": True})
+    assert len(msgs) == 1 and "NodeSet gpufleet-system/h100" in msgs[0] and "remove the label" in msgs[0]
+    on_object = {**ns, "metadata": {**ns["metadata"], "labels": {OPT: "true"}}, "spec": {**ns["spec"], "template": {}}}
+    assert len(run("opt-out-labels", NODESET, on_object, {"forbidOnNodeSets": True})) == 1
+
+
+def test_unknown_values_during_preview_are_skipped_not_failed(fixed_today):
+    props = workload("a", pod_labels={OPT: "true"},
+                     pod_annotations={labels.OPT_OUT_REASON: UNKNOWN_STRING_VALUE,
+                                      labels.OPT_OUT_EXPIRES: UNKNOWN_STRING_VALUE})
+    assert run("opt-out-labels", DEP, props) == []
+
+
+# --- spares -----------------------------------------------------------------------------------
+
+def capacity(pool: str, nodes: int, spares: int) -> dict:
+    return {"metadata": meta(f"gpufleet-pool-{pool}"),
+            "data": {"capacity.json": json.dumps({"pool": pool, "nodes": nodes, "spares": spares})}}
+
+
+def test_pool_with_spares_passes_and_without_fails():
+    assert run("gpu-pool-spares", CM, capacity("h100", 8, 1)) == []
+    msgs = run("gpu-pool-spares", CM, capacity("h100", 8, 0))
+    assert len(msgs) == 1
+    assert "ConfigMap gpufleet-system/gpufleet-pool-h100" in msgs[0] and "spares: 1" in msgs[0]
+    assert run("gpu-pool-spares", CM, {"metadata": meta("other"), "data": {}}) == []  # not a pool
+
+
+def test_prod_spare_ratio_rounds_up():
+    prod = env_config("prod")["gpu-pool-spares"]
+    assert run("gpu-pool-spares", CM, capacity("h100-a", 128, 7), prod) == []   # 0.05 * 128 = 6.4 -> 7
+    msgs = run("gpu-pool-spares", CM, capacity("h100-a", 128, 6), prod)
+    assert len(msgs) == 1 and "needs 7" in msgs[0] and "`spares: 7`" in msgs[0]
+    assert run("gpu-pool-spares", CM, capacity("h100-a", 128, 6)) == []  # no ratio outside prod
+
+
+def test_malformed_capacity_fails():
+    bad = {"metadata": meta("gpufleet-pool-x"), "data": {"capacity.json": "{not json"}}
+    assert "capacity.json" in run("gpu-pool-spares", CM, bad)[0]
+
+
+# --- healing ----------------------------------------------------------------------------------
+
+def policy_cm(**healing) -> dict:
+    h = {"enabled": True, "dry_run": False, "grace_period_seconds": 120, "max_unhealthy_fraction": 0.2, **healing}
+    return {"metadata": meta("gpufleet-policy"), "data": {"fleet.json": json.dumps({"healing": h})}}
+
+
+def test_healing_policy_passes_and_fails():
+    prod = env_config("prod")["healing-enabled"]
+    assert run("healing-enabled", CM, policy_cm(), prod) == []
+    off = run("healing-enabled", CM, policy_cm(enabled=False), prod)
+    assert len(off) == 1 and "`enabled: true`" in off[0]
+    assert run("healing-enabled", CM, policy_cm(enabled=False)) == []  # only prod requires it
+    assert "dry-run" in run("healing-enabled", CM, policy_cm(dry_run=True), prod)[0]
+    short = run("healing-enabled", CM, policy_cm(grace_period_seconds=5))
+    assert len(short) == 1 and "between 30 and 600" in short[0]
+    assert len(run("healing-enabled", CM, policy_cm(grace_period_seconds=900))) == 1
+    assert len(run("healing-enabled", CM, policy_cm(max_unhealthy_fraction=None))) == 1
+    assert len(run("healing-enabled", CM, policy_cm(max_unhealthy_fraction=0.5), prod)) == 1  # prod caps at 0.25
+
+
+def test_stack_with_pools_must_deploy_the_reconciler():
+    pools = [(CM, capacity("h100", 8, 1))]
+    full = pools + [(DEP, workload("gpufleet-reconciler")), (DS, workload("gpufleet-agent")), (CM, policy_cm())]
+    assert run_stack("reconciler-deployed", full) == []
+    assert run_stack("reconciler-deployed", [(DEP, workload("web"))]) == []  # no pools, nothing to heal
+    msgs = run_stack("reconciler-deployed", pools + [(DS, workload("gpufleet-agent")), (CM, policy_cm())])
+    assert len(msgs) == 1 and "no Deployment gpufleet-reconciler" in msgs[0] and "gpufleet-pool-h100" in msgs[0]
+    no_agent = pools + [(DEP, workload("gpufleet-reconciler")), (CM, policy_cm())]
+    assert len(run_stack("reconciler-deployed", no_agent)) == 1
+    assert run_stack("reconciler-deployed", no_agent, {"requireAgent": False}) == []
+
+
+# --- least privilege --------------------------------------------------------------------------
+
+def test_rbac_without_wildcards_passes_with_them_fails():
+    good = {"metadata": meta("r"), "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]}
+    assert run("rbac-least-privilege", CLUSTER_ROLE, good) == []
+    bad = {"metadata": meta("r"), "rules": [{"apiGroups": ["*"], "resources": ["nodes"], "verbs": ["*"]}]}
+    msgs = run("rbac-least-privilege", ROLE, bad)
+    assert len(msgs) == 2 and all("Role gpufleet-system/r" in m and "Fix:" in m for m in msgs)
+    assert {m.split("contains")[0].rsplit(".", 1)[1].strip() for m in msgs} == {"verbs", "apiGroups"}
+
+
+def test_no_binding_to_cluster_admin():
+    ok = {"metadata": meta("b"), "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                             "name": "gpufleet-reconciler"}, "subjects": []}
+    assert run("rbac-least-privilege", CRB, ok) == []
+    admin = {**ok, "roleRef": {**ok["roleRef"], "name": "cluster-admin"}}
+    msgs = run("rbac-least-privilege", RB, admin)
+    assert len(msgs) == 1 and "cluster-admin" in msgs[0] and "RoleBinding gpufleet-system/b" in msgs[0]
+
+
+def test_only_the_node_agent_is_privileged_and_mounts_only_kmsg():
+    kmsg = [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}]
+    agent = workload("gpufleet-agent", [container(securityContext={"privileged": True})], volumes=kmsg)
+    assert run("privileged-only-node-agent", DS, agent) == []
+    other = workload("sneaky", [container(securityContext={"privileged": True})], volumes=kmsg)
+    msgs = run("privileged-only-node-agent", DS, other)
+    assert len(msgs) == 2 and any("privileged" in m for m in msgs) and any("/dev/kmsg" in m for m in msgs)
+    wider = workload("gpufleet-agent", [container(securityContext={"privileged": True})],
+                     volumes=kmsg + [{"name": "root", "hostPath": {"path": "/"}}])
+    msgs = run("privileged-only-node-agent", DS, wider)
+    assert len(msgs) == 1 and "mounts the host path /" in msgs[0]
+    # the same name as a Deployment is not the agent
+    assert len(run("privileged-only-node-agent", DEP, agent)) == 2
+    assert len(run("privileged-only-node-agent", DEP, workload("x", hostNetwork=True))) == 1
+
+
+# --- supply chain -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("image,ok", [
+    ("ghcr.io/gpufleet/reconciler:0.1.0", True),
+    (f"ghcr.io/gpufleet/reconciler@{DIGEST}", True),
+    ("localhost:5000/gpufleet/reconciler:0.1.0", True),
+    ("ghcr.io/gpufleet/reconciler:latest", False),
+    ("ghcr.io/gpufleet/reconciler", False),
+    ("localhost:5000/gpufleet/reconciler", False),  # a registry port is not a tag
+    ("ghcr.io/gpufleet/reconciler@sha256:1234", False),
+])
+def test_images_pinned(image, ok):
+    msgs = run("images-pinned", DEP, workload("r", [container(image=image)]))
+    assert (msgs == []) is ok, msgs
+    if not ok:
+        assert "Deployment gpufleet-system/r" in msgs[0] and image in msgs[0] and "Fix:" in msgs[0]
+
+
+def test_prod_requires_digests_except_slinky_images():
+    prod = env_config("prod")["images-pinned"]
+    tagged = workload("r", [container(image="ghcr.io/gpufleet/reconciler:0.1.0")])
+    msgs = run("images-pinned", DEP, tagged, prod)
+    assert len(msgs) == 1 and "requires a digest" in msgs[0]
+    ctl = {"metadata": meta("slurm"), "spec": {"slurmctld": {"image": "ghcr.io/slinkyproject/slurmctld:25.11"}}}
+    assert run("images-pinned", CONTROLLER, ctl, prod) == []
+    ctl_latest = {"metadata": meta("slurm"), "spec": {"slurmctld": {"image": "ghcr.io/slinkyproject/slurmctld"}}}
+    assert len(run("images-pinned", CONTROLLER, ctl_latest, prod)) == 1
+
+
+def test_containers_set_requests_and_limits():
+    assert run("container-resources", DEP, workload("r")) == []
+    bare = workload("r", [{"name": "main", "image": "x:1", "resources": {"limits": {"cpu": "1"}}}])
+    msgs = run("container-resources", DEP, bare)
+    assert len(msgs) == 1
+    assert "requests.cpu, requests.memory, limits.memory" in msgs[0] and "container main" in msgs[0]
+    nodeset = {"metadata": meta("h100"), "spec": {"slurmd": {"image": "x:1", "resources": {
+        "limits": {"nvidia.com/gpu": 8}}}, "template": {"spec": {}}}}
+    assert run("container-resources", NODESET, nodeset) == []  # slurmd owns the node: exempt by default
+    assert len(run("container-resources", NODESET, nodeset, {"exemptContainers": []})) == 1
+    sidecar = {**nodeset, "spec": {**nodeset["spec"], "template": {"spec": {"containers": [{"name": "s", "image": "y:1"}]}}}}
+    assert "container s" in run("container-resources", NODESET, sidecar)[0]
+
+
+# --- the real components, under Pulumi's mocks ----------------------------------------------------
+
+class Recorder(pulumi.runtime.Mocks):
+    def __init__(self):
+        self.resources: list[pulumi.runtime.MockResourceArgs] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        self.resources.append(args)
+        outputs = dict(args.inputs)
+        if isinstance(outputs.get("metadata"), dict):
+            outputs["metadata"] = {**outputs["metadata"]}
+            outputs["metadata"].setdefault("name", args.name)
+        return [args.name + "_id", outputs]
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+@pytest.fixture
+def recorder():
+    """Pulumi's mocks are process-global and test_components installs its own at import: borrow
+    the installed monitor for this test (our recorder in place of its mocks), then give it back."""
+    from pulumi.runtime.mocks import MockMonitor
+    from pulumi.runtime.settings import get_monitor
+
+    rec = Recorder()
+    monitor = get_monitor()
+    if isinstance(monitor, MockMonitor):
+        saved = monitor.mocks
+        monitor.mocks = rec
+        try:
+            yield rec
+        finally:
+            monitor.mocks = saved
+    else:
+        pulumi.runtime.set_mocks(rec, preview=False)
+        yield rec
+
+
+def declare(rec: Recorder, spec: FleetSpec) -> list[pulumi.runtime.MockResourceArgs]:
+    from components import GpuFleet, GpuFleetArgs
+
+    rec.resources.clear()
+
+    @pulumi.runtime.test
+    def program():
+        secrets = {k: pulumi.Output.secret(f"value-{k}") for k in spec.secret_keys()}
+        GpuFleet(spec.environment, GpuFleetArgs(spec, secrets, local_kubeconfig="/tmp/kubeconfig"))
+
+    program()
+    return list(rec.resources)
+
+
+def evaluate(resources: list[pulumi.runtime.MockResourceArgs], env: str) -> dict[str, list[str]]:
+    """Every enabled rule over the declared resources with the env's config: rule -> messages."""
+    cfg, lv = env_config(env), levels(env)
+    out: dict[str, list[str]] = {}
+    k8s = [r for r in resources if r.typ.startswith("kubernetes:")]
+    for rule in RULES:
+        if lv[rule.name] == "disabled":
+            continue
+        got: list[str] = []
+        report = lambda msg, urn=None: got.append(msg)  # noqa: E731
+        if rule.scope == "stack":
+            res = [PolicyResource(r.typ, unknown_checking_proxy(copy.deepcopy(r.inputs)), f"urn:{r.typ}::{r.name}",
+                                  r.name, None, None, None, [], {}) for r in k8s]
+            rule.validate(StackValidationArgs(res, cfg[rule.name]), report)
+        else:
+            for r in k8s:
+                rule.validate(ResourceValidationArgs(r.typ, unknown_checking_proxy(copy.deepcopy(r.inputs)),
+                                                     f"urn:{r.typ}::{r.name}", r.name, None, None, cfg[rule.name]),
+                              report)
+        out[rule.name] = got
+    return out
+
+
+def prod_spec(**changes) -> FleetSpec:
+    doc = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json")
+    for path, value in changes.items():
+        *head, last = path.split("__")
+        node = doc
+        for p in head:
+            node = node[int(p)] if p.isdigit() else node[p]
+        node[int(last) if last.isdigit() else last] = value
+    return FleetSpec.model_validate(doc)
+
+
+def test_shipped_prod_passes_every_mandatory_rule(recorder):
+    resources = declare(recorder, prod_spec())
+    types = {r.typ for r in resources}
+    assert {DEP, DS, CM, NODESET, CLUSTER_ROLE, CRB} <= types  # the rules saw the real shapes
+    result = evaluate(resources, "prod")
+    mandatory = [n for n, lv in levels("prod").items() if lv == "mandatory"]
+    assert set(mandatory) == set(result)
+    assert {n: m for n, m in result.items() if m} == {}
+
+
+@pytest.mark.parametrize("env", ["local", "staging"])
+def test_other_shipped_environments_are_clean_too(recorder, env):
+    spec = load_stack_file(ROOT / f"Pulumi.{env}.yaml").fleet
+    result = evaluate(declare(recorder, spec), env)
+    assert {n: m for n, m in result.items() if m} == {}
+
+
+@pytest.mark.parametrize("changes,rule,needle", [
+    ({"healing__reconciler__image": "ghcr.io/gpufleet/reconciler:latest"}, "images-pinned", ":latest"),
+    ({"healing__reconciler__agent_image": "ghcr.io/gpufleet/agent:0.1.0"}, "images-pinned", "requires a digest"),
+    ({"pools__3__spares": 0}, "gpu-pool-spares", "'l40s' keeps 0 spare"),
+    ({"pools__0__spares": 2}, "gpu-pool-spares", "needs 7"),
+    ({"healing__enabled": False}, "healing-enabled", "healing is disabled"),
+    ({"healing__grace_period_seconds": 3000}, "healing-enabled", "grace_period_seconds"),
+])
+def test_violating_prod_variants_fail_the_named_rule(recorder, changes, rule, needle):
+    result = evaluate(declare(recorder, prod_spec(**changes)), "prod")
+    failing = {n for n, m in result.items() if m}
+    assert failing == {rule}, result
+    assert any(needle in m for m in result[rule]), result[rule]
+    assert levels("prod")[rule] == "mandatory"
