@@ -23,6 +23,7 @@ from .phases import Phase
 
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
 RESUME_TIMEOUT = timedelta(minutes=10)
+STORM_MIN_NODES = 2  # the brake needs at least this many unhealthy nodes in a pool
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ def detect(
             n.name for n in nodes
             if n.pool == pool and n.is_active and n.fault and n.fault.xid in critical and now - n.fault.since <= storm_window
         } | {r.node for r in records if r.pool == pool and r.active and not r.was_spare and now - r.created <= storm_window}
-        if size and len(unhealthy) / size > policy.max_unhealthy_fraction:
+        # One failure is never a storm: without this, a small pool could never heal at all.
+        if size and len(unhealthy) >= STORM_MIN_NODES and len(unhealthy) / size > policy.max_unhealthy_fraction:
             braked.add(pool)
             held = tuple(sorted(n.name for n in remaining if n.pool == pool))
             gates.append(Gate(

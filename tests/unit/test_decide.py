@@ -116,6 +116,20 @@ def test_storm_brake_engages_above_the_fraction(failing, expect_brake):
         assert not braked and len(started) == failing + 1
 
 
+def test_a_single_failure_in_a_small_pool_is_not_a_storm():
+    s = parse_fleet({
+        "environment": "t", "cluster": {"kind": "local"},
+        "pools": [{"name": "tiny", "node_type": "x", "gpu_model": "g", "nodes": 1, "spares": 1},
+                  {"name": "pair", "node_type": "x", "gpu_model": "g", "nodes": 2, "spares": 1}],
+        "slurm": {"partitions": [{"name": "p", "pools": ["tiny"]}]},
+        "healing": {"max_unhealthy_fraction": 0.5, "max_concurrent": 10},
+    })
+    d = detect([node("tiny-0", pool="tiny", xid=79)], [], s, T0)
+    assert [r.record.node for r in d.started] == ["tiny-0"] and d.gates == ()
+    d = detect([node("pair-0", pool="pair", xid=79), node("pair-1", pool="pair", xid=79)], [], s, T0)
+    assert d.started == () and d.gates[0].reason == "TooManyUnhealthy"
+
+
 def test_attempt_cap_escalates_instead_of_looping():
     n = node("h100-0", xid=79, since=T0 + timedelta(hours=2))
     earlier = [
