@@ -45,7 +45,7 @@ def slurm_call(fn, *args):
     try:
         return fn(*args)
     except SlurmError as e:
-        raise (TemporaryError if e.temporary else PermanentError)(str(e)) from None
+        raise (TemporaryError if e.temporary else PermanentError)(f"Slurm: {e}") from None
 
 
 class KubernetesSpares:

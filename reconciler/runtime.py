@@ -26,7 +26,7 @@ from .kube import Kube
 from .metrics import Metrics
 from .model import (
     Action, Cordon, DownSlurm, DrainSlurm, EvictPods, JobView, NodeView, Notify, PromoteSpare, Quarantine, Record,
-    RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, Step,
+    RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs,
 )
 from .notify import Message, Notifier
 from .observe import evictable, node_view, opted_out
@@ -126,6 +126,7 @@ class Runtime:
         self.slurm, self.providers, self.notifier = slurm, providers, notifier
         self.metrics = metrics or Metrics()
         self.clock, self.dry_run = clock, dry_run or spec.healing.dry_run
+        self.max_retries, self.retry_base = MAX_RETRIES, 0.5  # backoff: retry_base * 2**n seconds, capped at 30
         self.signals: dict[str, tuple[datetime, ...]] = {}
         self.paged: set[str] = set()
 
@@ -163,12 +164,15 @@ class Runtime:
     def advance(self, record: Record) -> float | None:
         """Move one record as far as it can go now."""
         for _ in range(CHAIN_LIMIT):
-            step = core.plan_step(record, self.facts(record), self.spec, self.clock())
+            doing = "observe"
             try:
+                step = core.plan_step(record, self.facts(record), self.spec, self.clock())
+                doing = step.actions[0].kind if step.actions else "step"
                 self._run_actions(step.actions, record)
             except TemporaryError as e:
-                return self._retry(record, e, step)
+                return self._retry(record, e, doing)
             except PermanentError as e:
+                self.metrics.action_errors.labels(doing, "permanent").inc()
                 step = core.fail(record, str(e), self.clock())
                 self._run_actions(step.actions, record, best_effort=True)
             if step.record is None:
@@ -184,19 +188,20 @@ class Runtime:
                 return step.recheck_after
         return 0.5
 
-    def _retry(self, record: Record, err: Exception, step: Step) -> float | None:
-        kind = step.actions[0].kind if step.actions else "step"
-        self.metrics.action_errors.labels(kind, "temporary").inc()
+    def _retry(self, record: Record, err: Exception, doing: str) -> float | None:
+        """A temporary failure: count it on the record (so a restart keeps counting) and back
+        off; past max_retries the remediation ends in Failed and the user is told."""
+        self.metrics.action_errors.labels(doing, "temporary").inc()
         retries = record.retries + 1
-        log.warning("temporary failure (%d/%d): %s", retries, MAX_RETRIES, err, extra=self._ctx(record))
-        if retries >= MAX_RETRIES:
+        log.warning("temporary failure (%d/%d): %s", retries, self.max_retries, err, extra=self._ctx(record))
+        if retries >= self.max_retries:
             fail = core.fail(record, f"gave up after {retries} attempts: {err}", self.clock())
             self._run_actions(fail.actions, record, best_effort=True)
             self.store.update(fail.record)
             self._observe_move(record, fail.record)
             return None
         self.store.update(replace(record, retries=retries))
-        return min(30.0, 0.5 * 2 ** retries)
+        return min(30.0, self.retry_base * 2 ** retries)
 
     def _observe_move(self, old: Record, new: Record) -> None:
         now = self.clock()
