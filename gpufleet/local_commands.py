@@ -50,14 +50,29 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
     """Show what runs. Exit 1 when something is down."""
     env = make_env(stack)
     st = env.status()
+    healthy = bool(st["kube"].get("ready")) and env.slurm.healthy()
     if as_json:
-        typer.echo(json.dumps(st, indent=2, default=str))
+        typer.echo(json.dumps({**st, "healthy": healthy}, indent=2, default=str))
     else:
-        for part, value in st.items():
-            typer.echo(f"{part}: {json.dumps(value, default=str) if not isinstance(value, str) else value}")
-    if not (st["kube"].get("ready") and env.slurm.healthy()):
-        raise typer.Exit(EXIT_FAILED)
+        from rich.console import Console
+        from rich.table import Table
 
+        t = Table(title=f"local environment ({env.root})")
+        for col in ("COMPONENT", "STATE", "DETAIL"):
+            t.add_column(col)
+        for name, c in st["kube"]["components"].items():
+            state = "healthy" if c["healthy"] else ("running" if c["running"] else "stopped")
+            t.add_row(name, state, f"pid {c['pid']}, port {c['port']}" if c["pid"] else c["log"])
+        for name, pid in st["slurm"]["daemons"].items():
+            t.add_row(name, "running" if pid else "stopped", f"pid {pid}" if pid else "")
+        nodes = st["slurm"].get("nodes") or {}
+        if nodes:
+            t.add_row("slurm nodes", ", ".join(sorted({v for v in nodes.values()})), f"{len(nodes)} nodes")
+        t.add_row("reconciler", st["reconciler"], str(env.reconciler_log))
+        Console().print(t)
+        typer.echo(f"KUBECONFIG={st['kube']['kubeconfig']} SLURM_CONF={st['slurm']['conf']}")
+    if not healthy:
+        raise typer.Exit(EXIT_FAILED)
 
 @app.command()
 def demo(
