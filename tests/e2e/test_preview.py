@@ -1,0 +1,46 @@
+"""`gpufleet preview` with the real engine and the policy pack: a clean stack passes, a violating
+one is blocked with messages naming the rule and the resource."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def preview(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpufleet", "preview", "--stack", "local", "--scratch", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_clean_local_stack_passes(pulumi_bin_dir, tmp_path):
+    r = preview("--json", str(tmp_path / "summary.json"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["violations"] == [] or all(v["level"] != "mandatory" for v in summary["violations"])
+    assert "NodeSet 2" in r.stdout and "policy violations: none" in r.stdout
+
+
+def test_violating_stack_is_blocked_naming_rule_and_resource(pulumi_bin_dir, tmp_path):
+    doc = yaml.safe_load((ROOT / "Pulumi.local.yaml").read_text())
+    fleet = doc["config"]["gpufleet:fleet"]
+    fleet["pools"][1]["spares"] = 0
+    fleet["healing"]["reconciler"] = {"image": "ghcr.io/gpufleet/reconciler:latest"}
+    bad = tmp_path / "Pulumi.violating.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    md = tmp_path / "summary.md"
+    r = preview("--stack-file", str(bad), "--policy-config", str(ROOT / "policies/config/prod.json"),
+                "--markdown", str(md))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "[mandatory] gpu-pool-spares: ConfigMap gpufleet-system/gpufleet-pool-l40s" in r.stdout
+    assert "[mandatory] images-pinned: Deployment gpufleet-system/gpufleet-reconciler" in r.stdout
+    assert ":latest" in r.stdout and "Fix:" in r.stdout
+    assert "gpu-pool-spares" in md.read_text()
+    # the real stack file is untouched by a what-if
+    assert yaml.safe_load((ROOT / "Pulumi.local.yaml").read_text())["config"]["gpufleet:fleet"]["pools"][1]["spares"] == 1
