@@ -228,3 +228,66 @@ def test_watch_wakes_on_a_fault_not_on_heartbeats(kube_cluster, api):
         assert rec.cache.views["wch-0"].fault.xid == 79
     finally:
         stop.set()
+
+
+def test_agent_turns_kernel_log_lines_into_the_condition(kube_cluster, api, tmp_path):
+    from reconciler.agent import follow, handle_lines, report_fault
+
+    spec = fleet("agt", nodes=1, spares=0)
+    make_nodes(kube_cluster, spec)
+    log = tmp_path / "kmsg"
+    log.write_text(
+        "6,100,1000,-;usb 1-1: new device\n"
+        "4,101,1001,-;NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp Exception\n"  # the job's bug: ignored
+        "4,102,1002,-;NVRM: Xid (PCI:0000:3b:00): seventy-nine\n"  # malformed: logged, ignored
+        "4,103,1003,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus.\n"
+    )
+    kube = Kube(api)
+    lines = iter(follow(log, from_start=True))
+    counts = handle_lines((next(lines) for _ in range(4)), lambda ev: report_fault(kube, "agt-0", ev), {79, 48})
+    assert counts == {"critical": 1, "other": 1, "malformed": 1}
+    cond = {c["type"]: c for c in kube.get_node("agt-0")["status"]["conditions"]}["GpuHealthy"]
+    assert (cond["status"], cond["reason"]) == ("False", "Xid79")
+    assert "fallen off the bus" in cond["message"] and "PCI:0000:3b:00" in cond["message"]
+
+
+def test_pdb_blocks_eviction_until_the_drain_timeout(kube_cluster, api):
+    spec = fleet("pdb", nodes=2, spares=1)
+    make_nodes(kube_cluster, spec)
+    core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
+    core.create_namespaced_pod("default", pod("pdb-guarded", "pdb-0", {"app": "guarded"}))
+    policy.create_namespaced_pod_disruption_budget("default", {
+        "metadata": {"name": "guarded"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+    demo_wait = time.monotonic() + 30
+    while time.monotonic() < demo_wait:  # the disruption controller must have counted the pod
+        st = policy.read_namespaced_pod_disruption_budget("guarded", "default").status
+        if st and st.observed_generation and st.current_healthy == 1:
+            break
+        time.sleep(0.3)
+    rec = reconciler(api, spec)
+    Kube(api).set_condition("pdb-0", "GpuHealthy", "False", "Xid79", "off the bus")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "pdb-0") if r.phase.terminal], timeout=60)
+    assert r.phase is Phase.SUCCEEDED and "drain timed out after 10s" in r.reason and "default/pdb-guarded" in r.reason
+    assert core.read_namespaced_pod("pdb-guarded", "default").metadata.name  # the PDB was respected
+    evicting = r.entered(Phase.EVICTING)
+    assert (r.entered(Phase.REPLACING) - evicting).total_seconds() >= 10
+
+
+def test_quarantined_node_returns_to_spares_after_health_check(kube_cluster, api):
+    spec = fleet("ret", nodes=2, spares=1)
+    make_nodes(kube_cluster, spec)
+    rec = reconciler(api, spec)
+    kube = Kube(api)
+    kube.set_condition("ret-0", "GpuHealthy", "False", "Xid79", "off the bus")
+    run_until(rec, lambda: [r for r in records_for(rec, "ret-0") if r.phase.terminal])
+    assert kube.get_node("ret-0")["metadata"]["labels"][labels.ROLE] == labels.ROLE_QUARANTINED
+    for _ in range(3):  # idle is not healthy: nothing happens without a passed check
+        rec.cache.sync()
+        rec.runtime.run_pass()
+    assert kube.get_node("ret-0")["metadata"]["labels"][labels.ROLE] == labels.ROLE_QUARANTINED
+    kube.set_condition("ret-0", "GpuHealthy", "True", "HealthCheckPassed", "dcgmi diag -r 3 passed")
+    node = run_until(rec, lambda: (n := kube.get_node("ret-0"))["metadata"]["labels"][labels.ROLE] == labels.ROLE_SPARE
+                     and n)
+    taints = {t["key"] for t in node["spec"].get("taints") or []}
+    assert labels.SPARE_TAINT in taints and labels.QUARANTINE_TAINT not in taints
+    assert not node["spec"].get("unschedulable")
