@@ -108,7 +108,6 @@ class SlinkySlurm(pulumi.ComponentResource):
                 k8s.apiextensions.v1.CustomResourceDefinition(f"{name}-crd-{kind.lower()}", **_crd_args(kind), opts=child)
                 for kind in KINDS
             ]
-        after = pulumi.ResourceOptions(parent=self, depends_on=ready)
 
         # Keys for Slurm's own auth (auth/slurm) and slurmrestd's JWTs: Pulumi secrets in, Secrets out.
         key_secret = k8s.core.v1.Secret(

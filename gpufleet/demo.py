@@ -21,6 +21,7 @@ from fleetspec.models import FleetSpec
 from .localenv import train
 from .localenv.env import LocalEnv
 from .stack import Stack
+from .waiting import wait_for
 
 STEPS, EVERY, DELAY = 300, 10, 0.05
 
@@ -93,8 +94,8 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
         else spec.slurm.partitions[0]
     nodes_needed = spec.pool(part.pools[0]).nodes
     job = submit_training(env, part.name, nodes_needed, run_dir)
-    batch = wait_for(lambda: _batch_host(env, job), 60, "the job to start")
-    wait_for(lambda: _last_step(run_dir) >= 60 or None, 120, "the first checkpoints")
+    batch = wait_for("the job to start", lambda: _batch_host(env, job), 60)
+    wait_for("the first checkpoints", lambda: _last_step(run_dir) >= 60, 120)
     out(f"      job {job} running on {nodes_needed} node(s), batch host {batch}, step {_last_step(run_dir)}")
 
     out(f"[5/{total}] inject XID {xid} (GPU fallen off the bus) on {batch}")
@@ -130,7 +131,7 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
         tl.healthy_at = record.phase_times[-1][1].timestamp()
 
     out(f"[7/{total}] the requeued job resumes from its checkpoint")
-    wait_for(lambda: (run_dir / "result.json").exists() or None, timeout, "the job to finish")
+    wait_for("the job to finish", lambda: (run_dir / "result.json").exists(), timeout)
     restart = next((e for e in _events(run_dir) if e["event"] == "start" and e["time"] > fault_at), None)
     if restart:
         tl.job_running_again_at, tl.resumed_step, tl.resumed_on = restart["time"], restart["step"], restart["host"]
@@ -185,14 +186,6 @@ def _last_step(run_dir: Path) -> int:
     return max(steps) if steps else 0
 
 
-def wait_for(fn, timeout: float, what: str, every: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def utc(ts: float) -> str:

@@ -16,6 +16,7 @@ from fleetspec import labels, load_stack_file
 from gpufleet import demo
 from gpufleet.localenv.env import LocalEnv
 from gpufleet.stack import Stack
+from gpufleet.waiting import wait_for
 from reconciler.kube import Kube
 from reconciler.phases import Phase
 from reconciler.records import KubeRecordStore
@@ -81,7 +82,7 @@ def _records(env, node):
 
 
 def _wait(fn, timeout=120, what="condition"):
-    return demo.wait_for(fn, timeout, what, every=0.2)
+    return wait_for(what, fn, timeout, interval=0.2)
 
 
 def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):

@@ -6,12 +6,12 @@ the tools with scripts/build-kube.sh when they are not cached yet.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from gpufleet.waiting import wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -33,15 +33,6 @@ def pinned(name: str) -> str:
     raise KeyError(name)
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def gpu_pod(name: str, pool: str, gpus: int = 1) -> dict:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.waiting import wait_for
+
 from gpufleet.localenv.slurm import SPARE_REASON, LocalSlurm
 from reconciler.slurm import SlurmError, SlurmJob
 from reconciler.slurm.cli import SlurmCLI, expand_hostlist
@@ -38,15 +40,6 @@ def expected_result(steps: int = STEPS) -> int:
     return acc
 
 
-def wait_for(what: str, pred, timeout: float = 30.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def events(out: Path) -> list[dict[str, str]]:

@@ -81,7 +81,7 @@ def test_each_environment_declares_its_fleet(env):
 
 
 def test_components_are_parented_and_typed():
-    spec = build("prod")
+    build("prod")
     comps = {r.typ for r in MOCKS.resources if r.typ.startswith("gpufleet:")}
     assert comps == {"gpufleet:index:GpuFleet", "gpufleet:cluster:ClusterAccess", "gpufleet:pool:GpuNodePool",
                      "gpufleet:storage:SharedStorage", "gpufleet:slurm:SlinkySlurm",

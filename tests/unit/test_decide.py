@@ -9,7 +9,7 @@ import pytest
 from fleetspec import labels, parse_fleet
 from reconciler.decide import detect, fail, plan_step
 from reconciler.model import (
-    Cordon, DownSlurm, DrainSlurm, EvictPods, Fault, JobView, NodeView, Notify, PromoteSpare, Quarantine, Record,
+    DrainSlurm, EvictPods, Fault, JobView, NodeView, PromoteSpare, Quarantine, Record,
     RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ReturnToSpares, SignalJobs, record_name,
 )
 from reconciler.phases import InvalidTransition, Phase, check_transition

@@ -1,0 +1,17 @@
+"""Wait for a condition with a deadline: the one polling loop the demo, the benches and the tests share."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25) -> Any:
+    """Call `fn` until it returns something truthy and return that; TimeoutError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
