@@ -221,11 +221,14 @@ class Runtime:
             held[g.reason] = held.get(g.reason, 0) + len(g.held_nodes)
             key = f"{g.reason}:{g.pool}"
             active.add(key)
-            if key not in self.paged:
+            if key not in self.paged:  # once per gate, not once per pass
                 self.paged.add(key)
                 log.warning("gate %s: %s", g.reason, g.message)
                 if g.reason == "TooManyUnhealthy":
                     self.notifier.send(Message("storm", "critical", g.message))
+                    self.kube.event({"kind": "ConfigMap", "name": f"gpufleet-pool-{g.pool}", "apiVersion": "v1",
+                                     "namespace": self.notifier.namespace}, g.reason, g.message, "Warning",
+                                    self.notifier.namespace)
         self.paged &= active
         for reason in ("TooManyUnhealthy", "MaxConcurrent", "HealingDisabled"):
             self.metrics.held.labels(reason).set(held.get(reason, 0))

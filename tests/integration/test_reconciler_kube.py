@@ -291,3 +291,24 @@ def test_quarantined_node_returns_to_spares_after_health_check(kube_cluster, api
     taints = {t["key"] for t in node["spec"].get("taints") or []}
     assert labels.SPARE_TAINT in taints and labels.QUARANTINE_TAINT not in taints
     assert not node["spec"].get("unschedulable")
+
+
+def test_storm_brake_replaces_nothing_and_pages_once(kube_cluster, api):
+    spec = fleet("stm", nodes=3, spares=2, max_unhealthy_fraction=0.5, max_concurrent=10)
+    make_nodes(kube_cluster, spec)
+    channel = Recorder()
+    rec = reconciler(api, spec, channel)
+    kube = Kube(api)
+    for n in ("stm-0", "stm-1"):
+        kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
+    for _ in range(4):
+        rec.cache.sync()
+        rec.runtime.run_pass()
+    assert records_for(rec, "stm-0") == [] and records_for(rec, "stm-1") == []
+    assert not kube.get_node("stm-0")["spec"].get("unschedulable")  # nothing touched
+    storms = [m for m in channel.messages if m.event == "storm"]
+    assert len(storms) == 1 and storms[0].severity == "critical" and "2 of 3 nodes in pool stm" in storms[0].text
+    events = client.CoreV1Api(api).list_namespaced_event(
+        "default", field_selector="involvedObject.name=gpufleet-pool-stm").items
+    assert [e.reason for e in events] == ["TooManyUnhealthy"]
+    assert rec.runtime.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
