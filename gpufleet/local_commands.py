@@ -92,3 +92,23 @@ def demo(
         raise typer.Exit(EXIT_FAILED)
     if tl.outcome != "Succeeded":
         raise typer.Exit(EXIT_FAILED)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s", help="The environment.")) -> None:
+    """Run the pulumi CLI for a stack with gpufleet's environment (built tools, PULUMI_HOME, the local
+    backend and passphrase for `local`): `gpufleet pulumi -s local up`."""
+    import os
+
+    from .stack import PulumiError, Stack, pulumi_binary
+
+    try:
+        binary = pulumi_binary()
+    except PulumiError as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_FAILED)
+    st = Stack(stack)
+    args = list(ctx.args)
+    if args and args[0] not in ("stack", "login", "logout", "plugin", "version", "whoami", "about"):
+        args += ["--stack", stack]
+    os.execve(binary, [binary, *args, "--cwd", str(st.project_dir)], st.env())
