@@ -38,6 +38,7 @@ from .slurm import SlurmClient
 log = logging.getLogger(__name__)
 MAX_RETRIES = 6
 CHAIN_LIMIT = 25  # immediate steps of one record in one pass
+PASS_BUDGET = 1.0  # seconds of record steps in one pass; then a new pass detects faults that came meanwhile
 
 
 def utcnow() -> datetime:
@@ -65,10 +66,10 @@ class NodeCache:
         self._wake()
 
     def apply(self, kind: str, node: dict) -> None:
-        name = node["metadata"]["name"]
         self.version = node["metadata"].get("resourceVersion", self.version)
         if kind == "BOOKMARK":
-            return
+            return  # a bookmark carries only the resourceVersion (no name)
+        name = node["metadata"]["name"]
         with self.lock:
             if kind == "DELETED":
                 self.raw.pop(name, None)
@@ -129,6 +130,8 @@ class Runtime:
         self.max_retries, self.retry_base = MAX_RETRIES, 0.5  # backoff: retry_base * 2**n seconds, capped at 30
         self.signals: dict[str, tuple[datetime, ...]] = {}
         self.paged: set[str] = set()
+        self.claimed: dict[str, str] = {}  # spare -> the live record that chose it (the cache may lag)
+        self.ended = 0  # records that stopped holding capacity in this pass
 
     # --- one pass --------------------------------------------------------------------------------
 
@@ -156,37 +159,77 @@ class Runtime:
         if seen_at is not None and (detection.started or detection.gates):
             self.metrics.reaction.observe(time.monotonic() - seen_at)
 
-        waits = [self.advance(r) for r in core.active_records(records)]
+        self.ended = 0
+        waits = self.advance_all(core.active_records(records))
+        if self.ended and any(g.reason == "MaxConcurrent" for g in detection.gates):
+            waits.append(0.0)  # capacity freed after this pass's detection: start the held faults now, not when idle
         self.metrics.in_progress.set(sum(1 for r in self.store.list() if r.phase.holds_capacity))
         waits = [w for w in waits if w is not None]
         return min(waits) if waits else None
 
+    def advance_all(self, records: list[Record]) -> list[float | None]:
+        """Move the live records (oldest first) as far as they can go now. New ones take their first
+        step (the cordon) before any record goes further, so in a storm every faulted node is
+        cordoned within seconds; after PASS_BUDGET seconds the pass ends and asks for another at once
+        (0), so a fault that arrived meanwhile is detected without waiting for every replacement."""
+        self.claimed = {r.replacement: r.name for r in records if r.replacement}
+        waits: list[float | None] = []
+        going: list[Record] = []
+        for r in records:
+            out = self._step(r) if r.phase is Phase.DETECTED else r
+            (going if isinstance(out, Record) else waits).append(out)
+        deadline = time.monotonic() + PASS_BUDGET
+        for r in going:
+            if time.monotonic() > deadline:
+                return waits + [0.0]
+            waits.append(self.advance(r))
+        return waits
+
     def advance(self, record: Record) -> float | None:
         """Move one record as far as it can go now."""
         for _ in range(CHAIN_LIMIT):
-            doing = "observe"
-            try:
-                step = core.plan_step(record, self.facts(record), self.spec, self.clock())
-                doing = step.actions[0].kind if step.actions else "step"
-                self._run_actions(step.actions, record)
-            except TemporaryError as e:
-                return self._retry(record, e, doing)
-            except PermanentError as e:
-                self.metrics.action_errors.labels(doing, "permanent").inc()
-                step = core.fail(record, str(e), self.clock())
-                self._run_actions(step.actions, record, best_effort=True)
-            if step.record is None:
-                return step.recheck_after
-            moved = step.record.phase is not record.phase
-            self.store.update(step.record)
-            if moved:
-                self._observe_move(record, step.record)
-            record = step.record
-            if record.phase.terminal or record.phase is Phase.OPTED_OUT:
-                return None
-            if not moved and step.recheck_after not in (None, 0):
-                return step.recheck_after
+            out = self._step(record)
+            if not isinstance(out, Record):
+                return out
+            record = out
         return 0.5
+
+    def _step(self, record: Record) -> Record | float | None:
+        """One step of one record: the record when it can go on at once; else seconds until it
+        wants another look (None: on the next event)."""
+        doing = "observe"
+        try:
+            step = core.plan_step(record, self.facts(record), self.spec, self.clock())
+            doing = step.actions[0].kind if step.actions else "step"
+            self._run_actions(step.actions, record)
+        except TemporaryError as e:
+            return self._retry(record, e, doing)
+        except PermanentError as e:
+            self.metrics.action_errors.labels(doing, "permanent").inc()
+            step = core.fail(record, str(e), self.clock())
+            self._run_actions(step.actions, record, best_effort=True)
+        if step.record is None:
+            return step.recheck_after
+        moved = step.record.phase is not record.phase
+        self.store.update(step.record)
+        if moved:
+            self._observe_move(record, step.record)
+        record = step.record
+        self._claim(record)
+        if record.phase.terminal or record.phase is Phase.OPTED_OUT:
+            self.ended += 1
+            return None
+        if not moved and step.recheck_after not in (None, 0):
+            return step.recheck_after
+        return record
+
+    def _claim(self, record: Record) -> None:
+        """Keep `claimed` current: a live record's chosen spare is nobody else's, even before the
+        node cache shows it promoted (two records of one pass would otherwise pick the same spare)."""
+        for spare in [s for s, owner in self.claimed.items() if owner == record.name]:
+            del self.claimed[spare]
+        if record.replacement and not record.phase.terminal:
+            self.claimed[record.replacement] = record.name
 
     def _retry(self, record: Record, err: Exception, doing: str) -> float | None:
         """A temporary failure: count it on the record (so a restart keeps counting) and back
@@ -199,6 +242,7 @@ class Runtime:
             self._run_actions(fail.actions, record, best_effort=True)
             self.store.update(fail.record)
             self._observe_move(record, fail.record)
+            self.ended += 1
             return None
         self.store.update(replace(record, retries=retries))
         return min(30.0, self.retry_base * 2 ** retries)
@@ -244,7 +288,8 @@ class Runtime:
             left = tuple(sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in evictable(pods)))
             return RecordFacts(opted_out_pods=opted_out(pods, self.spec.healing.opt_out_label), pods_left=left)
         if r.phase in (Phase.REPLACING, Phase.WAITING_FOR_SPARE):
-            return RecordFacts(spares=self.spares(r.pool))
+            taken = {s for s, owner in self.claimed.items() if owner != r.name}
+            return RecordFacts(spares=tuple(s for s in self.spares(r.pool) if s not in taken))
         if r.phase is Phase.RESUMING and r.replacement:
             node = self.cache.get(r.replacement)
             ready = node is not None and self.providers[r.pool].replacement_ready(node)

@@ -312,3 +312,20 @@ def test_storm_brake_replaces_nothing_and_pages_once(kube_cluster, api):
         "default", field_selector="involvedObject.name=gpufleet-pool-stm").items
     assert [e.reason for e in events] == ["TooManyUnhealthy"]
     assert rec.runtime.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
+
+
+def test_simultaneous_faults_get_distinct_spares(kube_cluster, api):
+    """Two remediations stepping in the same pass must not both choose the first spare (the node
+    cache lags the promotion)."""
+    spec = fleet("two", nodes=3, spares=2, max_unhealthy_fraction=0.9, max_concurrent=5)
+    make_nodes(kube_cluster, spec)
+    rec = reconciler(api, spec)
+    kube = Kube(api)
+    for n in ("two-0", "two-1"):
+        kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
+    done = run_until(rec, lambda: (rs := [r for r in rec.runtime.store.list() if r.pool == "two"]) and len(rs) == 2
+                     and all(r.phase.terminal for r in rs) and rs)
+    assert {r.phase for r in done} == {Phase.SUCCEEDED}
+    assert sorted(r.replacement for r in done) == ["two-spare-0", "two-spare-1"]
+    for spare, r in ((r.replacement, r) for r in done):
+        assert kube.get_node(spare)["metadata"]["annotations"][labels.PROMOTED_FOR] == r.node
