@@ -31,6 +31,14 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # --- output ---------------------------------------------------------------------------------------
 
+def exit_on_sigterm() -> None:
+    """SIGTERM (e.g. from `timeout`) ends the script through its `finally` blocks, so whatever it
+    started (control plane, Slurm, reconciler) is torn down."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def say(msg: str) -> None:
     print(f"{datetime.now().strftime('%H:%M:%S')} [load {load():.2f}] {msg}", flush=True)
 

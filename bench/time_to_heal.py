@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    exit_on_sigterm,
     NodeWatcher, install_crd_and_namespace, load, machine, make_spec, pct, pool_doc, release_lease, say, table, wait_for,
     wait_leading, write_policy,
 )
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="leave the work folder (logs) in place")
     ap.add_argument("--json", type=Path, help="also write every measurement here")
     a = ap.parse_args(argv)
+    exit_on_sigterm()
     graces = [int(g) for g in a.grace.split(",") if g.strip()]
 
     from gpufleet.localenv.env import LocalEnv
