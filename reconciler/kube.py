@@ -164,7 +164,11 @@ class Kube:
 
     def event(self, involved: dict, reason: str, message: str, type_: str = "Normal",
               namespace: str = "default") -> None:
-        """A core/v1 Event on `involved` ({kind, name, apiVersion?, uid?}); best effort."""
+        """A core/v1 Event on `involved` ({kind, name, apiVersion?, uid?}); best effort.
+        Events about cluster-scoped objects (nodes, remediations) must live in `default`: the API
+        server rejects them in any other namespace."""
+        if "namespace" not in involved:
+            namespace = "default"
         ts = now_rfc3339()
         body = {
             "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
