@@ -49,7 +49,11 @@ def reconcile(
         rec.cache.sync()
         rec.runtime.run_pass()
         return
-    signal.signal(signal.SIGTERM, lambda *_: rec.stop.set())
+    def stop(*_):  # wake the loop too, or it sleeps out its idle wait before noticing
+        rec.stop.set()
+        rec.cache.wake.set()
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         rec.run(metrics_port or None)
     except KeyboardInterrupt:
