@@ -132,6 +132,7 @@ class Runtime:
         self.paged: set[str] = set()
         self.claimed: dict[str, str] = {}  # spare -> the live record that chose it (the cache may lag)
         self.ended = 0  # records that stopped holding capacity in this pass
+        self.latest: dict[str, Record] = {}  # this pass's live records as last written
 
     # --- one pass --------------------------------------------------------------------------------
 
@@ -163,7 +164,7 @@ class Runtime:
         waits = self.advance_all(core.active_records(records))
         if self.ended and any(g.reason == "MaxConcurrent" for g in detection.gates):
             waits.append(0.0)  # capacity freed after this pass's detection: start the held faults now, not when idle
-        self.metrics.in_progress.set(sum(1 for r in self.store.list() if r.phase.holds_capacity))
+        self.metrics.in_progress.set(sum(1 for r in self.latest.values() if r.phase.holds_capacity))
         waits = [w for w in waits if w is not None]
         return min(waits) if waits else None
 
@@ -173,6 +174,7 @@ class Runtime:
         cordoned within seconds; after PASS_BUDGET seconds the pass ends and asks for another at once
         (0), so a fault that arrived meanwhile is detected without waiting for every replacement."""
         self.claimed = {r.replacement: r.name for r in records if r.replacement}
+        self.latest = {r.name: r for r in records}
         waits: list[float | None] = []
         going: list[Record] = []
         for r in records:
@@ -212,6 +214,7 @@ class Runtime:
             return step.recheck_after
         moved = step.record.phase is not record.phase
         self.store.update(step.record)
+        self.latest[step.record.name] = step.record
         if moved:
             self._observe_move(record, step.record)
         record = step.record
@@ -241,6 +244,7 @@ class Runtime:
             fail = core.fail(record, f"gave up after {retries} attempts: {err}", self.clock())
             self._run_actions(fail.actions, record, best_effort=True)
             self.store.update(fail.record)
+            self.latest[fail.record.name] = fail.record
             self._observe_move(record, fail.record)
             self.ended += 1
             return None
