@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import platform
 import subprocess
 import sys
@@ -23,6 +24,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from fleetspec import labels, parse_fleet, remediation_crd  # noqa: E402
+from gpufleet import waiting  # noqa: E402
 from fleetspec.models import FleetSpec  # noqa: E402
 
 PYTHON = sys.executable
@@ -457,13 +459,8 @@ def free_port() -> int:
 
 
 def wait_for(fn: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+    """gpufleet.waiting.wait_for, in the argument order these scripts use."""
+    return waiting.wait_for(what, fn, timeout, every)
 
 
 def release_lease(api, namespace: str = "gpufleet-system", name: str = "gpufleet-reconciler") -> None:
@@ -489,3 +486,15 @@ def wait_leading(log: Path, timeout: float = 60, since: int = 0) -> None:
         except OSError:
             return False
     wait_for(leading, timeout, f"the reconciler to lead (log {log})")
+
+
+def teardown(stop: Callable[[], None], root: Path, keep: bool, own_root: bool, watcher: Any = None) -> None:
+    """Close the watcher, stop the environment, and remove the run's folder unless it is to be kept."""
+    say("tearing down")
+    try:
+        if watcher:
+            watcher.close()
+        stop()
+    finally:
+        if own_root and not keep:
+            shutil.rmtree(root, ignore_errors=True)

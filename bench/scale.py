@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    exit_on_sigterm,
+    exit_on_sigterm, teardown,
     HostReconciler, NodeWatcher, create_nodes, free_port, install_crd_and_namespace, list_nodes_raw, load, machine,
     make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib, release_lease, say, table, wait_all_ready, wait_for,
     wait_leading, write_policy,
@@ -189,12 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"[{n}] FAILED: {e!r}; stopping here")
                 break
     finally:
-        say("tearing down")
-        if watcher:
-            watcher.close()
-        kube.down()
-        if not a.keep and a.root is None:
-            shutil.rmtree(root, ignore_errors=True)
+        teardown(kube.down, root, a.keep, a.root is None, watcher)
 
     if a.json:
         a.json.write_text(json.dumps(results, indent=2))

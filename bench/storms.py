@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 import threading
@@ -29,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    exit_on_sigterm,
+    exit_on_sigterm, teardown,
     HostReconciler, NodeWatcher, create_nodes, free_port, install_crd_and_namespace, load, machine, make_spec, pct,
     pool_doc, release_lease, say, table, wait_all_ready, wait_for, wait_leading, write_policy,
 )
@@ -253,12 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             for mc in a.tier_max_concurrent:
                 tier_rows += tiers(kube, api, root, a, len(manifests), mc)
     finally:
-        say("tearing down")
-        if watcher:
-            watcher.close()
-        kube.down()
-        if not a.keep and a.root is None:
-            shutil.rmtree(root, ignore_errors=True)
+        teardown(kube.down, root, a.keep, a.root is None, watcher)
 
     if a.json:
         a.json.write_text(json.dumps({"storm": storm_out, "tiers": tier_rows}, indent=2))

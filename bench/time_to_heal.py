@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    exit_on_sigterm,
+    exit_on_sigterm, teardown,
     NodeWatcher, install_crd_and_namespace, load, machine, make_spec, pct, pool_doc, release_lease, say, table, wait_for,
     wait_leading, write_policy,
 )
@@ -226,12 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             watcher.close()
     finally:
-        say("tearing down")
-        try:
-            env.down()
-        finally:
-            if not a.keep and a.root is None:
-                shutil.rmtree(root, ignore_errors=True)
+        teardown(env.down, root, a.keep, a.root is None)
 
     if a.json:
         a.json.write_text(json.dumps({str(k): v for k, v in results.items()}, indent=2))
