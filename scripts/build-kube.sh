@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the local Kubernetes control plane used by gpufleet's integration tests
-# (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok) from Go
+# (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, etcd, kwok) from Go
 # modules, at the versions pinned in tools/kube/versions.env.
 #
 # The binaries go to a cache folder outside the clone, keyed by the pinned
@@ -68,7 +68,7 @@ CACHE_ROOT="${GPUFLEET_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet/too
 NAME="kube-${K8S_VERSION}-etcd-${ETCD_VERSION}-kwok-${KWOK_VERSION}-${INPUT_HASH}"
 CACHE_DIR="$CACHE_ROOT/$NAME"
 BIN_DIR="$CACHE_DIR/bin"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd kwok)
 
 cache_complete() {
   [[ -f "$CACHE_DIR/.complete" ]] || return 1
@@ -90,6 +90,7 @@ print_versions() {
     printf '  %-24s %s\n' kube-apiserver "$("$BIN_DIR/kube-apiserver" --version 2>&1 | head -1)"
     printf '  %-24s %s\n' kube-controller-manager "$("$BIN_DIR/kube-controller-manager" --version 2>&1 | head -1)"
     printf '  %-24s %s\n' kube-scheduler "$("$BIN_DIR/kube-scheduler" --version 2>&1 | head -1)"
+    printf '  %-24s %s\n' kubelet "$("$BIN_DIR/kubelet" --version 2>&1 | head -1)"
     printf '  %-24s %s\n' etcd "$("$BIN_DIR/etcd" --version 2>&1 | head -1)"
     printf '  %-24s %s\n' kwok "$("$BIN_DIR/kwok" --version 2>&1 | head -1)"
   } >&2
@@ -169,7 +170,8 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   K8S_LDFLAGS+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$BUILD_DATE -X $pkg.gitCommit="
 done
 go_build kubernetes "$KUBE_SRC/k8s" "$K8S_LDFLAGS" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kubelet
 
 # tools/kube/etcd is a two-line main calling etcdmain.Main (the binary is named after its dir: etcd).
 go_build etcd "$KUBE_SRC/etcd" "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}-gomodule" .
