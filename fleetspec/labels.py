@@ -29,6 +29,9 @@ REMEDIATION = f"{GROUP}/remediation"       # name of the Remediation record in p
 PROMOTED_FOR = f"{GROUP}/promoted-for"     # on a promoted spare: the node it replaced
 SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
 
+# Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)
+SLINKY_POD_HOSTNAME = "nodeset.slinky.slurm.net/pod-hostname"
+
 # Pod opt-out (key configurable in the spec; this is the default)
 DEFAULT_OPT_OUT = f"{GROUP}/auto-replace-opt-out"
 OPT_OUT_REASON = f"{GROUP}/opt-out-reason"

@@ -245,6 +245,7 @@ class ReconcilerDeployment(Strict):
     image: Image = "ghcr.io/gpufleet/reconciler:0.1.0"
     replicas: int = Field(2, ge=1, le=5)
     agent_image: Image = "ghcr.io/gpufleet/agent:0.1.0"
+    workers: int = Field(16, ge=1, le=256, description="Nodes reconciled in parallel (each node by one worker at a time).")
 
 
 class HealingSpec(Strict):
@@ -263,6 +264,10 @@ class HealingSpec(Strict):
     unhealthy_window_seconds: int = Field(900, ge=1)
     max_attempts_per_node: int = Field(2, ge=1, description="Remediations of one node within the window before it is quarantined for a human.")
     attempts_window_seconds: int = Field(86400, ge=60)
+    retry_budget_seconds: int = Field(
+        900, ge=10, le=86400,
+        description="How long one step may keep failing on temporary errors (Slurm or API server down) before Failed.",
+    )
     opt_out_label: LabelKey = labels.DEFAULT_OPT_OUT
     notifications: list[NotificationTarget] = Field(default_factory=list)
     reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)

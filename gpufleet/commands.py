@@ -46,12 +46,12 @@ def reconcile(
     rec = build(spec, _api(kubeconfig, stack), slurm=slurm_client(slurm, slurm_env), namespace=namespace,
                 leader_elect=leader_elect, dry_run=dry_run)
     if once:
-        rec.cache.sync()
-        rec.runtime.run_pass()
+        rec.sync()
+        rec.runtime.drain()
         return
-    def stop(*_):  # wake the loop too, or it sleeps out its idle wait before noticing
+
+    def stop(*_):
         rec.stop.set()
-        rec.cache.wake.set()
 
     signal.signal(signal.SIGTERM, stop)
     try:

@@ -19,7 +19,7 @@ from .metrics import Metrics, serve
 from .notify import Notifier, channels_from_spec
 from .providers import provider_for
 from .records import KubeRecordStore, MemoryRecordStore
-from .runtime import NodeCache, Runtime
+from .runtime import Runtime
 from .slurm import SlurmClient
 
 log = logging.getLogger(__name__)
@@ -46,19 +46,22 @@ def slurm_client(kind: str, env: dict[str, str] | None = None) -> SlurmClient | 
 
 
 @dataclass
-class Reconciler:
+class Manager:
+    """The reconciler process: informers and workers (the runtime), the Lease, metrics and /healthz."""
+
     runtime: Runtime
-    cache: NodeCache
     elector: LeaseElector | None
     metrics: Metrics
     stop: threading.Event
 
+    def sync(self) -> None:
+        """List every informer now and queue what needs a look (tests, `--once`)."""
+        for i in self.runtime.informers:
+            i.relist()
+        self.runtime.resync()
+
     def run(self, metrics_port: int | None = None) -> None:
-        server = None
-        if metrics_port:
-            stale = lambda: (self.cache.version != "")  # noqa: E731 - healthy once the node cache has synced
-            server = serve(self.metrics, metrics_port, healthy=stale)
-        self.cache.start(self.stop)
+        server = serve(self.metrics, metrics_port, healthy=self.runtime.synced) if metrics_port else None
         leading = None
         if self.elector is not None:
             self.elector.start()
@@ -67,26 +70,26 @@ class Reconciler:
             self.runtime.run(self.stop, leading)
         finally:
             if self.elector:
-                self.elector.stop()
+                self.elector.stop()  # releases the Lease: the next leader starts at once
             if server:
                 server.shutdown()
 
 
 def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, namespace: str | None = None,
-          leader_elect: bool = False, dry_run: bool = False, aws_session=None) -> Reconciler:
+          leader_elect: bool = False, dry_run: bool = False, aws_session=None) -> Manager:
     kube = Kube(api)
     metrics = Metrics()
     stop = threading.Event()
-    cache = NodeCache(kube, list(spec.healing.condition_types))
     namespace = namespace or spec.healing.reconciler.namespace
     store = MemoryRecordStore() if dry_run else KubeRecordStore(api)
     notifier = Notifier(channels_from_spec(spec), kube, namespace,
                         on_failure=lambda ch: metrics.notify_failures.labels(ch).inc())
     kw = {"session": aws_session} if aws_session is not None else {}
     providers = {p.name: provider_for(p, kube, spec, slurm, **(kw if p.provider == "aws-asg" else {})) for p in spec.pools}
-    runtime = Runtime(spec, kube, cache, store, slurm, providers, notifier, metrics, dry_run=dry_run)
     elector = None
     if leader_elect:
         identity = f"{socket.gethostname()}-{os.getpid()}"
         elector = LeaseElector(api, namespace, "gpufleet-reconciler", identity)
-    return Reconciler(runtime, cache, elector, metrics, stop)
+    fence = elector.holds if elector else (lambda: True)
+    runtime = Runtime(spec, kube, store, slurm, providers, notifier, metrics, dry_run=dry_run, fence=fence)
+    return Manager(runtime, elector, metrics, stop)

@@ -1,10 +1,12 @@
 """The pure core: from observations, records, policy and the time to actions. No I/O.
 
-Two questions, asked on every pass (level-based, so a missed event heals itself):
-- `detect`: which faulted nodes start a remediation now, and which are held by a gate
-  (healing off, too many unhealthy in a pool, too many remediations at once, too many
-  attempts on one node)?
-- `plan_step`: for one live remediation, what is the next step?
+Per node, as the work queue hands it over (level-based: the same answer for the same facts, so a
+missed event or a restart heals itself):
+- `detect`: does this node's fault start a remediation now (or return a healed node to the spares)?
+- `plan_step`: for its live remediation, what is the one next step? Containment (cordon, drain in
+  Slurm, checkpoint, requeue) is never gated; admission (attempt cap, storm brake, max_concurrent)
+  decides only whether the node is replaced.
+- `retry`: a step failed for a reason that may pass: when to try again, or give up (a time budget).
 """
 from __future__ import annotations
 
@@ -15,201 +17,184 @@ from typing import Iterable, Sequence
 from fleetspec import FleetSpec, labels, xids
 
 from .model import (
-    Action, Cordon, DownSlurm, DrainSlurm, EvictPods, Gate, NewRemediation, NodeView, Notify, PromoteSpare,
-    Quarantine, Record, RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ReturnToSpares, SignalJobs, Step,
-    record_name,
+    Action, Admission, Cordon, DrainSlurm, EvictPods, Gate, NodeView, Notify, PromoteSpare, Quarantine, Record,
+    RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, SlurmNodeView,
+    Step, record_name,
 )
 from .phases import Phase
 
-RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
+# Jobs that hold the node (the grace period waits for them; a requeue kills what is left) ...
+ON_NODE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING"})
+# ... and of those, the ones a signal can still reach (a completing job is already ending).
+SIGNALLABLE_STATES = ON_NODE_STATES - {"COMPLETING"}
 RESUME_TIMEOUT = timedelta(minutes=10)
 STORM_MIN_NODES = 2  # the brake needs at least this many unhealthy nodes in a pool
+HELD_RECHECK = 5.0  # seconds between admission checks of a held remediation (capacity frees wake it sooner)
+MAX_BACKOFF = 30.0
 
 
-@dataclass(frozen=True)
-class Detection:
-    started: tuple[NewRemediation, ...] = ()
-    gates: tuple[Gate, ...] = ()
-    actions: tuple[Action, ...] = ()  # not tied to a record: return healed nodes to the spares
-
+# --- Slurm reasons: who owns a drain ------------------------------------------------------------
 
 def slurm_reason(record: Record) -> str:
     return f"{labels.SLURM_REASON_PREFIX} {xids.describe(record.xid)} [{record.name}]"
 
 
-def detect(
-    nodes: Sequence[NodeView],
-    records: Sequence[Record],
-    spec: FleetSpec,
-    now: datetime,
-    signals: dict[str, tuple[datetime, ...]] | None = None,
-) -> Detection:
-    """Start remediations for critical faults that pass the gates.
+def drained_by_gpufleet(n: SlurmNodeView) -> bool:
+    return (n.drained or n.down) and n.reason.startswith(labels.SLURM_REASON_PREFIX)
 
-    `signals` holds, per node, when its fault was signalled before (for `occurrences`);
-    without it each signal counts once.
-    """
+
+def drained_by_operator(n: SlurmNodeView) -> bool:
+    return (n.drained or n.down) and n.reason.startswith(labels.SLINKY_REASON_PREFIX)
+
+
+def drained_by_person(n: SlurmNodeView) -> bool:
+    """A drain that is neither gpufleet's nor Slinky's: a person's. It survives everything gpufleet does."""
+    return n.drained and not drained_by_gpufleet(n) and not drained_by_operator(n)
+
+
+# --- detection ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Detection:
+    record: Record | None = None  # a new remediation to create
+    gate: Gate | None = None  # why nothing starts (healing disabled)
+    actions: tuple[Action, ...] = ()  # not tied to a record: return a healed node to the spares
+
+
+def detect(node: NodeView, records: Sequence[Record], spec: FleetSpec, now: datetime,
+           signals: Sequence[datetime] = ()) -> Detection:
+    """Whether `node` starts a remediation now. `records` are the node's own (any phase);
+    `signals` are when its fault was signalled before (for `occurrences`)."""
     policy = spec.healing
-    critical = set(policy.critical_xids)
-    known = {r.name for r in records}
-    live = {r.node: r for r in records if r.active}
-    pools = {p.name: p for p in spec.pools}
-
-    candidates: list[NodeView] = []
-    for n in nodes:
-        f = n.fault
-        if f is None or f.xid not in critical or n.pool not in pools:
-            continue
-        if n.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) or n.name in live:
-            continue
-        if record_name(n.name, f) in known:
-            continue  # this very signal was handled already (a stale condition)
-        seen = [t for t in (signals or {}).get(n.name, ()) if now - t <= timedelta(seconds=policy.occurrence_window_seconds)]
-        if len(seen) + (0 if f.since in seen else 1) < policy.occurrences:
-            continue
-        candidates.append(n)
-    candidates.sort(key=lambda n: (n.fault.since, n.name))  # type: ignore[union-attr]
-
-    actions: list[Action] = [
-        ReturnToSpares(n.name)
-        for n in nodes
-        if n.role == labels.ROLE_QUARANTINED and n.health_check_passed and n.name not in live and n.fault is None
-    ]
-    if not candidates:
-        return Detection(actions=tuple(actions))
+    live = [r for r in records if r.active]
+    if (node.role == labels.ROLE_QUARANTINED and node.health_check_passed and not live and node.fault is None
+            and node.pool in {p.name for p in spec.pools}):
+        return Detection(actions=(ReturnToSpares(node.name),))
+    f = node.fault
+    if f is None or f.xid not in set(policy.critical_xids) or node.pool not in {p.name for p in spec.pools}:
+        return Detection()
+    if node.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) or live:
+        return Detection()
+    if record_name(node.name, f) in {r.name for r in records}:
+        return Detection()  # this very signal was handled already (a stale condition)
+    window = timedelta(seconds=policy.occurrence_window_seconds)
+    seen = [t for t in signals if now - t <= window]
+    if len(seen) + (0 if f.since in seen else 1) < policy.occurrences:
+        return Detection()
     if not policy.enabled:
-        return Detection(
-            gates=(Gate("HealingDisabled", None, "healing is disabled in the spec", tuple(n.name for n in candidates)),),
-            actions=tuple(actions),
-        )
-
-    started: list[NewRemediation] = []
-    gates: list[Gate] = []
-
-    # Attempts cap: a node that keeps failing is not remediated in a loop.
-    window = timedelta(seconds=policy.attempts_window_seconds)
-    remaining: list[NodeView] = []
-    for n in candidates:
-        attempts = [r for r in records if r.node == n.name and now - r.created <= window and r.phase is not Phase.ESCALATED]
-        if len(attempts) >= policy.max_attempts_per_node:
-            reason = (
-                f"{len(attempts)} remediations of {n.name} within {policy.attempts_window_seconds}s "
-                f"(max {policy.max_attempts_per_node}): quarantined for a human"
-            )
-            started.append(NewRemediation(
-                _new_record(n, now, Phase.ESCALATED, reason=reason),
-                (Cordon(n.name, reason), Quarantine(n.name, n.fault.xid),  # type: ignore[union-attr]
-                 Notify("escalated", "critical", reason)),
-            ))
-        else:
-            remaining.append(n)
-
-    # Storm brake: per pool, when too much of it is unhealthy at once, replace nothing there.
-    storm_window = timedelta(seconds=policy.unhealthy_window_seconds)
-    braked: set[str] = set()
-    for pool in sorted({n.pool for n in remaining if n.pool}):
-        size = pools[pool].nodes
-        unhealthy = {
-            n.name for n in nodes
-            if n.pool == pool and n.is_active and n.fault and n.fault.xid in critical and now - n.fault.since <= storm_window
-        } | {r.node for r in records if r.pool == pool and r.active and not r.was_spare and now - r.created <= storm_window}
-        # One failure is never a storm: without this, a small pool could never heal at all.
-        if size and len(unhealthy) >= STORM_MIN_NODES and len(unhealthy) / size > policy.max_unhealthy_fraction:
-            braked.add(pool)
-            held = tuple(sorted(n.name for n in remaining if n.pool == pool))
-            gates.append(Gate(
-                "TooManyUnhealthy", pool,
-                f"{len(unhealthy)} of {size} nodes in pool {pool} unhealthy within {policy.unhealthy_window_seconds}s "
-                f"(> {policy.max_unhealthy_fraction:.0%}): replacing nothing, paging a human",
-                held,
-            ))
-    remaining = [n for n in remaining if n.pool not in braked]
-
-    # Concurrency: at most max_concurrent remediations move at once. Faulted spares are cheap
-    # (quarantine and refill) and never wait.
-    in_flight = sum(1 for r in records if r.phase.holds_capacity and not r.was_spare)
-    room = max(0, policy.max_concurrent - in_flight)
-    held: list[str] = []
-    for n in remaining:
-        if n.is_spare:
-            started.append(NewRemediation(_new_record(n, now, Phase.DETECTED)))
-        elif room > 0:
-            started.append(NewRemediation(_new_record(n, now, Phase.DETECTED)))
-            room -= 1
-        else:
-            held.append(n.name)
-    if held:
-        gates.append(Gate(
-            "MaxConcurrent", None,
-            f"{in_flight + len(started)} remediations in progress (max {policy.max_concurrent}); {len(held)} waiting",
-            tuple(held),
-        ))
-    return Detection(started=tuple(started), gates=tuple(gates), actions=tuple(actions))
+        return Detection(gate=Gate("HealingDisabled", node.pool, f"{node.name}: healing is disabled in the spec"))
+    return Detection(record=Record(
+        name=record_name(node.name, f), node=node.name, pool=node.pool or "", xid=f.xid, message=f.message,
+        phase=Phase.DETECTED, created=now, phase_times=((Phase.DETECTED.value, now),),
+        reason=f"{xids.describe(f.xid)}: {f.message}", was_spare=node.is_spare,
+    ))
 
 
-def _new_record(n: NodeView, now: datetime, phase: Phase, reason: str = "") -> Record:
-    f = n.fault
-    assert f is not None and n.pool is not None
-    return Record(
-        name=record_name(n.name, f), node=n.name, pool=n.pool, xid=f.xid, message=f.message, phase=phase,
-        created=now, phase_times=((phase.value, now),), reason=reason or f"{xids.describe(f.xid)}: {f.message}",
-        was_spare=n.is_spare,
+def admission_facts(record: Record, pool_nodes: Iterable[NodeView], records: Iterable[Record],
+                    spec: FleetSpec, now: datetime) -> Admission:
+    """Count what admission weighs. Unhealthy: the pool's nodes remediated within the window (any
+    outcome: a finished remediation still counts until the window passes; a node a person holds by
+    opting out does not) and its active nodes faulted within it that have no record yet."""
+    policy = spec.healing
+    records = list(records)
+    storm = timedelta(seconds=policy.unhealthy_window_seconds)
+    critical = set(policy.critical_xids)
+    unhealthy = {r.node for r in records if r.pool == record.pool and not r.was_spare
+                 and r.phase is not Phase.OPTED_OUT and now - r.created <= storm}
+    opted_out = {r.node for r in records if r.phase is Phase.OPTED_OUT}
+    unhealthy |= {n.name for n in pool_nodes if n.is_active and n.fault and n.fault.xid in critical
+                  and now - n.fault.since <= storm and n.name not in opted_out}
+    attempts = timedelta(seconds=policy.attempts_window_seconds)
+    return Admission(
+        pool_size=spec.pool(record.pool).nodes,
+        unhealthy=frozenset(unhealthy),
+        in_flight=sum(1 for r in records if r.phase.holds_capacity and not r.was_spare and r.name != record.name),
+        attempts=sum(1 for r in records if r.node == record.node and r.name != record.name
+                     and now - r.created <= attempts and r.phase is not Phase.ESCALATED),
     )
 
 
-def _notify(record: Record, event: str, severity: str, text: str) -> tuple[tuple[Action, ...], tuple[str, ...]]:
-    """A notification sent once per record and event, however often the step is retried."""
-    if event in record.notified:
-        return (), record.notified
-    return (Notify(event, severity, text),), record.notified + (event,)
+def _gate(record: Record, a: Admission, spec: FleetSpec) -> Gate | None:
+    policy = spec.healing
+    n, size = len(a.unhealthy), a.pool_size
+    # One failure is never a storm: without this, a small pool could never heal at all.
+    if size and n >= STORM_MIN_NODES and n / size > policy.max_unhealthy_fraction:
+        return Gate("TooManyUnhealthy", record.pool,
+                    f"{n} of {size} nodes in pool {record.pool} unhealthy within {policy.unhealthy_window_seconds}s "
+                    f"(> {policy.max_unhealthy_fraction:.0%}): faulted nodes are contained (cordoned, drained in "
+                    "Slurm), none is replaced until a human looks")
+    if a.in_flight >= policy.max_concurrent:
+        return Gate("MaxConcurrent", None,
+                    f"{a.in_flight} replacements in progress (max {policy.max_concurrent}): {record.node} is "
+                    "contained and waits its turn")
+    return None
+
+
+# --- one step of one remediation -----------------------------------------------------------------
+
+def _once(record: Record, *actions: Action) -> tuple[Action, ...]:
+    """Drop once-only actions the record has begun already (a retried step never repeats them)."""
+    return tuple(a for a in actions if a.once is None or a.once not in record.intents)
+
+
+def _slurm(facts: RecordFacts) -> dict[str, SlurmNodeView]:
+    return {n.name: n for n in facts.slurm}
 
 
 def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime) -> Step:
-    """The next step of one live remediation. Pure: the runtime runs the actions, then
-    persists the returned record; if it dies in between, the same step is planned again,
-    so every action is idempotent."""
+    """The next step of one live remediation. Pure: the runtime notes the once-only actions as
+    begun, runs the actions, then persists the returned record; if it dies in between, the same
+    step is planned again: idempotent actions repeat harmlessly, once-only ones are skipped."""
     policy = spec.healing
     node, phase = record.node, record.phase
+    slurm = _slurm(facts)
 
     if phase is Phase.DETECTED:
+        names = tuple(sorted(n.name for n in facts.slurm)) if not record.slurm_nodes else record.slurm_nodes
+        kept = tuple(n for n in names if n in slurm and drained_by_person(slurm[n]))
         if record.was_spare:
-            note, notified = _notify(record, "spare-quarantined", "warning",
-                                     f"spare {node} reported {xids.describe(record.xid)}: quarantined, refill requested")
+            refill = (RequestCapacity(record.pool, f"spare {node} quarantined", f"{record.name}/refill")
+                      if facts.can_refill else
+                      Notify("refill-blocked", "warning", f"pool {record.pool} has no room for a new spare (provider limit)"))
             return Step(
-                note + (Cordon(node, slurm_reason(record)), Quarantine(node, record.xid),
-                        RequestCapacity(record.pool, f"spare {node} quarantined")),
-                record.moved(Phase.REPLACING, now, notified=notified),
+                _once(record, Notify("spare-quarantined", "warning",
+                                     f"spare {node} reported {xids.describe(record.xid)}: quarantined, refill requested"))
+                + (Cordon(node, slurm_reason(record)),)
+                + tuple(DrainSlurm(n, slurm_reason(record)) for n in names if n not in kept)
+                + (Quarantine(node, record.xid),) + _once(record, refill),
+                record.moved(Phase.REPLACING, now, slurm_nodes=names, kept_drains=kept),
             )
-        note, notified = _notify(record, "detected", "warning",
+        return Step(
+            _once(record, Notify("detected", "warning",
                                  f"{node} ({record.pool}): {xids.describe(record.xid)} - {record.message}. "
-                                 "gpufleet is draining and replacing it; no action needed.")
-        return Step(note + (Cordon(node, slurm_reason(record)),), record.moved(Phase.SLURM_DRAINING, now, notified=notified))
+                                 "gpufleet is draining and replacing it; no action needed."))
+            + (Cordon(node, slurm_reason(record)),),
+            record.moved(Phase.SLURM_DRAINING, now, slurm_nodes=names, kept_drains=kept),
+        )
 
     if phase is Phase.SLURM_DRAINING:
-        jobs = tuple(sorted(j.job_id for j in facts.jobs_on_node if j.state in RUNNING_STATES))
-        actions: tuple[Action, ...] = (DrainSlurm(node, slurm_reason(record)),)
-        if jobs and policy.grace_period_seconds > 0:
-            actions += (SignalJobs(jobs, "TERM"),)
+        drains = tuple(
+            DrainSlurm(n, slurm_reason(record)) for n in record.slurm_nodes
+            if n not in record.kept_drains and not (n in slurm and (drained_by_gpufleet(slurm[n]) or drained_by_operator(slurm[n])))
+        )
+        jobs = tuple(sorted(j.job_id for j in facts.jobs_on_node if j.state in ON_NODE_STATES))
+        signal = tuple(sorted(j.job_id for j in facts.jobs_on_node if j.state in SIGNALLABLE_STATES))
+        actions: tuple[Action, ...] = drains
+        if signal and policy.grace_period_seconds > 0:
+            actions += _once(record, SignalJobs(signal, "TERM"))
         deadline = now + timedelta(seconds=policy.grace_period_seconds)
         return Step(actions, record.moved(Phase.CHECKPOINTING, now, jobs=jobs, grace_deadline=deadline))
 
     if phase is Phase.CHECKPOINTING:
-        still = [j for j in facts.jobs_on_node if j.state in RUNNING_STATES]
+        still = [j for j in facts.jobs_on_node if j.state in ON_NODE_STATES]
         deadline = record.grace_deadline or now
         if still and now < deadline:
-            return Step(recheck_after=min(2.0, (deadline - now).total_seconds()))
+            return Step(recheck_after=min(1.0, (deadline - now).total_seconds()))
         jobs = tuple(sorted(set(record.jobs) | {j.job_id for j in still}))
-        actions = ((RequeueJobs(jobs),) if jobs else ()) + (DownSlurm(node, slurm_reason(record)),)
-        return Step(actions, record.moved(Phase.REQUEUED, now, jobs=jobs))
+        return Step((RequeueJobs(jobs),) if jobs else (), record.moved(Phase.REQUEUED, now, jobs=jobs))
 
-    if phase is Phase.REQUEUED:
-        if facts.opted_out_pods:
-            why = (f"pods {list(facts.opted_out_pods)} carry the opt-out label {policy.opt_out_label}: "
-                   f"{node} stays cordoned and down in Slurm; nothing is replaced")
-            note, notified = _notify(record, "opted-out", "warning", f"{node}: {why}. A person decides what happens next.")
-            return Step(note, record.moved(Phase.OPTED_OUT, now, reason=why, notified=notified))
-        drain_deadline = now + timedelta(seconds=policy.drain_timeout_seconds)
-        return Step((EvictPods(node),), record.moved(Phase.EVICTING, now, drain_deadline=drain_deadline))
+    if phase in (Phase.REQUEUED, Phase.HELD):
+        return _admit(record, facts, spec, now)
 
     if phase is Phase.EVICTING:
         if facts.pods_left and now < (record.drain_deadline or now):
@@ -223,43 +208,128 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
         if record.was_spare:
             return Step((), record.moved(Phase.SUCCEEDED, now))
         if record.replacement:
+            refill = (RequestCapacity(record.pool, f"refill the spare used for {node}", f"{record.name}/refill")
+                      if facts.can_refill else
+                      Notify("refill-blocked", "warning",
+                             f"pool {record.pool}: {record.replacement} replaces {node}, but the provider has no room "
+                             "for a new spare"))
             return Step(
-                (PromoteSpare(record.replacement, node), Quarantine(node, record.xid),
-                 RequestCapacity(record.pool, f"refill the spare used for {node}")),
+                (PromoteSpare(record.replacement, node), Quarantine(node, record.xid)) + _once(record, refill),
                 record.moved(Phase.RESUMING, now),
             )
-        if facts.spares:
+        eligible = eligible_spares(facts)
+        if eligible:
             # Write the choice down before acting on it, so a restart promotes the same spare.
-            return Step((), replace(record, replacement=facts.spares[0]), recheck_after=0)
-        note, notified = _notify(record, "no-spare", "critical",
-                                 f"no spare left in pool {record.pool} for {node}: it stays drained; capacity requested")
-        return Step(note + (RequestCapacity(record.pool, f"no spare for {node}"),),
-                    record.moved(Phase.WAITING_FOR_SPARE, now, notified=notified))
+            return Step((), replace(record, replacement=eligible[0]), recheck_after=0)
+        ask = (RequestCapacity(record.pool, f"no spare for {node}", f"{record.name}/no-spare"),) if facts.can_refill else ()
+        return Step(
+            _once(record, Notify("no-spare", "critical",
+                                 f"no spare left in pool {record.pool} for {node}: it stays contained; capacity requested"),
+                  *ask),
+            record.moved(Phase.WAITING_FOR_SPARE, now),
+        )
 
     if phase is Phase.WAITING_FOR_SPARE:
-        if facts.spares:
+        if eligible_spares(facts):
             return Step((), record.moved(Phase.REPLACING, now))
         return Step(recheck_after=10.0)
 
     if phase is Phase.RESUMING:
-        if facts.replacement_ready:
+        resumes = tuple(ResumeSlurm(n) for n in resume_candidates(record, facts))
+        if resumes:
+            return Step(resumes, recheck_after=0.5)
+        if replacement_ready(record, facts):
             took = (now - record.created).total_seconds()
-            note, notified = _notify(record, "succeeded", "info",
-                                     f"{node} replaced by {record.replacement} in {took:.0f}s; requeued jobs {list(record.jobs)} released")
-            return Step(((ReleaseJobs(record.jobs),) if record.jobs else ()) + note,
-                        record.moved(Phase.SUCCEEDED, now, notified=notified))
+            return Step(
+                ((ReleaseJobs(record.jobs),) if record.jobs else ())
+                + _once(record, Notify("succeeded", "info",
+                                       f"{node} replaced by {record.replacement} in {took:.0f}s; requeued jobs "
+                                       f"{list(record.jobs)} released")),
+                record.moved(Phase.SUCCEEDED, now),
+            )
         if now - (record.entered(Phase.RESUMING) or now) > RESUME_TIMEOUT:
-            return fail(record, f"replacement {record.replacement} not Ready within {RESUME_TIMEOUT}", now)
+            return fail(record, f"replacement {record.replacement} not taking jobs within {RESUME_TIMEOUT}", now)
         return Step(recheck_after=1.0)
 
     return Step()  # OptedOut and terminal phases: nothing to do
 
 
+def _admit(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime) -> Step:
+    """Admission: the node is contained; is it replaced now, held, escalated, or left to a person?"""
+    policy = spec.healing
+    node = record.node
+    if facts.opted_out_pods:
+        why = (f"pods {list(facts.opted_out_pods)} carry the opt-out label {policy.opt_out_label}: "
+               f"{node} stays cordoned and drained in Slurm; nothing is replaced")
+        return Step(_once(record, Notify("opted-out", "warning", f"{node}: {why}. A person decides what happens next.")),
+                    record.moved(Phase.OPTED_OUT, now, reason=why, held=""))
+    a = facts.admission
+    assert a is not None, "admission facts are gathered for Requeued and Held"
+    if a.attempts >= policy.max_attempts_per_node:
+        why = (f"{a.attempts + 1} remediations of {node} within {policy.attempts_window_seconds}s "
+               f"(max {policy.max_attempts_per_node}): contained and quarantined for a human")
+        return Step((Quarantine(node, record.xid),) + _once(record, Notify("escalated", "critical", why)),
+                    record.moved(Phase.ESCALATED, now, reason=why, held=""))
+    gate = _gate(record, a, spec)
+    if gate is not None:
+        if record.phase is Phase.HELD:
+            if record.held == gate.message:
+                return Step(recheck_after=HELD_RECHECK, gate=gate)
+            return Step((), replace(record, held=gate.message), recheck_after=HELD_RECHECK, gate=gate)
+        return Step((), record.moved(Phase.HELD, now, held=gate.message), recheck_after=HELD_RECHECK, gate=gate)
+    deadline = now + timedelta(seconds=policy.drain_timeout_seconds)
+    return Step((EvictPods(node),), record.moved(Phase.EVICTING, now, drain_deadline=deadline, held=""))
+
+
+def eligible_spares(facts: RecordFacts) -> tuple[str, ...]:
+    """Spares that may replace a node: never one whose Slurm node a person drained."""
+    on_spare = dict(facts.spare_slurm)
+    return tuple(s for s in facts.spares if not any(drained_by_person(n) for n in on_spare.get(s, ())))
+
+
+def resume_candidates(record: Record, facts: RecordFacts) -> tuple[str, ...]:
+    """Slurm nodes gpufleet drained that now run on healthy hardware: the replacement's, and the
+    record's own once their pods have moved off the faulted node. A person's drain is never undone;
+    the operator's drains are the operator's to undo."""
+    slurm = _slurm(facts)
+    names = set(facts.replacement_slurm) | set(facts.slurm_moved)
+    out = []
+    for name in sorted(names):
+        n = slurm.get(name)
+        if n is not None and drained_by_gpufleet(n) and name not in record.kept_drains:
+            out.append(name)
+    return tuple(out)
+
+
+def replacement_ready(record: Record, facts: RecordFacts) -> bool:
+    """The replacement is a schedulable, Ready node without the spare taint; and when the faulted node
+    ran Slurm, a Slurm node now runs on the replacement and takes jobs."""
+    r = facts.replacement
+    if r is None or not r.ready or r.unschedulable or labels.SPARE_TAINT in r.taints:
+        return False
+    if not record.slurm_nodes:
+        return True
+    slurm = _slurm(facts)
+    ours = [n for n in facts.replacement_slurm if n not in record.kept_drains]  # a person's drain is theirs to lift
+    return bool(facts.replacement_slurm) and all(n in slurm and slurm[n].takes_jobs for n in ours)
+
+
+# --- failures -------------------------------------------------------------------------------------
+
+def retry(record: Record, error: str, spec: FleetSpec, now: datetime) -> Step:
+    """A step failed for a reason that may pass (Slurm or the API server down, a timeout). Back off
+    (persisted, so a restart or a wake does not skip it) until the time budget is spent, then fail."""
+    since = record.failing_since or now
+    spent = (now - since).total_seconds()
+    if spent >= spec.healing.retry_budget_seconds:
+        return fail(record, f"gave up after {record.retries + 1} attempts over {spent:.0f}s: {error}", now)
+    delay = min(MAX_BACKOFF, 0.5 * 2 ** record.retries)
+    return Step(record=replace(record, retries=record.retries + 1, failing_since=since,
+                               next_attempt=now + timedelta(seconds=delay), last_error=error[:500]),
+                recheck_after=delay)
+
+
 def fail(record: Record, reason: str, now: datetime) -> Step:
-    """End a remediation that cannot finish, and tell the user why."""
-    note, notified = _notify(record, "failed", "critical", f"remediation {record.name} of {record.node} failed: {reason}")
-    return Step(note, record.moved(Phase.FAILED, now, reason=reason, notified=notified))
-
-
-def active_records(records: Iterable[Record]) -> list[Record]:
-    return sorted((r for r in records if r.active), key=lambda r: (r.created, r.name))
+    """End a remediation that cannot finish, and tell the user why. The node stays contained."""
+    return Step(_once(record, Notify("failed", "critical", f"remediation {record.name} of {record.node} failed: {reason}")),
+                record.moved(Phase.FAILED, now, reason=reason, held=""))

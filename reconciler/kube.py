@@ -15,7 +15,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from fleetspec import labels
+from fleetspec import labels, remediation_crd
 
 from .errors import PermanentError, TemporaryError, classify_api_status
 
@@ -46,6 +46,48 @@ class Kube:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    # --- list + watch, for the informers ----------------------------------------------------------
+
+    def _lister(self, kind: str):
+        if kind == "nodes":
+            return self.core.list_node, ()
+        if kind == "pods":
+            return self.core.list_pod_for_all_namespaces, ()
+        if kind == "remediations":
+            return self.custom.list_cluster_custom_object, (labels.GROUP, remediation_crd.VERSION, remediation_crd.PLURAL)
+        raise ValueError(f"no lister for {kind}")
+
+    def list_page(self, kind: str, limit: int = 500, cont: str | None = None) -> tuple[list[dict], str, str | None]:
+        """One page of a list (items, resourceVersion, continue token or None): paged, so a list of
+        10,000 nodes never sits in memory as one response."""
+        fn, args = self._lister(kind)
+        kw = {"limit": limit, "_preload_content": False}
+        if cont:
+            kw["_continue"] = cont
+        data = _json(_call(f"list {kind}", fn, *args, **kw))
+        meta = data.get("metadata") or {}
+        return data.get("items") or [], meta.get("resourceVersion", ""), meta.get("continue") or None
+
+    def watch(self, kind: str, resource_version: str, timeout_seconds: int = 300) -> Iterator[tuple[str, dict]]:
+        """(event type, object) pairs until the server ends the watch. A 410 Gone (or any error)
+        surfaces as TemporaryError: the informer lists again."""
+        fn, args = self._lister(kind)
+        w = watch.Watch()
+        try:
+            for ev in w.stream(fn, *args, resource_version=resource_version, deserialize=False,
+                               timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
+                obj = ev.get("raw_object") or ev["object"]
+                if ev["type"] == "ERROR":
+                    raise TemporaryError(f"watch {kind}: {obj.get('message', obj)}")
+                yield ev["type"], obj
+        except ApiException as e:
+            raise classify_api_status(e.status)(f"watch {kind}: {e.status} {e.reason}") from None
+        except (HTTPError, OSError) as e:
+            raise TemporaryError(f"watch {kind}: {e}") from None
+        finally:
+            w.stop()
 
     # --- nodes ---------------------------------------------------------------------------------
 
@@ -91,10 +133,13 @@ class Kube:
                     raise
         raise TemporaryError(f"update node {name}: conflict after {attempts} attempts")
 
-    def cordon(self, name: str, reason: str) -> None:
-        # Slinky reads this annotation to tell its own drain reason from ours.
-        self.patch_node(name, {"spec": {"unschedulable": True},
-                               "metadata": {"annotations": {labels.SLINKY_CORDON_REASON: reason}}})
+    def cordon(self, name: str, reason: str, remediation: str | None = None) -> None:
+        """One patch: the cordon, the reason Slinky's operator copies into its Slurm drain (it must be
+        there before the cordon is seen, hence the same write), and the record in progress."""
+        ann = {labels.SLINKY_CORDON_REASON: reason}
+        if remediation:
+            ann[labels.REMEDIATION] = remediation
+        self.patch_node(name, {"spec": {"unschedulable": True}, "metadata": {"annotations": ann}})
 
     def set_node_role(self, name: str, role: str, *, add_taints: list[dict] = (), remove_taints: list[str] = (),
                       annotations: dict[str, str | None] | None = None, schedulable: bool | None = None) -> dict:

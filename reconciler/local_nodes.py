@@ -68,14 +68,24 @@ def slurm_node_names(spec: FleetSpec) -> tuple[dict[str, list[str]], list[str]]:
     return partitions, spares
 
 
-def join_reserve_spare(kube: Kube, pool: NodePool) -> str | None:
-    """Join the next reserved fake node of the pool as a spare; None when the reserve is used up."""
-    existing = {n["metadata"]["name"] for n in kube.list_nodes()[0]}
+REFILL_KEY = "gpufleet.io/refill-for"
+
+
+def join_reserve_spare(kube: Kube, pool: NodePool, key: str = "") -> str | None:
+    """Join the next reserved fake node of the pool as a spare, once per `key`; None when the reserve
+    is used up. The node carries the key, so a replayed request joins nothing more."""
+    nodes = kube.core.list_node(label_selector=f"{labels.POOL}={pool.name}").items
+    if key and any((n.metadata.annotations or {}).get(REFILL_KEY) == key for n in nodes):
+        return None
+    existing = {n.metadata.name for n in nodes}
     for i in range(pool.spares + RESERVE):
         name = f"{pool.name}-spare-{i}"
         if name not in existing:
+            node = pool_node(pool, name, labels.ROLE_SPARE)
+            if key:
+                node["metadata"]["annotations"][REFILL_KEY] = key
             try:
-                kube.core.create_node(pool_node(pool, name, labels.ROLE_SPARE))
+                kube.core.create_node(node)
             except Exception as e:  # noqa: BLE001 - surfaced as a retryable error
                 raise TemporaryError(f"join {name}: {e}") from None
             return name

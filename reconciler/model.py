@@ -33,6 +33,7 @@ class NodeView:
     fault: Fault | None = None
     health_check_passed: bool = False  # condition True with reason HealthCheckPassed
     remediation: str | None = None  # the record in progress, from the node annotation
+    taints: tuple[str, ...] = ()  # taint keys
 
     @property
     def is_spare(self) -> bool:
@@ -41,6 +42,49 @@ class NodeView:
     @property
     def is_active(self) -> bool:
         return self.role == labels.ROLE_ACTIVE
+
+
+@dataclass(frozen=True)
+class PodView:
+    """One pod as the core needs to see it: where it runs, what it is, the labels that matter."""
+
+    namespace: str
+    name: str
+    node: str | None
+    phase: str = "Running"
+    labels: tuple[tuple[str, str], ...] = ()
+    owner_kinds: tuple[str, ...] = ()
+    mirror: bool = False
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def label(self, key: str) -> str | None:
+        return dict(self.labels).get(key)
+
+
+@dataclass(frozen=True)
+class SlurmNodeView:
+    """A Slurm node's state as the core needs it (names are Slurm's, never assumed Kubernetes')."""
+
+    name: str
+    states: frozenset[str] = frozenset()
+    reason: str = ""
+    comment_node: str | None = None  # the Kubernetes node in the operator's JSON comment, if any
+
+    @property
+    def drained(self) -> bool:
+        return bool(self.states & {"DRAIN", "DRAINING", "DRAINED"})
+
+    @property
+    def down(self) -> bool:
+        return bool(self.states & {"DOWN", "FAIL", "NOT_RESPONDING"})
+
+    @property
+    def takes_jobs(self) -> bool:
+        return not (self.drained or self.down)
 
 
 @dataclass(frozen=True)
@@ -60,14 +104,22 @@ class Record:
     jobs: tuple[int, ...] = ()
     grace_deadline: datetime | None = None
     drain_deadline: datetime | None = None
-    notified: tuple[str, ...] = ()
+    intents: tuple[str, ...] = ()  # keys of the once-only actions begun (a crash never repeats them)
     was_spare: bool = False
     retries: int = 0
+    slurm_nodes: tuple[str, ...] = ()  # the faulted node's Slurm nodes, seen when containment began
+    kept_drains: tuple[str, ...] = ()  # of those, the ones a person had drained: never touched
+    held: str = ""  # why admission holds it (the gate's message)
+    failing_since: datetime | None = None  # first temporary failure of the current step
+    next_attempt: datetime | None = None  # backoff: not before this time
+    last_error: str = ""
+    revision: int = 0  # writes by the reconciler: a cache never takes an older copy over a newer one
 
     def moved(self, phase: Phase, now: datetime, **changes) -> "Record":
         """This record in a new phase. Rejects moves the phase table does not allow."""
         check_transition(self.phase, phase)
-        return replace(self, phase=phase, phase_times=self.phase_times + ((phase.value, now),), retries=0, **changes)
+        changes = {"retries": 0, "failing_since": None, "next_attempt": None, "last_error": "", **changes}
+        return replace(self, phase=phase, phase_times=self.phase_times + ((phase.value, now),), **changes)
 
     def entered(self, phase: Phase) -> datetime | None:
         for name, at in reversed(self.phase_times):
@@ -78,6 +130,11 @@ class Record:
     @property
     def active(self) -> bool:
         return not self.phase.terminal
+
+    @property
+    def notified(self) -> tuple[str, ...]:
+        """The notification events sent (intents of Notify actions)."""
+        return tuple(k.split(":", 1)[1] for k in self.intents if k.startswith("notify:"))
 
 
 def record_name(node: str, fault: Fault) -> str:
@@ -93,15 +150,30 @@ class JobView:
 
 
 @dataclass(frozen=True)
+class Admission:
+    """What admission needs to know, counted by the runtime under one lock."""
+
+    pool_size: int
+    unhealthy: frozenset[str]  # nodes of the pool faulted or remediated within the window
+    in_flight: int  # admitted remediations, all pools (Evicting, Replacing, Resuming)
+    attempts: int  # earlier remediations of this node within the attempts window
+
+
+@dataclass(frozen=True)
 class RecordFacts:
-    """What the runtime observed for one live record on this pass."""
+    """What the runtime observed for one live record on this step."""
 
     jobs_on_node: tuple[JobView, ...] = ()
+    slurm: tuple[SlurmNodeView, ...] = ()  # the record's Slurm nodes, and the replacement's
     opted_out_pods: tuple[str, ...] = ()
     pods_left: tuple[str, ...] = ()
-    spares: tuple[str, ...] = ()  # Ready spares of the record's pool, sorted
-    replacement_ready: bool = False
-    replacement_in_slurm: bool = False
+    spares: tuple[str, ...] = ()  # eligible spares of the record's pool (Ready, unclaimed), sorted
+    spare_slurm: tuple[tuple[str, tuple[SlurmNodeView, ...]], ...] = ()  # Slurm nodes on each spare
+    admission: Admission | None = None
+    replacement: NodeView | None = None
+    replacement_slurm: tuple[str, ...] = ()  # Slurm nodes whose pods run on the replacement now
+    slurm_moved: tuple[str, ...] = ()  # the record's Slurm nodes whose pods now run off the faulted node
+    can_refill: bool = True  # the provider has room for one more node (e.g. below the group's MaxSize)
 
 
 # --- actions: what the runtime should do, in order ------------------------------------------
@@ -112,12 +184,22 @@ class Action:
     def kind(self) -> str:
         return type(self).__name__
 
+    @property
+    def once(self) -> str | None:
+        """For actions that must not run twice (a page, a signal, a capacity request): the key under
+        which the record notes that it was begun. None: idempotent, safe to repeat."""
+        return None
+
 
 @dataclass(frozen=True)
 class Notify(Action):
-    event: str  # key recorded in Record.notified so each is sent once
+    event: str  # each event is sent once per record
     severity: str  # info | warning | critical
     text: str
+
+    @property
+    def once(self) -> str:
+        return f"notify:{self.event}"
 
 
 @dataclass(frozen=True)
@@ -128,7 +210,7 @@ class Cordon(Action):
 
 @dataclass(frozen=True)
 class DrainSlurm(Action):
-    node: str
+    node: str  # a Slurm node name
     reason: str
 
 
@@ -137,16 +219,14 @@ class SignalJobs(Action):
     job_ids: tuple[int, ...]
     signal: str = "TERM"
 
+    @property
+    def once(self) -> str:
+        return f"signal:{self.signal}"
+
 
 @dataclass(frozen=True)
 class RequeueJobs(Action):
     job_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class DownSlurm(Action):
-    node: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -170,11 +250,16 @@ class Quarantine(Action):
 class RequestCapacity(Action):
     pool: str
     reason: str
+    key: str  # idempotency key for the provider: one request per remediation and purpose
+
+    @property
+    def once(self) -> str:
+        return f"capacity:{self.key}"
 
 
 @dataclass(frozen=True)
 class ResumeSlurm(Action):
-    node: str
+    node: str  # a Slurm node name
 
 
 @dataclass(frozen=True)
@@ -190,25 +275,18 @@ class ReturnToSpares(Action):
 @dataclass(frozen=True)
 class Step:
     """The core's answer for one record: run these actions, then persist `record`.
-    `record` is None when there is nothing to do yet (wait and look again)."""
+    `record` is None when there is nothing to do yet (look again after `recheck_after`)."""
 
     actions: tuple[Action, ...] = ()
     record: Record | None = None
     recheck_after: float | None = None  # seconds; None = on the next event
-
-
-@dataclass(frozen=True)
-class NewRemediation:
-    record: Record
-    actions: tuple[Action, ...] = ()
+    gate: "Gate | None" = None  # admission held it: surfaced as a metric, an Event and one page per pool
 
 
 @dataclass(frozen=True)
 class Gate:
-    """Why the core started nothing (or not everything) this pass. Surfaced as a metric,
-    an Event and a log line; a page is sent once per storm."""
+    """Why admission holds a remediation (containment is never held)."""
 
     reason: str  # TooManyUnhealthy | MaxConcurrent | HealingDisabled
     pool: str | None
     message: str
-    held_nodes: tuple[str, ...] = field(default_factory=tuple)

@@ -7,15 +7,24 @@ from typing import Any, Iterable
 
 from fleetspec import labels
 
-from .model import Fault, NodeView
+from .model import Fault, NodeView, PodView
 
 _XID_IN_REASON = re.compile(r"(?i)xid[ _-]?(\d+)")
 
 
-def parse_time(value: str | None) -> datetime:
-    if not value:
-        return datetime.now(timezone.utc)
+EPOCH = datetime.fromtimestamp(0, timezone.utc)
+
+
+def parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def fault_since(condition: dict[str, Any]) -> datetime:
+    """When the fault was signalled: the condition's lastTransitionTime. A detector that leaves it
+    out gets the epoch, a fixed value, so the same signal always names the same record (the current
+    time would make a new record at every update)."""
+    value = condition.get("lastTransitionTime")
+    return parse_time(value) if value else EPOCH
 
 
 def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
@@ -31,7 +40,7 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
             if c.get("status") == "False":
                 m = _XID_IN_REASON.search(c.get("reason", "")) or _XID_IN_REASON.search(c.get("message", ""))
                 if m:
-                    fault = Fault(int(m.group(1)), c.get("message", ""), parse_time(c.get("lastTransitionTime")))
+                    fault = Fault(int(m.group(1)), c.get("message", ""), fault_since(c))
             elif c.get("status") == "True" and c.get("reason") == "HealthCheckPassed":
                 healthy_check = True
     return NodeView(
@@ -43,7 +52,36 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
         fault=fault,
         health_check_passed=healthy_check,
         remediation=ann.get(labels.REMEDIATION),
+        taints=tuple(sorted(t.get("key", "") for t in spec.get("taints") or [])),
     )
+
+
+_POD_LABELS = (labels.SLINKY_POD_HOSTNAME, labels.POOL)
+
+
+def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT) -> PodView:
+    """The few fields of a pod the core reads; its other labels are dropped (the cache stays small)."""
+    meta = pod.get("metadata", {})
+    lab = meta.get("labels") or {}
+    keep = {k: v for k, v in lab.items() if k in _POD_LABELS or k == opt_out_label}
+    return PodView(
+        namespace=meta.get("namespace", ""), name=meta["name"], node=(pod.get("spec") or {}).get("nodeName"),
+        phase=(pod.get("status") or {}).get("phase", "Pending"), labels=tuple(sorted(keep.items())),
+        owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or []),
+        mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def opted_out_views(pods: Iterable[PodView], label_key: str) -> tuple[str, ...]:
+    """Pods that opt out of automatic replacement (label present and not 'false')."""
+    return tuple(sorted(p.key for p in pods if (v := p.label(label_key)) is not None and v.lower() != "false"))
+
+
+def evictable_views(pods: Iterable[PodView]) -> list[PodView]:
+    """Pods a drain must evict: not DaemonSet pods, not mirror pods, not already finished."""
+    return [p for p in pods if "DaemonSet" not in p.owner_kinds and not p.mirror
+            and p.phase not in ("Succeeded", "Failed")]
 
 
 def has_taint(node: dict[str, Any], key: str) -> bool:

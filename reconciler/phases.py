@@ -1,13 +1,17 @@
 """The phases of one remediation, and the only moves allowed between them.
 
-    Detected ──► SlurmDraining ──► Checkpointing ──► Requeued ──┬──► OptedOut (holds; a person decides)
-        │                                                       └──► Evicting ──► Replacing ──► Resuming ──► Succeeded
-        │                                                                            │  ▲
-        │                                                                            ▼  │
-        │                                                                    WaitingForSpare
+    containment (never gated)                          admission           replacement
+    Detected ──► SlurmDraining ──► Checkpointing ──► Requeued ──┬──► Evicting ──► Replacing ──► Resuming ──► Succeeded
+        │                                              ▲        ├──► Held ──┘          │  ▲
+        │                                              │        │   (brake, max_concurrent)
+        │                                              │        ├──► OptedOut (a person decides)
+        │                                              │        └──► Escalated (attempt cap: quarantined, paged)
+        │                                                            WaitingForSpare ◄─┘
         └──► (a fault on a spare) Replacing: quarantine it and refill
-    Escalated: too many attempts on one node, or a storm; a human is paged, nothing else is done.
     Any non-terminal phase ──► Failed, with the reason.
+
+Containment (cordon, drain in Slurm, checkpoint, requeue) happens for every critical fault at once;
+only what follows (evicting, promoting a spare) waits for admission.
 
 Each phase is persisted on the Remediation record before the next step runs, so a
 reconciler killed anywhere resumes from the phase it last wrote.
@@ -22,6 +26,7 @@ class Phase(str, Enum):
     SLURM_DRAINING = "SlurmDraining"
     CHECKPOINTING = "Checkpointing"
     REQUEUED = "Requeued"
+    HELD = "Held"
     OPTED_OUT = "OptedOut"
     EVICTING = "Evicting"
     REPLACING = "Replacing"
@@ -37,17 +42,19 @@ class Phase(str, Enum):
 
     @property
     def holds_capacity(self) -> bool:
-        """Counts against max_concurrent: the remediation is still moving."""
-        return self not in TERMINAL and self is not Phase.OPTED_OUT
+        """Counts against max_concurrent: admitted and replacing (waiting for a spare holds no slot)."""
+        return self in ADMITTED
 
 
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.ESCALATED, Phase.FAILED})
+ADMITTED = frozenset({Phase.EVICTING, Phase.REPLACING, Phase.RESUMING})
 
 _ALLOWED: dict[Phase, frozenset[Phase]] = {
-    Phase.DETECTED: frozenset({Phase.SLURM_DRAINING, Phase.REPLACING, Phase.ESCALATED}),
+    Phase.DETECTED: frozenset({Phase.SLURM_DRAINING, Phase.REPLACING}),
     Phase.SLURM_DRAINING: frozenset({Phase.CHECKPOINTING}),
     Phase.CHECKPOINTING: frozenset({Phase.REQUEUED}),
-    Phase.REQUEUED: frozenset({Phase.OPTED_OUT, Phase.EVICTING}),
+    Phase.REQUEUED: frozenset({Phase.OPTED_OUT, Phase.EVICTING, Phase.HELD, Phase.ESCALATED}),
+    Phase.HELD: frozenset({Phase.OPTED_OUT, Phase.EVICTING, Phase.ESCALATED}),
     Phase.OPTED_OUT: frozenset(),
     Phase.EVICTING: frozenset({Phase.REPLACING}),
     Phase.REPLACING: frozenset({Phase.RESUMING, Phase.WAITING_FOR_SPARE, Phase.SUCCEEDED}),

@@ -35,9 +35,9 @@ def quarantine_taint(xid: int) -> dict[str, str]:
 class NodeProvider(Protocol):
     def promote(self, spare: str, replaces: str) -> None: ...
     def quarantine(self, node: str, xid: int) -> None: ...
-    def request_capacity(self, pool: str, reason: str) -> None: ...
+    def request_capacity(self, pool: str, reason: str, key: str) -> None:
+        """Ask for one more node; idempotent by `key` (the remediation and purpose)."""
     def return_to_spares(self, node: str) -> None: ...
-    def replacement_ready(self, node: dict) -> bool: ...
 
 
 def slurm_call(fn, *args):
@@ -60,7 +60,7 @@ class KubernetesSpares:
         self.kube.set_node_role(node, labels.ROLE_QUARANTINED, add_taints=[quarantine_taint(xid)],
                                 remove_taints=[labels.SPARE_TAINT], schedulable=False)
 
-    def request_capacity(self, pool: str, reason: str) -> None:
+    def request_capacity(self, pool: str, reason: str, key: str = "") -> None:
         self.kube.event({"kind": "Node", "name": pool, "apiVersion": "v1"}, "SpareCapacityRequested",
                         f"pool {pool}: {reason}; add a node labelled {labels.POOL}={pool},{labels.ROLE}=spare", "Warning")
 
@@ -69,35 +69,12 @@ class KubernetesSpares:
                                 remove_taints=[labels.QUARANTINE_TAINT], schedulable=True,
                                 annotations={labels.PROMOTED_FOR: None, labels.REMEDIATION: None})
 
-    def replacement_ready(self, node: dict) -> bool:
-        """Ready, schedulable, untainted as a spare; and when Slurm is known, taking jobs."""
-        conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions") or []}
-        spec = node.get("spec", {})
-        if conds.get("Ready") != "True" or spec.get("unschedulable"):
-            return False
-        if any(t["key"] == labels.SPARE_TAINT for t in spec.get("taints") or []):
-            return False
-        if self.slurm is None:
-            return True
-        try:
-            return not self.slurm.node(node["metadata"]["name"]).drained_or_down
-        except SlurmError:
-            return False
-
 
 class LocalProvider(KubernetesSpares):
     """Fake nodes from kwok and a real Slurm whose nodes are named like the Kubernetes ones."""
 
-    def promote(self, spare: str, replaces: str) -> None:
-        super().promote(spare, replaces)
-        if self.slurm is not None:
-            node = slurm_call(self.slurm.node, spare)
-            # Only undo a drain gpufleet set (a spare's, or its own); never a person's.
-            if node.drained_or_down and node.reason.startswith(labels.SLURM_REASON_PREFIX):
-                slurm_call(self.slurm.resume, spare)
-
-    def request_capacity(self, pool: str, reason: str) -> None:
-        joined = join_reserve_spare(self.kube, self.spec.pool(pool))
+    def request_capacity(self, pool: str, reason: str, key: str = "") -> None:
+        joined = join_reserve_spare(self.kube, self.spec.pool(pool), key)
         log.info("local refill for pool %s (%s): %s", pool, reason, joined or "reserve exhausted")
 
 
@@ -142,7 +119,7 @@ class AwsAsgProvider(KubernetesSpares):
         self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceDetached",
                         f"{iid} detached from {pool.aws.asg_name} for repair; a replacement is launching")
 
-    def request_capacity(self, pool_name: str, reason: str) -> None:
+    def request_capacity(self, pool_name: str, reason: str, key: str = "") -> None:
         pool = self.spec.pool(pool_name)
         asg = self._asg(pool)
         group = self._group(asg, pool)

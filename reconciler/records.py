@@ -6,6 +6,7 @@ notified), so the reconciler keeps no state of its own that matters.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -43,14 +44,30 @@ def to_object(r: Record, resource_version: str | None = None) -> dict[str, Any]:
             "jobs": list(r.jobs),
             "graceDeadline": _ts(r.grace_deadline),
             "drainDeadline": _ts(r.drain_deadline),
-            "notified": list(r.notified),
+            "intents": list(r.intents),
             "retries": r.retries,
+            "slurmNodes": list(r.slurm_nodes),
+            "keptDrains": list(r.kept_drains),
+            "held": r.held,
+            "failingSince": _ts(r.failing_since),
+            "nextAttempt": _ts(r.next_attempt),
+            "lastError": r.last_error,
+            "revision": r.revision,
         },
     }
 
 
 class CorruptRecord(PermanentError):
-    """A record the reconciler cannot read. It halts on it and reports, never guesses."""
+    """A record the reconciler cannot read. It halts on its node and reports, never guesses."""
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """What the record cache holds for a corrupt object: its node (from the label) and why."""
+
+    name: str
+    node: str | None
+    error: str
 
 
 def from_object(obj: dict[str, Any]) -> Record:
@@ -65,36 +82,51 @@ def from_object(obj: dict[str, Any]) -> Record:
             phase_times=tuple((p["phase"], parse_time(p["at"])) for p in st.get("phases") or []),
             reason=st.get("reason", ""), replacement=st.get("replacement"), jobs=tuple(st.get("jobs") or ()),
             grace_deadline=opt("graceDeadline"), drain_deadline=opt("drainDeadline"),
-            notified=tuple(st.get("notified") or ()), was_spare=bool(spec.get("wasSpare")),
-            retries=int(st.get("retries") or 0),
+            intents=tuple(st.get("intents") or ()) + tuple(f"notify:{e}" for e in st.get("notified") or ()),
+            was_spare=bool(spec.get("wasSpare")), retries=int(st.get("retries") or 0),
+            slurm_nodes=tuple(st.get("slurmNodes") or ()), kept_drains=tuple(st.get("keptDrains") or ()),
+            held=st.get("held") or "", failing_since=opt("failingSince"), next_attempt=opt("nextAttempt"),
+            last_error=st.get("lastError") or "", revision=int(st.get("revision") or 0),
         )
     except (KeyError, ValueError, TypeError) as e:
         raise CorruptRecord(f"remediation {name} is unreadable ({e!r}): fix or delete it; the reconciler will not guess") from None
 
 
+def read(obj: dict[str, Any]) -> Record | Unreadable:
+    """A record, or what is known of an unreadable one (so only its own node halts)."""
+    try:
+        return from_object(obj)
+    except CorruptRecord as e:
+        meta = obj.get("metadata") or {}
+        return Unreadable(meta.get("name", "?"), (meta.get("labels") or {}).get("gpufleet.io/node"), str(e))
+
+
 class RecordStore(Protocol):
-    def list(self) -> list[Record]: ...
     def create(self, record: Record) -> bool: ...
     def update(self, record: Record) -> None: ...
+    def observe(self, obj: dict[str, Any]) -> Record | Unreadable: ...
 
 
 class KubeRecordStore:
     """Records in the API server. Writes carry the last seen resourceVersion, so two writers
-    (say, an old leader that has not noticed yet) cannot both win."""
+    (say, an old leader that has not noticed yet) cannot both win: the loser gets a conflict."""
 
     def __init__(self, api: client.ApiClient):
         self.custom = client.CustomObjectsApi(api)
         self._versions: dict[str, str] = {}
         self._args = (labels.GROUP, remediation_crd.VERSION, remediation_crd.PLURAL)
 
+    def observe(self, obj: dict[str, Any]) -> Record | Unreadable:
+        """The records informer's transform: remember the version, read the record."""
+        meta = obj.get("metadata") or {}
+        if meta.get("resourceVersion"):
+            self._versions[meta.get("name", "?")] = meta["resourceVersion"]
+        return read(obj)
+
     def list(self) -> list[Record]:
         data = _json(_call("list remediations", self.custom.list_cluster_custom_object, *self._args,
                            _preload_content=False))
-        out = []
-        for obj in data["items"]:
-            self._versions[obj["metadata"]["name"]] = obj["metadata"]["resourceVersion"]
-            out.append(from_object(obj))
-        return out
+        return [r for r in (self.observe(o) for o in data["items"]) if isinstance(r, Record)]
 
     def create(self, record: Record) -> bool:
         """True when created; False when it already exists (the same signal, seen again)."""
@@ -125,8 +157,11 @@ class MemoryRecordStore:
     def __init__(self):
         self.objects: dict[str, str] = {}
 
+    def observe(self, obj: dict[str, Any]) -> Record | Unreadable:
+        return read(obj)
+
     def list(self) -> list[Record]:
-        return [from_object(json.loads(v)) for v in self.objects.values()]
+        return [r for r in (read(json.loads(v)) for v in self.objects.values()) if isinstance(r, Record)]
 
     def create(self, record: Record) -> bool:
         if record.name in self.objects:

@@ -1,12 +1,14 @@
-"""The runtime: watch the nodes, feed the pure core, execute its actions, persist each phase.
+"""The runtime: informers feed a work queue keyed by node; N workers reconcile one node at a time.
 
-    NodeCache (list + watch, wakes the loop when a node's view changes)
-        │
-        ▼
-    Runtime.run_pass: observe ─► detect (gates) ─► per record: gather facts ─► plan_step ─► execute ─► persist
+    informers (nodes, pods, remediations) ──► WorkQueue[node name] ──► N workers ──► reconcile(node):
+        observe (caches, Slurm) ─► core (detect | plan_step | retry) ─► fence ─► note intents ─► act ─► persist
+        ─► requeue at the time the core asks for
 
-Level-based: every pass compares the wanted and the observed state, so a missed event or a
-restart heals itself. Only the leader runs passes.
+One reconcile takes one step of one node's remediation, so a slow or hanging call (Slurm, the API
+server, a webhook) delays only its own node. Nothing is decided before every cache has finished its
+first list. Admission (the brake, max_concurrent) and the choice of a spare are taken under one lock,
+with the steps being applied counted, so no slot and no spare is given twice. Every action is fenced:
+a replica that no longer holds the Lease does nothing.
 """
 from __future__ import annotations
 
@@ -22,303 +24,300 @@ from fleetspec.models import FleetSpec
 
 from . import decide as core
 from .errors import PermanentError, TemporaryError
+from .identity import comment_node, slurm_nodes_on
+from .informers import Informer
 from .kube import Kube
 from .metrics import Metrics
 from .model import (
-    Action, Cordon, DownSlurm, DrainSlurm, EvictPods, JobView, NodeView, Notify, PromoteSpare, Quarantine, Record,
-    RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs,
+    Action, Cordon, DrainSlurm, EvictPods, Gate, JobView, NodeView, Notify, PodView, PromoteSpare, Quarantine,
+    Record, RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs,
+    SlurmNodeView, Step,
 )
 from .notify import Message, Notifier
-from .observe import evictable, node_view, opted_out
+from .observe import evictable_views, node_view, opted_out_views, pod_view
 from .phases import Phase
 from .providers import NodeProvider, slurm_call
-from .records import RecordStore
-from .slurm import SlurmClient
+from .records import RecordStore, Unreadable
+from .slurm import SlurmClient, SlurmError
+from .workqueue import ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
-MAX_RETRIES = 6
-CHAIN_LIMIT = 25  # immediate steps of one record in one pass
-PASS_BUDGET = 1.0  # seconds of record steps in one pass; then a new pass detects faults that came meanwhile
+RESYNC_SECONDS = 300.0  # every node with a fault or a live record is looked at again (level-based safety net)
+UNSYNCED_RECHECK = 0.5
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class NodeCache:
-    """Every node's view, kept current by a watch. Heartbeats change nothing the core sees,
-    so they wake nobody: the cost of one fault does not grow with the fleet."""
-
-    def __init__(self, kube: Kube, condition_types: list[str], wake: threading.Event | None = None):
-        self.kube, self.condition_types = kube, condition_types
-        self.wake = wake or threading.Event()
-        self.raw: dict[str, dict] = {}
-        self.views: dict[str, NodeView] = {}
-        self.version = ""
-        self.changed_at: float | None = None
-        self.lock = threading.Lock()
-
-    def sync(self) -> None:
-        items, self.version = self.kube.list_nodes()
-        with self.lock:
-            self.raw = {n["metadata"]["name"]: n for n in items}
-            self.views = {name: node_view(n, self.condition_types) for name, n in self.raw.items()}
-        self._wake()
-
-    def apply(self, kind: str, node: dict) -> None:
-        self.version = node["metadata"].get("resourceVersion", self.version)
-        if kind == "BOOKMARK":
-            return  # a bookmark carries only the resourceVersion (no name)
-        name = node["metadata"]["name"]
-        with self.lock:
-            if kind == "DELETED":
-                self.raw.pop(name, None)
-                changed = self.views.pop(name, None) is not None
-            else:
-                self.raw[name] = node
-                view = node_view(node, self.condition_types)
-                changed = self.views.get(name) != view
-                self.views[name] = view
-        if changed:
-            self._wake()
-
-    def _wake(self) -> None:
-        if self.changed_at is None:
-            self.changed_at = time.monotonic()
-        self.wake.set()
-
-    def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                if not self.version:
-                    self.sync()
-                for kind, node in self.kube.watch_nodes(self.version, timeout_seconds=60):
-                    self.apply(kind, node)
-                    if stop.is_set():
-                        return
-            except (TemporaryError, PermanentError) as e:
-                log.warning("node watch interrupted (%s); listing again", e)
-                self.version = ""
-                stop.wait(1.0)
-            except Exception:  # noqa: BLE001 - the watch must outlive any surprise; a relist heals it
-                log.exception("node watch failed; listing again")
-                self.version = ""
-                stop.wait(1.0)
-
-    def start(self, stop: threading.Event) -> threading.Thread:
-        t = threading.Thread(target=self.run, args=(stop,), name="node-watch", daemon=True)
-        t.start()
-        return t
-
-    def list_views(self) -> list[NodeView]:
-        with self.lock:
-            return list(self.views.values())
-
-    def get(self, name: str) -> dict | None:
-        with self.lock:
-            return self.raw.get(name)
+class NotLeader(Exception):
+    """This replica does not hold the Lease (any more): act on nothing."""
 
 
 class Runtime:
-    def __init__(self, spec: FleetSpec, kube: Kube, cache: NodeCache, store: RecordStore,
-                 slurm: SlurmClient | None, providers: dict[str, NodeProvider], notifier: Notifier,
-                 metrics: Metrics | None = None, clock: Callable[[], datetime] = utcnow, dry_run: bool = False):
-        self.spec, self.kube, self.cache, self.store = spec, kube, cache, store
+    def __init__(self, spec: FleetSpec, kube: Kube, store: RecordStore, slurm: SlurmClient | None,
+                 providers: dict[str, NodeProvider], notifier: Notifier, metrics: Metrics | None = None,
+                 clock: Callable[[], datetime] = utcnow, dry_run: bool = False,
+                 fence: Callable[[], bool] = lambda: True, queue: WorkQueue | None = None):
+        self.spec, self.kube, self.store = spec, kube, store
         self.slurm, self.providers, self.notifier = slurm, providers, notifier
         self.metrics = metrics or Metrics()
-        self.clock, self.dry_run = clock, dry_run or spec.healing.dry_run
-        self.max_retries, self.retry_base = MAX_RETRIES, 0.5  # backoff: retry_base * 2**n seconds, capped at 30
+        self.clock, self.dry_run, self.fence = clock, dry_run or spec.healing.dry_run, fence
+        self.queue = queue if queue is not None else WorkQueue()
+        self.workers = spec.healing.reconciler.workers
+        conditions = list(spec.healing.condition_types)
+        opt_out = spec.healing.opt_out_label
+        self.nodes: Informer[NodeView] = Informer(
+            "nodes", lambda c: kube.list_page("nodes", 500, c), lambda rv: kube.watch("nodes", rv),
+            lambda o: node_view(o, conditions), indexers={"pool": lambda v: [v.pool] if v.pool else []},
+            on_change=self._node_changed)
+        self.pods: Informer[PodView] = Informer(
+            "pods", lambda c: kube.list_page("pods", 500, c), lambda rv: kube.watch("pods", rv),
+            lambda o: pod_view(o, opt_out), key=lambda o: f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}",
+            indexers={"node": lambda p: [p.node] if p.node else [],
+                      "slurm": lambda p: [h] if (h := p.label(labels.SLINKY_POD_HOSTNAME)) else []},
+            on_change=self._pod_changed)
+        self.records: Informer[Record | Unreadable] = Informer(
+            "remediations", lambda c: kube.list_page("remediations", 500, c), lambda rv: kube.watch("remediations", rv),
+            store.observe,
+            indexers={"node": lambda r: [r.node] if r.node else [],
+                      "replacement": lambda r: [r.replacement] if isinstance(r, Record) and r.replacement else [],
+                      "phase": lambda r: [r.phase] if isinstance(r, Record) else []},
+            on_change=self._record_changed,
+            accept=lambda old, new: not (isinstance(old, Record) and isinstance(new, Record)
+                                         and new.revision < old.revision))
+        self.informers = (self.nodes, self.pods, self.records)
+        self._admission = threading.Lock()
+        self._applying: dict[str, Record] = {}  # steps being applied, counted by admission before they persist
         self.signals: dict[str, tuple[datetime, ...]] = {}
-        self.paged: set[str] = set()
-        self.claimed: dict[str, str] = {}  # spare -> the live record that chose it (the cache may lag)
-        self.ended = 0  # records that stopped holding capacity in this pass
-        self.latest: dict[str, Record] = {}  # this pass's live records as last written
+        self._paged: set[str] = set()
+        self._reported: set[str] = set()
 
-    # --- one pass --------------------------------------------------------------------------------
+    # --- events into the queue ----------------------------------------------------------------------
 
-    def run_pass(self) -> float | None:
-        """Observe, decide and act once. Returns seconds until a record wants another look."""
-        seen_at, self.cache.changed_at = self.cache.changed_at, None
-        nodes = self.cache.list_views()
-        self.metrics.nodes.set(len(nodes))
-        records = self.store.list()
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def _node_changed(self, name, old: NodeView | None, new: NodeView | None) -> None:
+        self.queue.add(name)
+        for r in self.records.by_index("replacement", name):
+            self.queue.add(r.node)
+        if new is not None and new.is_spare and new.ready and new.pool:
+            self._wake(Phase.WAITING_FOR_SPARE, new.pool)
+
+    def _pod_changed(self, key, old: PodView | None, new: PodView | None) -> None:
+        for p in (old, new):
+            if p is not None and p.node:
+                self.queue.add(p.node)
+                for r in self.records.by_index("replacement", p.node):
+                    self.queue.add(r.node)
+
+    def _record_changed(self, name, old, new) -> None:
+        for r in (old, new):
+            if r is not None and r.node:
+                self.queue.add(r.node)
+        was = isinstance(old, Record) and old.phase.holds_capacity
+        if was and not (isinstance(new, Record) and new.phase.holds_capacity):
+            self._wake(Phase.HELD)  # a slot came free
+
+    def _wake(self, phase: Phase, pool: str | None = None) -> None:
+        for r in self.records.by_index("phase", phase):
+            if pool is None or r.pool == pool:
+                self.queue.add(r.node)
+
+    def resync(self) -> None:
+        """Queue every node that has a fault or a live record (and all of them at the first sync)."""
+        for n in self.nodes.values():
+            if n.fault is not None or n.role == labels.ROLE_QUARANTINED:
+                self.queue.add(n.name)
+        for r in self.records.values():
+            if r.node and (isinstance(r, Unreadable) or r.active):
+                self.queue.add(r.node)
+
+    # --- one node -----------------------------------------------------------------------------------
+
+    def reconcile(self, node: str) -> float | None:
+        """One step for one node. Returns seconds until it wants another look (None: on an event)."""
+        if not self.synced():
+            return UNSYNCED_RECHECK  # a decision on a half-filled cache sees no spares and no records
+        mine = self.records.by_index("node", node)
+        bad = [r for r in mine if isinstance(r, Unreadable)]
+        if bad:
+            self._report_unreadable(node, bad)
+            return None
+        records = [r for r in mine if isinstance(r, Record)]
+        live = sorted((r for r in records if r.active), key=lambda r: (r.created, r.name))
+        if not live:
+            return self._detect(node, records)
+        record = live[0]
         now = self.clock()
-        for n in nodes:  # remember distinct signals, for the `occurrences` threshold
-            if n.fault and n.fault.since not in self.signals.get(n.name, ()):
-                self.signals[n.name] = self.signals.get(n.name, ())[-9:] + (n.fault.since,)
+        if record.next_attempt and now < record.next_attempt:
+            return (record.next_attempt - now).total_seconds()
+        return self._advance(record, now)
 
-        detection = core.detect(nodes, records, self.spec, now, self.signals)
-        self._gates(detection.gates)
-        for new in detection.started:
-            if self.store.create(new.record):
-                log.info("remediation started", extra=self._ctx(new.record))
-                self.metrics.started.labels(new.record.pool, str(new.record.xid)).inc()
-                records.append(new.record)
-                self._run_actions(new.actions, new.record)
-        for action in detection.actions:
-            self._run_actions((action,), None)
-        if seen_at is not None and (detection.started or detection.gates):
-            self.metrics.reaction.observe(time.monotonic() - seen_at)
+    def _detect(self, node: str, records: list[Record]) -> float | None:
+        view = self.nodes.get(node)
+        if view is None:
+            return None
+        now = self.clock()
+        if view.fault is not None and view.fault.since not in self.signals.get(node, ()):
+            self.signals[node] = self.signals.get(node, ())[-9:] + (view.fault.since,)
+        d = core.detect(view, records, self.spec, now, self.signals.get(node, ()))
+        for a in d.actions:
+            self._run(a, None)
+        if d.gate is not None:
+            self._gate(d.gate)
+        if d.record is None:
+            return None
+        self._fenced()
+        if self.store.create(d.record):
+            self.records.put(d.record.name, d.record)
+            log.info("remediation started", extra=self._ctx(d.record))
+            self.metrics.started.labels(d.record.pool, str(d.record.xid)).inc()
+        return 0.0
 
-        self.ended = 0
-        waits = self.advance_all(core.active_records(records))
-        if self.ended and any(g.reason == "MaxConcurrent" for g in detection.gates):
-            waits.append(0.0)  # capacity freed after this pass's detection: start the held faults now, not when idle
-        self.metrics.in_progress.set(sum(1 for r in self.latest.values() if r.phase.holds_capacity))
-        waits = [w for w in waits if w is not None]
-        return min(waits) if waits else None
-
-    def advance_all(self, records: list[Record]) -> list[float | None]:
-        """Move the live records (oldest first) as far as they can go now. New ones take their first
-        step (the cordon) before any record goes further, so in a storm every faulted node is
-        cordoned within seconds; after PASS_BUDGET seconds the pass ends and asks for another at once
-        (0), so a fault that arrived meanwhile is detected without waiting for every replacement."""
-        self.claimed = {r.replacement: r.name for r in records if r.replacement}
-        self.latest = {r.name: r for r in records}
-        waits: list[float | None] = []
-        going: list[Record] = []
-        for r in records:
-            out = self._step(r) if r.phase is Phase.DETECTED else r
-            (going if isinstance(out, Record) else waits).append(out)
-        deadline = time.monotonic() + PASS_BUDGET
-        for r in going:
-            if time.monotonic() > deadline:
-                return waits + [0.0]
-            waits.append(self.advance(r))
-        return waits
-
-    def advance(self, record: Record) -> float | None:
-        """Move one record as far as it can go now."""
-        for _ in range(CHAIN_LIMIT):
-            out = self._step(record)
-            if not isinstance(out, Record):
-                return out
-            record = out
-        return 0.5
-
-    def _step(self, record: Record) -> Record | float | None:
-        """One step of one record: the record when it can go on at once; else seconds until it
-        wants another look (None: on the next event)."""
+    def _advance(self, record: Record, now: datetime) -> float | None:
         doing = "observe"
         try:
-            step = core.plan_step(record, self.facts(record), self.spec, self.clock())
-            doing = step.actions[0].kind if step.actions else "step"
-            self._run_actions(step.actions, record)
-        except TemporaryError as e:
-            return self._retry(record, e, doing)
-        except PermanentError as e:
-            self.metrics.action_errors.labels(doing, "permanent").inc()
-            step = core.fail(record, str(e), self.clock())
-            self._run_actions(step.actions, record, best_effort=True)
+            observed = self._observe(record)
+            if record.phase in (Phase.REQUEUED, Phase.HELD, Phase.REPLACING, Phase.WAITING_FOR_SPARE):
+                with self._admission:
+                    facts = self._shared(record, observed)
+                    step = core.plan_step(record, facts, self.spec, self.clock())
+                    if step.record is not None:
+                        self._applying[record.name] = step.record
+            else:
+                step = core.plan_step(record, observed, self.spec, self.clock())
+            if step.gate is not None:
+                self._gate(step.gate)
+            doing = step.actions[0].kind if step.actions else "persist"
+            try:
+                return self._apply(record, step)
+            finally:
+                self._applying.pop(record.name, None)
+        except NotLeader:
+            raise
+        except (TemporaryError, PermanentError) as e:
+            latest = self.records.get(record.name)  # with the intents noted before the failing action
+            record = latest if isinstance(latest, Record) else record
+            kind = "temporary" if isinstance(e, TemporaryError) else "permanent"
+            self.metrics.action_errors.labels(doing, kind).inc()
+            log.warning("%s failure (%s): %s", kind, doing, e, extra=self._ctx(record))
+            if isinstance(e, TemporaryError):
+                return self._apply(record, core.retry(record, f"{doing}: {e}", self.spec, self.clock()))
+            return self._apply(record, core.fail(record, f"{doing}: {e}", self.clock()))
+
+    def _apply(self, record: Record, step: Step) -> float | None:
+        """Note the once-only actions as begun, run the actions, persist the record."""
+        begun = tuple(a.once for a in step.actions if a.once and a.once not in record.intents)
+        if begun and not self.dry_run:
+            record = self._persist(replace(record, intents=record.intents + begun))
+        for a in step.actions:
+            self._run(a, record)
         if step.record is None:
             return step.recheck_after
-        moved = step.record.phase is not record.phase
-        self.store.update(step.record)
-        self.latest[step.record.name] = step.record
-        if moved:
-            self._observe_move(record, step.record)
-        record = step.record
-        self._claim(record)
-        if record.phase.terminal or record.phase is Phase.OPTED_OUT:
-            self.ended += 1
+        new = replace(step.record, intents=tuple(dict.fromkeys(record.intents + step.record.intents)),
+                      revision=record.revision)
+        new = self._persist(new)
+        if new.phase is not record.phase:
+            self._observe_move(record, new)
+        if new.phase.terminal or new.phase is Phase.OPTED_OUT:
             return None
-        if not moved and step.recheck_after not in (None, 0):
-            return step.recheck_after
+        if new.next_attempt is not None:
+            return max(0.0, (new.next_attempt - self.clock()).total_seconds())
+        return 0.0 if new.phase is not record.phase else step.recheck_after
+
+    def _persist(self, record: Record) -> Record:
+        self._fenced()
+        record = replace(record, revision=record.revision + 1)
+        self.store.update(record)
+        self.records.put(record.name, record)
         return record
 
-    def _claim(self, record: Record) -> None:
-        """Keep `claimed` current: a live record's chosen spare is nobody else's, even before the
-        node cache shows it promoted (two records of one pass would otherwise pick the same spare)."""
-        for spare in [s for s, owner in self.claimed.items() if owner == record.name]:
-            del self.claimed[spare]
-        if record.replacement and not record.phase.terminal:
-            self.claimed[record.replacement] = record.name
+    def _fenced(self) -> None:
+        if not self.fence():
+            raise NotLeader()
 
-    def _retry(self, record: Record, err: Exception, doing: str) -> float | None:
-        """A temporary failure: count it on the record (so a restart keeps counting) and back
-        off; past max_retries the remediation ends in Failed and the user is told."""
-        self.metrics.action_errors.labels(doing, "temporary").inc()
-        retries = record.retries + 1
-        log.warning("temporary failure (%d/%d): %s", retries, self.max_retries, err, extra=self._ctx(record))
-        if retries >= self.max_retries:
-            fail = core.fail(record, f"gave up after {retries} attempts: {err}", self.clock())
-            self._run_actions(fail.actions, record, best_effort=True)
-            self.store.update(fail.record)
-            self.latest[fail.record.name] = fail.record
-            self._observe_move(record, fail.record)
-            self.ended += 1
-            return None
-        self.store.update(replace(record, retries=retries))
-        return min(30.0, self.retry_base * 2 ** retries)
+    # --- observation ------------------------------------------------------------------------------------
 
-    def _observe_move(self, old: Record, new: Record) -> None:
-        now = self.clock()
-        entered = old.entered(old.phase) or old.created
-        self.metrics.phase_seconds.labels(old.phase.value).observe((now - entered).total_seconds())
-        log.info("phase %s -> %s", old.phase.value, new.phase.value, extra=self._ctx(new))
-        if new.phase.terminal:
-            outcome = new.phase.value.lower()
-            self.metrics.remediations.labels(str(new.xid), outcome).inc()
-            if new.phase is Phase.SUCCEEDED:
-                self.metrics.time_to_healthy.observe((now - new.created).total_seconds())
+    def _pods_on(self, node: str) -> list[PodView]:
+        return self.pods.by_index("node", node)
 
-    def _gates(self, gates) -> None:
-        held: dict[str, int] = {}
-        active = set()
-        for g in gates:
-            held[g.reason] = held.get(g.reason, 0) + len(g.held_nodes)
-            key = f"{g.reason}:{g.pool}"
-            active.add(key)
-            if key not in self.paged:  # once per gate, not once per pass
-                self.paged.add(key)
-                log.warning("gate %s: %s", g.reason, g.message)
-                if g.reason == "TooManyUnhealthy":
-                    self.notifier.send(Message("storm", "critical", g.message))
-                    self.kube.event({"kind": "ConfigMap", "name": f"gpufleet-pool-{g.pool}", "apiVersion": "v1",
-                                     "namespace": self.notifier.namespace}, g.reason, g.message, "Warning",
-                                    self.notifier.namespace)
-        self.paged &= active
-        for reason in ("TooManyUnhealthy", "MaxConcurrent", "HealingDisabled"):
-            self.metrics.held.labels(reason).set(held.get(reason, 0))
+    def _slurm_view(self, name: str) -> SlurmNodeView | None:
+        if self.slurm is None:
+            return SlurmNodeView(name)
+        try:
+            n = self.slurm.node(name)
+        except SlurmError as e:
+            if e.temporary:
+                raise TemporaryError(f"Slurm: {e}") from None
+            return None  # unknown to Slurm (a dynamic node not registered yet, or gone)
+        return SlurmNodeView(n.name, frozenset(n.states), n.reason, comment_node(getattr(n, "comment", "") or ""))
 
-    # --- observation for one record ---------------------------------------------------------------
+    def _slurm_views(self, names) -> tuple[SlurmNodeView, ...]:
+        return tuple(v for v in (self._slurm_view(n) for n in sorted(set(names))) if v is not None)
 
-    def facts(self, r: Record) -> RecordFacts:
-        if r.phase in (Phase.SLURM_DRAINING, Phase.CHECKPOINTING) and self.slurm is not None:
-            jobs = slurm_call(self.slurm.jobs_on_node, r.node)
-            return RecordFacts(jobs_on_node=tuple(JobView(j.job_id, j.state) for j in jobs))
-        if r.phase in (Phase.REQUEUED, Phase.EVICTING):
-            pods = self.kube.pods_on_node(r.node)
-            left = tuple(sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in evictable(pods)))
-            return RecordFacts(opted_out_pods=opted_out(pods, self.spec.healing.opt_out_label), pods_left=left)
-        if r.phase in (Phase.REPLACING, Phase.WAITING_FOR_SPARE):
-            taken = {s for s, owner in self.claimed.items() if owner != r.name}
-            return RecordFacts(spares=tuple(s for s in self.spares(r.pool) if s not in taken))
-        if r.phase is Phase.RESUMING and r.replacement:
-            node = self.cache.get(r.replacement)
-            ready = node is not None and self.providers[r.pool].replacement_ready(node)
-            return RecordFacts(replacement_ready=ready)
+    def _jobs(self, names) -> tuple[JobView, ...]:
+        if self.slurm is None:
+            return ()
+        jobs: dict[int, JobView] = {}
+        for name in names:
+            for j in slurm_call(self.slurm.jobs_on_node, name):
+                jobs[j.job_id] = JobView(j.job_id, j.state)
+        return tuple(jobs.values())
+
+    def _observe(self, r: Record) -> RecordFacts:
+        """What this step needs to see, gathered outside the admission lock (it may call Slurm)."""
+        phase = r.phase
+        if phase is Phase.DETECTED:
+            names = slurm_nodes_on(r.node, self._pods_on(r.node))
+            for c in names.conflicts:
+                log.warning(c, extra=self._ctx(r))
+            return RecordFacts(slurm=self._slurm_views(names.names), can_refill=self._can_refill(r) if r.was_spare else True)
+        if phase in (Phase.SLURM_DRAINING, Phase.CHECKPOINTING):
+            return RecordFacts(slurm=self._slurm_views(r.slurm_nodes), jobs_on_node=self._jobs(r.slurm_nodes))
+        if phase in (Phase.REQUEUED, Phase.HELD):
+            return RecordFacts(opted_out_pods=opted_out_views(self._pods_on(r.node), self.spec.healing.opt_out_label))
+        if phase is Phase.EVICTING:
+            return RecordFacts(pods_left=tuple(sorted(p.key for p in evictable_views(self._pods_on(r.node)))))
+        if phase in (Phase.REPLACING, Phase.WAITING_FOR_SPARE):
+            spares = self._ready_spares(r.pool)
+            on_spare = tuple((s, self._slurm_views(slurm_nodes_on(s, self._pods_on(s)).names)) for s in spares)
+            return RecordFacts(spares=spares, spare_slurm=on_spare, can_refill=self._can_refill(r))
+        if phase is Phase.RESUMING and r.replacement:
+            on_replacement = slurm_nodes_on(r.replacement, self._pods_on(r.replacement)).names
+            moved = tuple(n for n in r.slurm_nodes
+                          if any(p.node and p.node != r.node for p in self.pods.by_index("slurm", n)))
+            return RecordFacts(replacement=self.nodes.get(r.replacement), replacement_slurm=on_replacement,
+                               slurm_moved=moved, slurm=self._slurm_views(set(on_replacement) | set(moved)))
         return RecordFacts()
 
-    def spares(self, pool: str) -> tuple[str, ...]:
-        return tuple(sorted(
-            n.name for n in self.cache.list_views()
-            if n.pool == pool and n.is_spare and n.ready and n.fault is None and not n.unschedulable
-        ))
+    def _shared(self, r: Record, observed: RecordFacts) -> RecordFacts:
+        """Facts counted across nodes, under the admission lock, with the steps being applied."""
+        records = {x.name: x for x in self.records.values() if isinstance(x, Record)}
+        records.update(self._applying)
+        if r.phase in (Phase.REQUEUED, Phase.HELD):
+            a = core.admission_facts(r, self.nodes.by_index("pool", r.pool), records.values(), self.spec, self.clock())
+            return replace(observed, admission=a)
+        taken = {x.replacement for x in records.values() if x.replacement and x.active and x.name != r.name}
+        return replace(observed, spares=tuple(s for s in observed.spares if s not in taken))
 
-    # --- actions ----------------------------------------------------------------------------------
+    def _ready_spares(self, pool: str) -> tuple[str, ...]:
+        return tuple(sorted(n.name for n in self.nodes.by_index("pool", pool)
+                            if n.is_spare and n.ready and n.fault is None and not n.unschedulable))
 
-    def _run_actions(self, actions: tuple[Action, ...], record: Record | None, best_effort: bool = False) -> None:
-        for a in actions:
-            if self.dry_run and not isinstance(a, Notify):
-                log.info("dry run: would %s", a, extra=self._ctx(record))
-                continue
-            try:
-                self.execute(a, record)
-            except (TemporaryError, PermanentError) as e:
-                if not best_effort:
-                    raise
-                log.error("%s failed: %s", a.kind, e, extra=self._ctx(record))
+    def _can_refill(self, r: Record) -> bool:
+        check = getattr(self.providers[r.pool], "can_refill", None)
+        return True if check is None else bool(check(r.pool))
+
+    # --- actions ----------------------------------------------------------------------------------------
+
+    def _run(self, a: Action, r: Record | None) -> None:
+        if self.dry_run and not isinstance(a, Notify):
+            log.info("dry run: would %s", a, extra=self._ctx(r))
+            return
+        self._fenced()
+        self.execute(a, r)
 
     def execute(self, a: Action, r: Record | None) -> None:
         pool = r.pool if r else None
@@ -326,32 +325,28 @@ class Runtime:
             case Notify():
                 self.notifier.send(Message(a.event, a.severity, a.text, r))
             case Cordon():
-                self.kube.cordon(a.node, a.reason)
-                if r is not None:
-                    self.kube.patch_node(a.node, {"metadata": {"annotations": {labels.REMEDIATION: r.name}}})
+                self.kube.cordon(a.node, a.reason, remediation=r.name if r else None)
             case DrainSlurm():
                 self._slurm(lambda s: s.drain(a.node, a.reason))
             case SignalJobs():
                 self._slurm(lambda s: s.signal_jobs(a.job_ids, a.signal))
             case RequeueJobs():
                 self._slurm(lambda s: s.requeue(a.job_ids))
-            case DownSlurm():
-                self._slurm(lambda s: s.down(a.node, a.reason))
             case ResumeSlurm():
                 self._slurm(lambda s: s.resume(a.node))
             case ReleaseJobs():
                 self._slurm(lambda s: s.release(a.job_ids))
             case EvictPods():
-                for p in evictable(self.kube.pods_on_node(a.node)):
-                    self.kube.evict(p)
+                for p in evictable_views(self._pods_on(a.node)):
+                    self.kube.evict({"metadata": {"name": p.name, "namespace": p.namespace}})
             case PromoteSpare():
                 self.providers[pool].promote(a.spare, a.replaces)
             case Quarantine():
                 self.providers[pool].quarantine(a.node, a.xid)
             case RequestCapacity():
-                self.providers[a.pool].request_capacity(a.pool, a.reason)
+                self.providers[a.pool].request_capacity(a.pool, a.reason, a.key)
             case ReturnToSpares():
-                view = self.cache.views.get(a.node)
+                view = self.nodes.get(a.node)
                 self.providers[view.pool].return_to_spares(a.node)  # type: ignore[union-attr]
             case _:
                 raise PermanentError(f"unknown action {a!r}")
@@ -360,27 +355,127 @@ class Runtime:
         if self.slurm is not None:
             slurm_call(call, self.slurm)
 
+    # --- telling people -----------------------------------------------------------------------------------
+
+    def _observe_move(self, old: Record, new: Record) -> None:
+        now = self.clock()
+        entered = old.entered(old.phase) or old.created
+        self.metrics.phase_seconds.labels(old.phase.value).observe((now - entered).total_seconds())
+        log.info("phase %s -> %s", old.phase.value, new.phase.value, extra=self._ctx(new))
+        if new.phase.terminal:
+            self.metrics.remediations.labels(str(new.xid), new.phase.value.lower()).inc()
+            if new.phase is Phase.SUCCEEDED:
+                self.metrics.time_to_healthy.observe((now - new.created).total_seconds())
+
+    def _gate(self, g: Gate) -> None:
+        """One page and one Event per gate and pool while it holds; the metric counts held nodes."""
+        key = f"{g.reason}:{g.pool}"
+        with self._admission:
+            first = key not in self._paged
+            self._paged.add(key)
+        if first:
+            log.warning("gate %s: %s", g.reason, g.message)
+            if g.reason == "TooManyUnhealthy":
+                self.notifier.send(Message("storm", "critical", g.message))
+                self.kube.event({"kind": "ConfigMap", "name": f"gpufleet-pool-{g.pool}", "apiVersion": "v1",
+                                 "namespace": self.notifier.namespace}, g.reason, g.message, "Warning",
+                                self.notifier.namespace)
+
+    def refresh_gauges(self) -> None:
+        """Gauges from the caches; a gate that holds nothing any more may page again next time."""
+        records = [r for r in self.records.values() if isinstance(r, Record)]
+        self.metrics.nodes.set(len(self.nodes))
+        self.metrics.in_progress.set(sum(1 for r in records if r.active and r.phase is not Phase.OPTED_OUT))
+        held: dict[str, int] = {}
+        for r in records:
+            if r.phase is Phase.HELD:
+                reason = "TooManyUnhealthy" if "unhealthy" in r.held else "MaxConcurrent"
+                held[reason] = held.get(reason, 0) + 1
+        for reason in ("TooManyUnhealthy", "MaxConcurrent", "HealingDisabled"):
+            self.metrics.held.labels(reason).set(held.get(reason, 0))
+        with self._admission:
+            pools = {r.pool for r in records if r.phase is Phase.HELD and "unhealthy" in r.held}
+            self._paged = {k for k in self._paged if not k.startswith("TooManyUnhealthy:") or k.split(":", 1)[1] in pools}
+
+    def _report_unreadable(self, node: str, bad: list[Unreadable]) -> None:
+        for b in bad:
+            if b.name in self._reported:
+                continue
+            self._reported.add(b.name)
+            log.error("%s: node %s is left alone until the record is fixed or deleted", b.error, node)
+            self.metrics.action_errors.labels("read-record", "permanent").inc()
+            self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "RemediationUnreadable", b.error,
+                            "Warning")
+
     @staticmethod
     def _ctx(r: Record | None) -> dict:
         return {"remediation": r.name, "node": r.node, "phase": r.phase.value} if r else {}
 
-    # --- the loop ---------------------------------------------------------------------------------
+    # --- workers --------------------------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event, leading: threading.Event | None = None, idle: float = 30.0) -> None:
-        """Pass after pass: on a node change, when a record asks for it, or every `idle` seconds."""
-        wait = 0.0
+    def process(self, key: str) -> None:
+        """Reconcile one key taken from the queue, and requeue it as it asks."""
+        try:
+            delay = self.reconcile(key)
+        except NotLeader:
+            self.queue.add_after(key, 1.0)
+        except (TemporaryError, PermanentError) as e:
+            log.warning("reconcile %s: %s (backing off)", key, e)
+            self.queue.add_failed(key)
+        except Exception:  # noqa: BLE001 - one node's surprise must not stop the others
+            log.exception("reconcile %s failed (backing off)", key)
+            self.queue.add_failed(key)
+        else:
+            self.queue.forget(key)
+            if delay is not None:
+                self.queue.add_after(key, delay)
+        finally:
+            self.queue.done(key)
+
+    def drain(self, max_items: int = 10_000) -> int:
+        """Process the keys that are due now in this thread (tests and `--once`); returns how many."""
+        n = 0
+        while n < max_items:
+            key = self.queue.get(timeout=0)
+            if key is None:
+                return n
+            self.process(key)
+            n += 1
+        return n
+
+    def _work(self, stop: threading.Event, leading: threading.Event | None) -> None:
         while not stop.is_set():
-            self.cache.wake.wait(timeout=wait)
-            self.cache.wake.clear()
-            if stop.is_set():
-                return
             if leading is not None and not leading.is_set():
-                wait = 1.0
+                stop.wait(0.2)
                 continue
             try:
-                nxt = self.run_pass()
-            except (TemporaryError, PermanentError) as e:
-                log.error("pass failed: %s", e)
-                nxt = 2.0
-            wait = idle if nxt is None else max(0.05, nxt)
+                key = self.queue.get(timeout=0.5)
+            except ShutDown:
+                return
+            if key is not None:
+                self.process(key)
+
+    def run(self, stop: threading.Event, leading: threading.Event | None = None) -> None:
+        """Informers, N workers, and a resync; until `stop`."""
+        for i in self.informers:
+            i.start(stop)
+        while not stop.is_set() and not self.synced():
+            stop.wait(0.1)
+        self.resync()
+        threads = [threading.Thread(target=self._work, args=(stop, leading), name=f"worker-{i}", daemon=True)
+                   for i in range(self.workers)]
+        for t in threads:
+            t.start()
+        was_leading = leading is None or leading.is_set()
+        last_resync = time.monotonic()
+        while not stop.wait(1.0):
+            self.refresh_gauges()
             self.metrics.last_pass = time.monotonic()
+            now_leading = leading is None or leading.is_set()
+            if (now_leading and not was_leading) or time.monotonic() - last_resync > RESYNC_SECONDS:
+                self.resync()  # a new leader looks at everything once
+                last_resync = time.monotonic()
+            was_leading = now_leading
+        self.queue.shut_down()
+        for t in threads:
+            t.join(timeout=5)

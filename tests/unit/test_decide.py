@@ -7,14 +7,17 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fleetspec import labels, parse_fleet
-from reconciler.decide import detect, fail, plan_step
+from reconciler.decide import admission_facts, detect, fail, plan_step, retry
 from reconciler.model import (
-    DrainSlurm, EvictPods, Fault, JobView, NodeView, PromoteSpare, Quarantine, Record,
-    RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ReturnToSpares, SignalJobs, record_name,
+    Admission, DrainSlurm, EvictPods, Fault, JobView, NodeView, PromoteSpare, Quarantine, Record,
+    RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, SlurmNodeView,
+    record_name,
 )
+from reconciler.observe import node_view
 from reconciler.phases import InvalidTransition, Phase, check_transition
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+FREE = Admission(pool_size=10, unhealthy=frozenset({"h100-0"}), in_flight=0, attempts=0)
 
 
 def spec(**healing):
@@ -42,182 +45,158 @@ def rec(n: NodeView, phase=Phase.DETECTED, created=T0, **kw):
     )
 
 
+def slurm(name, *states, reason=""):
+    return SlurmNodeView(name, frozenset(states or ("IDLE",)), reason)
+
+
 # --- detect ------------------------------------------------------------------------------------
 
 def test_critical_xid_starts_one_remediation():
-    d = detect([node("h100-0", xid=79), node("h100-1")], [], spec(), T0)
-    assert [s.record.node for s in d.started] == ["h100-0"]
-    r = d.started[0].record
+    d = detect(node("h100-0", xid=79), [], spec(), T0)
+    r = d.record
     assert (r.phase, r.xid, r.pool, r.name) == (Phase.DETECTED, 79, "h100", f"h100-0-xid79-{int(T0.timestamp())}")
+    assert detect(node("h100-1"), [], spec(), T0).record is None
 
 
 @pytest.mark.parametrize("xid", [13, 31, 43, 45, 999])
 def test_application_or_unknown_xid_never_remediates(xid):
-    assert detect([node("h100-0", xid=xid)], [], spec(), T0).started == ()
+    assert detect(node("h100-0", xid=xid), [], spec(), T0).record is None
 
 
 def test_repeated_signal_while_in_progress_is_one_record():
     n = node("h100-0", xid=79)
     live = rec(n, Phase.CHECKPOINTING)
-    # the same signal, and a second fault on the same node, both collapse into the live record
     again = replace(n, fault=Fault(48, "second fault", T0 + timedelta(seconds=30)))
-    assert detect([n], [live], spec(), T0 + timedelta(minutes=1)).started == ()
-    assert detect([again], [live], spec(), T0 + timedelta(minutes=1)).started == ()
+    assert detect(n, [live], spec(), T0 + timedelta(minutes=1)).record is None
+    assert detect(again, [live], spec(), T0 + timedelta(minutes=1)).record is None
 
 
 def test_stale_condition_after_success_does_not_start_again():
     n = node("h100-0", xid=79)
-    done = rec(n, Phase.SUCCEEDED)
-    assert detect([n], [done], spec(), T0 + timedelta(hours=1)).started == ()
+    assert detect(n, [rec(n, Phase.SUCCEEDED)], spec(), T0 + timedelta(hours=1)).record is None
+
+
+def test_a_condition_without_transition_time_names_one_record_however_often_it_is_read():
+    raw = {"metadata": {"name": "h100-0", "labels": {labels.POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE}},
+           "status": {"conditions": [{"type": "GpuHealthy", "status": "False", "reason": "Xid79", "message": "m"}]}}
+    a = detect(node_view(raw, ["GpuHealthy"]), [], spec(), T0).record
+    b = detect(node_view(raw, ["GpuHealthy"]), [], spec(), T0 + timedelta(seconds=30)).record
+    assert a.name == b.name
 
 
 def test_occurrences_threshold_counts_distinct_signals_in_window():
     s = spec(occurrences=2, occurrence_window_seconds=600)
     n = node("h100-0", xid=79, since=T0 + timedelta(seconds=100))
-    assert detect([n], [], s, T0 + timedelta(seconds=100)).started == ()
-    assert detect([n], [], s, T0 + timedelta(seconds=100), signals={"h100-0": (T0,)}).started != ()
-    old = {"h100-0": (T0 - timedelta(hours=1),)}
-    assert detect([n], [], s, T0 + timedelta(seconds=100), signals=old).started == ()
+    assert detect(n, [], s, T0 + timedelta(seconds=100)).record is None
+    assert detect(n, [], s, T0 + timedelta(seconds=100), signals=(T0,)).record is not None
+    assert detect(n, [], s, T0 + timedelta(seconds=100), signals=(T0 - timedelta(hours=1),)).record is None
 
 
-def test_healing_disabled_holds_everything():
-    d = detect([node("h100-0", xid=79)], [], spec(enabled=False), T0)
-    assert d.started == () and d.gates[0].reason == "HealingDisabled" and d.gates[0].held_nodes == ("h100-0",)
-
-
-def test_max_concurrent_holds_the_rest_oldest_first():
-    nodes = [node(f"h100-{i}", xid=79, since=T0 + timedelta(seconds=10 - i)) for i in range(3)]
-    d = detect(nodes, [], spec(), T0 + timedelta(seconds=20))
-    assert sorted(s.record.node for s in d.started) == ["h100-1", "h100-2"]  # the two oldest signals
-    assert d.gates[0].reason == "MaxConcurrent" and d.gates[0].held_nodes == ("h100-0",)
-
-
-def test_in_flight_remediations_count_against_max_concurrent_but_opted_out_do_not():
-    a, b = node("h100-0", xid=79), node("h100-1", xid=79)
-    c = node("h100-2", xid=79)
-    d = detect([a, b, c], [rec(a, Phase.EVICTING), rec(b, Phase.OPTED_OUT)], spec(), T0)
-    assert [s.record.node for s in d.started] == ["h100-2"]
-    d = detect([a, b, c], [rec(a, Phase.EVICTING), rec(b, Phase.RESUMING)], spec(), T0)
-    assert d.started == () and d.gates[0].reason == "MaxConcurrent"
-
-
-@pytest.mark.parametrize("failing,expect_brake", [(1, False), (3, False), (4, True), (8, True)])
-def test_storm_brake_engages_above_the_fraction(failing, expect_brake):
-    # pool h100 has 10 active nodes, brake above 30%; max_concurrent high so only the brake matters
-    nodes = [node(f"h100-{i}", xid=79) for i in range(failing)] + [node("a100-0", pool="a100", xid=79)]
-    d = detect(nodes, [], spec(max_concurrent=100), T0)
-    started = {s.record.node for s in d.started}
-    assert "a100-0" in started  # another pool is not braked
-    braked = [g for g in d.gates if g.reason == "TooManyUnhealthy"]
-    if expect_brake:
-        assert braked and braked[0].pool == "h100" and not any(n.startswith("h100") for n in started)
-        assert f"{failing} of 10" in braked[0].message
-    else:
-        assert not braked and len(started) == failing + 1
-
-
-def test_a_single_failure_in_a_small_pool_is_not_a_storm():
-    s = parse_fleet({
-        "environment": "t", "cluster": {"kind": "local"},
-        "pools": [{"name": "tiny", "node_type": "x", "gpu_model": "g", "nodes": 1, "spares": 1},
-                  {"name": "pair", "node_type": "x", "gpu_model": "g", "nodes": 2, "spares": 1}],
-        "slurm": {"partitions": [{"name": "p", "pools": ["tiny"]}]},
-        "healing": {"max_unhealthy_fraction": 0.5, "max_concurrent": 10},
-    })
-    d = detect([node("tiny-0", pool="tiny", xid=79)], [], s, T0)
-    assert [r.record.node for r in d.started] == ["tiny-0"] and d.gates == ()
-    d = detect([node("pair-0", pool="pair", xid=79), node("pair-1", pool="pair", xid=79)], [], s, T0)
-    assert d.started == () and d.gates[0].reason == "TooManyUnhealthy"
-
-
-def test_attempt_cap_escalates_instead_of_looping():
-    n = node("h100-0", xid=79, since=T0 + timedelta(hours=2))
-    earlier = [
-        rec(node("h100-0", xid=79, since=T0), Phase.SUCCEEDED, created=T0),
-        rec(node("h100-0", xid=48, since=T0 + timedelta(hours=1)), Phase.SUCCEEDED, created=T0 + timedelta(hours=1)),
-    ]
-    d = detect([n], earlier, spec(max_attempts_per_node=2), T0 + timedelta(hours=2))
-    (new,) = d.started
-    assert new.record.phase is Phase.ESCALATED and "quarantined for a human" in new.record.reason
-    kinds = [a.kind for a in new.actions]
-    assert kinds == ["Cordon", "Quarantine", "Notify"] and new.actions[-1].severity == "critical"
-
-
-def test_fault_on_spare_is_started_and_skips_concurrency():
-    busy = [rec(node(f"h100-{i}", xid=79), Phase.EVICTING) for i in range(2)]
-    spare = node("h100-spare-0", role=labels.ROLE_SPARE, xid=79)
-    d = detect([spare], busy, spec(), T0)
-    assert d.started[0].record.was_spare
+def test_healing_disabled_starts_nothing_and_says_so():
+    d = detect(node("h100-0", xid=79), [], spec(enabled=False), T0)
+    assert d.record is None and d.gate.reason == "HealingDisabled"
 
 
 def test_quarantined_node_returns_to_spares_only_after_health_check():
     q = node("h100-9", role=labels.ROLE_QUARANTINED)
-    assert detect([q], [], spec(), T0).actions == ()
-    healed = replace(q, health_check_passed=True)
-    assert detect([healed], [], spec(), T0).actions == (ReturnToSpares("h100-9"),)
-    faulted = node("h100-8", role=labels.ROLE_QUARANTINED, xid=79)
-    assert detect([faulted], [], spec(), T0).started == ()  # quarantined nodes are not remediated again
+    assert detect(q, [], spec(), T0).actions == ()
+    assert detect(replace(q, health_check_passed=True), [], spec(), T0).actions == (ReturnToSpares("h100-9"),)
+    assert detect(node("h100-8", role=labels.ROLE_QUARANTINED, xid=79), [], spec(), T0).record is None
 
 
 def test_nodes_outside_any_pool_are_ignored():
-    assert detect([node("cpu-0", pool=None, xid=79)], [], spec(), T0).started == ()
+    assert detect(node("cpu-0", pool=None, xid=79), [], spec(), T0).record is None
 
 
-# --- plan_step: the happy path, phase by phase -------------------------------------------------
+# --- containment: never gated -------------------------------------------------------------------
 
 def test_full_remediation_walks_every_phase_and_notifies_once():
     s = spec()
-    n = node("h100-0", xid=79)
-    r = rec(n)
+    r = rec(node("h100-0", xid=79))
     now = T0
-
-    st = plan_step(r, RecordFacts(), s, now)
+    # Slurm names are the NodeSet pods' hostnames, not the Kubernetes node's
+    st = plan_step(r, RecordFacts(slurm=(slurm("gpu-3"),)), s, now)
     assert [a.kind for a in st.actions] == ["Notify", "Cordon"] and st.record.phase is Phase.SLURM_DRAINING
+    assert st.record.slurm_nodes == ("gpu-3",)
+    noted = replace(r, intents=("notify:detected",))  # begun before a crash: not sent again
+    assert [a.kind for a in plan_step(noted, RecordFacts(), s, now).actions] == ["Cordon"]
     r = st.record
-    # retried after a crash: the notification is not sent again
-    assert [a.kind for a in plan_step(replace(r, phase=Phase.DETECTED), RecordFacts(), s, now).actions] == ["Cordon"]
 
-    jobs = (JobView(41, "RUNNING"), JobView(42, "PENDING"))
-    st = plan_step(r, RecordFacts(jobs_on_node=jobs), s, now)
-    assert st.actions == (DrainSlurm("h100-0", st.actions[0].reason), SignalJobs((41,), "TERM"))
-    assert st.actions[0].reason.startswith("gpufleet: XID 79")
+    jobs = (JobView(41, "RUNNING"), JobView(42, "PENDING"), JobView(43, "COMPLETING"))
+    st = plan_step(r, RecordFacts(slurm=(slurm("gpu-3", "MIXED"),), jobs_on_node=jobs), s, now)
+    assert st.actions == (DrainSlurm("gpu-3", st.actions[0].reason), SignalJobs((41,), "TERM"))
+    assert st.actions[0].reason.startswith("gpufleet: XID 79") and r.name in st.actions[0].reason
     r = st.record
-    assert r.phase is Phase.CHECKPOINTING and r.jobs == (41,) and r.grace_deadline == now + timedelta(seconds=120)
+    assert r.phase is Phase.CHECKPOINTING and r.jobs == (41, 43) and r.grace_deadline == now + timedelta(seconds=120)
 
-    # the job is still checkpointing: wait
     st = plan_step(r, RecordFacts(jobs_on_node=(JobView(41, "RUNNING"),)), s, now + timedelta(seconds=5))
-    assert st.record is None and st.actions == () and st.recheck_after
-    # it exited after saving: requeue and mark the node down without waiting out the grace period
+    assert st.record is None and st.actions == () and st.recheck_after == 1.0
     st = plan_step(r, RecordFacts(), s, now + timedelta(seconds=6))
-    assert [a.kind for a in st.actions] == ["RequeueJobs", "DownSlurm"] and st.actions[0] == RequeueJobs((41,))
+    assert st.actions == (RequeueJobs((41, 43)),)  # DRAIN keeps jobs off; no DOWN (Slurm would undo it)
     r = st.record
     assert r.phase is Phase.REQUEUED
 
-    st = plan_step(r, RecordFacts(), s, now)
+    st = plan_step(r, RecordFacts(admission=FREE), s, now)
     assert st.actions == (EvictPods("h100-0"),) and st.record.phase is Phase.EVICTING
     r = st.record
     st = plan_step(r, RecordFacts(pods_left=("slurm/worker-0",)), s, now + timedelta(seconds=1))
     assert st.record is None and st.actions == (EvictPods("h100-0"),)
-    st = plan_step(r, RecordFacts(), s, now + timedelta(seconds=2))
-    r = st.record
+    r = plan_step(r, RecordFacts(), s, now + timedelta(seconds=2)).record
     assert r.phase is Phase.REPLACING
 
     st = plan_step(r, RecordFacts(spares=("h100-spare-0", "h100-spare-1")), s, now)
-    assert st.actions == () and st.record.replacement == "h100-spare-0" and st.record.phase is Phase.REPLACING
+    assert st.actions == () and st.record.replacement == "h100-spare-0"
     r = st.record
-    # a restart now sees other spares first: the recorded choice wins
-    st = plan_step(r, RecordFacts(spares=("h100-spare-1",)), s, now)
-    assert st.actions[0] == PromoteSpare("h100-spare-0", "h100-0")
-    assert st.actions[1] == Quarantine("h100-0", 79) and isinstance(st.actions[2], RequestCapacity)
+    st = plan_step(r, RecordFacts(spares=("h100-spare-1",)), s, now)  # the recorded choice wins
+    assert st.actions[:2] == (PromoteSpare("h100-spare-0", "h100-0"), Quarantine("h100-0", 79))
+    assert st.actions[2] == RequestCapacity("h100", "refill the spare used for h100-0", f"{r.name}/refill")
     r = st.record
     assert r.phase is Phase.RESUMING
 
-    assert plan_step(r, RecordFacts(replacement_ready=False), s, now).record is None
-    st = plan_step(r, RecordFacts(replacement_ready=True), s, now + timedelta(seconds=30))
-    assert st.actions[0] == ReleaseJobs((41,)) and st.actions[1].event == "succeeded"
-    assert st.record.phase is Phase.SUCCEEDED
+    spare = node("h100-spare-0", role=labels.ROLE_ACTIVE, ready=True)
+    # the pod moved with its Slurm name onto the spare, still drained by gpufleet: resume it
+    drained = RecordFacts(replacement=spare, replacement_slurm=("gpu-3",),
+                          slurm=(slurm("gpu-3", "IDLE", "DRAIN", reason=f"gpufleet: XID 79 [{r.name}]"),))
+    st = plan_step(r, drained, s, now)
+    assert st.actions == (ResumeSlurm("gpu-3"),) and st.record is None
+    up = replace(drained, slurm=(slurm("gpu-3"),))
+    st = plan_step(r, up, s, now + timedelta(seconds=30))
+    assert st.actions[0] == ReleaseJobs((41, 43)) and st.actions[1].event == "succeeded"
     assert [p for p, _ in st.record.phase_times] == [
         "Detected", "SlurmDraining", "Checkpointing", "Requeued", "Evicting", "Replacing", "Resuming", "Succeeded"]
+
+
+def test_a_persons_drain_survives_everything_gpufleet_does():
+    person = slurm("gpu-3", "IDLE", "DRAIN", reason="hardware check by ops")
+    r = rec(node("h100-0", xid=79))
+    st = plan_step(r, RecordFacts(slurm=(person,)), spec(), T0)
+    assert st.record.kept_drains == ("gpu-3",)
+    st = plan_step(st.record, RecordFacts(slurm=(person,)), spec(), T0)
+    assert not any(isinstance(a, DrainSlurm) for a in st.actions)  # its reason is never overwritten
+    resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"),
+                       slurm_nodes=("gpu-3",), kept_drains=("gpu-3",))
+    facts = RecordFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(person,))
+    st = plan_step(resuming, facts, spec(), T0)
+    assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.record.phase is Phase.SUCCEEDED
+
+
+def test_the_operators_drain_is_left_to_the_operator():
+    op = slurm("gpu-3", "IDLE", "DRAIN", reason="slurm-operator: gpufleet: XID 79")
+    r = replace(rec(node("h100-0", xid=79), Phase.SLURM_DRAINING), slurm_nodes=("gpu-3",))
+    assert not any(isinstance(a, DrainSlurm) for a in plan_step(r, RecordFacts(slurm=(op,)), spec(), T0).actions)
+    resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-3",))
+    facts = RecordFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(op,))
+    st = plan_step(resuming, facts, spec(), T0)
+    assert st.actions == () and st.record is None  # waits until the operator undrains it
+
+
+def test_a_node_with_no_slurm_pod_heals_on_kubernetes_alone():
+    r = rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0")
+    assert r.slurm_nodes == ()
+    st = plan_step(r, RecordFacts(replacement=node("h100-spare-0", ready=True)), spec(), T0)
+    assert st.record.phase is Phase.SUCCEEDED
+    tainted = node("h100-spare-0", ready=True, taints=(labels.SPARE_TAINT,))
+    assert plan_step(r, RecordFacts(replacement=tainted), spec(), T0).record is None
 
 
 def test_grace_period_expires_then_requeue_kills():
@@ -229,20 +208,79 @@ def test_grace_period_expires_then_requeue_kills():
     assert st.actions[0] == RequeueJobs((7, 8)) and st.record.jobs == (7, 8)
 
 
-def test_grace_zero_sends_no_signal():
-    r = rec(node("h100-0", xid=79), Phase.SLURM_DRAINING)
-    st = plan_step(r, RecordFacts(jobs_on_node=(JobView(3, "RUNNING"),)), spec(grace_period_seconds=0), T0)
+def test_grace_zero_sends_no_signal_and_a_begun_signal_is_never_sent_twice():
+    r = replace(rec(node("h100-0", xid=79), Phase.SLURM_DRAINING), slurm_nodes=("gpu-3",))
+    jobs = RecordFacts(jobs_on_node=(JobView(3, "RUNNING"),))
+    st = plan_step(r, jobs, spec(grace_period_seconds=0), T0)
     assert [a.kind for a in st.actions] == ["DrainSlurm"] and st.record.grace_deadline == T0
+    begun = replace(r, intents=("signal:TERM",))
+    assert [a.kind for a in plan_step(begun, jobs, spec(), T0).actions] == ["DrainSlurm"]
 
 
-def test_opt_out_stops_before_anything_is_replaced():
+# --- admission: only replacement waits ------------------------------------------------------------
+
+def admit(phase=Phase.REQUEUED, **a):
+    r = rec(node("h100-0", xid=79), phase)
+    return r, RecordFacts(admission=replace(FREE, **a))
+
+
+def test_opt_out_stops_before_anything_is_replaced_and_says_what_is_true():
     r = rec(node("h100-0", xid=79), Phase.REQUEUED)
-    st = plan_step(r, RecordFacts(opted_out_pods=("ml/debug-0",)), spec(), T0)
+    st = plan_step(r, RecordFacts(opted_out_pods=("ml/debug-0",), admission=FREE), spec(), T0)
     assert st.record.phase is Phase.OPTED_OUT and "ml/debug-0" in st.record.reason
+    assert "drained in Slurm" in st.record.reason and "down in Slurm" not in st.record.reason
     assert [a.kind for a in st.actions] == ["Notify"]
-    # and it holds there: no eviction, no promotion, whatever is observed later
     assert plan_step(st.record, RecordFacts(spares=("h100-spare-0",)), spec(), T0).actions == ()
 
+
+@pytest.mark.parametrize("unhealthy,held", [(1, False), (3, False), (4, True), (8, True)])
+def test_storm_brake_holds_replacement_after_containment(unhealthy, held):
+    r, facts = admit(unhealthy=frozenset(f"h100-{i}" for i in range(unhealthy)))
+    st = plan_step(r, facts, spec(max_concurrent=100), T0)
+    if held:
+        assert st.record.phase is Phase.HELD and st.gate.reason == "TooManyUnhealthy"
+        assert f"{unhealthy} of 10" in st.record.held and st.actions == ()
+    else:
+        assert st.record.phase is Phase.EVICTING and st.gate is None
+
+
+def test_max_concurrent_holds_then_admits_when_a_slot_frees():
+    r, facts = admit(in_flight=2)
+    st = plan_step(r, facts, spec(), T0)
+    assert st.record.phase is Phase.HELD and st.gate.reason == "MaxConcurrent" and st.recheck_after
+    held = st.record
+    assert plan_step(held, facts, spec(), T0).record is None  # the same gate: nothing to write
+    st = plan_step(held, replace(facts, admission=replace(FREE, in_flight=1)), spec(), T0)
+    assert st.record.phase is Phase.EVICTING and st.record.held == ""
+
+
+def test_attempt_cap_escalates_after_containment_and_pages():
+    r, facts = admit(attempts=2)
+    st = plan_step(r, facts, spec(max_attempts_per_node=2), T0)
+    assert st.record.phase is Phase.ESCALATED and "quarantined for a human" in st.record.reason
+    assert [a.kind for a in st.actions] == ["Quarantine", "Notify"] and st.actions[1].severity == "critical"
+
+
+def test_admission_counts_the_window_not_only_live_records_and_never_opted_out_nodes():
+    s = spec()
+    pool = [node("h100-0", xid=79), node("h100-1"), node("h100-2", xid=79)]
+    done = rec(node("h100-1", xid=48), Phase.SUCCEEDED, created=T0 - timedelta(minutes=5))
+    out = rec(node("h100-2", xid=79), Phase.OPTED_OUT)
+    old = rec(node("h100-3", xid=79), Phase.SUCCEEDED, created=T0 - timedelta(hours=2))
+    me = rec(node("h100-0", xid=79), Phase.REQUEUED)
+    a = admission_facts(me, pool, [done, out, old, me], s, T0)
+    assert a.unhealthy == {"h100-0", "h100-1"}  # the finished one within the window counts; opted out does not
+    assert a.in_flight == 0 and a.attempts == 0
+
+
+def test_waiting_for_a_spare_holds_no_slot():
+    waiting = rec(node("a100-0", pool="a100", xid=79), Phase.WAITING_FOR_SPARE)
+    me = rec(node("h100-0", xid=79), Phase.REQUEUED)
+    assert admission_facts(me, [], [waiting, waiting, me], spec(), T0).in_flight == 0
+    assert not Phase.WAITING_FOR_SPARE.holds_capacity and Phase.REPLACING.holds_capacity
+
+
+# --- replacement ------------------------------------------------------------------------------------
 
 def test_drain_timeout_moves_on_and_says_so():
     r = rec(node("h100-0", xid=79), Phase.EVICTING, drain_deadline=T0 + timedelta(seconds=60), reason="XID 79")
@@ -250,7 +288,15 @@ def test_drain_timeout_moves_on_and_says_so():
     assert st.record.phase is Phase.REPLACING and "drain timed out" in st.record.reason
 
 
-def test_no_spare_waits_notifies_and_asks_for_capacity_never_another_pool():
+def test_a_spare_a_person_drained_is_never_promoted():
+    r = rec(node("h100-0", xid=79), Phase.REPLACING)
+    facts = RecordFacts(spares=("h100-spare-0", "h100-spare-1"),
+                        spare_slurm=(("h100-spare-0", (slurm("s0", "IDLE", "DRAIN", reason="hardware check by ops"),)),
+                                     ("h100-spare-1", (slurm("s1", "IDLE", "DRAIN", reason="gpufleet: spare"),))))
+    assert plan_step(r, facts, spec(), T0).record.replacement == "h100-spare-1"
+
+
+def test_no_spare_waits_notifies_and_asks_for_capacity_once():
     r = rec(node("a100-0", pool="a100", xid=79), Phase.REPLACING)
     st = plan_step(r, RecordFacts(spares=()), spec(), T0)
     assert st.record.phase is Phase.WAITING_FOR_SPARE
@@ -258,6 +304,13 @@ def test_no_spare_waits_notifies_and_asks_for_capacity_never_another_pool():
     w = st.record
     assert plan_step(w, RecordFacts(), spec(), T0).record is None
     assert plan_step(w, RecordFacts(spares=("a100-spare-3",)), spec(), T0).record.phase is Phase.REPLACING
+
+
+def test_no_room_to_refill_promotes_but_asks_for_nothing():
+    r = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
+    st = plan_step(r, RecordFacts(can_refill=False), spec(), T0)
+    assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "Notify"]
+    assert st.actions[2].event == "refill-blocked"
 
 
 def test_fault_on_spare_quarantines_and_refills():
@@ -271,16 +324,33 @@ def test_fault_on_spare_quarantines_and_refills():
 def test_replacement_never_ready_fails_with_reason():
     r = rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0")
     st = plan_step(r, RecordFacts(), spec(), T0 + timedelta(minutes=11))
-    assert st.record.phase is Phase.FAILED and "not Ready" in st.record.reason
+    assert st.record.phase is Phase.FAILED and "not taking jobs" in st.record.reason
     assert st.actions[0].severity == "critical"
+
+
+# --- failures -------------------------------------------------------------------------------------
+
+def test_retry_backs_off_in_time_and_outlives_a_minute_long_outage():
+    s = spec()  # retry budget 900 s by default
+    r = rec(node("h100-0", xid=79), Phase.CHECKPOINTING)
+    now = T0
+    for i in range(8):
+        st = retry(r, "Slurm: connection refused", s, now)
+        r = st.record
+        assert r.phase is Phase.CHECKPOINTING and r.failing_since == T0 and r.retries == i + 1
+        assert r.next_attempt == now + timedelta(seconds=min(30, 0.5 * 2 ** i))
+        now = r.next_attempt
+    assert (now - T0).total_seconds() > 60
+    st = retry(r, "Slurm: connection refused", s, T0 + timedelta(seconds=901))
+    assert st.record.phase is Phase.FAILED and "over 901s" in st.record.reason
+    ok = plan_step(r, RecordFacts(), s, now)  # back in time: the next move clears the failure
+    assert ok.record.failing_since is None and ok.record.retries == 0
 
 
 @pytest.mark.parametrize("phase", [p for p in Phase if not p.terminal and p is not Phase.OPTED_OUT])
 def test_restart_in_any_phase_replans_the_same_step(phase):
-    """Killed after acting but before persisting: the same step comes back, with the same
-    actions, so executing it again is harmless (every action is idempotent)."""
     r = rec(node("h100-0", xid=79), phase, jobs=(5,), grace_deadline=T0, drain_deadline=T0, replacement="h100-spare-0")
-    facts = RecordFacts(spares=("h100-spare-0",), replacement_ready=True)
+    facts = RecordFacts(spares=("h100-spare-0",), admission=FREE, replacement=node("h100-spare-0", ready=True))
     assert plan_step(r, facts, spec(), T0) == plan_step(r, facts, spec(), T0)
 
 
@@ -293,3 +363,5 @@ def test_fail_from_live_phase_and_transitions_are_enforced():
         check_transition(Phase.SUCCEEDED, Phase.FAILED)
     with pytest.raises(InvalidTransition):
         check_transition(Phase.OPTED_OUT, Phase.EVICTING)
+    with pytest.raises(InvalidTransition):
+        check_transition(Phase.DETECTED, Phase.ESCALATED)  # containment first, always

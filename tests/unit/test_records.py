@@ -15,7 +15,9 @@ def test_round_trip_keeps_everything_a_restart_needs():
                phase=Phase.CHECKPOINTING, created=T0,
                phase_times=(("Detected", T0), ("SlurmDraining", T0 + timedelta(seconds=1))),
                reason="XID 79", replacement="h100-spare-0", jobs=(41, 42), grace_deadline=T0 + timedelta(seconds=120),
-               notified=("detected",), retries=2)
+               intents=("notify:detected", "signal:TERM"), retries=2, slurm_nodes=("gpu-0",), kept_drains=("gpu-0",),
+               held="MaxConcurrent", failing_since=T0, next_attempt=T0 + timedelta(seconds=4), last_error="Slurm: down",
+               revision=7)
     assert from_object(to_object(r)) == r
     store = MemoryRecordStore()
     assert store.create(r) is True and store.create(r) is False  # the same signal twice: one record

@@ -1,0 +1,49 @@
+"""Which Slurm nodes run on a Kubernetes node. Pure.
+
+Slinky names a Slurm node after its NodeSet pod's hostname (`gpu-0` for pod `slurm-worker-gpu-0`),
+not after the Kubernetes node, and the pod may move. So the only truth is the pods: those on the
+node that carry the `nodeset.slinky.slurm.net/pod-hostname` label. The operator also writes the
+Kubernetes node into each Slurm node's comment (JSON); that is a cross-check, never the source.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from fleetspec import labels
+
+from .model import PodView, SlurmNodeView
+
+
+def comment_node(comment: str) -> str | None:
+    """The Kubernetes node in the operator's comment `{"namespace","podName","node",...}`; None
+    when the comment is empty or not the operator's."""
+    try:
+        data = json.loads(comment) if comment else None
+    except ValueError:
+        return None
+    node = data.get("node") if isinstance(data, dict) else None
+    return node if isinstance(node, str) and node else None
+
+
+@dataclass(frozen=True)
+class SlurmNames:
+    names: tuple[str, ...]  # Slurm nodes whose pods run on the node, sorted
+    conflicts: tuple[str, ...] = ()  # human-readable disagreements with the Slurm comments
+
+
+def slurm_nodes_on(node: str, pods: Iterable[PodView],
+                   slurm: Mapping[str, SlurmNodeView] | None = None) -> SlurmNames:
+    """The Slurm nodes of the NodeSet pods on `node` (a terminating pod's slurmd still runs there)."""
+    names: set[str] = set()
+    for p in pods:
+        hostname = p.label(labels.SLINKY_POD_HOSTNAME)
+        if p.node == node and hostname and p.phase not in ("Succeeded", "Failed"):
+            names.add(hostname)
+    conflicts = []
+    for name in sorted(names):
+        seen = (slurm or {}).get(name)
+        if seen is not None and seen.comment_node not in (None, node):
+            conflicts.append(f"Slurm node {name} runs in a pod on {node}, but its comment says {seen.comment_node}")
+    return SlurmNames(tuple(sorted(names)), tuple(conflicts))
