@@ -27,6 +27,7 @@ QUARANTINE_TAINT = f"{GROUP}/quarantined"  # NoSchedule, value = the XID
 # Node annotations (progress persisted on the object, so a restart resumes)
 REMEDIATION = f"{GROUP}/remediation"       # name of the Remediation record in progress
 PROMOTED_FOR = f"{GROUP}/promoted-for"     # on a promoted spare: the node it replaced
+SIGNALS = f"{GROUP}/fault-signals"          # when the node's faults were signalled (JSON list), for `occurrences`
 SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
 
 # Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)

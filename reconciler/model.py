@@ -34,6 +34,7 @@ class NodeView:
     health_check_passed: bool = False  # condition True with reason HealthCheckPassed
     remediation: str | None = None  # the record in progress, from the node annotation
     taints: tuple[str, ...] = ()  # taint keys
+    signals: tuple[datetime, ...] = ()  # earlier fault signals, persisted on the node (for `occurrences`)
 
     @property
     def is_spare(self) -> bool:

@@ -1,6 +1,7 @@
 """Turn raw Kubernetes objects (dicts, as the API sends them) into the core's views. Pure."""
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -53,7 +54,15 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
         health_check_passed=healthy_check,
         remediation=ann.get(labels.REMEDIATION),
         taints=tuple(sorted(t.get("key", "") for t in spec.get("taints") or [])),
+        signals=_signals(ann.get(labels.SIGNALS)),
     )
+
+
+def _signals(value: str | None) -> tuple[datetime, ...]:
+    try:
+        return tuple(parse_time(v) for v in json.loads(value)) if value else ()
+    except (ValueError, TypeError, AttributeError):
+        return ()  # an unreadable annotation counts as no earlier signal
 
 
 _POD_LABELS = (labels.SLINKY_POD_HOSTNAME, labels.POOL)

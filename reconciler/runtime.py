@@ -12,6 +12,7 @@ a replica that no longer holds the Lease does nothing.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -89,7 +90,6 @@ class Runtime:
         self.informers = (self.nodes, self.pods, self.records)
         self._admission = threading.Lock()
         self._applying: dict[str, Record] = {}  # steps being applied, counted by admission before they persist
-        self.signals: dict[str, tuple[datetime, ...]] = {}
         self._paged: set[str] = set()
         self._reported: set[str] = set()
 
@@ -160,9 +160,14 @@ class Runtime:
         if view is None:
             return None
         now = self.clock()
-        if view.fault is not None and view.fault.since not in self.signals.get(node, ()):
-            self.signals[node] = self.signals.get(node, ())[-9:] + (view.fault.since,)
-        d = core.detect(view, records, self.spec, now, self.signals.get(node, ()))
+        signals = view.signals
+        if self.spec.healing.occurrences > 1 and view.fault is not None and view.fault.since not in signals:
+            # Remember the signal on the node itself, so a restart keeps counting.
+            signals = signals[-9:] + (view.fault.since,)
+            self._fenced()
+            self.kube.patch_node(node, {"metadata": {"annotations": {labels.SIGNALS: json.dumps(
+                [t.isoformat() for t in signals])}}})
+        d = core.detect(view, records, self.spec, now, signals)
         for a in d.actions:
             self._run(a, None)
         if d.gate is not None:

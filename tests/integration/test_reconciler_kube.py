@@ -83,11 +83,16 @@ def reconciler(api, spec, channel=None):
     return rec
 
 
+def step(rec):
+    """What the watches and the workers do, in this thread: list, queue what changed, process what is due."""
+    rec.sync()
+    rec.runtime.drain()
+
+
 def run_until(rec, done, timeout=60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        rec.cache.sync()
-        rec.runtime.run_pass()
+        step(rec)
         result = done()
         if result:
             return result
@@ -143,8 +148,7 @@ def test_heals_a_node_with_a_spare(kube_cluster, api):
     assert {"GpuFleetDetected", "GpuFleetSucceeded"} <= {e.reason for e in events}
     # more passes change nothing: one record, one promotion
     for _ in range(3):
-        rec.cache.sync()
-        rec.runtime.run_pass()
+        step(rec)
     assert len(records_for(rec, "heal-0")) == 1
     assert [e for e in rec.runtime.notifier.channels[0].messages if e.event == "succeeded"].__len__() == 1
 
@@ -200,32 +204,40 @@ def test_no_spare_waits_then_heals_when_capacity_joins(kube_cluster, api):
     assert r.phase is Phase.SUCCEEDED and r.replacement == "nos-spare-9"
 
 
-def test_lease_elects_one_leader_and_fails_over(api):
+def test_lease_elects_one_leader_fences_and_fails_over(api):
     a = LeaseElector(api, "default", "itest-leader", "a", lease_seconds=2, renew_every=0.5)
     b = LeaseElector(api, "default", "itest-leader", "b", lease_seconds=2, renew_every=0.5)
-    assert a.try_acquire() is True
+    assert a.try_acquire() is True and a.holds()
     assert b.try_acquire() is False and a.leading.is_set() and not b.leading.is_set()
     assert a.try_acquire() is True  # renewal
-    time.sleep(2.5)  # a stops renewing (killed): the lease expires
-    assert b.try_acquire() is True and a.try_acquire() is False
+    assert b.try_acquire() is False  # b sees the renewal: its own clock starts again
+    time.sleep(2.2)  # a stops renewing (killed): it fences itself, then b sees the lease unchanged for its duration
+    assert not a.holds()
+    assert b.try_acquire() is True and a.try_acquire() is False and not a.leading.is_set()
     lease = client.CoordinationV1Api(api).read_namespaced_lease("itest-leader", "default")
     assert lease.spec.holder_identity == "b" and lease.spec.lease_transitions >= 1
+    # a clean exit releases the lease: the next replica leads at once, without waiting for expiry
+    b.release()
+    c = LeaseElector(api, "default", "itest-leader", "c", lease_seconds=15, renew_every=5)
+    assert c.try_acquire() is True and c.holds()
 
 
-def test_watch_wakes_on_a_fault_not_on_heartbeats(kube_cluster, api):
+def test_watch_queues_a_fault_not_heartbeats(kube_cluster, api):
     spec = fleet("wch", nodes=1, spares=0)
     make_nodes(kube_cluster, spec)
     rec = reconciler(api, spec)
     stop = threading.Event()
-    rec.cache.sync()
-    rec.cache.start(stop)
+    nodes = rec.runtime.nodes
+    nodes.start(stop)
     try:
+        assert nodes.synced.wait(10)
         time.sleep(1.0)
-        rec.cache.wake.clear()
-        assert not rec.cache.wake.wait(3.0), "a heartbeat woke the reconciler"
+        while rec.runtime.queue.get(timeout=0) is not None:
+            pass  # what the first list queued
+        assert rec.runtime.queue.get(timeout=3.0) is None, "a heartbeat queued a node"
         Kube(api).set_condition("wch-0", "GpuHealthy", "False", "Xid79", "off the bus")
-        assert rec.cache.wake.wait(5.0)
-        assert rec.cache.views["wch-0"].fault.xid == 79
+        assert rec.runtime.queue.get(timeout=5.0) == "wch-0"
+        assert nodes.get("wch-0").fault.xid == 79
     finally:
         stop.set()
 
@@ -282,8 +294,7 @@ def test_quarantined_node_returns_to_spares_after_health_check(kube_cluster, api
     run_until(rec, lambda: [r for r in records_for(rec, "ret-0") if r.phase.terminal])
     assert kube.get_node("ret-0")["metadata"]["labels"][labels.ROLE] == labels.ROLE_QUARANTINED
     for _ in range(3):  # idle is not healthy: nothing happens without a passed check
-        rec.cache.sync()
-        rec.runtime.run_pass()
+        step(rec)
     assert kube.get_node("ret-0")["metadata"]["labels"][labels.ROLE] == labels.ROLE_QUARANTINED
     kube.set_condition("ret-0", "GpuHealthy", "True", "HealthCheckPassed", "dcgmi diag -r 3 passed")
     node = run_until(rec, lambda: (n := kube.get_node("ret-0"))["metadata"]["labels"][labels.ROLE] == labels.ROLE_SPARE
@@ -293,7 +304,7 @@ def test_quarantined_node_returns_to_spares_after_health_check(kube_cluster, api
     assert not node["spec"].get("unschedulable")
 
 
-def test_storm_brake_replaces_nothing_and_pages_once(kube_cluster, api):
+def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_cluster, api):
     spec = fleet("stm", nodes=3, spares=2, max_unhealthy_fraction=0.5, max_concurrent=10)
     make_nodes(kube_cluster, spec)
     channel = Recorder()
@@ -301,11 +312,16 @@ def test_storm_brake_replaces_nothing_and_pages_once(kube_cluster, api):
     kube = Kube(api)
     for n in ("stm-0", "stm-1"):
         kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
+    run_until(rec, lambda: len([r for r in rec.runtime.store.list() if r.pool == "stm" and r.phase is Phase.HELD]) == 2)
     for _ in range(4):
-        rec.cache.sync()
-        rec.runtime.run_pass()
-    assert records_for(rec, "stm-0") == [] and records_for(rec, "stm-1") == []
-    assert not kube.get_node("stm-0")["spec"].get("unschedulable")  # nothing touched
+        step(rec)
+    for n in ("stm-0", "stm-1"):
+        (r,) = records_for(rec, n)
+        assert r.phase is Phase.HELD and "2 of 3 nodes in pool stm" in r.held
+        assert kube.get_node(n)["spec"].get("unschedulable")  # contained: cordoned
+    for s_ in ("stm-spare-0", "stm-spare-1"):
+        assert kube.get_node(s_)["metadata"]["labels"][labels.ROLE] == labels.ROLE_SPARE  # nothing replaced
+    rec.runtime.refresh_gauges()
     storms = [m for m in channel.messages if m.event == "storm"]
     assert len(storms) == 1 and storms[0].severity == "critical" and "2 of 3 nodes in pool stm" in storms[0].text
     events = client.CoreV1Api(api).list_namespaced_event(

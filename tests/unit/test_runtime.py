@@ -60,6 +60,10 @@ class FakeKube:
         self._write("cordon", name)
         self.nodes[name]["spec"]["unschedulable"] = True
 
+    def patch_node(self, name, body):
+        self._write("patch", name)
+        self.nodes[name]["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
+
     def evict(self, pod):
         self._write("evict", pod["metadata"]["name"])
         self.pods.pop(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", None)
@@ -420,3 +424,17 @@ def test_waiting_for_a_spare_holds_no_slot_of_another_pool():
     w.fault("h100-0")
     w.run(seconds=2)
     assert w.record("h100-0").phase in (Phase.RESUMING, Phase.SUCCEEDED)
+
+
+def test_occurrences_are_counted_on_the_node_so_a_restart_keeps_counting():
+    w = World(fleet(occurrences=2, occurrence_window_seconds=600, grace_period_seconds=0))
+    w.fault("h100-0")
+    w.run()
+    assert w.store.objects == {}  # one signal of two
+    w.runtime = w.make_runtime()  # restarted: memory gone
+    w.clock.advance(30)
+    cond = w.kube.nodes["h100-0"]["status"]["conditions"]
+    cond[:] = [c for c in cond if c["type"] != "GpuHealthy"]
+    w.fault("h100-0")  # the second signal, after the restart
+    w.run()
+    assert w.record("h100-0").phase is not Phase.DETECTED
