@@ -199,7 +199,8 @@ class Runtime:
             try:
                 return self._apply(record, step)
             finally:
-                self._applying.pop(record.name, None)
+                with self._admission:
+                    self._applying.pop(record.name, None)
         except NotLeader:
             raise
         except (TemporaryError, PermanentError) as e:
