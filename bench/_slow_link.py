@@ -1,0 +1,65 @@
+"""A slow link to slurmrestd, for the benchmarks: a reverse proxy on loopback that forwards every
+request to the real slurmrestd, but holds the ones whose path names a given Slurm node for a while.
+
+It stands in for one thing only: a network path (or a slurmrestd worker) that hangs on one call,
+so a benchmark can show that such a call delays its own node and no other. Slurm itself stays real.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+
+
+class SlowLink:
+    def __init__(self, upstream: str, hang_nodes: set[str], hang_seconds: float, port: int = 0):
+        self.upstream, self.hang_nodes, self.hang_seconds = upstream.rstrip("/"), hang_nodes, hang_seconds
+        self.held: list[tuple[str, float]] = []  # (path, seconds held)
+        link = self
+        pattern = re.compile(r"/node/([^/?]+)")
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _forward(self):
+                m = pattern.search(self.path)
+                if m and m.group(1) in link.hang_nodes:
+                    t0 = time.monotonic()
+                    time.sleep(link.hang_seconds)
+                    link.held.append((self.path, time.monotonic() - t0))
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                try:
+                    r = httpx.request(self.command, link.upstream + self.path, headers=headers, content=body,
+                                      timeout=60)
+                except httpx.HTTPError as e:
+                    self.send_error(502, str(e))
+                    return
+                self.send_response(r.status_code)
+                for k, v in r.headers.items():
+                    if k.lower() not in ("transfer-encoding", "content-length", "connection", "content-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                self.wfile.write(r.content)
+
+            do_GET = do_POST = do_DELETE = do_PUT = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> "SlowLink":
+        threading.Thread(target=self.server.serve_forever, name="slow-link", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,146 @@
+"""The reconciler against a real API server (kwok nodes) and a real Slurm 26.05 reached through
+slurmrestd with a JWT, named as Slinky names it: Slurm nodes are the NodeSet pods' hostnames
+(gpu-a-0, ...), the Kubernetes nodes are kgpu-0, ...; nothing assumes the two are equal.
+
+Here the test plays the part of Slinky's operator (it places the NodeSet pods); the local
+environment does the same with `gpufleet.localenv.slinky_standin`."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from fleetspec import labels
+from reconciler.kube import Kube
+from reconciler.phases import Phase
+
+from .test_reconciler_kube import Recorder, api, fleet, make_nodes, reconciler, records_for, run_until, step  # noqa: F401
+
+pytestmark = pytest.mark.integration
+POOL = "kgpu"  # Kubernetes: kgpu-0, kgpu-1, kgpu-spare-0; Slurm: gpu-a-0, gpu-a-1, gpu-a-2 (the fixture's)
+
+
+def nodeset_pod(slurm_name: str, node: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"slurm-worker-{slurm_name}", "namespace": "default",
+                         "labels": {labels.SLINKY_POD_HOSTNAME: slurm_name, "app.kubernetes.io/name": "slurmd"}},
+            "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "slurmd", "image": "ghcr.io/slinkyproject/slurmd:26.05"}]}}
+
+
+def place(api, slurm_name: str, node: str) -> None:
+    core = client.CoreV1Api(api)
+    try:
+        core.delete_namespaced_pod(f"slurm-worker-{slurm_name}", "default", grace_period_seconds=0)
+        for _ in range(50):
+            core.read_namespaced_pod(f"slurm-worker-{slurm_name}", "default")
+            time.sleep(0.1)
+    except ApiException as e:
+        assert e.status == 404
+    core.create_namespaced_pod("default", nodeset_pod(slurm_name, node))
+
+
+@pytest.fixture
+def fleet_with_slurm(kube_cluster, api, slurm_fresh, slurm_rest):
+    spec = fleet(POOL, nodes=2, spares=1, grace_period_seconds=5)
+    core = client.CoreV1Api(api)
+    if not any(n.metadata.name == f"{POOL}-0" for n in core.list_node().items):
+        make_nodes(kube_cluster, spec)
+    for n in (f"{POOL}-0", f"{POOL}-1", f"{POOL}-spare-0"):  # undo what an earlier test did
+        core.patch_node(n, {"spec": {"unschedulable": None, "taints": None}, "metadata": {"labels": {
+            labels.ROLE: labels.ROLE_SPARE if "spare" in n else labels.ROLE_ACTIVE}}})
+        Kube(api).set_condition(n, "GpuHealthy", "True", "Healthy", "ok")
+    for r in client.CustomObjectsApi(api).list_cluster_custom_object("gpufleet.io", "v1alpha1", "remediations")["items"]:
+        if r["spec"]["pool"] == POOL:
+            client.CustomObjectsApi(api).delete_cluster_custom_object("gpufleet.io", "v1alpha1", "remediations",
+                                                                    r["metadata"]["name"])
+    core.patch_node(f"{POOL}-spare-0", {"spec": {"taints": [{"key": labels.SPARE_TAINT, "value": "true",
+                                                           "effect": "NoSchedule"}]}})
+    # Slurm node gpu-a-2 is the spare's slurmd (drained "gpufleet: spare" until promoted)
+    for slurm_name, node in (("gpu-a-0", f"{POOL}-0"), ("gpu-a-1", f"{POOL}-1"), ("gpu-a-2", f"{POOL}-spare-0")):
+        place(api, slurm_name, node)
+    channel = Recorder()
+    rec = reconciler(api, spec, channel)
+    rec.runtime.slurm = slurm_rest
+    return spec, rec, channel, slurm_fresh
+
+
+def job_on(slurm, node: str, tmp_path) -> int:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\ntrap 'echo saved; exit 0' TERM\nwhile true; do sleep 0.2; done\n")
+    script.chmod(0o755)
+    jid = slurm.sbatch("--requeue", "-w", node, "-o", str(tmp_path / "out-%j"), str(script))
+    deadline = time.monotonic() + 30
+    while "RUNNING" not in slurm.run(["squeue", "-h", "-j", str(jid), "-o", "%T"]).stdout:
+        assert time.monotonic() < deadline, "job did not start"
+        time.sleep(0.2)
+    return jid
+
+
+def slurm_node(slurm, name: str) -> str:
+    return slurm.scontrol("show", "node", name)
+
+
+def test_heals_with_slurm_names_that_are_not_kubernetes_names(fleet_with_slurm, api, tmp_path):
+    spec, rec, channel, slurm = fleet_with_slurm
+    jid = job_on(slurm, "gpu-a-0", tmp_path)
+    Kube(api).set_condition(f"{POOL}-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-0") if r.phase.terminal], timeout=90)
+    assert r.phase is Phase.SUCCEEDED, r.reason
+    assert r.slurm_nodes == ("gpu-a-0",) and r.jobs == (jid,) and r.replacement == f"{POOL}-spare-0"
+    bad = slurm_node(slurm, "gpu-a-0")
+    assert "DRAIN" in bad and f"gpufleet: XID 79 (GPU has fallen off the bus) [{r.name}]" in bad
+    spare = slurm_node(slurm, "gpu-a-2")
+    assert "DRAIN" not in spare  # the replacement's Slurm node was resumed: it takes jobs
+    saved = (tmp_path / f"out-{jid}").read_text()
+    assert "saved" in saved  # the job got SIGTERM and its grace period
+    state = slurm.run(["squeue", "-h", "-j", str(jid), "-o", "%T %r"]).stdout
+    assert state.split()[0] in ("PENDING", "RUNNING")  # requeued, not lost
+    assert [m.event for m in channel.messages].count("succeeded") == 1
+
+
+def test_a_persons_drain_is_never_changed_nor_its_spare_promoted(fleet_with_slurm, api):
+    spec, rec, channel, slurm = fleet_with_slurm
+    slurm.set_node_state("gpu-a-2", "DRAIN", "hardware check by ops")  # the spare's Slurm node
+    slurm.set_node_state("gpu-a-1", "DRAIN", "cable reseat by ops")  # and the node that faults
+    Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid48", "DBE")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1")
+                                   if r.phase in (Phase.WAITING_FOR_SPARE,) or r.phase.terminal], timeout=60)
+    assert r.phase is Phase.WAITING_FOR_SPARE  # the only spare is held by a person: never promoted
+    assert r.kept_drains == ("gpu-a-1",)
+    assert "cable reseat by ops" in slurm_node(slurm, "gpu-a-1")
+    assert "hardware check by ops" in slurm_node(slurm, "gpu-a-2")
+    assert client.CoreV1Api(api).read_node(f"{POOL}-spare-0").metadata.labels[labels.ROLE] == labels.ROLE_SPARE
+
+
+def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fleet_with_slurm, api, tmp_path):
+    spec, rec, channel, slurm = fleet_with_slurm
+    job_on(slurm, "gpu-a-1", tmp_path)
+    Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid94", "contained ECC")
+    run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.phase is Phase.CHECKPOINTING])
+    slurm.stop_daemon("slurmrestd")
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20:
+        step(rec)
+        time.sleep(0.5)
+    (r,) = records_for(rec, f"{POOL}-1")
+    assert r.phase is Phase.CHECKPOINTING and r.retries >= 2 and "Slurm" in r.last_error
+    slurm.up()
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.phase.terminal], timeout=90)
+    assert r.phase is Phase.SUCCEEDED and "failed" not in [m.event for m in channel.messages]
+
+
+def test_a_long_outage_fails_with_the_reason_and_keeps_the_node_contained(fleet_with_slurm, api):
+    spec, rec, channel, slurm = fleet_with_slurm
+    rec.runtime.spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"retry_budget_seconds": 10})})
+    slurm.stop_daemon("slurmrestd")
+    try:
+        Kube(api).set_condition(f"{POOL}-0", "GpuHealthy", "False", "Xid79", "off the bus")
+        (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-0") if r.phase.terminal], timeout=60)
+        assert r.phase is Phase.FAILED and "Slurm" in r.reason and "gave up after" in r.reason
+        assert [m.severity for m in channel.messages if m.event == "failed"] == ["critical"]
+        assert client.CoreV1Api(api).read_node(f"{POOL}-0").spec.unschedulable  # never handed back broken
+    finally:
+        slurm.up()
