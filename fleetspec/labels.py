@@ -28,6 +28,7 @@ QUARANTINE_TAINT = f"{GROUP}/quarantined"  # NoSchedule, value = the XID
 REMEDIATION = f"{GROUP}/remediation"       # name of the Remediation record in progress
 PROMOTED_FOR = f"{GROUP}/promoted-for"     # on a promoted spare: the node it replaced
 SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
+KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>:<kernel-log record>" reported up to
 
 # Pod opt-out (key configurable in the spec; this is the default)
 DEFAULT_OPT_OUT = f"{GROUP}/auto-replace-opt-out"
