@@ -109,7 +109,7 @@ class Agent:
         self._wake = threading.Event()
         self._retrying = Retrying(
             retry=retry_if_exception_type((TemporaryError, NotFound)),
-            wait=wait_exponential_jitter(initial=0.5, max=max_backoff, jitter=0.5),
+            wait=wait_exponential_jitter(multiplier=0.5, max=max_backoff, jitter=0.5),
             stop=lambda _: self.stopping.is_set(),
             sleep=sleep or self.stopping.wait,  # a stop ends the wait at once
             before_sleep=self._log_retry, reraise=True)
@@ -168,12 +168,12 @@ class Agent:
         conditions were written. Raises PermanentError for what retrying cannot fix."""
         assert self.upto is not None, "connect() first"
         written = 0
-        while not self.stopping.is_set():
-            with self._lock:
+        while not self.stopping.is_set() and len(self.pending):
+            node = self._call(self.kube.get_node, self.node)
+            with self._lock:  # taken now, with the repeats that arrived while the API was away
                 s = self.pending.oldest()
             if s is None:
                 break
-            node = self._call(self.kube.get_node, self.node)
             v = verdict(s, self.upto, self._condition_of(node))
             if v is Verdict.REPORT:
                 self._call(self.kube.set_condition, self.node, self.condition, "False", s.reason,
