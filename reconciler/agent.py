@@ -57,6 +57,7 @@ class KernelLog:
         self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         st = os.fstat(self.fd)
         self.is_kmsg = stat.S_ISCHR(st.st_mode)
+        self.replays = self.is_kmsg or from_start  # a restart reads what this run read
         if self.is_kmsg:
             self.boot = BOOT_ID.read_text().strip()
         else:
@@ -157,8 +158,8 @@ class Agent:
         node = self._call(self.kube.get_node, self.node)
         saved = Cursor.parse((node["metadata"].get("annotations") or {}).get(labels.KMSG_REPORTED))
         self.upto = resume_from(saved, self.kernel_log.boot, self.log_end, self._condition_of(node) is not None)
-        log.info("agent for node %s: reporting %s to %s after kernel-log record %d (cursor on the node: %s)",
-                 self.node, "critical XIDs", self.condition, self.upto.seq, saved)
+        log.info("agent for node %s: reporting critical XIDs to %s after kernel-log record %d of %s "
+                 "(cursor on the node: %s)", self.node, self.condition, self.upto.seq, self.upto.boot, saved)
         if self.upto != saved:
             self._save_cursor()
         return self.upto
@@ -227,8 +228,8 @@ class Agent:
         self._wake.set()
         reporter.join(timeout=30)
         if len(self.pending):
-            log.warning("stopping with %d sightings not reported; the next start reads them again from %s",
-                        len(self.pending), self.kernel_log.path)
+            log.warning("stopping with %d sightings not reported%s", len(self.pending),
+                        "; the next start reads them again" if self.kernel_log.replays else "")
         if failure:
             raise AgentFailed(f"node {self.node}: {failure[0]}") from failure[0]
 
