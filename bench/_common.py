@@ -6,6 +6,7 @@ wait is bounded by a timeout.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -42,7 +44,8 @@ def exit_on_sigterm() -> None:
 
 
 def say(msg: str) -> None:
-    print(f"{datetime.now().strftime('%H:%M:%S')} [load {load():.2f}] {msg}", flush=True)
+    """A progress line, on stderr: stdout carries only the result (tables, or JSON with --json)."""
+    print(f"{datetime.now().strftime('%H:%M:%S')} [load {load():.2f}] {msg}", file=sys.stderr, flush=True)
 
 
 def load() -> float:
@@ -68,6 +71,57 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     out = [line(list(headers)), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) for r in rows]
     return "\n".join(out)
+
+
+@dataclass
+class Table:
+    """One result table: printed as Markdown, or one entry of the --json document (rows keyed by
+    column). `notes` are the lines printed under it."""
+
+    title: str
+    columns: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+    notes: Sequence[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        out = [self.title, "", table(self.columns, self.rows)]
+        return "\n".join(out + ([""] + list(self.notes) if self.notes else []))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"title": self.title, "columns": list(self.columns),
+                "rows": [dict(zip(self.columns, r)) for r in self.rows], "notes": list(self.notes)}
+
+
+def add_json_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                    help="machine output: one JSON document (each table's rows keyed by column, and every "
+                         "measurement under 'raw') on stdout instead of the tables; with FILE, written there "
+                         "and the tables printed as usual")
+
+
+class Output:
+    """Where a script's result goes (stdout: tables, or JSON with `--json`). Made at the start: with
+    JSON on stdout, anything else printed meanwhile is sent to stderr, so stdout parses."""
+
+    def __init__(self, bench: str, json_arg: str | None):
+        self.bench, self.json_arg = bench, json_arg
+        self.stdout = sys.stdout
+        if json_arg == "-":
+            sys.stdout = sys.stderr
+
+    def emit(self, tables: Sequence[Table], raw: Any = None, **meta: Any) -> None:
+        doc = {"bench": self.bench, "argv": sys.argv[1:], "machine": machine(),
+               "date": datetime.now().isoformat(timespec="seconds"), **meta, "tables": [t.as_dict() for t in tables], "raw": raw}
+        text = json.dumps(doc, indent=2, default=str)
+        if self.json_arg == "-":
+            sys.stdout = self.stdout
+            print(text, flush=True)
+            return
+        if self.json_arg:
+            Path(self.json_arg).write_text(text + "\n")
+        for t in tables:
+            print(file=self.stdout)
+            print(t.markdown(), file=self.stdout, flush=True)
 
 
 def _cell(v: Any) -> str:

@@ -15,7 +15,6 @@ language host, the Python program, the Kubernetes provider), sampled every 0.1 s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -28,7 +27,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    TreeSampler, exit_on_sigterm, fleet_doc, load, machine, make_spec, pct, pool_doc, say, table,
+    Output, Table, TreeSampler, add_json_option, exit_on_sigterm, fleet_doc, load, machine, make_spec, pct,
+    pool_doc, say,
 )
 
 STACK = "bench"
@@ -81,6 +81,16 @@ def preview_once(pools: int, nodes: int, policy_pack: bool, workdir: Path, timeo
     }
 
 
+def result_tables(results: list[dict], a) -> list[Table]:
+    return [Table(
+        f"pulumi preview cost ({machine()}; render mode; median of {a.repeat} per row)",
+        ["pools", "nodes", "policy pack", "resources", "Kubernetes resources", "wall s", "runs s",
+         "peak MiB (tree)", "largest process MiB", "load"],
+        [[r["pools"], r["nodes"], "yes" if r["policy_pack"] else "no", r["resources"], r["k8s_resources"],
+          r["wall_s"], " / ".join(f"{w:.1f}" for w in r["wall_all"]), r["peak_tree_med"],
+          f"{r['peak_single_mib']:.0f} ({r['peak_single']})", r["load"]] for r in results])]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pools", default="1,4,16,64", help="pool counts (comma separated)")
@@ -89,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy-pack", choices=["off", "on", "both"], default="both",
                     help="run without and/or with the policy pack (policies/), as `gpufleet preview` does (default both)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per preview")
-    ap.add_argument("--json", type=Path)
+    add_json_option(ap)
     a = ap.parse_args(argv)
+    out = Output("preview_cost", a.json)
     exit_on_sigterm()
     pools = [int(x) for x in a.pools.split(",")]
     nodes = [int(x) for x in a.nodes.split(",")]
@@ -126,16 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(local, ignore_errors=True)
-    if a.json:
-        a.json.write_text(json.dumps(results, indent=2))
-    print()
-    print(f"pulumi preview cost ({machine()}; render mode; median of {a.repeat} per row)")
-    print()
-    print(table(["pools", "nodes", "policy pack", "resources", "Kubernetes resources", "wall s", "runs s",
-                 "peak MiB (tree)", "largest process MiB", "load"],
-                [[r["pools"], r["nodes"], "yes" if r["policy_pack"] else "no", r["resources"], r["k8s_resources"],
-                  r["wall_s"], " / ".join(f"{w:.1f}" for w in r["wall_all"]), r["peak_tree_med"],
-                  f"{r['peak_single_mib']:.0f} ({r['peak_single']})", r["load"]] for r in results]))
+    out.emit(result_tables(results, a), raw=results)
     return 0
 
 

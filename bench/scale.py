@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     exit_on_sigterm, teardown,
-    HostReconciler, NodeWatcher, create_nodes, free_port, install_crd_and_namespace, list_nodes_raw, load, machine,
-    make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib, release_lease, say, table, wait_all_ready, wait_for,
-    wait_leading, write_policy,
+    HostReconciler, NodeWatcher, Output, Table, add_json_option, create_nodes, free_port, install_crd_and_namespace,
+    list_nodes_raw, load, machine, make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib, release_lease, say,
+    wait_all_ready, wait_for, wait_leading, write_policy,
 )
 
 POOL = "gpu"
@@ -147,6 +147,29 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
     }
 
 
+def result_tables(results: list[dict], a) -> list[Table]:
+    return [
+        Table(f"Reconciler at scale ({machine()}; window {a.window:.0f}s at rest; {a.faults} single faults per size)",
+              ["nodes", "watched", "startup s", "RSS MiB", "KiB/node", "CPU at rest %", "fault->record med/max s",
+               "fault->cordon med/max s", "fault->Succeeded med s", "CPU ms/fault", "relists", "load"],
+              [[r["nodes"], f"{r['total_nodes']} ({r['ready_nodes']} Ready)", r["startup_s"], r["rss_rest_mib"],
+                None if i == 0 else (r["rss_rest_mib"] - results[0]["rss_rest_mib"]) * 1024
+                / max(1, r["total_nodes"] - results[0]["total_nodes"]),
+                r["rest_cpu_pct"], f"{r['record_med']:.3f} / {r['record_max']:.3f}",
+                f"{r['cordon_med']:.3f} / {r['cordon_max']:.3f}", r["succeeded_med"], r["cpu_ms_mean"],
+                f"{r['relists']} in {r['lived_s']:.0f}s", r["load"]]
+               for i, r in enumerate(results)],
+              ["KiB/node: extra resident memory per extra node, against the smallest fleet.",
+               "CPU ms/fault: the reconciler's utime+stime from the fault to Succeeded, less its rate at rest "
+               "(mean of the faults; /proc ticks are 10 ms).",
+               "relists: the node watch failed and listed every node again (log 'listing again') over the "
+               "reconciler's life."]),
+        Table("Control plane CPU over the same window (% of one core), for context:",
+              ["nodes"] + list(COMPONENTS),
+              [[r["nodes"]] + [r["env_cpu_pct"].get(c) for c in COMPONENTS] for r in results]),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,1000,5000", help="fleet sizes (active nodes), ascending")
@@ -160,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="go on when this fraction of the nodes is Ready (kwok nodes flap at 10,000 on 2 cores)")
     ap.add_argument("--root", type=Path, help="work folder (default: a new one under /tmp)")
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--json", type=Path, help="also write the measurements here")
+    add_json_option(ap)
     a = ap.parse_args(argv)
+    out = Output("scale", a.json)
     exit_on_sigterm()
     sizes = [int(s) for s in a.sizes.split(",")]
     if sizes != sorted(sizes):
@@ -190,27 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         teardown(kube.down, root, a.keep, a.root is None, watcher)
 
-    if a.json:
-        a.json.write_text(json.dumps(results, indent=2))
-    print()
-    print(f"Reconciler at scale ({machine()}; window {a.window:.0f}s at rest; {a.faults} single faults per size)")
-    print()
-    print(table(
-        ["nodes", "watched", "startup s", "RSS MiB", "KiB/node", "CPU at rest %", "fault->record med/max s",
-         "fault->cordon med/max s", "fault->Succeeded med s", "CPU ms/fault", "relists", "load"],
-        [[r["nodes"], f"{r['total_nodes']} ({r['ready_nodes']} Ready)", r["startup_s"], r["rss_rest_mib"],
-          None if i == 0 else (r["rss_rest_mib"] - results[0]["rss_rest_mib"]) * 1024
-          / max(1, r["total_nodes"] - results[0]["total_nodes"]),
-          r["rest_cpu_pct"], f"{r['record_med']:.3f} / {r['record_max']:.3f}",
-          f"{r['cordon_med']:.3f} / {r['cordon_max']:.3f}", r["succeeded_med"], r["cpu_ms_mean"],
-          f"{r['relists']} in {r['lived_s']:.0f}s", r["load"]]
-         for i, r in enumerate(results)]))
-    print("\nKiB/node: extra resident memory per extra node, against the smallest fleet. CPU ms/fault: the reconciler's"
-          "\nutime+stime from the fault to Succeeded, less its rate at rest (mean of the faults; /proc ticks are 10 ms)."
-          "\nrelists: the node watch failed and listed every node again (log 'listing again') over the reconciler's life.")
-    print("\nControl plane CPU over the same window (% of one core), for context:")
-    print(table(["nodes"] + list(COMPONENTS),
-                [[r["nodes"]] + [r["env_cpu_pct"].get(c) for c in COMPONENTS] for r in results]))
+    out.emit(result_tables(results, a), raw=results)
     return 0
 
 

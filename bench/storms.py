@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     exit_on_sigterm, teardown,
-    HostReconciler, NodeWatcher, create_nodes, free_port, install_crd_and_namespace, load, machine, make_spec, pct,
-    pool_doc, release_lease, say, table, wait_all_ready, wait_for, wait_leading, write_policy,
+    HostReconciler, NodeWatcher, Output, Table, add_json_option, create_nodes, free_port, install_crd_and_namespace,
+    load, machine, make_spec, pct, pool_doc, release_lease, say, wait_all_ready, wait_for, wait_leading, write_policy,
 )
 
 TIERS = (1, 5, 20)
@@ -207,6 +207,30 @@ def tiers(kube, api, root: Path, a, total: int, mc: int) -> list[dict]:
     return rows
 
 
+def result_tables(s: dict | None, tier_rows: list[dict], a) -> list[Table]:
+    out = []
+    if s:
+        out.append(Table(
+            f"Storm: {s['faults']} simultaneous faults on a {s['pool_nodes']}-node pool ({machine()}; "
+            f"faults written within {s['inject_spread_s']:.2f}s; load {s['load']:.2f})",
+            ["measure", "P50 s", "P90 s", "max s", "nodes/s"], [
+                ["fault -> record", s["record_p50"], s["record_p90"], None, None],
+                ["fault -> cordon", s["cordon_p50"], s["cordon_p90"], s["cordon_max"], s["cordon_rate"]],
+                ["fault -> Succeeded (spare Ready)", s["ok_p50"], s["ok_p90"], s["ok_max"], s["heal_rate"]],
+                ["reference: fault -> cordon, 150 on 1,503 nodes", 16.8, 28.2, None, "~1"],
+            ],
+            [f"{s['cordoned']}/{s['faults']} cordoned, {s['succeeded']}/{s['faults']} Succeeded "
+             f"(outcomes {s['outcomes']}); spares handed to two nodes: {s['double_promoted']}"]))
+    if tier_rows:
+        out.append(Table(
+            f"Brake: a share of one {a.tier_nodes}-node pool fails at once, max_unhealthy_fraction {a.fraction}",
+            ["tier", "max_concurrent", "failed", "started", "healed", "held", "brake",
+             "fault->Succeeded P50 s", "last healed after s", "load"],
+            [[r["tier"], r["max_concurrent"], r["failed_nodes"], r["started"], r["healed"], r["held"],
+              r["brake"], r["heal_p50"], r["all_healed_after"], r["load"]] for r in tier_rows]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--storm-nodes", type=int, default=1500)
@@ -222,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=8, help="threads creating nodes")
     ap.add_argument("--root", type=Path)
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--json", type=Path)
+    add_json_option(ap)
     a = ap.parse_args(argv)
+    out = Output("storms", a.json)
     exit_on_sigterm()
     a.tier_max_concurrent = [int(x) for x in a.tier_max_concurrent.split(",") if x.strip()]
 
@@ -254,30 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         teardown(kube.down, root, a.keep, a.root is None, watcher)
 
-    if a.json:
-        a.json.write_text(json.dumps({"storm": storm_out, "tiers": tier_rows}, indent=2))
-    print()
-    if storm_out:
-        s = storm_out
-        print(f"Storm: {s['faults']} simultaneous faults on a {s['pool_nodes']}-node pool ({machine()}; "
-              f"faults written within {s['inject_spread_s']:.2f}s; load {s['load']:.2f})")
-        print()
-        print(table(["", "P50 s", "P90 s", "max s", "nodes/s"], [
-            ["fault -> record", s["record_p50"], s["record_p90"], None, None],
-            ["fault -> cordon", s["cordon_p50"], s["cordon_p90"], s["cordon_max"], s["cordon_rate"]],
-            ["fault -> Succeeded (spare Ready)", s["ok_p50"], s["ok_p90"], s["ok_max"], s["heal_rate"]],
-            ["reference: fault -> cordon, 150 on 1,503 nodes", 16.8, 28.2, None, "~1"],
-        ]))
-        print(f"\n{s['cordoned']}/{s['faults']} cordoned, {s['succeeded']}/{s['faults']} Succeeded "
-              f"(outcomes {s['outcomes']}); spares handed to two nodes: {s['double_promoted']}")
-        print()
-    if tier_rows:
-        print(f"Brake: a share of one {a.tier_nodes}-node pool fails at once, max_unhealthy_fraction {a.fraction}")
-        print()
-        print(table(["tier", "max_concurrent", "failed", "started", "healed", "held", "brake",
-                     "fault->Succeeded P50 s", "last healed after s", "load"],
-                    [[r["tier"], r["max_concurrent"], r["failed_nodes"], r["started"], r["healed"], r["held"],
-                      r["brake"], r["heal_p50"], r["all_healed_after"], r["load"]] for r in tier_rows]))
+    out.emit(result_tables(storm_out, tier_rows, a), raw={"storm": storm_out, "tiers": tier_rows})
     return 0
 
 

@@ -35,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     exit_on_sigterm, teardown,
-    NodeWatcher, install_crd_and_namespace, load, machine, make_spec, pct, pool_doc, release_lease, say, table, wait_for,
-    wait_leading, write_policy,
+    NodeWatcher, Output, Table, add_json_option, install_crd_and_namespace, load, machine, make_spec, pct, pool_doc,
+    release_lease, say, wait_for, wait_leading, write_policy,
 )
 
 from fleetspec import labels  # noqa: E402
@@ -189,6 +189,24 @@ def spec_args(root: Path, grace: int):
     return pools, healing, storage
 
 
+def result_tables(results: dict[int, list[dict]]) -> list[Table]:
+    rows = []
+    for g, rs in results.items():
+        for name, q in (("median", 50), ("p95", 95), ("max", 100)):
+            rows.append([f"{g}s", name, len(rs)] + [pct([r[m] for r in rs], q) for m in MILESTONES])
+    notes = []
+    loads = [r["load"] for rs in results.values() for r in rs]
+    if loads:
+        notes.append(f"load average during the runs: {min(loads):.2f} - {max(loads):.2f}")
+    ret = [r["returned_to_spares"] for rs in results.values() for r in rs]
+    if ret:
+        notes.append(f"mark-healthy -> back in the spares: median {pct(ret, 50):.2f}s, max {max(ret):.2f}s "
+                     f"({len(ret)} of {len(ret)} returned)")
+    return [Table(f"Time to heal, seconds after the fault ({machine()}; load {load():.2f} at the end)",
+                  ["grace", "stat", "faults", "detected", "cordoned", "Slurm drain", "requeued", "Slurm DOWN",
+                   "drained", "healed (spare Ready)", "job running again"], rows, notes)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--faults", type=int, default=20, help="faults per grace period (default 20)")
@@ -196,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=240, help="seconds allowed per fault")
     ap.add_argument("--root", type=Path, help="work folder (default: a new one under /tmp)")
     ap.add_argument("--keep", action="store_true", help="leave the work folder (logs) in place")
-    ap.add_argument("--json", type=Path, help="also write every measurement here")
+    add_json_option(ap)
     a = ap.parse_args(argv)
+    out = Output("time_to_heal", a.json)
     exit_on_sigterm()
     graces = [int(g) for g in a.grace.split(",") if g.strip()]
 
@@ -227,23 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         teardown(env.down, root, a.keep, a.root is None)
 
-    if a.json:
-        a.json.write_text(json.dumps({str(k): v for k, v in results.items()}, indent=2))
-    print()
-    print(f"Time to heal, seconds after the fault ({machine()}; load {load():.2f} at the end)")
-    print()
-    rows = []
-    for g, rs in results.items():
-        for name, q in (("median", 50), ("p95", 95), ("max", 100)):
-            rows.append([f"{g}s", name, len(rs)] + [pct([r[m] for r in rs], q) for m in MILESTONES])
-    print(table(["grace", "stat", "faults", "detected", "cordoned", "Slurm drain", "requeued", "Slurm DOWN",
-                 "drained", "healed (spare Ready)", "job running again"], rows))
-    loads = [r["load"] for rs in results.values() for r in rs]
-    print(f"\nload average during the runs: {min(loads):.2f} - {max(loads):.2f}" if loads else "")
-    ret = [r["returned_to_spares"] for rs in results.values() for r in rs]
-    if ret:
-        print(f"mark-healthy -> back in the spares: median {pct(ret, 50):.2f}s, max {max(ret):.2f}s "
-              f"({len(ret)} of {len(ret)} returned)")
+    out.emit(result_tables(results), raw={str(k): v for k, v in results.items()})
     return 0
 
 

@@ -44,7 +44,8 @@ def namespace_rules() -> list[dict]:
 
 def agent_rules() -> list[dict]:
     return [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        # patch on nodes: the agent keeps its kernel-log cursor in an annotation on its node
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
     ]
 

@@ -29,6 +29,7 @@ REMEDIATION = f"{GROUP}/remediation"       # name of the Remediation record in p
 PROMOTED_FOR = f"{GROUP}/promoted-for"     # on a promoted spare: the node it replaced
 SIGNALS = f"{GROUP}/fault-signals"          # when the node's faults were signalled (JSON list), for `occurrences`
 SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
+KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>:<kernel-log record>" reported up to
 
 # Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)
 SLINKY_POD_HOSTNAME = "nodeset.slinky.slurm.net/pod-hostname"

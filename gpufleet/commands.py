@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .cli import EXIT_FAILED, _err, app, load_spec
+from .cli import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
 from .paths import default_kubeconfig, local_slurm_env
 
 
@@ -66,20 +66,38 @@ def agent(
     kmsg: Path = typer.Option(Path("/dev/kmsg"), help="Kernel log to follow (a file works for drills)."),
     condition: str = typer.Option("GpuHealthy", help="Node condition to set."),
     kubeconfig: Optional[Path] = typer.Option(None),
-    from_start: bool = typer.Option(False, help="Read a file from its start instead of its end."),
+    from_start: bool = typer.Option(False, help="Read a file from its start instead of its end "
+                                                "(/dev/kmsg is always read from its oldest record)."),
+    max_backoff: float = typer.Option(30.0, help="Longest wait, in seconds, between retries of the API server."),
 ) -> None:
-    """Node agent: follow the kernel log for `NVRM: Xid` lines and set the GPU condition on critical ones."""
-    from fleetspec import xids
+    """Node agent: follow the kernel log for `NVRM: Xid` lines and set the GPU condition on critical ones.
+
+    Outlives API server outages and a node not registered yet: critical XIDs wait and are reported
+    once the API answers. Exits 2 when the kernel log cannot be read, 1 when the API server refuses
+    for good (forbidden, invalid).
+    """
+    import threading
+
     from reconciler import logs
-    from reconciler.agent import follow, handle_lines, report_fault
+    from reconciler.agent import Agent, AgentFailed, KernelLog
     from reconciler.kube import Kube
 
     logs.setup()
-    kube = Kube(_api(kubeconfig))
-    stop = {"now": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
-    handle_lines(follow(kmsg, lambda: stop["now"], from_start), lambda ev: report_fault(kube, node, ev, condition),
-                 set(xids.DEFAULT_CRITICAL))
+    try:
+        kernel_log = KernelLog(kmsg, from_start)
+    except OSError as e:
+        _err(f"cannot read the kernel log {kmsg}: {e.strerror or e}")
+        raise typer.Exit(EXIT_INVALID)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    ag = Agent(Kube(_api(kubeconfig)), node, kernel_log, condition=condition, stop=stop, max_backoff=max_backoff)
+    try:
+        ag.run()
+    except AgentFailed as e:
+        _err(f"gpufleet agent: {e}")
+        raise typer.Exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        stop.set()
 
 
 @app.command("inject-fault")

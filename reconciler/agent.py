@@ -1,56 +1,252 @@
-"""The node agent: follow the kernel log, and set the GPU condition on an XID.
+"""The node agent: follow the kernel log, and set the GPU condition on a critical XID.
 
-Runs as a DaemonSet (reading /dev/kmsg); in drills, `gpufleet inject-fault` sets the same
-condition directly. Critical XIDs set the condition False; application XIDs are only logged.
+Runs as a DaemonSet reading /dev/kmsg; drills use a file, or `gpufleet inject-fault`, which sets
+the same condition directly. Critical XIDs set the condition False; application XIDs are logged.
+
+Two threads, so the API server never stalls the reading of the log: the reader (`read`) parses
+lines and queues critical sightings; the reporter (`connect`, then `report_pending`) writes them,
+retrying with backoff for as long as the API server is away or the node is not registered yet.
+Only what retrying cannot fix (a forbidden or invalid call) stops the agent, with AgentFailed.
+
+Where reading starts: /dev/kmsg always at its oldest record, a file at its end (or its start,
+with from_start). The cursor on the node says what was reported before (reconciler/sightings.py),
+so reading the log again reports nothing twice and catches what was logged while the agent was down.
+The decisions (parsing, queueing, report or not, the cursor) are pure; this module does the I/O.
 """
 from __future__ import annotations
 
 import logging
 import os
-import time
+import stat
+import threading
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Protocol
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from fleetspec import labels, xids
 
-from .kmsg import Malformed, XidEvent, parse_line
+from .errors import NotFound, PermanentError, TemporaryError
+from .kmsg import Malformed, parse_line, record_seq
+from .sightings import Cursor, Pending, Sighting, Verdict, advance, condition_message, newest, resume_from, verdict
 
 log = logging.getLogger(__name__)
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
-def follow(path: Path, stop: Callable[[], bool] = lambda: False, from_start: bool = False,
-           poll: float = 0.2) -> Iterator[str]:
-    """Lines of a log as they arrive (/dev/kmsg yields one record per read)."""
-    with open(path, "r", errors="replace") as f:
-        if not from_start and path != Path("/dev/kmsg"):
-            f.seek(0, os.SEEK_END)
-        while not stop():
-            line = f.readline()
-            if line:
-                yield line
-            else:
-                time.sleep(poll)
+class AgentFailed(RuntimeError):
+    """The API server refused a call in a way retrying cannot fix (forbidden, invalid)."""
 
 
-def report_fault(kube, node: str, event: XidEvent, condition: str = labels.GPU_CONDITION) -> None:
-    kube.set_condition(node, condition, "False", f"Xid{event.xid}", event.message)
+class NodeAPI(Protocol):
+    """What the agent needs of reconciler.kube.Kube."""
+
+    def get_node(self, name: str) -> dict: ...
+    def patch_node(self, name: str, body: dict) -> dict: ...
+    def set_condition(self, name: str, ctype: str, status: str, reason: str, message: str) -> None: ...
 
 
-def handle_lines(lines: Iterable[str], on_fault: Callable[[XidEvent], None], critical: set[int]) -> dict[str, int]:
-    """Feed kernel-log lines; call on_fault for critical XIDs. Returns counts, for tests and logs."""
-    counts = {"critical": 0, "other": 0, "malformed": 0}
-    for line in lines:
-        ev = parse_line(line)
-        if ev is None:
-            continue
-        if isinstance(ev, Malformed):
-            counts["malformed"] += 1
-            log.warning("unparsable Xid line ignored: %r", ev.line[:200])
-        elif ev.xid in critical:
-            counts["critical"] += 1
-            log.error("critical %s: %s", xids.describe(ev.xid), ev.message)
-            on_fault(ev)
+class KernelLog:
+    """/dev/kmsg or a file, read without blocking: `lines()` returns what arrived since the last call.
+    `boot` names this run of the log: the kernel's boot id for /dev/kmsg (record numbers restart at a
+    reboot), the file's identity for a file."""
+
+    def __init__(self, path: Path, from_start: bool = False):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        st = os.fstat(self.fd)
+        self.is_kmsg = stat.S_ISCHR(st.st_mode)
+        self.replays = self.is_kmsg or from_start  # a restart reads what this run read
+        if self.is_kmsg:
+            self.boot = BOOT_ID.read_text().strip()
         else:
-            counts["other"] += 1
-            log.info("%s (not critical): %s", xids.describe(ev.xid), ev.message)
-    return counts
+            self.boot = f"file-{st.st_dev}-{st.st_ino}"
+            if not from_start:
+                os.lseek(self.fd, 0, os.SEEK_END)
+        self.overruns = 0
+        self._partial = b""
+
+    def lines(self, limit: int = 1000) -> list[str]:
+        out: list[str] = []
+        while len(out) < limit:
+            try:
+                chunk = os.read(self.fd, 8192)  # /dev/kmsg: one record per read
+            except BlockingIOError:
+                break
+            except BrokenPipeError:  # /dev/kmsg only: the ring buffer wrapped past unread records
+                self.overruns += 1
+                log.warning("kernel log %s: records were overwritten before they were read", self.path)
+                continue
+            if not chunk:
+                break
+            *complete, self._partial = (self._partial + chunk).split(b"\n")
+            out += [c.decode(errors="replace") for c in complete]
+        return out
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Agent:
+    def __init__(self, kube: NodeAPI, node: str, kernel_log: KernelLog, *, condition: str = labels.GPU_CONDITION,
+                 critical: Iterable[int] = xids.DEFAULT_CRITICAL, pending_limit: int = 32, max_backoff: float = 30.0,
+                 stop: threading.Event | None = None, sleep: Callable[[float], Any] | None = None,
+                 clock: Callable[[], datetime] = _utcnow):
+        self.kube, self.node, self.kernel_log, self.condition = kube, node, kernel_log, condition
+        self.critical = frozenset(critical)
+        self.pending = Pending(pending_limit)
+        self.counts = {"critical": 0, "other": 0, "malformed": 0, "written": 0}
+        self.stopping = stop or threading.Event()
+        self.log_end = -1                 # the newest record number in the log when reading started
+        self.upto: Cursor | None = None   # reported up to; known once connected
+        self._handled: int | None = None  # the newest record number handled
+        self._clock = clock
+        self._lock = threading.Lock()     # the reader and the reporter share `pending`
+        self._wake = threading.Event()
+        self._retrying = Retrying(
+            retry=retry_if_exception_type((TemporaryError, NotFound)),
+            wait=wait_exponential_jitter(multiplier=0.5, max=max_backoff, jitter=0.5),
+            stop=lambda _: self.stopping.is_set(),
+            sleep=sleep or self.stopping.wait,  # a stop ends the wait at once
+            before_sleep=self._log_retry, reraise=True)
+
+    # --- the reader ------------------------------------------------------------------------------
+
+    def read(self) -> int:
+        """Read what the kernel log holds now and queue its critical XIDs; returns how many lines."""
+        lines = self.kernel_log.lines()
+        self._queue(lines)
+        return len(lines)
+
+    def read_backlog(self) -> None:
+        """Read what the log holds at start, and remember its newest record (see resume_from)."""
+        while lines := self.kernel_log.lines():
+            self.log_end = max([self.log_end] + [s for s in map(record_seq, lines) if s is not None])
+            self._queue(lines)
+
+    def _queue(self, lines: list[str]) -> None:
+        for line in lines:
+            seq = record_seq(line)
+            ev = parse_line(line)
+            if ev is None:
+                continue
+            if isinstance(ev, Malformed):
+                self.counts["malformed"] += 1
+                log.warning("unparsable Xid line ignored: %r", ev.line[:200])
+            elif ev.xid not in self.critical:
+                self.counts["other"] += 1
+                log.info("%s (not critical): %s", xids.describe(ev.xid), ev.message)
+            else:
+                self.counts["critical"] += 1
+                log.error("critical %s: %s", xids.describe(ev.xid), ev.message)
+                with self._lock:
+                    queued = self.pending.add(Sighting(ev, seq, seq, self._clock()))
+                if not queued:
+                    log.error("%d sightings wait for the API server already: %s not queued", self.pending.limit,
+                              ev.message)
+                self._wake.set()
+
+    # --- the reporter ----------------------------------------------------------------------------
+
+    def connect(self) -> Cursor:
+        """Wait for the API server and the node, then decide where reporting resumes."""
+        node = self._call(self.kube.get_node, self.node)
+        saved = Cursor.parse((node["metadata"].get("annotations") or {}).get(labels.KMSG_REPORTED))
+        self.upto = resume_from(saved, self.kernel_log.boot, self.log_end, self._condition_of(node) is not None)
+        log.info("agent for node %s: reporting critical XIDs to %s after kernel-log record %d of %s "
+                 "(cursor on the node: %s)", self.node, self.condition, self.upto.seq, self.upto.boot, saved)
+        if self.upto != saved:
+            self._save_cursor()
+        return self.upto
+
+    def report_pending(self) -> int:
+        """Report every queued sighting, retrying until the API server answers; returns how many
+        conditions were written. Raises PermanentError for what retrying cannot fix."""
+        assert self.upto is not None, "connect() first"
+        written = 0
+        while not self.stopping.is_set() and len(self.pending):
+            node = self._call(self.kube.get_node, self.node)
+            with self._lock:  # taken now, with the repeats that arrived while the API was away
+                s = self.pending.oldest()
+            if s is None:
+                break
+            v = verdict(s, self.upto, self._condition_of(node))
+            if v is Verdict.REPORT:
+                self._call(self.kube.set_condition, self.node, self.condition, "False", s.reason,
+                           condition_message(s, self._clock()))
+                written += 1
+                self.counts["written"] += 1
+                log.warning("node %s: %s=False reason %s (%s)", self.node, self.condition, s.reason, s.event.message)
+            else:
+                log.info("node %s: %s not written: %s", self.node, s.event.message, v.value)
+            with self._lock:
+                self.pending.done(s)
+                self._handled = newest(self._handled, s.last_seq)
+                upto = advance(self.upto, self._handled, self.pending.floor())
+            if upto != self.upto:
+                self.upto = upto
+                self._save_cursor()
+        return written
+
+    def _save_cursor(self) -> None:
+        self._call(self.kube.patch_node, self.node,
+                   {"metadata": {"annotations": {labels.KMSG_REPORTED: str(self.upto)}}})
+
+    def _condition_of(self, node: dict) -> dict | None:
+        conds = (node.get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c.get("type") == self.condition), None)
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._retrying(fn, *args)
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        err = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0
+        if isinstance(err, NotFound):
+            log.warning("node %s not found (is --node right? the DaemonSet passes spec.nodeName); "
+                        "asking again in %.0fs: %s", self.node, wait, err)
+        else:
+            log.warning("API server not answering (attempt %d; %d sightings waiting); retrying in %.1fs: %s",
+                        state.attempt_number, len(self.pending), wait, err)
+
+    # --- both ------------------------------------------------------------------------------------
+
+    def run(self, poll: float = 0.2) -> None:
+        """Read and report until `stop` is set. Raises AgentFailed for what retrying cannot fix."""
+        self.read_backlog()
+        failure: list[BaseException] = []
+        reporter = threading.Thread(target=self._report_loop, args=(failure,), name="agent-reporter", daemon=True)
+        reporter.start()
+        while not self.stopping.is_set():
+            self.read()
+            self.stopping.wait(poll)
+        self._wake.set()
+        reporter.join(timeout=30)
+        if len(self.pending):
+            log.warning("stopping with %d sightings not reported%s", len(self.pending),
+                        "; the next start reads them again" if self.kernel_log.replays else "")
+        if failure:
+            raise AgentFailed(f"node {self.node}: {failure[0]}") from failure[0]
+
+    def _report_loop(self, failure: list[BaseException]) -> None:
+        try:
+            self.connect()
+            while not self.stopping.is_set():
+                self._wake.clear()
+                self.report_pending()
+                self._wake.wait(1.0)
+        except (TemporaryError, NotFound):
+            pass  # retried until a stop was asked for
+        except PermanentError as e:
+            log.error("the API server refused, and retrying will not help: %s", e)
+            failure.append(e)
+        except Exception as e:  # noqa: BLE001 - a bug: stop the agent with it rather than go deaf
+            log.exception("the reporter failed")
+            failure.append(e)
+        finally:
+            self.stopping.set()

@@ -1,5 +1,6 @@
 """The reconciler's Kubernetes side against a real API server (kwok nodes): conditions, cordon,
-eviction, opt-out, spare promotion, Remediation records, restarts, the Lease."""
+eviction, opt-out, spare promotion, Remediation records, restarts, the Lease.
+The node agent's tests are in test_agent_kube.py."""
 from __future__ import annotations
 
 import threading
@@ -240,27 +241,6 @@ def test_watch_queues_a_fault_not_heartbeats(kube_cluster, api):
         assert nodes.get("wch-0").fault.xid == 79
     finally:
         stop.set()
-
-
-def test_agent_turns_kernel_log_lines_into_the_condition(kube_cluster, api, tmp_path):
-    from reconciler.agent import follow, handle_lines, report_fault
-
-    spec = fleet("agt", nodes=1, spares=0)
-    make_nodes(kube_cluster, spec)
-    log = tmp_path / "kmsg"
-    log.write_text(
-        "6,100,1000,-;usb 1-1: new device\n"
-        "4,101,1001,-;NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp Exception\n"  # the job's bug: ignored
-        "4,102,1002,-;NVRM: Xid (PCI:0000:3b:00): seventy-nine\n"  # malformed: logged, ignored
-        "4,103,1003,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus.\n"
-    )
-    kube = Kube(api)
-    lines = iter(follow(log, from_start=True))
-    counts = handle_lines((next(lines) for _ in range(4)), lambda ev: report_fault(kube, "agt-0", ev), {79, 48})
-    assert counts == {"critical": 1, "other": 1, "malformed": 1}
-    cond = {c["type"]: c for c in kube.get_node("agt-0")["status"]["conditions"]}["GpuHealthy"]
-    assert (cond["status"], cond["reason"]) == ("False", "Xid79")
-    assert "fallen off the bus" in cond["message"] and "PCI:0000:3b:00" in cond["message"]
 
 
 def test_pdb_blocks_eviction_until_the_drain_timeout(kube_cluster, api):

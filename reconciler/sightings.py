@@ -1,0 +1,159 @@
+"""What the node agent has seen, what it still has to report, and whether to report it. Pure.
+
+The agent remembers one fact on its node, the annotation `gpufleet.io/kmsg-reported`
+= "<boot id>:<seq>": the kernel-log sequence number up to which every critical XID has been
+reported (or found already reported). It reads /dev/kmsg from the oldest record at every start
+and reports only what lies past that cursor, so a restarted agent reports nothing twice, nothing
+from before the last repair (a repair comes after the report, and the report moved the cursor),
+and whatever the kernel logged while the agent was down. The record numbers restart at a reboot;
+the boot id tells the runs apart.
+
+While the API server cannot be reached, sightings wait in `Pending`: one per (XID, GPU), oldest
+first, bounded, so a flood of the same line during an outage is one report when it is back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import Enum
+
+from .kmsg import XidEvent
+
+LATE_AFTER_SECONDS = 5  # a report this much later than the sighting says when it was seen
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Reported up to record `seq` of boot `boot` (-1: nothing of this boot yet)."""
+
+    boot: str
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.boot}:{self.seq}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Cursor | None:
+        """The annotation's value, or None when absent or not of the form "<boot>:<seq>"."""
+        boot, _, seq = (text or "").rpartition(":")
+        try:
+            return cls(boot, int(seq)) if boot else None
+        except ValueError:
+            return None
+
+
+def resume_from(saved: Cursor | None, boot: str, log_end: int, condition_set: bool) -> Cursor:
+    """Where this run's reporting starts, from the cursor on the node and the log as found at start
+    (`log_end`: the newest record's number then, -1 for an empty log or a file read from its end).
+
+    A cursor of this boot: right after it. A cursor of an earlier boot, or a node whose condition was
+    never set: the whole log, all of it is news. No cursor but a condition (a node reported on before
+    the cursor existed): the end of the log, which may hold faults reported and repaired since.
+    """
+    if saved is not None and saved.boot == boot:
+        return saved
+    if saved is not None or not condition_set:
+        return Cursor(boot, -1)
+    return Cursor(boot, log_end)
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A critical XID on one GPU: the kernel-log records it was seen in (`first_seq`..`last_seq`,
+    None for lines without a record number, as in a drill file: always news), and how many."""
+
+    event: XidEvent
+    first_seq: int | None
+    last_seq: int | None
+    seen_at: datetime
+    count: int = 1
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (self.event.xid, self.event.pci)
+
+    @property
+    def reason(self) -> str:
+        return f"Xid{self.event.xid}"
+
+
+class Pending:
+    """Sightings not reported yet: one per (XID, GPU), oldest first, at most `limit` of them.
+    A repeat of a queued sighting is merged into it; a new one beyond the limit is refused (and
+    counted in `refused`): the oldest fault is the one that explains the node."""
+
+    def __init__(self, limit: int = 32):
+        self.limit = limit
+        self.refused = 0
+        self._items: dict[tuple[int, str], Sighting] = {}
+
+    def add(self, s: Sighting) -> bool:
+        """Queue `s`; False when it was refused because the queue is full."""
+        old = self._items.get(s.key)
+        if old is not None:
+            self._items[s.key] = replace(old, last_seq=newest(old.last_seq, s.last_seq), count=old.count + s.count)
+            return True
+        if len(self._items) >= self.limit:
+            self.refused += 1
+            return False
+        self._items[s.key] = s
+        return True
+
+    def oldest(self) -> Sighting | None:
+        return next(iter(self._items.values()), None)
+
+    def done(self, s: Sighting) -> None:
+        """Remove `s` once handled. A repeat merged in meanwhile stays queued, still first: it came
+        after what was reported, and the cursor must pass it too."""
+        cur = self._items.pop(s.key, None)
+        if cur is not None and cur != s:
+            first = None if s.last_seq is None else s.last_seq + 1  # the repeats came after what was handled
+            rest = replace(cur, first_seq=first, count=cur.count - s.count)
+            self._items = {s.key: rest, **self._items}
+
+    def floor(self) -> int | None:
+        """The oldest record number still queued: the cursor must stay below it."""
+        return min((s.first_seq for s in self._items.values() if s.first_seq is not None), default=None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def newest(a: int | None, b: int | None) -> int | None:
+    """The larger of two record numbers, either of which may be unknown."""
+    return a if b is None else b if a is None else max(a, b)
+
+
+class Verdict(str, Enum):
+    REPORT = "report"
+    REPORTED_BEFORE = "reported before"  # at or behind the cursor: an earlier run handled it
+    ALREADY_SET = "already set"          # the condition already says this fault
+
+
+def verdict(s: Sighting, upto: Cursor, condition: dict | None) -> Verdict:
+    """Whether to write the condition for `s`, given the cursor and the node's current condition."""
+    if s.last_seq is not None and s.last_seq <= upto.seq:
+        return Verdict.REPORTED_BEFORE
+    if condition is not None and condition.get("status") == "False" and condition.get("reason") == s.reason:
+        return Verdict.ALREADY_SET
+    return Verdict.REPORT
+
+
+def advance(upto: Cursor, handled: int | None, floor: int | None) -> Cursor:
+    """The cursor once every record up to `handled` is handled, but never past a sighting still
+    queued (`floor`, from Pending.floor): a restart must still see that one."""
+    if handled is None:
+        return upto
+    seq = handled if floor is None else min(handled, floor - 1)
+    return upto if seq <= upto.seq else replace(upto, seq=seq)
+
+
+def condition_message(s: Sighting, now: datetime) -> str:
+    """The condition's message: the driver's words, and when it was seen if the report is late
+    (an API outage), so the record does not claim the fault is newer than it is."""
+    msg = s.event.message
+    if s.count > 1:
+        msg += f" (seen {s.count} times)"
+    if (now - s.seen_at).total_seconds() >= LATE_AFTER_SECONDS:
+        msg += f" (seen at {s.seen_at.strftime('%Y-%m-%dT%H:%M:%SZ')}, reported late)"
+    return msg

@@ -1,0 +1,298 @@
+"""The node agent with a fake API server (outages, a missing node, a refusal) and a kernel log
+file the test writes: outages are outlived, nothing is lost or reported twice, restarts replay
+nothing that was reported or repaired."""
+from __future__ import annotations
+
+import copy
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetspec import labels
+from reconciler.agent import Agent, AgentFailed, KernelLog
+from reconciler.errors import NotFound, PermanentError, TemporaryError
+from reconciler.sightings import Cursor
+
+NODE = "gpu-0"
+XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
+XID48 = "NVRM: Xid (PCI:0000:3b:00): 48, pid=77, DBE (double bit error) ECC error detected."
+XID13 = "NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp Exception"
+
+
+class FakeKube:
+    """The three calls the agent makes, on one node; `down`, `missing` and `refuse` make them fail
+    as reconciler.kube.Kube does (TemporaryError, NotFound, PermanentError)."""
+
+    def __init__(self, node: str = NODE):
+        self.nodes = {node: {"metadata": {"name": node, "annotations": {}}, "status": {"conditions": []}}}
+        self.down = False
+        self.missing = False
+        self.refuse: str | None = None
+        self.calls: list[str] = []
+        self.writes: list[tuple[str, str, str]] = []  # (status, reason, message) per condition write
+
+    def _check(self, what: str, name: str) -> dict:
+        self.calls.append(what)
+        if self.down:
+            raise TemporaryError(f"{what} {name}: connection refused")
+        if self.refuse:
+            raise PermanentError(f"{what} {name}: 403 Forbidden {self.refuse}")
+        if self.missing or name not in self.nodes:
+            raise NotFound(f"{what} {name}: 404 Not Found")
+        return self.nodes[name]
+
+    def get_node(self, name: str) -> dict:
+        return copy.deepcopy(self._check("get node", name))
+
+    def patch_node(self, name: str, body: dict) -> dict:
+        node = self._check("patch node", name)
+        node["metadata"]["annotations"].update(body["metadata"]["annotations"])
+        return copy.deepcopy(node)
+
+    def set_condition(self, name, ctype, status, reason, message) -> None:
+        node = self._check("set condition", name)
+        node["status"]["conditions"] = [c for c in node["status"]["conditions"] if c["type"] != ctype] + [
+            {"type": ctype, "status": status, "reason": reason, "message": message}]
+        self.writes.append((status, reason, message))
+
+    def condition(self, name: str = NODE) -> dict | None:
+        return next(iter(self.nodes[name]["status"]["conditions"]), None)
+
+    def cursor(self, name: str = NODE) -> Cursor | None:
+        return Cursor.parse(self.nodes[name]["metadata"]["annotations"].get(labels.KMSG_REPORTED))
+
+
+class Kmsg:
+    """A kernel log file in /dev/kmsg's format, numbered as the kernel numbers its records."""
+
+    def __init__(self, path: Path):
+        self.path, self.seq = path, 100
+        path.write_text("")
+
+    def write(self, *texts: str) -> None:
+        with open(self.path, "a") as f:
+            for t in texts:
+                self.seq += 1
+                f.write(f"4,{self.seq},{self.seq * 1000},-;{t}\n")
+
+
+class FakeSleep:
+    """Records the waits between retries; `then` runs at each (e.g. the API server comes back)."""
+
+    def __init__(self, then=None):
+        self.waits: list[float] = []
+        self.then = then
+
+    def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if self.then:
+            self.then(len(self.waits))
+
+
+def start(kube, kmsg: Kmsg, sleep=None, clock=None, **kw) -> Agent:
+    """An agent over the whole file (as over /dev/kmsg), with the backlog read."""
+    ag = Agent(kube, NODE, KernelLog(kmsg.path, from_start=True), sleep=sleep or FakeSleep(),
+               clock=clock or (lambda: datetime.now(timezone.utc)), **kw)
+    ag.read_backlog()
+    return ag
+
+
+@pytest.fixture
+def kmsg(tmp_path):
+    return Kmsg(tmp_path / "kmsg")
+
+
+def test_a_critical_xid_written_during_an_outage_is_reported_once_when_the_api_is_back(kmsg):
+    kube = FakeKube()
+    ag = start(kube, kmsg)
+    ag.connect()
+    kube.down = True
+    kmsg.write("usb 1-1: new device", XID79)
+    ag.read()
+
+    def outage(n):  # the line keeps repeating while the API server is away; back after 6 waits
+        kmsg.write(XID79)
+        ag.read()
+        kube.down = n < 6
+
+    ag._retrying.sleep = sleep = FakeSleep(outage)
+    assert ag.report_pending() == 1
+    assert kube.writes == [("False", "Xid79", kube.writes[0][2])]
+    assert "fallen off the bus" in kube.writes[0][2] and "seen 7 times" in kube.writes[0][2]
+    assert len(sleep.waits) == 6 and sleep.waits[-1] > sleep.waits[0]  # backed off
+    assert kube.cursor() == Cursor(ag.kernel_log.boot, kmsg.seq)  # every repeat is behind the cursor
+    assert len(ag.pending) == 0
+
+
+def test_backoff_is_capped(kmsg):
+    kube = FakeKube()
+    ag = start(kube, kmsg, max_backoff=4)
+    ag.connect()
+    kube.down = True
+    kmsg.write(XID79)
+    ag.read()
+    ag._retrying.sleep = sleep = FakeSleep(lambda n: setattr(kube, "down", n < 20))
+    ag.report_pending()
+    assert max(sleep.waits) <= 4 + 0.5 and sleep.waits[-1] >= 4  # max_backoff plus at most the jitter
+
+
+def test_a_missing_node_is_waited_for_with_a_clear_message(kmsg, caplog):
+    kube = FakeKube()
+    kube.missing = True
+    kmsg.write(XID79)
+    ag = start(kube, kmsg, sleep=FakeSleep(lambda n: setattr(kube, "missing", n < 3)))
+    ag.connect()
+    assert ag.report_pending() == 1
+    assert kube.condition()["reason"] == "Xid79"
+    assert "node gpu-0 not found (is --node right?" in caplog.text
+
+
+def test_what_retrying_cannot_fix_stops_the_agent_with_the_api_error(kmsg):
+    kube = FakeKube()
+    kube.refuse = 'nodes "gpu-0" is forbidden: User "system:serviceaccount:x:agent" cannot patch'
+    ag = start(kube, kmsg, stop=threading.Event())
+    with pytest.raises(AgentFailed, match="node gpu-0: get node gpu-0: 403 Forbidden"):
+        ag.run(poll=0.01)
+
+
+def test_many_gpus_faulting_during_an_outage_fill_a_bounded_queue(kmsg, caplog):
+    kube = FakeKube()
+    ag = start(kube, kmsg, pending_limit=3)
+    ag.connect()
+    kmsg.write(*[f"NVRM: Xid (PCI:0000:{i:02x}:00): 79, GPU has fallen off the bus." for i in range(5)])
+    ag.read()
+    assert (len(ag.pending), ag.pending.refused) == (3, 2)
+    assert "not queued" in caplog.text
+
+
+def test_application_and_malformed_xids_are_not_reported(kmsg):
+    kube = FakeKube()
+    kmsg.write(XID13, "NVRM: Xid (PCI:0000:3b:00): seventy-nine")
+    ag = start(kube, kmsg)
+    ag.connect()
+    assert ag.report_pending() == 0 and kube.writes == []
+    assert (ag.counts["other"], ag.counts["malformed"]) == (1, 1)
+
+
+def repair(kube):
+    kube.set_condition(NODE, labels.GPU_CONDITION, "True", "HealthCheckPassed", "GPU health check passed")
+
+
+def test_a_restart_reports_nothing_twice_and_nothing_from_before_the_repair(kmsg):
+    kube = FakeKube()
+    kmsg.write("usb 1-1: new device", XID79)
+    first = start(kube, kmsg)
+    first.connect()
+    assert first.report_pending() == 1
+    repair(kube)
+    writes = len(kube.writes)
+
+    again = start(kube, kmsg)  # a restarted agent reads the whole log again
+    assert again.connect() == Cursor(again.kernel_log.boot, kmsg.seq)
+    assert again.report_pending() == 0 and len(kube.writes) == writes
+    assert kube.condition()["status"] == "True"
+
+    kmsg.write(XID48)  # a new fault after the repair is reported
+    again.read()
+    assert again.report_pending() == 1 and kube.condition()["reason"] == "Xid48"
+
+
+def test_what_the_kernel_logged_while_the_agent_was_down_is_reported_at_start(kmsg):
+    kube = FakeKube()
+    first = start(kube, kmsg)
+    first.connect()  # a healthy node: the cursor is written at start
+    assert kube.cursor() == Cursor(first.kernel_log.boot, -1)
+    kmsg.write("usb 1-1: new device")
+    first.read()
+    # the agent is down now; the kernel logs a fault
+    kmsg.write(XID79)
+    again = start(kube, kmsg)
+    again.connect()
+    assert again.report_pending() == 1 and kube.condition()["reason"] == "Xid79"
+
+
+def test_a_node_reported_on_before_the_cursor_existed_starts_at_the_end_of_the_log(kmsg):
+    kube = FakeKube()
+    repair(kube)  # an earlier agent (no cursor) reported, and the node was repaired
+    kmsg.write(XID79)
+    ag = start(kube, kmsg)
+    assert ag.connect() == Cursor(ag.kernel_log.boot, kmsg.seq)
+    assert ag.report_pending() == 0 and kube.condition()["status"] == "True"
+
+
+def test_after_a_reboot_the_new_log_is_all_news(kmsg, tmp_path):
+    kube = FakeKube()
+    kmsg.write(XID79)
+    first = start(kube, kmsg)
+    first.connect()
+    first.report_pending()
+    repair(kube)
+    rebooted = Kmsg(tmp_path / "kmsg-after-reboot")  # another boot: numbers start again
+    rebooted.seq = 0
+    rebooted.write(XID48)
+    ag = start(kube, rebooted)
+    assert ag.connect() == Cursor(ag.kernel_log.boot, -1) != Cursor(first.kernel_log.boot, -1)
+    assert ag.report_pending() == 1 and kube.condition()["reason"] == "Xid48"
+
+
+def test_a_late_report_says_when_the_fault_was_seen(kmsg):
+    now = [datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)]
+    kube = FakeKube()
+    ag = start(kube, kmsg, clock=lambda: now[0])
+    ag.connect()
+    kube.down = True
+    kmsg.write(XID79)
+    ag.read()
+
+    def outage(n):
+        now[0] += timedelta(seconds=30)
+        kube.down = n < 4
+
+    ag._retrying.sleep = FakeSleep(outage)
+    ag.report_pending()
+    assert "seen at 2026-12-01T09:00:00Z, reported late" in kube.condition()["message"]
+
+
+def test_run_outlives_an_outage_with_real_threads(kmsg):
+    kube = FakeKube()
+    kube.down = True
+    stop = threading.Event()
+    ag = Agent(kube, NODE, KernelLog(kmsg.path), stop=stop, max_backoff=0.05)
+    t = threading.Thread(target=ag.run, kwargs={"poll": 0.01})
+    t.start()
+    try:
+        kmsg.write(XID79)
+        deadline = datetime.now() + timedelta(seconds=5)
+        while ag.counts["critical"] == 0 and datetime.now() < deadline:
+            stop.wait(0.01)
+        assert ag.counts["critical"] == 1 and kube.writes == []
+        kube.down = False
+        while not kube.writes and datetime.now() < deadline:
+            stop.wait(0.01)
+        assert [w[:2] for w in kube.writes] == [("False", "Xid79")]
+    finally:
+        stop.set()
+        t.join(5)
+    assert not t.is_alive()
+
+
+def test_the_command_exits_clearly_for_an_unreadable_log_and_a_refusal(tmp_path, monkeypatch):
+    from gpufleet import commands
+    from gpufleet.cli import app
+
+    monkeypatch.setattr("reconciler.logs.setup", lambda **_: None)  # keep pytest's log handlers
+    runner = CliRunner()
+    r = runner.invoke(app, ["agent", "--node", NODE, "--kmsg", str(tmp_path / "nope")])
+    assert r.exit_code == 2 and "cannot read the kernel log" in r.output and "No such file" in r.output
+
+    log = Kmsg(tmp_path / "kmsg")
+    kube = FakeKube()
+    kube.refuse = "cannot patch resource nodes"
+    monkeypatch.setattr(commands, "_api", lambda *_: None)
+    monkeypatch.setattr("reconciler.kube.Kube", lambda _api: kube)
+    r = runner.invoke(app, ["agent", "--node", NODE, "--kmsg", str(log.path)])
+    assert r.exit_code == 1 and "403 Forbidden cannot patch resource nodes" in r.output
+    assert "Traceback" not in r.output
