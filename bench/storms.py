@@ -38,6 +38,8 @@ TIERS = (1, 5, 20)
 
 def fleet(a) -> tuple[list[dict], list[str]]:
     pools = [pool_doc("storm", a.storm_nodes, a.storm_faults + 10)]
+    if not a.skip_prod:
+        pools.append(pool_doc("prodstorm", a.storm_nodes, 10))
     tier_pools = []
     for mc in a.tier_max_concurrent:
         for p in TIERS:
@@ -150,6 +152,56 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
     return out
 
 
+def kube_unschedulable(api, node: str) -> bool:
+    from kubernetes import client
+
+    return bool(client.CoreV1Api(api).read_node(node).spec.unschedulable)
+
+
+def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
+    """The same storm under the prod stack's policy (max_concurrent 4, brake above 10 %): every fault
+    must be contained (cordoned) at once, none replaced, one page."""
+    from reconciler.records import KubeRecordStore
+
+    pools, _ = fleet(a)
+    from fleetspec import load_stack_file, stack_file
+
+    prod = load_stack_file(stack_file("prod", Path(__file__).resolve().parents[1])).fleet.healing
+    spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": prod.max_concurrent,
+                             "max_unhealthy_fraction": prod.max_unhealthy_fraction, "drain_timeout_seconds": 30})
+    rec = start_reconciler(kube, api, root, spec, "prod-storm", total)
+    store = KubeRecordStore(api)
+    victims = victims_of("prodstorm", a.storm_nodes, a.storm_faults)
+    try:
+        watcher.arm()
+        say(f"prod storm: {len(victims)} faults at once, prod policy (max_concurrent {prod.max_concurrent}, "
+            f"brake above {prod.max_unhealthy_fraction:.0%}) ...")
+        at = inject(kube.kubeconfig_path, victims, a.inject_threads)
+
+        def contained():
+            rec.check()
+            rs = {r.node: r for r in store.list() if r.node in at}
+            if len(rs) < len(victims) or not all(n in watcher.cordoned_at for n in victims):
+                return None
+            return rs if all(r.phase.terminal or r.phase.value == "Held" for r in rs.values()) else None
+
+        records = wait_for(contained, a.timeout, "every fault of the prod storm to be contained", every=0.5)
+        time.sleep(3)  # anything replaced after containment would show now
+        records = {r.node: r for r in store.list() if r.node in at}
+        pages = len(gate_lines(rec.log, "TooManyUnhealthy", "prodstorm"))
+    finally:
+        rec.stop()
+    cordon = [watcher.cordoned_at[n] - at[n] for n in victims if n in watcher.cordoned_at]
+    out = {
+        "faults": len(victims), "cordoned": len(cordon), "cordon_p50": pct(cordon, 50), "cordon_p90": pct(cordon, 90),
+        "cordon_max": max(cordon), "replaced": sum(1 for r in records.values() if r.replacement),
+        "held": sum(1 for r in records.values() if r.phase.value == "Held"), "pages": pages, "load": load(),
+    }
+    say(f"  prod storm: {out['cordoned']}/{out['faults']} cordoned (P90 {out['cordon_p90']:.2f}s, max "
+        f"{out['cordon_max']:.2f}s), {out['replaced']} replaced, {out['held']} held, {pages} page(s)")
+    return out
+
+
 def tiers(kube, api, root: Path, a, total: int, mc: int) -> list[dict]:
     from reconciler.records import KubeRecordStore
 
@@ -178,7 +230,7 @@ def tiers(kube, api, root: Path, a, total: int, mc: int) -> list[dict]:
                     last[0], last[1] = sig, time.monotonic()
                     return None
                 quiet = time.monotonic() - last[1]
-                if not all(r.phase.terminal for r in rs):
+                if not all(r.phase.terminal or r.phase.value == "Held" for r in rs):
                     return None
                 braked = bool(gate_lines(rec.log, "TooManyUnhealthy", pool))
                 if (len(rs) >= count or braked) and quiet >= a.quiet or quiet >= 40:
@@ -190,15 +242,18 @@ def tiers(kube, api, root: Path, a, total: int, mc: int) -> list[dict]:
             ok = [r for r in rs if r.phase.value == "Succeeded"]
             heal = [dict(r.phase_times)["Succeeded"].timestamp() - at[r.node] for r in ok]
             gates = gate_lines(rec.log, "TooManyUnhealthy", pool)
+            cordoned = sum(1 for n in victims if kube_unschedulable(api, n))
             row = {
                 "tier": f"{p}%", "max_concurrent": mc, "failed_nodes": count, "started": len(rs), "healed": len(ok),
-                "held": count - len(rs), "brake": "engaged" if gates else "no",
+                "contained": cordoned, "held": sum(1 for r in rs if r.phase.value == "Held"),
+                "brake": "engaged" if gates else "no",
                 "heal_p50": pct(heal, 50), "heal_max": max(heal) if heal else None,
                 "all_healed_after": (max(dict(r.phase_times)["Succeeded"].timestamp() for r in ok) - t0) if ok else None,
                 "gate": gates[0]["message"] if gates else "", "load": load(),
             }
             rows.append(row)
-            say(f"  {row['started']} started, {row['healed']} healed, {row['held']} held; brake {row['brake']}"
+            say(f"  {row['started']} started, {row['contained']} cordoned, {row['healed']} healed, {row['held']} held; "
+                f"brake {row['brake']}"
                 + (f" ({row['gate']})" if gates else "")
                 + (f"; fault -> Succeeded P50 {row['heal_p50']:.2f}s, all done after {row['all_healed_after']:.2f}s"
                    if ok else ""))
@@ -224,9 +279,9 @@ def result_tables(s: dict | None, tier_rows: list[dict], a) -> list[Table]:
     if tier_rows:
         out.append(Table(
             f"Brake: a share of one {a.tier_nodes}-node pool fails at once, max_unhealthy_fraction {a.fraction}",
-            ["tier", "max_concurrent", "failed", "started", "healed", "held", "brake",
+            ["tier", "max_concurrent", "failed", "started", "cordoned", "healed", "held", "brake",
              "fault->Succeeded P50 s", "last healed after s", "load"],
-            [[r["tier"], r["max_concurrent"], r["failed_nodes"], r["started"], r["healed"], r["held"],
+            [[r["tier"], r["max_concurrent"], r["failed_nodes"], r["started"], r["contained"], r["healed"], r["held"],
               r["brake"], r["heal_p50"], r["all_healed_after"], r["load"]] for r in tier_rows]))
     return out
 
@@ -243,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per storm or tier")
     ap.add_argument("--skip-storm", action="store_true")
     ap.add_argument("--skip-tiers", action="store_true")
+    ap.add_argument("--skip-prod", action="store_true", help="skip the storm under the prod stack's policy")
     ap.add_argument("--concurrency", type=int, default=8, help="threads creating nodes")
     ap.add_argument("--root", type=Path)
     ap.add_argument("--keep", action="store_true")
@@ -262,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"storms: {machine()}; {len(manifests)} nodes in {len(pools)} pools; work folder {root}")
     kube = new_kube(root / "kube")
     watcher = None
-    storm_out, tier_rows = None, []
+    storm_out, prod_out, tier_rows = None, None, []
     try:
         kube.up()
         api = kube.api_client()
@@ -273,13 +329,22 @@ def main(argv: list[str] | None = None) -> int:
         watcher = NodeWatcher(kube.kubeconfig_path).start()
         if not a.skip_storm:
             storm_out = storm(kube, api, root, a, watcher, len(manifests))
+        if not a.skip_prod:
+            prod_out = prod_storm(kube, api, root, a, watcher, len(manifests))
         if not a.skip_tiers:
             for mc in a.tier_max_concurrent:
                 tier_rows += tiers(kube, api, root, a, len(manifests), mc)
     finally:
         teardown(kube.down, root, a.keep, a.root is None, watcher)
 
-    out.emit(result_tables(storm_out, tier_rows, a), raw={"storm": storm_out, "tiers": tier_rows})
+    tables = result_tables(storm_out, tier_rows, a)
+    if prod_out:
+        tables.insert(1 if storm_out else 0, Table(
+            f"Storm under the prod policy: {prod_out['faults']} faults (load {prod_out['load']:.2f})",
+            ["cordoned", "cordon P50 s", "cordon P90 s", "cordon max s", "replaced", "held", "pages"],
+            [[prod_out["cordoned"], prod_out["cordon_p50"], prod_out["cordon_p90"], prod_out["cordon_max"],
+              prod_out["replaced"], prod_out["held"], prod_out["pages"]]]))
+    out.emit(tables, raw={"storm": storm_out, "prod_storm": prod_out, "tiers": tier_rows})
     return 0
 
 
