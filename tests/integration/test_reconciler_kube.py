@@ -233,8 +233,9 @@ def test_watch_queues_a_fault_not_heartbeats(kube_cluster, api):
     try:
         assert nodes.synced.wait(10)
         time.sleep(1.0)
-        while rec.runtime.queue.get(timeout=0) is not None:
-            pass  # what the first list queued
+        q = rec.runtime.queue
+        while (key := q.get(timeout=0)) is not None:
+            q.done(key)  # what the first list queued
         assert rec.runtime.queue.get(timeout=3.0) is None, "a heartbeat queued a node"
         Kube(api).set_condition("wch-0", "GpuHealthy", "False", "Xid79", "off the bus")
         assert rec.runtime.queue.get(timeout=5.0) == "wch-0"
