@@ -61,6 +61,9 @@ class GpuFleet(pulumi.ComponentResource):
                 spec, self.pools,
                 slurm_key=args.secrets[spec.slurm.munge_key_secret],
                 jwt_key=args.secrets[spec.slurm.jwt_key_secret],
+                db_password=args.secrets[db.password_secret]
+                if spec.slurm.accounting.enabled and (db := spec.slurm.accounting.database) else "",
+                reconciler_namespace=self.reconciler.namespace,
             ),
             k8s_opts,
         )

@@ -15,10 +15,25 @@ from fleetspec import labels, remediation_crd
 from fleetspec.models import FleetSpec, WebhookTarget
 
 from .meta import metadata, resources
+from .slinky import TOKEN_KEY, TOKEN_SECRET, restapi_url
 
 NAME = "gpufleet-reconciler"
 AGENT = "gpufleet-agent"
 METRICS_PORT = 9102
+TOKEN_DIR = "/var/run/secrets/slurm"
+TOKEN_FILE = f"{TOKEN_DIR}/{TOKEN_KEY}"
+
+
+def reconciler_args(spec: FleetSpec) -> list[str]:
+    """The reconciler's command line: its policy, leader election, and Slinky's path to Slurm
+    (slurmrestd of the RestApi, with the token the Token resource keeps fresh in its Secret)."""
+    dep = spec.healing.reconciler
+    args = ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
+            "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)]
+    if spec.slurm.restapi:
+        args += ["--slurm", "rest", "--slurm-url", restapi_url(spec), "--slurm-token-file", TOKEN_FILE,
+                 "--slurm-user", spec.slurm.reconciler_user]
+    return args
 
 
 def cluster_rules() -> list[dict]:
@@ -124,8 +139,7 @@ class Reconciler(pulumi.ComponentResource):
                         "containers": [{
                             "name": "reconciler",
                             "image": dep.image,
-                            "args": ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
-                                     "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)],
+                            "args": reconciler_args(spec),
                             "envFrom": env_from,
                             "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
                             "livenessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},
@@ -133,9 +147,14 @@ class Reconciler(pulumi.ComponentResource):
                             "resources": resources("100m", "128Mi", "1", "512Mi"),
                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                                 "capabilities": {"drop": ["ALL"]}},
-                            "volumeMounts": [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True}],
+                            "volumeMounts": [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True}]
+                            + ([{"name": "slurm-token", "mountPath": TOKEN_DIR, "readOnly": True}]
+                               if spec.slurm.restapi else []),
                         }],
-                        "volumes": [{"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}],
+                        "volumes": [{"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}]
+                        + ([{"name": "slurm-token", "secret": {"secretName": TOKEN_SECRET,
+                                                               "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY}]}}]
+                           if spec.slurm.restapi else []),
                     },
                 },
             },
