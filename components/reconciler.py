@@ -134,7 +134,10 @@ class Reconciler(pulumi.ComponentResource):
                                  "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}},
                     "spec": {
                         "serviceAccountName": sa.metadata.name,
-                        "nodeSelector": {labels.ROLE: labels.ROLE_SYSTEM},
+                        # The system pool the spec declares (never a GPU node).
+                        "nodeSelector": dict(spec.system_pool.node_selector),
+                        **({"tolerations": [t.model_dump(exclude_none=True) for t in spec.system_pool.tolerations]}
+                           if spec.system_pool.tolerations else {}),
                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [{
                             "name": "reconciler",

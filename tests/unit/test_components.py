@@ -309,3 +309,14 @@ def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     vol = next(v for v in pod["volumes"] if v["name"] == "slurm-token")
     assert vol["secret"]["secretName"] == "gpufleet-reconciler-slurm-token"
     assert flag("--slurm-token-file") == f"{mount['mountPath']}/{vol['secret']['items'][0]['path']}"
+
+
+def test_reconciler_and_operator_run_on_the_declared_system_pool():
+    spec = build("prod")
+    pod = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-prod-system"} == spec.system_pool.node_selector
+    rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "prod-slurm-operator")
+    (term,) = rel.inputs["values"]["operator"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "eks.amazonaws.com/nodegroup", "operator": "In",
+                                         "values": ["gpu-prod-system"]}]
