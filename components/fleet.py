@@ -7,6 +7,7 @@ import pulumi
 
 from fleetspec.models import FleetSpec
 
+from .alerts import prometheus_rule
 from .cluster import ClusterAccess, ClusterAccessArgs
 from .node_pool import GpuNodePool, GpuNodePoolArgs
 from .reconciler import Reconciler, ReconcilerArgs
@@ -46,6 +47,9 @@ class GpuFleet(pulumi.ComponentResource):
 
         webhooks = {n.name: args.secrets[n.url_secret] for n in spec.healing.notifications if n.type == "webhook"}
         self.reconciler = Reconciler(f"{name}-reconciler", ReconcilerArgs(spec, webhooks), k8s_opts)
+
+        if spec.healing.prometheus_rule:
+            prometheus_rule(f"{name}-alerts", spec, self.reconciler.namespace, k8s_opts)
 
         self.pools = {
             p.name: GpuNodePool(

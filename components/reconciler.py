@@ -6,6 +6,8 @@ is the fleet spec itself, rendered into a ConfigMap the reconciler reads; webhoo
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 import pulumi
@@ -22,6 +24,18 @@ AGENT = "gpufleet-agent"
 METRICS_PORT = 9102
 TOKEN_DIR = "/var/run/secrets/slurm"
 TOKEN_FILE = f"{TOKEN_DIR}/{TOKEN_KEY}"
+
+
+CONFIG_CHECKSUM = f"{labels.GROUP}/config-checksum"
+IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
+
+
+def config_checksum(policy: str, secrets: dict[str, str]) -> str:
+    """sha256 over the rendered policy and the Secret values the reconciler reads at start-up: on
+    the pod template, a change of either rolls the Deployment. (The Slurm token is re-read from its
+    file, so it is not part of it.)"""
+    doc = json.dumps({"policy": policy, "secrets": dict(sorted(secrets.items()))}, sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()
 
 
 def reconciler_args(spec: FleetSpec) -> list[str]:
@@ -50,9 +64,11 @@ def cluster_rules() -> list[dict]:
 
 
 def namespace_rules() -> list[dict]:
-    """In its own namespace: its policy and pool capacity, and the leader-election Lease."""
+    """In its own namespace: its policy and pool capacity, the leader-election Lease, and the
+    placeholder pods that declare a kubernetes-spares refill."""
     return [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "list"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
 
@@ -96,7 +112,9 @@ class Reconciler(pulumi.ComponentResource):
             f"{name}-remediation-crd",
             metadata=remediation_crd.manifest()["metadata"], spec=remediation_crd.manifest()["spec"], opts=child)
 
-        sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta(NAME), opts=child)
+        # IRSA: the role the spec names gives the Auto Scaling and SNS calls their credentials.
+        irsa = {IRSA_ANNOTATION: dep.iam_role_arn} if dep.iam_role_arn else None
+        sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta(NAME, annotations=irsa), opts=child)
         role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta(NAME, ns=False), rules=cluster_rules(),
                                        opts=child)
         k8s.rbac.v1.ClusterRoleBinding(
@@ -109,9 +127,10 @@ class Reconciler(pulumi.ComponentResource):
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ns_role.metadata.name},
             subjects=[{"kind": "ServiceAccount", "name": sa.metadata.name, "namespace": self.namespace}], opts=child)
 
+        policy = spec.model_dump_json(indent=2)
         self.policy_config_map = k8s.core.v1.ConfigMap(
             f"{name}-policy", metadata=meta("gpufleet-policy"),
-            data={"fleet.json": spec.model_dump_json(indent=2)}, opts=child)
+            data={"fleet.json": policy}, opts=child)
 
         env_names = notification_env(spec)
         env_from = []
@@ -123,6 +142,10 @@ class Reconciler(pulumi.ComponentResource):
 
         selector = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": env}
         pod_labels = metadata(NAME, "reconciler", env)["labels"]
+        names = sorted(args.webhook_urls)
+        # A hash of the secrets is no secret: unsecret it, so a preview shows the roll.
+        checksum = pulumi.Output.unsecret(pulumi.Output.all(*[args.webhook_urls[n] for n in names]).apply(
+            lambda urls: config_checksum(policy, {env_names[n]: u for n, u in zip(names, urls)})))
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=meta(NAME),
@@ -131,7 +154,8 @@ class Reconciler(pulumi.ComponentResource):
                 "selector": {"matchLabels": selector},
                 "template": {
                     "metadata": {"labels": pod_labels,
-                                 "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}},
+                                 "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
+                                                 CONFIG_CHECKSUM: checksum}},
                     "spec": {
                         "serviceAccountName": sa.metadata.name,
                         # The system pool the spec declares (never a GPU node).

@@ -339,6 +339,9 @@ class HealingSpec(Strict):
     attempts_window_seconds: int = Field(86400, ge=60)
     opt_out_label: LabelKey = labels.DEFAULT_OPT_OUT
     notifications: list[NotificationTarget] = Field(default_factory=list)
+    prometheus_rule: bool = Field(
+        False, description="The cluster runs the Prometheus operator: ship gpufleet's alert rules as a PrometheusRule "
+        "(a page that could not be delivered, the storm brake, failed remediations).")
     reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)
 
     @model_validator(mode="after")

@@ -320,3 +320,51 @@ def test_reconciler_and_operator_run_on_the_declared_system_pool():
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert term["matchExpressions"] == [{"key": "eks.amazonaws.com/nodegroup", "operator": "In",
                                          "values": ["gpu-prod-system"]}]
+
+
+def _checksum(spec, webhook: str = "https://hooks.example.com/a") -> str:
+    MOCKS.resources.clear()
+
+    @pulumi.runtime.test
+    def program():
+        secrets = {k: pulumi.Output.secret(f"{SECRET_VALUE}-{k}") for k in spec.secret_keys()}
+        secrets["slackWebhookUrl"] = pulumi.Output.secret(webhook)
+        GpuFleet("prod", GpuFleetArgs(spec, secrets))
+
+    program()
+    tpl = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]
+    return tpl["metadata"]["annotations"]["gpufleet.io/config-checksum"]
+
+
+def test_a_policy_or_webhook_change_rolls_the_reconciler():
+    spec = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    base = _checksum(spec)
+    assert len(base) == 64 and base == _checksum(spec)  # stable: no roll without a change
+    longer = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 300})})
+    assert _checksum(longer) != base
+    assert _checksum(spec, "https://hooks.example.com/rotated") != base
+    assert "hooks.example.com" not in base
+
+
+def test_irsa_role_and_the_alert_on_undelivered_pages():
+    spec = build("prod")
+    sa = MOCKS.named("kubernetes:core/v1:ServiceAccount", "gpufleet-reconciler").inputs["metadata"]
+    assert sa["annotations"]["eks.amazonaws.com/role-arn"] == spec.healing.reconciler.iam_role_arn
+    (rule,) = MOCKS.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+    alerts = {r["alert"]: r for g in rule.inputs["spec"]["groups"] for r in g["rules"]}
+    page = alerts["GpuFleetNotificationFailed"]
+    assert "gpufleet_notification_failures_total" in page["expr"] and page["labels"]["severity"] == "critical"
+    build("local")  # no Prometheus operator there: no rule, no IRSA
+    assert not MOCKS.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+    assert "annotations" not in MOCKS.named("kubernetes:core/v1:ServiceAccount", "gpufleet-reconciler").inputs["metadata"]
+
+
+def test_aws_calls_need_a_named_iam_role():
+    from fleetspec import SpecError, parse_fleet
+
+    doc = {"environment": "x", "cluster": {"kind": "kubeconfig"},
+           "pools": [{"name": "a", "node_type": "p5", "gpu_model": "H", "nodes": 1, "spares": 1,
+                      "provider": "aws-asg", "aws": {"asg_name": "g"}}],
+           "slurm": {"partitions": [{"name": "p", "pools": ["a"]}]}}
+    with pytest.raises(SpecError, match="healing.reconciler.iam_role_arn"):
+        parse_fleet(doc)
