@@ -158,3 +158,45 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
         if set_labels or add:
             changes.append(NodeChange(name, pool.name, set_labels, add, "; ".join(why)))
     return MembershipPlan(tuple(changes), tuple(unlabelled), tuple(conflicts))
+
+
+# --- kubernetes-spares capacity requests ---------------------------------------------------------
+
+FULFILS = f"{labels.GROUP}/fulfils"  # node annotation: the capacity request this node answered
+
+
+@dataclass(frozen=True)
+class Settlement:
+    request: str  # placeholder pod name
+    node: str     # the node that answered it
+
+
+def settle(requests: Iterable[Mapping], nodes: Iterable[Mapping], pool_label: str) -> tuple[Settlement, ...]:
+    """Which capacity requests (placeholder pods, oldest first) a joined node answered: the node the
+    scheduler bound it to, else a spare of its pool that joined after it and answered nothing yet.
+    `pool_label` is the label on the requests naming their pool."""
+    nodes = list(nodes)
+    taken = {(n["metadata"].get("annotations") or {}).get(FULFILS) for n in nodes} - {None}
+    used: set[str] = {n["metadata"]["name"] for n in nodes if (n["metadata"].get("annotations") or {}).get(FULFILS)}
+    out = []
+    for req in sorted(requests, key=lambda r: (r["metadata"].get("creationTimestamp") or "", r["metadata"]["name"])):
+        name = req["metadata"]["name"]
+        if name in taken:
+            out.append(Settlement(name, next(n["metadata"]["name"] for n in nodes
+                                              if (n["metadata"].get("annotations") or {}).get(FULFILS) == name)))
+            continue
+        bound = (req.get("spec") or {}).get("nodeName")
+        if bound and bound not in used:
+            used.add(bound)
+            out.append(Settlement(name, bound))
+            continue
+        pool = ((req["metadata"].get("labels") or {}).get(pool_label))
+        since = req["metadata"].get("creationTimestamp") or ""
+        fresh = sorted(
+            (n for n in nodes if _labels(n).get(labels.POOL) == pool and _labels(n).get(labels.ROLE) == labels.ROLE_SPARE
+             and n["metadata"]["name"] not in used and (n["metadata"].get("creationTimestamp") or "") >= since),
+            key=lambda n: (n["metadata"].get("creationTimestamp") or "", n["metadata"]["name"]))
+        if fresh:
+            used.add(fresh[0]["metadata"]["name"])
+            out.append(Settlement(name, fresh[0]["metadata"]["name"]))
+    return tuple(out)

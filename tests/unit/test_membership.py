@@ -114,3 +114,37 @@ def test_spares_fill_only_after_the_active_count():
     facts = MembershipFacts({f"i-{i}": "asg-h100" for i in range(5)})
     roles = [c.labels[labels.ROLE] for c in plan(nodes, SPEC, facts).changes]
     assert roles == ["active", "active", "spare", "spare", "spare"]  # a surplus node waits as a spare
+
+
+# --- capacity requests answered by joining nodes ---------------------------------------------------
+
+from reconciler.membership import FULFILS, Settlement, settle  # noqa: E402
+
+REQ_LABEL = "gpufleet.io/capacity-request"
+
+
+def req(name, at, pool="l40s", bound=None):
+    return {"metadata": {"name": name, "creationTimestamp": at, "labels": {REQ_LABEL: pool}},
+            "spec": {"nodeName": bound} if bound else {}}
+
+
+def joined(name, at, role=labels.ROLE_SPARE, pool="l40s", fulfils=None):
+    n = member(name, pool, role)
+    n["metadata"]["creationTimestamp"] = at
+    if fulfils:
+        n["metadata"]["annotations"] = {FULFILS: fulfils}
+    return n
+
+
+@pytest.mark.parametrize("case,requests,nodes,want", [
+    ("bound by the scheduler", [req("r1", "t1", bound="n1")], [joined("n1", "t2")], [("r1", "n1")]),
+    ("a spare that joined after the request", [req("r1", "t2")], [joined("old", "t1"), joined("new", "t3")],
+     [("r1", "new")]),
+    ("one node answers one request", [req("r1", "t1"), req("r2", "t2")], [joined("n1", "t3")], [("r1", "n1")]),
+    ("a node that answered already is not reused", [req("r2", "t2")], [joined("n1", "t3", fulfils="r1")], []),
+    ("a replayed request finds its answer", [req("r1", "t5")], [joined("n1", "t3", fulfils="r1")], [("r1", "n1")]),
+    ("an active node is no answer", [req("r1", "t1")], [joined("n1", "t2", role=labels.ROLE_ACTIVE)], []),
+    ("another pool's spare is no answer", [req("r1", "t1")], [joined("n1", "t2", pool="h100")], []),
+])
+def test_capacity_requests_settle_once(case, requests, nodes, want):
+    assert settle(requests, nodes, REQ_LABEL) == tuple(Settlement(r, n) for r, n in want), case
