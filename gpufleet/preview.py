@@ -16,6 +16,7 @@ GPUFLEET_RENDER_DIR set, so the Kubernetes provider writes manifests instead of 
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets as _secrets
 import shutil
@@ -499,6 +500,14 @@ def preview(
     elif not policy_config.exists():
         _err(f"no such policy config: {policy_config}")
         raise typer.Exit(EXIT_INVALID)
+    if not scratch:
+        from .stack import NoBackendError, require_backend
+
+        try:
+            require_backend(stack, dict(os.environ))
+        except NoBackendError as e:
+            _err(f"{e}; or preview with --scratch (empty throwaway state)")
+            raise typer.Exit(EXIT_INVALID)
     if not scratch and sf.missing_secrets():
         _err(f"stack {stack} has no value for secret(s) {sf.missing_secrets()}, so its program refuses to run: set "
              f"them (`pulumi config set --secret KEY ...`) or preview with --scratch (placeholder secrets)")
