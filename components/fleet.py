@@ -21,6 +21,7 @@ class GpuFleetArgs:
     secrets: dict[str, pulumi.Input[str]] = field(default_factory=dict)  # config key -> secret value
     local_kubeconfig: str | None = None
     render_dir: str | None = None
+    operator_chart: bool = True  # False: leave the Slinky operator's charts out (a render that cannot fetch them)
 
 
 class GpuFleet(pulumi.ComponentResource):
@@ -68,6 +69,7 @@ class GpuFleet(pulumi.ComponentResource):
                 db_password=args.secrets[db.password_secret]
                 if spec.slurm.accounting.enabled and (db := spec.slurm.accounting.database) else "",
                 reconciler_namespace=self.reconciler.namespace,
+                operator_chart=args.operator_chart,
             ),
             k8s_opts,
         )

@@ -125,6 +125,7 @@ class SlinkySlurmArgs:
     jwt_key: pulumi.Input[str] = ""
     db_password: pulumi.Input[str] = ""
     reconciler_namespace: pulumi.Input[str] | None = None  # where the reconciler's Token and its Secret go
+    operator_chart: bool = True  # False: a render that leaves the operator's charts out (installed apart)
 
 
 class SlinkySlurm(pulumi.ComponentResource):
@@ -145,7 +146,10 @@ class SlinkySlurm(pulumi.ComponentResource):
 
         # The operator, or gpufleet's definitions of its kinds.
         self.operator_mode = slurm.operator.mode
-        if slurm.operator.mode == "helm":
+        if slurm.operator.mode == "helm" and not args.operator_chart:
+            self.operator_mode = "helm (charts left out of this render: install them apart)"
+            ready = []
+        elif slurm.operator.mode == "helm":
             crds = k8s.helm.v3.Release(
                 f"{name}-operator-crds",
                 chart=f"{slurm.operator.repository}/slurm-operator-crds", version=slurm.operator.chart_version,
