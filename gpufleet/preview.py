@@ -540,6 +540,10 @@ def preview(
     stack_yaml: Optional[Path] = typer.Option(
         None, "--stack-file", help="With --scratch: preview this stack file instead of Pulumi.<STACK>.yaml (a what-if)."),
     raw: Optional[Path] = typer.Option(None, "--raw", help="Also keep pulumi's raw JSON output here (a folder)."),
+    operator_chart: bool = typer.Option(
+        True, "--operator-chart/--without-operator-chart",
+        help="With --scratch and operator.mode helm: leave the Slinky operator's charts out of the preview "
+             "(for machines that cannot fetch them); the summary says so."),
 ) -> None:
     """Preview a stack with the policy pack; print changes by kind and every policy violation.
     Exit 1 when a mandatory policy fails or the preview fails."""
@@ -549,6 +553,9 @@ def preview(
 
     if stack_yaml is not None and not scratch:
         _err("--stack-file needs --scratch (a stack's real state belongs to its own stack file)")
+        raise typer.Exit(EXIT_INVALID)
+    if not operator_chart and not scratch:
+        _err("--without-operator-chart needs --scratch (a stack's real state holds its charts)")
         raise typer.Exit(EXIT_INVALID)
     try:
         sf = load_stack_file(stack_yaml or stack_file(stack, PROJECT_DIR))
@@ -574,8 +581,10 @@ def preview(
         raise typer.Exit(EXIT_INVALID)
 
     try:
+        chart_left_out = not operator_chart and sf.fleet.slurm.operator.mode == "helm"
         if scratch:
-            with scratch_stack(stack, sf.fleet.secret_keys(), stack_yaml=stack_yaml) as st:
+            extra = {"GPUFLEET_WITHOUT_OPERATOR_CHART": "1"} if chart_left_out else None
+            with scratch_stack(stack, sf.fleet.secret_keys(), extra, stack_yaml=stack_yaml) as st:
                 proc, digest, events = run_preview(st, policy_config)
         else:
             st = Stack(stack)
@@ -599,6 +608,8 @@ def preview(
     s = summarize(digest, events, stack=stack, policy_config=rel,
                   mode="scratch: empty state, placeholder secrets" if scratch else "stack state",
                   engine_exit=proc.returncode)
+    if chart_left_out:
+        s.warnings.append("the Slinky operator's charts are left out of this preview (--without-operator-chart)")
     if proc.returncode != 0 and not s.errors and not s.mandatory:
         tail = clean(proc.stderr or "").strip().splitlines()[-5:]
         s.errors.append("pulumi preview failed (exit %d)%s" % (proc.returncode, (": " + " | ".join(tail)) if tail else ""))
@@ -669,7 +680,7 @@ def render(
     env = {"GPUFLEET_RENDER_DIR": str(out)}
     chart_left_out = not operator_chart and sf.fleet.slurm.operator.mode == "helm"
     if chart_left_out:
-        env["GPUFLEET_RENDER_WITHOUT_OPERATOR_CHART"] = "1"
+        env["GPUFLEET_WITHOUT_OPERATOR_CHART"] = "1"
     try:
         with scratch_stack(stack, sf.fleet.secret_keys(), env) as st:
             args = ["up", "--yes", "--skip-preview", "--color", "never"]
