@@ -29,7 +29,7 @@ from .aws_errors import typed
 from .errors import PermanentError, TemporaryError
 from .kube import Kube, _call, _json
 from .local_nodes import join_reserve_spare
-from .membership import FULFILS, MembershipFacts, instance_id, settle
+from .membership import FULFILS, MembershipFacts, MembershipPlan, instance_id, settle
 from .slurm import SlurmClient, SlurmError
 
 log = logging.getLogger(__name__)
@@ -368,3 +368,24 @@ def provider_for(pool: NodePool, kube: Kube, spec: FleetSpec, slurm: SlurmClient
     if pool.provider == "local":
         return LocalProvider(kube, spec, slurm)
     return KubernetesSpares(kube, spec, slurm)
+
+
+def reconcile_membership(kube: Kube, spec: FleetSpec, providers: dict[str, NodeProvider],
+                         nodes: list[dict]) -> MembershipPlan:
+    """One membership pass (the runtime calls it with its cached nodes): the providers' facts, the
+    pure plan, its label/taint changes applied, answered capacity requests settled. Returns the plan;
+    the caller reports `unlabelled_gpu_nodes` and `conflicts` (an Event, a metric)."""
+    from .membership import merge_facts, plan as plan_membership
+
+    once = list({type(p): p for p in providers.values()}.values())  # one of each kind covers all its pools
+    result = plan_membership(nodes, spec, merge_facts(p.membership_facts() for p in once))
+    for c in result.changes:
+        kube.apply_membership(c.node, dict(c.labels), list(c.add_taints))
+        log.info("membership: %s: %s", c.node, c.why)
+    for p in once:
+        p.settle_capacity_requests()
+    for name in result.unlabelled_gpu_nodes:
+        log.warning("GPU node %s belongs to no pool: give it a pool's labels or fix the pool's member_selector", name)
+    for msg in result.conflicts:
+        log.warning("membership conflict: %s", msg)
+    return result

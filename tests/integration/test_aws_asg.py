@@ -12,7 +12,7 @@ from fleetspec import labels, parse_fleet
 from reconciler import membership
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.kube import Kube
-from reconciler.providers import QUARANTINED_TAG, AwsAsgProvider
+from reconciler.providers import QUARANTINED_TAG, AwsAsgProvider, reconcile_membership
 
 pytestmark = pytest.mark.integration
 
@@ -79,10 +79,7 @@ def join(core, name: str, iid: str) -> None:
 def label_members(kube: Kube, provider: AwsAsgProvider, spec) -> membership.MembershipPlan:
     """What the runtime does on each pass: plan membership from the provider's facts, apply it."""
     nodes = [n for n in kube.list_nodes()[0] if n["metadata"]["name"].startswith(spec.pools[0].name)]
-    plan = membership.plan(nodes, spec, provider.membership_facts())
-    for c in plan.changes:
-        kube.apply_membership(c.node, dict(c.labels), list(c.add_taints))
-    return plan
+    return reconcile_membership(kube, spec, {spec.pools[0].name: provider}, nodes)
 
 
 def roles(core, prefix: str) -> dict[str, str]:
