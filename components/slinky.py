@@ -3,8 +3,11 @@
 `operator.mode: helm` installs the slurm-operator-crds and slurm-operator charts;
 `crds-only` installs gpufleet's own definitions of the Slinky kinds instead (the chart
 cannot be pulled everywhere, e.g. the local environment), so the API server still accepts
-the Slurm resources. One NodeSet per GPU pool, bound to the pool's nodes by selector and
-tolerations; partitions map to NodeSets.
+the Slurm resources (with the operator's field names and types: `slinky_schema.py`). One NodeSet
+per GPU pool, bound to the pool's nodes by selector and tolerations; partitions map to NodeSets.
+Around them: the LoginSet's sssd.conf Secret, Accounting with its database and password Secret,
+gres.conf for the pools' GPUs, the RestApi, and the reconciler's Token (in the reconciler's
+namespace, so its Secret can be mounted there). The control plane runs on the system pool.
 """
 from __future__ import annotations
 
