@@ -7,6 +7,7 @@ import pulumi
 
 from fleetspec.models import FleetSpec
 
+from .alerts import prometheus_rule
 from .cluster import ClusterAccess, ClusterAccessArgs
 from .node_pool import GpuNodePool, GpuNodePoolArgs
 from .reconciler import Reconciler, ReconcilerArgs
@@ -20,6 +21,7 @@ class GpuFleetArgs:
     secrets: dict[str, pulumi.Input[str]] = field(default_factory=dict)  # config key -> secret value
     local_kubeconfig: str | None = None
     render_dir: str | None = None
+    operator_chart: bool = True  # False: leave the Slinky operator's charts out (a render that cannot fetch them)
 
 
 class GpuFleet(pulumi.ComponentResource):
@@ -47,6 +49,9 @@ class GpuFleet(pulumi.ComponentResource):
         webhooks = {n.name: args.secrets[n.url_secret] for n in spec.healing.notifications if n.type == "webhook"}
         self.reconciler = Reconciler(f"{name}-reconciler", ReconcilerArgs(spec, webhooks), k8s_opts)
 
+        if spec.healing.prometheus_rule:
+            prometheus_rule(f"{name}-alerts", spec, self.reconciler.namespace, k8s_opts)
+
         self.pools = {
             p.name: GpuNodePool(
                 f"{name}-pool-{p.name}",
@@ -61,6 +66,10 @@ class GpuFleet(pulumi.ComponentResource):
                 spec, self.pools,
                 slurm_key=args.secrets[spec.slurm.munge_key_secret],
                 jwt_key=args.secrets[spec.slurm.jwt_key_secret],
+                db_password=args.secrets[db.password_secret]
+                if spec.slurm.accounting.enabled and (db := spec.slurm.accounting.database) else "",
+                reconciler_namespace=self.reconciler.namespace,
+                operator_chart=args.operator_chart,
             ),
             k8s_opts,
         )

@@ -6,6 +6,8 @@ is the fleet spec itself, rendered into a ConfigMap the reconciler reads; webhoo
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 import pulumi
@@ -15,10 +17,37 @@ from fleetspec import labels, remediation_crd
 from fleetspec.models import FleetSpec, WebhookTarget
 
 from .meta import metadata, resources
+from .slinky import TOKEN_KEY, TOKEN_SECRET, restapi_url
 
 NAME = "gpufleet-reconciler"
 AGENT = "gpufleet-agent"
 METRICS_PORT = 9102
+TOKEN_DIR = "/var/run/secrets/slurm"
+TOKEN_FILE = f"{TOKEN_DIR}/{TOKEN_KEY}"
+
+
+CONFIG_CHECKSUM = f"{labels.GROUP}/config-checksum"
+IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
+
+
+def config_checksum(policy: str, secrets: dict[str, str]) -> str:
+    """sha256 over the rendered policy and the Secret values the reconciler reads at start-up: on
+    the pod template, a change of either rolls the Deployment. (The Slurm token is re-read from its
+    file, so it is not part of it.)"""
+    doc = json.dumps({"policy": policy, "secrets": dict(sorted(secrets.items()))}, sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()
+
+
+def reconciler_args(spec: FleetSpec) -> list[str]:
+    """The reconciler's command line: its policy, leader election, and Slinky's path to Slurm
+    (slurmrestd of the RestApi, with the token the Token resource keeps fresh in its Secret)."""
+    dep = spec.healing.reconciler
+    args = ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
+            "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)]
+    if spec.slurm.restapi:
+        args += ["--slurm", "rest", "--slurm-url", restapi_url(spec), "--slurm-token-file", TOKEN_FILE,
+                 "--slurm-user", spec.slurm.reconciler_user]
+    return args
 
 
 def cluster_rules() -> list[dict]:
@@ -35,9 +64,11 @@ def cluster_rules() -> list[dict]:
 
 
 def namespace_rules() -> list[dict]:
-    """In its own namespace: its policy and pool capacity, and the leader-election Lease."""
+    """In its own namespace: its policy and pool capacity, the leader-election Lease, and the
+    placeholder pods that declare a kubernetes-spares refill."""
     return [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "list"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
 
@@ -82,7 +113,9 @@ class Reconciler(pulumi.ComponentResource):
             f"{name}-remediation-crd",
             metadata=remediation_crd.manifest()["metadata"], spec=remediation_crd.manifest()["spec"], opts=child)
 
-        sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta(NAME), opts=child)
+        # IRSA: the role the spec names gives the Auto Scaling and SNS calls their credentials.
+        irsa = {IRSA_ANNOTATION: dep.iam_role_arn} if dep.iam_role_arn else None
+        sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta(NAME, annotations=irsa), opts=child)
         role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta(NAME, ns=False), rules=cluster_rules(),
                                        opts=child)
         k8s.rbac.v1.ClusterRoleBinding(
@@ -95,9 +128,10 @@ class Reconciler(pulumi.ComponentResource):
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ns_role.metadata.name},
             subjects=[{"kind": "ServiceAccount", "name": sa.metadata.name, "namespace": self.namespace}], opts=child)
 
+        policy = spec.model_dump_json(indent=2)
         self.policy_config_map = k8s.core.v1.ConfigMap(
             f"{name}-policy", metadata=meta("gpufleet-policy"),
-            data={"fleet.json": spec.model_dump_json(indent=2)}, opts=child)
+            data={"fleet.json": policy}, opts=child)
 
         env_names = notification_env(spec)
         env_from = []
@@ -109,6 +143,10 @@ class Reconciler(pulumi.ComponentResource):
 
         selector = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": env}
         pod_labels = metadata(NAME, "reconciler", env)["labels"]
+        names = sorted(args.webhook_urls)
+        # A hash of the secrets is no secret: unsecret it, so a preview shows the roll.
+        checksum = pulumi.Output.unsecret(pulumi.Output.all(*[args.webhook_urls[n] for n in names]).apply(
+            lambda urls: config_checksum(policy, {env_names[n]: u for n, u in zip(names, urls)})))
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=meta(NAME),
@@ -117,16 +155,19 @@ class Reconciler(pulumi.ComponentResource):
                 "selector": {"matchLabels": selector},
                 "template": {
                     "metadata": {"labels": pod_labels,
-                                 "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}},
+                                 "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
+                                                 CONFIG_CHECKSUM: checksum}},
                     "spec": {
                         "serviceAccountName": sa.metadata.name,
-                        "nodeSelector": {labels.ROLE: labels.ROLE_SYSTEM},
+                        # The system pool the spec declares (never a GPU node).
+                        "nodeSelector": dict(spec.system_pool.node_selector),
+                        **({"tolerations": [t.model_dump(exclude_none=True) for t in spec.system_pool.tolerations]}
+                           if spec.system_pool.tolerations else {}),
                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [{
                             "name": "reconciler",
                             "image": dep.image,
-                            "args": ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
-                                     "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)],
+                            "args": reconciler_args(spec),
                             "envFrom": env_from,
                             "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
                             "livenessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},
@@ -134,9 +175,14 @@ class Reconciler(pulumi.ComponentResource):
                             "resources": resources("100m", "128Mi", "1", "512Mi"),
                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                                 "capabilities": {"drop": ["ALL"]}},
-                            "volumeMounts": [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True}],
+                            "volumeMounts": [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True}]
+                            + ([{"name": "slurm-token", "mountPath": TOKEN_DIR, "readOnly": True}]
+                               if spec.slurm.restapi else []),
                         }],
-                        "volumes": [{"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}],
+                        "volumes": [{"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}]
+                        + ([{"name": "slurm-token", "secret": {"secretName": TOKEN_SECRET,
+                                                               "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY}]}}]
+                           if spec.slurm.restapi else []),
                     },
                 },
             },

@@ -110,10 +110,17 @@ class Taint(Strict):
 
 
 class AwsNodeGroup(Strict):
-    """The Auto Scaling group behind a pool with provider `aws-asg`."""
+    """The Auto Scaling group behind a pool with provider `aws-asg`. Its instances are the pool's
+    members; `node_labels` are the kubelet labels its launch template sets, when it sets any."""
 
     asg_name: str = Field(min_length=1)
     region: str = Field("us-east-1", min_length=1)
+    node_labels: Labels = Field(default_factory=dict, description="Kubelet labels the launch template puts on its nodes.")
+    on_fault: Literal["terminate", "quarantine"] = Field(
+        "quarantine",
+        description="What happens to a faulted instance after it leaves the group (desired capacity decremented): "
+        "`terminate` it, or keep it running, tagged gpufleet.io/quarantined, for a human to inspect.",
+    )
 
 
 class NodePool(Strict):
@@ -132,6 +139,11 @@ class NodePool(Strict):
         "kubernetes-spares", description="Who owns the nodes and refills spares."
     )
     aws: AwsNodeGroup | None = None
+    member_selector: Labels = Field(
+        default_factory=dict,
+        description="kubernetes-spares: labels that make a node a member of this pool (e.g. its node group's label); "
+        "default: the pool label itself.",
+    )
 
     @model_validator(mode="after")
     def _provider_settings(self) -> "NodePool":
@@ -139,6 +151,9 @@ class NodePool(Strict):
             raise FieldError("aws", "provider aws-asg needs an `aws` block with the Auto Scaling group name")
         if self.provider != "aws-asg" and self.aws is not None:
             raise FieldError("aws", f"an `aws` block only goes with provider aws-asg, not {self.provider}")
+        if self.provider == "aws-asg" and self.member_selector:
+            raise FieldError("member_selector", "aws-asg pools are known by their Auto Scaling group; "
+                             "declare the launch template's kubelet labels in aws.node_labels instead")
         reserved = [k for k in self.labels if k.startswith(labels.GROUP + "/")]
         if reserved:
             raise FieldError("labels", f"labels {reserved} use the reserved prefix {labels.GROUP}/")
@@ -187,6 +202,9 @@ class OperatorSpec(Strict):
     )
     chart_version: str = Field("1.0.1", pattern=r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
     repository: str = "oci://ghcr.io/slinkyproject/charts"
+    cert_manager: bool = Field(
+        True, description="The cluster runs cert-manager (the operator's webhook certificate comes from it); "
+        "false sets the chart's certManager.enabled=false.")
 
 
 class Partition(Strict):
@@ -199,12 +217,62 @@ class Partition(Strict):
 class LoginSpec(Strict):
     replicas: int = Field(1, ge=0, le=16)
     ssh_authorized_keys: list[str] = Field(default_factory=list)
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        "ClusterIP", description="Type of the login nodes' SSH Service.")
+    service_annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations of the SSH Service, e.g. an internal load balancer's.")
 
     @model_validator(mode="after")
     def _keys_look_like_keys(self) -> "LoginSpec":
         for i, k in enumerate(self.ssh_authorized_keys):
             if not re.match(r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp\d+|sk-\S+) \S+", k):
                 raise FieldError(f"ssh_authorized_keys[{i}]", "not an OpenSSH public key line")
+        return self
+
+
+class ExternalDatabase(Strict):
+    """An existing MySQL/MariaDB that slurmdbd writes accounting to."""
+
+    kind: Literal["external"]
+    host: str = Field(min_length=1)
+    port: int = Field(3306, ge=1, le=65535)
+    database: str = Field("slurm_acct_db", min_length=1)
+    user: str = Field("slurm", min_length=1)
+    password_secret: str = Field("slurmDbPassword", min_length=1, description="Pulumi secret config key with its password.")
+
+
+class MariaDbDatabase(Strict):
+    """A single MariaDB the stack deploys in the Slurm namespace for slurmdbd."""
+
+    kind: Literal["mariadb"]
+    image: Image = "docker.io/library/mariadb:11.4"
+    size: Quantity = "50Gi"
+    storage_class: str | None = None
+    database: str = Field("slurm_acct_db", min_length=1)
+    user: str = Field("slurm", min_length=1)
+    password_secret: str = Field("slurmDbPassword", min_length=1, description="Pulumi secret config key with its password.")
+
+    @property
+    def host(self) -> str:
+        return "mariadb"  # the Service the stack declares next to slurmdbd
+
+    @property
+    def port(self) -> int:
+        return 3306
+
+
+Database = Annotated[ExternalDatabase | MariaDbDatabase, Field(discriminator="kind")]
+
+
+class AccountingSpec(Strict):
+    enabled: bool = False
+    database: Database | None = None
+
+    @model_validator(mode="after")
+    def _database(self) -> "AccountingSpec":
+        if self.enabled and self.database is None:
+            raise FieldError("database", "accounting needs a database: `kind: external` with its host, "
+                             "or `kind: mariadb` for one the stack deploys")
         return self
 
 
@@ -216,8 +284,11 @@ class SlurmSpec(Strict):
     image_registry: str = "ghcr.io/slinkyproject"
     partitions: list[Partition] = Field(min_length=1)
     login: LoginSpec = Field(default_factory=LoginSpec)
-    accounting: bool = False
+    accounting: AccountingSpec = Field(default_factory=AccountingSpec)
     restapi: bool = True
+    reconciler_user: str = Field(
+        "slurm", min_length=1, description="Slurm user of the reconciler's token (root or the SlurmUser may change nodes).")
+    token_lifetime: str = Field("1h", pattern=r"^\d+(h|m|s)$", description="Lifetime of the reconciler's Slurm JWT.")
     munge_key_secret: str = Field("mungeKey", description="Pulumi secret config key holding the munge key.")
     jwt_key_secret: str = Field("slurmJwtKey", description="Pulumi secret config key holding the Slurm JWT key.")
 
@@ -246,6 +317,9 @@ class ReconcilerDeployment(Strict):
     replicas: int = Field(2, ge=1, le=5)
     agent_image: Image = "ghcr.io/gpufleet/agent:0.1.0"
     workers: int = Field(16, ge=1, le=256, description="Nodes reconciled in parallel (each node by one worker at a time).")
+    iam_role_arn: str | None = Field(
+        None, pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+",
+        description="IAM role for the reconciler's ServiceAccount (IRSA): Auto Scaling and SNS calls use it.")
 
 
 class HealingSpec(Strict):
@@ -270,6 +344,9 @@ class HealingSpec(Strict):
     )
     opt_out_label: LabelKey = labels.DEFAULT_OPT_OUT
     notifications: list[NotificationTarget] = Field(default_factory=list)
+    prometheus_rule: bool = Field(
+        False, description="The cluster runs the Prometheus operator: ship gpufleet's alert rules as a PrometheusRule "
+        "(a page that could not be delivered, the storm brake, failed remediations).")
     reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)
 
     @model_validator(mode="after")
@@ -285,6 +362,22 @@ class HealingSpec(Strict):
         return self
 
 
+# --- the system pool -----------------------------------------------------------------------
+
+class Toleration(Strict):
+    key: LabelKey
+    operator: Literal["Equal", "Exists"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class SystemPool(Strict):
+    """The nodes where the reconciler and the Slinky operator run (not GPU nodes)."""
+
+    node_selector: Labels = Field(default_factory=lambda: {labels.ROLE: labels.ROLE_SYSTEM}, min_length=1)
+    tolerations: list[Toleration] = Field(default_factory=list)
+
+
 # --- the whole fleet ---------------------------------------------------------------------------
 
 class FleetSpec(Strict):
@@ -296,6 +389,7 @@ class FleetSpec(Strict):
     storage: list[StorageSpec] = Field(default_factory=list)
     slurm: SlurmSpec
     healing: HealingSpec = Field(default_factory=HealingSpec)
+    system_pool: SystemPool = Field(default_factory=SystemPool)
 
     @model_validator(mode="after")
     def _references(self) -> "FleetSpec":
@@ -315,6 +409,14 @@ class FleetSpec(Strict):
         for i, s in enumerate(self.storage):
             if s.host_path and self.cluster.kind != "local":
                 raise FieldError(f"storage[{i}].host_path", "host_path is only for the local cluster")
+        needs_aws = [p.name for p in self.pools if p.provider == "aws-asg"] + \
+            [n.name for n in self.healing.notifications if isinstance(n, SnsTarget)]
+        if needs_aws and self.cluster.kind != "local" and not self.healing.reconciler.iam_role_arn:
+            raise FieldError("healing.reconciler.iam_role_arn",
+                             f"{needs_aws} call AWS: name the IAM role the reconciler's ServiceAccount assumes (IRSA)")
+        if self.healing.enabled and not self.slurm.restapi:
+            raise FieldError("slurm.restapi", "the reconciler reaches Slurm through slurmrestd: keep restapi on "
+                             "while healing is enabled")
         return self
 
     def pool(self, name: str) -> NodePool:
@@ -327,6 +429,8 @@ class FleetSpec(Strict):
     def secret_keys(self) -> list[str]:
         """Config keys that must hold Pulumi secrets."""
         keys = [self.slurm.munge_key_secret, self.slurm.jwt_key_secret]
+        if self.slurm.accounting.enabled and self.slurm.accounting.database is not None:
+            keys.append(self.slurm.accounting.database.password_secret)
         keys += [n.url_secret for n in self.healing.notifications if isinstance(n, WebhookTarget)]
         return keys
 

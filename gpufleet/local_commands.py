@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .cli import EXIT_FAILED, _err, app, load_spec
+from .cli import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
 
 local = typer.Typer(help="The local environment: control plane, fake GPU nodes (kwok), real Slurm.",
                     no_args_is_help=True)
@@ -111,4 +111,9 @@ def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s
     args = list(ctx.args)
     if args and args[0] not in ("stack", "login", "logout", "plugin", "version", "whoami", "about"):
         args += ["--stack", stack]
-    os.execve(binary, [binary, *args, "--cwd", str(st.project_dir)], st.env())
+    try:
+        env = st.env()
+    except PulumiError as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_INVALID)
+    os.execve(binary, [binary, *args, "--cwd", str(st.project_dir)], env)

@@ -1,10 +1,9 @@
 """`gpufleet preview` and `gpufleet render`: what a change would do, fit for a pull request.
 
-`preview` runs `pulumi preview --diff --json` with the policy pack (`policies/`) and the
-environment's policy config (`policies/config/<env>.json`), with
-PULUMI_ENABLE_STREAMING_JSON_PREVIEW set: stdout is then the engine's event stream (one JSON
-event a line), which carries the steps and the policy violations (the one-document `--json`
-digest drops policy events). The pure functions below turn either form into a Summary:
+`preview` runs `pulumi preview --diff` with the policy pack (`policies/`) and the environment's
+policy config (`policies/config/<env>.json`) through Pulumi's Automation API: its engine events
+(steps, policy violations, diagnostics, the summary) come typed, and are kept as the event log's
+JSON objects. The pure functions below turn those (or a `--json` digest) into a Summary:
 changes by operation and kind, every policy violation with its level, and errors. Exit 1
 when a mandatory policy fails or the preview itself fails; 2 for invalid input.
 
@@ -16,6 +15,7 @@ GPUFLEET_RENDER_DIR set, so the Kubernetes provider writes manifests instead of 
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets as _secrets
 import shutil
@@ -432,19 +432,80 @@ def scratch_stack(stack: str, secret_keys: list[str], extra_env: dict[str, str] 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-STREAM_ENV = {"PULUMI_ENABLE_STREAMING_JSON_PREVIEW": "true"}
 
 
-def run_preview(st: Any, policy_config: Path | None, timeout: float = 3600
-                ) -> tuple[subprocess.CompletedProcess, dict | None, list[dict]]:
-    """`pulumi preview --json` with streaming JSON: stdout is the engine's event stream, one
-    event a line, policy events included (the non-streaming digest drops them)."""
-    st.extra_env.update(STREAM_ENV)
-    args = ["preview", "--diff", "--json", "--color", "never", "--policy-pack", str(POLICY_PACK_DIR)]
-    if policy_config is not None:
-        args += ["--policy-pack-config", str(policy_config.resolve())]
-    proc = st.run(*args, capture=True, check=False, timeout=timeout)
-    return (proc,) + split_output(proc.stdout or "")
+@dataclass
+class EngineRun:
+    """What one engine run left: its exit code, its text output, and its events as the event log's
+    JSON objects (what `summarize` reads)."""
+
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+    events: list[dict] = field(default_factory=list)
+
+
+def _state(st: Any) -> dict | None:
+    return None if st is None else {"type": st.type, "custom": st.custom}
+
+
+def event_dict(ev: Any) -> dict:
+    """A typed Automation API engine event as the engine's event-log JSON."""
+    out: dict[str, Any] = {"sequence": ev.sequence}
+    if ev.resource_pre_event is not None:
+        m = ev.resource_pre_event.metadata
+        out["resourcePreEvent"] = {"metadata": {
+            "op": getattr(m.op, "value", m.op), "urn": m.urn, "type": m.type, "old": _state(m.old),
+            "new": _state(m.new), "keys": list(m.keys or []), "diffs": list(m.diffs or []),
+            "detailedDiff": {k: {} for k in (m.detailed_diff or {})}}, "planning": ev.resource_pre_event.planning}
+    if ev.policy_event is not None:
+        p = ev.policy_event
+        out["policyEvent"] = {"policyName": p.policy_name, "enforcementLevel": p.enforcement_level,
+                              "message": p.message, "resourceUrn": p.resource_urn or "",
+                              "policyPackName": p.policy_pack_name}
+    if ev.diagnostic_event is not None:
+        d = ev.diagnostic_event
+        out["diagnosticEvent"] = {"severity": d.severity, "urn": d.urn or "", "message": d.message,
+                                  "ephemeral": bool(d.ephemeral)}
+    if ev.summary_event is not None:
+        se = ev.summary_event
+        out["summaryEvent"] = {"PolicyPacks": dict(se.policy_packs or {}),
+                               "resourceChanges": {getattr(k, "value", k): v for k, v in (se.resource_changes or {}).items()}}
+    return out
+
+
+def automation_stack(st: Any) -> Any:
+    """The stack through Pulumi's Automation API, with gpufleet's environment (built tools,
+    PULUMI_HOME, the backend) and the pulumi binary the project uses."""
+    from pulumi import automation as auto
+
+    from .stack import pulumi_binary
+
+    env = st.env()
+    command = auto.PulumiCommand(root=str(Path(pulumi_binary()).resolve().parent.parent), skip_version_check=True)
+    workspace = auto.LocalWorkspace(work_dir=str(st.project_dir), pulumi_home=env.get("PULUMI_HOME"),
+                                    env_vars=env, pulumi_command=command)
+    return auto.Stack.select(st.name, workspace)
+
+
+def run_preview(st: Any, policy_config: Path | None, timeout: float = 3600) -> tuple[EngineRun, None, list[dict]]:
+    """`pulumi preview --diff` with the policy pack, through the Automation API: its typed engine
+    events (policy events included) feed the summary; nothing parses the CLI's text."""
+    from pulumi.automation import errors as auto_errors
+
+    events: list[dict] = []
+    out: list[str] = []
+    stack = automation_stack(st)
+    try:
+        res = stack.preview(diff=True, color="never", policy_packs=[str(POLICY_PACK_DIR)],
+                            policy_pack_configs=[str(policy_config.resolve())] if policy_config is not None else None,
+                            on_event=lambda ev: events.append(event_dict(ev)), on_output=out.append)
+        run = EngineRun(0, res.stdout, res.stderr, events)
+    except auto_errors.CommandError as e:
+        code = re.search(r"code: (-?\d+)", str(e))
+        stderr = str(e).split("stderr:", 1)[-1]
+        run = EngineRun(int(code.group(1)) if code else 1, "\n".join(out), stderr, events)
+    return run, None, events
 
 
 def split_output(stdout: str) -> tuple[dict | None, list[dict]]:
@@ -479,6 +540,10 @@ def preview(
     stack_yaml: Optional[Path] = typer.Option(
         None, "--stack-file", help="With --scratch: preview this stack file instead of Pulumi.<STACK>.yaml (a what-if)."),
     raw: Optional[Path] = typer.Option(None, "--raw", help="Also keep pulumi's raw JSON output here (a folder)."),
+    operator_chart: bool = typer.Option(
+        True, "--operator-chart/--without-operator-chart",
+        help="With --scratch and operator.mode helm: leave the Slinky operator's charts out of the preview "
+             "(for machines that cannot fetch them); the summary says so."),
 ) -> None:
     """Preview a stack with the policy pack; print changes by kind and every policy violation.
     Exit 1 when a mandatory policy fails or the preview fails."""
@@ -488,6 +553,9 @@ def preview(
 
     if stack_yaml is not None and not scratch:
         _err("--stack-file needs --scratch (a stack's real state belongs to its own stack file)")
+        raise typer.Exit(EXIT_INVALID)
+    if not operator_chart and not scratch:
+        _err("--without-operator-chart needs --scratch (a stack's real state holds its charts)")
         raise typer.Exit(EXIT_INVALID)
     try:
         sf = load_stack_file(stack_yaml or stack_file(stack, PROJECT_DIR))
@@ -499,17 +567,27 @@ def preview(
     elif not policy_config.exists():
         _err(f"no such policy config: {policy_config}")
         raise typer.Exit(EXIT_INVALID)
+    if not scratch:
+        from .stack import NoBackendError, require_backend
+
+        try:
+            require_backend(stack, dict(os.environ))
+        except NoBackendError as e:
+            _err(f"{e}; or preview with --scratch (empty throwaway state)")
+            raise typer.Exit(EXIT_INVALID)
     if not scratch and sf.missing_secrets():
         _err(f"stack {stack} has no value for secret(s) {sf.missing_secrets()}, so its program refuses to run: set "
              f"them (`pulumi config set --secret KEY ...`) or preview with --scratch (placeholder secrets)")
         raise typer.Exit(EXIT_INVALID)
 
     try:
+        chart_left_out = not operator_chart and sf.fleet.slurm.operator.mode == "helm"
         if scratch:
-            with scratch_stack(stack, sf.fleet.secret_keys(), stack_yaml=stack_yaml) as st:
+            extra = {"GPUFLEET_WITHOUT_OPERATOR_CHART": "1"} if chart_left_out else None
+            with scratch_stack(stack, sf.fleet.secret_keys(), extra, stack_yaml=stack_yaml) as st:
                 proc, digest, events = run_preview(st, policy_config)
         else:
-            st = Stack(stack, extra_env=dict(STREAM_ENV))
+            st = Stack(stack)
             if not st.exists():
                 _err(f"stack {stack} does not exist in backend {st.env().get('PULUMI_BACKEND_URL', '(default)')}: "
                      f"log in to the right backend (PULUMI_BACKEND_URL), or preview with --scratch")
@@ -521,7 +599,8 @@ def preview(
 
     if raw is not None:
         raw.mkdir(parents=True, exist_ok=True)
-        (raw / f"{stack}.preview.jsonl").write_text(proc.stdout or "")
+        (raw / f"{stack}.preview.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        (raw / f"{stack}.stdout.txt").write_text(proc.stdout or "")
         (raw / f"{stack}.stderr.txt").write_text(proc.stderr or "")
 
     rel = str(policy_config.resolve().relative_to(PROJECT_DIR)) if policy_config and \
@@ -529,6 +608,8 @@ def preview(
     s = summarize(digest, events, stack=stack, policy_config=rel,
                   mode="scratch: empty state, placeholder secrets" if scratch else "stack state",
                   engine_exit=proc.returncode)
+    if chart_left_out:
+        s.warnings.append("the Slinky operator's charts are left out of this preview (--without-operator-chart)")
     if proc.returncode != 0 and not s.errors and not s.mandatory:
         tail = clean(proc.stderr or "").strip().splitlines()[-5:]
         s.errors.append("pulumi preview failed (exit %d)%s" % (proc.returncode, (": " + " | ".join(tail)) if tail else ""))
@@ -568,6 +649,10 @@ def render(
     force: bool = typer.Option(False, "--force", help="Replace manifests a previous render left in --out."),
     policies: bool = typer.Option(True, "--policies/--no-policies",
                                   help="Enforce the policy pack (the env's policies/config/<STACK>.json) while rendering."),
+    operator_chart: bool = typer.Option(
+        True, "--operator-chart/--without-operator-chart",
+        help="With operator.mode helm: render the Slinky operator's charts too (they must be fetchable), or leave "
+             "them out and write the values to install them with (slurm-operator-values.yaml)."),
 ) -> None:
     """Write the stack's Kubernetes manifests to a folder instead of applying them.
 
@@ -592,8 +677,12 @@ def render(
     for d in existing:
         shutil.rmtree(d)
     out.mkdir(parents=True, exist_ok=True)
+    env = {"GPUFLEET_RENDER_DIR": str(out)}
+    chart_left_out = not operator_chart and sf.fleet.slurm.operator.mode == "helm"
+    if chart_left_out:
+        env["GPUFLEET_WITHOUT_OPERATOR_CHART"] = "1"
     try:
-        with scratch_stack(stack, sf.fleet.secret_keys(), {"GPUFLEET_RENDER_DIR": str(out)}) as st:
+        with scratch_stack(stack, sf.fleet.secret_keys(), env) as st:
             args = ["up", "--yes", "--skip-preview", "--color", "never"]
             if policies:
                 args += ["--policy-pack", str(POLICY_PACK_DIR)]
@@ -612,6 +701,18 @@ def render(
         _err(f"pulumi up (render) for stack {stack} failed (exit {proc.returncode}); {len(files)} file(s) written "
              f"before it stopped:\n{tail}")
         raise typer.Exit(EXIT_FAILED)
+    if chart_left_out:
+        import yaml
+
+        from components.slinky import operator_values
+
+        op = sf.fleet.slurm.operator
+        values = out / "slurm-operator-values.yaml"
+        values.write_text(yaml.safe_dump(operator_values(sf.fleet), sort_keys=False))
+        files = rendered_files(out)
+        typer.secho(f"note: the Slinky operator's charts are left out of this render: install "
+                    f"{op.repository}/slurm-operator-crds and {op.repository}/slurm-operator {op.chart_version} in "
+                    f"namespace {sf.fleet.slurm.namespace} with {values.name}", fg=typer.colors.YELLOW, err=True)
     typer.echo(f"rendered stack {stack}: {len(files)} manifest(s) in {out}")
     for f in files:
         typer.echo(f"  {f.relative_to(out)}")

@@ -2,8 +2,8 @@
 
 The `local` stack keeps its state in a file backend under the local folder and encrypts
 its secrets with a passphrase (default `gpufleet-local`, documented in the README; set
-PULUMI_CONFIG_PASSPHRASE to use another). Other stacks use whatever backend and secrets
-provider the user is logged in to, unless PULUMI_BACKEND_URL says otherwise.
+PULUMI_CONFIG_PASSPHRASE to use another). Any other stack needs PULUMI_BACKEND_URL: it never
+falls back to the local file backend, where a prod `up` would start from an empty state.
 """
 from __future__ import annotations
 
@@ -23,6 +23,21 @@ LOCAL_PASSPHRASE = "gpufleet-local"
 
 class PulumiError(RuntimeError):
     pass
+
+
+class NoBackendError(PulumiError):
+    """A stack other than `local` with no explicit backend."""
+
+
+BACKEND_VAR = "PULUMI_BACKEND_URL"
+
+
+def require_backend(stack: str, env: dict[str, str]) -> None:
+    if stack != "local" and not env.get(BACKEND_VAR):
+        raise NoBackendError(
+            f"stack {stack} has no explicit state backend: set {BACKEND_VAR} (e.g. s3://<bucket>/gpufleet or "
+            f"https://api.pulumi.com); gpufleet never uses the local file backend for a stack other than local, "
+            f"where `up` would start from an empty state")
 
 
 def pulumi_binary() -> str:
@@ -48,13 +63,13 @@ class Stack:
         env.setdefault("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
         if (TOOLS_BIN.parent / "pulumi-home").exists():
             env.setdefault("PULUMI_HOME", str(TOOLS_BIN.parent / "pulumi-home"))
-        if self.name == "local" or "PULUMI_BACKEND_URL" not in env:
+        env.update(self.extra_env)
+        if self.name == "local" and BACKEND_VAR not in self.extra_env:
             state = local_dir() / "state"
             state.mkdir(parents=True, exist_ok=True)
-            env["PULUMI_BACKEND_URL"] = f"file://{state}"
-        if self.name == "local":
+            env[BACKEND_VAR] = f"file://{state}"
             env.setdefault("PULUMI_CONFIG_PASSPHRASE", LOCAL_PASSPHRASE)
-        env.update(self.extra_env)
+        require_backend(self.name, env)
         return env
 
     def run(self, *args: str, capture: bool = False, check: bool = True, timeout: float | None = 1800,

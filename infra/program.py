@@ -39,6 +39,7 @@ def build() -> GpuFleet:
             spec, secrets,
             local_kubeconfig=local_kubeconfig_path(PROJECT_DIR) if spec.cluster.kind == "local" else None,
             render_dir=os.environ.get("GPUFLEET_RENDER_DIR") or None,
+            operator_chart=not os.environ.get("GPUFLEET_WITHOUT_OPERATOR_CHART"),
         ),
     )
     pulumi.export("environment", spec.environment)

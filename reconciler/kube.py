@@ -167,6 +167,22 @@ class Kube:
 
         return self.update_node(name, mutate)
 
+    def apply_membership(self, name: str, set_labels: dict[str, str], add_taints: list[dict] | tuple = ()) -> dict:
+        """Set labels and add taints a membership plan asks for (reconciler/membership.py); never
+        removes anything, writes nothing when nothing is missing."""
+        def mutate(node: dict) -> bool:
+            meta, spec = node["metadata"], node.setdefault("spec", {})
+            have = meta.setdefault("labels", {})
+            changed = {k: v for k, v in set_labels.items() if have.get(k) != v}
+            have.update(changed)
+            taints = list(spec.get("taints") or [])
+            new = [dict(t) for t in add_taints if not any(x["key"] == t["key"] for x in taints)]
+            if new:
+                spec["taints"] = taints + new
+            return bool(changed or new)
+
+        return self.update_node(name, mutate)
+
     def set_condition(self, name: str, ctype: str, status: str, reason: str, message: str) -> None:
         """Set one node condition (the agent's and inject-fault's write). The transition time
         moves only when the status or reason changes, so a repeated signal stays one signal."""

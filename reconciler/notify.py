@@ -1,7 +1,9 @@
 """Tell people what happened: Kubernetes Events, webhooks (Slack-compatible JSON), AWS SNS.
 
-A notification that cannot be delivered is logged and counted, never a reason to stop
-healing: the fleet matters more than the message about it.
+A notification that cannot be delivered is retried, then logged, counted
+(`gpufleet_notification_failures_total`, which the stack's PrometheusRule alerts on) and raised as a
+Warning Event whose message starts with `critical:`; never a reason to stop healing: the fleet
+matters more than the message about it.
 """
 from __future__ import annotations
 
@@ -67,20 +69,29 @@ class Webhook:
 
 
 class Sns:
-    def __init__(self, name: str, topic_arn: str, region: str, client: Any = None):
+    """Publish to an SNS topic; throttling, 5xx and connection errors are retried with backoff."""
+
+    def __init__(self, name: str, topic_arn: str, region: str, client: Any = None, attempts: int = 3):
         import boto3
 
-        self.name, self.topic_arn = name, topic_arn
+        self.name, self.topic_arn, self.attempts = name, topic_arn, attempts
         self.client = client or boto3.client("sns", region_name=region)
 
     def send(self, msg: Message) -> None:
-        self.client.publish(
-            TopicArn=self.topic_arn,
-            Subject=f"gpufleet {msg.severity}: {msg.event}"[:100],
-            Message=msg.text,
-            MessageAttributes={"severity": {"DataType": "String", "StringValue": msg.severity},
-                               "event": {"DataType": "String", "StringValue": msg.event}},
-        )
+        from .aws_errors import is_temporary
+
+        @retry(stop=stop_after_attempt(self.attempts), wait=wait_exponential(multiplier=0.2, max=5), reraise=True,
+               retry=lambda state: state.outcome.failed and is_temporary(state.outcome.exception()))
+        def publish():
+            self.client.publish(
+                TopicArn=self.topic_arn,
+                Subject=f"gpufleet {msg.severity}: {msg.event}"[:100],
+                Message=msg.text,
+                MessageAttributes={"severity": {"DataType": "String", "StringValue": msg.severity},
+                                   "event": {"DataType": "String", "StringValue": msg.event}},
+            )
+
+        publish()
 
 
 def channels_from_spec(spec: FleetSpec, env: dict[str, str] | None = None) -> list[Channel]:
@@ -122,3 +133,17 @@ class Notifier:
             except Exception as e:  # noqa: BLE001 - delivery must never stop healing
                 log.error("notification to %s failed: %s", ch.name, e)
                 self.on_failure(ch.name)
+                self._raise_failure(ch.name, msg, e)
+
+    def _raise_failure(self, channel: str, msg: Message, err: Exception) -> None:
+        """People must learn that a page did not go out: a Warning Event marked critical, on the
+        remediation when there is one, else on the reconciler's Deployment."""
+        if self.kube is None:
+            return
+        text = f"critical: {msg.severity} notification {msg.event!r} to {channel} failed after retries: {err}"
+        if msg.record is not None:
+            involved = {"kind": remediation_crd.KIND, "name": msg.record.name, "apiVersion": labels.API_VERSION}
+        else:
+            involved = {"kind": "Deployment", "name": "gpufleet-reconciler", "apiVersion": "apps/v1",
+                        "namespace": self.namespace}
+        self.kube.event(involved, "NotificationFailed", text, "Warning", self.namespace)

@@ -2,42 +2,70 @@
 
 One interface, three providers:
 - `kubernetes-spares` (default, cloud-agnostic): spares are pre-joined nodes with the spare
-  label and taint; promotion removes the taint. Refills are asked of whoever adds nodes
-  (cluster autoscaler, a human) through an Event.
-- `aws-asg`: the same on Kubernetes, plus the Auto Scaling group (boto3): the bad instance
-  is detached (the group launches a replacement, which joins as a spare); no spare left
-  raises the desired capacity.
+  label and taint; promotion removes the taint. A refill is a declared capacity request: a
+  pending placeholder pod that fits one node of the pool, which a cluster autoscaler acts on (or
+  a person: `kubectl get pods -l gpufleet.io/capacity-request`); once it is bound to a node that
+  joined, the request is settled (the pod deleted) and membership makes that node a spare.
+- `aws-asg`: the same on Kubernetes, plus the Auto Scaling group (boto3): a faulted instance
+  leaves the group with the desired capacity decremented (terminated, or detached and tagged
+  for a human, as the spec says); a refill raises the desired capacity by exactly one, once per
+  remediation (the key is recorded as a group tag, so a replay changes nothing).
 - `local`: the local environment's fake nodes (kwok) and real Slurm: promotion also
   resumes the spare's slurmd node; a refill joins the next reserved fake node.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
+from fleetspec.placement import worker_tolerations
 
+from .aws_errors import typed
 from .errors import PermanentError, TemporaryError
-from .kube import Kube
+from .kube import Kube, _call, _json
 from .local_nodes import join_reserve_spare
+from .membership import FULFILS, MembershipFacts, MembershipPlan, instance_id, settle
 from .slurm import SlurmClient, SlurmError
 
 log = logging.getLogger(__name__)
 
 SPARE_TAINT = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
+CAPACITY_REQUEST = f"{labels.GROUP}/capacity-request"  # label on placeholder pods: the pool
+REQUEST_KEY = f"{labels.GROUP}/request-key"             # annotation: the remediation that asked
+QUARANTINED_TAG = f"{labels.GROUP}/quarantined"         # EC2 tag on an instance kept for a human
+REFILL_TAG = f"{labels.GROUP}/refill/"                  # ASG tag prefix: one per remediation's refill
+KEEP_REFILL_TAGS = 20                                   # an ASG holds at most 50 tags
 
 
 def quarantine_taint(xid: int) -> dict[str, str]:
     return {"key": labels.QUARANTINE_TAINT, "value": f"xid-{xid}", "effect": "NoSchedule"}
 
 
+@dataclass(frozen=True)
+class Capacity:
+    """A pool's node group as its provider sees it."""
+
+    desired: int
+    max_size: int
+
+    @property
+    def can_add(self) -> bool:
+        return self.desired < self.max_size
+
+
 class NodeProvider(Protocol):
     def promote(self, spare: str, replaces: str) -> None: ...
     def quarantine(self, node: str, xid: int) -> None: ...
-    def request_capacity(self, pool: str, reason: str, key: str) -> None:
-        """Ask for one more node; idempotent by `key` (the remediation and purpose)."""
+    def request_capacity(self, pool: str, reason: str, key: str) -> None: ...
+    def can_refill(self, pool: str) -> bool: ...
     def return_to_spares(self, node: str) -> None: ...
+    def membership_facts(self) -> MembershipFacts: ...
+    def settle_capacity_requests(self) -> list[str]: ...
 
 
 def slurm_call(fn, *args):
@@ -48,9 +76,42 @@ def slurm_call(fn, *args):
         raise (TemporaryError if e.temporary else PermanentError)(f"Slurm: {e}") from None
 
 
+def request_name(pool: str, key: str) -> str:
+    """A placeholder pod's name: one per pool and remediation, so asking again is harmless."""
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    return f"gpufleet-refill-{pool}"[:52] + f"-{digest}"
+
+
+def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str) -> dict:
+    """A pod that fits exactly one new node of the pool and nothing else: the pool's member
+    selector (what the autoscaler's node template carries), its taints tolerated, one node's GPUs."""
+    selector = dict(pool.member_selector) or {labels.POOL: pool.name}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": request_name(pool.name, key), "namespace": namespace,
+                     "labels": {CAPACITY_REQUEST: pool.name, "app.kubernetes.io/part-of": labels.PART_OF},
+                     "annotations": {REQUEST_KEY: key, f"{labels.GROUP}/reason": reason[:500]}},
+        "spec": {
+            "nodeSelector": selector,
+            # Only a node that is nobody's yet: never an existing spare or worker of the pool.
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": labels.ROLE, "operator": "DoesNotExist"}]}]}}},
+            "tolerations": worker_tolerations(pool),
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": False,
+            "containers": [{
+                "name": "hold", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"nvidia.com/gpu": str(pool.gpus_per_node)},
+                              "limits": {"nvidia.com/gpu": str(pool.gpus_per_node)}},
+            }],
+        },
+    }
+
+
 class KubernetesSpares:
     def __init__(self, kube: Kube, spec: FleetSpec, slurm: SlurmClient | None = None):
         self.kube, self.spec, self.slurm = kube, spec, slurm
+        self.namespace = spec.healing.reconciler.namespace
 
     def promote(self, spare: str, replaces: str) -> None:
         self.kube.set_node_role(spare, labels.ROLE_ACTIVE, remove_taints=[labels.SPARE_TAINT],
@@ -60,9 +121,45 @@ class KubernetesSpares:
         self.kube.set_node_role(node, labels.ROLE_QUARANTINED, add_taints=[quarantine_taint(xid)],
                                 remove_taints=[labels.SPARE_TAINT], schedulable=False)
 
-    def request_capacity(self, pool: str, reason: str, key: str = "") -> None:
-        self.kube.event({"kind": "Node", "name": pool, "apiVersion": "v1"}, "SpareCapacityRequested",
-                        f"pool {pool}: {reason}; add a node labelled {labels.POOL}={pool},{labels.ROLE}=spare", "Warning")
+    def request_capacity(self, pool: str, reason: str, key: str) -> None:
+        """Declare that the pool needs one node: a pending placeholder pod (idempotent by key)."""
+        body = placeholder_pod(self.spec.pool(pool), key, reason, self.namespace)
+        try:
+            _call(f"create capacity request {body['metadata']['name']}", self.kube.core.create_namespaced_pod,
+                  self.namespace, body)
+        except PermanentError as e:
+            if " 409 " not in f" {e} ":
+                raise  # 409: asked already for this remediation
+        log.info("capacity requested for pool %s (%s): pod %s/%s", pool, reason, self.namespace,
+                 body["metadata"]["name"])
+
+    def can_refill(self, pool: str) -> bool:
+        return True  # whoever acts on the request decides; nothing to exceed here
+
+    def capacity_requests(self) -> list[dict]:
+        data = _json(_call("list capacity requests", self.kube.core.list_namespaced_pod, self.namespace,
+                           label_selector=CAPACITY_REQUEST, _preload_content=False))
+        return data["items"]
+
+    def settle_capacity_requests(self) -> list[str]:
+        """Delete the placeholder pods a joined node answered (membership made it a spare), and
+        mark that node, so one node answers one request; returns the settled requests."""
+        nodes = self.kube.list_nodes()[0]
+        done = []
+        for st in settle(self.capacity_requests(), nodes, CAPACITY_REQUEST):
+            self.kube.patch_node(st.node, {"metadata": {"annotations": {FULFILS: st.request}}})
+            try:
+                _call(f"delete capacity request {st.request}", self.kube.core.delete_namespaced_pod, st.request,
+                      self.namespace, grace_period_seconds=0)
+            except PermanentError as e:
+                if " 404 " not in f" {e} ":
+                    raise
+            log.info("capacity request %s answered by %s", st.request, st.node)
+            done.append(st.request)
+        return done
+
+    def membership_facts(self) -> MembershipFacts:
+        return MembershipFacts()  # members are known by their labels (the pool's member_selector)
 
     def return_to_spares(self, node: str) -> None:
         self.kube.set_node_role(node, labels.ROLE_SPARE, add_taints=[SPARE_TAINT],
@@ -79,64 +176,166 @@ class LocalProvider(KubernetesSpares):
 
 
 class AwsAsgProvider(KubernetesSpares):
-    """Spares on Kubernetes, capacity from an EC2 Auto Scaling group (boto3)."""
+    """Spares on Kubernetes, capacity from an EC2 Auto Scaling group (boto3). One instance per
+    fault: the faulted one leaves with the desired capacity decremented, the refill adds one."""
 
-    def __init__(self, kube: Kube, spec: FleetSpec, slurm: SlurmClient | None = None, session: Any = None):
+    def __init__(self, kube: Kube, spec: FleetSpec, slurm: SlurmClient | None = None, session: Any = None,
+                 clock=time.time):
         super().__init__(kube, spec, slurm)
         import boto3
 
         self._session = session or boto3.session.Session()
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[tuple[str, str], Any] = {}
+        self.clock = clock
+
+    def _client(self, service: str, region: str):
+        if (service, region) not in self._clients:
+            self._clients[service, region] = self._session.client(service, region_name=region)
+        return self._clients[service, region]
+
+    def _aws(self, what: str, fn, **kw):
+        """One AWS call, its botocore errors typed (temporary: retried by the runtime; permanent: the
+        remediation fails with the reason), so a replay never crash-loops."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(**kw)
+        except (ClientError, BotoCoreError) as e:
+            raise typed(what, e) from None
 
     def _asg(self, pool: NodePool):
         assert pool.aws is not None
-        if pool.aws.region not in self._clients:
-            self._clients[pool.aws.region] = self._session.client("autoscaling", region_name=pool.aws.region)
-        return self._clients[pool.aws.region]
+        return self._client("autoscaling", pool.aws.region)
 
-    def _pool_of(self, node: str) -> NodePool:
-        name = (self.kube.get_node(node)["metadata"].get("labels") or {}).get(labels.POOL)
-        return self.spec.pool(name)
+    def _pool_of(self, node: dict) -> NodePool:
+        name = (node["metadata"].get("labels") or {}).get(labels.POOL)
+        pool = next((p for p in self.spec.pools if p.name == name), None)
+        if pool is None or pool.aws is None:
+            raise PermanentError(f"node {node['metadata']['name']} is in no aws-asg pool (label {labels.POOL}={name})")
+        return pool
 
-    @staticmethod
-    def instance_id(node: dict) -> str | None:
-        pid = node.get("spec", {}).get("providerID", "")  # aws:///us-east-1a/i-0abc...
-        return pid.rsplit("/", 1)[-1] if pid.startswith("aws://") else None
+    instance_id = staticmethod(instance_id)
+
+    def group(self, pool: NodePool) -> dict:
+        asg = self._asg(pool)
+        groups = self._aws(f"describe-auto-scaling-groups {pool.aws.asg_name}", asg.describe_auto_scaling_groups,
+                           AutoScalingGroupNames=[pool.aws.asg_name])["AutoScalingGroups"]
+        if not groups:
+            raise PermanentError(f"Auto Scaling group {pool.aws.asg_name} not found in {pool.aws.region}")
+        return groups[0]
+
+    def capacity(self, pool_name: str) -> Capacity:
+        g = self.group(self.spec.pool(pool_name))
+        return Capacity(g["DesiredCapacity"], g["MaxSize"])
+
+    def can_refill(self, pool: str) -> bool:
+        """Whether the group can take one more instance now (a refill with no instance leaving)."""
+        return self.capacity(pool).can_add
 
     def quarantine(self, node: str, xid: int) -> None:
         super().quarantine(node, xid)
         obj = self.kube.get_node(node)
-        pool = self.spec.pool(obj["metadata"]["labels"][labels.POOL])
-        iid = self.instance_id(obj)
+        pool = self._pool_of(obj)
+        iid = instance_id(obj)
         if not iid:
-            raise PermanentError(f"node {node} has no AWS providerID; cannot detach it from {pool.aws.asg_name}")
-        asg = self._asg(pool)
-        group = self._group(asg, pool)
-        if iid in {i["InstanceId"] for i in group["Instances"]}:
-            # Keep the desired capacity: the group launches a replacement, which joins as a spare.
-            asg.detach_instances(InstanceIds=[iid], AutoScalingGroupName=pool.aws.asg_name,
-                                 ShouldDecrementDesiredCapacity=False)
-        self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceDetached",
-                        f"{iid} detached from {pool.aws.asg_name} for repair; a replacement is launching")
+            raise PermanentError(f"node {node} has no AWS providerID; cannot take it out of {pool.aws.asg_name}")
+        asg, name = self._asg(pool), pool.aws.asg_name
+        if pool.aws.on_fault == "quarantine":
+            # Tag first: an instance that left the group is never untagged and forgotten.
+            ec2 = self._client("ec2", pool.aws.region)
+            self._aws(f"create-tags {iid}", ec2.create_tags, Resources=[iid], Tags=[
+                {"Key": QUARANTINED_TAG, "Value": f"xid-{xid}"},
+                {"Key": f"{labels.GROUP}/quarantined-from", "Value": name},
+                {"Key": f"{labels.GROUP}/node", "Value": node}])
+        if iid not in {i["InstanceId"] for i in self.group(pool)["Instances"]}:
+            return  # already out of the group (a replay)
+        if pool.aws.on_fault == "terminate":
+            self._aws(f"terminate-instance-in-auto-scaling-group {iid}", asg.terminate_instance_in_auto_scaling_group,
+                      InstanceId=iid, ShouldDecrementDesiredCapacity=True)
+            what = f"{iid} terminated; {name} desired capacity decremented"
+        else:
+            self._aws(f"detach-instances {iid} from {name}", asg.detach_instances, InstanceIds=[iid],
+                      AutoScalingGroupName=name, ShouldDecrementDesiredCapacity=True)
+            what = f"{iid} detached from {name} and tagged {QUARANTINED_TAG}=xid-{xid} for a human; still running"
+        self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceQuarantined", what, "Warning")
 
-    def request_capacity(self, pool_name: str, reason: str, key: str = "") -> None:
+    def request_capacity(self, pool_name: str, reason: str, key: str) -> None:
+        """Raise the desired capacity by exactly one, once per key: the key is a group tag whose
+        value is the target; a replay finds it and changes nothing."""
         pool = self.spec.pool(pool_name)
-        asg = self._asg(pool)
-        group = self._group(asg, pool)
-        want = group["DesiredCapacity"] + 1
-        if want > group["MaxSize"]:
-            raise PermanentError(f"{pool.aws.asg_name} is at its MaxSize {group['MaxSize']}: {reason}")
-        asg.set_desired_capacity(AutoScalingGroupName=pool.aws.asg_name, DesiredCapacity=want, HonorCooldown=False)
-        log.info("raised %s desired capacity to %d: %s", pool.aws.asg_name, want, reason)
+        asg, name = self._asg(pool), pool.aws.asg_name
+        g = self.group(pool)
+        tags = {t["Key"]: t["Value"] for t in g.get("Tags") or []}
+        tag = (REFILL_TAG + key)[:128]
+        state, target = _refill_state(tags.get(tag))
+        if state == "done":
+            log.info("refill of %s for %s already done (target %s)", name, key, target)
+            return
+        if state == "pending":
+            if g["DesiredCapacity"] < target:  # died between the tag and the call
+                self._set_desired(asg, name, target)
+            self._tag(asg, name, tag, f"done:{target}:{int(self.clock())}")
+            return
+        want = g["DesiredCapacity"] + 1
+        if want > g["MaxSize"]:
+            raise PermanentError(f"AWS: {name} is at its MaxSize {g['MaxSize']} (desired {g['DesiredCapacity']}); "
+                                 f"not raised for {key}: {reason}")
+        self._tag(asg, name, tag, f"pending:{want}:{int(self.clock())}")
+        self._set_desired(asg, name, want)
+        self._tag(asg, name, tag, f"done:{want}:{int(self.clock())}")
+        self._prune(asg, name, {**tags, tag: f"done:{want}:{int(self.clock())}"})
+        log.info("raised %s desired capacity to %d for %s: %s", name, want, key, reason)
 
-    def _group(self, asg, pool: NodePool) -> dict:
-        try:
-            groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[pool.aws.asg_name])["AutoScalingGroups"]
-        except Exception as e:  # botocore's errors: endpoint down, throttled
-            raise TemporaryError(f"describe {pool.aws.asg_name}: {e}") from None
-        if not groups:
-            raise PermanentError(f"Auto Scaling group {pool.aws.asg_name} not found in {pool.aws.region}")
-        return groups[0]
+    def _set_desired(self, asg, name: str, desired: int) -> None:
+        self._aws(f"set-desired-capacity {name}={desired}", asg.set_desired_capacity, AutoScalingGroupName=name,
+                  DesiredCapacity=desired, HonorCooldown=False)
+
+    def _tag(self, asg, name: str, key: str, value: str) -> None:
+        self._aws(f"create-or-update-tags {name}", asg.create_or_update_tags, Tags=[{
+            "ResourceId": name, "ResourceType": "auto-scaling-group", "Key": key, "Value": value,
+            "PropagateAtLaunch": False}])
+
+    def _prune(self, asg, name: str, tags: dict[str, str]) -> None:
+        """Keep the newest refill tags only (a group holds 50 tags)."""
+        done = sorted(((int(v.rsplit(":", 1)[-1]), k) for k, v in tags.items()
+                       if k.startswith(REFILL_TAG) and v.startswith("done:")), reverse=True)
+        old = [k for _, k in done[KEEP_REFILL_TAGS:]]
+        if old:
+            self._aws(f"delete-tags {name}", asg.delete_tags, Tags=[
+                {"ResourceId": name, "ResourceType": "auto-scaling-group", "Key": k} for k in old])
+
+    def membership_facts(self) -> MembershipFacts:
+        """Which instance is in which of the spec's groups (one describe call per region)."""
+        by_region: dict[str, list[str]] = {}
+        for p in self.spec.pools:
+            if p.provider == "aws-asg" and p.aws is not None:
+                by_region.setdefault(p.aws.region, []).append(p.aws.asg_name)
+        out: dict[str, str] = {}
+        for region, names in by_region.items():
+            asg = self._client("autoscaling", region)
+            token = None
+            while True:
+                kw = {"AutoScalingGroupNames": names, **({"NextToken": token} if token else {})}
+                page = self._aws("describe-auto-scaling-groups", asg.describe_auto_scaling_groups, **kw)
+                for g in page["AutoScalingGroups"]:
+                    out.update({i["InstanceId"]: g["AutoScalingGroupName"] for i in g.get("Instances") or []})
+                token = page.get("NextToken")
+                if not token:
+                    break
+        return MembershipFacts(out)
+
+    def settle_capacity_requests(self) -> list[str]:
+        return []  # the group's desired capacity is the request; nothing to settle
+
+
+def _refill_state(value: str | None) -> tuple[str | None, int]:
+    if not value:
+        return None, 0
+    state, _, rest = value.partition(":")
+    try:
+        return state, int(rest.split(":", 1)[0])
+    except ValueError:
+        raise PermanentError(f"unreadable refill tag value {value!r}; remove it from the group") from None
 
 
 def provider_for(pool: NodePool, kube: Kube, spec: FleetSpec, slurm: SlurmClient | None, **kw) -> NodeProvider:
@@ -145,3 +344,24 @@ def provider_for(pool: NodePool, kube: Kube, spec: FleetSpec, slurm: SlurmClient
     if pool.provider == "local":
         return LocalProvider(kube, spec, slurm)
     return KubernetesSpares(kube, spec, slurm)
+
+
+def reconcile_membership(kube: Kube, spec: FleetSpec, providers: dict[str, NodeProvider],
+                         nodes: list[dict]) -> MembershipPlan:
+    """One membership pass (the runtime calls it with its cached nodes): the providers' facts, the
+    pure plan, its label/taint changes applied, answered capacity requests settled. Returns the plan;
+    the caller reports `unlabelled_gpu_nodes` and `conflicts` (an Event, a metric)."""
+    from .membership import merge_facts, plan as plan_membership
+
+    once = list({type(p): p for p in providers.values()}.values())  # one of each kind covers all its pools
+    result = plan_membership(nodes, spec, merge_facts(p.membership_facts() for p in once))
+    for c in result.changes:
+        kube.apply_membership(c.node, dict(c.labels), list(c.add_taints))
+        log.info("membership: %s: %s", c.node, c.why)
+    for p in once:
+        p.settle_capacity_requests()
+    for name in result.unlabelled_gpu_nodes:
+        log.warning("GPU node %s belongs to no pool: give it a pool's labels or fix the pool's member_selector", name)
+    for msg in result.conflicts:
+        log.warning("membership conflict: %s", msg)
+    return result

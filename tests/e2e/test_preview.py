@@ -44,3 +44,19 @@ def test_violating_stack_is_blocked_naming_rule_and_resource(pulumi_bin_dir, tmp
     assert "gpu-pool-spares" in md.read_text()
     # the real stack file is untouched by a what-if
     assert yaml.safe_load((ROOT / "Pulumi.local.yaml").read_text())["config"]["gpufleet:fleet"]["pools"][1]["spares"] == 1
+
+
+@pytest.mark.parametrize("env", ["prod", "staging"])
+def test_prod_and_staging_preview_with_the_policy_pack(pulumi_bin_dir, tmp_path, env):
+    """From a clean clone: scratch state, placeholder secrets, the env's mandatory policy config; the
+    operator's charts left out (they cannot be fetched here), everything else previewed for real."""
+    r = subprocess.run([sys.executable, "-m", "gpufleet", "preview", "--stack", env, "--scratch",
+                        "--without-operator-chart", "--json", str(tmp_path / "s.json")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["mandatory_violations"] == 0 and summary["errors"] == []
+    assert summary["policy_packs"], "the policy pack did not run"
+    kinds = summary["changes"]["create"]
+    assert kinds["Token"] == 1 and kinds["RestApi"] == 1 and kinds["Controller"] == 1
+    assert any("left out of this preview" in w for w in summary["warnings"])

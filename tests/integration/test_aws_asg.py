@@ -1,4 +1,6 @@
-"""The aws-asg node provider: nodes on a real API server, the Auto Scaling group on a moto server."""
+"""The aws-asg node provider as a whole chain: nodes on a real API server, the Auto Scaling group
+on a moto server. Fault, promotion, refill, the new instance joining as a spare, a replay after a
+restart, MaxSize, the quarantine and the terminate modes; the instance count asserted at the end."""
 from __future__ import annotations
 
 import boto3
@@ -7,18 +9,24 @@ from kubernetes import client
 from moto.server import ThreadedMotoServer
 
 from fleetspec import labels, parse_fleet
-from reconciler import local_nodes
-from reconciler.errors import PermanentError
+from reconciler import membership
+from reconciler.errors import PermanentError, TemporaryError
 from reconciler.kube import Kube
-from reconciler.providers import AwsAsgProvider
+from reconciler.providers import QUARANTINED_TAG, AwsAsgProvider, reconcile_membership
 
 pytestmark = pytest.mark.integration
-ASG = "gpu-itest-h100"
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
 
 
 @pytest.fixture(scope="module")
 def aws(monkeypatch_module):
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
@@ -29,56 +37,157 @@ def aws(monkeypatch_module):
     image = ec2.describe_images()["Images"][0]["ImageId"]
     ec2.create_launch_template(LaunchTemplateName="gpu", LaunchTemplateData={"ImageId": image,
                                                                           "InstanceType": "p5.48xlarge"})
-    asg = session.client("autoscaling")
-    asg.create_auto_scaling_group(AutoScalingGroupName=ASG, LaunchTemplate={"LaunchTemplateName": "gpu"},
-                                  MinSize=0, MaxSize=5, DesiredCapacity=3, AvailabilityZones=["us-east-1a"])
     yield session
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    mp = pytest.MonkeyPatch()
-    yield mp
-    mp.undo()
+def make_group(session, name: str, desired: int, max_size: int) -> None:
+    session.client("autoscaling").create_auto_scaling_group(
+        AutoScalingGroupName=name, LaunchTemplate={"LaunchTemplateName": "gpu"}, MinSize=0, MaxSize=max_size,
+        DesiredCapacity=desired, AvailabilityZones=["us-east-1a"])
 
 
-def instances(session):
-    g = session.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"][0]
+def group(session, name: str) -> tuple[dict, list[str]]:
+    g = session.client("autoscaling").describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
     return g, sorted(i["InstanceId"] for i in g["Instances"])
 
 
-def test_quarantine_detaches_the_instance_and_capacity_is_raised(kube_cluster, aws):
-    spec = parse_fleet({
+def state(session, iid: str) -> tuple[str, dict[str, str]]:
+    inst = session.client("ec2").describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
+    return inst["State"]["Name"], {t["Key"]: t["Value"] for t in inst.get("Tags") or []}
+
+
+def spec_for(pool: str, asg: str, on_fault: str):
+    return parse_fleet({
         "environment": "itest", "cluster": {"kind": "local"},
-        "pools": [{"name": "awsp", "node_type": "p5.48xlarge", "gpu_model": "H100", "nodes": 2, "spares": 1,
-                   "provider": "aws-asg", "aws": {"asg_name": ASG, "region": "us-east-1"}}],
-        "slurm": {"partitions": [{"name": "p", "pools": ["awsp"]}]},
+        "pools": [{"name": pool, "node_type": "p5.48xlarge", "gpu_model": "H100", "nodes": 2, "spares": 1,
+                   "provider": "aws-asg", "aws": {"asg_name": asg, "region": "us-east-1", "on_fault": on_fault},
+                   "taints": [{"key": "nvidia.com/gpu"}]}],
+        "slurm": {"partitions": [{"name": "p", "pools": [pool]}]},
     })
-    pool = spec.pools[0]
-    group, ids = instances(aws)
-    assert len(ids) == 3
+
+
+def join(core, name: str, iid: str) -> None:
+    """A node the kubelet of a new instance registers: no gpufleet label yet, only its providerID."""
+    core.create_node({"apiVersion": "v1", "kind": "Node",
+                      "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
+                                   "annotations": {"kwok.x-k8s.io/node": "fake"}},
+                      "spec": {"providerID": f"aws:///us-east-1a/{iid}"},
+                      "status": {"capacity": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"}}})
+
+
+def label_members(kube: Kube, provider: AwsAsgProvider, spec) -> membership.MembershipPlan:
+    """What the runtime does on each pass: plan membership from the provider's facts, apply it."""
+    nodes = [n for n in kube.list_nodes()[0] if n["metadata"]["name"].startswith(spec.pools[0].name)]
+    return reconcile_membership(kube, spec, {spec.pools[0].name: provider}, nodes)
+
+
+def roles(core, prefix: str) -> dict[str, str]:
+    return {n.metadata.name: (n.metadata.labels or {}).get(labels.ROLE) for n in core.list_node().items
+            if n.metadata.name.startswith(prefix)}
+
+
+def replace_step(provider, spare: str, bad: str, pool: str, key: str) -> None:
+    """The actions of decide's Replacing step, in its order."""
+    provider.promote(spare, bad)
+    provider.quarantine(bad, 79)
+    provider.request_capacity(pool, f"refill the spare used for {bad}", key)
+
+
+def test_one_instance_per_fault_through_the_whole_chain(kube_cluster, aws):
+    asg, pool = "gpu-itest-quarantine", "awsq"
+    make_group(aws, asg, desired=3, max_size=4)
+    spec = spec_for(pool, asg, "quarantine")
     api = kube_cluster.api_client()
-    core = client.CoreV1Api(api)
-    names = pool.node_names() + pool.spare_names()
-    for name, iid in zip(names, ids):
-        node = local_nodes.pool_node(pool, name, labels.ROLE_SPARE if "spare" in name else labels.ROLE_ACTIVE)
-        node["spec"]["providerID"] = f"aws:///us-east-1a/{iid}"
-        core.create_node(node)
-    provider = AwsAsgProvider(Kube(api), spec, None, session=aws)
+    core, kube = client.CoreV1Api(api), Kube(api)
+    _, ids = group(aws, asg)
+    for i, iid in enumerate(ids):
+        join(core, f"{pool}-n{i}", iid)
+    provider = AwsAsgProvider(kube, spec, None, session=aws)
 
-    provider.promote("awsp-spare-0", "awsp-0")
-    provider.quarantine("awsp-0", 79)
-    group, after = instances(aws)
-    assert ids[0] not in after  # detached for repair
-    assert group["DesiredCapacity"] == 3 and len(after) == 3  # the group launched a replacement
-    bad = core.read_node("awsp-0")
-    assert bad.metadata.labels[labels.ROLE] == labels.ROLE_QUARANTINED and bad.spec.unschedulable
-    provider.quarantine("awsp-0", 79)  # idempotent: already detached, nothing else happens
-    assert instances(aws)[0]["DesiredCapacity"] == 3
+    # Membership: the group's instances become the pool's, 2 active then 1 spare with its taint.
+    label_members(kube, provider, spec)
+    got = roles(core, pool)
+    assert sorted(got.values()) == ["active", "active", "spare"]
+    spare = next(n for n, r in got.items() if r == "spare")
+    assert {t.key for t in core.read_node(spare).spec.taints} == {labels.SPARE_TAINT, "nvidia.com/gpu"}
+    bad = sorted(n for n, r in got.items() if r == "active")[0]
+    bad_iid = core.read_node(bad).spec.provider_id.rsplit("/", 1)[-1]
 
-    provider.request_capacity("awsp", "no spare left")
-    assert instances(aws)[0]["DesiredCapacity"] == 4
-    provider.request_capacity("awsp", "again")
-    with pytest.raises(PermanentError, match="MaxSize"):
-        provider.request_capacity("awsp", "past the maximum")
+    # The fault: promote the spare, the bad instance leaves (desired 3 -> 2), the refill adds one (-> 3).
+    replace_step(provider, spare, bad, pool, "awsq-n0-xid79-1")
+    g, after = group(aws, asg)
+    assert g["DesiredCapacity"] == 3 and len(after) == 3 and bad_iid not in after
+    run, tags = state(aws, bad_iid)
+    assert run == "running" and tags[QUARANTINED_TAG] == "xid-79"  # kept for a human, tagged
+    assert core.read_node(bad).metadata.labels[labels.ROLE] == labels.ROLE_QUARANTINED
+
+    # The new instance joins and becomes the pool's spare.
+    (new_iid,) = set(after) - set(ids)
+    join(core, f"{pool}-n3", new_iid)
+    plan = label_members(kube, provider, spec)
+    assert [(c.node, c.labels.get(labels.ROLE)) for c in plan.changes] == [(f"{pool}-n3", "spare")]
+
+    # A replay after a restart (a new provider, the same step): nothing changes.
+    again = AwsAsgProvider(kube, spec, None, session=boto3.session.Session())
+    replace_step(again, spare, bad, pool, "awsq-n0-xid79-1")
+    assert group(aws, asg)[0]["DesiredCapacity"] == 3 and group(aws, asg)[1] == after
+    assert label_members(kube, again, spec).changes == ()
+
+    # MaxSize: a refill with no instance leaving (no spare left) takes the group to 4 = MaxSize;
+    # then the provider says so before anything is promoted, and a request changes nothing.
+    assert again.can_refill(pool)
+    again.request_capacity(pool, "no spare for x", "awsq-other-xid79-2")
+    assert group(aws, asg)[0]["DesiredCapacity"] == 4 and not again.can_refill(pool)
+    with pytest.raises(PermanentError, match="MaxSize 4"):
+        again.request_capacity(pool, "no spare for y", "awsq-other-xid79-3")
+    g, final = group(aws, asg)
+    assert g["DesiredCapacity"] == 4 and len(final) == 4
+    # At MaxSize a replacement still fits: the faulted instance leaves first, then the refill.
+    join(core, f"{pool}-n4", sorted(set(final) - set(after))[0])
+    label_members(kube, again, spec)
+    now = roles(core, pool)
+    actives = sorted(n for n, r in now.items() if r == "active")
+    spares = sorted(n for n, r in now.items() if r == "spare")
+    replace_step(again, spares[0], actives[0], pool, "awsq-xid79-4")
+    g, end = group(aws, asg)
+    assert g["DesiredCapacity"] == 4 and len(end) == 4
+
+    # In all: two faults, two refills, one addition; two instances out of the group, still running.
+    quarantined = [i for i in set(ids) | set(final) if state(aws, i)[1].get(QUARANTINED_TAG)]
+    assert len(quarantined) == 2 and all(state(aws, i)[0] == "running" for i in quarantined)
+    assert len(set(end) | set(quarantined)) == 6  # 3 at the start + 2 refills + 1 addition, never more
+
+
+def test_terminate_mode_decrements_then_refills(kube_cluster, aws):
+    asg, pool = "gpu-itest-terminate", "awst"
+    make_group(aws, asg, desired=3, max_size=3)  # at MaxSize from the start: a replacement still fits
+    spec = spec_for(pool, asg, "terminate")
+    api = kube_cluster.api_client()
+    core, kube = client.CoreV1Api(api), Kube(api)
+    _, ids = group(aws, asg)
+    for i, iid in enumerate(ids):
+        join(core, f"{pool}-n{i}", iid)
+    provider = AwsAsgProvider(kube, spec, None, session=aws)
+    label_members(kube, provider, spec)
+    got = roles(core, pool)
+    spare = next(n for n, r in got.items() if r == "spare")
+    bad = sorted(n for n, r in got.items() if r == "active")[0]
+    bad_iid = core.read_node(bad).spec.provider_id.rsplit("/", 1)[-1]
+    assert not provider.can_refill(pool)  # nothing can be added...
+    replace_step(provider, spare, bad, pool, "awst-n0-xid79-1")  # ...but a replacement is one out, one in
+    replace_step(provider, spare, bad, pool, "awst-n0-xid79-1")  # replayed
+    g, after = group(aws, asg)
+    assert g["DesiredCapacity"] == 3 and len(after) == 3 and bad_iid not in after
+    assert state(aws, bad_iid)[0] in ("shutting-down", "terminated")
+
+
+def test_botocore_errors_are_typed(kube_cluster, aws, monkeypatch):
+    spec = spec_for("awse", "no-such-group", "quarantine")
+    kube = Kube(kube_cluster.api_client())
+    with pytest.raises(PermanentError, match="no-such-group not found"):
+        AwsAsgProvider(kube, spec, None, session=aws).request_capacity("awse", "x", "k")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: the endpoint is down
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(TemporaryError, match="AWS describe-auto-scaling-groups"):
+        AwsAsgProvider(kube, spec, None, session=boto3.session.Session()).request_capacity("awse", "x", "k")

@@ -38,3 +38,26 @@ def test_remediation_rows_show_each_phase_duration():
     assert row[:4] == ["h100-0", "79", "Succeeded", "h100-spare-0"]
     assert "Checkpointing 3.0s" in row[4] and "Resuming 1.5s" in row[4]
     assert row[5] == "5.6s" and row[6] == "Succeeded"
+
+
+@pytest.mark.parametrize("cmd", [["pulumi", "-s", "prod", "up"], ["preview", "--stack", "prod"],
+                                 ["pulumi", "-s", "staging", "preview"]])
+def test_a_non_local_stack_without_a_backend_is_refused(cmd, monkeypatch, tmp_path):
+    """Never the local file backend for prod: an `up` there would start from an empty state."""
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.setattr("gpufleet.stack.pulumi_binary", lambda: "/bin/false")
+    monkeypatch.setattr("os.execve", lambda *a: pytest.fail(f"pulumi was started: {a[1]}"))
+    r = runner.invoke(app, cmd, env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert r.exit_code == 2, r.output
+    assert "PULUMI_BACKEND_URL" in r.output and "has no explicit state backend" in r.output
+
+
+def test_the_local_stack_and_an_explicit_backend_are_allowed(monkeypatch, tmp_path):
+    from gpufleet.stack import Stack
+
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.setenv("GPUFLEET_LOCAL_DIR", str(tmp_path))
+    assert Stack("local").env()["PULUMI_BACKEND_URL"].startswith("file://")
+    monkeypatch.setenv("PULUMI_BACKEND_URL", "s3://bucket/gpufleet")
+    assert Stack("prod").env()["PULUMI_BACKEND_URL"] == "s3://bucket/gpufleet"
+    assert Stack("local").env()["PULUMI_BACKEND_URL"].startswith("file://")  # local stays local

@@ -65,7 +65,7 @@ def test_each_environment_declares_its_fleet(env):
     spec = build(env)
     types = [r.typ for r in MOCKS.resources]
     assert types.count("kubernetes:slinky.slurm.net/v1beta1:NodeSet") == len(spec.pools)
-    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 1  # capacity per pool + policy
+    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 2  # capacity per pool, policy, gres.conf
     assert types.count("kubernetes:core/v1:PersistentVolumeClaim") == len(spec.storage)
     assert types.count("pulumi:providers:kubernetes") == 1
     assert "kubernetes:apps/v1:Deployment" in types and "kubernetes:policy/v1:PodDisruptionBudget" in types
@@ -76,7 +76,7 @@ def test_each_environment_declares_its_fleet(env):
     else:
         assert helm == 0 and crds == 7  # six Slinky kinds + Remediation
     # the resource count grows with pools, never with nodes
-    assert len(MOCKS.resources) < 40 + 3 * len(spec.pools)
+    assert len(MOCKS.resources) < 48 + 3 * len(spec.pools)
 
 
 
@@ -161,7 +161,9 @@ def test_secrets_stay_secret():
             holders.append((r.typ, r.inputs["metadata"]["name"]))
     # the values reach exactly the Secrets that need them, and nothing else
     assert sorted(holders) == [("kubernetes:core/v1:Secret", "gpufleet-notifications"),
-                               ("kubernetes:core/v1:Secret", "slurm-auth-jwths256"),
+                               ("kubernetes:core/v1:Secret", "slurm-accounting-db"),
+                               ("kubernetes:core/v1:Secret", "slurm-auth-jwt"),  # for the Controller
+                               ("kubernetes:core/v1:Secret", "slurm-auth-jwt"),  # for the reconciler's Token
                                ("kubernetes:core/v1:Secret", "slurm-auth-slurm")]
     cm = MOCKS.named("kubernetes:core/v1:ConfigMap", "gpufleet-policy")
     assert '"url_secret": "slackWebhookUrl"' in cm.inputs["data"]["fleet.json"]
@@ -178,3 +180,191 @@ def test_missing_secret_is_refused_before_any_resource():
     with pytest.raises(ValueError, match="slackWebhookUrl"):
         program()
     assert not [r for r in MOCKS.resources if r.name.startswith("prod-missing-")]
+
+
+# --- Slinky resources the operator accepts (issue 12, item 5) ----------------------------------
+
+def _secret_data(name: str) -> dict:
+    data = MOCKS.named("kubernetes:core/v1:Secret", name).inputs["stringData"]
+    return data.get("value", data)  # the provider marks stringData secret: {sig, value}
+
+
+def _crs(kind: str) -> list:
+    return MOCKS.of_type(CR + kind)
+
+
+def _strict_schema(kind: str) -> dict:
+    from components.slinky import crd_manifest
+    from components.slinky_schema import strict_json_schema
+
+    return strict_json_schema(crd_manifest(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+@pytest.mark.parametrize("env", ["local", "staging", "prod"])
+def test_every_slinky_resource_fits_the_v1beta1_schema(env):
+    """Every Slinky CR the stack declares validates against the local CRD's schema with unknown
+    fields refused (what strict field validation does), so a misplaced field fails here."""
+    import jsonschema
+
+    from components.slinky import KINDS
+
+    build(env)
+    seen = set()
+    for kind in KINDS:
+        for r in _crs(kind):
+            jsonschema.validate({"spec": r.inputs["spec"]}, _strict_schema(kind))
+            seen.add(kind)
+    assert {"Controller", "NodeSet", "RestApi", "Token"} <= seen
+
+
+@pytest.mark.parametrize("kind,spec", [
+    ("LoginSet", {"controllerRef": {"name": "slurm"}, "sssdConfRefs": {"name": "x", "key": "sssd.conf"}}),
+    ("Accounting", {"storageConfig": {"host": "db", "password": {"name": "x", "key": "p"}}}),
+    ("Controller", {"accountingRef": {"name": "accounting"}, "jwtHs256Key": {"name": "x", "key": "k"}}),
+    ("Token", {"username": "slurm", "lifetime": 900}),
+    ("NodeSet", {"controllerRef": {"name": "slurm"}, "partition": {"enabled": "yes"}}),
+])
+def test_local_slinky_schemas_refuse_misspelt_fields(kind, spec):
+    import jsonschema
+
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"spec": spec}, _strict_schema(kind))
+
+
+def test_prod_slinky_resources_carry_what_the_operator_needs():
+    spec = build("prod")
+    rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "prod-slurm-operator")
+    assert rel.inputs["values"]["certManager"] == {"enabled": True}
+    assert rel.inputs["values"]["operator"]["affinity"]["nodeAffinity"]
+    login = MOCKS.named(CR + "LoginSet", "login").inputs["spec"]
+    assert login["sssdConfRef"] == {"name": "slurm-sssd-conf", "key": "sssd.conf"}
+    sssd = _secret_data("slurm-sssd-conf")["sssd.conf"]
+    assert "[sssd]" in sssd and "domains = local" in sssd
+    assert login["service"]["spec"]["type"] == "LoadBalancer"
+    assert login["service"]["metadata"]["annotations"] == dict(spec.slurm.login.service_annotations)
+    acct = MOCKS.named(CR + "Accounting", "accounting").inputs["spec"]
+    db = spec.slurm.accounting.database
+    assert acct["storageConfig"] == {"host": db.host, "port": 3306, "database": "slurm_acct_db", "username": "slurm",
+                                     "passwordKeyRef": {"name": "slurm-accounting-db", "key": "password"}}
+    assert _secret_data("slurm-accounting-db")["password"] == f"{SECRET_VALUE}-slurmDbPassword"
+    ctl = MOCKS.named(CR + "Controller", "slurm").inputs["spec"]
+    assert ctl["accountingRef"] == {"name": "accounting"}
+    assert ctl["jwtKeyRef"] == {"name": "slurm-auth-jwt", "key": "jwt.key"} and "jwtHs256KeyRef" not in ctl
+    assert "GresTypes=gpu" in ctl["extraConf"]
+    assert ctl["configFileRefs"] == [{"name": "slurm-config-files"}]
+    gres = MOCKS.named("kubernetes:core/v1:ConfigMap", "slurm-config-files").inputs["data"]["gres.conf"]
+    assert "AutoDetect=nvml" in gres
+    for pool in spec.pools:
+        ns = MOCKS.named(CR + "NodeSet", pool.name).inputs["spec"]
+        assert f"Gres=gpu:{pool.gpus_per_node}" in ns["extraConf"]
+        assert f"{pool.name} gpu:{pool.gpus_per_node}" in gres
+
+
+def test_staging_operator_runs_without_cert_manager():
+    build("staging")
+    rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "staging-slurm-operator")
+    assert rel.inputs["values"]["certManager"] == {"enabled": False}
+    assert not _crs("Accounting")  # accounting off: no Accounting, no accountingRef
+    assert "accountingRef" not in MOCKS.named(CR + "Controller", "slurm").inputs["spec"]
+
+
+def test_a_mariadb_the_stack_deploys_backs_accounting():
+    spec = load_stack_file(ROOT / "Pulumi.staging.yaml").fleet
+    slurm = spec.slurm.model_copy(update={"accounting": spec.slurm.accounting.model_validate(
+        {"enabled": True, "database": {"kind": "mariadb", "storage_class": "gp3"}})})
+    spec = spec.model_copy(update={"slurm": slurm})
+    MOCKS.resources.clear()
+
+    @pulumi.runtime.test
+    def program():
+        GpuFleet("mdb", GpuFleetArgs(spec, {k: pulumi.Output.secret("v") for k in spec.secret_keys()}))
+
+    program()
+    assert "slurmDbPassword" in spec.secret_keys()
+    sts = MOCKS.named("kubernetes:apps/v1:StatefulSet", "mariadb").inputs["spec"]
+    env = {e["name"]: e for e in sts["template"]["spec"]["containers"][0]["env"]}
+    assert env["MARIADB_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "slurm-accounting-db", "key": "password"}
+    assert MOCKS.named("kubernetes:core/v1:Service", "mariadb").inputs["spec"]["ports"][0]["port"] == 3306
+    acct = MOCKS.named(CR + "Accounting", "accounting").inputs["spec"]
+    assert acct["storageConfig"]["host"] == "mariadb"
+
+
+def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
+    spec = build("prod")
+    restapi = _crs("RestApi")
+    assert [r.inputs["metadata"]["name"] for r in restapi] == ["slurm-restapi"]
+    token = MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs
+    assert token["metadata"]["namespace"] == spec.healing.reconciler.namespace
+    assert token["spec"] == {"jwtKeyRef": {"name": "slurm-auth-jwt", "key": "jwt.key"}, "username": "slurm",
+                             "lifetime": "1h", "refresh": True,
+                             "secretRef": {"name": "gpufleet-reconciler-slurm-token", "key": "SLURM_JWT"}}
+    pod = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    args = c["args"]
+    flag = lambda f: args[args.index(f) + 1]  # noqa: E731
+    assert flag("--slurm") == "rest"
+    assert flag("--slurm-url") == "http://slurm-restapi.slurm:6820"
+    assert flag("--slurm-user") == "slurm"
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "slurm-token")
+    vol = next(v for v in pod["volumes"] if v["name"] == "slurm-token")
+    assert vol["secret"]["secretName"] == "gpufleet-reconciler-slurm-token"
+    assert flag("--slurm-token-file") == f"{mount['mountPath']}/{vol['secret']['items'][0]['path']}"
+
+
+def test_reconciler_and_operator_run_on_the_declared_system_pool():
+    spec = build("prod")
+    pod = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-prod-system"} == spec.system_pool.node_selector
+    rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "prod-slurm-operator")
+    (term,) = rel.inputs["values"]["operator"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "eks.amazonaws.com/nodegroup", "operator": "In",
+                                         "values": ["gpu-prod-system"]}]
+
+
+def _checksum(spec, webhook: str = "https://hooks.example.com/a") -> str:
+    MOCKS.resources.clear()
+
+    @pulumi.runtime.test
+    def program():
+        secrets = {k: pulumi.Output.secret(f"{SECRET_VALUE}-{k}") for k in spec.secret_keys()}
+        secrets["slackWebhookUrl"] = pulumi.Output.secret(webhook)
+        GpuFleet("prod", GpuFleetArgs(spec, secrets))
+
+    program()
+    tpl = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]
+    return tpl["metadata"]["annotations"]["gpufleet.io/config-checksum"]
+
+
+def test_a_policy_or_webhook_change_rolls_the_reconciler():
+    spec = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    base = _checksum(spec)
+    assert len(base) == 64 and base == _checksum(spec)  # stable: no roll without a change
+    longer = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 300})})
+    assert _checksum(longer) != base
+    assert _checksum(spec, "https://hooks.example.com/rotated") != base
+    assert "hooks.example.com" not in base
+
+
+def test_irsa_role_and_the_alert_on_undelivered_pages():
+    spec = build("prod")
+    sa = MOCKS.named("kubernetes:core/v1:ServiceAccount", "gpufleet-reconciler").inputs["metadata"]
+    assert sa["annotations"]["eks.amazonaws.com/role-arn"] == spec.healing.reconciler.iam_role_arn
+    (rule,) = MOCKS.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+    alerts = {r["alert"]: r for g in rule.inputs["spec"]["groups"] for r in g["rules"]}
+    page = alerts["GpuFleetNotificationFailed"]
+    assert "gpufleet_notification_failures_total" in page["expr"] and page["labels"]["severity"] == "critical"
+    build("local")  # no Prometheus operator there: no rule, no IRSA
+    assert not MOCKS.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule")
+    assert "annotations" not in MOCKS.named("kubernetes:core/v1:ServiceAccount", "gpufleet-reconciler").inputs["metadata"]
+
+
+def test_aws_calls_need_a_named_iam_role():
+    from fleetspec import SpecError, parse_fleet
+
+    doc = {"environment": "x", "cluster": {"kind": "kubeconfig"},
+           "pools": [{"name": "a", "node_type": "p5", "gpu_model": "H", "nodes": 1, "spares": 1,
+                      "provider": "aws-asg", "aws": {"asg_name": "g"}}],
+           "slurm": {"partitions": [{"name": "p", "pools": ["a"]}]}}
+    with pytest.raises(SpecError, match="healing.reconciler.iam_role_arn"):
+        parse_fleet(doc)

@@ -99,3 +99,42 @@ def test_sns_publishes_to_subscribers(moto, monkeypatch):
     msgs = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=1)["Messages"]
     body = json.loads(msgs[0]["Body"])
     assert body["Message"] == "5 of 10 nodes unhealthy" and "critical" in body["Subject"]
+
+
+class Events:
+    """Records the Events the notifier raises (the Kube adapter's `event`)."""
+
+    def __init__(self):
+        self.got = []
+
+    def event(self, involved, reason, message, type_="Normal", namespace="default"):
+        self.got.append((involved["kind"], involved["name"], reason, message, type_))
+
+
+def test_a_failed_page_is_retried_then_raised_as_a_critical_event(moto, monkeypatch):
+    from botocore.config import Config
+
+    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}.items():
+        monkeypatch.setenv(k, v)
+    down = boto3.client("sns", endpoint_url="http://127.0.0.1:9", region_name="us-east-1",
+                        config=Config(retries={"total_max_attempts": 1}, connect_timeout=1))
+    calls = []
+    down.meta.events.register("before-send.sns.Publish", lambda **kw: calls.append(1))
+    events, failed = Events(), []
+    n = Notifier([Sns("pager", "arn:aws:sns:us-east-1:123456789012:t", "us-east-1", client=down, attempts=3)],
+                 kube=events, namespace="gpufleet-system", on_failure=failed.append)
+    n.send(Message("no-spare", "critical", "no spare left in pool h100", REC))
+    assert len(calls) == 3  # the endpoint is down: a temporary error, retried
+    assert failed == ["pager"]  # counted: gpufleet_notification_failures_total{channel="pager"}
+    (ev,) = [e for e in events.got if e[2] == "NotificationFailed"]
+    assert ev[0] == "Remediation" and ev[1] == REC.name and ev[4] == "Warning"
+    assert ev[3].startswith("critical: critical notification 'no-spare' to pager failed")
+
+    events.got.clear()
+    sns = boto3.client("sns", endpoint_url=moto, region_name="us-east-1")
+    calls.clear()
+    sns.meta.events.register("before-send.sns.Publish", lambda **kw: calls.append(1))
+    Notifier([Sns("pager", "arn:aws:sns:us-east-1:123456789012:missing", "us-east-1", client=sns)], kube=events,
+             namespace="gpufleet-system").send(Message("storm", "critical", "brake"))
+    assert len(calls) == 1  # a missing topic is permanent: not retried
+    assert [(e[0], e[2]) for e in events.got] == [("Deployment", "NotificationFailed")]

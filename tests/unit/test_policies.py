@@ -87,7 +87,7 @@ def workload(name="app", containers=None, pod_labels=None, pod_annotations=None,
 
 def test_pack_declares_every_rule_once_with_a_schema_that_matches_the_configs():
     names = [r.name for r in RULES]
-    assert len(names) == len(set(names)) == 8
+    assert len(names) == len(set(names)) == 10
     policies = build_policies()
     assert [p.name for p in policies] == names
     assert {type(p).__name__ for p in policies} == {"ResourceValidationPolicy", "StackValidationPolicy"}
@@ -422,6 +422,7 @@ def test_other_shipped_environments_are_clean_too(recorder, env):
     ({"pools__0__spares": 2}, "gpu-pool-spares", "needs 7"),
     ({"healing__enabled": False}, "healing-enabled", "healing is disabled"),
     ({"healing__grace_period_seconds": 3000}, "healing-enabled", "grace_period_seconds"),
+    ({"slurm__login__service_annotations": {}}, "slinky-resources-complete", "LoadBalancer without annotations"),
 ])
 def test_violating_prod_variants_fail_the_named_rule(recorder, changes, rule, needle):
     result = evaluate(declare(recorder, prod_spec(**changes)), "prod")
@@ -429,3 +430,33 @@ def test_violating_prod_variants_fail_the_named_rule(recorder, changes, rule, ne
     assert failing == {rule}, result
     assert any(needle in m for m in result[rule]), result[rule]
     assert levels("prod")[rule] == "mandatory"
+
+
+LOGINSET = "kubernetes:slinky.slurm.net/v1beta1:LoginSet"
+ACCOUNTING = "kubernetes:slinky.slurm.net/v1beta1:Accounting"
+RESTAPI = "kubernetes:slinky.slurm.net/v1beta1:RestApi"
+SA = "kubernetes:core/v1:ServiceAccount"
+
+
+def test_slinky_resources_need_sssd_database_and_accounting_ref():
+    login = {"metadata": meta("login"), "spec": {"controllerRef": {"name": "slurm"}}}
+    acct = {"metadata": meta("accounting"), "spec": {"storageConfig": {"host": "mariadb"}}}
+    ctl = {"metadata": meta("slurm"), "spec": {"clusterName": "x"}}
+    msgs = run_stack("slinky-resources-complete", [(LOGINSET, login), (ACCOUNTING, acct), (CONTROLLER, ctl)])
+    assert len(msgs) == 3
+    assert "sssdConfRef" in msgs[0] and "passwordKeyRef" in msgs[1] and "accountingRef" in msgs[2]
+    login["spec"]["sssdConfRef"] = {"name": "s", "key": "sssd.conf"}
+    acct["spec"]["storageConfig"]["passwordKeyRef"] = {"name": "db", "key": "password"}
+    ctl["spec"]["accountingRef"] = {"name": "accounting"}
+    assert run_stack("slinky-resources-complete", [(LOGINSET, login), (ACCOUNTING, acct), (CONTROLLER, ctl)]) == []
+
+
+def test_reconciler_wiring_checksum_restapi_and_iam_role():
+    dep = workload("gpufleet-reconciler")
+    sa = {"metadata": meta("gpufleet-reconciler")}
+    api = {"metadata": meta("slurm-restapi"), "spec": {"controllerRef": {"name": "slurm"}}}
+    msgs = run_stack("reconciler-wiring", [(DEP, dep), (SA, sa), (RESTAPI, api)], {"requireIamRole": True})
+    assert len(msgs) == 4
+    assert "config-checksum" in msgs[0] and "--slurm-url" in msgs[1] and "Token" in msgs[2]
+    assert "eks.amazonaws.com/role-arn" in msgs[3] and "iam_role_arn" in msgs[3]
+    assert len(run_stack("reconciler-wiring", [(DEP, dep), (SA, sa)], {"requireIamRole": False})) == 1

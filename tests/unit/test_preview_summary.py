@@ -510,3 +510,16 @@ LOCAL_DIGEST = r'''{
  }
 }
 '''
+
+
+@pytest.mark.parametrize("log", [PROD_VIOLATIONS, LOCAL_UPDATE, PROD_CHART_ERROR])
+def test_automation_api_events_give_the_same_summary(log):
+    """The Automation API hands typed events; turned back into the event log's JSON, they give the
+    same summary as the engine's own event log."""
+    from pulumi.automation.events import EngineEvent
+
+    raw = [e for e in parse_events(log) if "sequence" in e]
+    typed = [pv.event_dict(EngineEvent.from_json(e)) for e in raw]
+    want, got = summarize(None, raw, stack="prod"), summarize(None, typed, stack="prod")
+    assert got.to_dict() == want.to_dict()
+    assert want.changes or want.violations or want.errors

@@ -1,0 +1,202 @@
+"""Which pool a node belongs to, and the labels and taints that say so. Pure: no I/O.
+
+A node is known to a pool by its node provider's facts, never by its name:
+- `aws-asg`: its instance (the node's `providerID`) is in the pool's Auto Scaling group, or it
+  carries the kubelet labels the group's launch template sets (`aws.node_labels`);
+- `kubernetes-spares`: it matches the pool's `member_selector`;
+- any provider: it already carries `gpufleet.io/pool`.
+
+A member without a role becomes `active` while the pool has fewer active nodes than it declares,
+else a `spare` (with the spare taint), so a node that joins after a fault refills the spares. The
+pool's own labels and taints are added where missing. Nothing is removed, a node already labelled
+for another pool is reported, never relabelled; a GPU node that belongs to no pool is reported.
+Planning again after the changes are applied plans nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from fleetspec import labels
+from fleetspec.models import FleetSpec, NodePool
+from fleetspec.placement import node_taints
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class MembershipFacts:
+    """What node providers know about nodes: EC2 instance id -> Auto Scaling group name."""
+
+    instance_groups: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    """Labels to set and taints to add on one node (both only what is missing)."""
+
+    node: str
+    pool: str
+    labels: Mapping[str, str]
+    add_taints: tuple[Mapping[str, str], ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class MembershipPlan:
+    changes: tuple[NodeChange, ...] = ()
+    unlabelled_gpu_nodes: tuple[str, ...] = ()  # GPU nodes no pool claims: report them
+    conflicts: tuple[str, ...] = ()             # nodes two pools claim, or labelled for another pool
+
+
+def merge_facts(facts: Iterable[MembershipFacts]) -> MembershipFacts:
+    out: dict[str, str] = {}
+    for f in facts:
+        out.update(f.instance_groups)
+    return MembershipFacts(out)
+
+
+def instance_id(node: Mapping) -> str | None:
+    """`aws:///us-east-1a/i-0abc` -> `i-0abc`; None for nodes of other clouds."""
+    pid = (node.get("spec") or {}).get("providerID") or ""
+    return pid.rsplit("/", 1)[-1] if pid.startswith("aws://") else None
+
+
+def _labels(node: Mapping) -> Mapping[str, str]:
+    return (node.get("metadata") or {}).get("labels") or {}
+
+
+def _matches(node_labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
+    return bool(selector) and all(node_labels.get(k) == v for k, v in selector.items())
+
+
+def claims(pool: NodePool, node: Mapping, facts: MembershipFacts) -> bool:
+    """Whether the pool's provider says the node is one of the pool's."""
+    node_labels = _labels(node)
+    if pool.provider == "aws-asg" and pool.aws is not None:
+        iid = instance_id(node)
+        return (iid is not None and facts.instance_groups.get(iid) == pool.aws.asg_name) \
+            or _matches(node_labels, pool.aws.node_labels)
+    if pool.provider == "kubernetes-spares":
+        return _matches(node_labels, pool.member_selector)
+    return False
+
+
+def is_gpu_node(node: Mapping) -> bool:
+    status = node.get("status") or {}
+    for where in ("capacity", "allocatable"):
+        try:
+            if int(str((status.get(where) or {}).get(GPU_RESOURCE, "0"))) > 0:
+                return True
+        except ValueError:
+            continue
+    node_labels = _labels(node)
+    return node_labels.get("nvidia.com/gpu.present") == "true" or labels.GPU_COUNT in node_labels
+
+
+def pool_labels(pool: NodePool) -> dict[str, str]:
+    """The labels that make a node the pool's (not the role; not the GPU labels, which the GPU
+    feature discovery owns)."""
+    out = {**pool.labels, labels.POOL: pool.name}
+    if pool.topology_block:
+        out[labels.TOPOLOGY_BLOCK] = pool.topology_block
+    return out
+
+
+def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = MembershipFacts()) -> MembershipPlan:
+    nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
+    pools = {p.name: p for p in spec.pools}
+    members: list[tuple[Mapping, NodePool]] = []
+    unlabelled, conflicts = [], []
+    for node in nodes:
+        name, have = node["metadata"]["name"], _labels(node)
+        claimed = [p.name for p in spec.pools if claims(p, node, facts)]
+        labelled = have.get(labels.POOL)
+        if labelled is not None and labelled not in pools:
+            conflicts.append(f"{name}: labelled {labels.POOL}={labelled}, a pool the spec does not declare")
+            continue
+        if len(claimed) > 1:
+            conflicts.append(f"{name}: claimed by pools {claimed}; make their selectors disjoint")
+            continue
+        if labelled and claimed and claimed[0] != labelled:
+            conflicts.append(f"{name}: labelled {labels.POOL}={labelled} but its provider places it in pool "
+                             f"{claimed[0]}; left as it is")
+            continue
+        pool_name = labelled or (claimed[0] if claimed else None)
+        if pool_name is None:
+            if is_gpu_node(node) and have.get(labels.ROLE) != labels.ROLE_SYSTEM:
+                unlabelled.append(name)
+            continue
+        members.append((node, pools[pool_name]))
+
+    roles: dict[str, dict[str, int]] = {p: {} for p in pools}
+    for node, pool in members:
+        role = _labels(node).get(labels.ROLE)
+        if role:
+            roles[pool.name][role] = roles[pool.name].get(role, 0) + 1
+
+    changes = []
+    for node, pool in members:
+        name, have = node["metadata"]["name"], _labels(node)
+        want = pool_labels(pool)
+        role, why = have.get(labels.ROLE), []
+        if not role:
+            count = roles[pool.name]
+            role = labels.ROLE_ACTIVE if count.get(labels.ROLE_ACTIVE, 0) < pool.nodes else labels.ROLE_SPARE
+            count[role] = count.get(role, 0) + 1
+            want[labels.ROLE] = role
+            why.append(f"joined pool {pool.name} as {role}")
+        set_labels = {k: v for k, v in want.items() if have.get(k) != v}
+        taint_keys = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
+        wanted_taints = node_taints(pool, role) if role in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) else \
+            node_taints(pool, labels.ROLE_ACTIVE)
+        add = tuple(t for t in wanted_taints if t["key"] not in taint_keys)
+        if set_labels and not why:
+            why.append(f"labels of pool {pool.name}: {sorted(set_labels)}")
+        if add:
+            why.append(f"taints {[t['key'] for t in add]}")
+        if set_labels or add:
+            changes.append(NodeChange(name, pool.name, set_labels, add, "; ".join(why)))
+    return MembershipPlan(tuple(changes), tuple(unlabelled), tuple(conflicts))
+
+
+# --- kubernetes-spares capacity requests ---------------------------------------------------------
+
+FULFILS = f"{labels.GROUP}/fulfils"  # node annotation: the capacity request this node answered
+
+
+@dataclass(frozen=True)
+class Settlement:
+    request: str  # placeholder pod name
+    node: str     # the node that answered it
+
+
+def settle(requests: Iterable[Mapping], nodes: Iterable[Mapping], pool_label: str) -> tuple[Settlement, ...]:
+    """Which capacity requests (placeholder pods, oldest first) a joined node answered: the node the
+    scheduler bound it to, else a spare of its pool that joined after it and answered nothing yet.
+    `pool_label` is the label on the requests naming their pool."""
+    nodes = list(nodes)
+    taken = {(n["metadata"].get("annotations") or {}).get(FULFILS) for n in nodes} - {None}
+    used: set[str] = {n["metadata"]["name"] for n in nodes if (n["metadata"].get("annotations") or {}).get(FULFILS)}
+    out = []
+    for req in sorted(requests, key=lambda r: (r["metadata"].get("creationTimestamp") or "", r["metadata"]["name"])):
+        name = req["metadata"]["name"]
+        if name in taken:
+            out.append(Settlement(name, next(n["metadata"]["name"] for n in nodes
+                                              if (n["metadata"].get("annotations") or {}).get(FULFILS) == name)))
+            continue
+        bound = (req.get("spec") or {}).get("nodeName")
+        if bound and bound not in used:
+            used.add(bound)
+            out.append(Settlement(name, bound))
+            continue
+        pool = ((req["metadata"].get("labels") or {}).get(pool_label))
+        since = req["metadata"].get("creationTimestamp") or ""
+        fresh = sorted(
+            (n for n in nodes if _labels(n).get(labels.POOL) == pool and _labels(n).get(labels.ROLE) == labels.ROLE_SPARE
+             and n["metadata"]["name"] not in used and (n["metadata"].get("creationTimestamp") or "") >= since),
+            key=lambda n: (n["metadata"].get("creationTimestamp") or "", n["metadata"]["name"]))
+        if fresh:
+            used.add(fresh[0]["metadata"]["name"])
+            out.append(Settlement(name, fresh[0]["metadata"]["name"]))
+    return tuple(out)

@@ -1,0 +1,77 @@
+"""kubernetes-spares: a refill is a declared capacity request (a pending placeholder pod) that a
+cluster autoscaler acts on; the node that joins becomes a spare. Real API server and scheduler."""
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from fleetspec import labels, parse_fleet
+from gpufleet.waiting import wait_for
+from reconciler import membership
+from reconciler.kube import Kube
+from reconciler.providers import CAPACITY_REQUEST, KubernetesSpares
+
+pytestmark = pytest.mark.integration
+NODEGROUP = "eks.amazonaws.com/nodegroup"
+
+SPEC = parse_fleet({
+    "environment": "itest", "cluster": {"kind": "local"},
+    "pools": [{"name": "ks", "node_type": "g6e", "gpu_model": "L40S", "gpus_per_node": 4, "nodes": 1, "spares": 1,
+               "member_selector": {NODEGROUP: "ng-ks"}, "taints": [{"key": "nvidia.com/gpu"}]}],
+    "slurm": {"partitions": [{"name": "p", "pools": ["ks"]}]},
+    "healing": {"reconciler": {"namespace": "gpufleet-ks"}},
+})
+
+
+def test_a_refill_is_a_capacity_request_and_the_joining_node_becomes_a_spare(kube_cluster):
+    api = kube_cluster.api_client()
+    core, kube = client.CoreV1Api(api), Kube(api)
+    core.create_namespace({"metadata": {"name": "gpufleet-ks"}})
+    for sa in ("default",):  # the ServiceAccount controller may not have made it yet
+        wait_for("default ServiceAccount", lambda: core.list_namespaced_service_account(
+            "gpufleet-ks", field_selector=f"metadata.name={sa}").items, timeout=30)
+    gpu = {"nvidia.com/gpu": "4"}
+    busy = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "0"}  # its GPUs run Slurm jobs
+    kube_cluster.create_fake_node("ks-a", labels={NODEGROUP: "ng-ks"}, capacity=gpu, allocatable=busy)
+    provider = KubernetesSpares(kube, SPEC)
+
+    def label_members():
+        nodes = [n for n in kube.list_nodes()[0] if n["metadata"]["name"].startswith("ks-")]
+        plan = membership.plan(nodes, SPEC, provider.membership_facts())
+        for c in plan.changes:
+            kube.apply_membership(c.node, dict(c.labels), list(c.add_taints))
+        return plan
+
+    label_members()
+    assert core.read_node("ks-a").metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE
+
+    # The spare was used: ask for one node, twice (a replay), and there is one request, pending.
+    for _ in range(2):
+        provider.request_capacity("ks", "refill the spare used for ks-x", "ks-x-xid79-1")
+    (pod,) = core.list_namespaced_pod("gpufleet-ks", label_selector=CAPACITY_REQUEST).items
+    assert pod.spec.node_selector == {NODEGROUP: "ng-ks"}
+    assert pod.spec.containers[0].resources.requests["nvidia.com/gpu"] == "4"
+    wait_for("the scheduler to find no room", lambda: any(
+        c.reason == "Unschedulable" for c in core.read_namespaced_pod(pod.metadata.name, "gpufleet-ks").status.conditions
+        or []), timeout=30)
+    assert provider.settle_capacity_requests() == []  # nothing joined yet: the request stands
+
+    # What the autoscaler does for a pending pod: a node of the group joins; the scheduler binds the
+    # request to it; membership makes it the pool's spare.
+    kube_cluster.create_fake_node("ks-b", labels={NODEGROUP: "ng-ks"}, capacity=gpu)
+    wait_for("the request bound to the new node", lambda: core.read_namespaced_pod(
+        pod.metadata.name, "gpufleet-ks").spec.node_name == "ks-b", timeout=30)
+    plan = label_members()
+    assert [(c.node, c.labels.get(labels.ROLE)) for c in plan.changes] == [("ks-b", labels.ROLE_SPARE)]
+    node = core.read_node("ks-b")
+    assert node.metadata.labels[labels.POOL] == "ks"
+    assert {t.key for t in node.spec.taints} == {labels.SPARE_TAINT, "nvidia.com/gpu"}
+
+    # The answered request is settled: the placeholder does not keep the spare's GPUs, and a replay
+    # of the same request after a restart is settled again at once, without another node.
+    assert provider.settle_capacity_requests() == [pod.metadata.name]
+    wait_for("the placeholder gone", lambda: not core.list_namespaced_pod(
+        "gpufleet-ks", label_selector=CAPACITY_REQUEST).items, timeout=30)
+    provider.request_capacity("ks", "refill the spare used for ks-x", "ks-x-xid79-1")
+    assert KubernetesSpares(kube, SPEC).settle_capacity_requests() == [pod.metadata.name]
+    assert label_members().changes == ()

@@ -1,0 +1,150 @@
+"""Pool membership from the node providers' facts: which labels and taints a node gets (pure)."""
+from __future__ import annotations
+
+import pytest
+
+from fleetspec import labels, parse_fleet
+from reconciler.membership import MembershipFacts, merge_facts, plan
+
+SPARE = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "", "effect": "NoSchedule"}
+
+SPEC = parse_fleet({
+    "environment": "t", "cluster": {"kind": "kubeconfig"},
+    "pools": [
+        {"name": "h100", "node_type": "p5", "gpu_model": "H100", "nodes": 2, "spares": 1, "provider": "aws-asg",
+         "aws": {"asg_name": "asg-h100", "node_labels": {"eks.amazonaws.com/nodegroup": "ng-h100"}},
+         "taints": [{"key": "nvidia.com/gpu"}], "topology_block": "block-a"},
+        {"name": "l40s", "node_type": "g6e", "gpu_model": "L40S", "nodes": 1, "spares": 1,
+         "member_selector": {"eks.amazonaws.com/nodegroup": "ng-l40s"}},
+    ],
+    "slurm": {"partitions": [{"name": "p", "pools": ["h100", "l40s"]}]},
+    "healing": {"reconciler": {"iam_role_arn": "arn:aws:iam::123456789012:role/r"}},
+})
+
+
+def node(name, labels_=None, taints=(), iid=None, gpus=8):
+    n = {"metadata": {"name": name, "labels": dict(labels_ or {})}, "spec": {"taints": list(taints) or None},
+         "status": {"capacity": {"nvidia.com/gpu": str(gpus)} if gpus else {}}}
+    if iid:
+        n["spec"]["providerID"] = f"aws:///us-east-1a/{iid}"
+    return n
+
+
+def member(name, pool, role, taints=()):
+    return node(name, {labels.POOL: pool, labels.ROLE: role}, taints)
+
+
+def apply(nodes, p):
+    """Apply the plan's changes the way the Kube adapter does: set labels, add missing taints."""
+    by = {n["metadata"]["name"]: n for n in nodes}
+    for c in p.changes:
+        n = by[c.node]
+        n["metadata"]["labels"].update(c.labels)
+        n["spec"]["taints"] = (n["spec"]["taints"] or []) + [dict(t) for t in c.add_taints]
+    return nodes
+
+
+H100_FACTS = MembershipFacts({"i-1": "asg-h100", "i-2": "asg-h100", "i-3": "asg-h100", "i-9": "asg-other"})
+
+
+@pytest.mark.parametrize("case,nodes,facts,want", [
+    ("ASG instances join: active up to `nodes`, then spares",
+     [node("a", iid="i-1"), node("b", iid="i-2"), node("c", iid="i-3")], H100_FACTS,
+     {"a": labels.ROLE_ACTIVE, "b": labels.ROLE_ACTIVE, "c": labels.ROLE_SPARE}),
+    ("a new instance after a fault refills the spares",
+     [member("a", "h100", labels.ROLE_ACTIVE, [GPU_TAINT]), member("b", "h100", labels.ROLE_ACTIVE, [GPU_TAINT]),
+      member("bad", "h100", labels.ROLE_QUARANTINED, [GPU_TAINT]), node("new", iid="i-3")], H100_FACTS,
+     {"new": labels.ROLE_SPARE}),
+    ("the launch template's kubelet labels are enough",
+     [node("k", {"eks.amazonaws.com/nodegroup": "ng-h100"})], MembershipFacts(), {"k": labels.ROLE_ACTIVE}),
+    ("kubernetes-spares: the member selector",
+     [member("l0", "l40s", labels.ROLE_ACTIVE), node("l1", {"eks.amazonaws.com/nodegroup": "ng-l40s"}, gpus=4)],
+     MembershipFacts(), {"l1": labels.ROLE_SPARE}),
+    ("an instance of another group is not ours", [node("x", iid="i-9")], H100_FACTS, {}),
+])
+def test_members_get_pool_and_role(case, nodes, facts, want):
+    p = plan(nodes, SPEC, facts)
+    got = {c.node: c.labels.get(labels.ROLE) for c in p.changes if labels.ROLE in c.labels}
+    assert got == want, case
+    for c in p.changes:
+        assert c.labels.get(labels.POOL, c.pool) == c.pool
+        if c.labels.get(labels.ROLE) == labels.ROLE_SPARE:
+            assert SPARE in c.add_taints, case
+        if c.labels.get(labels.ROLE) == labels.ROLE_ACTIVE:
+            assert SPARE not in c.add_taints, case
+    assert plan(apply(nodes, p), SPEC, facts).changes == (), f"{case}: not idempotent"
+
+
+def test_pool_labels_and_taints_are_added_not_removed():
+    n = node("a", {labels.POOL: "h100", labels.ROLE: labels.ROLE_SPARE, "keep": "me"},
+             [{"key": "other", "effect": "NoExecute"}])
+    (c,) = plan([n], SPEC).changes
+    assert c.labels == {labels.TOPOLOGY_BLOCK: "block-a"}
+    assert {t["key"] for t in c.add_taints} == {"nvidia.com/gpu", labels.SPARE_TAINT}
+    apply([n], plan([n], SPEC))
+    assert n["metadata"]["labels"]["keep"] == "me" and "other" in {t["key"] for t in n["spec"]["taints"]}
+    assert plan([n], SPEC).changes == ()
+
+
+def test_unlabelled_gpu_nodes_are_reported_not_ignored():
+    nodes = [node("stray-gpu"), node("cpu-only", gpus=0),
+             node("system", {labels.ROLE: labels.ROLE_SYSTEM}, gpus=0), node("gfd", {labels.GPU_COUNT: "8"}, gpus=0)]
+    p = plan(nodes, SPEC)
+    assert p.unlabelled_gpu_nodes == ("gfd", "stray-gpu") and p.changes == ()
+
+
+@pytest.mark.parametrize("n,facts,message", [
+    (node("a", {labels.POOL: "gone"}), MembershipFacts(), "does not declare"),
+    (node("a", {labels.POOL: "l40s"}, iid="i-1"), H100_FACTS, "left as it is"),
+    (node("a", {"eks.amazonaws.com/nodegroup": "ng-l40s"}, iid="i-1"), H100_FACTS, "claimed by pools"),
+])
+def test_conflicts_are_reported_and_left_alone(n, facts, message):
+    p = plan([n], SPEC, facts)
+    assert p.changes == () and message in p.conflicts[0]
+
+
+def test_facts_merge_across_providers():
+    merged = merge_facts([MembershipFacts({"i-1": "a"}), MembershipFacts(), MembershipFacts({"i-2": "b"})])
+    assert dict(merged.instance_groups) == {"i-1": "a", "i-2": "b"}
+
+
+def test_spares_fill_only_after_the_active_count():
+    nodes = [node(f"n{i}", iid=f"i-{i}") for i in range(5)]
+    facts = MembershipFacts({f"i-{i}": "asg-h100" for i in range(5)})
+    roles = [c.labels[labels.ROLE] for c in plan(nodes, SPEC, facts).changes]
+    assert roles == ["active", "active", "spare", "spare", "spare"]  # a surplus node waits as a spare
+
+
+# --- capacity requests answered by joining nodes ---------------------------------------------------
+
+from reconciler.membership import FULFILS, Settlement, settle  # noqa: E402
+
+REQ_LABEL = "gpufleet.io/capacity-request"
+
+
+def req(name, at, pool="l40s", bound=None):
+    return {"metadata": {"name": name, "creationTimestamp": at, "labels": {REQ_LABEL: pool}},
+            "spec": {"nodeName": bound} if bound else {}}
+
+
+def joined(name, at, role=labels.ROLE_SPARE, pool="l40s", fulfils=None):
+    n = member(name, pool, role)
+    n["metadata"]["creationTimestamp"] = at
+    if fulfils:
+        n["metadata"]["annotations"] = {FULFILS: fulfils}
+    return n
+
+
+@pytest.mark.parametrize("case,requests,nodes,want", [
+    ("bound by the scheduler", [req("r1", "t1", bound="n1")], [joined("n1", "t2")], [("r1", "n1")]),
+    ("a spare that joined after the request", [req("r1", "t2")], [joined("old", "t1"), joined("new", "t3")],
+     [("r1", "new")]),
+    ("one node answers one request", [req("r1", "t1"), req("r2", "t2")], [joined("n1", "t3")], [("r1", "n1")]),
+    ("a node that answered already is not reused", [req("r2", "t2")], [joined("n1", "t3", fulfils="r1")], []),
+    ("a replayed request finds its answer", [req("r1", "t5")], [joined("n1", "t3", fulfils="r1")], [("r1", "n1")]),
+    ("an active node is no answer", [req("r1", "t1")], [joined("n1", "t2", role=labels.ROLE_ACTIVE)], []),
+    ("another pool's spare is no answer", [req("r1", "t1")], [joined("n1", "t2", pool="h100")], []),
+])
+def test_capacity_requests_settle_once(case, requests, nodes, want):
+    assert settle(requests, nodes, REQ_LABEL) == tuple(Settlement(r, n) for r, n in want), case
