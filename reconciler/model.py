@@ -35,6 +35,9 @@ class NodeView:
     remediation: str | None = None  # the record in progress, from the node annotation
     taints: tuple[str, ...] = ()  # taint keys
     signals: tuple[datetime, ...] = ()  # earlier fault signals, persisted on the node (for `occurrences`)
+    labels: tuple[tuple[str, str], ...] = ()  # all of them, for pool membership
+    provider_id: str = ""
+    gpus: int = 0  # nvidia.com/gpu capacity
 
     @property
     def is_spare(self) -> bool:

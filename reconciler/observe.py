@@ -55,7 +55,25 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
         remediation=ann.get(labels.REMEDIATION),
         taints=tuple(sorted(t.get("key", "") for t in spec.get("taints") or [])),
         signals=_signals(ann.get(labels.SIGNALS)),
+        labels=tuple(sorted(lab.items())),
+        provider_id=spec.get("providerID") or "",
+        gpus=_int((status.get("capacity") or {}).get("nvidia.com/gpu")),
     )
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def membership_dict(v: NodeView) -> dict[str, Any]:
+    """The part of a node that pool membership reads (`reconciler/membership.py`), rebuilt from the
+    cached view instead of holding whole node objects."""
+    return {"metadata": {"name": v.name, "labels": dict(v.labels)},
+            "spec": {"providerID": v.provider_id, "taints": [{"key": k} for k in v.taints]},
+            "status": {"capacity": {"nvidia.com/gpu": str(v.gpus)}}}
 
 
 def _signals(value: str | None) -> tuple[datetime, ...]:

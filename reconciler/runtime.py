@@ -35,15 +35,17 @@ from .model import (
     SlurmNodeView, Step,
 )
 from .notify import Message, Notifier
-from .observe import evictable_views, node_view, opted_out_views, pod_view
+from .observe import evictable_views, membership_dict, node_view, opted_out_views, pod_view
 from .phases import Phase
-from .providers import NodeProvider, slurm_call
+from .providers import NodeProvider, reconcile_membership, slurm_call
 from .records import RecordStore, Unreadable
 from .slurm import SlurmClient, SlurmError
 from .workqueue import ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
 RESYNC_SECONDS = 300.0  # every node with a fault or a live record is looked at again (level-based safety net)
+MEMBERSHIP = "membership:"  # the queue key of the pool-membership pass (not a node name: it has a colon)
+MEMBERSHIP_EVERY = 30.0
 UNSYNCED_RECHECK = 0.5
 
 
@@ -100,6 +102,8 @@ class Runtime:
 
     def _node_changed(self, name, old: NodeView | None, new: NodeView | None) -> None:
         self.queue.add(name)
+        if new is not None and (old is None or old.labels != new.labels):
+            self.queue.add_after(MEMBERSHIP, 1.0)  # a node joined or was relabelled: place it soon
         for r in self.records.by_index("replacement", name):
             self.queue.add(r.node)
         if new is not None and new.is_spare and new.ready and new.pool:
@@ -126,7 +130,8 @@ class Runtime:
                 self.queue.add(r.node)
 
     def resync(self) -> None:
-        """Queue every node that has a fault or a live record (and all of them at the first sync)."""
+        """Queue every node that has a fault or a live record, and the membership pass."""
+        self.queue.add(MEMBERSHIP)
         for n in self.nodes.values():
             if n.fault is not None or n.role == labels.ROLE_QUARANTINED:
                 self.queue.add(n.name)
@@ -140,6 +145,8 @@ class Runtime:
         """One step for one node. Returns seconds until it wants another look (None: on an event)."""
         if not self.synced():
             return UNSYNCED_RECHECK  # a decision on a half-filled cache sees no spares and no records
+        if node == MEMBERSHIP:
+            return self._membership()
         mine = self.records.by_index("node", node)
         bad = [r for r in mine if isinstance(r, Unreadable)]
         if bad:
@@ -243,6 +250,21 @@ class Runtime:
     def _fenced(self) -> None:
         if not self.fence():
             raise NotLeader()
+
+    def _membership(self) -> float:
+        """Label and taint the pools' members as their providers know them; report GPU nodes of no pool."""
+        self._fenced()
+        if self.dry_run:
+            return MEMBERSHIP_EVERY
+        result = reconcile_membership(self.kube, self.spec, self.providers,
+                                      [membership_dict(v) for v in self.nodes.values()])
+        self.metrics.unlabelled.set(len(result.unlabelled_gpu_nodes))
+        for name in result.unlabelled_gpu_nodes:
+            if f"unlabelled:{name}" not in self._reported:
+                self._reported.add(f"unlabelled:{name}")
+                self.kube.event({"kind": "Node", "name": name, "apiVersion": "v1"}, "NodeInNoPool",
+                                "a GPU node no pool claims: gpufleet does not heal it", "Warning")
+        return MEMBERSHIP_EVERY
 
     # --- observation ------------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ STORM = {  # what storms.storm() measures, as it returns it
     "record_p50": 6.1, "record_p90": 9.9, "ok_p50": 48.0, "ok_p90": 77.0, "ok_max": 90.2,
     "cordon_rate": 11.2, "heal_rate": 1.7, "double_promoted": 0, "held_max_concurrent": 0.0, "load": 2.5,
 }
-TIER = {"tier": "5%", "max_concurrent": 2, "failed_nodes": 10, "started": 0, "healed": 0, "held": 10,
+TIER = {"tier": "5%", "max_concurrent": 2, "failed_nodes": 10, "started": 10, "contained": 10, "healed": 0, "held": 10,
         "brake": "engaged", "heal_p50": None, "heal_max": None, "all_healed_after": None,
         "gate": "gate TooManyUnhealthy ...", "load": 1.9}
 ARGS = Namespace(tier_nodes=200, fraction=0.1)
@@ -53,7 +53,7 @@ def test_storms_json_parses_and_has_the_tables_keys(bench, capsys, monkeypatch):
     assert all(set(r) == set(storm["columns"]) for r in storm["rows"])
     cordon = next(r for r in storm["rows"] if r["measure"] == "fault -> cordon")
     assert (cordon["P50 s"], cordon["P90 s"], cordon["nodes/s"]) == (7.0, 10.4, 11.2)  # numbers, not text
-    assert brake["rows"] == [dict(zip(brake["columns"], ["5%", 2, 10, 0, 0, 10, "engaged", None, None, 1.9]))]
+    assert brake["rows"] == [dict(zip(brake["columns"], ["5%", 2, 10, 10, 10, 0, 10, "engaged", None, None, 1.9]))]
 
 
 def test_without_json_the_same_tables_print_as_markdown(bench, capsys, tmp_path):

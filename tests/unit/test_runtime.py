@@ -60,6 +60,12 @@ class FakeKube:
         self._write("cordon", name)
         self.nodes[name]["spec"]["unschedulable"] = True
 
+    def apply_membership(self, name, set_labels, add_taints=()):
+        self._write("membership", name)
+        n = self.nodes[name]
+        n["metadata"]["labels"].update(set_labels)
+        n["spec"]["taints"] = (n["spec"].get("taints") or []) + [dict(t) for t in add_taints]
+
     def patch_node(self, name, body):
         self._write("patch", name)
         self.nodes[name]["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
@@ -138,6 +144,14 @@ class Provider:
 
     def request_capacity(self, pool, reason, key):
         self.calls.append(("capacity", key))
+
+    def membership_facts(self):
+        from reconciler.membership import MembershipFacts
+
+        return MembershipFacts()
+
+    def settle_capacity_requests(self):
+        return []
 
     def return_to_spares(self, node):
         if self.fail_return:
@@ -438,3 +452,19 @@ def test_occurrences_are_counted_on_the_node_so_a_restart_keeps_counting():
     w.fault("h100-0")  # the second signal, after the restart
     w.run()
     assert w.record("h100-0").phase is not Phase.DETECTED
+
+
+def test_a_node_that_joins_is_labelled_into_its_pool_and_a_gpu_node_of_no_pool_is_reported():
+    spec = fleet()
+    spec = spec.model_copy(update={"pools": [spec.pools[0].model_copy(update={"member_selector": {"team": "h100"}})]})
+    w = World(spec)
+    w.kube.nodes["new-0"] = w._ready({"metadata": {"name": "new-0", "labels": {"team": "h100"}}, "spec": {},
+                                      "status": {"capacity": {"nvidia.com/gpu": "8"}}})
+    w.kube.nodes["stray-0"] = w._ready({"metadata": {"name": "stray-0", "labels": {}}, "spec": {},
+                                        "status": {"capacity": {"nvidia.com/gpu": "8"}}})
+    w.run(seconds=2)
+    joined = w.kube.nodes["new-0"]["metadata"]["labels"]
+    assert joined[labels.POOL] == "h100" and joined[labels.ROLE] == labels.ROLE_SPARE  # the pool's actives are full
+    assert labels.SPARE_TAINT in {t["key"] for t in w.kube.nodes["new-0"]["spec"]["taints"]}
+    assert ("event", "NodeInNoPool") in w.kube.calls
+    assert w.runtime.metrics.unlabelled._value.get() == 1
