@@ -680,6 +680,8 @@ def render(
         raise typer.Exit(EXIT_INVALID)
     for d in existing:
         shutil.rmtree(d)
+    if existing:
+        (out / "slurm-operator-values.yaml").unlink(missing_ok=True)  # a previous render's, if it left the chart out
     out.mkdir(parents=True, exist_ok=True)
     env = {"GPUFLEET_RENDER_DIR": str(out)}
     chart_left_out = not operator_chart and sf.fleet.slurm.operator.mode == "helm"
