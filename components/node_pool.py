@@ -34,6 +34,7 @@ def capacity_document(pool: NodePool) -> dict[str, Any]:
         "spareLabels": node_labels(pool, labels.ROLE_SPARE),
         "activeTaints": node_taints(pool, labels.ROLE_ACTIVE),
         "spareTaints": node_taints(pool, labels.ROLE_SPARE),
+        "memberSelector": dict(pool.member_selector),
         **({"aws": pool.aws.model_dump()} if pool.aws else {}),
     }
 

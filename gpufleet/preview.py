@@ -630,14 +630,18 @@ def rendered_files(out: Path) -> list[Path]:
 
 
 def secret_manifests(files: Iterable[Path]) -> list[Path]:
-    """Rendered Secrets (the provider names files <apiVersion>-<kind>-<namespace>-<name>.yaml)."""
+    """Rendered Secrets that hold a placeholder value (the provider names files
+    <apiVersion>-<kind>-<namespace>-<name>.yaml; data is base64, stringData plain)."""
+    import base64
+
+    marks = (PLACEHOLDER_SECRET, base64.b64encode(PLACEHOLDER_SECRET.encode()).decode())
     out = []
     for f in files:
         try:
-            head = f.read_text(errors="replace")[:4000]
+            text = f.read_text(errors="replace")
         except OSError:
             continue
-        if re.search(r"^kind:\s*Secret\s*$", head, re.M):
+        if re.search(r"^kind:\s*Secret\s*$", text[:4000], re.M) and any(m in text for m in marks):
             out.append(f)
     return out
 
@@ -676,6 +680,8 @@ def render(
         raise typer.Exit(EXIT_INVALID)
     for d in existing:
         shutil.rmtree(d)
+    if existing:
+        (out / "slurm-operator-values.yaml").unlink(missing_ok=True)  # a previous render's, if it left the chart out
     out.mkdir(parents=True, exist_ok=True)
     env = {"GPUFLEET_RENDER_DIR": str(out)}
     chart_left_out = not operator_chart and sf.fleet.slurm.operator.mode == "helm"

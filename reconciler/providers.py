@@ -127,9 +127,9 @@ class KubernetesSpares:
         try:
             _call(f"create capacity request {body['metadata']['name']}", self.kube.core.create_namespaced_pod,
                   self.namespace, body)
-        except PermanentError as e:
+        except (TemporaryError, PermanentError) as e:
             if " 409 " not in f" {e} ":
-                raise  # 409: asked already for this remediation
+                raise  # 409 AlreadyExists: asked already for this remediation
         log.info("capacity requested for pool %s (%s): pod %s/%s", pool, reason, self.namespace,
                  body["metadata"]["name"])
 

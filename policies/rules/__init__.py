@@ -6,14 +6,14 @@ from .healing import DEPLOYED_RULE, HEALING_RULE
 from .opt_out import RULE as OPT_OUT_RULE
 from .privilege import PRIVILEGED_RULE, RBAC_RULE
 from .slinky import COMPLETE_RULE as SLINKY_RULE, WIRING_RULE
-from .spares import RULE as SPARES_RULE
+from .spares import MEMBERSHIP_RULE, RULE as SPARES_RULE
 from .supply_chain import IMAGES_RULE, RESOURCES_RULE
 
 PACK_NAME = "gpufleet"
 
 RULES: list[Rule] = [
     OPT_OUT_RULE, SPARES_RULE, HEALING_RULE, DEPLOYED_RULE, RBAC_RULE, PRIVILEGED_RULE, IMAGES_RULE,
-    RESOURCES_RULE, SLINKY_RULE, WIRING_RULE,
+    RESOURCES_RULE, SLINKY_RULE, WIRING_RULE, MEMBERSHIP_RULE,
 ]
 BY_NAME = {r.name: r for r in RULES}
 

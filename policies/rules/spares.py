@@ -67,3 +67,43 @@ RULE = Rule(
     config_schema=SCHEMA,
     remediation="Raise `spares` for the pool in the stack's gpufleet:fleet.pools.",
 )
+
+
+MEMBERSHIP = "pool-membership-declared"
+MEMBERSHIP_SCHEMA: dict[str, dict] = {
+    "requireMemberSelector": {"type": "boolean", "default": True,
+                              "description": "kubernetes-spares pools declare how their nodes are known."},
+}
+
+
+def check_membership(r: Resource, cfg: dict[str, Any]) -> list[str]:
+    doc = dig(r.props, "data", "capacity.json")
+    if doc is UNKNOWN or not cfg["requireMemberSelector"]:
+        return []
+    try:
+        cap = json.loads(doc) if isinstance(doc, str) else {}
+    except ValueError:
+        return []  # gpu-pool-spares reports a malformed document
+    if cap.get("provider") != "kubernetes-spares" or cap.get("memberSelector"):
+        return []
+    pool = cap.get("pool") or r.name[len(POOL_CONFIGMAP_PREFIX):]
+    return [f"{r.ref}: pool {pool!r} (kubernetes-spares) declares no member_selector, so no node joins it unless a "
+            f"person labels it {POOL_LABEL}={pool}. Fix: set `member_selector` (e.g. its node group's label) for "
+            f"pool {pool} in gpufleet:fleet.pools."]
+
+
+def validate_membership(args: Any, report_violation) -> None:
+    r = Resource.of(args)
+    if is_pool_capacity(r):
+        for msg in check_membership(r, config(args, MEMBERSHIP_SCHEMA)):
+            report(report_violation, None, msg)
+
+
+POOL_LABEL = "gpufleet.io/pool"
+MEMBERSHIP_RULE = Rule(
+    name=MEMBERSHIP,
+    description="Every pool says how its nodes are known: its Auto Scaling group, or a member selector.",
+    validate=validate_membership,
+    config_schema=MEMBERSHIP_SCHEMA,
+    remediation="Set `member_selector` for each kubernetes-spares pool in the stack's gpufleet:fleet.pools.",
+)

@@ -110,7 +110,7 @@ def test_one_instance_per_fault_through_the_whole_chain(kube_cluster, aws):
     got = roles(core, pool)
     assert sorted(got.values()) == ["active", "active", "spare"]
     spare = next(n for n, r in got.items() if r == "spare")
-    assert {t.key for t in core.read_node(spare).spec.taints} == {labels.SPARE_TAINT, "nvidia.com/gpu"}
+    assert {labels.SPARE_TAINT, "nvidia.com/gpu"} <= {t.key for t in core.read_node(spare).spec.taints}
     bad = sorted(n for n, r in got.items() if r == "active")[0]
     bad_iid = core.read_node(bad).spec.provider_id.rsplit("/", 1)[-1]
 

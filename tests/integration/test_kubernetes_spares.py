@@ -65,7 +65,7 @@ def test_a_refill_is_a_capacity_request_and_the_joining_node_becomes_a_spare(kub
     assert [(c.node, c.labels.get(labels.ROLE)) for c in plan.changes] == [("ks-b", labels.ROLE_SPARE)]
     node = core.read_node("ks-b")
     assert node.metadata.labels[labels.POOL] == "ks"
-    assert {t.key for t in node.spec.taints} == {labels.SPARE_TAINT, "nvidia.com/gpu"}
+    assert {labels.SPARE_TAINT, "nvidia.com/gpu"} <= {t.key for t in node.spec.taints}
 
     # The answered request is settled: the placeholder does not keep the spare's GPUs, and a replay
     # of the same request after a restart is settled again at once, without another node.

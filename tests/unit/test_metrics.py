@@ -28,3 +28,21 @@ def test_metrics_and_healthz():
         assert "gpufleet_time_to_healthy_seconds_bucket" in text
     finally:
         server.shutdown()
+
+
+def test_every_alert_rule_reads_a_metric_the_reconciler_exports():
+    """The shipped PrometheusRule fires on metrics that exist, with the labels they carry."""
+    import re
+
+    from components.alerts import alert_rules
+    from reconciler.metrics import Metrics
+
+    m = Metrics()
+    m.notify_failures.labels("pager").inc()
+    m.remediations.labels("79", "failed").inc()
+    m.held.labels("TooManyUnhealthy").set(1)
+    exported = {s.name for fam in m.registry.collect() for s in fam.samples}
+    for rule in alert_rules():
+        for name in re.findall(r"\b(gpufleet_[a-z_]+)", rule["expr"]):
+            assert name in exported, (rule["alert"], name)
+    assert "channel" in next(r for r in alert_rules() if r["alert"] == "GpuFleetNotificationFailed")["expr"]

@@ -87,7 +87,7 @@ def workload(name="app", containers=None, pod_labels=None, pod_annotations=None,
 
 def test_pack_declares_every_rule_once_with_a_schema_that_matches_the_configs():
     names = [r.name for r in RULES]
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names)) == 11
     policies = build_policies()
     assert [p.name for p in policies] == names
     assert {type(p).__name__ for p in policies} == {"ResourceValidationPolicy", "StackValidationPolicy"}
@@ -423,6 +423,7 @@ def test_other_shipped_environments_are_clean_too(recorder, env):
     ({"healing__enabled": False}, "healing-enabled", "healing is disabled"),
     ({"healing__grace_period_seconds": 3000}, "healing-enabled", "grace_period_seconds"),
     ({"slurm__login__service_annotations": {}}, "slinky-resources-complete", "LoadBalancer without annotations"),
+    ({"pools__3__member_selector": {}}, "pool-membership-declared", "'l40s' (kubernetes-spares) declares no"),
 ])
 def test_violating_prod_variants_fail_the_named_rule(recorder, changes, rule, needle):
     result = evaluate(declare(recorder, prod_spec(**changes)), "prod")

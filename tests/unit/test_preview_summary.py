@@ -199,9 +199,13 @@ def test_render_refuses_to_mix_with_old_manifests(tmp_path):
 
 
 def test_secret_manifests_are_found(tmp_path):
-    (tmp_path / "a.yaml").write_text("apiVersion: v1\ndata:\n  k: eA==\nkind: Secret\nmetadata:\n  name: s\n")
+    import base64
+
+    held = base64.b64encode(pv.PLACEHOLDER_SECRET.encode()).decode()
+    (tmp_path / "a.yaml").write_text(f"apiVersion: v1\ndata:\n  k: {held}\nkind: Secret\nmetadata:\n  name: s\n")
     (tmp_path / "b.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n")
-    assert pv.secret_manifests(pv.rendered_files(tmp_path)) == [tmp_path / "a.yaml"]
+    (tmp_path / "c.yaml").write_text("apiVersion: v1\ndata:\n  sssd.conf: W3Nzc2Rd\nkind: Secret\nmetadata:\n  name: t\n")
+    assert pv.secret_manifests(pv.rendered_files(tmp_path)) == [tmp_path / "a.yaml"]  # c holds real content
 
 
 # --- captured output (see the module docstring) ------------------------------------------------------

@@ -1,0 +1,38 @@
+"""The local stack applied by the real engine (server-side apply) to a real API server: gpufleet's
+Slinky CRDs take every Slurm resource the stack declares, the reconciler's Token included, and the
+reconciler's ServiceAccount, checksum and token mount arrive as declared."""
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from fleetspec import labels, load_stack_file
+from gpufleet.paths import PROJECT_DIR
+from gpufleet.preview import scratch_stack
+
+pytestmark = pytest.mark.e2e
+
+
+def test_local_stack_applies_its_slinky_resources(kube_cluster, pulumi_bin_dir, tmp_path):
+    local = tmp_path / "local"
+    (local / "kube").mkdir(parents=True)
+    (local / "kube" / "kubeconfig").symlink_to(kube_cluster.kubeconfig_path)
+    kube_cluster.create_fake_node("apply-system-0", labels={labels.ROLE: labels.ROLE_SYSTEM})
+    spec = load_stack_file(PROJECT_DIR / "Pulumi.local.yaml").fleet
+    with scratch_stack("local", spec.secret_keys(), {"GPUFLEET_LOCAL_DIR": str(local)}) as st:
+        proc = st.run("up", "--yes", "--skip-preview", "--color", "never", capture=True, check=False, timeout=600)
+        assert proc.returncode == 0, (proc.stdout or "")[-4000:] + (proc.stderr or "")[-2000:]
+        api = kube_cluster.api_client()
+        objs = client.CustomObjectsApi(api)
+        got = {(kind, o["metadata"]["name"]) for kind in ("nodesets", "loginsets", "controllers", "restapis", "tokens")
+               for o in objs.list_cluster_custom_object("slinky.slurm.net", "v1beta1", kind)["items"]}
+        assert {("tokens", "gpufleet-reconciler"), ("restapis", "slurm-restapi"), ("controllers", "slurm"),
+                ("loginsets", "login"), ("nodesets", "h100"), ("nodesets", "l40s")} <= got
+        login = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "slurm", "loginsets", "login")
+        assert login["spec"]["sssdConfRef"] == {"name": "slurm-sssd-conf", "key": "sssd.conf"}
+        token = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "gpufleet-system", "tokens",
+                                                  "gpufleet-reconciler")
+        assert token["spec"]["secretRef"]["name"] == "gpufleet-reconciler-slurm-token"
+        dep = client.AppsV1Api(api).read_namespaced_deployment("gpufleet-reconciler", "gpufleet-system")
+        assert len(dep.spec.template.metadata.annotations["gpufleet.io/config-checksum"]) == 64
+        st.run("destroy", "--yes", "--skip-preview", capture=True, check=False, timeout=600)
