@@ -76,6 +76,7 @@ def agent(
     once the API answers. Exits 2 when the kernel log cannot be read, 1 when the API server refuses
     for good (forbidden, invalid).
     """
+    import logging
     import threading
 
     from reconciler import logs
@@ -83,6 +84,7 @@ def agent(
     from reconciler.kube import Kube
 
     logs.setup()
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # the agent logs its own retries
     try:
         kernel_log = KernelLog(kmsg, from_start)
     except OSError as e:
