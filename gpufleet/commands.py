@@ -72,10 +72,11 @@ def agent(
 ) -> None:
     """Node agent: follow the kernel log for `NVRM: Xid` lines and set the GPU condition on critical ones.
 
-    Outlives API server outages and a node not registered yet: critical XIDs wait and are reported
-    once the API answers. Exits 2 when the kernel log cannot be read, 1 when the API server refuses
-    for good (forbidden, invalid).
+    Outlives API server outages and a node not registered yet:
+    critical XIDs wait, and are reported once the API answers.
+    Exit 2: the kernel log cannot be read. Exit 1: the API refuses for good.
     """
+    import logging
     import threading
 
     from reconciler import logs
@@ -83,6 +84,7 @@ def agent(
     from reconciler.kube import Kube
 
     logs.setup()
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # the agent logs its own retries
     try:
         kernel_log = KernelLog(kmsg, from_start)
     except OSError as e:

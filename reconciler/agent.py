@@ -156,7 +156,11 @@ class Agent:
     def connect(self) -> Cursor:
         """Wait for the API server and the node, then decide where reporting resumes."""
         node = self._call(self.kube.get_node, self.node)
-        saved = Cursor.parse((node["metadata"].get("annotations") or {}).get(labels.KMSG_REPORTED))
+        text = (node["metadata"].get("annotations") or {}).get(labels.KMSG_REPORTED)
+        saved = Cursor.parse(text)
+        if text and saved is None:
+            log.warning("node %s: annotation %s=%r is not <boot id>:<record>; treated as absent",
+                        self.node, labels.KMSG_REPORTED, text)
         self.upto = resume_from(saved, self.kernel_log.boot, self.log_end, self._condition_of(node) is not None)
         log.info("agent for node %s: reporting critical XIDs to %s after kernel-log record %d of %s "
                  "(cursor on the node: %s)", self.node, self.condition, self.upto.seq, self.upto.boot, saved)
