@@ -101,7 +101,8 @@ class Runtime:
         return all(i.synced.is_set() for i in self.informers)
 
     def _node_changed(self, name, old: NodeView | None, new: NodeView | None) -> None:
-        self.queue.add(name)
+        # A new fault goes to the front of the queue: containment before anyone's later steps.
+        self.queue.add(name, front=new is not None and new.fault is not None and (old is None or old.fault != new.fault))
         if new is not None and (old is None or old.labels != new.labels):
             self.queue.add_after(MEMBERSHIP, 1.0)  # a node joined or was relabelled: place it soon
         for r in self.records.by_index("replacement", name):
@@ -182,11 +183,12 @@ class Runtime:
         if d.record is None:
             return None
         self._fenced()
-        if self.store.create(d.record):
-            self.records.put(d.record.name, d.record)
-            log.info("remediation started", extra=self._ctx(d.record))
-            self.metrics.started.labels(d.record.pool, str(d.record.xid)).inc()
-        return 0.0
+        if not self.store.create(d.record):
+            return 0.0  # made already (another replica, or before a restart): the informer brings it
+        self.records.put(d.record.name, d.record)
+        log.info("remediation started", extra=self._ctx(d.record))
+        self.metrics.started.labels(d.record.pool, str(d.record.xid)).inc()
+        return self._advance(d.record, now)  # contain at once: the cordon is the first step
 
     def _advance(self, record: Record, now: datetime) -> float | None:
         doing = "observe"
@@ -221,24 +223,35 @@ class Runtime:
             return self._apply(record, core.fail(record, f"{doing}: {e}", self.clock()))
 
     def _apply(self, record: Record, step: Step) -> float | None:
-        """Note the once-only actions as begun, run the actions, persist the record."""
-        begun = tuple(a.once for a in step.actions if a.once and a.once not in record.intents)
-        if begun and not self.dry_run:
-            record = self._persist(replace(record, intents=record.intents + begun))
+        """Run the idempotent actions, persist the record with the once-only actions noted as begun,
+        then run those. A crash anywhere repeats idempotent actions (harmless) and never a page or a
+        SIGTERM; a once-only action that fails is logged and not retried (it may have got through)."""
+        once = [a for a in step.actions if a.once and a.once not in record.intents]
         for a in step.actions:
-            self._run(a, record)
+            if a.once is None:
+                self._run(a, record)
+        begun = tuple(a.once for a in once)
+        old = record
+        if step.record is not None:
+            record = self._persist(replace(step.record, revision=record.revision,
+                                           intents=tuple(dict.fromkeys(record.intents + begun + step.record.intents))))
+        elif begun:
+            record = self._persist(replace(record, intents=record.intents + begun))
+        for a in once:
+            try:
+                self._run(a, record)
+            except (TemporaryError, PermanentError) as e:
+                self.metrics.action_errors.labels(a.kind, "once-only").inc()
+                log.error("%s failed and is not repeated: %s", a.kind, e, extra=self._ctx(record))
         if step.record is None:
             return step.recheck_after
-        new = replace(step.record, intents=tuple(dict.fromkeys(record.intents + step.record.intents)),
-                      revision=record.revision)
-        new = self._persist(new)
-        if new.phase is not record.phase:
-            self._observe_move(record, new)
-        if new.phase.terminal or new.phase is Phase.OPTED_OUT:
+        if record.phase is not old.phase:
+            self._observe_move(old, record)
+        if record.phase.terminal or record.phase is Phase.OPTED_OUT:
             return None
-        if new.next_attempt is not None:
-            return max(0.0, (new.next_attempt - self.clock()).total_seconds())
-        return 0.0 if new.phase is not record.phase else step.recheck_after
+        if record.next_attempt is not None:
+            return max(0.0, (record.next_attempt - self.clock()).total_seconds())
+        return 0.0 if record.phase is not old.phase else step.recheck_after
 
     def _persist(self, record: Record) -> Record:
         self._fenced()

@@ -1,7 +1,7 @@
 """A work queue keyed by node, as controller-runtime's: de-duplicated, one worker per key at a time,
 delayed re-adds, and per-key exponential backoff for failures that the record cannot hold.
 
-    add(key)            queue it (a key queued or being processed is queued once)
+    add(key)            queue it (a key queued or being processed is queued once); front=True: next in line
     add_after(key, s)   queue it in s seconds (the earliest wins)
     add_failed(key)     queue it after this key's own backoff (0.05 s doubling, capped)
     get() -> key        block until a key is due; it is then "processing" until done(key)
@@ -36,16 +36,21 @@ class WorkQueue:
 
     # --- adding ----------------------------------------------------------------------------------
 
-    def add(self, key: Hashable) -> None:
+    def add(self, key: Hashable, front: bool = False) -> None:
         with self._cond:
-            self._add(key)
+            self._add(key, front)
 
-    def _add(self, key: Hashable) -> None:
-        if self._shutdown or key in self._dirty:
+    def _add(self, key: Hashable, front: bool = False) -> None:
+        if self._shutdown:
+            return
+        if key in self._dirty:
+            if front and key not in self._processing:
+                self._queue.remove(key)  # already waiting: move it up
+                self._queue.appendleft(key)
             return
         self._dirty.add(key)
         if key not in self._processing:
-            self._queue.append(key)
+            (self._queue.appendleft if front else self._queue.append)(key)
             self._cond.notify()
 
     def add_after(self, key: Hashable, delay: float) -> None:

@@ -1,0 +1,53 @@
+"""The work queue: de-duplicated, one worker per key, delays, per-key backoff, the front of the line."""
+from __future__ import annotations
+
+from reconciler.workqueue import WorkQueue
+
+
+class Clock:
+    t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_key_is_queued_once_and_processed_by_one_worker_at_a_time():
+    q = WorkQueue()
+    for _ in range(3):
+        q.add("a")
+    q.add("b")
+    assert len(q) == 2
+    assert q.get(timeout=0) == "a"
+    q.add("a")  # an event while "a" is being processed: queued again only after done
+    assert q.get(timeout=0) == "b" and q.get(timeout=0) is None
+    q.done("a")
+    assert q.get(timeout=0) == "a"
+
+
+def test_delays_take_the_earliest_and_come_due_on_the_clock():
+    c = Clock()
+    q = WorkQueue(clock=c)
+    q.add_after("a", 10)
+    q.add_after("a", 5)
+    q.add_after("a", 20)
+    assert q.get(timeout=0) is None and 4.9 < q.next_due() <= 5
+    c.t = 5
+    assert q.get(timeout=0) == "a"
+
+
+def test_backoff_is_per_key_and_forgotten_on_success():
+    c = Clock()
+    q = WorkQueue(clock=c, base_delay=1, max_delay=8)
+    assert [q.add_failed("a") for _ in range(5)] == [1, 2, 4, 8, 8]
+    assert q.add_failed("b") == 1  # another key is not slowed
+    q.forget("a")
+    assert q.add_failed("a") == 1
+
+
+def test_a_new_fault_goes_to_the_front():
+    q = WorkQueue()
+    for k in ("a", "b", "c"):
+        q.add(k)
+    q.add("c", front=True)
+    q.add("d", front=True)
+    assert [q.get(timeout=0) for _ in range(4)] == ["d", "c", "a", "b"]
