@@ -104,7 +104,7 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
 
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": 1000, "max_unhealthy_fraction": 1.0,
-                             "drain_timeout_seconds": 30})
+                             "drain_timeout_seconds": 30, "reconciler": {"workers": a.workers}})
     rec = start_reconciler(kube, api, root, spec, "storm", total)
     store = KubeRecordStore(api)
     victims = victims_of("storm", a.storm_nodes, a.storm_faults)
@@ -299,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-storm", action="store_true")
     ap.add_argument("--skip-tiers", action="store_true")
     ap.add_argument("--skip-prod", action="store_true", help="skip the storm under the prod stack's policy")
+    ap.add_argument("--workers", type=int, default=16, help="the reconciler's workers (healing.reconciler.workers)")
     ap.add_argument("--concurrency", type=int, default=8, help="threads creating nodes")
     ap.add_argument("--root", type=Path)
     ap.add_argument("--keep", action="store_true")
