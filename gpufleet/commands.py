@@ -42,6 +42,8 @@ def reconcile(
 
     logs.setup(json_logs=json_logs)
     spec = load_policy(policy) if policy else load_spec(stack, None)
+    if any(p.provider == "local" for p in spec.pools):
+        from reconciler import local_nodes  # noqa: F401  (registers the local environment's node provider)
     slurm_env = local_slurm_env() if spec.cluster.kind == "local" else None
     rec = build(spec, _api(kubeconfig, stack), slurm=slurm_client(slurm, slurm_env), namespace=namespace,
                 leader_elect=leader_elect, dry_run=dry_run)

@@ -1,10 +1,12 @@
-"""The local environment's fake GPU nodes (kwok): their manifests and the reserve that refills spares.
+"""The local environment's fake GPU nodes (kwok): their manifests, the reserve that refills spares,
+and the `local` node provider that joins them (registered with the reconciler's providers).
 
 Each pool gets `nodes` active nodes and `spares` spares; RESERVE more spare names per pool
 exist in the local Slurm from the start (drained), so a refill can join one as a new spare.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fleetspec import labels
@@ -13,7 +15,9 @@ from fleetspec.placement import node_labels, node_taints
 
 from .errors import TemporaryError
 from .kube import Kube
+from .providers import KubernetesSpares, register_provider
 
+log = logging.getLogger(__name__)
 RESERVE = 2
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 SYSTEM_NODE = "local-system-0"
@@ -90,3 +94,14 @@ def join_reserve_spare(kube: Kube, pool: NodePool, key: str = "") -> str | None:
                 raise TemporaryError(f"join {name}: {e}") from None
             return name
     return None
+
+
+class LocalProvider(KubernetesSpares):
+    """Spares as the `kubernetes-spares` provider keeps them; a refill joins the next reserved fake node."""
+
+    def request_capacity(self, pool: str, reason: str, key: str = "") -> None:
+        joined = join_reserve_spare(self.kube, self.spec.pool(pool), key)
+        log.info("local refill for pool %s (%s): %s", pool, reason, joined or "reserve exhausted")
+
+
+register_provider("local", LocalProvider)

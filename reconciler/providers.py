@@ -10,8 +10,8 @@ One interface, three providers:
   leaves the group with the desired capacity decremented (terminated, or detached and tagged
   for a human, as the spec says); a refill raises the desired capacity by exactly one, once per
   remediation (the key is recorded as a group tag, so a replay changes nothing).
-- `local`: the local environment's fake nodes (kwok) and real Slurm: promotion also
-  resumes the spare's slurmd node; a refill joins the next reserved fake node.
+- `local`: the local environment's fake nodes (kwok); it lives with the local environment
+  (`gpufleet/localenv/`) and registers itself here.
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from fleetspec.placement import worker_tolerations
 from .aws_errors import typed
 from .errors import PermanentError, TemporaryError
 from .kube import Kube, _call, _json
-from .local_nodes import join_reserve_spare
 from .membership import FULFILS, MembershipFacts, MembershipPlan, instance_id, settle
 from .slurm import SlurmClient, SlurmError
 
@@ -165,14 +164,6 @@ class KubernetesSpares:
         self.kube.set_node_role(node, labels.ROLE_SPARE, add_taints=[SPARE_TAINT],
                                 remove_taints=[labels.QUARANTINE_TAINT], schedulable=True,
                                 annotations={labels.PROMOTED_FOR: None, labels.REMEDIATION: None})
-
-
-class LocalProvider(KubernetesSpares):
-    """Fake nodes from kwok and a real Slurm whose nodes are named like the Kubernetes ones."""
-
-    def request_capacity(self, pool: str, reason: str, key: str = "") -> None:
-        joined = join_reserve_spare(self.kube, self.spec.pool(pool), key)
-        log.info("local refill for pool %s (%s): %s", pool, reason, joined or "reserve exhausted")
 
 
 class AwsAsgProvider(KubernetesSpares):
@@ -338,12 +329,20 @@ def _refill_state(value: str | None) -> tuple[str | None, int]:
         raise PermanentError(f"unreadable refill tag value {value!r}; remove it from the group") from None
 
 
+PROVIDERS: dict[str, Any] = {"kubernetes-spares": KubernetesSpares, "aws-asg": AwsAsgProvider}
+
+
+def register_provider(name: str, factory: Any) -> None:
+    """Providers that live outside this package (the local environment's) register here."""
+    PROVIDERS[name] = factory
+
+
 def provider_for(pool: NodePool, kube: Kube, spec: FleetSpec, slurm: SlurmClient | None, **kw) -> NodeProvider:
-    if pool.provider == "aws-asg":
-        return AwsAsgProvider(kube, spec, slurm, **kw)
-    if pool.provider == "local":
-        return LocalProvider(kube, spec, slurm)
-    return KubernetesSpares(kube, spec, slurm)
+    factory = PROVIDERS.get(pool.provider)
+    if factory is None:
+        raise PermanentError(f"pool {pool.name}: no node provider {pool.provider!r} in this process "
+                             f"(known: {sorted(PROVIDERS)}); the `local` one comes with gpufleet's local environment")
+    return factory(kube, spec, slurm, **kw) if pool.provider == "aws-asg" else factory(kube, spec, slurm)
 
 
 def reconcile_membership(kube: Kube, spec: FleetSpec, providers: dict[str, NodeProvider],
