@@ -1,4 +1,4 @@
-"""`gpufleet`: the command line for platform teams, on-call and drills.
+"""`gpufleet`: the command line for platform teams, on-call and drills (the console script's entry).
 
 Exit codes: 0 ok, 1 the operation failed, 2 invalid input (spec or arguments).
 Heavy imports (kubernetes, pulumi automation, boto3) happen inside the commands that need them,
@@ -6,94 +6,7 @@ so `gpufleet --help` and `gpufleet validate` stay fast.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Optional
+from . import commands, local_commands, preview, spec_commands  # noqa: F401  (each registers its commands)
+from .console import EXIT_FAILED, EXIT_INVALID, app, load_spec
 
-import typer
-
-from fleetspec import SpecError, load_document, load_stack_file, stack_file
-from fleetspec.models import FleetSpec
-
-app = typer.Typer(
-    help="gpufleet: self-healing GPU training clusters declared as code.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-
-
-def _err(msg: str) -> None:
-    typer.secho(msg, fg=typer.colors.RED, err=True)
-
-
-def load_spec(stack: Optional[str], file: Optional[Path], project_dir: Path = Path(".")) -> FleetSpec:
-    """The fleet of a stack or a file; exits 2 with `path: reason` lines when invalid."""
-    try:
-        if file is not None:
-            return load_document(file)
-        return load_stack_file(stack_file(stack or "local", project_dir)).fleet
-    except SpecError as e:
-        _err(str(e))
-        raise typer.Exit(EXIT_INVALID)
-    except FileNotFoundError as e:
-        _err(f"no such file: {e.filename}")
-        raise typer.Exit(EXIT_INVALID)
-
-
-@app.command()
-def validate(
-    file: Optional[Path] = typer.Argument(None, help="A stack file (Pulumi.<env>.yaml) or a bare fleet document."),
-    stack: Optional[str] = typer.Option(None, "--stack", "-s", help="Validate Pulumi.<STACK>.yaml in this folder."),
-) -> None:
-    """Validate an environment's fleet spec. Exit 0 when valid, 2 with the field path and reason when not."""
-    if file is not None and stack is not None:
-        _err("give a FILE or --stack, not both")
-        raise typer.Exit(EXIT_INVALID)
-    path = file if file is not None else stack_file(stack or "local")
-    try:
-        sf = load_stack_file(path) if file is None or _is_stack_file(path) else None
-        fleet = sf.fleet if sf else load_document(path)
-    except SpecError as e:
-        _err(str(e))
-        raise typer.Exit(EXIT_INVALID)
-    except FileNotFoundError:
-        _err(f"no such file: {path}")
-        raise typer.Exit(EXIT_INVALID)
-    nodes = sum(p.nodes for p in fleet.pools)
-    spares = sum(p.spares for p in fleet.pools)
-    gpus = sum((p.nodes + p.spares) * p.gpus_per_node for p in fleet.pools)
-    typer.echo(
-        f"{path}: valid. environment {fleet.environment}: {len(fleet.pools)} pools, {nodes} nodes + {spares} spares "
-        f"({gpus} GPUs), partitions {[p.name for p in fleet.slurm.partitions]}, healing "
-        f"{'on' if fleet.healing.enabled else 'OFF'} (grace {fleet.healing.grace_period_seconds}s)"
-    )
-    if sf and sf.missing_secrets():
-        typer.secho(
-            "note: secrets not set yet (pulumi up needs them): "
-            + ", ".join(f"pulumi config set --secret {k} ..." for k in sf.missing_secrets()),
-            fg=typer.colors.YELLOW, err=True,
-        )
-
-
-def _is_stack_file(path: Path) -> bool:
-    import yaml
-
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return False
-    return isinstance(doc, dict) and "config" in doc
-
-
-@app.command("spec-schema")
-def spec_schema() -> None:
-    """Print the JSON schema of the fleet spec (the value of `gpufleet:fleet`), for editors."""
-    typer.echo(json.dumps(FleetSpec.model_json_schema(), indent=2))
-
-
-# Commands of the other concerns register themselves on `app`.
-from . import commands, local_commands, preview  # noqa: E402,F401
+__all__ = ["app", "load_spec", "EXIT_FAILED", "EXIT_INVALID"]

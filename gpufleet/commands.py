@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .cli import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
+from .console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
 from .paths import default_kubeconfig, local_slurm_env
 
 

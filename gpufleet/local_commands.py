@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .cli import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
+from .console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
 
 local = typer.Typer(help="The local environment: control plane, fake GPU nodes (kwok), real Slurm.",
                     no_args_is_help=True)

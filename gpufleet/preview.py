@@ -29,7 +29,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import typer
 
-from .cli import EXIT_FAILED, EXIT_INVALID, _err, app
+from .console import EXIT_FAILED, EXIT_INVALID, _err, app
 from .paths import PROJECT_DIR
 
 POLICY_PACK_DIR = PROJECT_DIR / "policies"

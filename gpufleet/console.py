@@ -1,0 +1,44 @@
+"""The `gpufleet` Typer application and what every command module shares: exit codes, errors,
+loading a spec. Command modules import this; `gpufleet/cli.py` imports them all (no circle).
+
+Exit codes: 0 ok, 1 the operation failed, 2 invalid input (spec or arguments).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from fleetspec import SpecError, load_document, load_stack_file, stack_file
+from fleetspec.models import FleetSpec
+
+app = typer.Typer(
+    help="gpufleet: self-healing GPU training clusters declared as code.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+
+
+def _err(msg: str) -> None:
+    typer.secho(msg, fg=typer.colors.RED, err=True)
+
+
+def load_spec(stack: Optional[str], file: Optional[Path], project_dir: Path = Path(".")) -> FleetSpec:
+    """The fleet of a stack or a file; exits 2 with `path: reason` lines when invalid."""
+    try:
+        if file is not None:
+            return load_document(file)
+        return load_stack_file(stack_file(stack or "local", project_dir)).fleet
+    except SpecError as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_INVALID)
+    except FileNotFoundError as e:
+        _err(f"no such file: {e.filename}")
+        raise typer.Exit(EXIT_INVALID)
+
+
