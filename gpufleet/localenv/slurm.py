@@ -368,7 +368,7 @@ class LocalSlurm:
                  f"R={r}",
                  'mount -t tmpfs -o mode=755 tmpfs "$R/run"',
                  'mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"']
-        for b in [self.workdir, *self.binds]:
+        for b in sorted({self.workdir, *self.binds}, key=lambda p: len(p.parts)):  # parents first
             q = shlex.quote(str(b))
             lines += [f'mkdir -p "$R"{q}', f'mount --bind {q} "$R"{q}']
         lines += [f'mkdir -p "$R/run/munge" && mount --bind {shlex.quote(str(self.munge_dir))} "$R/run/munge"',
@@ -389,6 +389,15 @@ class LocalSlurm:
         """Directories, the munge and JWT keys (once), the wrappers and slurm.conf. Returns
         whether slurm.conf changed."""
         uid, gid = _root_user(self.root, SLURM_USER)
+        # In the root the workdir's parents are plain mount points unless a bind covers them;
+        # then they must let the SlurmUser and slurmrestd's user through.
+        for b in self.binds:
+            if self.workdir.is_relative_to(b):
+                for p in [b, *[q for q in self.workdir.parents if q.is_relative_to(b)]]:
+                    if p.exists() and not os.stat(p).st_mode & 0o001:
+                        raise LocalSlurmError(f"{p} (bound into the Slurm root) is not searchable by others "
+                                              f"(mode {oct(os.stat(p).st_mode & 0o777)}): the Slurm daemons "
+                                              f"run as {SLURM_USER}/{REST_USER} and cannot reach {self.workdir}")
         for p in (self.workdir, self.bin_dir, self.munge_dir, self.etc_dir, self.ctld_dir,
                   self.state_dir, self.rest_dir, self.nodes_dir):
             p.mkdir(parents=True, exist_ok=True)

@@ -303,8 +303,9 @@ class SlurmCLI:
         if rc == 0:
             return
         error = self._error(argv, rc, out, err)
-        if "invalid node state specified" in (out + err).lower():
-            # Slurm refuses RESUME for a node that is neither drained nor down: fine.
+        if any(m in (out + err).lower() for m in ("invalid node state specified", "invalid node state transition")):
+            # Slurm refuses RESUME for a node that is neither drained nor down (22.05: "specified",
+            # 26.05: "transition"): fine.
             if not self.node(name).drained_or_down:
                 return
         raise error
