@@ -265,11 +265,16 @@ class SlurmREST:
         url: slurmrestd, e.g. ``http://slurm-restapi.slurm:6820`` (Slinky's RestApi Service).
         tokens: a TokenFile or SignedToken.
         timeout: seconds for each HTTP call (connect and read).
+        parsers: the data parsers to consider, newest first (default all it knows).
         transport: for tests only (an httpx transport).
     """
 
     def __init__(self, url: str, tokens: TokenSource, *, timeout: float = 10.0,
-                 transport: httpx.BaseTransport | None = None):
+                 parsers: Sequence[str] = KNOWN_PARSERS, transport: httpx.BaseTransport | None = None):
+        unknown = set(parsers) - set(KNOWN_PARSERS)
+        if unknown or not parsers:
+            raise ValueError(f"parsers: {sorted(unknown) or 'none'}; this client knows {', '.join(KNOWN_PARSERS)}")
+        self.parsers = tuple(parsers)
         self.url = url.rstrip("/")
         self.tokens = tokens
         self.timeout = timeout
@@ -287,14 +292,14 @@ class SlurmREST:
         if self._parser is None:
             doc = self._call("GET", "/openapi/v3", OpenAPIDoc, versioned=False)
             offered = sorted({p.split("/")[2] for p in doc.paths if p.startswith("/slurm/v")})
-            for v in KNOWN_PARSERS:
+            for v in self.parsers:
                 if v in offered:
                     self._parser = v
                     log.info("Slurm REST %s: data parser %s (offered: %s)", self.url, v, ", ".join(offered))
                     break
             else:
                 raise SlurmError(f"Slurm REST {self.url}: offers data parsers {offered or 'none'}, this client "
-                                 f"speaks {', '.join(KNOWN_PARSERS)}", temporary=False)
+                                 f"speaks {', '.join(self.parsers)}", temporary=False)
         return self._parser
 
     def _call(self, method: str, path: str, model: type[Envelope] | type[OpenAPIDoc], *,
