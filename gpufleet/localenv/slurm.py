@@ -432,7 +432,7 @@ class LocalSlurm:
     def _spec_path(self, name: str) -> Path:
         return self.node_dir(name) / "node.json"
 
-    def _node_spec(self, name: str) -> NodeSpec | None:
+    def node_spec(self, name: str) -> NodeSpec | None:
         try:
             return NodeSpec(**json.loads(self._spec_path(name).read_text()))
         except FileNotFoundError:
@@ -449,7 +449,7 @@ class LocalSlurm:
             return []
         out = []
         for d in sorted(self.nodes_dir.iterdir()):
-            s = self._node_spec(d.name)
+            s = self.node_spec(d.name)
             if s is not None:
                 out.append(s)
         return out
@@ -499,7 +499,7 @@ class LocalSlurm:
 
     def _daemon(self, name: str) -> _Daemon:
         if name.startswith("slurmd:"):
-            spec = self._node_spec(name.split(":", 1)[1])
+            spec = self.node_spec(name.split(":", 1)[1])
             if spec is None:
                 raise KeyError(name)
             return self._slurmd(spec)
@@ -682,13 +682,18 @@ class LocalSlurm:
                    drained_reason: str | None = None) -> None:
         """Start a slurmd for Slurm node `name` in `nodeset` (as a NodeSet pod does), wait until
         it registered, then write `comment` (JSON, as the operator does) and, with
-        `drained_reason`, drain it with that reason. A node that runs already is left alone."""
+        `drained_reason`, drain it with that reason. For a node whose slurmd runs already only a
+        changed comment is written."""
         if nodeset not in self.nodesets:
             raise ValueError(f"nodeset {nodeset!r} is in no partition ({self.nodesets})")
-        old = self._node_spec(name)
-        if old is not None and old.wanted and self._running(self._slurmd(old)) is not None:
-            return
+        old = self.node_spec(name)
         spec = NodeSpec(name, nodeset, old.port if old else free_port(), dict(comment or {}), drained_reason)
+        if old is not None and old.wanted and self._running(self._slurmd(old)) is not None:
+            # Runs already: only a new comment is written (its drain is Slurm's business now).
+            if comment is not None and dict(comment) != old.comment:
+                self.scontrol("update", f"NodeName={name}", f"Comment={json.dumps(comment, separators=(',', ':'))}")
+                self._save_spec(NodeSpec(name, old.nodeset, old.port, dict(comment), old.drained_reason))
+            return
         self._save_spec(spec)
         (self.node_dir(name) / "spool").mkdir(parents=True, exist_ok=True)
         self._start(self._slurmd(spec))
@@ -705,7 +710,7 @@ class LocalSlurm:
         """What a NodeSet pod's preStop does: set the node DOWN with reason
         POD_TERMINATING_REASON (Slurm requeues or ends its jobs), then stop slurmd. With
         `delete`, also remove the node from Slurm (the NodeSet scaled in)."""
-        spec = self._node_spec(name)
+        spec = self.node_spec(name)
         if spec is None:
             raise KeyError(f"no node {name} was started here")
         if self._running(self._daemon("slurmctld")) is not None:
