@@ -73,6 +73,9 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
     t0 = time.monotonic()
     stack.up()
     out(f"      applied in {time.monotonic() - t0:.1f}s")
+    t0 = time.monotonic()
+    env.wait_slurm_nodes()  # the NodeSets' pods placed, their slurmd registered (the Slinky stand-in)
+    out(f"      Slurm nodes {', '.join(env.slurm_node_names())} up {time.monotonic() - t0:.1f}s later")
 
     out(f"[3/{total}] reconciler: same code and policy as its Deployment, as a host process")
     api = env.kube.api_client()

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -67,7 +67,8 @@ class LocalEnv:
         return paths or [self.root / "checkpoints"]
 
     def nodesets(self) -> list[NodeSetDef]:
-        """The stack's NodeSets (components/slinky.py: one per pool, `replicas` = the pool's nodes)."""
+        """The NodeSets the stack declares (components/slinky.py: one per pool, `replicas` = the
+        pool's nodes), for the Slurm names to wait for."""
         return [NodeSetDef(pool.name, pool.nodes, worker_selector(pool), worker_tolerations(pool),
                            pool.gpus_per_node) for pool in self.spec.pools]
 
@@ -94,10 +95,9 @@ class LocalEnv:
             path.mkdir(parents=True, exist_ok=True)
         self.progress("[local] slurm 26.05: munged, slurmctld, slurmrestd (JWT) ...")
         self.slurm.up()
-        names = self.slurm_node_names()
-        self.progress(f"[local] slinky stand-in: NodeSet pods and their slurmd ({', '.join(names)}) ...")
+        # The stand-in acts on the NodeSets the stack declares: Slurm nodes appear after `pulumi up`
+        # (wait_slurm_nodes), as with the operator in a real cluster.
         self.start_standin()
-        self.wait_slurm_nodes(names)
         self.state_file.write_text(json.dumps({
             "kubeconfig": str(self.kube.kubeconfig_path), "slurm_conf": str(self.slurm.conf_path),
             "slurm_rest_url": self.slurm.rest_url, "slurm_jwt_key": str(self.slurm.jwt_key_path),
@@ -107,8 +107,10 @@ class LocalEnv:
                       f"slurmrestd {self.slurm.rest_url}")
         return self
 
-    def wait_slurm_nodes(self, names: list[str], timeout: float = 120.0) -> None:
-        """Until every NodeSet pod's slurmd has registered (the stand-in places and starts them)."""
+    def wait_slurm_nodes(self, names: list[str] | None = None, timeout: float = 120.0) -> None:
+        """Until every NodeSet pod's slurmd has registered (after `pulumi up` declared the NodeSets,
+        the stand-in places the pods and starts their slurmd)."""
+        names = self.slurm_node_names() if names is None else names
         deadline = time.monotonic() + timeout
         while not self.slurm.nodes_up(names):
             if not self.standin_running():
@@ -224,7 +226,7 @@ class LocalEnv:
         slurm = self.slurm
         StandInConfig(
             kubeconfig=str(self.kube.kubeconfig_path), namespace=self.spec.slurm.namespace,
-            nodesets=[asdict(ns) for ns in self.nodesets()],
+            nodesets=None,  # the NodeSet resources the stack applies
             slurm={"workdir": str(slurm.workdir), "partitions": slurm.partitions, "root": str(slurm.root),
                    "binds": [str(b) for b in slurm.binds], "ctld_port": slurm.ctld_port, "rest_port": slurm.rest_port,
                    "cpus_per_node": slurm.cpus_per_node, "real_memory_mb": slurm.real_memory_mb,

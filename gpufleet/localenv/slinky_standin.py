@@ -2,13 +2,15 @@
 
 It does, for the local environment's NodeSets, the part of the operator that gpufleet meets:
 
-* **NodeSet pods, StatefulSet scaling mode.** For each NodeSet (one per pool, named after it,
-  as the stack declares them) it keeps ``replicas`` pods ``slurm-worker-<nodeset>-<i>`` with
+* **NodeSet pods, StatefulSet scaling mode.** For each NodeSet resource the stack declares
+  (``slinky.slurm.net/v1beta1``, one per pool, named after it; or a list given for tests that
+  apply no stack) it keeps ``spec.replicas`` pods ``slurm-worker-<nodeset>-<i>`` with
   hostname ``<nodeset>-<i>`` (the Slurm node name) and the label
   ``nodeset.slinky.slurm.net/pod-hostname``, the pool's node selector and tolerations and one
   pod's worth of GPUs. The real kube-scheduler places them: never on a spare while the spare
   taint is there, nor on a cordoned or quarantined node. A pod that is gone is made again with
-  the same name, so it keeps its Slurm name wherever it lands.
+  the same name, so it keeps its Slurm name wherever it lands. Pods beyond ``replicas`` (or of a
+  NodeSet no longer declared) are deleted and their Slurm nodes removed (scale-in).
 * **slurmd per pod.** Pods do not run under kwok, so for each Running pod it starts a slurmd
   (a dynamic node, :meth:`LocalSlurm.start_node`) and writes the operator's JSON comment
   (``node`` = the Kubernetes node). When a pod terminates or is gone it does the pod's
@@ -53,6 +55,7 @@ CORDON_REASON_ANNOTATION = "nodeset.slinky.slurm.net/node-cordon-reason"
 NODESET_LABEL = "app.kubernetes.io/instance"  # slurm-worker-<nodeset>, as the chart labels workers
 COMPONENT_LABEL = "app.kubernetes.io/component"
 DEFAULT_CORDON_REASON = "Node cordoned"
+NODESET_GROUP, NODESET_VERSION = "slinky.slurm.net", "v1beta1"
 
 
 @dataclass(frozen=True)
@@ -97,32 +100,79 @@ def pod_manifest(ns: NodeSetDef, i: int, namespace: str) -> dict[str, Any]:
     }
 
 
+def nodeset_from_resource(obj: dict[str, Any]) -> NodeSetDef:
+    """A NodeSet resource (as components/slinky.py declares it) as the stand-in uses it."""
+    spec = obj.get("spec") or {}
+    pod = (spec.get("template") or {}).get("spec") or {}
+    limits = ((spec.get("slurmd") or {}).get("resources") or {}).get("limits") or {}
+    return NodeSetDef(obj["metadata"]["name"], int(spec.get("replicas") or 0), dict(pod.get("nodeSelector") or {}),
+                      list(pod.get("tolerations") or []), int(limits.get("nvidia.com/gpu") or 0),
+                      obj["metadata"].get("uid", ""))
+
+
 class SlinkyStandIn:
-    def __init__(self, api: client.ApiClient, slurm: LocalSlurm, nodesets: list[NodeSetDef],
+    """Args: `nodesets` None to act on the NodeSet resources in `namespace` (what the operator
+    does), or a fixed list (tests without a stack; the namespace is then made if missing)."""
+
+    def __init__(self, api: client.ApiClient, slurm: LocalSlurm, nodesets: list[NodeSetDef] | None = None,
                  namespace: str = "slurm"):
         self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self.slurm = slurm
-        self.nodesets = {ns.name: ns for ns in nodesets}
+        self.fixed = None if nodesets is None else {ns.name: ns for ns in nodesets}
         self.namespace = namespace
+
+    def nodesets(self) -> dict[str, NodeSetDef]:
+        if self.fixed is not None:
+            return self.fixed
+        try:
+            items = self.custom.list_namespaced_custom_object(
+                NODESET_GROUP, NODESET_VERSION, self.namespace, "nodesets")["items"]
+        except ApiException as e:
+            if e.status == 404:  # no NodeSet kind or no namespace yet: the stack is not applied
+                return {}
+            raise
+        return {ns.name: ns for ns in map(nodeset_from_resource, items)}
 
     # ------------------------------------------------------------------ one pass
 
     def reconcile_once(self) -> None:
-        self._ensure_namespace()
+        nodesets = self.nodesets()
+        if self.fixed is not None:
+            self._ensure_namespace()
+        elif not nodesets:
+            self._sync_slurmds({}, remove=set(self.slurm.wanted_nodes()))
+            return
         pods = {p.metadata.name: p for p in self.core.list_namespaced_pod(
             self.namespace, label_selector=f"{COMPONENT_LABEL}=worker").items}
         nodes = {n.metadata.name: n for n in self.core.list_node().items}
         running: dict[str, tuple[NodeSetDef, Any]] = {}  # Slurm name -> (nodeset, pod)
-        for ns in self.nodesets.values():
+        declared = set()
+        for ns in nodesets.values():
             for i in range(ns.replicas):
+                declared.add(ns.pod_name(i))
                 pod = pods.get(ns.pod_name(i))
                 if pod is None:
                     self._create_pod(ns, i)
                 elif pod.metadata.deletion_timestamp is None and pod.status.phase == "Running" \
                         and pod.spec.node_name:
                     running[ns.hostname(i)] = (ns, pod)
-        self._sync_slurmds(running)
+        removed = set()
+        for name, pod in pods.items():
+            if name not in declared:  # scale-in
+                removed.add(pod.metadata.labels.get(POD_HOSTNAME_LABEL, ""))
+                if pod.metadata.deletion_timestamp is None:
+                    log.info("pod %s is beyond its NodeSet's replicas: deleting it", name)
+                    self._delete_pod(name)
+        self._sync_slurmds(running, remove=removed - {""})
         self._sync_cordons(running, nodes)
+
+    def _delete_pod(self, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, self.namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
     def _ensure_namespace(self) -> None:
         try:
@@ -144,11 +194,15 @@ class SlinkyStandIn:
             if e.status != 409:  # still terminating, or made meanwhile
                 raise
 
-    def _sync_slurmds(self, running: dict[str, tuple[NodeSetDef, Any]]) -> None:
+    def _sync_slurmds(self, running: dict[str, tuple[NodeSetDef, Any]], remove: set[str] = frozenset()) -> None:
         wanted = set(self.slurm.wanted_nodes())
         for name in sorted(wanted - set(running)):
             log.info("pod of Slurm node %s is terminating or gone: preStop (DOWN), stop slurmd", name)
             self.slurm.stop_node(name)
+        known = set(self.slurm.node_names()) if remove else set()
+        for name in sorted(remove & known):
+            log.info("Slurm node %s left its NodeSet: deleting it from Slurm", name)
+            self.slurm.run(["scontrol", "delete", f"NodeName={name}"], timeout=15)
         for name, (ns, pod) in sorted(running.items()):
             comment = operator_comment(self.namespace, pod.metadata.name, pod.spec.node_name, ns.name,
                                        ns.uid or pod.metadata.uid)
@@ -209,7 +263,7 @@ class StandInConfig:
     """What LocalEnv hands the process (JSON)."""
     kubeconfig: str
     namespace: str
-    nodesets: list[dict[str, Any]]
+    nodesets: list[dict[str, Any]] | None  # None: the NodeSet resources in the namespace
     slurm: dict[str, Any]  # LocalSlurm's arguments
 
     def write(self, path: Path) -> None:
@@ -233,14 +287,16 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = StandInConfig.read(a.config)
+    nodesets = None if cfg.nodesets is None else [NodeSetDef(**n) for n in cfg.nodesets]
     standin = SlinkyStandIn(config.new_client_from_config(config_file=cfg.kubeconfig), local_slurm(cfg.slurm),
-                            [NodeSetDef(**n) for n in cfg.nodesets], cfg.namespace)
+                            nodesets, cfg.namespace)
     if a.once:
         standin.reconcile_once()
         return 0
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    log.info("running for NodeSets %s in namespace %s", ", ".join(standin.nodesets), cfg.namespace)
+    log.info("running for %s in namespace %s", "the NodeSet resources" if nodesets is None
+             else "NodeSets " + ", ".join(standin.fixed or {}), cfg.namespace)
     try:
         standin.run(stop, a.interval)
     except KeyboardInterrupt:
