@@ -471,6 +471,7 @@ class LocalSlurm:
             self.node_dir(spec.name) / "gpufleet.pid",
             (self.node_log(spec.name), self.node_dir(spec.name) / "slurmd.out"),
             str(self.node_log(spec.name)),
+            (("GPUFLEET_SLURMD_NODE", spec.name),),  # inherited by its slurmstepds
         )
 
     def _daemons(self, with_nodes: bool = True) -> list[_Daemon]:
@@ -785,6 +786,7 @@ class LocalSlurm:
         marker = f"GPUFLEET_LOCAL_SLURM={self.workdir}".encode()
         conf = f"SLURM_CONF={self.conf_path}".encode()
         nodevar = f"SLURMD_NODENAME={node}".encode() if node else None
+        stepvar = f"GPUFLEET_SLURMD_NODE={node}".encode() if node else None
         skip = {os.getpid(), os.getppid()}
         killed = 0
         for _ in range(5):
@@ -803,7 +805,7 @@ class LocalSlurm:
                     continue
                 if nodevar and job and nodevar not in environ:
                     continue
-                if nodevar and stepd and node.encode() not in cmd:
+                if stepvar and stepd and stepvar not in environ:
                     continue
                 try:
                     os.kill(int(entry.name), signal.SIGKILL)
