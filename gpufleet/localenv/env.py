@@ -112,7 +112,14 @@ class LocalEnv:
         the stand-in places the pods and starts their slurmd)."""
         names = self.slurm_node_names() if names is None else names
         deadline = time.monotonic() + timeout
-        while not self.slurm.nodes_up(names):
+
+        def ready() -> bool:  # registered, and the stand-in wrote the operator's comment
+            if not self.slurm.nodes_up(names):
+                return False
+            info = self.slurm.node_info()
+            return all(info.get(n, {}).get("comment") for n in names)
+
+        while not ready():
             if not self.standin_running():
                 raise RuntimeError(f"the Slinky stand-in exited; log tail:\n{self.standin_log_tail()}")
             if time.monotonic() > deadline:
@@ -237,12 +244,17 @@ class LocalEnv:
             proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
                                     cwd=str(PROJECT_DIR))
         self.standin_pid.write_text(str(proc.pid))
+        self._standin_proc = proc
         self.progress(f"[local] slinky stand-in started (pid {proc.pid}, log {self.standin_log})")
         return proc.pid
 
     def _standin_running(self) -> int | None:
+        proc = getattr(self, "_standin_proc", None)
         try:
             pid = int(self.standin_pid.read_text())
+            if proc is not None and proc.pid == pid:
+                # Our child: trust poll() (right after exec its /proc cmdline can still be empty).
+                return pid if proc.poll() is None else None
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, ValueError, IndexError):

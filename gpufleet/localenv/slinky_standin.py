@@ -45,7 +45,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from .slurm import LocalSlurm, LocalSlurmError
+from .slurm import LocalSlurm
 
 log = logging.getLogger("slinky-standin")
 
@@ -237,12 +237,9 @@ class SlinkyStandIn:
                 self.slurm.set_node_state(name, "UNDRAIN")
 
     def _slurm_nodes(self) -> dict[str, dict[str, Any]]:
-        """Slurm name -> {"state": set, "reason": str}, through scontrol --json in the root."""
-        r = self.slurm.run(["scontrol", "--json", "show", "nodes"], timeout=15)
-        if r.returncode != 0:
-            raise LocalSlurmError(f"scontrol --json show nodes: {r.stderr.strip()}")
-        return {n["name"]: {"state": set(n.get("state", [])), "reason": n.get("reason", "")}
-                for n in json.loads(r.stdout).get("nodes", [])}
+        """Slurm name -> {"state": set, "reason": str}."""
+        return {name: {"state": set(n.get("state", [])), "reason": n.get("reason", "")}
+                for name, n in self.slurm.node_info().items()}
 
     # ------------------------------------------------------------------ loop
 

@@ -606,6 +606,14 @@ class LocalSlurm:
                 out[parts[0]] = parts[1].lower()
         return out
 
+    def node_info(self) -> dict[str, dict]:
+        """Slurm node name -> its record as `scontrol --json show nodes` gives it (state list,
+        reason, comment, ...)."""
+        r = self.run(["scontrol", "--json", "show", "nodes"], timeout=15)
+        if r.returncode != 0:
+            raise LocalSlurmError(f"scontrol --json show nodes failed: {(r.stderr or r.stdout).strip()}")
+        return {n["name"]: n for n in json.loads(r.stdout).get("nodes", [])}
+
     def node_names(self) -> list[str]:
         """The Slurm nodes slurmctld knows (started ones, including stopped but not deleted)."""
         r = self.run(["scontrol", "-o", "show", "nodes"], timeout=15)
