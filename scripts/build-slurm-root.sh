@@ -193,6 +193,13 @@ DIR="$CACHE_ROOT/slurm-root-$SUITE-$SLURM_UP-$HASH"
   sed 's/^/# /' <<<"$VERSIONS"
 } >"$STAGE/.complete.partial"
 has_binaries "$STAGE" || die "missing after install: one of ${BINARIES[*]}"
+if root_complete "$DIR"; then
+  # Same suite, recipe and package versions as a root that may be in use: keep that one.
+  log "the rebuilt root equals $DIR: keeping the existing one"
+  rm -rf "$STAGE"
+  finish "$DIR"
+  exit 0
+fi
 rm -rf "$DIR"
 mv "$STAGE" "$DIR"
 rm -f "$DIR/.debootstrap-done"
