@@ -285,3 +285,23 @@ def test_make_client(slurm_fresh: LocalSlurm, tmp_path: Path) -> None:
         make_client("rest", url=slurm_fresh.rest_url)
     with pytest.raises(ValueError, match="unknown backend"):
         make_client("pyslurm")
+
+
+# --------------------------------------------------------------------------- the demo's job in the root
+
+
+def test_demo_training_job_runs_inside_the_slurm_root(slurm_fresh: LocalSlurm, slurm_rest: SlurmREST,
+                                                      tmp_path: Path) -> None:
+    """The demo's train.py (stdlib only) runs with the root's python3 as a batch job and gets the
+    same weights as the host's reference run."""
+    from gpufleet.localenv import train
+
+    run = tmp_path / "run"
+    run.mkdir()
+    script = Path(train.__file__).resolve()
+    job = slurm_fresh.sbatch("-p", "gpu", f"--chdir={run}", f"--output={run}/slurm-%j.out", "--wrap",
+                             f"exec python3 {script} --dir {run} --steps 30 --every 10 --delay 0.01")
+    wait_for("the training job to complete", lambda: (j := slurm_rest.job(job)) and j.state == "COMPLETED",
+             timeout=60)
+    result = json.loads((run / "result.json").read_text())
+    assert result["weights"] == train.reference(30)
