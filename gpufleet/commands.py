@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from .console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
-from .paths import default_kubeconfig, local_slurm_env
+from .paths import default_kubeconfig, local_slurm_env, local_slurm_rest
 
 
 def _api(kubeconfig: Optional[Path], stack: Optional[str] = None):
@@ -28,7 +28,16 @@ def reconcile(
     stack: Optional[str] = typer.Option(None, "--stack", "-s", help="Take the policy from Pulumi.<STACK>.yaml."),
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy file (fleet.json from the ConfigMap)."),
     kubeconfig: Optional[Path] = typer.Option(None, help="Kubeconfig; in a pod, the service account is used."),
-    slurm: str = typer.Option("cli", help="Slurm backend: cli (scontrol/squeue/scancel) or none."),
+    slurm: str = typer.Option("rest", help="Slurm backend: rest (slurmrestd with a JWT, as Slinky), "
+                              "cli (scontrol/squeue/scancel, plain Slurm clusters) or none."),
+    slurm_url: Optional[str] = typer.Option(None, help="slurmrestd URL (the stack's RestApi Service); "
+                                            "locally taken from the running local environment."),
+    slurm_token_file: Optional[Path] = typer.Option(None, help="File with the JWT (a Slinky Token's Secret, "
+                                                    "key SLURM_JWT), re-read before expiry."),
+    slurm_jwt_key_file: Optional[Path] = typer.Option(None, help="The cluster's JWT key: sign tokens here "
+                                                      "instead of reading --slurm-token-file."),
+    slurm_user: str = typer.Option("slurm", help="Slurm user of tokens signed from --slurm-jwt-key-file "
+                                   "(root or the SlurmUser: node changes need one of them)."),
     namespace: Optional[str] = typer.Option(None, help="Namespace for the Lease and Events."),
     leader_elect: bool = typer.Option(False, "--leader-elect", help="Act only while holding the Lease."),
     metrics_port: int = typer.Option(9102, help="Port for /metrics and /healthz (0: off)."),
@@ -45,7 +54,17 @@ def reconcile(
     if any(p.provider == "local" for p in spec.pools):
         from reconciler import local_nodes  # noqa: F401  (registers the local environment's node provider)
     slurm_env = local_slurm_env() if spec.cluster.kind == "local" else None
-    rec = build(spec, _api(kubeconfig, stack), slurm=slurm_client(slurm, slurm_env), namespace=namespace,
+    if spec.cluster.kind == "local" and slurm == "rest" and not (slurm_url or slurm_token_file or slurm_jwt_key_file):
+        local = local_slurm_rest()  # the local environment's slurmrestd and JWT key
+        if local:
+            slurm_url, slurm_jwt_key_file = local
+    try:
+        client = slurm_client(slurm, slurm_env, url=slurm_url, token_file=slurm_token_file,
+                              jwt_key_file=slurm_jwt_key_file, user=slurm_user)
+    except ValueError as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_FAILED)
+    rec = build(spec, _api(kubeconfig, stack), slurm=client, namespace=namespace,
                 leader_elect=leader_elect, dry_run=dry_run)
     if once:
         rec.sync()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -74,6 +73,9 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
     t0 = time.monotonic()
     stack.up()
     out(f"      applied in {time.monotonic() - t0:.1f}s")
+    t0 = time.monotonic()
+    env.wait_slurm_nodes()  # the NodeSets' pods placed, their slurmd registered (the Slinky stand-in)
+    out(f"      Slurm nodes {', '.join(env.slurm_node_names())} up {time.monotonic() - t0:.1f}s later")
 
     out(f"[3/{total}] reconciler: same code and policy as its Deployment, as a host process")
     api = env.kube.api_client()
@@ -148,7 +150,7 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
 def reset(env: LocalEnv, stack: Stack) -> None:
     """Start from a clean fleet: stop everything and drop cluster, Slurm and stack state."""
     env.down()
-    for sub in ("kube/etcd-data", "kube/etcd", "slurm/ctld/state", "state", "checkpoints"):
+    for sub in ("kube/etcd-data", "kube/etcd", "slurm/ctld/state", "slurm/nodes", "state", "checkpoints"):
         shutil.rmtree(env.root / sub, ignore_errors=True)
 
 
@@ -163,7 +165,9 @@ def _policy_from_cluster(kube, spec: FleetSpec, root: Path) -> Path:
 
 def submit_training(env: LocalEnv, partition: str, nodes: int, run_dir: Path, steps: int = STEPS,
                     every: int = EVERY, delay: float = DELAY) -> int:
-    cmd = (f"exec {sys.executable} -m gpufleet.localenv.train --dir {run_dir} --steps {steps} "
+    # The job runs inside the local Slurm's root (Debian sid): its python3 runs train.py (stdlib only)
+    # from the project folder, which LocalEnv binds into the root.
+    cmd = (f"exec python3 {Path(train.__file__).resolve()} --dir {run_dir} --steps {steps} "
            f"--every {every} --delay {delay}")
     return env.slurm.sbatch(f"--partition={partition}", f"--nodes={nodes}", "--requeue", "--open-mode=append",
                             "--job-name=demo-train", f"--output={run_dir}/slurm-%j.out", f"--chdir={run_dir}",

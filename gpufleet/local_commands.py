@@ -50,7 +50,7 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
     """Show what runs. Exit 1 when something is down."""
     env = make_env(stack)
     st = env.status()
-    healthy = bool(st["kube"].get("ready")) and env.slurm.healthy()
+    healthy = bool(st["kube"].get("ready")) and env.slurm.healthy() and env.standin_running()
     if as_json:
         typer.echo(json.dumps({**st, "healthy": healthy}, indent=2, default=str))
     else:
@@ -67,10 +67,13 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
             t.add_row(name, "running" if pid else "stopped", f"pid {pid}" if pid else "")
         nodes = st["slurm"].get("nodes") or {}
         if nodes:
-            t.add_row("slurm nodes", ", ".join(sorted({v for v in nodes.values()})), f"{len(nodes)} nodes")
+            t.add_row("slurm nodes", ", ".join(sorted({v for v in nodes.values()})),
+                      f"{len(nodes)} nodes: {', '.join(sorted(nodes))}")
+        t.add_row("slinky stand-in", st["slinky_standin"], str(env.standin_log))
         t.add_row("reconciler", st["reconciler"], str(env.reconciler_log))
         Console().print(t)
-        typer.echo(f"KUBECONFIG={st['kube']['kubeconfig']} SLURM_CONF={st['slurm']['conf']}")
+        typer.echo(f"KUBECONFIG={st['kube']['kubeconfig']} SLURM_CONF={st['slurm']['conf']} "
+                   f"SLURM_REST={st['slurm']['rest_url']}")
     if not healthy:
         raise typer.Exit(EXIT_FAILED)
 

@@ -41,4 +41,17 @@ def local_slurm_env() -> dict[str, str] | None:
         return None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SQUEUE_"))}
     env["SLURM_CONF"] = conf
+    # The local Slurm's tools are wrappers that run them in its Slurm 26.05 root.
+    env["PATH"] = f"{Path(conf).parent.parent / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
     return env
+
+
+def local_slurm_rest() -> tuple[str, str] | None:
+    """(slurmrestd URL, JWT key file) of the running local environment, if any."""
+    f = local_state_file()
+    if not f.exists():
+        return None
+    state = json.loads(f.read_text())
+    if not state.get("slurm_rest_url") or not state.get("slurm_jwt_key"):
+        return None
+    return state["slurm_rest_url"], state["slurm_jwt_key"]

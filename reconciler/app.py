@@ -37,12 +37,11 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
     return client.ApiClient()
 
 
-def slurm_client(kind: str, env: dict[str, str] | None = None) -> SlurmClient | None:
-    if kind == "none":
-        return None
-    from .slurm.cli import SlurmCLI
+def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmClient | None:
+    """See reconciler.slurm.make_client (rest: url, token_file, jwt_key_file, user)."""
+    from .slurm import make_client
 
-    return SlurmCLI(env=env)
+    return make_client(kind, env=env, **rest)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything gpufleet needs on this machine, idempotent and with progress:
 #   1. a Python virtualenv (.venv) with the project and its test dependencies
-#   2. Slurm and munge from Debian's packages
+#   2. a root filesystem of Debian sid with Slurm 26.05 and munge (the local Slurm runs from it)
 #   3. the Go-built tools (Pulumi CLI, language host, Kubernetes provider, kube-apiserver, etcd, kwok)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,8 +22,8 @@ else
   step "python: .venv up to date"
 fi
 
-step "slurm: checking Debian's slurm-wlm and munge"
-scripts/install-slurm.sh
+step "slurm: Debian sid root with Slurm 26.05 (cached; about 3 minutes when cold)"
+scripts/build-slurm-root.sh
 
 step "go tools: pulumi engine and local control plane"
 scripts/build-tools.sh

@@ -1,8 +1,10 @@
-"""The `local` environment: a control plane with the spec's fake GPU nodes, a real Slurm
-whose node names match them, the checkpoint folder, and the reconciler as a host process.
+"""The `local` environment: a control plane with the spec's fake GPU nodes, a real Slurm 26.05
+with slurmrestd, the stand-in for Slinky's operator that puts NodeSet pods on the fake nodes
+and runs a slurmd for each, the checkpoint folder, and the reconciler as a host process.
 
 Pods do not run under kwok, so locally the reconciler runs on this machine with the same
-code and the same policy (the ConfigMap the stack rendered) as its Deployment.
+code and the same policy (the ConfigMap the stack rendered) as its Deployment, and the
+stand-in (`slinky_standin.py`) runs what the NodeSet pods would.
 """
 from __future__ import annotations
 
@@ -19,13 +21,15 @@ from typing import Callable
 from kubernetes.client.exceptions import ApiException
 
 from fleetspec.models import FleetSpec
+from fleetspec.placement import worker_selector, worker_tolerations
 from reconciler import local_nodes
 
-from ..paths import TOOLS_BIN, local_dir
+from ..paths import PROJECT_DIR, TOOLS_BIN, local_dir
 from .kube import DEFAULT_PORTS, LocalKube
+from .slinky_standin import NodeSetDef, StandInConfig
 from .slurm import LocalSlurm, free_port_block
 
-SLURM_PORTS = {"ctld": 26817, "slurmd": 26818}
+SLURM_PORTS = {"ctld": 26817, "rest": 26820}
 
 
 @dataclass
@@ -44,25 +48,41 @@ class LocalEnv:
             apiserver_port=p["apiserver"], controller_manager_port=p["controller_manager"],
             scheduler_port=p["scheduler"], kwok_port=p["kwok"], etcd_unsafe_no_fsync=True, progress=self.progress,
         )
-        partitions, spares = local_nodes.slurm_node_names(self.spec)
-        nodes = list(dict.fromkeys(n for members in partitions.values() for n in members))
+        # Partitions over NodeSets, one NodeSet per pool named after it (as the stack declares them).
+        partitions = {part.name: list(part.pools) for part in self.spec.slurm.partitions}
+        # Jobs run inside the Slurm root: they see the checkpoint storage and the project (train.py).
+        binds = [PROJECT_DIR, *self.storage_paths()]
         self.slurm = LocalSlurm(
-            self.root / "slurm", nodes, partitions, cpus_per_node=max(p.cpus_per_node for p in self.spec.pools),
-            ctld_port=p["slurm_ctld"], first_slurmd_port=p["slurm_slurmd"], cluster_name=self.spec.slurm.cluster_name,
-            spare_nodes=spares,
+            self.root / "slurm", partitions, binds=binds, cpus_per_node=max(p.cpus_per_node for p in self.spec.pools),
+            ctld_port=p["slurm_ctld"], rest_port=p["slurm_rest"], cluster_name=self.spec.slurm.cluster_name,
         )
         self.reconciler_pid = self.root / "reconciler.pid"
         self.reconciler_log = self.root / "reconciler.log"
+        self.standin_pid = self.root / "slinky-standin.pid"
+        self.standin_log = self.root / "slinky-standin.log"
+        self.standin_config = self.root / "slinky-standin.json"
+
+    def storage_paths(self) -> list[Path]:
+        paths = [Path(s.host_path) for s in self.spec.storage if s.host_path]
+        return paths or [self.root / "checkpoints"]
+
+    def nodesets(self) -> list[NodeSetDef]:
+        """The NodeSets the stack declares (components/slinky.py: one per pool, `replicas` = the
+        pool's nodes), for the Slurm names to wait for."""
+        return [NodeSetDef(pool.name, pool.nodes, worker_selector(pool), worker_tolerations(pool),
+                           pool.gpus_per_node) for pool in self.spec.pools]
+
+    def slurm_node_names(self) -> list[str]:
+        """The Slurm names of every NodeSet pod (pod hostnames: `<nodeset>-<i>`)."""
+        return [ns.hostname(i) for ns in self.nodesets() for i in range(ns.replicas)]
 
     @staticmethod
     def free_ports(spec: FleetSpec) -> dict[str, int]:
         """Ports nobody listens on, for a second environment beside the default one (tests)."""
-        names = ["etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok", "slurm_ctld"]
+        names = ["etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok", "slurm_ctld",
+                 "slurm_rest"]
         base = free_port_block(len(names))
-        out = {n: base + i for i, n in enumerate(names)}
-        partitions, _ = local_nodes.slurm_node_names(spec)
-        out["slurm_slurmd"] = free_port_block(len({n for m in partitions.values() for n in m}))
-        return out
+        return {n: base + i for i, n in enumerate(names)}
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -71,18 +91,41 @@ class LocalEnv:
         self.root.mkdir(parents=True, exist_ok=True)
         self.kube.up()
         self.ensure_nodes()
-        self.progress(f"[local] slurm: slurmctld + {len(self.slurm.nodes)} slurmd ...")
+        for path in self.storage_paths():
+            path.mkdir(parents=True, exist_ok=True)
+        self.progress("[local] slurm 26.05: munged, slurmctld, slurmrestd (JWT) ...")
         self.slurm.up()
-        for s in self.spec.storage:
-            if s.host_path:
-                Path(s.host_path).mkdir(parents=True, exist_ok=True)
+        # The stand-in acts on the NodeSets the stack declares: Slurm nodes appear after `pulumi up`
+        # (wait_slurm_nodes), as with the operator in a real cluster.
+        self.start_standin()
         self.state_file.write_text(json.dumps({
             "kubeconfig": str(self.kube.kubeconfig_path), "slurm_conf": str(self.slurm.conf_path),
+            "slurm_rest_url": self.slurm.rest_url, "slurm_jwt_key": str(self.slurm.jwt_key_path),
             "environment": self.spec.environment,
         }, indent=2))
         self.progress(f"[local] up in {time.monotonic() - t0:.1f}s: kubeconfig {self.kube.kubeconfig_path}, "
-                      f"SLURM_CONF={self.slurm.conf_path}")
+                      f"slurmrestd {self.slurm.rest_url}")
         return self
+
+    def wait_slurm_nodes(self, names: list[str] | None = None, timeout: float = 120.0) -> None:
+        """Until every NodeSet pod's slurmd has registered (after `pulumi up` declared the NodeSets,
+        the stand-in places the pods and starts their slurmd)."""
+        names = self.slurm_node_names() if names is None else names
+        deadline = time.monotonic() + timeout
+
+        def ready() -> bool:  # registered, and the stand-in wrote the operator's comment
+            if not self.slurm.nodes_up(names):
+                return False
+            info = self.slurm.node_info()
+            return all(info.get(n, {}).get("comment") for n in names)
+
+        while not ready():
+            if not self.standin_running():
+                raise RuntimeError(f"the Slinky stand-in exited; log tail:\n{self.standin_log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Slurm nodes {names} not all up after {timeout:.0f}s "
+                                   f"(sinfo: {self.slurm.node_states()}); stand-in log tail:\n{self.standin_log_tail()}")
+            time.sleep(0.5)
 
     @property
     def state_file(self) -> Path:
@@ -111,13 +154,15 @@ class LocalEnv:
 
     def down(self) -> None:
         self.stop_reconciler()
+        self.stop_standin()
         self.slurm.down()
         self.kube.down()
         self.state_file.unlink(missing_ok=True)
         self.progress("[local] down")
 
     def status(self) -> dict:
-        return {"kube": self.kube.status(), "slurm": self.slurm.status(), "reconciler": self.reconciler_status()}
+        return {"kube": self.kube.status(), "slurm": self.slurm.status(), "reconciler": self.reconciler_status(),
+                "slinky_standin": self.standin_status()}
 
     def slurm_env(self) -> dict[str, str]:
         return self.slurm.env()
@@ -177,3 +222,71 @@ class LocalEnv:
         if self._reconciler_running():
             os.kill(pid, signal.SIGKILL)
         self.reconciler_pid.unlink(missing_ok=True)
+
+    # --- the stand-in for Slinky's operator, as a host process ----------------------------------
+
+    def start_standin(self) -> int:
+        """Start the Slinky stand-in in the background (idempotent)."""
+        pid = self._standin_running()
+        if pid:
+            return pid
+        slurm = self.slurm
+        StandInConfig(
+            kubeconfig=str(self.kube.kubeconfig_path), namespace=self.spec.slurm.namespace,
+            nodesets=None,  # the NodeSet resources the stack applies
+            slurm={"workdir": str(slurm.workdir), "partitions": slurm.partitions, "root": str(slurm.root),
+                   "binds": [str(b) for b in slurm.binds], "ctld_port": slurm.ctld_port, "rest_port": slurm.rest_port,
+                   "cpus_per_node": slurm.cpus_per_node, "real_memory_mb": slurm.real_memory_mb,
+                   "cluster_name": slurm.cluster_name},
+        ).write(self.standin_config)
+        argv = [sys.executable, "-m", "gpufleet.localenv.slinky_standin", "--config", str(self.standin_config)]
+        with open(self.standin_log, "ab") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                                    cwd=str(PROJECT_DIR))
+        self.standin_pid.write_text(str(proc.pid))
+        self._standin_proc = proc
+        self.progress(f"[local] slinky stand-in started (pid {proc.pid}, log {self.standin_log})")
+        return proc.pid
+
+    def _standin_running(self) -> int | None:
+        proc = getattr(self, "_standin_proc", None)
+        try:
+            pid = int(self.standin_pid.read_text())
+            if proc is not None and proc.pid == pid:
+                # Our child: trust poll() (right after exec its /proc cmdline can still be empty).
+                return pid if proc.poll() is None else None
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            return None
+        ok = b"slinky_standin" in cmdline and str(self.standin_config).encode() in cmdline and state != "Z"
+        return pid if ok else None
+
+    def standin_running(self) -> bool:
+        return self._standin_running() is not None
+
+    def standin_status(self) -> str:
+        pid = self._standin_running()
+        return f"running (pid {pid})" if pid else "stopped"
+
+    def standin_log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.standin_log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop_standin(self, timeout: float = 10.0) -> None:
+        pid = self._standin_running()
+        if not pid:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._standin_running():
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.1)
+        if self._standin_running():
+            os.kill(pid, signal.SIGKILL)
+        self.standin_pid.unlink(missing_ok=True)

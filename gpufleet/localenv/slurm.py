@@ -1,56 +1,71 @@
-"""A real multi-node Slurm cluster on this one machine, for tests and the local environment.
+"""A real Slurm 26.05 on this one machine, run the way Slinky runs it, for tests and the local environment.
 
-`LocalSlurm` starts, in a work directory of its own:
+The daemons come from the root filesystem that ``scripts/build-slurm-root.sh`` builds
+(Debian sid: the only suite with a Slurm that Slinky 1.x accepts). Each runs chrooted in
+that root, in a private mount namespace (``unshare -m``) holding: a tmpfs on ``/run`` and
+``/tmp``, the work directory and the extra ``binds`` at their own paths (so every path
+means the same inside and out), the work dir's ``munge/`` on ``/run/munge``, and
+``/proc``, ``/dev``, ``/sys``. The mounts go away with the process; nothing is mounted
+on the host and nothing outside the work directory is written (bar empty mount points).
 
-* one ``munged`` on its own socket and key (``munge/``),
-* one ``slurmctld`` on ``ctld_port`` (state in ``ctld/``),
-* one ``slurmd`` per node (``slurmd -N NAME``), each on its own port, all with
-  ``NodeAddr=127.0.0.1`` and their own ``NodeHostname`` (Debian's Slurm 22.05 is not
-  built with multiple-slurmd support, so nodes must differ by NodeHostname), spool,
-  pid and log under ``nodes/NAME/``.
+In the work directory:
 
-Everything runs as root, detached (own session), with pid files and logs in the work
-directory, so the cluster outlives the Python process that started it and a later
-``up()`` (even from another process) finds and reuses it. It touches nothing outside
-the work directory: no /etc/slurm, no /etc/munge, no system services.
+* ``munged`` (``munge/``; the socket is also ``/run/munge/munge.socket.2`` in the root),
+* ``slurmctld`` on ``ctld_port`` as ``SlurmUser=slurm``, configless, JWT enabled
+  (``AuthAltTypes=auth/jwt``, key ``etc/jwt_hs256.key``, made once),
+* ``slurmrestd`` on ``rest_port`` as the root's user ``slurmrest`` (it refuses root),
+  with ``SLURM_JWT=daemon`` and ``rest_auth/jwt``: what Slinky's RestApi runs,
+* one ``slurmd`` per started node, as Slinky's NodeSet pods run it: a dynamic node
+  (``slurmd -Z --conf-server 127.0.0.1:<ctld_port> --conf "Feature=<nodeset> ..."``) on a
+  port of its own. Partitions are over NodeSets (``NodeSet=<ns> Feature=<ns>``), as in
+  Slinky's slurm.conf, so nodes come and go at run time without touching slurm.conf.
 
-Usage::
+Node state set at run time (drains, reasons, comments) lives in slurmctld's saved state,
+never in slurm.conf, so restarting slurmctld keeps it.
 
-    cluster = LocalSlurm(Path("/tmp/slurm"), ["gpu-a-0", "gpu-a-1", "gpu-a-2"],
-                         {"gpu": ["gpu-a-0", "gpu-a-1", "gpu-a-2"]},
-                         spare_nodes=["gpu-a-2"], ctld_port=free_port(), first_slurmd_port=...)
-    cluster.up()                     # idempotent; waits until every node is up
-    env = cluster.env()              # SLURM_CONF etc.: pass to sbatch/scontrol/SlurmCLI
-    subprocess.run(["sinfo"], env=env)
-    cluster.down()                   # idempotent; SIGTERM then SIGKILL
+Everything runs detached with pid files and logs in the work directory; a later ``up()``
+(even from another process) finds and reuses the running daemons and restarts the
+slurmds of the nodes that were started and not stopped.
 
-Spare nodes (``spare_nodes``) are configured like the others but start DRAINED with
-the reason ``gpufleet: spare`` (:data:`SPARE_REASON`): nothing is scheduled on them
-until someone (the reconciler, when it promotes a spare) resumes them with
-``scontrol update NodeName=X State=RESUME``. The spare state is applied when the
-cluster is first created; after that slurmctld's saved state is what counts (as on a
-real cluster), unless ``up(clean=True)`` is used.
+Host-side tools: ``env()`` puts ``<workdir>/bin`` first on PATH, where ``scontrol``,
+``squeue``, ``sbatch``... are small wrappers that run the root's tool the same way, so
+``SlurmCLI(env=cluster.env())`` and scripts work unchanged.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
+from ..paths import PROJECT_DIR
+
+BUILD_ROOT_SCRIPT = PROJECT_DIR / "scripts" / "build-slurm-root.sh"
+
+# The user slurmrestd runs as (created in the root by build-slurm-root.sh) and Slurm's SlurmUser.
+REST_USER = "slurmrest"
+SLURM_USER = "slurm"
+
+# What Slinky's preStop writes when a NodeSet pod terminates.
+POD_TERMINATING_REASON = "slurm-operator: Pod is terminating"
+# Kept for older callers: the reason spares were drained with from slurm.conf (no longer done).
 SPARE_REASON = "gpufleet: spare"
 
 # Seconds between SIGTERM and SIGKILL when Slurm ends a job (cancel, requeue, time limit).
 KILL_WAIT = 5
 
-# Node states in which a node counts as up for `up()` (sinfo %T, lower-case, flags
-# like "drained" are separate states in sinfo's long form).
+# Client tools wrapped in <workdir>/bin.
+TOOLS = ("scontrol", "squeue", "sinfo", "sbatch", "scancel", "srun", "sacct", "sprio", "sdiag")
+
+# sinfo %T long states of a node whose slurmd registered and answers.
 _UP_STATES = {"idle", "allocated", "mixed", "completing", "drained", "draining",
               "reserved", "planned"}
 
@@ -81,7 +96,7 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 
 def free_port_block(n: int, lo: int = 20000, hi: int = 60000) -> int:
-    """The first port of `n` consecutive free TCP ports (slurmd ports are consecutive)."""
+    """The first port of `n` consecutive free TCP ports."""
     rnd = random.Random()
     for _ in range(200):
         start = rnd.randrange(lo, hi - n)
@@ -99,12 +114,23 @@ def free_port_block(n: int, lo: int = 20000, hi: int = 60000) -> int:
     raise LocalSlurmError(f"no block of {n} free ports found")
 
 
-def _which(name: str) -> str:
-    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin")
-    if not path:
-        raise LocalSlurmError(
-            f"{name} not found: install Slurm and MUNGE first (scripts/install-slurm.sh)")
-    return path
+def slurm_root() -> Path:
+    """The Slurm 26.05 root: $GPUFLEET_SLURM_ROOT, else the cached one build-slurm-root.sh made."""
+    env = os.environ.get("GPUFLEET_SLURM_ROOT")
+    if env:
+        return Path(env)
+    r = subprocess.run([str(BUILD_ROOT_SCRIPT), "--check"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise LocalSlurmError(f"no Slurm root built yet: run {BUILD_ROOT_SCRIPT} ({r.stderr.strip()})")
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+def _root_user(root: Path, name: str) -> tuple[int, int]:
+    for line in (root / "etc" / "passwd").read_text().splitlines():
+        f = line.split(":")
+        if f[0] == name:
+            return int(f[2]), int(f[3])
+    raise LocalSlurmError(f"user {name} not in {root}/etc/passwd: rebuild with {BUILD_ROOT_SCRIPT} --force")
 
 
 # Daemons this process started: polled so that exited ones do not linger as zombies.
@@ -113,14 +139,11 @@ _CHILDREN: dict[int, subprocess.Popen] = {}
 
 def _alive(pid: int, must_contain: Iterable[str] = ()) -> bool:
     """Whether `pid` runs (not a zombie) and its command line contains all of `must_contain`
-    (guards against pid reuse). Daemons started by an earlier process are not our
-    children: when they exit they stay zombies until init reaps them, hence the state
-    check."""
+    (guards against pid reuse)."""
     if pid <= 0:
         return False
     proc = _CHILDREN.get(pid)
     if proc is not None:
-        # Our own child: trust poll() (right after exec /proc/PID/cmdline can be empty).
         if proc.poll() is None:
             return True
         del _CHILDREN[pid]
@@ -128,8 +151,7 @@ def _alive(pid: int, must_contain: Iterable[str] = ()) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode(errors="replace")
-        state = stat.rsplit(")", 1)[1].split()[0]
-        if state in ("Z", "X"):
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
             return False
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -139,10 +161,8 @@ def _alive(pid: int, must_contain: Iterable[str] = ()) -> bool:
 
 
 def _is_up(state: str) -> bool:
-    """A sinfo long state of a node whose slurmd registered and responds. A suffix
-    marks trouble: "*" not responding, "~" powered off, "#" powering up, "%" powering
-    down, "!" pending power down, "$" maintenance, "@" pending reboot, "^" rebooting,
-    "-" planned."""
+    """A sinfo long state of a node whose slurmd registered and responds (no trouble suffix
+    such as "*" not responding or "~" powered off)."""
     return bool(state) and state.rstrip("*~#%!$@^-") == state and state in _UP_STATES
 
 
@@ -156,86 +176,104 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 @dataclass(frozen=True)
 class _Daemon:
-    name: str          # "munged", "slurmctld", "slurmd:NAME"
-    argv: list[str]
-    pidfile: Path      # our pid file (the pid of the process we started)
+    name: str          # "munged", "slurmctld", "slurmrestd", "slurmd:NAME"
+    argv: list[str]    # inside the root
+    pidfile: Path
     logs: tuple[Path, ...]
-    marker: str        # a string its command line must contain (our work dir)
+    marker: str        # its command line contains this (a path in our work dir)
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class NodeSpec:
+    """A node started with `start_node`, kept in nodes/NAME/node.json so `up()` brings it back."""
+    name: str
+    nodeset: str
+    port: int
+    comment: dict
+    drained_reason: str | None = None
+    wanted: bool = True  # False once stop_node() ran
 
 
 class LocalSlurm:
-    """A local multi-node Slurm (see the module docstring).
+    """A local Slurm 26.05 with slurmrestd and dynamic nodes (see the module docstring).
 
     Args:
-        workdir: where everything lives (created if needed). Keep the path short-ish:
-            the munge socket path must fit a Unix socket name (< 108 bytes).
-        nodes: node names, e.g. ["gpu-a-0", "gpu-a-1"].
-        partitions: partition name -> node names; the first is the default partition.
-        cpus_per_node: CPUs each node advertises (slurmd runs with config_overrides,
-            so this need not match the machine).
-        real_memory_mb: memory each node advertises.
-        ctld_port: slurmctld's port.
-        first_slurmd_port: node i listens on first_slurmd_port + i.
+        workdir: where everything lives (created if needed; short: Unix socket paths).
+        partitions: partition -> NodeSet names; the first partition is the default.
+        root: the Slurm root (default: :func:`slurm_root`).
+        binds: more host folders to mount at their own path in the root (checkpoints,
+            the job's code): jobs run inside the root and see only these and the work dir.
+        ctld_port, rest_port: slurmctld's and slurmrestd's ports on 127.0.0.1.
+        cpus_per_node, real_memory_mb: what each slurmd advertises.
         cluster_name: ClusterName.
-        spare_nodes: nodes that start DRAINED with reason SPARE_REASON.
         extra_conf: extra slurm.conf lines (appended).
-        start_timeout: seconds to wait for each stage of `up()`.
+        start_timeout: seconds to wait for each stage of `up()` and `start_node()`.
     """
 
     def __init__(
         self,
         workdir: Path | str,
-        nodes: list[str],
-        partitions: Mapping[str, list[str]] | None = None,
+        partitions: Mapping[str, Sequence[str]],
         *,
+        root: Path | str | None = None,
+        binds: Iterable[Path | str] = (),
+        ctld_port: int = 16817,
+        rest_port: int = 16820,
         cpus_per_node: int = 2,
         real_memory_mb: int = 1024,
-        ctld_port: int = 16817,
-        first_slurmd_port: int = 16818,
         cluster_name: str = "gpufleet",
-        spare_nodes: Iterable[str] = (),
         extra_conf: Iterable[str] = (),
         start_timeout: float = 60.0,
     ):
-        if not nodes:
-            raise ValueError("at least one node is needed")
-        if len(set(nodes)) != len(nodes):
-            raise ValueError(f"duplicate node names: {nodes}")
+        if not partitions:
+            raise ValueError("at least one partition is needed")
+        for part, sets in partitions.items():
+            if not sets:
+                raise ValueError(f"partition {part} names no NodeSet")
         self.workdir = Path(workdir).resolve()
-        self.nodes = list(nodes)
-        self.partitions = dict(partitions) if partitions else {"debug": list(nodes)}
-        for part, members in self.partitions.items():
-            unknown = set(members) - set(self.nodes)
-            if unknown:
-                raise ValueError(f"partition {part} names unknown nodes {sorted(unknown)}")
-        self.spare_nodes = list(spare_nodes)
-        unknown = set(self.spare_nodes) - set(self.nodes)
-        if unknown:
-            raise ValueError(f"spare_nodes names unknown nodes {sorted(unknown)}")
+        self.partitions = {p: list(s) for p, s in partitions.items()}
+        self.nodesets = list(dict.fromkeys(s for sets in self.partitions.values() for s in sets))
+        self._root = Path(root).resolve() if root else None
+        self.binds = [Path(b).resolve() for b in binds]
+        self.ctld_port = ctld_port
+        self.rest_port = rest_port
         self.cpus_per_node = cpus_per_node
         self.real_memory_mb = real_memory_mb
-        self.ctld_port = ctld_port
-        self.first_slurmd_port = first_slurmd_port
         self.cluster_name = cluster_name
         self.extra_conf = list(extra_conf)
         self.start_timeout = start_timeout
 
         d = self.workdir
+        self.bin_dir = d / "bin"
         self.munge_dir = d / "munge"
         self.munge_key = self.munge_dir / "munge.key"
-        self.munge_socket = self.munge_dir / "munge.socket"
+        self.munge_socket = self.munge_dir / "munge.socket.2"
         self.etc_dir = d / "etc"
         self.conf_path = self.etc_dir / "slurm.conf"
+        self.jwt_key_path = self.etc_dir / "jwt_hs256.key"
         self.ctld_dir = d / "ctld"
         self.state_dir = self.ctld_dir / "state"
+        self.rest_dir = d / "rest"
         self.nodes_dir = d / "nodes"
         if len(str(self.munge_socket)) > 100:
             raise ValueError(f"workdir too long for a Unix socket path: {self.munge_socket}")
 
     # ------------------------------------------------------------------ paths / env
 
-    def node_port(self, name: str) -> int:
-        return self.first_slurmd_port + self.nodes.index(name)
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = slurm_root()
+        return self._root
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    @property
+    def ctld_log(self) -> Path:
+        return self.ctld_dir / "slurmctld.log"
 
     def node_dir(self, name: str) -> Path:
         return self.nodes_dir / name
@@ -243,40 +281,43 @@ class LocalSlurm:
     def node_log(self, name: str) -> Path:
         return self.node_dir(name) / "slurmd.log"
 
-    @property
-    def ctld_log(self) -> Path:
-        return self.ctld_dir / "slurmctld.log"
-
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Environment for Slurm clients (sbatch, scontrol, squeue, SlurmCLI...).
-
-        Based on `base` (default: os.environ) with SLURM_CONF set to this cluster's
-        slurm.conf; the munge socket comes from AuthInfo in that file. Variables that
-        would make a client talk to another cluster (SLURM_CLUSTERS, SLURM_JOBID...) are
-        removed.
-        """
+        """Environment for Slurm clients on the host (SlurmCLI, scripts): `base` (default
+        os.environ) without variables that point at another cluster, with SLURM_CONF and
+        the wrappers of <workdir>/bin first on PATH."""
         e = dict(os.environ if base is None else base)
         for k in list(e):
             if k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SINFO_")):
                 del e[k]
         e["SLURM_CONF"] = str(self.conf_path)
+        e["PATH"] = f"{self.bin_dir}:{e.get('PATH', '/usr/bin:/bin')}"
         return e
+
+    def token(self, user: str = SLURM_USER, lifetime_s: int = 900) -> str:
+        """An HS256 JWT signed with the cluster's key, claims `sun` (Slurm user), `iat`, `exp`:
+        what Slinky's operator and its Token resource make."""
+        import jwt
+
+        now = int(time.time())
+        return jwt.encode({"sun": user, "iat": now, "exp": now + int(lifetime_s)},
+                          self.jwt_key_path.read_bytes(), algorithm="HS256")
 
     # ------------------------------------------------------------------ config
 
     def slurm_conf(self) -> str:
-        sock = self.munge_socket
         lines = [
             "# Generated by gpufleet.localenv.slurm.LocalSlurm: do not edit.",
             f"ClusterName={self.cluster_name}",
             "SlurmctldHost=localhost(127.0.0.1)",
             f"SlurmctldPort={self.ctld_port}",
-            f"SlurmdPort={self.first_slurmd_port}",
-            "SlurmUser=root",
+            f"SlurmUser={SLURM_USER}",
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={sock}",
+            f"AuthInfo=socket={self.munge_socket}",
+            "AuthAltTypes=auth/jwt",
+            f"AuthAltParameters=jwt_key={self.jwt_key_path}",
+            "SlurmctldParameters=enable_configless",
             f"StateSaveLocation={self.state_dir}",
             f"SlurmctldPidFile={self.ctld_dir / 'slurmctld.pid'}",
             f"SlurmctldLogFile={self.ctld_log}",
@@ -297,8 +338,10 @@ class LocalSlurm:
             "SelectTypeParameters=CR_Core",
             "SlurmdParameters=config_overrides",
             "JobRequeue=1",
+            # As Slinky: a node whose slurmd registers again (a NodeSet pod back) returns to
+            # service from DOWN; a DRAIN stays until someone resumes it.
             "ReturnToService=2",
-            # Short timers so a local cluster reacts in seconds, not minutes.
+            "MaxNodeCount=1024",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=30",
             "InactiveLimit=0",
@@ -309,36 +352,73 @@ class LocalSlurm:
             "SchedulerParameters=sched_interval=2,bf_interval=2",
             "MailProg=/bin/true",
         ]
-        spares = set(self.spare_nodes)
-        for name in self.nodes:
-            line = (f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 "
-                    f"Port={self.node_port(name)} CPUs={self.cpus_per_node} "
-                    f"RealMemory={self.real_memory_mb}")
-            if name in spares:
-                line += f' State=DRAIN Reason="{SPARE_REASON}"'
-            else:
-                line += " State=UNKNOWN"
-            lines.append(line)
-        for i, (part, members) in enumerate(self.partitions.items()):
-            lines.append(f"PartitionName={part} Nodes={','.join(members)} "
+        for ns in self.nodesets:
+            lines.append(f"NodeSet={ns} Feature={ns}")
+        for i, (part, sets) in enumerate(self.partitions.items()):
+            lines.append(f"PartitionName={part} Nodes={','.join(sets)} "
                          f"Default={'YES' if i == 0 else 'NO'} MaxTime=INFINITE State=UP")
         lines += self.extra_conf
         return "\n".join(lines) + "\n"
 
+    def _inroot_script(self) -> str:
+        """The launcher: private mounts, then chroot into the root and exec the command."""
+        r = shlex.quote(str(self.root))
+        lines = ["#!/bin/sh", "# Generated by LocalSlurm: run a command in the Slurm root.",
+                 "# Called as `unshare -m --propagation private <this> CMD...`.", "set -e",
+                 f"R={r}",
+                 'mount -t tmpfs -o mode=755 tmpfs "$R/run"',
+                 'mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"']
+        for b in sorted({self.workdir, *self.binds}, key=lambda p: len(p.parts)):  # parents first
+            q = shlex.quote(str(b))
+            lines += [f'mkdir -p "$R"{q}', f'mount --bind {q} "$R"{q}']
+        lines += [f'mkdir -p "$R/run/munge" && mount --bind {shlex.quote(str(self.munge_dir))} "$R/run/munge"',
+                  'mount -t proc proc "$R/proc"',
+                  'mount --rbind /dev "$R/dev"',
+                  'mount --rbind /sys "$R/sys"',
+                  # chroot changes to /: go back to the caller's folder when the root has it.
+                  'exec chroot "$R" /bin/sh -c \'cd "$0" 2>/dev/null || cd /; exec "$@"\' "$PWD" '
+                  '/usr/bin/env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"']
+        return "\n".join(lines) + "\n"
+
+    @property
+    def _inroot(self) -> list[str]:
+        return [shutil.which("unshare") or "/usr/bin/unshare", "-m", "--propagation", "private",
+                str(self.bin_dir / "inroot")]
+
     def _write_files(self) -> bool:
-        """Create directories, the munge key (once) and slurm.conf. Returns whether
-        slurm.conf changed."""
-        for p in (self.workdir, self.munge_dir, self.etc_dir, self.ctld_dir, self.state_dir,
-                  self.nodes_dir):
+        """Directories, the munge and JWT keys (once), the wrappers and slurm.conf. Returns
+        whether slurm.conf changed."""
+        uid, gid = _root_user(self.root, SLURM_USER)
+        # In the root the workdir's parents are plain mount points unless a bind covers them;
+        # then they must let the SlurmUser and slurmrestd's user through.
+        for b in self.binds:
+            if self.workdir.is_relative_to(b):
+                for p in [b, *[q for q in self.workdir.parents if q.is_relative_to(b)]]:
+                    if p.exists() and not os.stat(p).st_mode & 0o001:
+                        raise LocalSlurmError(f"{p} (bound into the Slurm root) is not searchable by others "
+                                              f"(mode {oct(os.stat(p).st_mode & 0o777)}): the Slurm daemons "
+                                              f"run as {SLURM_USER}/{REST_USER} and cannot reach {self.workdir}")
+        for p in (self.workdir, self.bin_dir, self.munge_dir, self.etc_dir, self.ctld_dir,
+                  self.state_dir, self.rest_dir, self.nodes_dir):
             p.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.munge_dir, 0o700)
-        for n in self.nodes:
-            (self.node_dir(n) / "spool").mkdir(parents=True, exist_ok=True)
-        if not self.munge_key.exists():
-            tmp = self.munge_key.with_suffix(".tmp")
-            tmp.write_bytes(os.urandom(1024))
-            os.chmod(tmp, 0o600)
-            tmp.rename(self.munge_key)
+            os.chmod(p, 0o755)
+        for p in (self.ctld_dir, self.state_dir):
+            os.chown(p, uid, gid)
+        for key, size in ((self.munge_key, 1024), (self.jwt_key_path, 32)):
+            if not key.exists():
+                tmp = key.with_suffix(".tmp")
+                tmp.write_bytes(os.urandom(size))
+                os.chmod(tmp, 0o600)
+                tmp.rename(key)
+        os.chown(self.jwt_key_path, uid, gid)  # slurmctld (SlurmUser) reads it
+        script = self.bin_dir / "inroot"
+        script.write_text(self._inroot_script())
+        os.chmod(script, 0o755)
+        for tool in TOOLS:
+            w = self.bin_dir / tool
+            w.write_text("#!/bin/sh\n# Generated by LocalSlurm: the Slurm root's tool.\n"
+                         f"exec {' '.join(map(shlex.quote, self._inroot))} {tool} \"$@\"\n")
+            os.chmod(w, 0o755)
         conf = self.slurm_conf()
         old = self.conf_path.read_text() if self.conf_path.exists() else None
         if old != conf:
@@ -347,41 +427,84 @@ class LocalSlurm:
             return True
         return False
 
+    # ------------------------------------------------------------------ nodes (specs)
+
+    def _spec_path(self, name: str) -> Path:
+        return self.node_dir(name) / "node.json"
+
+    def node_spec(self, name: str) -> NodeSpec | None:
+        try:
+            return NodeSpec(**json.loads(self._spec_path(name).read_text()))
+        except FileNotFoundError:
+            return None
+
+    def _save_spec(self, spec: NodeSpec) -> None:
+        self.node_dir(spec.name).mkdir(parents=True, exist_ok=True)
+        tmp = self._spec_path(spec.name).with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(spec), indent=1))
+        tmp.rename(self._spec_path(spec.name))
+
+    def _specs(self) -> list[NodeSpec]:
+        if not self.nodes_dir.exists():
+            return []
+        out = []
+        for d in sorted(self.nodes_dir.iterdir()):
+            s = self.node_spec(d.name)
+            if s is not None:
+                out.append(s)
+        return out
+
+    def wanted_nodes(self) -> list[str]:
+        """Nodes started and not stopped (their slurmd should run)."""
+        return [s.name for s in self._specs() if s.wanted]
+
     # ------------------------------------------------------------------ daemons
 
-    def _daemons(self) -> list[_Daemon]:
-        marker = str(self.workdir)
+    def _slurmd(self, spec: NodeSpec) -> _Daemon:
+        conf = (f"NodeAddr=127.0.0.1 Port={spec.port} Feature={spec.nodeset} "
+                f"CPUs={self.cpus_per_node} RealMemory={self.real_memory_mb}")
+        return _Daemon(
+            f"slurmd:{spec.name}",
+            ["/usr/sbin/slurmd", "-D", "-Z", "-N", spec.name,
+             "--conf-server", f"127.0.0.1:{self.ctld_port}", "--conf", conf,
+             "-L", str(self.node_log(spec.name))],
+            self.node_dir(spec.name) / "gpufleet.pid",
+            (self.node_log(spec.name), self.node_dir(spec.name) / "slurmd.out"),
+            str(self.node_log(spec.name)),
+            (("GPUFLEET_SLURMD_NODE", spec.name),),  # inherited by its slurmstepds
+        )
+
+    def _daemons(self, with_nodes: bool = True) -> list[_Daemon]:
+        conf = str(self.conf_path)
         ds = [
-            _Daemon(
-                "munged",
-                [_which("munged"), "-F", "--force", f"--socket={self.munge_socket}",
-                 f"--key-file={self.munge_key}", f"--pid-file={self.munge_dir / 'munged.pid'}",
-                 f"--log-file={self.munge_dir / 'munged.log'}",
-                 f"--seed-file={self.munge_dir / 'munged.seed'}", "--num-threads=4"],
-                self.munge_dir / "gpufleet.pid",
-                (self.munge_dir / "munged.log", self.munge_dir / "munged.out"),
-                marker,
-            ),
-            _Daemon(
-                "slurmctld",
-                [_which("slurmctld"), "-D", "-f", str(self.conf_path)],
-                self.ctld_dir / "gpufleet.pid",
-                (self.ctld_log, self.ctld_dir / "slurmctld.out"),
-                marker,
-            ),
+            _Daemon("munged",
+                    ["/usr/sbin/munged", "-F", "--force", f"--socket={self.munge_socket}",
+                     f"--key-file={self.munge_key}", f"--pid-file={self.munge_dir / 'munged.pid'}",
+                     f"--log-file={self.munge_dir / 'munged.log'}",
+                     f"--seed-file={self.munge_dir / 'munged.seed'}", "--num-threads=10"],
+                    self.munge_dir / "gpufleet.pid",
+                    (self.munge_dir / "munged.log", self.munge_dir / "munged.out"),
+                    str(self.munge_socket)),
+            _Daemon("slurmctld", ["/usr/sbin/slurmctld", "-D", "-f", conf],
+                    self.ctld_dir / "gpufleet.pid", (self.ctld_log, self.ctld_dir / "slurmctld.out"),
+                    conf, (("SLURM_CONF", conf),)),
+            _Daemon("slurmrestd",
+                    ["/usr/sbin/slurmrestd", "-f", conf, "-u", REST_USER, "-g", REST_USER,
+                     "-a", "rest_auth/jwt", f"127.0.0.1:{self.rest_port}"],
+                    self.rest_dir / "gpufleet.pid", (self.rest_dir / "slurmrestd.out",),
+                    conf, (("SLURM_CONF", conf), ("SLURM_JWT", "daemon"))),
         ]
-        for n in self.nodes:
-            ds.append(_Daemon(
-                f"slurmd:{n}",
-                [_which("slurmd"), "-D", "-N", n, "-f", str(self.conf_path)],
-                self.node_dir(n) / "gpufleet.pid",
-                (self.node_log(n), self.node_dir(n) / "slurmd.out"),
-                marker,
-            ))
+        if with_nodes:
+            ds += [self._slurmd(s) for s in self._specs() if s.wanted]
         return ds
 
     def _daemon(self, name: str) -> _Daemon:
-        for d in self._daemons():
+        if name.startswith("slurmd:"):
+            spec = self.node_spec(name.split(":", 1)[1])
+            if spec is None:
+                raise KeyError(name)
+            return self._slurmd(spec)
+        for d in self._daemons(with_nodes=False):
             if d.name == name:
                 return d
         raise KeyError(name)
@@ -403,16 +526,16 @@ class LocalSlurm:
         pid = self._running(d)
         if pid is not None:
             return pid
-        out = d.logs[-1]
-        with open(out, "ab") as f:
-            f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(d.argv)}\n"
-                    .encode())
+        argv = [*self._inroot, *d.argv]
+        d.pidfile.parent.mkdir(parents=True, exist_ok=True)
+        with open(d.logs[-1], "ab") as f:
+            f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {shlex.join(d.argv)}\n".encode())
             f.flush()
             env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-            env["SLURM_CONF"] = str(self.conf_path)
-            proc = subprocess.Popen(
-                d.argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                cwd=str(self.workdir), env=env, start_new_session=True, close_fds=True)
+            env.update(d.env)
+            env["GPUFLEET_LOCAL_SLURM"] = str(self.workdir)  # inherited by slurmstepd: see _kill_leftover_jobs
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                    cwd="/", env=env, start_new_session=True, close_fds=True)
         d.pidfile.write_text(f"{proc.pid}\n")
         _CHILDREN[proc.pid] = proc
         return proc.pid
@@ -422,45 +545,58 @@ class LocalSlurm:
         return LocalSlurmError(f"{d.name}: {what}\n{tails}")
 
     def _wait(self, d: _Daemon, ready, what: str, timeout: float | None = None) -> None:
-        deadline = time.monotonic() + (timeout or self.start_timeout)
+        timeout = timeout or self.start_timeout
+        deadline = time.monotonic() + timeout
         while True:
             if self._running(d) is None:
                 raise self._fail(d, f"exited while waiting for {what}")
             if ready():
                 return
             if time.monotonic() > deadline:
-                raise self._fail(d, f"timed out after {timeout or self.start_timeout:.0f}s "
-                                    f"waiting for {what}")
+                raise self._fail(d, f"timed out after {timeout:.0f}s waiting for {what}")
             time.sleep(0.2)
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30, check: bool = False,
+            input: str | None = None) -> subprocess.CompletedProcess:
+        """Run a command (scontrol, squeue, sbatch, ...) inside the root against this cluster."""
+        r = subprocess.run([*self._inroot, *argv], env=self.env(), capture_output=True, text=True,
+                           timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
+        if check and r.returncode != 0:
+            raise LocalSlurmError(f"{shlex.join(argv)} (in the Slurm root) failed ({r.returncode}): "
+                                  f"{(r.stderr or r.stdout).strip()}")
+        return r
 
     def _munge_ok(self) -> bool:
         if not self.munge_socket.exists():
             return False
         try:
-            enc = subprocess.run([_which("munge"), "-n", "-S", str(self.munge_socket)],
-                                 capture_output=True, timeout=5)
-            if enc.returncode != 0:
-                return False
-            dec = subprocess.run([_which("unmunge"), "-S", str(self.munge_socket)],
-                                 input=enc.stdout, capture_output=True, timeout=5)
-            return dec.returncode == 0
+            r = self.run(["sh", "-c", f"munge -n -S {self.munge_socket} | unmunge -S {self.munge_socket}"],
+                         timeout=10)
         except subprocess.TimeoutExpired:
             return False
-
-    def _run(self, argv: list[str], timeout: float = 10) -> subprocess.CompletedProcess:
-        return subprocess.run(argv, env=self.env(), capture_output=True, text=True,
-                              timeout=timeout)
+        return r.returncode == 0
 
     def _ctld_ok(self) -> bool:
         try:
-            r = self._run([_which("scontrol"), "ping"], timeout=10)
+            r = self.run(["scontrol", "ping"], timeout=10)
         except subprocess.TimeoutExpired:
             return False
         return r.returncode == 0 and " is UP" in r.stdout
 
+    def rest_ok(self) -> bool:
+        """Whether slurmrestd answers a ping with a valid token."""
+        import httpx
+
+        try:
+            r = httpx.get(f"{self.rest_url}/slurm/v0.0.45/ping/", timeout=5,
+                          headers={"X-SLURM-USER-TOKEN": self.token(lifetime_s=60)})
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200
+
     def node_states(self) -> dict[str, str]:
-        """Node name -> sinfo's long state, lower-case (e.g. "idle", "drained", "down*")."""
-        r = self._run([_which("sinfo"), "-N", "-h", "-o", "%N %T"], timeout=15)
+        """Slurm node name -> sinfo's long state, lower-case (e.g. "idle", "drained", "down*")."""
+        r = self.run(["sinfo", "-N", "-h", "-o", "%N %T"], timeout=15)
         if r.returncode != 0:
             raise LocalSlurmError(f"sinfo failed: {r.stderr.strip()}")
         out: dict[str, str] = {}
@@ -470,67 +606,131 @@ class LocalSlurm:
                 out[parts[0]] = parts[1].lower()
         return out
 
-    def nodes_up(self) -> bool:
-        """Whether every node's slurmd has registered and responds."""
+    def node_info(self) -> dict[str, dict]:
+        """Slurm node name -> its record as `scontrol --json show nodes` gives it (state list,
+        reason, comment, ...)."""
+        r = self.run(["scontrol", "--json", "show", "nodes"], timeout=15)
+        if r.returncode != 0:
+            raise LocalSlurmError(f"scontrol --json show nodes failed: {(r.stderr or r.stdout).strip()}")
+        return {n["name"]: n for n in json.loads(r.stdout).get("nodes", [])}
+
+    def node_names(self) -> list[str]:
+        """The Slurm nodes slurmctld knows (started ones, including stopped but not deleted)."""
+        r = self.run(["scontrol", "-o", "show", "nodes"], timeout=15)
+        if r.returncode != 0:
+            if "no nodes" in (r.stdout + r.stderr).lower():
+                return []
+            raise LocalSlurmError(f"scontrol show nodes failed: {r.stderr.strip()}")
+        return sorted(line.split()[0].split("=", 1)[1] for line in r.stdout.splitlines()
+                      if line.startswith("NodeName="))
+
+    def nodes_up(self, names: Iterable[str] | None = None) -> bool:
+        """Whether every wanted node's slurmd has registered and responds."""
+        names = list(self.wanted_nodes() if names is None else names)
+        if not names:
+            return True
         try:
             states = self.node_states()
         except (LocalSlurmError, subprocess.TimeoutExpired):
             return False
-        return all(_is_up(states.get(n, "")) for n in self.nodes)
+        return all(_is_up(states.get(n, "")) for n in names)
 
     # ------------------------------------------------------------------ lifecycle
 
     def up(self, *, clean: bool = False) -> "LocalSlurm":
-        """Start whatever is not running yet and wait until every node is up (IDLE, or
-        DRAINED for spares). Idempotent: running daemons are reused. `clean=True` first
-        stops everything and wipes slurmctld's saved state (jobs, node states)."""
+        """Start what is not running (munged, slurmctld, slurmrestd, the slurmd of every node
+        started and not stopped) and wait until all answer. Idempotent. `clean=True` first
+        stops everything and forgets slurmctld's saved state and the nodes."""
         if clean:
             self.down()
             shutil.rmtree(self.state_dir, ignore_errors=True)
+            shutil.rmtree(self.nodes_dir, ignore_errors=True)
         changed = self._write_files()
         daemons = {d.name: d for d in self._daemons()}
         if changed:
-            # A new slurm.conf: restart the Slurm daemons that run with the old one.
             for name, d in daemons.items():
                 if name != "munged":
                     self._stop(d)
-
         munged = daemons["munged"]
         self._start(munged)
         self._wait(munged, self._munge_ok, "its socket to answer")
-
         ctld = daemons["slurmctld"]
         self._start(ctld)
         self._wait(ctld, self._ctld_ok, "`scontrol ping` to report it UP")
-
-        for n in self.nodes:
-            self._start(daemons[f"slurmd:{n}"])
-        self._wait_nodes_up(daemons)
+        rest = daemons["slurmrestd"]
+        self._start(rest)
+        self._wait(rest, self.rest_ok, f"slurmrestd to answer on {self.rest_url}")
+        specs = [s for s in self._specs() if s.wanted]
+        for s in specs:
+            self._start(self._slurmd(s))
+        self._wait_nodes_up([s.name for s in specs])
         return self
 
-    def _wait_nodes_up(self, daemons: dict[str, _Daemon]) -> None:
+    def _wait_nodes_up(self, names: Sequence[str]) -> None:
         deadline = time.monotonic() + self.start_timeout
         states: dict[str, str] = {}
         while True:
-            for n in self.nodes:
-                d = daemons[f"slurmd:{n}"]
+            for n in names:
+                d = self._daemon(f"slurmd:{n}")
                 if self._running(d) is None:
-                    raise self._fail(d, f"exited while waiting for node {n} to be up "
-                                        f"(sinfo: {states.get(n, '?')})")
+                    raise self._fail(d, f"exited while waiting for node {n} to be up (sinfo: {states.get(n, '?')})")
             try:
                 states = self.node_states()
             except (LocalSlurmError, subprocess.TimeoutExpired) as e:
                 states = {"error": str(e)}
-            waiting = [n for n in self.nodes if not _is_up(states.get(n, ""))]
+            waiting = [n for n in names if not _is_up(states.get(n, ""))]
             if not waiting:
                 return
             if time.monotonic() > deadline:
-                n = waiting[0]
-                raise self._fail(
-                    daemons[f"slurmd:{n}"],
-                    f"timed out after {self.start_timeout:.0f}s waiting for node {n} to be up "
-                    f"(sinfo: {states}); slurmctld log tail:\n{_tail(self.ctld_log, 15)}")
+                raise self._fail(self._daemon(f"slurmd:{waiting[0]}"),
+                                 f"timed out after {self.start_timeout:.0f}s waiting for node {waiting[0]} "
+                                 f"to be up (sinfo: {states}); slurmctld log tail:\n{_tail(self.ctld_log, 15)}")
             time.sleep(0.2)
+
+    def start_node(self, name: str, nodeset: str, comment: Mapping | None = None,
+                   drained_reason: str | None = None) -> None:
+        """Start a slurmd for Slurm node `name` in `nodeset` (as a NodeSet pod does), wait until
+        it registered, then write `comment` (JSON, as the operator does) and, with
+        `drained_reason`, drain it with that reason. For a node whose slurmd runs already only a
+        changed comment is written."""
+        if nodeset not in self.nodesets:
+            raise ValueError(f"nodeset {nodeset!r} is in no partition ({self.nodesets})")
+        old = self.node_spec(name)
+        spec = NodeSpec(name, nodeset, old.port if old else free_port(), dict(comment or {}), drained_reason)
+        if old is not None and old.wanted and self._running(self._slurmd(old)) is not None:
+            # Runs already: only a new comment is written (its drain is Slurm's business now).
+            if comment is not None and dict(comment) != old.comment:
+                self.scontrol("update", f"NodeName={name}", f"Comment={json.dumps(comment, separators=(',', ':'))}")
+                self._save_spec(NodeSpec(name, old.nodeset, old.port, dict(comment), old.drained_reason))
+            return
+        self._save_spec(spec)
+        (self.node_dir(name) / "spool").mkdir(parents=True, exist_ok=True)
+        self._start(self._slurmd(spec))
+        self._wait_nodes_up([name])
+        args = ["update", f"NodeName={name}"]
+        if comment is not None:
+            args.append(f"Comment={json.dumps(comment, separators=(',', ':'))}")
+        if drained_reason:
+            args += ["State=DRAIN", f"Reason={drained_reason}"]
+        if len(args) > 2:
+            self.scontrol(*args)
+
+    def stop_node(self, name: str, *, delete: bool = False) -> None:
+        """What a NodeSet pod's preStop does: set the node DOWN with reason
+        POD_TERMINATING_REASON (Slurm requeues or ends its jobs), then stop slurmd. With
+        `delete`, also remove the node from Slurm (the NodeSet scaled in)."""
+        spec = self.node_spec(name)
+        if spec is None:
+            raise KeyError(f"no node {name} was started here")
+        if self._running(self._daemon("slurmctld")) is not None:
+            self.run(["scontrol", "update", f"NodeName={name}", "State=DOWN",
+                      f"Reason={POD_TERMINATING_REASON}"], timeout=15)
+        spec.wanted = False
+        self._save_spec(spec)
+        self._stop(self._slurmd(spec))
+        self._kill_leftover_jobs(node=name)
+        if delete:
+            self.run(["scontrol", "delete", f"NodeName={name}"], timeout=15)
 
     def _stop(self, d: _Daemon, grace: float = 10.0) -> None:
         pid = self._running(d)
@@ -543,83 +743,77 @@ class LocalSlurm:
             while time.monotonic() < deadline and _alive(pid):
                 time.sleep(0.1)
             if _alive(pid):
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                    try:
+                        kill()
+                    except (ProcessLookupError, PermissionError):
+                        pass
                 deadline = time.monotonic() + 5
                 while time.monotonic() < deadline and _alive(pid):
                     time.sleep(0.1)
         d.pidfile.unlink(missing_ok=True)
 
     def stop_daemon(self, name: str) -> None:
-        """Stop one daemon: "munged", "slurmctld" or "slurmd:NODE" (e.g. to test a
-        controller outage or a node failure). `up()` starts it again."""
+        """Stop one daemon: "munged", "slurmctld", "slurmrestd" or "slurmd:NODE" (to test an
+        outage; the node stays wanted). `up()` starts it again."""
         self._stop(self._daemon(name))
 
     def down(self, *, cancel_jobs: bool = True) -> None:
-        """Stop every daemon (slurmds, then slurmctld, then munged): SIGTERM, then SIGKILL
-        after a grace period. Idempotent.
-
-        With `cancel_jobs` (default) the jobs that still run are cancelled first (while
-        slurmctld answers), so a later `up()` finds them CANCELLED. Either way the
-        processes of jobs still running when slurmd stops (slurmstepd and the job's own,
-        which outlive slurmd) are killed; without `cancel_jobs` slurmctld's saved state
-        still shows those jobs RUNNING after the next `up()`, like after a power cut,
-        until Slurm notices they are gone (minutes)."""
-        if not self.workdir.exists():
+        """Stop every daemon (slurmds, slurmrestd, slurmctld, munged). Started nodes stay
+        wanted: the next `up()` starts their slurmd again. With `cancel_jobs` (default) the
+        jobs still running are cancelled first. Idempotent."""
+        if not self.workdir.exists() or not (self.bin_dir / "inroot").exists():
             return
         if cancel_jobs and self._running(self._daemon("slurmctld")) is not None:
             try:
                 self._cancel_all_jobs(timeout=KILL_WAIT + 5)
             except (LocalSlurmError, subprocess.TimeoutExpired, OSError):
-                pass  # stopping must go on
+                pass
         for d in reversed(self._daemons()):
             self._stop(d)
         self._kill_leftover_jobs()
 
     def _cancel_all_jobs(self, timeout: float) -> None:
         active = "running,completing,suspended,configuring,stopped,pending"
-        r = self._run([_which("squeue"), "-h", "-t", active, "-o", "%i"], timeout=10)
-        if r.returncode != 0:
-            return
-        ids = r.stdout.split()
+        r = self.run(["squeue", "-h", "-t", active, "-o", "%i"], timeout=10)
+        ids = r.stdout.split() if r.returncode == 0 else []
         if not ids:
             return
-        self._run([_which("scancel"), *ids], timeout=10)
+        self.run(["scancel", *ids], timeout=10)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            r = self._run([_which("squeue"), "-h", "-t", active, "-o", "%i"], timeout=10)
+            r = self.run(["squeue", "-h", "-t", active, "-o", "%i"], timeout=10)
             if r.returncode != 0 or not r.stdout.strip():
                 return
             time.sleep(0.2)
 
-    def _kill_leftover_jobs(self) -> int:
-        """Stopping slurmd leaves its jobs running (slurmstepd and the job's processes are
-        detached from it). Kill those of this cluster: processes whose environment has
-        our SLURM_CONF and that are a slurmstepd or inside a job (SLURM_JOB_ID set).
-        Returns how many were killed."""
+    def _kill_leftover_jobs(self, node: str | None = None) -> int:
+        """A stopped slurmd leaves its slurmstepds and their jobs running. Kill this cluster's
+        (of `node` only, if given): slurmstepds started by our slurmd (GPUFLEET_LOCAL_SLURM in
+        their environment) and job processes (our SLURM_CONF and SLURM_JOB_ID)."""
+        marker = f"GPUFLEET_LOCAL_SLURM={self.workdir}".encode()
         conf = f"SLURM_CONF={self.conf_path}".encode()
-        spare = {os.getpid(), os.getppid()}
+        nodevar = f"SLURMD_NODENAME={node}".encode() if node else None
+        stepvar = f"GPUFLEET_SLURMD_NODE={node}".encode() if node else None
+        skip = {os.getpid(), os.getppid()}
         killed = 0
         for _ in range(5):
             found = 0
             for entry in Path("/proc").iterdir():
-                if not entry.name.isdigit() or int(entry.name) in spare:
+                if not entry.name.isdigit() or int(entry.name) in skip:
                     continue
                 try:
                     environ = (entry / "environ").read_bytes().split(b"\0")
                     cmd = (entry / "cmdline").read_bytes()
                 except OSError:
                     continue
-                if conf not in environ:
+                stepd = cmd.startswith(b"slurmstepd") and marker in environ
+                job = conf in environ and any(v.startswith(b"SLURM_JOB_ID=") for v in environ)
+                if not (stepd or job):
                     continue
-                if not (cmd.startswith(b"slurmstepd")
-                        or any(v.startswith(b"SLURM_JOB_ID=") for v in environ)):
+                if nodevar and job and nodevar not in environ:
+                    continue
+                if stepvar and stepd and stepvar not in environ:
                     continue
                 try:
                     os.kill(int(entry.name), signal.SIGKILL)
@@ -633,8 +827,11 @@ class LocalSlurm:
         return killed
 
     def status(self) -> dict[str, object]:
-        """{"daemons": {name: pid or None}, "nodes": {name: sinfo state} or None,
-        "controller": bool, "conf": path}."""
+        """{"daemons": {name: pid or None}, "controller": bool, "rest": bool, "nodes":
+        {name: sinfo state} or None, "conf": path, "rest_url": url}."""
+        if not (self.bin_dir / "inroot").exists():
+            return {"daemons": {}, "controller": False, "rest": False, "nodes": None,
+                    "conf": str(self.conf_path), "rest_url": self.rest_url}
         daemons = {d.name: self._running(d) for d in self._daemons()}
         ctld_up = daemons.get("slurmctld") is not None and self._ctld_ok()
         nodes = None
@@ -643,23 +840,20 @@ class LocalSlurm:
                 nodes = self.node_states()
             except (LocalSlurmError, subprocess.TimeoutExpired):
                 nodes = None
-        return {"daemons": daemons, "controller": ctld_up, "nodes": nodes,
-                "conf": str(self.conf_path)}
+        rest = daemons.get("slurmrestd") is not None and self.rest_ok()
+        return {"daemons": daemons, "controller": ctld_up, "rest": rest, "nodes": nodes,
+                "conf": str(self.conf_path), "rest_url": self.rest_url}
 
     def healthy(self) -> bool:
         st = self.status()
-        return (all(v is not None for v in st["daemons"].values())  # type: ignore[union-attr]
-                and bool(st["controller"])
-                and self.nodes_up())
+        return (bool(st["daemons"]) and all(v is not None for v in st["daemons"].values())  # type: ignore[union-attr]
+                and bool(st["controller"]) and bool(st["rest"]) and self.nodes_up())
 
     # ------------------------------------------------------------------ helpers
 
     def scontrol(self, *args: str, timeout: float = 15) -> str:
         """Run scontrol against this cluster; returns stdout, raises on failure."""
-        r = self._run([_which("scontrol"), *args], timeout=timeout)
-        if r.returncode != 0:
-            raise LocalSlurmError(f"scontrol {' '.join(args)}: {r.stderr.strip()}")
-        return r.stdout
+        return self.run(["scontrol", *args], timeout=timeout, check=True).stdout
 
     def set_node_state(self, name: str, state: str, reason: str | None = None) -> None:
         """`scontrol update NodeName=name State=state [Reason=reason]`."""
@@ -669,35 +863,41 @@ class LocalSlurm:
         self.scontrol(*args)
 
     def reset(self, timeout: float = 30) -> None:
-        """Back to the initial state, for tests sharing one cluster: cancel every job,
-        resume every node but the spares, drain the spares with SPARE_REASON, and wait
-        until no job is left and every node is up."""
-        r = self._run([_which("squeue"), "-h", "-o", "%i"], timeout=15)
-        ids = [i for i in r.stdout.split() if i.strip()]
+        """Back to the started state, for tests sharing one cluster: cancel every job, start
+        again the nodes that were started (and stopped since), give each its comment back,
+        drain those started drained with their reason, resume the others; wait until no
+        job is left and every node is up."""
+        r = self.run(["squeue", "-h", "-o", "%i"], timeout=15)
+        ids = r.stdout.split()
         if ids:
-            self._run([_which("scancel"), *ids], timeout=15)
-        spares = set(self.spare_nodes)
+            self.run(["scancel", *ids], timeout=15)
+        specs = self._specs()
+        for s in specs:
+            if not s.wanted:
+                self.start_node(s.name, s.nodeset, s.comment, s.drained_reason)
+        self.up()
         states = self.node_states()
-        for n in self.nodes:
-            st = states.get(n, "")
-            if n in spares:
-                self.set_node_state(n, "DRAIN", SPARE_REASON)
-            elif any(s in st for s in ("drain", "down", "fail")):
-                self.set_node_state(n, "RESUME")
+        for s in specs:
+            st = states.get(s.name, "")
+            self.scontrol("update", f"NodeName={s.name}", f"Comment={json.dumps(s.comment, separators=(',', ':'))}")
+            if s.drained_reason:
+                self.set_node_state(s.name, "DRAIN", s.drained_reason)
+            elif any(x in st for x in ("drain", "down", "fail")):
+                self.set_node_state(s.name, "RESUME")
         deadline = time.monotonic() + timeout
         while True:
-            left = self._run([_which("squeue"), "-h", "-o", "%i %T"], timeout=15).stdout.strip()
+            left = self.run(["squeue", "-h", "-o", "%i %T"], timeout=15).stdout.strip()
             if not left and self.nodes_up():
                 states = self.node_states()
-                if all(("drain" in states[n]) == (n in spares) for n in self.nodes):
+                if all(("drain" in states.get(s.name, "")) == bool(s.drained_reason) for s in specs):
                     return
             if time.monotonic() > deadline:
                 raise LocalSlurmError(f"reset: still jobs {left!r} or nodes {self.node_states()}")
             time.sleep(0.2)
 
     def sbatch(self, *args: str, timeout: float = 15) -> int:
-        """Submit a batch job (`sbatch --parsable ARGS`); returns the job id."""
-        r = self._run([_which("sbatch"), "--parsable", *args], timeout=timeout)
+        """Submit a batch job (`sbatch --parsable ARGS` in the root); returns the job id."""
+        r = self.run(["sbatch", "--parsable", *args], timeout=timeout)
         if r.returncode != 0:
             raise LocalSlurmError(f"sbatch {' '.join(args)}: {r.stderr.strip()}")
         return int(r.stdout.strip().split(";")[0])

@@ -32,9 +32,18 @@ def dataset(n: int = 2048, seed: int = 7) -> list[tuple[list[float], float]]:
     data = []
     for _ in range(n):
         x = [rng.gauss(0, 1) for _ in range(FEATURES)]
-        p = 1 / (1 + math.exp(-sum(a * b for a, b in zip(true_w, x))))
+        p = 1 / (1 + math.exp(-dot(true_w, x)))
         data.append((x, 1.0 if rng.random() < p else 0.0))
     return data
+
+
+def dot(a: list[float], b: list[float]) -> float:
+    """Left to right, one rounding per step: the same bits on every Python (since 3.12 the builtin
+    sum of floats compensates its rounding, so 3.11 on the host and 3.14 in the Slurm root differ)."""
+    acc = 0.0
+    for x, y in zip(a, b):
+        acc += x * y
+    return acc
 
 
 def step(w: list[float], data, i: int) -> tuple[list[float], float]:
@@ -43,7 +52,7 @@ def step(w: list[float], data, i: int) -> tuple[list[float], float]:
     grad = [0.0] * FEATURES
     loss = 0.0
     for x, y in batch:
-        z = sum(a * b for a, b in zip(w, x))
+        z = dot(w, x)
         p = 1 / (1 + math.exp(-z))
         loss -= y * math.log(p + 1e-12) + (1 - y) * math.log(1 - p + 1e-12)
         for j in range(FEATURES):

@@ -1,13 +1,14 @@
 """Slurm behind one interface, so the reconciler does not care how it talks to Slurm.
 
-The command-line backend (`SlurmCLI`, in `cli.py`) is the one that works with every
-Slurm version here; a slurmrestd backend (what Slinky uses, v0.0.44 on Slurm 25.11)
-can implement the same protocol later.
+Two backends: `SlurmREST` (`rest.py`, over slurmrestd with a JWT: how Slinky's operator
+reaches Slurm, the default) and `SlurmCLI` (`cli.py`, scontrol/squeue/scancel: for plain
+Slurm clusters). `make_client` builds one from the reconciler's flags.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from pathlib import Path
+from typing import Mapping, Protocol, Sequence
 
 
 class SlurmError(RuntimeError):
@@ -25,6 +26,9 @@ class SlurmNode:
     # Base state and flags, upper-case, e.g. {"IDLE"}, {"MIXED", "DRAIN"}, {"DOWN", "NOT_RESPONDING"}.
     states: frozenset[str]
     reason: str = ""
+    # What Slinky's operator writes there: JSON {"namespace","podName","node","nodeSetName","nodeSetUID"}
+    # ("node" being the Kubernetes node); "" when not a NodeSet pod's node.
+    comment: str = ""
 
     @property
     def drained_or_down(self) -> bool:
@@ -47,6 +51,9 @@ class SlurmClient(Protocol):
 
     def node(self, name: str) -> SlurmNode: ...
 
+    def nodes(self) -> list[SlurmNode]:
+        """Every node slurmctld knows, sorted by name."""
+
     def jobs_on_node(self, name: str) -> list[SlurmJob]: ...
 
     def job(self, job_id: int) -> SlurmJob | None: ...
@@ -66,3 +73,31 @@ class SlurmClient(Protocol):
     def down(self, name: str, reason: str) -> None: ...
 
     def resume(self, name: str) -> None: ...
+
+
+CLIENT_KINDS = ("rest", "cli", "none")
+
+
+def make_client(kind: str, *, url: str | None = None, token_file: str | Path | None = None,
+                jwt_key_file: str | Path | None = None, user: str = "slurm",
+                env: Mapping[str, str] | None = None, timeout: float = 10.0) -> SlurmClient | None:
+    """The SlurmClient for the reconciler's `--slurm` flag: "rest" (slurmrestd at `url`, with
+    the token in `token_file` or one signed from `jwt_key_file` for `user`), "cli" (Slurm's
+    tools, with `env`) or "none". Bad combinations raise ValueError naming the flag."""
+    if kind == "none":
+        return None
+    if kind == "cli":
+        from .cli import SlurmCLI
+
+        return SlurmCLI(env=env)
+    if kind != "rest":
+        raise ValueError(f"--slurm: unknown backend {kind!r} (one of {', '.join(CLIENT_KINDS)})")
+    from .rest import SignedToken, SlurmREST, TokenFile
+
+    if not url:
+        raise ValueError("--slurm rest needs --slurm-url (slurmrestd, e.g. http://slurm-restapi.slurm:6820)")
+    if bool(token_file) == bool(jwt_key_file):
+        raise ValueError("--slurm rest needs exactly one of --slurm-token-file (a Slinky Token's Secret) "
+                         "and --slurm-jwt-key-file (the cluster's JWT key)")
+    tokens = TokenFile(token_file) if token_file else SignedToken(jwt_key_file, user=user)  # type: ignore[arg-type]
+    return SlurmREST(url, tokens, timeout=timeout)

@@ -1,6 +1,7 @@
 """SlurmClient over Slurm's command-line tools (scontrol, squeue, scancel).
 
-Works with any Slurm that has these tools; tested against Debian 12's Slurm 22.05.
+Works with any Slurm that has these tools; tested against Slurm 26.05 (the local root's,
+through the wrappers LocalSlurm puts on PATH).
 Each call runs one or a few commands with a timeout and never retries: the reconciler
 retries around it, guided by `SlurmError.temporary`:
 
@@ -10,7 +11,7 @@ retries around it, guided by `SlurmError.temporary`:
 
 Error messages name the command and carry its output.
 
-What the commands do on 22.05 (see tests/integration/test_slurm_cli.py):
+What the commands do (see tests/integration/test_slurm_cli.py):
 
 * drain: ``scontrol update NodeName=N State=DRAIN Reason=R``; running jobs go on (the
   node shows MIXED/ALLOCATED+DRAIN, then IDLE+DRAIN).
@@ -128,8 +129,9 @@ def _node_states(state: str) -> frozenset[str]:
 
 def _parse_oneliner(line: str) -> dict[str, str]:
     """Parse `scontrol -o show ...` output into a dict. Values may contain spaces
-    (OS=Linux 6.1 #1 SMP ...): a value runs until the next " Key=" token. `Reason`,
-    always last for nodes, is taken whole."""
+    (OS=Linux 6.1 #1 SMP ...): a value runs until the next " Key=" token. `Reason` (free
+    text, ending in its "[user@time]" stamp) is taken whole; only what follows its stamp
+    (Comment=... on 26.05) is parsed as more fields."""
     line = line.strip()
     fields: dict[str, str] = {}
     reason = None
@@ -137,6 +139,12 @@ def _parse_oneliner(line: str) -> dict[str, str]:
     if idx >= 0:
         reason = line[idx + len(" Reason="):]
         line = line[:idx]
+        stamp = None
+        for stamp in re.finditer(r"\s?\[[^\[\]]*@[^\[\]]*\](?=\s|$)", reason):
+            pass
+        if stamp is not None:
+            line += " " + reason[stamp.end():]
+            reason = reason[:stamp.end()]
     matches = list(re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=", line))
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
@@ -144,6 +152,13 @@ def _parse_oneliner(line: str) -> dict[str, str]:
     if reason is not None:
         fields["Reason"] = reason.strip()
     return fields
+
+
+def _node(f: Mapping[str, str]) -> SlurmNode:
+    comment = f.get("Comment", "")
+    return SlurmNode(name=f["NodeName"], states=_node_states(f.get("State", "")),
+                     reason=_strip_reason_stamp(f.get("Reason", "")),
+                     comment="" if comment in ("(null)", "None") else comment)
 
 
 def _strip_reason_stamp(reason: str) -> str:
@@ -213,10 +228,19 @@ class SlurmCLI:
         for line in out.splitlines():
             f = _parse_oneliner(line)
             if f.get("NodeName") == name:
-                return SlurmNode(name=name, states=_node_states(f.get("State", "")),
-                                 reason=_strip_reason_stamp(f.get("Reason", "")))
+                return _node(f)
         raise SlurmError(f"`{_cmd(argv)}`: node {name} not in output: {out.strip()!r}",
                          temporary=False)
+
+    def nodes(self) -> list[SlurmNode]:
+        argv = [self.scontrol, "-o", "show", "nodes"]
+        rc, out, err = self._exec(argv)
+        if rc != 0:
+            if "no nodes" in (out + err).lower():
+                return []
+            raise self._error(argv, rc, out, err)
+        found = [_node(f) for f in map(_parse_oneliner, out.splitlines()) if f.get("NodeName")]
+        return sorted(found, key=lambda n: n.name)
 
     def _squeue(self, *args: str) -> list[SlurmJob]:
         argv = [self.squeue, "-h", "-O", _JOB_FORMAT, *args]
@@ -279,8 +303,9 @@ class SlurmCLI:
         if rc == 0:
             return
         error = self._error(argv, rc, out, err)
-        if "invalid node state specified" in (out + err).lower():
-            # Slurm refuses RESUME for a node that is neither drained nor down: fine.
+        if any(m in (out + err).lower() for m in ("invalid node state specified", "invalid node state transition")):
+            # Slurm refuses RESUME for a node that is neither drained nor down (22.05: "specified",
+            # 26.05: "transition"): fine.
             if not self.node(name).drained_or_down:
                 return
         raise error

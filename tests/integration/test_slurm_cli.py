@@ -1,4 +1,4 @@
-"""SlurmCLI against a real local Slurm (Debian 12's 22.05): no mocks.
+"""SlurmCLI against a real local Slurm 26.05 (the sid root, through LocalSlurm's wrappers): no mocks.
 
 The main test drives what the reconciler does to a failing node that runs a training
 job: drain -> SIGTERM the job -> it checkpoints within the grace period -> requeue ->
@@ -7,6 +7,7 @@ another node, resumed from its checkpoint and got the same result as an uninterr
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -21,6 +22,7 @@ from gpufleet.waiting import wait_for
 from gpufleet.localenv.slurm import SPARE_REASON, LocalSlurm
 from reconciler.slurm import SlurmError, SlurmJob
 from reconciler.slurm.cli import SlurmCLI, expand_hostlist
+from tests.fixtures.slurm_cluster import KUBE_NODE_OF
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -95,16 +97,25 @@ def test_cluster_up_is_idempotent_and_spare_is_drained(slurm_fresh: LocalSlurm) 
     assert time.monotonic() - t0 < 5
     st = slurm_fresh.status()
     assert st["daemons"] == before and all(st["daemons"].values())
-    assert st["controller"] is True
+    assert st["controller"] is True and st["rest"] is True
     assert st["nodes"] == {"gpu-a-0": "idle", "gpu-a-1": "idle", "gpu-a-2": "drained"}
+    assert slurm_fresh.node_names() == ["gpu-a-0", "gpu-a-1", "gpu-a-2"]
     # A second LocalSlurm object on the same folder (another process would do the same)
     # finds the running daemons instead of starting new ones.
-    other = LocalSlurm(slurm_fresh.workdir, slurm_fresh.nodes, slurm_fresh.partitions,
-                       spare_nodes=slurm_fresh.spare_nodes, ctld_port=slurm_fresh.ctld_port,
-                       first_slurmd_port=slurm_fresh.first_slurmd_port)
+    other = LocalSlurm(slurm_fresh.workdir, slurm_fresh.partitions, root=slurm_fresh.root,
+                       binds=slurm_fresh.binds, ctld_port=slurm_fresh.ctld_port, rest_port=slurm_fresh.rest_port)
     other.up()
     assert other.status()["daemons"] == before
     assert other.healthy()
+
+
+def test_nodes_carry_the_operator_comment(slurm_cli: SlurmCLI) -> None:
+    nodes = slurm_cli.nodes()
+    assert [n.name for n in nodes] == ["gpu-a-0", "gpu-a-1", "gpu-a-2"]
+    for n in nodes:
+        c = json.loads(n.comment)
+        assert c["podName"] == f"slurm-worker-{n.name}" and c["node"] == KUBE_NODE_OF[n.name] != n.name
+    assert slurm_cli.node("gpu-a-2").comment == nodes[2].comment
 
 
 # --------------------------------------------------------------------------- queries
@@ -112,9 +123,10 @@ def test_cluster_up_is_idempotent_and_spare_is_drained(slurm_fresh: LocalSlurm) 
 
 def test_node_states_and_reasons(slurm_cli: SlurmCLI) -> None:
     a0 = slurm_cli.node("gpu-a-0")
-    assert a0.states == {"IDLE"} and a0.reason == "" and not a0.drained_or_down
+    # Dynamic nodes (slurmd -Z, as Slinky runs them) carry the DYNAMIC_NORM flag.
+    assert a0.states == {"IDLE", "DYNAMIC_NORM"} and a0.reason == "" and not a0.drained_or_down
     spare = slurm_cli.node("gpu-a-2")
-    assert spare.states == {"IDLE", "DRAIN"} and spare.reason == SPARE_REASON
+    assert spare.states == {"IDLE", "DRAIN", "DYNAMIC_NORM"} and spare.reason == SPARE_REASON
     assert spare.drained_or_down
 
     slurm_cli.drain("gpu-a-1", "gpufleet: xid 79 on gpu 3")
@@ -124,7 +136,8 @@ def test_node_states_and_reasons(slurm_cli: SlurmCLI) -> None:
     # Right after RESUME the node is IDLE+NOT_RESPONDING until slurmctld's next ping
     # reaches its slurmd (about a second here).
     assert "DRAIN" not in slurm_cli.node("gpu-a-1").states
-    wait_for("gpu-a-1 to be IDLE", lambda: slurm_cli.node("gpu-a-1").states == {"IDLE"}, timeout=15)
+    wait_for("gpu-a-1 to be IDLE", lambda: slurm_cli.node("gpu-a-1").states == {"IDLE", "DYNAMIC_NORM"},
+             timeout=15)
     slurm_cli.resume("gpu-a-1")  # resuming a node that is up is not an error
 
 
@@ -300,7 +313,7 @@ def test_hung_controller_times_out_as_temporary(slurm_fresh: LocalSlurm) -> None
         assert time.monotonic() - t0 < 4
     finally:
         os.kill(pid, signal.SIGCONT)
-    assert cli.node("gpu-a-0").states == {"IDLE"}
+    assert cli.node("gpu-a-0").states == {"IDLE", "DYNAMIC_NORM"}
 
 
 def test_stopped_controller_is_temporary_and_comes_back(slurm_fresh: LocalSlurm) -> None:
@@ -319,4 +332,4 @@ def test_stopped_controller_is_temporary_and_comes_back(slurm_fresh: LocalSlurm)
         print(f"slurmctld restarted, nodes up in {time.monotonic() - t0:.2f}s")
     # Node states survive the restart (saved state), the spare is still drained.
     assert cli.node("gpu-a-2").reason == SPARE_REASON
-    assert cli.node("gpu-a-0").states == {"IDLE"}
+    assert cli.node("gpu-a-0").states == {"IDLE", "DYNAMIC_NORM"}

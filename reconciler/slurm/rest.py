@@ -1,0 +1,519 @@
+"""SlurmClient over slurmrestd: the path Slinky's operator takes to Slurm.
+
+Data parser: at first use the client reads ``GET /openapi/v3`` and takes the newest data
+parser it knows (:data:`KNOWN_PARSERS`, v0.0.45 then v0.0.44) that the server offers; a
+server with neither is a permanent error naming what it offers.
+
+Requeue: v0.0.45 (Slurm 26.05) has ``GET /slurm/v0.0.45/job/{id}/requeue``, used per job.
+v0.0.44 (Slurm 25.11) has no requeue at all; there the client does what Slurm itself does
+for a failed node: it sets one node of the job that is already drained (the faulted
+node, drained earlier in the remediation) DOWN, keeping that node's reason, and Slurm
+requeues every requeueable job on it. A job with no drained node is refused (permanent
+error) rather than taking a healthy node down.
+
+Tokens (``X-SLURM-USER-TOKEN``): :class:`TokenFile` reads the token that a Slinky ``Token``
+resource keeps refreshed in a Secret mounted as a file; :class:`SignedToken` signs its own
+HS256 JWT (claim ``sun``) from the mounted JWT key, as the operator does. Both are renewed a
+minute before expiry, and once on a rejected token. slurmrestd answers an expired token
+and one signed with another key alike (HTTP 401/511, Slurm error 1007), so the client
+tells them apart by the token's own ``exp``: still expired after a re-read is temporary
+(the Token controller has not refreshed it yet), a rejected token that has not expired is
+permanent (wrong key or unknown user).
+
+Errors: every failure is a :class:`~reconciler.slurm.SlurmError` naming Slurm, the call and
+what came back. Temporary: slurmrestd unreachable or slow (httpx timeouts), HTTP 502-504,
+Slurm errors that mean slurmctld did not answer; permanent: anything else (unknown node,
+invalid request, permission denied).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import httpx
+import jwt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import SlurmError, SlurmJob, SlurmNode
+from .cli import expand_hostlist
+
+__all__ = ["KNOWN_PARSERS", "SignedToken", "SlurmREST", "TokenFile", "TokenSource"]
+
+log = logging.getLogger(__name__)
+
+# Data parsers this client speaks, newest first.
+KNOWN_PARSERS = ("v0.0.45", "v0.0.44")
+TOKEN_HEADER = "X-SLURM-USER-TOKEN"
+# Renew a token this long before it expires.
+RENEW_BEFORE_S = 60
+
+# Slurm error numbers meaning "slurmctld did not answer / is busy": retrying may help.
+_TEMPORARY_ERRNOS = {
+    1001, 1002, 1003, 1004,  # SLURM_COMMUNICATIONS_{CONNECTION,SEND,RECEIVE,SHUTDOWN}_ERROR
+    1800, 1801,              # SLURMCTLD_COMMUNICATIONS_{CONNECTION,SEND}_ERROR...
+    1802, 1803, 1804,
+    5004, 5005,              # SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT, ZERO_BYTES_SENT
+    2026,                    # ESLURM_TRANSITION_STATE_NO_UPDATE (try again later)
+    2035, 2036,              # ESLURM_IN_STANDBY_MODE...
+}
+_TEMPORARY_TEXT = ("unable to contact slurm controller", "timed out", "try again", "connection refused",
+                   "standby mode", "being configured", "zero bytes")
+_AUTH_ERRNO = 1007  # SLURM_PROTOCOL_AUTHENTICATION_ERROR
+_INVALID_NODE_STATE_TRANSITION = 2180
+_ALREADY_DONE = {2017, 2019, 2021}  # invalid job id, already done, not pending
+
+# Job states in which something runs that a signal can reach.
+_SIGNALLABLE = {"RUNNING", "SUSPENDED", "CONFIGURING", "STOPPED", "RESIZING", "SIGNALING"}
+# States of a job that holds nodes (what `squeue -w NODE` lists).
+_ON_NODE = _SIGNALLABLE | {"COMPLETING"}
+
+
+# ---------------------------------------------------------------------------- tokens
+
+class TokenSource(Protocol):
+    """Where the client's token comes from."""
+
+    def token(self) -> str:
+        """A token that is valid for at least RENEW_BEFORE_S more, if it can have one."""
+
+    def refresh(self) -> str:
+        """A new token after slurmrestd rejected the last one."""
+
+    def describe(self) -> str: ...
+
+
+def token_expiry(token: str) -> float | None:
+    """The `exp` claim of a JWT, read without checking the signature (only slurmctld has the
+    key); None when absent or unreadable."""
+    try:
+        exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    except jwt.PyJWTError:
+        return None
+    return float(exp) if exp is not None else None
+
+
+class TokenFile:
+    """A token kept fresh in a file by someone else: the Secret (key ``SLURM_JWT``) of a
+    Slinky ``Token`` resource mounted into the pod. Read again when the one in hand is
+    within RENEW_BEFORE_S of its expiry, when the file changed, and on `refresh()`."""
+
+    def __init__(self, path: Path | str, clock=time.time):
+        self.path = Path(path)
+        self._clock = clock
+        self._token: str | None = None
+        self._mtime: float | None = None
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        return f"token file {self.path}"
+
+    def _read(self) -> str:
+        try:
+            text = self.path.read_text().strip()
+            self._mtime = self.path.stat().st_mtime
+        except OSError as e:
+            raise SlurmError(f"Slurm REST: cannot read the token file {self.path}: {e}", temporary=True) from None
+        if text.startswith("SLURM_JWT="):
+            text = text.split("=", 1)[1].strip()
+        if not text:
+            raise SlurmError(f"Slurm REST: the token file {self.path} is empty", temporary=True)
+        self._token = text
+        return text
+
+    def token(self) -> str:
+        with self._lock:
+            if self._token is None:
+                return self._read()
+            exp = token_expiry(self._token)
+            try:
+                changed = self.path.stat().st_mtime != self._mtime
+            except OSError:
+                changed = True
+            if changed or (exp is not None and exp - self._clock() < RENEW_BEFORE_S):
+                return self._read()
+            return self._token
+
+    def refresh(self) -> str:
+        with self._lock:
+            return self._read()
+
+
+class SignedToken:
+    """Signs its own HS256 JWT with the cluster's JWT key (a mounted Secret), as Slinky's
+    operator does: claims `sun` (the Slurm user), `iat`, `exp`."""
+
+    def __init__(self, key_file: Path | str, user: str = "slurm", lifetime_s: int = 900, clock=time.time):
+        self.key_file = Path(key_file)
+        self.user = user
+        self.lifetime_s = lifetime_s
+        self._clock = clock
+        self._token: str | None = None
+        self._exp = 0.0
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        return f"a token for {self.user} signed with {self.key_file}"
+
+    def _sign(self) -> str:
+        try:
+            key = self.key_file.read_bytes()
+        except OSError as e:
+            raise SlurmError(f"Slurm REST: cannot read the JWT key {self.key_file}: {e}", temporary=True) from None
+        now = int(self._clock())
+        self._exp = now + self.lifetime_s
+        self._token = jwt.encode({"sun": self.user, "iat": now, "exp": self._exp}, key, algorithm="HS256")
+        return self._token
+
+    def token(self) -> str:
+        with self._lock:
+            if self._token is None or self._exp - self._clock() < RENEW_BEFORE_S:
+                return self._sign()
+            return self._token
+
+    def refresh(self) -> str:
+        with self._lock:
+            return self._sign()
+
+
+# ---------------------------------------------------------------------------- models
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class OpenAPIError(_Model):
+    description: str = ""
+    error_number: int = 0
+    error: str = ""
+    source: str = ""
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.description, self.error) if p and p != "No error"]
+        return f"{': '.join(parts) or 'error'} (Slurm error {self.error_number}, {self.source or '?'})"
+
+
+class Envelope(_Model):
+    errors: list[OpenAPIError] = Field(default_factory=list)
+    warnings: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class NodeInfo(_Model):
+    name: str
+    state: list[str] = Field(default_factory=list)
+    reason: str = ""
+    comment: str = ""
+
+
+class NodesResponse(Envelope):
+    nodes: list[NodeInfo] = Field(default_factory=list)
+
+
+class NoValInt(_Model):
+    """Slurm's {"set", "infinite", "number"} for an optional integer."""
+    set: bool = False
+    infinite: bool = False
+    number: int = 0
+
+
+class JobInfo(_Model):
+    job_id: int
+    name: str = ""
+    job_state: list[str] = Field(default_factory=list)
+    nodes: str = ""
+    requeue: bool = True
+    state_reason: str = ""
+    restart_cnt: int = 0
+    hold: bool = False
+
+
+class JobsResponse(Envelope):
+    jobs: list[JobInfo] = Field(default_factory=list)
+
+
+class NodeUpdate(_Model):
+    """v0.0.4x update_node_msg: the fields the client sets."""
+    state: list[str]
+    reason: str | None = None
+
+
+class KillJobs(_Model):
+    """v0.0.4x kill_jobs_msg."""
+    jobs: list[str]
+    signal: str
+    flags: list[str] = Field(default_factory=lambda: ["FULL_JOB"])
+
+
+class JobUpdate(_Model):
+    """v0.0.4x job_desc_msg: the fields release() sets."""
+    begin_time: NoValInt | None = None
+    hold: bool | None = None
+
+
+class OpenAPIDoc(_Model):
+    paths: dict[str, Any] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- client
+
+class SlurmREST:
+    """SlurmClient over slurmrestd (see the module docstring).
+
+    Args:
+        url: slurmrestd, e.g. ``http://slurm-restapi.slurm:6820`` (Slinky's RestApi Service).
+        tokens: a TokenFile or SignedToken.
+        timeout: seconds for each HTTP call (connect and read).
+        parsers: the data parsers to consider, newest first (default all it knows).
+        transport: for tests only (an httpx transport).
+    """
+
+    def __init__(self, url: str, tokens: TokenSource, *, timeout: float = 10.0,
+                 parsers: Sequence[str] = KNOWN_PARSERS, transport: httpx.BaseTransport | None = None):
+        unknown = set(parsers) - set(KNOWN_PARSERS)
+        if unknown or not parsers:
+            raise ValueError(f"parsers: {sorted(unknown) or 'none'}; this client knows {', '.join(KNOWN_PARSERS)}")
+        self.parsers = tuple(parsers)
+        self.url = url.rstrip("/")
+        self.tokens = tokens
+        self.timeout = timeout
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+        self._parser: str | None = None
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def parser(self) -> str:
+        """The data parser in use (asked of the server once)."""
+        if self._parser is None:
+            doc = self._call("GET", "/openapi/v3", OpenAPIDoc, versioned=False)
+            offered = sorted({p.split("/")[2] for p in doc.paths if p.startswith("/slurm/v")})
+            for v in self.parsers:
+                if v in offered:
+                    self._parser = v
+                    log.info("Slurm REST %s: data parser %s (offered: %s)", self.url, v, ", ".join(offered))
+                    break
+            else:
+                raise SlurmError(f"Slurm REST {self.url}: offers data parsers {offered or 'none'}, this client "
+                                 f"speaks {', '.join(self.parsers)}", temporary=False)
+        return self._parser
+
+    def _call(self, method: str, path: str, model: type[Envelope] | type[OpenAPIDoc], *,
+              body: BaseModel | None = None, versioned: bool = True, ok_status: Sequence[int] = ()):
+        """One call; returns the parsed body. Raises SlurmError for transport errors, HTTP
+        errors and `errors` in the body (unless the status is in `ok_status`)."""
+        if versioned:
+            path = f"/slurm/{self.parser}{path}"
+        what = f"Slurm REST {method} {path}"
+        payload = body.model_dump(exclude_none=True) if body is not None else None
+        token = self.tokens.token()
+        for attempt in (1, 2):
+            try:
+                r = self._http.request(method, path, json=payload, headers={TOKEN_HEADER: token})
+            except httpx.TimeoutException as e:
+                raise SlurmError(f"{what}: slurmrestd at {self.url} did not answer within {self.timeout:g}s "
+                                 f"({type(e).__name__})", temporary=True) from None
+            except httpx.TransportError as e:
+                raise SlurmError(f"{what}: cannot reach slurmrestd at {self.url}: {e}", temporary=True) from None
+            try:
+                data = r.json()
+            except ValueError:
+                data = None
+            errors: list[OpenAPIError] = []
+            if isinstance(data, dict):
+                try:
+                    errors = Envelope.model_validate(data).errors
+                except ValidationError:
+                    errors = []
+            rejected = r.status_code in (401, 511) or any(e.error_number == _AUTH_ERRNO for e in errors)
+            if rejected and attempt == 1:
+                token = self.tokens.refresh()
+                continue
+            break
+        if rejected:
+            exp = token_expiry(token)
+            if exp is not None and exp <= time.time():
+                raise SlurmError(f"{what}: slurmrestd rejected the token from {self.tokens.describe()}: it expired "
+                                 f"{time.time() - exp:.0f}s ago and was not renewed yet", temporary=True)
+            raise SlurmError(f"{what}: slurmrestd rejected the token from {self.tokens.describe()} (HTTP "
+                             f"{r.status_code}, not expired: signed with another key than slurmctld's, or an "
+                             f"unknown user){_errors_text(errors)}", temporary=False)
+        if r.status_code in ok_status:
+            return model.model_validate(data if isinstance(data, dict) else {})
+        if r.status_code >= 400 or errors:
+            temporary = r.status_code in (502, 503, 504) or any(_temporary(e) for e in errors)
+            detail = _errors_text(errors) or f": {r.text[:300].strip()}"
+            cause = _RESTError(errors) if errors else None
+            raise SlurmError(f"{what} failed (HTTP {r.status_code}){detail}", temporary=temporary) from cause
+        if not isinstance(data, dict):
+            raise SlurmError(f"{what}: answer is not JSON: {r.text[:200]!r}", temporary=True)
+        try:
+            return model.model_validate(data)
+        except ValidationError as e:
+            raise SlurmError(f"{what}: unexpected answer: {e}", temporary=False) from None
+
+    # ------------------------------------------------------------------ queries
+
+    def node(self, name: str) -> SlurmNode:
+        resp = self._call("GET", f"/node/{name}", NodesResponse)
+        for n in resp.nodes:
+            if n.name == name:
+                return _node(n)
+        raise SlurmError(f"Slurm REST GET /slurm/{self.parser}/node/{name}: no such node", temporary=False)
+
+    def nodes(self) -> list[SlurmNode]:
+        return sorted((_node(n) for n in self._call("GET", "/nodes/", NodesResponse).nodes), key=lambda n: n.name)
+
+    def _jobs(self) -> list[JobInfo]:
+        return self._call("GET", "/jobs/", JobsResponse).jobs
+
+    def jobs_on_node(self, name: str) -> list[SlurmJob]:
+        """Jobs running (or completing, suspended...) on the node; not pending ones."""
+        out = []
+        for j in self._jobs():
+            if set(j.job_state) & _ON_NODE and name in expand_hostlist(j.nodes):
+                out.append(_job(j))
+        return sorted(out, key=lambda j: j.job_id)
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        """The job in any state slurmctld still knows; None when unknown or purged."""
+        try:
+            resp = self._call("GET", f"/job/{int(job_id)}", JobsResponse, ok_status=(404,))
+        except SlurmError as e:
+            if _errnos(e) & {2017}:  # ESLURM_INVALID_JOB_ID
+                return None
+            raise
+        for j in resp.jobs:
+            if j.job_id == int(job_id):
+                return _job(j)
+        return None
+
+    # ------------------------------------------------------------------ nodes
+
+    def _update_node(self, name: str, update: NodeUpdate) -> None:
+        self._call("POST", f"/node/{name}", Envelope, body=update)
+
+    def drain(self, name: str, reason: str) -> None:
+        self._update_node(name, NodeUpdate(state=["DRAIN"], reason=reason or "gpufleet"))
+
+    def down(self, name: str, reason: str) -> None:
+        self._update_node(name, NodeUpdate(state=["DOWN"], reason=reason or "gpufleet"))
+
+    def resume(self, name: str) -> None:
+        """RESUME; a node that is neither drained nor down is left as it is (not an error)."""
+        try:
+            self._update_node(name, NodeUpdate(state=["RESUME"]))
+        except SlurmError as e:
+            if _INVALID_NODE_STATE_TRANSITION in _errnos(e) and not self.node(name).drained_or_down:
+                return
+            raise
+
+    # ------------------------------------------------------------------ jobs
+
+    def signal_jobs(self, job_ids: Sequence[int], signal: str = "TERM") -> None:
+        """Signal the batch script (and its children) and every step of each running job;
+        pending or ended ones are skipped. Unknown ids raise (permanent) after the others
+        were signalled."""
+        ids = [int(j) for j in dict.fromkeys(job_ids)]
+        if not ids:
+            return
+        sig = str(signal).upper()
+        sig = sig if sig.startswith("SIG") else f"SIG{sig}"
+        unknown, targets = [], []
+        for jid in ids:
+            job = self.job(jid)
+            if job is None:
+                unknown.append(jid)
+            elif job.state in _SIGNALLABLE:
+                targets.append(jid)
+        if targets:
+            self._call("DELETE", "/jobs/", Envelope, body=KillJobs(jobs=[str(j) for j in targets], signal=sig))
+        if unknown:
+            raise SlurmError(f"Slurm REST signal {sig}: unknown job(s) {', '.join(map(str, unknown))}",
+                             temporary=False)
+
+    def requeue(self, job_ids: Sequence[int]) -> None:
+        """Requeue each job (running ones are killed first). Already pending: no-op. On
+        v0.0.44 see the module docstring."""
+        ids = [int(j) for j in dict.fromkeys(job_ids)]
+        if self.parser == "v0.0.44":
+            return self._requeue_by_node_down(ids)
+        for jid in ids:
+            try:
+                self._call("GET", f"/job/{jid}/requeue", Envelope)
+            except SlurmError as e:
+                if e.temporary:
+                    raise
+                job = self.job(jid)
+                if job is not None and job.state == "PENDING":
+                    continue
+                raise
+
+    def _requeue_by_node_down(self, ids: list[int]) -> None:
+        for jid in ids:
+            job = self.job(jid)
+            if job is None:
+                raise SlurmError(f"Slurm REST requeue (v0.0.44): unknown job {jid}", temporary=False)
+            if job.state not in _ON_NODE:
+                continue
+            drained = [n for n in job.nodes if self.node(n).drained_or_down]
+            if not drained:
+                raise SlurmError(f"Slurm REST requeue (v0.0.44 has no requeue call): job {jid} has no drained "
+                                 f"node to set DOWN (nodes {', '.join(job.nodes)}); drain the faulted node first",
+                                 temporary=False)
+            node = self.node(drained[0])
+            self.down(node.name, node.reason or "gpufleet: requeue")
+
+    def release(self, job_ids: Sequence[int]) -> None:
+        """Make pending jobs eligible now: move the begin time a requeue sets to now and
+        lift a hold. Jobs that run or ended are left alone."""
+        for jid in dict.fromkeys(int(j) for j in job_ids):
+            job = self.job(jid)
+            if job is None or job.state != "PENDING":
+                continue
+            update = JobUpdate(begin_time=NoValInt(set=True, number=int(time.time())))
+            if "held" in job.reason.lower():
+                update.hold = False
+            try:
+                self._call("POST", f"/job/{jid}", Envelope, body=update)
+            except SlurmError as e:
+                if not e.temporary and _errnos(e) & _ALREADY_DONE:
+                    continue
+                raise
+
+
+class _RESTError(Exception):
+    """Carries the body's errors as the cause of a SlurmError (for classification)."""
+
+    def __init__(self, errors: list[OpenAPIError]):
+        super().__init__("; ".join(map(str, errors)))
+        self.errors = errors
+
+
+def _errnos(e: SlurmError) -> set[int]:
+    cause = e.__cause__
+    return {x.error_number for x in cause.errors} if isinstance(cause, _RESTError) else set()
+
+
+def _temporary(e: OpenAPIError) -> bool:
+    text = f"{e.description} {e.error}".lower()
+    return e.error_number in _TEMPORARY_ERRNOS or any(t in text for t in _TEMPORARY_TEXT)
+
+
+def _errors_text(errors: list[OpenAPIError]) -> str:
+    return (": " + "; ".join(map(str, errors))) if errors else ""
+
+
+def _node(n: NodeInfo) -> SlurmNode:
+    return SlurmNode(name=n.name, states=frozenset(s.upper() for s in n.state), reason=n.reason, comment=n.comment)
+
+
+def _job(j: JobInfo) -> SlurmJob:
+    state = next((s for s in j.job_state if s in _ON_NODE | {"PENDING"}), j.job_state[0] if j.job_state else "")
+    reason = "" if j.state_reason in ("None", "(null)") else j.state_reason
+    return SlurmJob(job_id=j.job_id, name=j.name, state=state, nodes=tuple(expand_hostlist(j.nodes)),
+                    requeue=j.requeue, reason=reason, restarts=j.restart_cnt)
