@@ -23,8 +23,28 @@ def load_spec():
         raise pulumi.RunError(str(e)) from None
 
 
+def with_built_images(spec):
+    """The local stack deploys the images scripts/build-images.sh built here, by the digests its output
+    records (never typed by hand); an image the stack file names explicitly is kept. Other stacks take
+    theirs from their stack config (recorded by the release workflow)."""
+    from gpufleet.localenv.images import ImagesError, load
+
+    dep = spec.healing.reconciler
+    wanted = {"image", "agent_image"} - dep.model_fields_set
+    if spec.cluster.kind != "local" or not wanted:
+        return spec
+    try:
+        built = load()
+    except ImagesError as e:
+        raise pulumi.RunError(f"stack {pulumi.get_stack()}: {e}") from None
+    refs = {"image": built.reconciler.reference, "agent_image": built.agent.reference}
+    new_dep = dep.model_copy(update={k: refs[k] for k in wanted})
+    healing = spec.healing.model_copy(update={"reconciler": new_dep})
+    return spec.model_copy(update={"healing": healing})
+
+
 def build() -> GpuFleet:
-    spec = load_spec()
+    spec = with_built_images(load_spec())
     config = pulumi.Config(PROJECT)
     secrets = {k: v for k in spec.secret_keys() if (v := config.get_secret(k)) is not None}
     missing = [k for k in spec.secret_keys() if k not in secrets]
