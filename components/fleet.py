@@ -9,7 +9,7 @@ from fleetspec.models import FleetSpec
 
 from .cluster import ClusterAccess, ClusterAccessArgs
 from .node_pool import GpuNodePool, GpuNodePoolArgs
-from .reconciler import Reconciler, ReconcilerArgs
+from .reconciler import HostNetworkApi, Reconciler, ReconcilerArgs
 from .slinky import SlinkySlurm, SlinkySlurmArgs
 from .storage import SharedStorage, SharedStorageArgs
 
@@ -20,6 +20,7 @@ class GpuFleetArgs:
     secrets: dict[str, pulumi.Input[str]] = field(default_factory=dict)  # config key -> secret value
     local_kubeconfig: str | None = None
     render_dir: str | None = None
+    host_network_api: HostNetworkApi | None = None  # the local environment's pods reach the API server here
 
 
 class GpuFleet(pulumi.ComponentResource):
@@ -45,7 +46,7 @@ class GpuFleet(pulumi.ComponentResource):
         k8s_opts = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.cluster.provider})
 
         webhooks = {n.name: args.secrets[n.url_secret] for n in spec.healing.notifications if n.type == "webhook"}
-        self.reconciler = Reconciler(f"{name}-reconciler", ReconcilerArgs(spec, webhooks), k8s_opts)
+        self.reconciler = Reconciler(f"{name}-reconciler", ReconcilerArgs(spec, webhooks, args.host_network_api), k8s_opts)
 
         self.pools = {
             p.name: GpuNodePool(

@@ -55,10 +55,51 @@ def notification_env(spec: FleetSpec) -> dict[str, str]:
             for n in spec.healing.notifications if isinstance(n, WebhookTarget)}
 
 
+@dataclass(frozen=True)
+class HostNetworkApi:
+    """Where pods on the host's network reach the API server (the local environment: its kubelet nodes
+    run pods with hostNetwork, and the API server listens on loopback, not on the Service IP)."""
+    host: str
+    port: int
+
+
 @dataclass
 class ReconcilerArgs:
     spec: FleetSpec
     webhook_urls: dict[str, pulumi.Input[str]] = field(default_factory=dict)  # target name -> secret URL
+    host_network_api: HostNetworkApi | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    pod: dict                      # pod-spec fields
+    env: list[dict]                # container env
+    probe: dict                    # the httpGet of both probes
+    args: list[str]                # extra reconcile arguments
+
+
+def placement(args: ReconcilerArgs) -> Placement:
+    """Where and how the reconciler pods run.
+
+    On a cluster: the system pool, the in-cluster Service for the API server. With ``host_network_api``
+    (the local environment): the host's network, so the pods reach the API server and Slurm on
+    loopback; probes go to 127.0.0.1 (the node's address is not where they listen); the hostPort that
+    hostNetwork implies spreads the replicas over the system nodes.
+    """
+    pod = {"nodeSelector": {labels.ROLE: labels.ROLE_SYSTEM}}
+    probe = {"path": "/healthz", "port": METRICS_PORT}
+    api = args.host_network_api
+    if api is None:
+        return Placement(pod, [], probe, [])
+    return Placement(
+        {**pod, "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"},
+        [{"name": "KUBERNETES_SERVICE_HOST", "value": api.host},
+         {"name": "KUBERNETES_SERVICE_PORT", "value": str(api.port)}],
+        {**probe, "host": "127.0.0.1"},
+        # The image has no Slurm client tools; until the reconciler speaks to slurmrestd
+        # (--slurm rest), the local pods run without a Slurm backend.
+        ["--slurm", "none"],
+    )
 
 
 class Reconciler(pulumi.ComponentResource):
@@ -108,6 +149,7 @@ class Reconciler(pulumi.ComponentResource):
 
         selector = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": env}
         pod_labels = metadata(NAME, "reconciler", env)["labels"]
+        place = placement(args)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=meta(NAME),
@@ -119,17 +161,18 @@ class Reconciler(pulumi.ComponentResource):
                                  "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}},
                     "spec": {
                         "serviceAccountName": sa.metadata.name,
-                        "nodeSelector": {labels.ROLE: labels.ROLE_SYSTEM},
+                        **place.pod,
                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [{
                             "name": "reconciler",
                             "image": dep.image,
                             "args": ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
-                                     "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)],
+                                     "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT), *place.args],
+                            **({"env": place.env} if place.env else {}),
                             "envFrom": env_from,
                             "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
-                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},
-                            "readinessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},
+                            "livenessProbe": {"httpGet": place.probe},
+                            "readinessProbe": {"httpGet": place.probe},
                             "resources": resources("100m", "128Mi", "1", "512Mi"),
                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                                 "capabilities": {"drop": ["ALL"]}},

@@ -8,6 +8,7 @@ import pulumi
 
 from components import GpuFleet, GpuFleetArgs, pool_summaries
 from components.cluster import local_kubeconfig_path
+from components.reconciler import HostNetworkApi
 from fleetspec import SpecError, parse_fleet
 from fleetspec.load import CONFIG_KEY, PROJECT
 
@@ -43,6 +44,23 @@ def with_built_images(spec):
     return spec.model_copy(update={"healing": healing})
 
 
+def local_api(kubeconfig: str) -> HostNetworkApi:
+    """Where the local environment's API server listens (its kubeconfig's server; the default port of
+    `gpufleet local up` before one is written): the host-network pods of the local stack go there."""
+    from urllib.parse import urlparse
+
+    import yaml
+
+    from gpufleet.localenv.kube import DEFAULT_PORTS
+
+    try:
+        server = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
+        url = urlparse(server)
+        return HostNetworkApi(url.hostname or "127.0.0.1", url.port or 443)
+    except (OSError, KeyError, IndexError, TypeError):
+        return HostNetworkApi("127.0.0.1", DEFAULT_PORTS["apiserver"])
+
+
 def build() -> GpuFleet:
     spec = with_built_images(load_spec())
     config = pulumi.Config(PROJECT)
@@ -53,12 +71,15 @@ def build() -> GpuFleet:
             "secrets not set for stack " + pulumi.get_stack() + ": "
             + ", ".join(f"`pulumi config set --secret {k} ...`" for k in missing)
         )
+    local = spec.cluster.kind == "local"
+    kubeconfig = local_kubeconfig_path(PROJECT_DIR) if local else None
     fleet = GpuFleet(
         spec.environment,
         GpuFleetArgs(
             spec, secrets,
-            local_kubeconfig=local_kubeconfig_path(PROJECT_DIR) if spec.cluster.kind == "local" else None,
+            local_kubeconfig=kubeconfig,
             render_dir=os.environ.get("GPUFLEET_RENDER_DIR") or None,
+            host_network_api=local_api(kubeconfig) if kubeconfig else None,
         ),
     )
     pulumi.export("environment", spec.environment)
