@@ -168,7 +168,9 @@ class Reconciler(pulumi.ComponentResource):
                             "image": dep.image,
                             "args": ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
                                      "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT), *place.args],
-                            **({"env": place.env} if place.env else {}),
+                            # The replica's name (its leader-election identity).
+                            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                    *place.env],
                             "envFrom": env_from,
                             "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
                             "livenessProbe": {"httpGet": place.probe},

@@ -1,8 +1,11 @@
 """The `local` environment: a control plane with the spec's fake GPU nodes, a real Slurm
-whose node names match them, the checkpoint folder, and the reconciler as a host process.
+whose node names match them, the checkpoint folder, and the system pool.
 
-Pods do not run under kwok, so locally the reconciler runs on this machine with the same
-code and the same policy (the ConfigMap the stack rendered) as its Deployment.
+The system pool is either real kubelet nodes (``kubelet_nodes`` > 0, what `gpufleet local up` starts:
+one per reconciler replica, :mod:`gpufleet.localenv.node`), on which `pulumi up` of the local stack
+runs the reconciler's Deployment as real pods, or one kwok node (``kubelet_nodes=0``), with the
+reconciler as a host process (:meth:`LocalEnv.start_reconciler`, a developer's option) using the same
+code and the policy the stack rendered into its ConfigMap.
 """
 from __future__ import annotations
 
@@ -23,9 +26,11 @@ from reconciler import local_nodes
 
 from ..paths import TOOLS_BIN, local_dir
 from .kube import DEFAULT_PORTS, LocalKube
+from .node import SystemNodes
 from .slurm import LocalSlurm, free_port_block
 
 SLURM_PORTS = {"ctld": 26817, "slurmd": 26818}
+KUBELET_FIRST_PORT = 20260  # kubelet, healthz, next node's kubelet, ... (the default environment)
 
 
 @dataclass
@@ -35,6 +40,7 @@ class LocalEnv:
     bin_dir: Path = TOOLS_BIN
     ports: dict[str, int] | None = None  # None: the fixed defaults; tests pass free ones
     progress: Callable[[str], None] = print
+    kubelet_nodes: int = 0  # real system nodes; `gpufleet local up` starts one per reconciler replica
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
@@ -51,6 +57,10 @@ class LocalEnv:
             ctld_port=p["slurm_ctld"], first_slurmd_port=p["slurm_slurmd"], cluster_name=self.spec.slurm.cluster_name,
             spare_nodes=spares,
         )
+        first = p.get("kubelet", KUBELET_FIRST_PORT)
+        self.nodes = SystemNodes(self.root / "nodes", self.kube, self.kubelet_nodes,
+                                 [first + i for i in range(2 * self.kubelet_nodes)], self.bin_dir,
+                                 progress=self.progress)
         self.reconciler_pid = self.root / "reconciler.pid"
         self.reconciler_log = self.root / "reconciler.log"
 
@@ -62,6 +72,7 @@ class LocalEnv:
         out = {n: base + i for i, n in enumerate(names)}
         partitions, _ = local_nodes.slurm_node_names(spec)
         out["slurm_slurmd"] = free_port_block(len({n for m in partitions.values() for n in m}))
+        out["kubelet"] = free_port_block(2 * spec.healing.reconciler.replicas)
         return out
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -71,6 +82,7 @@ class LocalEnv:
         self.root.mkdir(parents=True, exist_ok=True)
         self.kube.up()
         self.ensure_nodes()
+        self.nodes.up()
         self.progress(f"[local] slurm: slurmctld + {len(self.slurm.nodes)} slurmd ...")
         self.slurm.up()
         for s in self.spec.storage:
@@ -94,8 +106,13 @@ class LocalEnv:
         core = self.kube.core_v1()
         existing = {n.metadata.name for n in core.list_node().items}
         created = []
+        if self.kubelet_nodes and local_nodes.SYSTEM_NODE in existing:
+            core.delete_node(local_nodes.SYSTEM_NODE)  # the real nodes are the system pool now
+            existing.discard(local_nodes.SYSTEM_NODE)
         for node in local_nodes.fleet_nodes(self.spec):
             name = node["metadata"]["name"]
+            if self.kubelet_nodes and name == local_nodes.SYSTEM_NODE:
+                continue
             if name in existing:
                 continue
             try:
@@ -111,13 +128,24 @@ class LocalEnv:
 
     def down(self) -> None:
         self.stop_reconciler()
+        self.nodes.down()
         self.slurm.down()
         self.kube.down()
         self.state_file.unlink(missing_ok=True)
         self.progress("[local] down")
 
     def status(self) -> dict:
-        return {"kube": self.kube.status(), "slurm": self.slurm.status(), "reconciler": self.reconciler_status()}
+        return {"kube": self.kube.status(), "slurm": self.slurm.status(), "reconciler": self.reconciler_status(),
+                "nodes": self.nodes.status(), "pods": self.reconciler_pods()}
+
+    def reconciler_pods(self) -> list[dict]:
+        """The reconciler's pods as the API server sees them (empty when it does not answer)."""
+        from .pods import reconciler_pods
+
+        try:
+            return reconciler_pods(self.kube.core_v1(), self.spec.healing.reconciler.namespace)
+        except Exception:  # noqa: BLE001 - status must work with the API server down
+            return []
 
     def slurm_env(self) -> dict[str, str]:
         return self.slurm.env()

@@ -55,7 +55,7 @@ class KubeletNode:
     name: str
     workdir: Path
     kube: LocalKube
-    images: BuiltImages
+    images: BuiltImages | None  # needed to start it, not to stop it
     supervisor: Supervisor
     kubelet_port: int
     healthz_port: int
@@ -97,6 +97,8 @@ class KubeletNode:
         return containerd, kubelet
 
     def up(self) -> None:
+        if self.images is None:
+            raise NodeError(f"{self.name}: no images to start it with (run scripts/build-images.sh)")
         containerd, kubelet = self.procs()
         self._write_config()
         self._ensure_cgroup_root()
@@ -285,15 +287,16 @@ class SystemNodes:
 
     @property
     def names(self) -> list[str]:
-        return [f"system-{i}" for i in range(self.count)]
+        """The configured nodes, and any left from an environment that had more (so down() stops them)."""
+        names = [f"system-{i}" for i in range(self.count)]
+        if self.root.is_dir():
+            names += sorted(p.name for p in self.root.glob("system-*") if p.is_dir() and p.name not in names)
+        return names
 
     def nodes(self) -> list[KubeletNode]:
-        if self.images is None:
-            from .images import load
-
-            self.images = load()
+        ports = list(self.ports) + [0] * (2 * len(self.names) - len(self.ports))
         return [KubeletNode(name, self.root / name, self.kube, self.images, self.supervisor,
-                            self.ports[2 * i], self.ports[2 * i + 1], self.bin_dir, progress=self.progress)
+                            ports[2 * i], ports[2 * i + 1], self.bin_dir, progress=self.progress)
                 for i, name in enumerate(self.names)]
 
     def up(self, timeout: float = 180.0) -> None:
@@ -305,7 +308,16 @@ class SystemNodes:
             raise NodeError(f"no kubelet in {self.bin_dir} (build it with scripts/build-kube.sh)")
         if shutil.which("containerd") is None:
             raise NodeError("containerd is missing: run scripts/install-containers.sh")
-        nodes = self.nodes()
+        if self.images is None:
+            from .images import ImagesError, build
+
+            if self.progress:
+                self.progress("[local] images: scripts/build-images.sh (seconds when this tree's images are built)")
+            try:
+                self.images = build()
+            except ImagesError as e:
+                raise NodeError(str(e)) from e
+        nodes = self.nodes()[: self.count]
         try:
             for node in nodes:
                 node.up()
@@ -337,11 +349,8 @@ class SystemNodes:
                         f"{tail(self.supervisor.log_path(node.kubelet_name), 30)}")
 
     def down(self) -> None:
-        for node in self.nodes() if self._any_running() else []:
+        for node in self.nodes():
             node.down()
-
-    def _any_running(self) -> bool:
-        return any(self.supervisor.pid(f"{p}-{n}") for n in self.names for p in ("kubelet", "containerd"))
 
     def status(self) -> dict:
         out = {}
