@@ -21,23 +21,26 @@ AGENT = "gpufleet-agent"
 METRICS_PORT = 9102
 
 
-def cluster_rules() -> list[dict]:
-    """What the reconciler may do cluster-wide. Tested: no wildcards, nothing it does not use."""
+def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
+    """What the reconciler may do cluster-wide: exactly the calls of reconciler/kube.py, records.py and
+    (for `local` pools, which add fake spares) local_nodes.py; tests/integration/test_reconciler_rbac.py
+    makes each call with the reconciler's token and checks that each verb less is refused."""
+    node_verbs = ["get", "list", "watch", "patch", "update"]
+    if spec is not None and any(p.provider == "local" for p in spec.pools):
+        node_verbs.append("create")  # the local provider joins reserve nodes as spares
     return [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch", "update"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": node_verbs},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [labels.GROUP], "resources": [remediation_crd.PLURAL],
-         "verbs": ["get", "list", "watch", "create", "patch", "update"]},
+         "verbs": ["list", "watch", "create", "update"]},
     ]
 
 
 def namespace_rules() -> list[dict]:
-    """In its own namespace: its policy and pool capacity, and the leader-election Lease."""
+    """In its own namespace: the leader-election Lease (the policy is a mounted file, not read through the API)."""
     return [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
 
@@ -123,7 +126,7 @@ class Reconciler(pulumi.ComponentResource):
             metadata=remediation_crd.manifest()["metadata"], spec=remediation_crd.manifest()["spec"], opts=child)
 
         sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta(NAME), opts=child)
-        role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta(NAME, ns=False), rules=cluster_rules(),
+        role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta(NAME, ns=False), rules=cluster_rules(spec),
                                        opts=child)
         k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-clusterrolebinding", metadata=meta(NAME, ns=False),
