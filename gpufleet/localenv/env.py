@@ -106,13 +106,12 @@ class LocalEnv:
         core = self.kube.core_v1()
         existing = {n.metadata.name for n in core.list_node().items}
         created = []
-        if self.kubelet_nodes and local_nodes.SYSTEM_NODE in existing:
-            core.delete_node(local_nodes.SYSTEM_NODE)  # the real nodes are the system pool now
-            existing.discard(local_nodes.SYSTEM_NODE)
-        for node in local_nodes.fleet_nodes(self.spec):
+        if self.kubelet_nodes:  # the real nodes are the system pool now: no fake one may take its pods
+            for name in sorted(n for n in existing if n.startswith(local_nodes.SYSTEM_NODE[:-1])):
+                core.delete_node(name)
+                existing.discard(name)
+        for node in self._fake_nodes():
             name = node["metadata"]["name"]
-            if self.kubelet_nodes and name == local_nodes.SYSTEM_NODE:
-                continue
             if name in existing:
                 continue
             try:
@@ -125,6 +124,25 @@ class LocalEnv:
             self.kube.wait_node_ready(name)
         self.progress(f"[local] nodes: {len(existing) + len(created)} ({len(created)} created)")
         return created
+
+    def _fake_nodes(self) -> list[dict]:
+        """The kwok nodes: the GPU pools, and, without kubelet nodes, a fake system node per reconciler
+        replica (the Deployment's pods share the host's network, so two never share a node)."""
+        import copy
+
+        nodes = local_nodes.fleet_nodes(self.spec)
+        system = next(n for n in nodes if n["metadata"]["name"] == local_nodes.SYSTEM_NODE)
+        nodes.remove(system)
+        if self.kubelet_nodes:
+            return nodes
+        extra = []
+        for i in range(self.spec.healing.reconciler.replicas):
+            n = copy.deepcopy(system)
+            name = local_nodes.SYSTEM_NODE[:-1] + str(i)
+            n["metadata"]["name"] = name
+            n["metadata"].setdefault("labels", {})["kubernetes.io/hostname"] = name
+            extra.append(n)
+        return extra + nodes
 
     def down(self) -> None:
         self.stop_reconciler()
