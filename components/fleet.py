@@ -10,7 +10,7 @@ from fleetspec.models import FleetSpec
 from .alerts import prometheus_rule
 from .cluster import ClusterAccess, ClusterAccessArgs
 from .node_pool import GpuNodePool, GpuNodePoolArgs
-from .reconciler import Reconciler, ReconcilerArgs
+from .reconciler import HostNetworkApi, Reconciler, ReconcilerArgs
 from .slinky import SlinkySlurm, SlinkySlurmArgs
 from .storage import SharedStorage, SharedStorageArgs
 
@@ -22,6 +22,7 @@ class GpuFleetArgs:
     local_kubeconfig: str | None = None
     render_dir: str | None = None
     operator_chart: bool = True  # False: leave the Slinky operator's charts out (a render that cannot fetch them)
+    host_network_api: HostNetworkApi | None = None  # the local environment's pods reach the API server here
 
 
 class GpuFleet(pulumi.ComponentResource):
@@ -47,7 +48,7 @@ class GpuFleet(pulumi.ComponentResource):
         k8s_opts = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.cluster.provider})
 
         webhooks = {n.name: args.secrets[n.url_secret] for n in spec.healing.notifications if n.type == "webhook"}
-        self.reconciler = Reconciler(f"{name}-reconciler", ReconcilerArgs(spec, webhooks), k8s_opts)
+        self.reconciler = Reconciler(f"{name}-reconciler", ReconcilerArgs(spec, webhooks, args.host_network_api), k8s_opts)
 
         if spec.healing.prometheus_rule:
             prometheus_rule(f"{name}-alerts", spec, self.reconciler.namespace, k8s_opts)

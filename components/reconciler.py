@@ -38,36 +38,41 @@ def config_checksum(policy: str, secrets: dict[str, str]) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()
 
 
-def reconciler_args(spec: FleetSpec) -> list[str]:
+def reconciler_args(spec: FleetSpec, slurm_url: str | None = None) -> list[str]:
     """The reconciler's command line: its policy, leader election, and Slinky's path to Slurm
-    (slurmrestd of the RestApi, with the token the Token resource keeps fresh in its Secret)."""
+    (slurmrestd of the RestApi, with the token the Token resource keeps fresh in its Secret).
+    `slurm_url`: where slurmrestd is reached when not through the RestApi's Service (the local
+    environment's host-network pods)."""
     dep = spec.healing.reconciler
     args = ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
             "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)]
     if spec.slurm.restapi:
-        args += ["--slurm", "rest", "--slurm-url", restapi_url(spec), "--slurm-token-file", TOKEN_FILE,
+        args += ["--slurm", "rest", "--slurm-url", slurm_url or restapi_url(spec), "--slurm-token-file", TOKEN_FILE,
                  "--slurm-user", spec.slurm.reconciler_user]
     return args
 
 
-def cluster_rules() -> list[dict]:
-    """What the reconciler may do cluster-wide. Tested: no wildcards, nothing it does not use."""
+def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
+    """What the reconciler may do cluster-wide: exactly the calls of reconciler/kube.py, records.py and
+    (for `local` pools, which add fake spares) local_nodes.py; tests/integration/test_reconciler_rbac.py
+    makes each call with the reconciler's token and checks that each verb less is refused."""
+    node_verbs = ["get", "list", "watch", "patch", "update"]
+    if spec is not None and any(p.provider == "local" for p in spec.pools):
+        node_verbs.append("create")  # the local provider joins reserve nodes as spares
     return [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch", "update"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": node_verbs},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [labels.GROUP], "resources": [remediation_crd.PLURAL],
-         "verbs": ["get", "list", "watch", "create", "patch", "update"]},
+         "verbs": ["list", "watch", "create", "update"]},
     ]
 
 
 def namespace_rules() -> list[dict]:
-    """In its own namespace: its policy and pool capacity, the leader-election Lease, and the
-    placeholder pods that declare a kubernetes-spares refill."""
+    """In its own namespace: the leader-election Lease, and the placeholder pods that declare a
+    kubernetes-spares refill (the policy is a mounted file, not read through the API)."""
     return [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "list"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
@@ -87,10 +92,54 @@ def notification_env(spec: FleetSpec) -> dict[str, str]:
             for n in spec.healing.notifications if isinstance(n, WebhookTarget)}
 
 
+@dataclass(frozen=True)
+class HostNetworkApi:
+    """Where pods on the host's network reach the API server (the local environment: its kubelet nodes
+    run pods with hostNetwork, and the API server listens on loopback, not on the Service IP)."""
+    host: str
+    port: int
+    slurm_url: str | None = None  # the local slurmrestd on loopback (no cluster DNS for the RestApi's Service)
+
+
 @dataclass
 class ReconcilerArgs:
     spec: FleetSpec
     webhook_urls: dict[str, pulumi.Input[str]] = field(default_factory=dict)  # target name -> secret URL
+    host_network_api: HostNetworkApi | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    pod: dict                      # pod-spec fields
+    env: list[dict]                # container env
+    probe: dict                    # the httpGet of both probes
+    args: list[str]                # extra reconcile arguments
+    slurm_url: str | None = None   # slurmrestd, where not the RestApi's Service
+
+
+def placement(args: ReconcilerArgs) -> Placement:
+    """Where and how the reconciler pods run.
+
+    On a cluster: the system pool, the in-cluster Service for the API server. With ``host_network_api``
+    (the local environment): the host's network, so the pods reach the API server and Slurm on
+    loopback; probes go to 127.0.0.1 (the node's address is not where they listen); the hostPort that
+    hostNetwork implies spreads the replicas over the system nodes.
+    """
+    system = args.spec.system_pool  # the system pool the spec declares (never a GPU node)
+    pod = {"nodeSelector": dict(system.node_selector),
+           **({"tolerations": [t.model_dump(exclude_none=True) for t in system.tolerations]} if system.tolerations else {})}
+    probe = {"path": "/healthz", "port": METRICS_PORT}
+    api = args.host_network_api
+    if api is None:
+        return Placement(pod, [], probe, [])
+    return Placement(
+        {**pod, "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"},
+        [{"name": "KUBERNETES_SERVICE_HOST", "value": api.host},
+         {"name": "KUBERNETES_SERVICE_PORT", "value": str(api.port)}],
+        {**probe, "host": "127.0.0.1"},
+        [] if api.slurm_url and args.spec.slurm.restapi else ["--slurm", "none"],
+        api.slurm_url,
+    )
 
 
 class Reconciler(pulumi.ComponentResource):
@@ -116,7 +165,7 @@ class Reconciler(pulumi.ComponentResource):
         # IRSA: the role the spec names gives the Auto Scaling and SNS calls their credentials.
         irsa = {IRSA_ANNOTATION: dep.iam_role_arn} if dep.iam_role_arn else None
         sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta(NAME, annotations=irsa), opts=child)
-        role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta(NAME, ns=False), rules=cluster_rules(),
+        role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta(NAME, ns=False), rules=cluster_rules(spec),
                                        opts=child)
         k8s.rbac.v1.ClusterRoleBinding(
             f"{name}-clusterrolebinding", metadata=meta(NAME, ns=False),
@@ -147,6 +196,7 @@ class Reconciler(pulumi.ComponentResource):
         # A hash of the secrets is no secret: unsecret it, so a preview shows the roll.
         checksum = pulumi.Output.unsecret(pulumi.Output.all(*[args.webhook_urls[n] for n in names]).apply(
             lambda urls: config_checksum(policy, {env_names[n]: u for n, u in zip(names, urls)})))
+        place = placement(args)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=meta(NAME),
@@ -159,19 +209,19 @@ class Reconciler(pulumi.ComponentResource):
                                                  CONFIG_CHECKSUM: checksum}},
                     "spec": {
                         "serviceAccountName": sa.metadata.name,
-                        # The system pool the spec declares (never a GPU node).
-                        "nodeSelector": dict(spec.system_pool.node_selector),
-                        **({"tolerations": [t.model_dump(exclude_none=True) for t in spec.system_pool.tolerations]}
-                           if spec.system_pool.tolerations else {}),
+                        **place.pod,
                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [{
                             "name": "reconciler",
                             "image": dep.image,
-                            "args": reconciler_args(spec),
+                            "args": [*reconciler_args(spec, slurm_url=place.slurm_url), *place.args],
+                            # The replica's name (its leader-election identity).
+                            "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                    *place.env],
                             "envFrom": env_from,
                             "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
-                            "livenessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},
-                            "readinessProbe": {"httpGet": {"path": "/healthz", "port": METRICS_PORT}},
+                            "livenessProbe": {"httpGet": place.probe},
+                            "readinessProbe": {"httpGet": place.probe},
                             "resources": resources("100m", "128Mi", "1", "512Mi"),
                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                                 "capabilities": {"drop": ["ALL"]}},

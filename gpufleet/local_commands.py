@@ -14,26 +14,32 @@ local = typer.Typer(help="The local environment: control plane, fake GPU nodes (
 app.add_typer(local, name="local")
 
 
-def make_env(stack: str = "local", file: Optional[Path] = None):
+def make_env(stack: str = "local", file: Optional[Path] = None, kubelet: bool = False):
+    """The environment; with ``kubelet`` its system pool is real kubelet nodes, one per reconciler replica."""
     from .localenv.env import LocalEnv
 
     spec = load_spec(stack, file)
     if spec.cluster.kind != "local":
         _err(f"stack {stack} is not a local cluster (cluster.kind: {spec.cluster.kind})")
         raise typer.Exit(EXIT_FAILED)
-    return LocalEnv(spec)
+    return LocalEnv(spec, kubelet_nodes=spec.healing.reconciler.replicas if kubelet else 0)
 
 
 @local.command("up")
-def local_up(stack: str = typer.Option("local", "--stack", "-s")) -> None:
-    """Start etcd, the API server, controller manager, scheduler, kwok, the fake nodes and Slurm (idempotent)."""
-    from .localenv.kube import LocalKubeError
+def local_up(stack: str = typer.Option("local", "--stack", "-s"),
+             kubelet: bool = typer.Option(True, "--kubelet/--no-kubelet",
+                                          help="Real kubelet nodes as the system pool (the reconciler runs there as "
+                                               "pods after `pulumi up`); --no-kubelet: a kwok node, and the "
+                                               "reconciler as a host process.")) -> None:
+    """Start etcd, the API server, controller manager, scheduler, kwok, the fake GPU nodes, the kubelet nodes
+    and Slurm (idempotent)."""
+    from .localenv.supervisor import SupervisorError
     from .localenv.slurm import LocalSlurmError
 
-    env = make_env(stack)
+    env = make_env(stack, kubelet=kubelet)
     try:
         env.up()
-    except (LocalKubeError, LocalSlurmError) as e:
+    except (SupervisorError, LocalSlurmError) as e:
         _err(f"local environment failed to come up:\n{e}")
         raise typer.Exit(EXIT_FAILED)
 
@@ -50,7 +56,9 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
     """Show what runs. Exit 1 when something is down."""
     env = make_env(stack)
     st = env.status()
-    healthy = bool(st["kube"].get("ready")) and env.slurm.healthy() and env.standin_running()
+    # A kubelet node is whole or stopped (`up --no-kubelet` after a kubelet run leaves stopped ones).
+    nodes_ok = all(bool(n["containerd"]["pid"]) == bool(n["kubelet"]["pid"]) for n in st["nodes"].values())
+    healthy = bool(st["kube"].get("ready")) and env.slurm.healthy() and env.standin_running() and nodes_ok
     if as_json:
         typer.echo(json.dumps({**st, "healthy": healthy}, indent=2, default=str))
     else:
@@ -70,7 +78,15 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
             t.add_row("slurm nodes", ", ".join(sorted({v for v in nodes.values()})),
                       f"{len(nodes)} nodes: {', '.join(sorted(nodes))}")
         t.add_row("slinky stand-in", st["slinky_standin"], str(env.standin_log))
-        t.add_row("reconciler", st["reconciler"], str(env.reconciler_log))
+        for node, procs in st["nodes"].items():
+            for proc, p in procs.items():
+                t.add_row(f"{proc} {node}", "running" if p["pid"] else "stopped",
+                          f"pid {p['pid']}" if p["pid"] else p["log"])
+        for pod in st["pods"]:
+            state = "Ready" if pod["ready"] else pod["phase"]
+            t.add_row(f"pod {pod['name']}", state + (" (Lease holder)" if pod["leader"] else ""),
+                      f"node {pod['node']}, restarts {pod['restarts']}")
+        t.add_row("reconciler (host process)", st["reconciler"], str(env.reconciler_log))
         Console().print(t)
         typer.echo(f"KUBECONFIG={st['kube']['kubeconfig']} SLURM_CONF={st['slurm']['conf']} "
                    f"SLURM_REST={st['slurm']['rest_url']}")

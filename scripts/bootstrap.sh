@@ -2,7 +2,8 @@
 # Everything gpufleet needs on this machine, idempotent and with progress:
 #   1. a Python virtualenv (.venv) with the project and its test dependencies
 #   2. a root filesystem of Debian sid with Slurm 26.05 and munge (the local Slurm runs from it)
-#   3. the Go-built tools (Pulumi CLI, language host, Kubernetes provider, kube-apiserver, etcd, kwok)
+#   3. the Go-built tools (Pulumi CLI, language host, Kubernetes provider, kube-apiserver, kubelet, etcd, kwok)
+#   4. podman, buildah, containerd (Debian's) and gpufleet's images built from a Debian root
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -27,4 +28,10 @@ scripts/build-slurm-root.sh
 
 step "go tools: pulumi engine and local control plane"
 scripts/build-tools.sh
+step "containers: podman, buildah, containerd, runc, debootstrap, CNI plugins"
+scripts/install-containers.sh
+
+step "images: reconciler, agent and pause (a Debian root + the gpufleet wheel; cached)"
+scripts/build-images.sh --print-json
+
 step "ready"

@@ -259,3 +259,18 @@ def ensure_pki(directory: Path, *, service_ip: str, extra_ips: tuple[str, ...] =
         created.append("service-account")
 
     return pki, created
+
+
+def ensure_client_cert(pki: PKI, name: str, cn: str, org: str | None) -> tuple[Path, Path]:
+    """A client certificate ``<name>.crt``/``.key`` signed by the local CA (reused while valid), e.g. a
+    kubelet's ``CN=system:node:<node>, O=system:nodes``, which the Node authorizer lets act for that node."""
+    cert_path, key_path = pki.dir / f"{name}.crt", pki.dir / f"{name}.key"
+    ca_cert, ca_key = _load_cert(pki.ca_cert), _load_key(pki.ca_key)
+    if cert_path.exists() and key_path.exists():
+        cert = _load_cert(cert_path)
+        if _valid(cert) and _signed_by(cert, ca_cert) and cert.subject == _name(cn, org):
+            return cert_path, key_path
+    cert, key = _issue(ca_cert, ca_key, cn=cn, org=org, usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
+    _write(key_path, _key_pem(key), private=True)
+    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), private=False)
+    return cert_path, key_path

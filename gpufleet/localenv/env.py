@@ -1,10 +1,12 @@
-"""The `local` environment: a control plane with the spec's fake GPU nodes, a real Slurm 26.05
-with slurmrestd, the stand-in for Slinky's operator that puts NodeSet pods on the fake nodes
-and runs a slurmd for each, the checkpoint folder, and the reconciler as a host process.
+"""The `local` environment: a control plane with the spec's fake GPU nodes (kwok), a real Slurm
+26.05 with slurmrestd, the stand-in for Slinky's operator that puts NodeSet pods on the fake nodes
+and runs a slurmd for each (`slinky_standin.py`), the checkpoint folder, and the system pool.
 
-Pods do not run under kwok, so locally the reconciler runs on this machine with the same
-code and the same policy (the ConfigMap the stack rendered) as its Deployment, and the
-stand-in (`slinky_standin.py`) runs what the NodeSet pods would.
+The system pool is real kubelet nodes (``kubelet_nodes`` > 0, what `gpufleet local up` starts: one
+per reconciler replica, :mod:`gpufleet.localenv.node`), on which `pulumi up` of the local stack runs
+the reconciler's Deployment as real pods from the project's image; or one kwok node per replica
+(``kubelet_nodes=0``), with the reconciler as a host process (:meth:`LocalEnv.start_reconciler`, a
+developer's option) using the same code and the policy the stack rendered.
 """
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ from reconciler import local_nodes
 
 from ..paths import PROJECT_DIR, TOOLS_BIN, local_dir
 from .kube import DEFAULT_PORTS, LocalKube
+from .node import SystemNodes
 from .slinky_standin import NodeSetDef, StandInConfig
 from .slurm import LocalSlurm, free_port_block
 
 SLURM_PORTS = {"ctld": 26817, "rest": 26820}
+KUBELET_FIRST_PORT = 20260  # kubelet, healthz, next node's kubelet, ... (the default environment)
 
 
 @dataclass
@@ -39,6 +43,7 @@ class LocalEnv:
     bin_dir: Path = TOOLS_BIN
     ports: dict[str, int] | None = None  # None: the fixed defaults; tests pass free ones
     progress: Callable[[str], None] = print
+    kubelet_nodes: int = 0  # real system nodes; `gpufleet local up` starts one per reconciler replica
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
@@ -56,6 +61,10 @@ class LocalEnv:
             self.root / "slurm", partitions, binds=binds, cpus_per_node=max(p.cpus_per_node for p in self.spec.pools),
             ctld_port=p["slurm_ctld"], rest_port=p["slurm_rest"], cluster_name=self.spec.slurm.cluster_name,
         )
+        first = p.get("kubelet", KUBELET_FIRST_PORT)
+        self.nodes = SystemNodes(self.root / "nodes", self.kube, self.kubelet_nodes,
+                                 [first + i for i in range(2 * self.kubelet_nodes)], self.bin_dir,
+                                 progress=self.progress)
         self.reconciler_pid = self.root / "reconciler.pid"
         self.reconciler_log = self.root / "reconciler.log"
         self.standin_pid = self.root / "slinky-standin.pid"
@@ -82,7 +91,9 @@ class LocalEnv:
         names = ["etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok", "slurm_ctld",
                  "slurm_rest"]
         base = free_port_block(len(names))
-        return {n: base + i for i, n in enumerate(names)}
+        out = {n: base + i for i, n in enumerate(names)}
+        out["kubelet"] = free_port_block(2 * spec.healing.reconciler.replicas)
+        return out
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -91,6 +102,7 @@ class LocalEnv:
         self.root.mkdir(parents=True, exist_ok=True)
         self.kube.up()
         self.ensure_nodes()
+        self.nodes.up()
         for path in self.storage_paths():
             path.mkdir(parents=True, exist_ok=True)
         self.progress("[local] slurm 26.05: munged, slurmctld, slurmrestd (JWT) ...")
@@ -137,7 +149,11 @@ class LocalEnv:
         core = self.kube.core_v1()
         existing = {n.metadata.name for n in core.list_node().items}
         created = []
-        for node in local_nodes.fleet_nodes(self.spec):
+        if self.kubelet_nodes:  # the real nodes are the system pool now: no fake one may take its pods
+            for name in sorted(n for n in existing if n.startswith(local_nodes.SYSTEM_NODE[:-1])):
+                core.delete_node(name)
+                existing.discard(name)
+        for node in self._fake_nodes():
             name = node["metadata"]["name"]
             if name in existing:
                 continue
@@ -152,9 +168,29 @@ class LocalEnv:
         self.progress(f"[local] nodes: {len(existing) + len(created)} ({len(created)} created)")
         return created
 
+    def _fake_nodes(self) -> list[dict]:
+        """The kwok nodes: the GPU pools, and, without kubelet nodes, a fake system node per reconciler
+        replica (the Deployment's pods share the host's network, so two never share a node)."""
+        import copy
+
+        nodes = local_nodes.fleet_nodes(self.spec)
+        system = next(n for n in nodes if n["metadata"]["name"] == local_nodes.SYSTEM_NODE)
+        nodes.remove(system)
+        if self.kubelet_nodes:
+            return nodes
+        extra = []
+        for i in range(self.spec.healing.reconciler.replicas):
+            n = copy.deepcopy(system)
+            name = local_nodes.SYSTEM_NODE[:-1] + str(i)
+            n["metadata"]["name"] = name
+            n["metadata"].setdefault("labels", {})["kubernetes.io/hostname"] = name
+            extra.append(n)
+        return extra + nodes
+
     def down(self) -> None:
         self.stop_reconciler()
         self.stop_standin()
+        self.nodes.down()
         self.slurm.down()
         self.kube.down()
         self.state_file.unlink(missing_ok=True)
@@ -162,7 +198,16 @@ class LocalEnv:
 
     def status(self) -> dict:
         return {"kube": self.kube.status(), "slurm": self.slurm.status(), "reconciler": self.reconciler_status(),
-                "slinky_standin": self.standin_status()}
+                "slinky_standin": self.standin_status(), "nodes": self.nodes.status(), "pods": self.reconciler_pods()}
+
+    def reconciler_pods(self) -> list[dict]:
+        """The reconciler's pods as the API server sees them (empty when it does not answer)."""
+        from .pods import reconciler_pods
+
+        try:
+            return reconciler_pods(self.kube.core_v1(), self.spec.healing.reconciler.namespace)
+        except Exception:  # noqa: BLE001 - status must work with the API server down
+            return []
 
     def slurm_env(self) -> dict[str, str]:
         return self.slurm.env()

@@ -1,10 +1,11 @@
 """A real local Kubernetes control plane with fake (kwok) GPU nodes.
 
 :class:`LocalKube` runs etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and kwok as detached background processes on 127.0.0.1, each
-with a pid file (``<workdir>/run/<name>.pid``) and a log file
-(``<workdir>/logs/<name>.log``), so :meth:`LocalKube.up` returns while they run
-and a later :meth:`LocalKube.down` (from this or another process) stops them.
+kube-scheduler and kwok as detached background processes on 127.0.0.1 through
+the local environment's :class:`~gpufleet.localenv.supervisor.Supervisor` (pid
+files in ``<workdir>/run/``, logs in ``<workdir>/logs/``), so :meth:`LocalKube.up`
+returns while they run and a later :meth:`LocalKube.down` (from this or another
+process) stops them.
 
 The binaries come from ``scripts/build-kube.sh`` (linked into ``.tools/bin``).
 Certificates are generated once (:mod:`gpufleet.localenv.certs`) and reused;
@@ -27,15 +28,12 @@ import ipaddress
 import json
 import logging
 import os
-import signal
-import socket
 import ssl
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,7 @@ from typing import Any
 import yaml
 
 from gpufleet.localenv.certs import PKI, ensure_pki
+from gpufleet.localenv.supervisor import Proc, Supervisor, SupervisorError, tail
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +65,11 @@ DEFAULT_PORTS = {
     "kwok": 20247,
 }
 
-_HAVE_PROCFS = Path("/proc/self/stat").exists()
-
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 
-class LocalKubeError(RuntimeError):
+class LocalKubeError(SupervisorError):
     """A component failed to start, became unhealthy or could not be stopped."""
-
-
-@dataclass
-class _Component:
-    name: str
-    binary: str
-    ports: tuple[int, ...]
-    argv: Callable[[], list[str]]
-    health: Callable[[], bool]
-    url: str
-    before_start: Callable[[], None] | None = None
 
 
 @dataclass
@@ -110,7 +96,6 @@ class LocalKube:
     etcd_unsafe_no_fsync: bool = False
     verbosity: int = 1
     progress: Callable[[str], None] | None = None
-    _procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False, repr=False)
     _api_client: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +104,8 @@ class LocalKube:
         self.stages_dir = Path(self.stages_dir)
         net = ipaddress.ip_network(self.service_cluster_ip_range)
         self.service_ip = str(net[1])
+        self.supervisor = Supervisor(self.workdir / "run", self.workdir / "logs", self.start_timeout,
+                                     self.stop_timeout, progress=lambda line: self.progress and self.progress(line))
 
     # ------------------------------------------------------------------ paths
     @property
@@ -138,10 +125,10 @@ class LocalKube:
         return f"http://127.0.0.1:{self.etcd_port}"
 
     def log_path(self, name: str) -> Path:
-        return self.workdir / "logs" / f"{name}.log"
+        return self.supervisor.log_path(name)
 
     def pid_path(self, name: str) -> Path:
-        return self.workdir / "run" / f"{name}.pid"
+        return self.supervisor.pid_path(name)
 
     # ---------------------------------------------------------- public API
     def up(self) -> LocalKube:
@@ -167,9 +154,11 @@ class LocalKube:
 
     def down(self) -> None:
         """Stop every component (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
-        comps = self._components()
         for group in (("kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",), ("etcd",)):
-            self._stop([comps[n] for n in group])
+            try:
+                self.supervisor.stop(group)
+            except SupervisorError as e:
+                raise LocalKubeError(str(e)) from e
         self._api_client = None
 
     def status(self) -> dict[str, Any]:
@@ -183,16 +172,7 @@ class LocalKube:
             "components": {},
         }
         for name in COMPONENTS:
-            c = comps[name]
-            pid = self._running_pid(c)
-            out["components"][name] = {
-                "pid": pid,
-                "running": pid is not None,
-                "healthy": pid is not None and c.health(),
-                "port": c.ports[0],
-                "url": c.url,
-                "log": str(self.log_path(name)),
-            }
+            out["components"][name] = self.supervisor.status(comps[name])
         out["ready"] = all(v["healthy"] for v in out["components"].values())
         return out
 
@@ -274,7 +254,7 @@ class LocalKube:
         conds = [(c.type, c.status, c.reason) for c in ((node.status.conditions or []) if node and node.status else [])]
         raise LocalKubeError(
             f"node {name} did not become Ready within {timeout:.0f}s (conditions: {conds}); "
-            f"kwok log tail:\n{self._tail(self.log_path('kwok'))}"
+            f"kwok log tail:\n{tail(self.log_path('kwok'))}"
         )
 
     # -------------------------------------------------------------- internals
@@ -335,7 +315,7 @@ class LocalKube:
         path = self.workdir / "kwok.yaml"
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
 
-    def _components(self) -> dict[str, _Component]:
+    def _components(self) -> dict[str, Proc]:
         pki = self.pki
         wd = self.workdir
         kc = str(self.kubeconfig_path)
@@ -448,19 +428,17 @@ class LocalKube:
         sched_url = f"https://127.0.0.1:{self.scheduler_port}/healthz"
         kwok_url = f"http://127.0.0.1:{self.kwok_port}/healthz"
         return {
-            "etcd": _Component("etcd", "etcd", (self.etcd_port, self.etcd_peer_port), etcd_argv,
-                               etcd_health, f"{self.etcd_url}/health"),
-            "kube-apiserver": _Component("kube-apiserver", "kube-apiserver", (self.apiserver_port,),
-                                         apiserver_argv, apiserver_health, f"{self.server_url}/readyz"),
-            "kube-controller-manager": _Component(
-                "kube-controller-manager", "kube-controller-manager", (self.controller_manager_port,),
-                kcm_argv, lambda: _http_get(kcm_url, insecure) == "ok", kcm_url),
-            "kube-scheduler": _Component("kube-scheduler", "kube-scheduler", (self.scheduler_port,),
-                                         scheduler_argv, lambda: _http_get(sched_url, insecure) == "ok",
-                                         sched_url),
-            "kwok": _Component("kwok", "kwok", (self.kwok_port,), kwok_argv,
-                               lambda: _http_get(kwok_url) == "ok", kwok_url,
-                               before_start=self._release_kwok_leases),
+            "etcd": Proc("etcd", etcd_argv, etcd_health, f"{self.etcd_url}/health",
+                         ports=(self.etcd_port, self.etcd_peer_port), cwd=wd),
+            "kube-apiserver": Proc("kube-apiserver", apiserver_argv, apiserver_health, f"{self.server_url}/readyz",
+                                   ports=(self.apiserver_port,), cwd=wd),
+            "kube-controller-manager": Proc("kube-controller-manager", kcm_argv,
+                                            lambda: _http_get(kcm_url, insecure) == "ok", kcm_url,
+                                            ports=(self.controller_manager_port,), cwd=wd),
+            "kube-scheduler": Proc("kube-scheduler", scheduler_argv, lambda: _http_get(sched_url, insecure) == "ok",
+                                   sched_url, ports=(self.scheduler_port,), cwd=wd),
+            "kwok": Proc("kwok", kwok_argv, lambda: _http_get(kwok_url) == "ok", kwok_url, ports=(self.kwok_port,),
+                         cwd=wd, before_start=self._release_kwok_leases),
         }
 
     def _admin_ssl(self) -> ssl.SSLContext:
@@ -468,159 +446,11 @@ class LocalKube:
         ctx.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
         return ctx
 
-    # --- processes
-    def _read_pid(self, name: str) -> dict | None:
+    def _ensure(self, comps: list[Proc]) -> None:
         try:
-            rec = json.loads(self.pid_path(name).read_text())
-            return rec if isinstance(rec.get("pid"), int) else None
-        except (FileNotFoundError, ValueError):
-            return None
-
-    def _alive(self, pid: int) -> bool:
-        proc = next((p for p in self._procs.values() if p.pid == pid), None)
-        if proc is not None:
-            return proc.poll() is None  # our child: poll() also reaps it
-        if _HAVE_PROCFS:
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except (FileNotFoundError, ProcessLookupError):
-                return False
-            return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # zombies count as dead
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-
-    def _is_ours(self, rec: dict) -> bool:
-        """The pid is alive and is the process we started (its start time matches: no pid reuse)."""
-        pid = rec["pid"]
-        if not self._alive(pid):
-            return False
-        started = rec.get("starttime")
-        return started is None or _proc_starttime(pid) == started
-
-    def _running_pid(self, c: _Component) -> int | None:
-        rec = self._read_pid(c.name)
-        return rec["pid"] if rec and self._is_ours(rec) else None
-
-    def _start(self, c: _Component) -> subprocess.Popen:
-        for port in c.ports:
-            if not _port_free(port):
-                raise LocalKubeError(
-                    f"{c.name}: port {port} on 127.0.0.1 is in use by a process that this LocalKube "
-                    f"(workdir {self.workdir}) did not start; stop it or choose other ports"
-                )
-        argv = c.argv()
-        logf = self.log_path(c.name)
-        with open(logf, "ab") as out:
-            out.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
-            out.flush()
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,
-                close_fds=True,
-            )
-        self._procs[c.name] = proc
-        tmp = self.pid_path(c.name).with_suffix(".tmp")
-        tmp.write_text(json.dumps({
-            "pid": proc.pid, "argv0": argv[0], "started": time.time(),
-            "starttime": _proc_starttime(proc.pid),
-        }))
-        os.replace(tmp, self.pid_path(c.name))
-        return proc
-
-    def _ensure(self, comps: Iterable[_Component]) -> None:
-        """Reuse running+healthy components, start missing ones, then wait for all."""
-        t0 = time.monotonic()
-        pending: list[tuple[_Component, int, bool]] = []
-        for c in comps:
-            rec = self._read_pid(c.name)
-            if rec and self._is_ours(rec):
-                if c.health():
-                    self._say(f"[local] {c.name} already running (pid {rec['pid']}), healthy")
-                    continue
-                self._say(f"[local] {c.name} running (pid {rec['pid']}) but not healthy yet; waiting")
-                pending.append((c, rec["pid"], False))
-                continue
-            if rec:
-                self.pid_path(c.name).unlink(missing_ok=True)
-            if c.before_start is not None:
-                c.before_start()
-            proc = self._start(c)
-            self._say(f"[local] {c.name} starting (pid {proc.pid}, port {c.ports[0]}, log {self.log_path(c.name)})")
-            pending.append((c, proc.pid, True))
-
-        deadline = t0 + self.start_timeout
-        while pending:
-            still = []
-            for c, pid, started in pending:
-                if not self._alive(pid):
-                    proc = self._procs.get(c.name)
-                    code = proc.returncode if proc is not None and proc.pid == pid else None
-                    self.pid_path(c.name).unlink(missing_ok=True)
-                    raise LocalKubeError(
-                        f"{c.name} exited during start-up (pid {pid}, exit code {code}); "
-                        f"last lines of {self.log_path(c.name)}:\n{self._tail(self.log_path(c.name))}"
-                    )
-                if c.health():
-                    self._say(f"[local] {c.name} ready ({time.monotonic() - t0:.1f}s)")
-                else:
-                    still.append((c, pid, started))
-            pending = still
-            if pending and time.monotonic() > deadline:
-                c, pid, _ = pending[0]
-                raise LocalKubeError(
-                    f"{c.name} (pid {pid}) did not become healthy at {c.url} within "
-                    f"{self.start_timeout:.0f}s; last lines of {self.log_path(c.name)}:\n"
-                    f"{self._tail(self.log_path(c.name))}"
-                )
-            if pending:
-                time.sleep(0.2)
-
-    def _stop(self, comps: list[_Component]) -> None:
-        """SIGTERM the components together, wait, SIGKILL what is left after stop_timeout."""
-        t0 = time.monotonic()
-        victims: dict[str, int] = {}
-        for c in comps:
-            rec = self._read_pid(c.name)
-            if rec is None:
-                continue
-            if self._is_ours(rec):
-                _signal_group(rec["pid"], signal.SIGTERM)
-                victims[c.name] = rec["pid"]
-            else:  # stale pid file
-                self.pid_path(c.name).unlink(missing_ok=True)
-        killed: set[str] = set()
-        while victims:
-            for name, pid in list(victims.items()):
-                if not self._alive(pid):
-                    del victims[name]
-                    self.pid_path(name).unlink(missing_ok=True)
-                    self._procs.pop(name, None)
-                    how = "killed" if name in killed else "stopped"
-                    self._say(f"[local] {name} {how} (pid {pid}, {time.monotonic() - t0:.1f}s)")
-            if not victims:
-                break
-            waited = time.monotonic() - t0
-            if waited > self.stop_timeout:
-                for name, pid in victims.items():
-                    if name not in killed:
-                        self._say(f"[local] {name} (pid {pid}) still running {self.stop_timeout:.0f}s "
-                                  f"after SIGTERM; sending SIGKILL")
-                        _signal_group(pid, signal.SIGKILL)
-                        killed.add(name)
-                if waited > self.stop_timeout + 10:
-                    raise LocalKubeError(
-                        "could not stop: " + ", ".join(f"{n} (pid {p})" for n, p in victims.items())
-                    )
-            time.sleep(0.1)
+            self.supervisor.ensure(comps)
+        except SupervisorError as e:
+            raise LocalKubeError(str(e)) from e
 
     def _release_kwok_leases(self) -> None:
         """Delete the node Leases of kwok nodes before a new kwok starts.
@@ -669,19 +499,8 @@ class LocalKube:
         raise LocalKubeError(
             f"default/default ServiceAccount not created within {self.start_timeout:.0f}s ({last}); "
             f"last lines of the kube-controller-manager log:\n"
-            f"{self._tail(self.log_path('kube-controller-manager'))}"
+            f"{tail(self.log_path('kube-controller-manager'))}"
         )
-
-    @staticmethod
-    def _tail(path: Path, lines: int = 25) -> str:
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 64 * 1024))
-                data = f.read().decode(errors="replace").splitlines()
-        except FileNotFoundError:
-            return f"  (no log file {path})"
-        return "\n".join("  | " + line for line in data[-lines:])
 
 
 def _http_get(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -> str | None:
@@ -691,37 +510,6 @@ def _http_get(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0)
             return r.read().decode(errors="replace").strip() if r.status == 200 else None
     except (urllib.error.URLError, OSError, ssl.SSLError, ValueError):
         return None
-
-
-def _proc_starttime(pid: int) -> int | None:
-    """Kernel start time of ``pid`` (clock ticks since boot), None without procfs."""
-    if not _HAVE_PROCFS:
-        return None
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-        return None
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    """Signal the process group the component leads (start_new_session), else the process."""
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

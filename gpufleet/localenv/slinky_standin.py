@@ -22,6 +22,11 @@ It does, for the local environment's NodeSets, the part of the operator that gpu
   drained with a reason that carries the ``slurm-operator: `` prefix is undrained; no other
   reason is ever changed.
 
+* **Tokens.** For each ``Token`` resource (any namespace) it keeps the Secret ``spec.secretRef``
+  holding a JWT for ``spec.username``, signed HS256 with the key slurmctld really uses (the local
+  Slurm's; the stack's ``jwtKeyRef`` names the key the operator would take), renewed when a fifth of
+  its ``lifetime`` is left, as the operator's token controller does with ``refresh: true``.
+
 Level-based: each pass compares what is with what should be, so a missed event heals itself.
 Never imported by ``reconciler/``: the reconciler meets the operator only through Kubernetes
 and Slurm, as in production.
@@ -137,6 +142,10 @@ class SlinkyStandIn:
     # ------------------------------------------------------------------ one pass
 
     def reconcile_once(self) -> None:
+        try:
+            self._sync_tokens()
+        except Exception as e:  # noqa: BLE001 - tokens must not stop the NodeSet pods
+            log.warning("tokens: %s", e)
         nodesets = self.nodesets()
         if self.fixed is not None:
             self._ensure_namespace()
@@ -236,6 +245,47 @@ class SlinkyStandIn:
                          st["reason"])
                 self.slurm.set_node_state(name, "UNDRAIN")
 
+    def _sync_tokens(self) -> None:
+        """Write each Token's Secret, and renew it before it expires."""
+        import base64
+
+        import jwt
+
+        try:
+            tokens = self.custom.list_cluster_custom_object(NODESET_GROUP, NODESET_VERSION, "tokens")["items"]
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        now = int(time.time())
+        for t in tokens:
+            spec, meta = t.get("spec") or {}, t["metadata"]
+            ref = spec.get("secretRef") or {}
+            name, key = ref.get("name"), ref.get("key", "SLURM_JWT")
+            if not name or not spec.get("username"):
+                continue
+            lifetime = _seconds(spec.get("lifetime", "15m"))
+            try:
+                current = self.core.read_namespaced_secret(name, meta["namespace"])
+                old = base64.b64decode((current.data or {}).get(key, "")).decode()
+                exp = jwt.decode(old, options={"verify_signature": False}).get("exp", 0) if old else 0
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                current, exp = None, 0
+            if exp - now > lifetime / 5:
+                continue
+            token = self.slurm.token(spec["username"], lifetime)
+            body = {"metadata": {"name": name, "namespace": meta["namespace"],
+                                 "labels": {"app.kubernetes.io/managed-by": "slurm-operator-standin"}},
+                    "type": "Opaque", "stringData": {key: token}}
+            if current is None:
+                self.core.create_namespaced_secret(meta["namespace"], body)
+            else:
+                self.core.replace_namespaced_secret(name, meta["namespace"], body)
+            log.info("token %s/%s: wrote Secret %s for Slurm user %s (%ss)", meta["namespace"], meta["name"],
+                     name, spec["username"], lifetime)
+
     def _slurm_nodes(self) -> dict[str, dict[str, Any]]:
         """Slurm name -> {"state": set, "reason": str}."""
         return {name: {"state": set(n.get("state", [])), "reason": n.get("reason", "")}
@@ -250,6 +300,15 @@ class SlinkyStandIn:
             except Exception as e:  # noqa: BLE001 - a failing pass is logged and tried again
                 log.warning("pass failed: %s", e)
             stop.wait(interval)
+
+
+def _seconds(value: Any) -> int:
+    """A Token's lifetime: seconds, or a duration like "15m", "1h", "900s"."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    text = str(value).strip()
+    units = {"s": 1, "m": 60, "h": 3600}
+    return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(float(text))
 
 
 # ---------------------------------------------------------------------- process

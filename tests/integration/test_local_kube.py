@@ -201,6 +201,19 @@ def test_down_then_up_reuses_state_and_certs(kube_cluster: LocalKube, gpu_node: 
     wait_for("pod deleted", lambda: pod_gone(core, "train-after-restart"))
 
 
+def test_up_right_after_the_api_server_was_stopped_waits_for_it(kube_cluster: LocalKube) -> None:
+    """Issue 14.6: up() while a SIGTERMed kube-apiserver is still shutting down waits for it to be gone
+    and starts a new one (it used to fail with "exited during start-up (pid ..., exit code None)")."""
+    import psutil
+
+    old = psutil.Process(kube_cluster.status()["components"]["kube-apiserver"]["pid"])
+    old.terminate()
+    kube_cluster.up()
+    new = kube_cluster.status()["components"]["kube-apiserver"]
+    assert new["healthy"] and new["pid"] != old.pid
+    assert not old.is_running() or old.status() == psutil.STATUS_ZOMBIE
+
+
 # --- failure handling, with stand-in binaries (no real cluster needed) ----------------
 
 def _fake_bins(tmp_path: Path, script: str) -> Path:

@@ -387,9 +387,14 @@ def evaluate(resources: list[pulumi.runtime.MockResourceArgs], env: str) -> dict
     return out
 
 
-def prod_spec(**changes) -> FleetSpec:
+# What the release workflow (.github/workflows/release.yml) records in Pulumi.prod.yaml.
+RELEASED = {"healing__reconciler__image": f"ghcr.io/gpufleet/reconciler@{DIGEST}",
+            "healing__reconciler__agent_image": f"ghcr.io/gpufleet/agent@{DIGEST}"}
+
+
+def prod_spec(released: bool = True, **changes) -> FleetSpec:
     doc = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json")
-    for path, value in changes.items():
+    for path, value in {**(RELEASED if released else {}), **changes}.items():
         *head, last = path.split("__")
         node = doc
         for p in head:
@@ -406,6 +411,12 @@ def test_shipped_prod_passes_every_mandatory_rule(recorder):
     mandatory = [n for n, lv in levels("prod").items() if lv == "mandatory"]
     assert set(mandatory) == set(result)
     assert {n: m for n, m in result.items() if m} == {}
+
+
+def test_prod_before_a_release_is_blocked_by_its_unpinned_images_only(recorder):
+    result = evaluate(declare(recorder, prod_spec(released=False)), "prod")
+    assert {n for n, m in result.items() if m} == {"images-pinned"}
+    assert len(result["images-pinned"]) == 2 and all("requires a digest" in m for m in result["images-pinned"])
 
 
 @pytest.mark.parametrize("env", ["local", "staging"])

@@ -1,0 +1,360 @@
+"""Real kubelet nodes of the local environment: the system pool, where the stack's reconciler runs as pods.
+
+Each node is a kubelet (built from the same k8s.io/kubernetes module as the control plane) with a
+containerd of its own (Debian's): root, state, socket, runc state, CNI configuration and cgroup root
+all in ``<root>/nodes/<name>/`` and ``/sys/fs/cgroup/*/gpufleet-<name>``, so two nodes and the host
+never see each other's containers. gpufleet's images (scripts/build-images.sh) are imported into it,
+the pause image included: nothing is pulled. The nodes carry ``gpufleet.io/role=system`` and no kwok
+annotation, so kwok (which manages only annotated nodes) leaves them alone.
+
+Measured on this machine kind (Debian 12, root without CAP_SYS_RESOURCE, cgroup v1 hybrid):
+* containerd must not lower a pod's oom_score_adj (``restrict_oom_score_adj = true``);
+* the kubelet needs the ``KubeletInUserNamespace`` feature gate, which turns its failing
+  oom_score_adj / rlimit / sysctl writes into warnings, and ``failCgroupV1: false``;
+* pods use the host's network (hostNetwork): the API server and slurmrestd listen on loopback, and no
+  pod network is set up; the CNI configuration is a loopback-only network so that the runtime reports
+  its network ready. Probes of such pods name ``host: 127.0.0.1``.
+
+Two replicas of a hostNetwork Deployment cannot share one node (both bind the metrics port), so the
+local environment runs one node per reconciler replica.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from fleetspec import labels
+
+from .certs import ensure_client_cert
+from .images import BuiltImages
+from .kube import LocalKube, _http_get
+from .supervisor import Proc, Supervisor, SupervisorError, tail
+
+CGROUP_V1 = Path("/sys/fs/cgroup")
+CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+NAMESPACE = "k8s.io"  # containerd's namespace for CRI
+
+
+class NodeError(SupervisorError):
+    """A kubelet node failed to start or to become Ready."""
+
+
+@dataclass
+class KubeletNode:
+    """One kubelet node: containerd + kubelet, supervised, in ``workdir``."""
+
+    name: str
+    workdir: Path
+    kube: LocalKube
+    images: BuiltImages | None  # needed to start it, not to stop it
+    supervisor: Supervisor
+    kubelet_port: int
+    healthz_port: int
+    bin_dir: Path
+    node_labels: dict[str, str] = field(default_factory=lambda: {labels.ROLE: labels.ROLE_SYSTEM})
+    progress: Callable[[str], None] | None = None
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def socket(self) -> Path:
+        return self.workdir / "containerd" / "containerd.sock"
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/gpufleet-{self.name}"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.workdir / "pod-logs"
+
+    @property
+    def containerd_name(self) -> str:
+        return f"containerd-{self.name}"
+
+    @property
+    def kubelet_name(self) -> str:
+        return f"kubelet-{self.name}"
+
+    # ------------------------------------------------------------------ processes
+    def procs(self) -> tuple[Proc, Proc]:
+        env = {**os.environ, "PATH": f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+        containerd = Proc(self.containerd_name, ["containerd", "--config", str(self.workdir / "containerd.toml")],
+                          self._containerd_healthy, f"unix://{self.socket}", env=env, cwd=self.workdir,
+                          subreaper=True)
+        kubelet = Proc(self.kubelet_name, self._kubelet_argv,
+                       lambda: _http_get(f"http://127.0.0.1:{self.healthz_port}/healthz") == "ok",
+                       f"http://127.0.0.1:{self.healthz_port}/healthz",
+                       ports=(self.kubelet_port, self.healthz_port), env=env, cwd=self.workdir)
+        return containerd, kubelet
+
+    def up(self) -> None:
+        if self.images is None:
+            raise NodeError(f"{self.name}: no images to start it with (run scripts/build-images.sh)")
+        containerd, kubelet = self.procs()
+        self._write_config()
+        self._ensure_cgroup_root()
+        self.supervisor.ensure([containerd])
+        self.import_images()
+        self.supervisor.ensure([kubelet])
+
+    def down(self) -> None:
+        # The kubelet first (it would restart what containerd stops), then containerd with its shims
+        # and every container under them (they are in its process tree: it is their subreaper).
+        self.supervisor.stop([self.kubelet_name])
+        self.supervisor.stop([self.containerd_name], timeout=20)
+
+    def status(self) -> dict:
+        containerd, kubelet = self.procs()
+        return {"containerd": self.supervisor.status(containerd), "kubelet": self.supervisor.status(kubelet)}
+
+    def ctr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, *args],
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def import_images(self) -> None:
+        """Import the built images (skipping those already there) under their tag and their digest
+        reference, the names the kubelet asks the runtime for."""
+        have = set(self.ctr("images", "ls", "-q").stdout.split())
+        for img in self.images.all():
+            if img.reference in have and img.tagged in have:
+                continue
+            t0 = time.monotonic()
+            r = self.ctr("images", "import", "--all-platforms", str(img.archive), timeout=600)
+            if r.returncode != 0:
+                raise NodeError(f"{self.name}: ctr images import {img.archive} failed: {r.stderr.strip()}")
+            r = self.ctr("images", "tag", "--force", img.tagged, img.reference)
+            if r.returncode != 0:
+                raise NodeError(f"{self.name}: ctr images tag {img.tagged} {img.reference} failed: {r.stderr.strip()}")
+            self._say(f"{self.name}: imported {img.reference} ({time.monotonic() - t0:.1f}s)")
+
+    # ------------------------------------------------------------------ configuration
+    def _containerd_healthy(self) -> bool:
+        if not self.socket.exists():
+            return False
+        try:
+            return subprocess.run(["ctr", "--address", str(self.socket), "version"], capture_output=True,
+                                  timeout=5).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    def _write_config(self) -> None:
+        wd = self.workdir
+        for sub in ("containerd", "cni", "kubelet", "pod-logs"):
+            (wd / sub).mkdir(parents=True, exist_ok=True)
+        ctd = wd / "containerd"
+        disabled = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+                    "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        (wd / "containerd.toml").write_text(f'''# Written by gpufleet/localenv/node.py: this node's own containerd.
+version = 2
+root = "{ctd / 'root'}"
+state = "{ctd / 'state'}"
+disabled_plugins = {json.dumps(disabled)}
+[grpc]
+  address = "{self.socket}"
+[ttrpc]
+  address = "{self.socket}.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{ctd / 'opt'}"
+[{cri}]
+  sandbox_image = "{self.images.pause.tagged}"
+  # A pod's oom_score_adj of -998 needs CAP_SYS_RESOURCE, which this host does not give.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [{cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{cri}.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{ctd / 'runc'}"
+  [{cri}.cni]
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{wd / 'cni'}"
+''')
+        # Only hostNetwork pods run here; a loopback network makes the runtime report its network ready.
+        (wd / "cni" / "10-gpufleet-loopback.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": "gpufleet-hostnetwork-only",
+            "plugins": [{"type": "loopback"}]}, indent=2))
+
+        pki = self.kube.pki
+        cert, key = ensure_client_cert(pki, f"kubelet-{self.name}", f"system:node:{self.name}", "system:nodes")
+        b64 = lambda p: base64.b64encode(Path(p).read_bytes()).decode()  # noqa: E731
+        kubeconfig = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "node",
+            "clusters": [{"name": "local", "cluster": {"server": self.kube.server_url,
+                                                        "certificate-authority-data": b64(pki.ca_cert)}}],
+            "users": [{"name": "node", "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
+            "contexts": [{"name": "node", "context": {"cluster": "local", "user": "node"}}],
+        }
+        _write_private(wd / "kubelet" / "kubeconfig", yaml.safe_dump(kubeconfig))
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "address": "127.0.0.1", "port": self.kubelet_port, "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": self.healthz_port,
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                               "x509": {"clientCAFile": str(pki.ca_cert)}},
+            "authorization": {"mode": "Webhook"},
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "cgroupDriver": "cgroupfs", "cgroupRoot": self.cgroup_root, "cgroupsPerQOS": True,
+            "failCgroupV1": False, "failSwapOn": False,
+            # This host: root without CAP_SYS_RESOURCE. The gate makes the kubelet tolerate the
+            # oom_score_adj, rlimit and sysctl writes it is not allowed to make.
+            "featureGates": {"KubeletInUserNamespace": True},
+            "oomScoreAdj": 0, "localStorageCapacityIsolation": False, "protectKernelDefaults": False,
+            "makeIPTablesUtilChains": False, "kernelMemcgNotification": False,
+            # Never garbage-collect the imported images (they cannot be pulled again), never evict
+            # for a disk shared with everything else on this machine.
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                             "nodefs.inodesFree": "1%"},
+            "podLogsDir": str(self.pod_logs), "maxPods": 20, "resolvConf": "/etc/resolv.conf",
+            "shutdownGracePeriod": "0s", "serializeImagePulls": True,
+            "nodeStatusUpdateFrequency": "5s", "syncFrequency": "10s",
+        }
+        (wd / "kubelet" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def _kubelet_argv(self) -> list[str]:
+        wd = self.workdir / "kubelet"
+        return [
+            str(self.bin_dir / "kubelet"),
+            f"--config={wd / 'config.yaml'}",
+            f"--kubeconfig={wd / 'kubeconfig'}",
+            f"--root-dir={wd / 'root'}",
+            f"--cert-dir={wd / 'pki'}",
+            f"--hostname-override={self.name}",
+            "--node-labels=" + ",".join(f"{k}={v}" for k, v in self.node_labels.items()),
+            "--v=1",
+        ]
+
+    def _ensure_cgroup_root(self) -> None:
+        """The kubelet wants its cgroup root to exist in every v1 hierarchy (cpuset: with cpus and mems)."""
+        if not (CGROUP_V1 / "memory").is_dir():
+            return
+        for ctrl in sorted(p for p in CGROUP_V1.iterdir() if p.is_dir() and p.name != "unified"):
+            d = ctrl / self.cgroup_root.lstrip("/")
+            d.mkdir(exist_ok=True)
+            if ctrl.name == "cpuset":
+                for f in ("cpuset.cpus", "cpuset.mems"):
+                    if not (d / f).read_text().strip():
+                        (d / f).write_text((ctrl / f).read_text())
+
+    def _say(self, msg: str) -> None:
+        if self.progress is not None:
+            self.progress(f"[local] {msg}")
+
+
+def _write_private(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+@dataclass
+class SystemNodes:
+    """The local environment's real nodes (``system-0``, ``system-1``, ...), one per reconciler replica."""
+
+    root: Path
+    kube: LocalKube
+    count: int
+    ports: list[int]  # two per node: kubelet, kubelet healthz
+    bin_dir: Path
+    progress: Callable[[str], None] | None = None
+    images: BuiltImages | None = None
+    start_timeout: float = 120.0
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        self.supervisor = Supervisor(self.root / "run", self.root / "logs", self.start_timeout, 15.0,
+                                     progress=lambda line: self.progress and self.progress(line))
+
+    @property
+    def names(self) -> list[str]:
+        """The configured nodes, and any left from an environment that had more (so down() stops them)."""
+        names = [f"system-{i}" for i in range(self.count)]
+        if self.root.is_dir():
+            names += sorted(p.name for p in self.root.glob("system-*") if p.is_dir() and p.name not in names)
+        return names
+
+    def nodes(self) -> list[KubeletNode]:
+        ports = list(self.ports) + [0] * (2 * len(self.names) - len(self.ports))
+        return [KubeletNode(name, self.root / name, self.kube, self.images, self.supervisor,
+                            ports[2 * i], ports[2 * i + 1], self.bin_dir, progress=self.progress)
+                for i, name in enumerate(self.names)]
+
+    def up(self, timeout: float = 180.0) -> None:
+        """Start every node and wait until each is Ready in the API server."""
+        if not self.count:
+            return
+        t0 = time.monotonic()
+        if not os.access(self.bin_dir / "kubelet", os.X_OK):
+            raise NodeError(f"no kubelet in {self.bin_dir} (build it with scripts/build-kube.sh)")
+        if shutil.which("containerd") is None:
+            raise NodeError("containerd is missing: run scripts/install-containers.sh")
+        if self.images is None:
+            from .images import ImagesError, build
+
+            if self.progress:
+                self.progress("[local] images: scripts/build-images.sh (seconds when this tree's images are built)")
+            try:
+                self.images = build()
+            except ImagesError as e:
+                raise NodeError(str(e)) from e
+        nodes = self.nodes()[: self.count]
+        try:
+            for node in nodes:
+                node.up()
+        except SupervisorError as e:
+            raise NodeError(str(e)) from e
+        for node in nodes:
+            self.wait_ready(node, timeout - (time.monotonic() - t0))
+        if self.progress:
+            self.progress(f"[local] kubelet nodes Ready: {', '.join(self.names)} ({time.monotonic() - t0:.1f}s)")
+
+    def wait_ready(self, node: KubeletNode, timeout: float) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        core = self.kube.core_v1()
+        deadline = time.monotonic() + max(timeout, 5)
+        conds: list = []
+        while time.monotonic() < deadline:
+            try:
+                n = core.read_node(node.name)
+                conds = [(c.type, c.status, c.reason) for c in (n.status.conditions or [])]
+                if ("Ready", "True") in [(t, s) for t, s, _ in conds]:
+                    return
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+            time.sleep(0.5)
+        raise NodeError(f"node {node.name} did not become Ready within {timeout:.0f}s (conditions: {conds}); "
+                        f"last lines of {self.supervisor.log_path(node.kubelet_name)}:\n"
+                        f"{tail(self.supervisor.log_path(node.kubelet_name), 30)}")
+
+    def down(self) -> None:
+        for node in self.nodes():
+            node.down()
+
+    def status(self) -> dict:
+        out = {}
+        for n in self.names:
+            out[n] = {p: {"pid": self.supervisor.pid(f"{p}-{n}"), "log": str(self.supervisor.log_path(f"{p}-{n}"))}
+                      for p in ("containerd", "kubelet")}
+        return out

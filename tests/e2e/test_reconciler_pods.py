@@ -1,0 +1,56 @@
+"""The local stack's reconciler Deployment as real pods on real kubelet nodes: the image built here, by
+its digest; the pods' own ServiceAccount token against RBAC the real API server enforces; the policy
+ConfigMap mounted; leader election through the Lease, handed over when the leader's pod goes."""
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from fleetspec import labels
+from gpufleet.localenv.kube import KWOK_ANNOTATION
+from gpufleet.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_kubelet_nodes_are_the_system_pool_and_kwok_leaves_them_alone(local_pods):
+    core = local_pods.env.kube.core_v1()
+    coord = client.CoordinationV1Api(local_pods.env.kube.api_client())
+    names = local_pods.env.nodes.names
+    assert len(names) == local_pods.spec.healing.reconciler.replicas
+    for name in names:
+        node = core.read_node(name)
+        assert node.metadata.labels[labels.ROLE] == labels.ROLE_SYSTEM
+        assert KWOK_ANNOTATION not in (node.metadata.annotations or {})
+        assert node.status.node_info.kubelet_version == "v1.34.4"
+        assert node.status.node_info.container_runtime_version.startswith("containerd://1.6")
+        assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
+        # the kubelet, not kwok, holds the node's Lease
+        assert coord.read_namespaced_lease(name, "kube-node-lease").spec.holder_identity == name
+    fake_system = [n.metadata.name for n in core.list_node(label_selector=f"{labels.ROLE}={labels.ROLE_SYSTEM}").items
+                   if KWOK_ANNOTATION in (n.metadata.annotations or {})]
+    assert fake_system == []
+
+
+def test_pods_run_the_built_image_by_digest_one_per_node(local_pods, built_images):
+    pods = local_pods.wait_ready()
+    assert sorted(p["node"] for p in pods) == sorted(local_pods.env.nodes.names)
+    assert all(p["image"].endswith(built_images.reconciler.digest) for p in pods), pods
+    assert sum(p["leader"] for p in pods) == 1
+    core = local_pods.env.kube.core_v1()
+    pod = core.read_namespaced_pod(pods[0]["name"], local_pods.namespace)
+    assert pod.spec.containers[0].image == built_images.reconciler.reference
+    assert pod.spec.service_account_name == "gpufleet-reconciler"
+    assert pod.spec.host_network is True
+    mounts = {m.mount_path for m in pod.spec.containers[0].volume_mounts}
+    assert {"/etc/gpufleet", "/var/run/secrets/kubernetes.io/serviceaccount"} <= mounts
+
+
+def test_the_leader_is_a_pod_and_its_deletion_hands_the_lease_over(local_pods):
+    leader = wait_for("a Lease holder", local_pods.leader, timeout=60)
+    core = local_pods.env.kube.core_v1()
+    core.delete_namespaced_pod(leader["name"], local_pods.namespace)
+    new = wait_for("another pod to take the Lease",
+                   lambda: (lp := local_pods.leader()) and lp["name"] != leader["name"] and lp, timeout=60)
+    assert new["name"] in {p["name"] for p in local_pods.pods()}
+    local_pods.wait_ready()  # the Deployment replaced the deleted pod, and it is Ready too

@@ -1,0 +1,34 @@
+"""Where the reconciler pods run: the system pool on a cluster; on the local environment's kubelet nodes,
+the host's network with the API server on loopback (what a real pod there needed)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from components.reconciler import HostNetworkApi, ReconcilerArgs, placement
+from fleetspec import load_stack_file
+from infra.program import local_api
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_on_a_cluster_the_system_pool_and_the_in_cluster_service():
+    p = placement(ReconcilerArgs(load_stack_file(ROOT / "Pulumi.prod.yaml").fleet))
+    assert p.pod == {"nodeSelector": {"gpufleet.io/role": "system"}}
+    assert p.env == [] and p.args == [] and "host" not in p.probe
+
+
+def test_locally_the_host_network_and_the_api_server_on_loopback():
+    spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
+    p = placement(ReconcilerArgs(spec, host_network_api=HostNetworkApi("127.0.0.1", 31443)))
+    assert p.pod["hostNetwork"] is True and p.pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert p.pod["nodeSelector"] == {"gpufleet.io/role": "system"}
+    assert {e["name"]: e["value"] for e in p.env} == {"KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                                                      "KUBERNETES_SERVICE_PORT": "31443"}
+    assert p.probe == {"path": "/healthz", "port": 9102, "host": "127.0.0.1"}
+
+
+def test_local_api_comes_from_the_kubeconfig(tmp_path):
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("clusters:\n- name: x\n  cluster: {server: 'https://127.0.0.1:40123'}\n")
+    assert local_api(str(kc)) == HostNetworkApi("127.0.0.1", 40123)
+    assert local_api(str(tmp_path / "none")).port == 26443  # gpufleet local up's default
