@@ -12,8 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_on_a_cluster_the_system_pool_and_the_in_cluster_service():
-    p = placement(ReconcilerArgs(load_stack_file(ROOT / "Pulumi.prod.yaml").fleet))
-    assert p.pod == {"nodeSelector": {"gpufleet.io/role": "system"}}
+    spec = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    p = placement(ReconcilerArgs(spec))
+    assert p.pod == {"nodeSelector": dict(spec.system_pool.node_selector)}  # the system pool the spec declares
     assert p.env == [] and p.args == [] and "host" not in p.probe
 
 
@@ -27,8 +28,19 @@ def test_locally_the_host_network_and_the_api_server_on_loopback():
     assert p.probe == {"path": "/healthz", "port": 9102, "host": "127.0.0.1"}
 
 
-def test_local_api_comes_from_the_kubeconfig(tmp_path):
+def test_local_api_comes_from_the_kubeconfig(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUFLEET_LOCAL_DIR", str(tmp_path / "no-env"))
     kc = tmp_path / "kubeconfig"
     kc.write_text("clusters:\n- name: x\n  cluster: {server: 'https://127.0.0.1:40123'}\n")
     assert local_api(str(kc)) == HostNetworkApi("127.0.0.1", 40123)
     assert local_api(str(tmp_path / "none")).port == 26443  # gpufleet local up's default
+
+
+def test_locally_the_pods_reach_the_local_slurmrestd_with_the_tokens_secret():
+    from components.reconciler import TOKEN_FILE, reconciler_args
+
+    spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
+    p = placement(ReconcilerArgs(spec, host_network_api=HostNetworkApi("127.0.0.1", 31443, "http://127.0.0.1:26820")))
+    args = [*reconciler_args(spec, slurm_url=p.slurm_url), *p.args]
+    assert args[args.index("--slurm-url") + 1] == "http://127.0.0.1:26820" and "none" not in args
+    assert args[args.index("--slurm-token-file") + 1] == TOKEN_FILE
