@@ -60,6 +60,8 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
     from reconciler.kube import Kube
     from reconciler.records import KubeRecordStore
 
+    from .localenv.pods import reconciler_pods, wait_reconciler_pods_ready
+
     total = 7
     out(f"[1/{total}] local environment: control plane, {sum(p.nodes + p.spares for p in spec.pools)} fake GPU "
         f"nodes, Slurm")
@@ -77,15 +79,26 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
     env.wait_slurm_nodes()  # the NodeSets' pods placed, their slurmd registered (the Slinky stand-in)
     out(f"      Slurm nodes {', '.join(env.slurm_node_names())} up {time.monotonic() - t0:.1f}s later")
 
-    out(f"[3/{total}] reconciler: same code and policy as its Deployment, as a host process")
     api = env.kube.api_client()
     kube = Kube(api)
-    policy = _policy_from_cluster(kube, spec, env.root)
-    if grace is not None:
-        doc = json.loads(policy.read_text())
-        doc["healing"]["grace_period_seconds"] = grace
-        policy.write_text(json.dumps(doc, indent=2))
-    env.start_reconciler(policy)
+    ns = spec.healing.reconciler.namespace
+    if env.kubelet_nodes:
+        out(f"[3/{total}] reconciler: the Deployment pulumi up applied, as pods from the project's image")
+        pods = wait_reconciler_pods_ready(kube.core, ns, spec.healing.reconciler.replicas)
+        leader = next(p for p in pods if p["leader"])
+        out(f"      {len(pods)} pods Ready on {', '.join(sorted(p['node'] for p in pods))}; "
+            f"{leader['name']} holds the Lease")
+        alive = lambda: any(p["ready"] for p in reconciler_pods(kube.core, ns))  # noqa: E731
+        where = f"kubectl -n {ns} logs -l app.kubernetes.io/name=gpufleet-reconciler"
+    else:
+        out(f"[3/{total}] reconciler: same code and policy as its Deployment, as a host process")
+        policy = _policy_from_cluster(kube, spec, env.root)
+        if grace is not None:
+            doc = json.loads(policy.read_text())
+            doc["healing"]["grace_period_seconds"] = grace
+            policy.write_text(json.dumps(doc, indent=2))
+        env.start_reconciler(policy)
+        alive, where = env.reconciler_running, str(env.reconciler_log)
 
     out(f"[4/{total}] sbatch: {STEPS} steps of SGD, checkpoint every {EVERY} steps and on SIGTERM")
     storage = spec.checkpoint_storage
@@ -100,21 +113,22 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
     wait_for("the first checkpoints", lambda: _last_step(run_dir) >= 60, 120)
     out(f"      job {job} running on {nodes_needed} node(s), batch host {batch}, step {_last_step(run_dir)}")
 
-    out(f"[5/{total}] inject XID {xid} (GPU fallen off the bus) on {batch}")
+    node = kube_node_of(kube, spec.slurm.namespace, batch)  # Slurm names are the NodeSet pods' hostnames
+    out(f"[5/{total}] inject XID {xid} (GPU fallen off the bus) on {node} (Slurm node {batch})")
     fault_at = time.time()
-    kube.set_condition(batch, spec.healing.condition_types[0], "False", f"Xid{xid}",
+    kube.set_condition(node, spec.healing.condition_types[0], "False", f"Xid{xid}",
                        f"Xid {xid} on PCI:0000:3b:00: GPU has fallen off the bus.")
 
     out(f"[6/{total}] the fleet heals itself (no human action):")
     store = KubeRecordStore(api)
-    tl = Timeline(fault_at=fault_at, node=batch)
+    tl = Timeline(fault_at=fault_at, node=node)
     seen: set[str] = set()
     deadline = time.monotonic() + timeout
     record = None
     while time.monotonic() < deadline:
-        if not env.reconciler_running():
-            raise RuntimeError(f"the reconciler exited; last lines of {env.reconciler_log}:\n{env.reconciler_log_tail()}")
-        recs = [r for r in store.list() if r.node == batch]
+        if not alive():
+            raise RuntimeError(f"the reconciler is not running; see {where}")
+        recs = [r for r in store.list() if r.node == node]
         if recs:
             record = max(recs, key=lambda r: r.created)
             for phase, at in record.phase_times:
@@ -126,7 +140,7 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
                 break
         time.sleep(0.2)
     if record is None or not record.phase.terminal:
-        raise RuntimeError(f"no finished remediation within {timeout}s; see {env.reconciler_log}")
+        raise RuntimeError(f"no finished remediation within {timeout}s; see {where}")
     tl.phases = [(p, at.timestamp()) for p, at in record.phase_times]
     tl.replacement, tl.outcome = record.replacement, record.phase.value
     if record.phase.value == "Succeeded":
@@ -178,6 +192,17 @@ def _batch_host(env: LocalEnv, job: int) -> str | None:
     out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T %B"], env=env.slurm.env(), capture_output=True,
                          text=True, timeout=15).stdout.split()
     return out[1] if len(out) == 2 and out[0] == "RUNNING" else None
+
+
+def kube_node_of(kube, namespace: str, slurm_name: str) -> str:
+    """The Kubernetes node a Slurm node runs on: the node of the NodeSet pod whose hostname it is."""
+    from fleetspec import labels
+
+    pods = kube.core.list_namespaced_pod(namespace, label_selector=f"{labels.SLINKY_POD_HOSTNAME}={slurm_name}").items
+    running = [p.spec.node_name for p in pods if p.spec.node_name and not p.metadata.deletion_timestamp]
+    if not running:
+        raise RuntimeError(f"no NodeSet pod with hostname {slurm_name} in namespace {namespace}")
+    return running[0]
 
 
 def _events(run_dir: Path) -> list[dict]:

@@ -161,6 +161,17 @@ class LocalKube:
                 raise LocalKubeError(str(e)) from e
         self._api_client = None
 
+    def stop_component(self, name: str) -> None:
+        """Stop one component ("kube-apiserver", "etcd", ...), for outage drills; `start_component` or
+        `up()` starts it again."""
+        try:
+            self.supervisor.stop((name,))
+        except SupervisorError as e:
+            raise LocalKubeError(str(e)) from e
+
+    def start_component(self, name: str) -> None:
+        self._ensure([self._components()[name]])
+
     def status(self) -> dict[str, Any]:
         """State of each component: pid, running, healthy, port, url, log file."""
         comps = self._components()

@@ -112,12 +112,11 @@ def test_kernel_log_lines_become_the_condition(kube_cluster, agents, tmp_path):
 
 
 def restart_apiserver(kube_cluster, while_down) -> None:
-    comps = kube_cluster._components()
-    kube_cluster._stop([comps["kube-apiserver"]])
+    kube_cluster.stop_component("kube-apiserver")
     try:
         while_down()
     finally:
-        kube_cluster._ensure([comps["kube-apiserver"]])
+        kube_cluster.start_component("kube-apiserver")
 
 
 def test_an_api_server_outage_is_outlived_and_the_xid_written_during_it_reported_once(kube_cluster, agents, tmp_path):
