@@ -73,7 +73,8 @@ def namespace_rules() -> list[dict]:
     """In its own namespace: the leader-election Lease, and the placeholder pods that declare a
     kubernetes-spares refill (the policy is a mounted file, not read through the API)."""
     return [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "list"]},
+        # (listing them is the cluster-wide pods list the informers need already)
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
 

@@ -97,13 +97,15 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
 def demo(
     keep: bool = typer.Option(False, "--keep", help="Reuse the running environment instead of starting clean."),
     xid: int = typer.Option(79, help="XID to inject."),
-    grace: Optional[int] = typer.Option(None, help="Override the grace period (seconds) for this run."),
+    grace: Optional[int] = typer.Option(None, help="Override the grace period (seconds); host-process mode only."),
+    kubelet: bool = typer.Option(True, "--kubelet/--no-kubelet",
+                                 help="Heal through the reconciler pods on real kubelet nodes (default), or a host process."),
 ) -> None:
     """The main job: local up, pulumi up, a training job, an XID 79, and the fleet healing itself."""
     from .demo import run_demo
     from .stack import PulumiError, Stack
 
-    env = make_env("local")
+    env = make_env("local", kubelet=kubelet)
     try:
         tl = run_demo(env.spec, env, Stack("local"), fresh=not keep, xid=xid, grace=grace)
     except (PulumiError, RuntimeError, TimeoutError) as e:

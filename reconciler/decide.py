@@ -150,8 +150,8 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
     slurm = _slurm(facts)
 
     if phase is Phase.DETECTED:
-        names = tuple(sorted(n.name for n in facts.slurm)) if not record.slurm_nodes else record.slurm_nodes
-        kept = tuple(n for n in names if n in slurm and drained_by_person(slurm[n]))
+        # Containment needs nothing from Slurm: the cordon goes first, whatever Slurm's state.
+        names = record.slurm_nodes or facts.slurm_names
         if record.was_spare:
             refill = (RequestCapacity(record.pool, f"spare {node} quarantined", f"{record.name}/refill")
                       if facts.can_refill else
@@ -159,23 +159,23 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
             return Step(
                 _once(record, Notify("spare-quarantined", "warning",
                                      f"spare {node} reported {xids.describe(record.xid)}: quarantined, refill requested"))
-                + (Cordon(node, slurm_reason(record)),)
-                + tuple(DrainSlurm(n, slurm_reason(record)) for n in names if n not in kept)
-                + (Quarantine(node, record.xid),) + _once(record, refill),
-                record.moved(Phase.REPLACING, now, slurm_nodes=names, kept_drains=kept),
+                + (Cordon(node, slurm_reason(record)), Quarantine(node, record.xid)) + _once(record, refill),
+                record.moved(Phase.REPLACING, now, slurm_nodes=names),
             )
         return Step(
             _once(record, Notify("detected", "warning",
                                  f"{node} ({record.pool}): {xids.describe(record.xid)} - {record.message}. "
                                  "gpufleet is draining and replacing it; no action needed."))
             + (Cordon(node, slurm_reason(record)),),
-            record.moved(Phase.SLURM_DRAINING, now, slurm_nodes=names, kept_drains=kept),
+            record.moved(Phase.SLURM_DRAINING, now, slurm_nodes=names),
         )
 
     if phase is Phase.SLURM_DRAINING:
+        # A node a person drained stays as the person left it (drained, their reason), for good.
+        kept = tuple(n for n in record.slurm_nodes if n in slurm and drained_by_person(slurm[n]))
         drains = tuple(
             DrainSlurm(n, slurm_reason(record)) for n in record.slurm_nodes
-            if n not in record.kept_drains and not (n in slurm and (drained_by_gpufleet(slurm[n]) or drained_by_operator(slurm[n])))
+            if n not in kept and not (n in slurm and (drained_by_gpufleet(slurm[n]) or drained_by_operator(slurm[n])))
         )
         jobs = tuple(sorted(j.job_id for j in facts.jobs_on_node if j.state in ON_NODE_STATES))
         signal = tuple(sorted(j.job_id for j in facts.jobs_on_node if j.state in SIGNALLABLE_STATES))
@@ -183,7 +183,8 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
         if signal and policy.grace_period_seconds > 0:
             actions += _once(record, SignalJobs(signal, "TERM"))
         deadline = now + timedelta(seconds=policy.grace_period_seconds)
-        return Step(actions, record.moved(Phase.CHECKPOINTING, now, jobs=jobs, grace_deadline=deadline))
+        return Step(actions, record.moved(Phase.CHECKPOINTING, now, jobs=jobs, grace_deadline=deadline,
+                                          kept_drains=kept))
 
     if phase is Phase.CHECKPOINTING:
         still = [j for j in facts.jobs_on_node if j.state in ON_NODE_STATES]

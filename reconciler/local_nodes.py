@@ -1,8 +1,8 @@
 """The local environment's fake GPU nodes (kwok): their manifests, the reserve that refills spares,
 and the `local` node provider that joins them (registered with the reconciler's providers).
 
-Each pool gets `nodes` active nodes and `spares` spares; RESERVE more spare names per pool
-exist in the local Slurm from the start (drained), so a refill can join one as a new spare.
+Each pool gets `nodes` active nodes and `spares` spares, named `kwok-<pool>-<i>` and
+`kwok-<pool>-spare-<i>` in the local environment; a refill joins one of RESERVE more spare names.
 """
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 RESERVE = 2
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 SYSTEM_NODE = "local-system-0"
+# The local environment's GPU nodes are named like a cloud's are not, but unlike their Slurm nodes
+# (the NodeSet pods' hostnames, `h100-0`): a test that confuses the two fails here as it would there.
+KWOK_PREFIX = "kwok-"
 
 
 def fake_node(name: str, node_labels: dict[str, str], taints: list[dict], *, cpus: int, memory: str,
@@ -47,35 +50,19 @@ def pool_node(pool: NodePool, name: str, role: str) -> dict[str, Any]:
                      memory=pool.memory_per_node, gpus=pool.gpus_per_node)
 
 
-def fleet_nodes(spec: FleetSpec) -> list[dict[str, Any]]:
+def fleet_nodes(spec: FleetSpec, prefix: str = "") -> list[dict[str, Any]]:
     """Every fake node of the local fleet: a system node, then each pool's nodes and spares."""
     out = [fake_node(SYSTEM_NODE, {labels.ROLE: labels.ROLE_SYSTEM}, [], cpus=8, memory="32Gi")]
     for pool in spec.pools:
-        out += [pool_node(pool, n, labels.ROLE_ACTIVE) for n in pool.node_names()]
-        out += [pool_node(pool, n, labels.ROLE_SPARE) for n in pool.spare_names()]
+        out += [pool_node(pool, prefix + n, labels.ROLE_ACTIVE) for n in pool.node_names()]
+        out += [pool_node(pool, prefix + n, labels.ROLE_SPARE) for n in pool.spare_names()]
     return out
-
-
-def slurm_node_names(spec: FleetSpec) -> tuple[dict[str, list[str]], list[str]]:
-    """Slurm's view of the local fleet: nodes per partition, and the nodes that start drained
-    (spares and the reserve)."""
-    spares = []
-    for pool in spec.pools:
-        spares += [f"{pool.name}-spare-{i}" for i in range(pool.spares + RESERVE)]
-    partitions = {}
-    for part in spec.slurm.partitions:
-        names = []
-        for pname in part.pools:
-            pool = spec.pool(pname)
-            names += pool.node_names() + [f"{pool.name}-spare-{i}" for i in range(pool.spares + RESERVE)]
-        partitions[part.name] = names
-    return partitions, spares
 
 
 REFILL_KEY = "gpufleet.io/refill-for"
 
 
-def join_reserve_spare(kube: Kube, pool: NodePool, key: str = "") -> str | None:
+def join_reserve_spare(kube: Kube, pool: NodePool, key: str = "", prefix: str = KWOK_PREFIX) -> str | None:
     """Join the next reserved fake node of the pool as a spare, once per `key`; None when the reserve
     is used up. The node carries the key, so a replayed request joins nothing more."""
     nodes = kube.core.list_node(label_selector=f"{labels.POOL}={pool.name}").items
@@ -83,7 +70,7 @@ def join_reserve_spare(kube: Kube, pool: NodePool, key: str = "") -> str | None:
         return None
     existing = {n.metadata.name for n in nodes}
     for i in range(pool.spares + RESERVE):
-        name = f"{pool.name}-spare-{i}"
+        name = f"{prefix}{pool.name}-spare-{i}"
         if name not in existing:
             node = pool_node(pool, name, labels.ROLE_SPARE)
             if key:

@@ -168,6 +168,7 @@ class RecordFacts:
     """What the runtime observed for one live record on this step."""
 
     jobs_on_node: tuple[JobView, ...] = ()
+    slurm_names: tuple[str, ...] = ()  # Slurm nodes whose NodeSet pods run on the faulted node (from the pods)
     slurm: tuple[SlurmNodeView, ...] = ()  # the record's Slurm nodes, and the replacement's
     opted_out_pods: tuple[str, ...] = ()
     pods_left: tuple[str, ...] = ()

@@ -153,7 +153,8 @@ class Runtime:
         if bad:
             self._report_unreadable(node, bad)
             return None
-        records = [r for r in mine if isinstance(r, Record)]
+        pools = {p.name for p in self.spec.pools}
+        records = [r for r in mine if isinstance(r, Record) and r.pool in pools]  # others are not this fleet's
         live = sorted((r for r in records if r.active), key=lambda r: (r.created, r.name))
         if not live:
             return self._detect(node, records)
@@ -310,11 +311,9 @@ class Runtime:
     def _observe(self, r: Record) -> RecordFacts:
         """What this step needs to see, gathered outside the admission lock (it may call Slurm)."""
         phase = r.phase
-        if phase is Phase.DETECTED:
+        if phase is Phase.DETECTED:  # nothing from Slurm: containment must not wait for it
             names = slurm_nodes_on(r.node, self._pods_on(r.node))
-            for c in names.conflicts:
-                log.warning(c, extra=self._ctx(r))
-            return RecordFacts(slurm=self._slurm_views(names.names), can_refill=self._can_refill(r) if r.was_spare else True)
+            return RecordFacts(slurm_names=names.names, can_refill=self._can_refill(r) if r.was_spare else True)
         if phase in (Phase.SLURM_DRAINING, Phase.CHECKPOINTING):
             return RecordFacts(slurm=self._slurm_views(r.slurm_nodes), jobs_on_node=self._jobs(r.slurm_nodes))
         if phase in (Phase.REQUEUED, Phase.HELD):
@@ -335,7 +334,8 @@ class Runtime:
 
     def _shared(self, r: Record, observed: RecordFacts) -> RecordFacts:
         """Facts counted across nodes, under the admission lock, with the steps being applied."""
-        records = {x.name: x for x in self.records.values() if isinstance(x, Record)}
+        pools = {p.name for p in self.spec.pools}
+        records = {x.name: x for x in self.records.values() if isinstance(x, Record) and x.pool in pools}
         records.update(self._applying)
         if r.phase in (Phase.REQUEUED, Phase.HELD):
             a = core.admission_facts(r, self.nodes.by_index("pool", r.pool), records.values(), self.spec, self.clock())

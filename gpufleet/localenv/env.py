@@ -173,7 +173,7 @@ class LocalEnv:
         replica (the Deployment's pods share the host's network, so two never share a node)."""
         import copy
 
-        nodes = local_nodes.fleet_nodes(self.spec)
+        nodes = local_nodes.fleet_nodes(self.spec, prefix=local_nodes.KWOK_PREFIX)
         system = next(n for n in nodes if n["metadata"]["name"] == local_nodes.SYSTEM_NODE)
         nodes.remove(system)
         if self.kubelet_nodes:

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 def nodeset(pool) -> dict:
     """As components/slinky.py declares a pool's NodeSet (the parts the operator places pods by)."""
     return {"apiVersion": API_VERSION, "kind": "NodeSet", "metadata": {"name": pool.name, "namespace": "slurm"},
-            "spec": {"replicas": pool.nodes,
+            "spec": {"controllerRef": {"name": "slurm", "namespace": "slurm"}, "replicas": pool.nodes,
                      "slurmd": {"image": "slurmd", "resources": {"limits": {"nvidia.com/gpu": pool.gpus_per_node}}},
                      "template": {"spec": {"nodeSelector": worker_selector(pool),
                                            "tolerations": worker_tolerations(pool)}}}}
@@ -61,6 +61,7 @@ def test_local_env_runs_slurm_nodes_for_the_nodeset_pods(kube_bin_dir, tmp_path,
             assert pod.metadata.name == f"slurm-worker-{name}"
             kube_node = nodes[pod.spec.node_name]
             assert kube_node.metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE  # never on a spare
+            assert pod.spec.node_name.startswith("kwok-") and pod.spec.node_name != name  # two names, two things
         # The reconciler's default path: --slurm rest with the URL and key the environment recorded.
         url, key = local_slurm_rest()
         rest = make_client("rest", url=url, jwt_key_file=key)

@@ -100,6 +100,12 @@ CALLS = [
     Call("coordination.k8s.io", "leases", "create", True, lambda a: client.CoordinationV1Api(a).create_namespaced_lease(
         NS, {"metadata": {"name": "rbac-existing"}, "spec": {"holderIdentity": "x"}})),  # 409: allowed
     Call("coordination.k8s.io", "leases", "update", True, _update_lease),
+    # kubernetes-spares refills: placeholder pods in the reconciler's namespace (reconciler/providers.py)
+    Call("", "pods", "create", True, lambda a: client.CoreV1Api(a).create_namespaced_pod(NS, {
+        "metadata": {"name": "rbac-capacity-request"},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})),  # 409 after the first
+    Call("", "pods", "delete", True, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
+        "no-such-pod", NS)),  # 404: allowed
 ]
 
 

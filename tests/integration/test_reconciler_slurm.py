@@ -67,9 +67,11 @@ def fleet_with_slurm(kube_cluster, api, slurm_fresh, slurm_rest):
     return spec, rec, channel, slurm_fresh
 
 
-def job_on(slurm, node: str, tmp_path) -> int:
+def job_on(slurm, node: str, tmp_path, slow_checkpoint: bool = False) -> int:
+    """A job that saves and exits on SIGTERM (or, slow_checkpoint, goes on for its whole grace period)."""
     script = tmp_path / "job.sh"
-    script.write_text("#!/bin/bash\ntrap 'echo saved; exit 0' TERM\nwhile true; do sleep 0.2; done\n")
+    on_term = "echo saving" if slow_checkpoint else "echo saved; exit 0"
+    script.write_text(f"#!/bin/bash\ntrap '{on_term}' TERM\nwhile true; do sleep 0.2; done\n")
     script.chmod(0o755)
     jid = slurm.sbatch("--requeue", "-w", node, "-o", str(tmp_path / "out-%j"), str(script))
     deadline = time.monotonic() + 30
@@ -117,7 +119,8 @@ def test_a_persons_drain_is_never_changed_nor_its_spare_promoted(fleet_with_slur
 
 def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fleet_with_slurm, api, tmp_path):
     spec, rec, channel, slurm = fleet_with_slurm
-    job_on(slurm, "gpu-a-1", tmp_path)
+    rec.runtime.spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 40})})
+    job_on(slurm, "gpu-a-1", tmp_path, slow_checkpoint=True)  # checkpointing for its whole grace period
     Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid94", "contained ECC")
     run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.phase is Phase.CHECKPOINTING])
     slurm.stop_daemon("slurmrestd")

@@ -115,7 +115,7 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
     r = rec(node("h100-0", xid=79))
     now = T0
     # Slurm names are the NodeSet pods' hostnames, not the Kubernetes node's
-    st = plan_step(r, RecordFacts(slurm=(slurm("gpu-3"),)), s, now)
+    st = plan_step(r, RecordFacts(slurm_names=("gpu-3",)), s, now)
     assert [a.kind for a in st.actions] == ["Notify", "Cordon"] and st.record.phase is Phase.SLURM_DRAINING
     assert st.record.slurm_nodes == ("gpu-3",)
     noted = replace(r, intents=("notify:detected",))  # begun before a crash: not sent again
@@ -169,9 +169,9 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
 def test_a_persons_drain_survives_everything_gpufleet_does():
     person = slurm("gpu-3", "IDLE", "DRAIN", reason="hardware check by ops")
     r = rec(node("h100-0", xid=79))
-    st = plan_step(r, RecordFacts(slurm=(person,)), spec(), T0)
-    assert st.record.kept_drains == ("gpu-3",)
+    st = plan_step(r, RecordFacts(slurm_names=("gpu-3",)), spec(), T0)
     st = plan_step(st.record, RecordFacts(slurm=(person,)), spec(), T0)
+    assert st.record.kept_drains == ("gpu-3",)
     assert not any(isinstance(a, DrainSlurm) for a in st.actions)  # its reason is never overwritten
     resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"),
                        slurm_nodes=("gpu-3",), kept_drains=("gpu-3",))
@@ -319,6 +319,12 @@ def test_fault_on_spare_quarantines_and_refills():
     assert [a.kind for a in st.actions] == ["Notify", "Cordon", "Quarantine", "RequestCapacity"]
     st = plan_step(st.record, RecordFacts(), spec(), T0)
     assert st.record.phase is Phase.SUCCEEDED and st.actions == ()
+
+
+def test_containment_needs_nothing_from_slurm():
+    """Slurm down at the fault: the cordon still goes out first (the Detected step asks Slurm nothing)."""
+    st = plan_step(rec(node("h100-0", xid=79)), RecordFacts(slurm_names=("gpu-3",)), spec(), T0)
+    assert any(a.kind == "Cordon" for a in st.actions) and st.record.slurm_nodes == ("gpu-3",)
 
 
 def test_replacement_never_ready_fails_with_reason():
