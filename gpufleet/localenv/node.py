@@ -20,6 +20,8 @@ local environment runs one node per reconciler replica.
 """
 from __future__ import annotations
 
+import hashlib
+
 import base64
 import json
 import os
@@ -70,7 +72,10 @@ class KubeletNode:
 
     @property
     def cgroup_root(self) -> str:
-        return f"/gpufleet-{self.name}"
+        """Per node and per environment (two environments on one machine have nodes of the same name;
+        sharing a cgroup root, their kubelets would kill each other's pods)."""
+        tag = hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:8]
+        return f"/gpufleet-{tag}-{self.name}"
 
     @property
     def pod_logs(self) -> Path:
@@ -86,7 +91,7 @@ class KubeletNode:
 
     # ------------------------------------------------------------------ processes
     def procs(self) -> tuple[Proc, Proc]:
-        env = {**os.environ, "PATH": f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+        env = {**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
         containerd = Proc(self.containerd_name, ["containerd", "--config", str(self.workdir / "containerd.toml")],
                           self._containerd_healthy, f"unix://{self.socket}", env=env, cwd=self.workdir,
                           subreaper=True)
