@@ -79,6 +79,7 @@ class Placement:
     env: list[dict]                # container env
     probe: dict                    # the httpGet of both probes
     args: list[str]                # extra reconcile arguments
+    strategy: dict | None = None   # the Deployment's, when the default would not roll
 
 
 def placement(args: ReconcilerArgs) -> Placement:
@@ -102,6 +103,9 @@ def placement(args: ReconcilerArgs) -> Placement:
         # The image has no Slurm client tools; until the reconciler speaks to slurmrestd
         # (--slurm rest), the local pods run without a Slurm backend.
         ["--slurm", "none"],
+        # The hostPort holds one pod per node: a surge pod would wait for a free node forever (found by a
+        # real rollout). Replace one pod at a time instead; the PDB and the other replica keep one up.
+        {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
     )
 
 
@@ -158,6 +162,7 @@ class Reconciler(pulumi.ComponentResource):
             metadata=meta(NAME),
             spec={
                 "replicas": dep.replicas,
+                **({"strategy": place.strategy} if place.strategy else {}),
                 "selector": {"matchLabels": selector},
                 "template": {
                     "metadata": {"labels": pod_labels,

@@ -30,7 +30,6 @@ from .node import SystemNodes
 from .slurm import LocalSlurm, free_port_block
 
 SLURM_PORTS = {"ctld": 26817, "slurmd": 26818}
-KUBELET_FIRST_PORT = 20260  # kubelet, healthz, next node's kubelet, ... (the default environment)
 
 
 @dataclass
@@ -57,9 +56,7 @@ class LocalEnv:
             ctld_port=p["slurm_ctld"], first_slurmd_port=p["slurm_slurmd"], cluster_name=self.spec.slurm.cluster_name,
             spare_nodes=spares,
         )
-        first = p.get("kubelet", KUBELET_FIRST_PORT)
-        self.nodes = SystemNodes(self.root / "nodes", self.kube, self.kubelet_nodes,
-                                 [first + i for i in range(2 * self.kubelet_nodes)], self.bin_dir,
+        self.nodes = SystemNodes(self.root / "nodes", self.kube, self.kubelet_nodes, self.bin_dir,
                                  progress=self.progress)
         self.reconciler_pid = self.root / "reconciler.pid"
         self.reconciler_log = self.root / "reconciler.log"
@@ -72,7 +69,6 @@ class LocalEnv:
         out = {n: base + i for i, n in enumerate(names)}
         partitions, _ = local_nodes.slurm_node_names(spec)
         out["slurm_slurmd"] = free_port_block(len({n for m in partitions.values() for n in m}))
-        out["kubelet"] = free_port_block(2 * spec.healing.reconciler.replicas)
         return out
 
     # --- lifecycle ---------------------------------------------------------------------------

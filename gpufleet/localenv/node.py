@@ -11,12 +11,13 @@ Measured on this machine kind (Debian 12, root without CAP_SYS_RESOURCE, cgroup 
 * containerd must not lower a pod's oom_score_adj (``restrict_oom_score_adj = true``);
 * the kubelet needs the ``KubeletInUserNamespace`` feature gate, which turns its failing
   oom_score_adj / rlimit / sysctl writes into warnings, and ``failCgroupV1: false``;
-* pods use the host's network (hostNetwork): the API server and slurmrestd listen on loopback, and no
-  pod network is set up; the CNI configuration is a loopback-only network so that the runtime reports
-  its network ready. Probes of such pods name ``host: 127.0.0.1``.
+* pods use their node's network (hostNetwork): no pod network is set up; the CNI configuration is a
+  loopback-only network so that the runtime reports its network ready. Probes name ``host: 127.0.0.1``.
 
-Two replicas of a hostNetwork Deployment cannot share one node (both bind the metrics port), so the
-local environment runs one node per reconciler replica.
+Each node has a network namespace of its own (:mod:`gpufleet.localenv.netns`: its own loopback, so the
+two reconciler replicas can both bind the metrics port, as on two machines), where the API server
+answers on 127.0.0.1 through :mod:`gpufleet.localenv.loopback_bridge`. The local environment runs one
+node per reconciler replica.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,10 +36,11 @@ import yaml
 
 from fleetspec import labels
 
+from . import netns
 from .certs import ensure_client_cert
 from .images import BuiltImages
 from .kube import LocalKube, _http_get
-from .supervisor import Proc, Supervisor, SupervisorError, tail
+from .supervisor import Proc, Supervisor, SupervisorError, port_free, tail
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -57,9 +60,10 @@ class KubeletNode:
     kube: LocalKube
     images: BuiltImages | None  # needed to start it, not to stop it
     supervisor: Supervisor
-    kubelet_port: int
-    healthz_port: int
+    address: str  # of the node's dummy interface: what its kubelet reports; nothing is sent to it
     bin_dir: Path
+    kubelet_port: int = 10250  # inside the node's namespace
+    healthz_port: int = 10248
     node_labels: dict[str, str] = field(default_factory=lambda: {labels.ROLE: labels.ROLE_SYSTEM})
     progress: Callable[[str], None] | None = None
 
@@ -77,6 +81,14 @@ class KubeletNode:
         return self.workdir / "pod-logs"
 
     @property
+    def netns(self) -> str:
+        return netns.name_for(self.workdir.parent, self.name)
+
+    @property
+    def bridge_name(self) -> str:
+        return f"bridge-{self.name}"
+
+    @property
     def containerd_name(self) -> str:
         return f"containerd-{self.name}"
 
@@ -85,24 +97,32 @@ class KubeletNode:
         return f"kubelet-{self.name}"
 
     # ------------------------------------------------------------------ processes
-    def procs(self) -> tuple[Proc, Proc]:
-        env = {**os.environ, "PATH": f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-        containerd = Proc(self.containerd_name, ["containerd", "--config", str(self.workdir / "containerd.toml")],
+    def procs(self) -> tuple[Proc, Proc, Proc]:
+        env = {**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+        ns = netns.prefix(self.netns)
+        api_port = self.kube.apiserver_port
+        bridge = Proc(self.bridge_name,
+                      [sys.executable, "-m", "gpufleet.localenv.loopback_bridge", "--netns", self.netns,
+                       "--port", str(api_port)],
+                      lambda: netns.run_in(self.netns, lambda: not port_free(api_port)),
+                      f"127.0.0.1:{api_port} in netns {self.netns}", env=env, cwd=self.workdir)
+        containerd = Proc(self.containerd_name, [*ns, "containerd", "--config", str(self.workdir / "containerd.toml")],
                           self._containerd_healthy, f"unix://{self.socket}", env=env, cwd=self.workdir,
                           subreaper=True)
-        kubelet = Proc(self.kubelet_name, self._kubelet_argv,
-                       lambda: _http_get(f"http://127.0.0.1:{self.healthz_port}/healthz") == "ok",
-                       f"http://127.0.0.1:{self.healthz_port}/healthz",
-                       ports=(self.kubelet_port, self.healthz_port), env=env, cwd=self.workdir)
-        return containerd, kubelet
+        healthz = f"http://127.0.0.1:{self.healthz_port}/healthz"
+        kubelet = Proc(self.kubelet_name, lambda: [*ns, *self._kubelet_argv()],
+                       lambda: netns.run_in(self.netns, lambda: _http_get(healthz) == "ok"),
+                       f"{healthz} in netns {self.netns}", env=env, cwd=self.workdir)
+        return bridge, containerd, kubelet
 
     def up(self) -> None:
         if self.images is None:
             raise NodeError(f"{self.name}: no images to start it with (run scripts/build-images.sh)")
-        containerd, kubelet = self.procs()
+        bridge, containerd, kubelet = self.procs()
         self._write_config()
         self._ensure_cgroup_root()
-        self.supervisor.ensure([containerd])
+        netns.ensure(self.netns, self.address)
+        self.supervisor.ensure([bridge, containerd])
         self.import_images()
         self.supervisor.ensure([kubelet])
 
@@ -111,10 +131,12 @@ class KubeletNode:
         # and every container under them (they are in its process tree: it is their subreaper).
         self.supervisor.stop([self.kubelet_name])
         self.supervisor.stop([self.containerd_name], timeout=20)
+        self.supervisor.stop([self.bridge_name])
+        netns.delete(self.netns)
+        unmount_under(self.workdir)
 
     def status(self) -> dict:
-        containerd, kubelet = self.procs()
-        return {"containerd": self.supervisor.status(containerd), "kubelet": self.supervisor.status(kubelet)}
+        return {name: self.supervisor.status(p) for name, p in zip(("bridge", "containerd", "kubelet"), self.procs())}
 
     def ctr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, *args],
@@ -238,6 +260,7 @@ disabled_plugins = {json.dumps(disabled)}
             f"--root-dir={wd / 'root'}",
             f"--cert-dir={wd / 'pki'}",
             f"--hostname-override={self.name}",
+            f"--node-ip={self.address}",
             "--node-labels=" + ",".join(f"{k}={v}" for k, v in self.node_labels.items()),
             "--v=1",
         ]
@@ -259,6 +282,19 @@ disabled_plugins = {json.dumps(disabled)}
             self.progress(f"[local] {msg}")
 
 
+def unmount_under(folder: Path) -> None:
+    """Unmount what the kubelet and containerd left mounted in the node's folder (the kubelet's root
+    bind mount, volumes, sandbox shm), deepest first, so the folder can be removed."""
+    folder = Path(folder).resolve()
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mp = line.split()[4].replace("\\040", " ")
+        if mp == str(folder) or mp.startswith(f"{folder}/"):
+            points.append(mp)
+    for mp in sorted(set(points), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mp], capture_output=True, timeout=30)
+
+
 def _write_private(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -274,7 +310,6 @@ class SystemNodes:
     root: Path
     kube: LocalKube
     count: int
-    ports: list[int]  # two per node: kubelet, kubelet healthz
     bin_dir: Path
     progress: Callable[[str], None] | None = None
     images: BuiltImages | None = None
@@ -294,10 +329,10 @@ class SystemNodes:
         return names
 
     def nodes(self) -> list[KubeletNode]:
-        ports = list(self.ports) + [0] * (2 * len(self.names) - len(self.ports))
+        # 198.18.0.0/15 (RFC 2544, benchmarking): inside each node's own namespace, reached by nothing.
         return [KubeletNode(name, self.root / name, self.kube, self.images, self.supervisor,
-                            ports[2 * i], ports[2 * i + 1], self.bin_dir, progress=self.progress)
-                for i, name in enumerate(self.names)]
+                            f"198.18.0.{int(name.rsplit('-', 1)[1]) + 1}", self.bin_dir, progress=self.progress)
+                for name in self.names]
 
     def up(self, timeout: float = 180.0) -> None:
         """Start every node and wait until each is Ready in the API server."""
@@ -356,5 +391,5 @@ class SystemNodes:
         out = {}
         for n in self.names:
             out[n] = {p: {"pid": self.supervisor.pid(f"{p}-{n}"), "log": str(self.supervisor.log_path(f"{p}-{n}"))}
-                      for p in ("containerd", "kubelet")}
+                      for p in ("bridge", "containerd", "kubelet")}
         return out
