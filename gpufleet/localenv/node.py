@@ -2,7 +2,7 @@
 
 Each node is a kubelet (built from the same k8s.io/kubernetes module as the control plane) with a
 containerd of its own (Debian's): root, state, socket, runc state, CNI configuration and cgroup root
-all in ``<root>/nodes/<name>/`` and ``/sys/fs/cgroup/*/gpufleet-<name>``, so two nodes and the host
+all in ``<root>/nodes/<name>/`` and ``/sys/fs/cgroup/*/gf-<env hash>-<name>``, so two nodes and the host
 never see each other's containers. gpufleet's images (scripts/build-images.sh) are imported into it,
 the pause image included: nothing is pulled. The nodes carry ``gpufleet.io/role=system`` and no kwok
 annotation, so kwok (which manages only annotated nodes) leaves them alone.
@@ -74,7 +74,10 @@ class KubeletNode:
 
     @property
     def cgroup_root(self) -> str:
-        return f"/gpufleet-{self.name}"
+        """Unique per environment and node: a kubelet kills every process in a pod cgroup under its root
+        that it does not know, so two environments on one host must never share one (found the hard way:
+        two environments' kubelets SIGKILLed each other's containers within a second of their start)."""
+        return f"/{self.netns}"
 
     @property
     def pod_logs(self) -> Path:
@@ -106,9 +109,9 @@ class KubeletNode:
                        "--port", str(api_port)],
                       lambda: netns.run_in(self.netns, lambda: not port_free(api_port)),
                       f"127.0.0.1:{api_port} in netns {self.netns}", env=env, cwd=self.workdir)
+        # Not a subreaper: containerd does not reap the shims it would adopt (they pile up as zombies).
         containerd = Proc(self.containerd_name, [*ns, "containerd", "--config", str(self.workdir / "containerd.toml")],
-                          self._containerd_healthy, f"unix://{self.socket}", env=env, cwd=self.workdir,
-                          subreaper=True)
+                          self._containerd_healthy, f"unix://{self.socket}", env=env, cwd=self.workdir)
         healthz = f"http://127.0.0.1:{self.healthz_port}/healthz"
         kubelet = Proc(self.kubelet_name, lambda: [*ns, *self._kubelet_argv()],
                        lambda: netns.run_in(self.netns, lambda: _http_get(healthz) == "ok"),
@@ -127,13 +130,39 @@ class KubeletNode:
         self.supervisor.ensure([kubelet])
 
     def down(self) -> None:
-        # The kubelet first (it would restart what containerd stops), then containerd with its shims
-        # and every container under them (they are in its process tree: it is their subreaper).
+        # The kubelet first (it would restart what containerd stops), then containerd, then its shims
+        # (daemons of their own, named by this containerd's socket) and the containers under them.
         self.supervisor.stop([self.kubelet_name])
         self.supervisor.stop([self.containerd_name], timeout=20)
+        self._stop_shims()
         self.supervisor.stop([self.bridge_name])
         netns.delete(self.netns)
         unmount_under(self.workdir)
+
+    def _stop_shims(self, timeout: float = 10.0) -> None:
+        import psutil
+
+        address = str(self.socket)
+        shims = []
+        for p in psutil.process_iter(["cmdline"]):
+            argv = p.info["cmdline"] or []
+            if argv and argv[0].endswith("containerd-shim-runc-v2") and address in argv:
+                shims.append(p)
+        procs = shims + [c for p in shims for c in p.children(recursive=True)]
+        for p in procs:
+            try:
+                p.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=timeout)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=5)
+        if procs:
+            self._say(f"{self.name}: stopped {len(shims)} shim(s) and {len(procs) - len(shims)} container process(es)")
 
     def status(self) -> dict:
         return {name: self.supervisor.status(p) for name, p in zip(("bridge", "containerd", "kubelet"), self.procs())}
