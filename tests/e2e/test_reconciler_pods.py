@@ -54,3 +54,20 @@ def test_the_leader_is_a_pod_and_its_deletion_hands_the_lease_over(local_pods):
                    lambda: (lp := local_pods.leader()) and lp["name"] != leader["name"] and lp, timeout=60)
     assert new["name"] in {p["name"] for p in local_pods.pods()}
     local_pods.wait_ready()  # the Deployment replaced the deleted pod, and it is Ready too
+
+
+def test_local_status_shows_the_pods_and_the_lease_holder(local_pods, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from gpufleet import local_commands
+    from gpufleet.cli import app
+
+    local_pods.wait_ready()
+    monkeypatch.setattr(local_commands, "make_env", lambda *a, **k: local_pods.env)
+    st = json.loads(CliRunner().invoke(app, ["local", "status", "--json"]).output)
+    assert [p["ready"] for p in st["pods"]] == [True, True] and sum(p["leader"] for p in st["pods"]) == 1
+    assert all(proc["pid"] for node in st["nodes"].values() for proc in node.values())
+    r = CliRunner().invoke(app, ["local", "status"], env={"COLUMNS": "200"})
+    assert "(Lease holder)" in r.output and "kubelet system-0" in r.output
