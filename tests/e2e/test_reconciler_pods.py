@@ -108,5 +108,5 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
     cond = wait_for("the agent pod to set the GPU condition of h100-0", faulted, timeout=90)
     assert "fallen off the bus" in cond.message
     pod = core.read_namespaced_pod("agent-drill", ns)
-    assert pod.status.container_statuses[0].image_id.endswith(built_images.agent.digest)
+    assert pod.spec.containers[0].image == built_images.agent.reference
     core.delete_namespaced_pod("agent-drill", ns, grace_period_seconds=0)
