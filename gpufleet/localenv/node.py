@@ -9,8 +9,9 @@ annotation, so kwok (which manages only annotated nodes) leaves them alone.
 
 Measured on this machine kind (Debian 12, root without CAP_SYS_RESOURCE, cgroup v1 hybrid):
 * containerd must not lower a pod's oom_score_adj (``restrict_oom_score_adj = true``);
-* the kubelet needs the ``KubeletInUserNamespace`` feature gate, which turns its failing
-  oom_score_adj / rlimit / sysctl writes into warnings, and ``failCgroupV1: false``;
+* the kubelet needs ``oomScoreAdj: 0`` and ``failCgroupV1: false``; it runs with the
+  ``KubeletInUserNamespace`` feature gate, which turns failing oom_score_adj / rlimit / sysctl writes
+  into warnings (a node became Ready without the gate too: a safety margin, not a necessity);
 * pods use their node's network (hostNetwork): no pod network is set up; the CNI configuration is a
   loopback-only network so that the runtime reports its network ready. Probes name ``host: 127.0.0.1``.
 
