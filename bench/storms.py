@@ -38,8 +38,8 @@ TIERS = (1, 5, 20)
 
 def fleet(a) -> tuple[list[dict], list[str]]:
     pools = [pool_doc("storm", a.storm_nodes, a.storm_faults + 10)]
-    if not a.skip_prod:
-        pools.append(pool_doc("prodstorm", a.storm_nodes, 10))
+    if not a.skip_prod:  # sized so that the storm is above the prod brake (10 %): 150 of 1,200 is 12.5 %
+        pools.append(pool_doc("prodstorm", a.storm_faults * 8, 10))
     tier_pools = []
     for mc in a.tier_max_concurrent:
         for p in TIERS:
@@ -171,7 +171,7 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
                              "max_unhealthy_fraction": prod.max_unhealthy_fraction, "drain_timeout_seconds": 30})
     rec = start_reconciler(kube, api, root, spec, "prod-storm", total)
     store = KubeRecordStore(api)
-    victims = victims_of("prodstorm", a.storm_nodes, a.storm_faults)
+    victims = victims_of("prodstorm", a.storm_faults * 8, a.storm_faults)
     try:
         watcher.arm()
         say(f"prod storm: {len(victims)} faults at once, prod policy (max_concurrent {prod.max_concurrent}, "
@@ -183,7 +183,8 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
             rs = {r.node: r for r in store.list() if r.node in at}
             if len(rs) < len(victims) or not all(n in watcher.cordoned_at for n in victims):
                 return None
-            return rs if all(r.phase.terminal or r.phase.value == "Held" for r in rs.values()) else None
+            contained = ("Requeued", "Held", "Evicting", "Replacing", "WaitingForSpare", "Resuming", "OptedOut")
+            return rs if all(r.phase.terminal or r.phase.value in contained for r in rs.values()) else None
 
         records = wait_for(contained, a.timeout, "every fault of the prod storm to be contained", every=0.5)
         time.sleep(3)  # anything replaced after containment would show now

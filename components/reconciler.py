@@ -116,6 +116,7 @@ class Placement:
     probe: dict                    # the httpGet of both probes
     args: list[str]                # extra reconcile arguments
     slurm_url: str | None = None   # slurmrestd, where not the RestApi's Service
+    strategy: dict | None = None   # the Deployment's, when the default would not roll
 
 
 def placement(args: ReconcilerArgs) -> Placement:
@@ -140,6 +141,9 @@ def placement(args: ReconcilerArgs) -> Placement:
         {**probe, "host": "127.0.0.1"},
         [] if api.slurm_url and args.spec.slurm.restapi else ["--slurm", "none"],
         api.slurm_url,
+        # The hostPort holds one pod per node: a surge pod would wait for a free node forever (found by a
+        # real rollout). Replace one pod at a time instead; the PDB and the other replica keep one up.
+        {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
     )
 
 
@@ -203,6 +207,7 @@ class Reconciler(pulumi.ComponentResource):
             metadata=meta(NAME),
             spec={
                 "replicas": dep.replicas,
+                **({"strategy": place.strategy} if place.strategy else {}),
                 "selector": {"matchLabels": selector},
                 "template": {
                     "metadata": {"labels": pod_labels,

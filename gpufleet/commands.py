@@ -67,10 +67,6 @@ def reconcile(
         raise typer.Exit(EXIT_FAILED)
     rec = build(spec, _api(kubeconfig, stack), slurm=client, namespace=namespace,
                 leader_elect=leader_elect, dry_run=dry_run)
-    if rec.elector is not None and os.environ.get("POD_NAME"):
-        # A replica is its pod: pods on the host's network share the node's hostname, and each
-        # container's process is pid 1, so hostname-pid would name two replicas alike.
-        rec.elector.identity = os.environ["POD_NAME"]
     if once:
         rec.sync()
         rec.runtime.drain()

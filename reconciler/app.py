@@ -87,7 +87,9 @@ def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, 
     providers = {p.name: provider_for(p, kube, spec, slurm, **(kw if p.provider == "aws-asg" else {})) for p in spec.pools}
     elector = None
     if leader_elect:
-        identity = f"{socket.gethostname()}-{os.getpid()}"
+        # A replica is its pod (POD_NAME, from the Deployment): pods on the host's network share the node's
+        # hostname, and each container's process is pid 1, so hostname-pid would name two replicas alike.
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         elector = LeaseElector(api, namespace, "gpufleet-reconciler", identity)
     fence = elector.holds if elector else (lambda: True)
     runtime = Runtime(spec, kube, store, slurm, providers, notifier, metrics, dry_run=dry_run, fence=fence)

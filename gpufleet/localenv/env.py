@@ -61,10 +61,9 @@ class LocalEnv:
             self.root / "slurm", partitions, binds=binds, cpus_per_node=max(p.cpus_per_node for p in self.spec.pools),
             ctld_port=p["slurm_ctld"], rest_port=p["slurm_rest"], cluster_name=self.spec.slurm.cluster_name,
         )
-        first = p.get("kubelet", KUBELET_FIRST_PORT)
-        self.nodes = SystemNodes(self.root / "nodes", self.kube, self.kubelet_nodes,
-                                 [first + i for i in range(2 * self.kubelet_nodes)], self.bin_dir,
-                                 progress=self.progress)
+        # The pods on the kubelet nodes reach slurmrestd on their node's loopback, as the API server.
+        self.nodes = SystemNodes(self.root / "nodes", self.kube, self.kubelet_nodes, self.bin_dir,
+                                 progress=self.progress, relay_ports=(p["slurm_rest"],))
         self.reconciler_pid = self.root / "reconciler.pid"
         self.reconciler_log = self.root / "reconciler.log"
         self.standin_pid = self.root / "slinky-standin.pid"

@@ -2,31 +2,33 @@
 
 Each node is a kubelet (built from the same k8s.io/kubernetes module as the control plane) with a
 containerd of its own (Debian's): root, state, socket, runc state, CNI configuration and cgroup root
-all in ``<root>/nodes/<name>/`` and ``/sys/fs/cgroup/*/gpufleet-<name>``, so two nodes and the host
+all in ``<root>/nodes/<name>/`` and ``/sys/fs/cgroup/*/gf-<env hash>-<name>``, so two nodes and the host
 never see each other's containers. gpufleet's images (scripts/build-images.sh) are imported into it,
 the pause image included: nothing is pulled. The nodes carry ``gpufleet.io/role=system`` and no kwok
 annotation, so kwok (which manages only annotated nodes) leaves them alone.
 
 Measured on this machine kind (Debian 12, root without CAP_SYS_RESOURCE, cgroup v1 hybrid):
 * containerd must not lower a pod's oom_score_adj (``restrict_oom_score_adj = true``);
-* the kubelet needs the ``KubeletInUserNamespace`` feature gate, which turns its failing
-  oom_score_adj / rlimit / sysctl writes into warnings, and ``failCgroupV1: false``;
-* pods use the host's network (hostNetwork): the API server and slurmrestd listen on loopback, and no
-  pod network is set up; the CNI configuration is a loopback-only network so that the runtime reports
-  its network ready. Probes of such pods name ``host: 127.0.0.1``.
+* the kubelet needs ``oomScoreAdj: 0`` and ``failCgroupV1: false``; it runs with the
+  ``KubeletInUserNamespace`` feature gate, which turns failing oom_score_adj / rlimit / sysctl writes
+  into warnings (a node became Ready without the gate too: a safety margin, not a necessity);
+* pods use their node's network (hostNetwork): no pod network is set up; the CNI configuration is a
+  loopback-only network so that the runtime reports its network ready. Probes name ``host: 127.0.0.1``.
 
-Two replicas of a hostNetwork Deployment cannot share one node (both bind the metrics port), so the
-local environment runs one node per reconciler replica.
+Each node has a network namespace of its own (:mod:`gpufleet.localenv.netns`: its own loopback, so the
+two reconciler replicas can both bind the metrics port, as on two machines), where the API server
+answers on 127.0.0.1 through :mod:`gpufleet.localenv.loopback_bridge`. The local environment runs one
+node per reconciler replica.
 """
 from __future__ import annotations
 
-import hashlib
 
 import base64
 import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,10 +38,11 @@ import yaml
 
 from fleetspec import labels
 
+from . import netns
 from .certs import ensure_client_cert
 from .images import BuiltImages
 from .kube import LocalKube, _http_get
-from .supervisor import Proc, Supervisor, SupervisorError, tail
+from .supervisor import Proc, Supervisor, SupervisorError, port_free, tail
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -59,11 +62,13 @@ class KubeletNode:
     kube: LocalKube
     images: BuiltImages | None  # needed to start it, not to stop it
     supervisor: Supervisor
-    kubelet_port: int
-    healthz_port: int
+    address: str  # of the node's dummy interface: what its kubelet reports; nothing is sent to it
     bin_dir: Path
+    kubelet_port: int = 10250  # inside the node's namespace
+    healthz_port: int = 10248
     node_labels: dict[str, str] = field(default_factory=lambda: {labels.ROLE: labels.ROLE_SYSTEM})
     progress: Callable[[str], None] | None = None
+    relay_ports: tuple[int, ...] = ()  # more host loopback ports its pods reach (slurmrestd)
 
     # ------------------------------------------------------------------ paths
     @property
@@ -72,14 +77,22 @@ class KubeletNode:
 
     @property
     def cgroup_root(self) -> str:
-        """Per node and per environment (two environments on one machine have nodes of the same name;
-        sharing a cgroup root, their kubelets would kill each other's pods)."""
-        tag = hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:8]
-        return f"/gpufleet-{tag}-{self.name}"
+        """Unique per environment and node: a kubelet kills every process in a pod cgroup under its root
+        that it does not know, so two environments on one host must never share one (found the hard way:
+        two environments' kubelets SIGKILLed each other's containers within a second of their start)."""
+        return f"/{self.netns}"
 
     @property
     def pod_logs(self) -> Path:
         return self.workdir / "pod-logs"
+
+    @property
+    def netns(self) -> str:
+        return netns.name_for(self.workdir.parent, self.name)
+
+    @property
+    def bridge_name(self) -> str:
+        return f"bridge-{self.name}"
 
     @property
     def containerd_name(self) -> str:
@@ -90,36 +103,72 @@ class KubeletNode:
         return f"kubelet-{self.name}"
 
     # ------------------------------------------------------------------ processes
-    def procs(self) -> tuple[Proc, Proc]:
+    def procs(self) -> tuple[Proc, Proc, Proc]:
         env = {**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-        containerd = Proc(self.containerd_name, ["containerd", "--config", str(self.workdir / "containerd.toml")],
-                          self._containerd_healthy, f"unix://{self.socket}", env=env, cwd=self.workdir,
-                          subreaper=True)
-        kubelet = Proc(self.kubelet_name, self._kubelet_argv,
-                       lambda: _http_get(f"http://127.0.0.1:{self.healthz_port}/healthz") == "ok",
-                       f"http://127.0.0.1:{self.healthz_port}/healthz",
-                       ports=(self.kubelet_port, self.healthz_port), env=env, cwd=self.workdir)
-        return containerd, kubelet
+        ns = netns.prefix(self.netns)
+        api_port = self.kube.apiserver_port
+        bridge = Proc(self.bridge_name,
+                      [sys.executable, "-m", "gpufleet.localenv.loopback_bridge", "--netns", self.netns,
+                       "--port", str(api_port)],
+                      lambda: netns.run_in(self.netns, lambda: not port_free(api_port)),
+                      f"127.0.0.1:{api_port} in netns {self.netns}", env=env, cwd=self.workdir)
+        # Not a subreaper: containerd does not reap the shims it would adopt (they pile up as zombies).
+        containerd = Proc(self.containerd_name, [*ns, "containerd", "--config", str(self.workdir / "containerd.toml")],
+                          self._containerd_healthy, f"unix://{self.socket}", env=env, cwd=self.workdir)
+        healthz = f"http://127.0.0.1:{self.healthz_port}/healthz"
+        kubelet = Proc(self.kubelet_name, lambda: [*ns, *self._kubelet_argv()],
+                       lambda: netns.run_in(self.netns, lambda: _http_get(healthz) == "ok"),
+                       f"{healthz} in netns {self.netns}", env=env, cwd=self.workdir)
+        return bridge, containerd, kubelet
 
     def up(self) -> None:
         if self.images is None:
             raise NodeError(f"{self.name}: no images to start it with (run scripts/build-images.sh)")
-        containerd, kubelet = self.procs()
+        bridge, containerd, kubelet = self.procs()
         self._write_config()
         self._ensure_cgroup_root()
-        self.supervisor.ensure([containerd])
+        netns.ensure(self.netns, self.address)
+        self.supervisor.ensure([bridge, containerd])
         self.import_images()
         self.supervisor.ensure([kubelet])
 
     def down(self) -> None:
-        # The kubelet first (it would restart what containerd stops), then containerd with its shims
-        # and every container under them (they are in its process tree: it is their subreaper).
+        # The kubelet first (it would restart what containerd stops), then containerd, then its shims
+        # (daemons of their own, named by this containerd's socket) and the containers under them.
         self.supervisor.stop([self.kubelet_name])
         self.supervisor.stop([self.containerd_name], timeout=20)
+        self._stop_shims()
+        self.supervisor.stop([self.bridge_name])
+        netns.delete(self.netns)
+        unmount_under(self.workdir)
+
+    def _stop_shims(self, timeout: float = 10.0) -> None:
+        import psutil
+
+        address = str(self.socket)
+        shims = []
+        for p in psutil.process_iter(["cmdline"]):
+            argv = p.info["cmdline"] or []
+            if argv and argv[0].endswith("containerd-shim-runc-v2") and address in argv:
+                shims.append(p)
+        procs = shims + [c for p in shims for c in p.children(recursive=True)]
+        for p in procs:
+            try:
+                p.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=timeout)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=5)
+        if procs:
+            self._say(f"{self.name}: stopped {len(shims)} shim(s) and {len(procs) - len(shims)} container process(es)")
 
     def status(self) -> dict:
-        containerd, kubelet = self.procs()
-        return {"containerd": self.supervisor.status(containerd), "kubelet": self.supervisor.status(kubelet)}
+        return {name: self.supervisor.status(p) for name, p in zip(("bridge", "containerd", "kubelet"), self.procs())}
 
     def ctr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, *args],
@@ -243,6 +292,7 @@ disabled_plugins = {json.dumps(disabled)}
             f"--root-dir={wd / 'root'}",
             f"--cert-dir={wd / 'pki'}",
             f"--hostname-override={self.name}",
+            f"--node-ip={self.address}",
             "--node-labels=" + ",".join(f"{k}={v}" for k, v in self.node_labels.items()),
             "--v=1",
         ]
@@ -264,6 +314,19 @@ disabled_plugins = {json.dumps(disabled)}
             self.progress(f"[local] {msg}")
 
 
+def unmount_under(folder: Path) -> None:
+    """Unmount what the kubelet and containerd left mounted in the node's folder (the kubelet's root
+    bind mount, volumes, sandbox shm), deepest first, so the folder can be removed."""
+    folder = Path(folder).resolve()
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mp = line.split()[4].replace("\\040", " ")
+        if mp == str(folder) or mp.startswith(f"{folder}/"):
+            points.append(mp)
+    for mp in sorted(set(points), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mp], capture_output=True, timeout=30)
+
+
 def _write_private(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -279,11 +342,11 @@ class SystemNodes:
     root: Path
     kube: LocalKube
     count: int
-    ports: list[int]  # two per node: kubelet, kubelet healthz
     bin_dir: Path
     progress: Callable[[str], None] | None = None
     images: BuiltImages | None = None
     start_timeout: float = 120.0
+    relay_ports: tuple[int, ...] = ()  # host loopback ports the pods reach besides the API server's
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -299,10 +362,11 @@ class SystemNodes:
         return names
 
     def nodes(self) -> list[KubeletNode]:
-        ports = list(self.ports) + [0] * (2 * len(self.names) - len(self.ports))
+        # 198.18.0.0/15 (RFC 2544, benchmarking): inside each node's own namespace, reached by nothing.
         return [KubeletNode(name, self.root / name, self.kube, self.images, self.supervisor,
-                            ports[2 * i], ports[2 * i + 1], self.bin_dir, progress=self.progress)
-                for i, name in enumerate(self.names)]
+                            f"198.18.0.{int(name.rsplit('-', 1)[1]) + 1}", self.bin_dir, progress=self.progress,
+                            relay_ports=self.relay_ports)
+                for name in self.names]
 
     def up(self, timeout: float = 180.0) -> None:
         """Start every node and wait until each is Ready in the API server."""
@@ -361,5 +425,5 @@ class SystemNodes:
         out = {}
         for n in self.names:
             out[n] = {p: {"pid": self.supervisor.pid(f"{p}-{n}"), "log": str(self.supervisor.log_path(f"{p}-{n}"))}
-                      for p in ("containerd", "kubelet")}
+                      for p in ("bridge", "containerd", "kubelet")}
         return out

@@ -57,6 +57,8 @@ def test_the_leader_is_a_pod_and_its_deletion_hands_the_lease_over(local_pods):
 
 
 def test_local_status_shows_the_pods_and_the_lease_holder(local_pods, monkeypatch):
+    import json
+
     from typer.testing import CliRunner
 
     from gpufleet import local_commands
@@ -64,11 +66,47 @@ def test_local_status_shows_the_pods_and_the_lease_holder(local_pods, monkeypatc
 
     local_pods.wait_ready()
     monkeypatch.setattr(local_commands, "make_env", lambda *a, **k: local_pods.env)
-    r = CliRunner().invoke(app, ["local", "status", "--json"])
-    import json
-
-    st = json.loads(r.output)
+    st = json.loads(CliRunner().invoke(app, ["local", "status", "--json"]).output)
     assert [p["ready"] for p in st["pods"]] == [True, True] and sum(p["leader"] for p in st["pods"]) == 1
     assert all(proc["pid"] for node in st["nodes"].values() for proc in node.values())
-    r = CliRunner().invoke(app, ["local", "status"])
+    r = CliRunner().invoke(app, ["local", "status"], env={"COLUMNS": "200"})
     assert "(Lease holder)" in r.output and "kubelet system-0" in r.output
+
+
+def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, built_images):
+    """The agent's image, with the agent's ServiceAccount and RBAC, on a real node, following a kernel
+    log this test writes (the GPU nodes stay kwok: it reports for h100-0)."""
+    drill = local_pods.env.root / "drill"
+    drill.mkdir(mode=0o755, exist_ok=True)
+    kmsg = drill / "kmsg"
+    kmsg.write_text("[ 1843.451234] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")
+    kmsg.chmod(0o644)
+    core = local_pods.env.kube.core_v1()
+    ns = local_pods.namespace
+    core.create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-drill"},
+        "spec": {
+            "nodeName": "system-0", "hostNetwork": True, "serviceAccountName": "gpufleet-agent",
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "agent", "image": built_images.agent.reference,
+                "args": ["agent", "--kmsg", "/drill/kmsg", "--from-start", "--node", "h100-0",
+                         "--condition", local_pods.spec.healing.condition_types[0]],
+                "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                        {"name": "KUBERNETES_SERVICE_PORT", "value": str(local_pods.env.kube.apiserver_port)}],
+                "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
+                "volumeMounts": [{"name": "drill", "mountPath": "/drill", "readOnly": True}],
+            }],
+            "volumes": [{"name": "drill", "hostPath": {"path": str(drill), "type": "Directory"}}],
+        }})
+
+    def faulted():
+        conds = core.read_node("h100-0").status.conditions or []
+        return next((c for c in conds if c.type == local_pods.spec.healing.condition_types[0]
+                     and c.status == "False" and c.reason == "Xid79"), None)
+
+    cond = wait_for("the agent pod to set the GPU condition of h100-0", faulted, timeout=90)
+    assert "fallen off the bus" in cond.message
+    pod = core.read_namespaced_pod("agent-drill", ns)
+    assert pod.spec.containers[0].image == built_images.agent.reference
+    core.delete_namespaced_pod("agent-drill", ns, grace_period_seconds=0)

@@ -15,7 +15,7 @@ def test_on_a_cluster_the_system_pool_and_the_in_cluster_service():
     spec = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
     p = placement(ReconcilerArgs(spec))
     assert p.pod == {"nodeSelector": dict(spec.system_pool.node_selector)}  # the system pool the spec declares
-    assert p.env == [] and p.args == [] and "host" not in p.probe
+    assert p.env == [] and p.args == [] and "host" not in p.probe and p.strategy is None
 
 
 def test_locally_the_host_network_and_the_api_server_on_loopback():
@@ -26,6 +26,8 @@ def test_locally_the_host_network_and_the_api_server_on_loopback():
     assert {e["name"]: e["value"] for e in p.env} == {"KUBERNETES_SERVICE_HOST": "127.0.0.1",
                                                       "KUBERNETES_SERVICE_PORT": "31443"}
     assert p.probe == {"path": "/healthz", "port": 9102, "host": "127.0.0.1"}
+    # one pod per node (hostPort): a rollout replaces, it cannot surge
+    assert p.strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 
 
 def test_local_api_comes_from_the_kubeconfig(tmp_path, monkeypatch):
