@@ -1,7 +1,6 @@
 """Commands for the reconciler, the node agent, drills and on-call."""
 from __future__ import annotations
 
-import os
 import signal
 import time
 from datetime import datetime, timezone
