@@ -109,7 +109,7 @@ class KubeletNode:
         api_port = self.kube.apiserver_port
         bridge = Proc(self.bridge_name,
                       [sys.executable, "-m", "gpufleet.localenv.loopback_bridge", "--netns", self.netns,
-                       "--port", str(api_port)],
+                       "--port", str(api_port), *(a for p in self.relay_ports for a in ("--port", str(p)))],
                       lambda: netns.run_in(self.netns, lambda: not port_free(api_port)),
                       f"127.0.0.1:{api_port} in netns {self.netns}", env=env, cwd=self.workdir)
         # Not a subreaper: containerd does not reap the shims it would adopt (they pile up as zombies).

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -66,7 +65,7 @@ def test_preview_then_up_then_nothing_to_do(local):
 def test_xid79_heals_and_the_job_resumes_from_its_checkpoint(local):
     spec, env, stack = local
     tl = demo.run_demo(spec, env, stack, fresh=False, timeout=300, out=print)
-    assert tl.outcome == "Succeeded" and tl.replacement == "h100-spare-0"
+    assert tl.outcome == "Succeeded" and tl.replacement == "kwok-h100-spare-0"
     assert tl.resumed_step and tl.resumed_step >= 60  # resumed from a checkpoint, not from zero
     assert [p for p, _ in tl.phases] == ["Detected", "SlurmDraining", "Checkpointing", "Requeued", "Evicting",
                                          "Replacing", "Resuming", "Succeeded"]
@@ -92,13 +91,14 @@ def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):
                           if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_SPARE
                           and n["metadata"]["labels"].get(labels.POOL) == "h100")
     assert spare_before, "the pool's spare was refilled after the first remediation"
-    kube.set_condition("h100-1", "GpuHealthy", "False", "Xid48", "Double bit ECC error")
-    _wait(lambda: [r for r in _records(env, "h100-1") if r.phase not in (Phase.DETECTED,)], what="a phase past Detected")
+    kube.set_condition("kwok-h100-1", "GpuHealthy", "False", "Xid48", "Double bit ECC error")
+    _wait(lambda: [r for r in _records(env, "kwok-h100-1") if r.phase not in (Phase.DETECTED,)],
+          what="a phase past Detected")
     env.stop_reconciler(signal.SIGKILL)  # killed mid-remediation
-    (mid,) = _records(env, "h100-1")
+    (mid,) = _records(env, "kwok-h100-1")
     assert not mid.phase.terminal
     env.start_reconciler(env.root / "policy.json")
-    (done,) = _wait(lambda: [r for r in _records(env, "h100-1") if r.phase.terminal], what="the remediation to end")
+    (done,) = _wait(lambda: [r for r in _records(env, "kwok-h100-1") if r.phase.terminal], what="the remediation to end")
     assert done.phase is Phase.SUCCEEDED and done.replacement == spare_before[0]
     phases = [p for p, _ in done.phase_times]
     assert len(phases) == len(set(phases))  # no phase done twice
@@ -113,18 +113,20 @@ def test_opt_out_label_means_nothing_is_replaced(local):
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "debug-session", "labels": {labels.DEFAULT_OPT_OUT: "true"},
                      "annotations": {labels.OPT_OUT_REASON: "profiling a kernel", labels.OPT_OUT_EXPIRES: "2099-01-01"}},
-        "spec": {"nodeName": "l40s-0", "tolerations": [{"operator": "Exists"}],
+        "spec": {"nodeName": "kwok-l40s-0", "tolerations": [{"operator": "Exists"}],
                  "containers": [{"name": "c", "image": "registry.example/debug:1.0"}]}})
-    Kube(env.kube.api_client()).set_condition("l40s-0", "GpuHealthy", "False", "Xid79", "off the bus")
-    (r,) = _wait(lambda: [r for r in _records(env, "l40s-0") if r.phase is Phase.OPTED_OUT], what="OptedOut")
-    assert "default/debug-session" in r.reason
+    Kube(env.kube.api_client()).set_condition("kwok-l40s-0", "GpuHealthy", "False", "Xid79", "off the bus")
+    (r,) = _wait(lambda: [r for r in _records(env, "kwok-l40s-0") if r.phase is Phase.OPTED_OUT], what="OptedOut")
+    assert "default/debug-session" in r.reason and "drained in Slurm" in r.reason
+    assert r.slurm_nodes == ("l40s-0",)  # the NodeSet pod's hostname, not the Kubernetes node's name
     time.sleep(2)
-    assert core.read_node("l40s-spare-0").metadata.labels[labels.ROLE] == labels.ROLE_SPARE
-    assert core.read_node("l40s-0").spec.unschedulable
+    assert core.read_node("kwok-l40s-spare-0").metadata.labels[labels.ROLE] == labels.ROLE_SPARE
+    assert core.read_node("kwok-l40s-0").spec.unschedulable
     core.read_namespaced_pod("debug-session", "default")  # not evicted
-    state = subprocess.run(["scontrol", "show", "node", "l40s-0"], env=env.slurm.env(), capture_output=True,
-                           text=True).stdout
-    assert "DOWN" in state and "gpufleet:" in state
+    # DRAIN keeps jobs off and nothing undoes it (DOWN would be undone by Slurm's ReturnToService), and
+    # its reason says gpufleet (through the operator's cordon drain, or gpufleet's own)
+    state = env.slurm.scontrol("show", "node", "l40s-0")
+    assert "DRAIN" in state and "gpufleet:" in state
 
 
 def test_destroy_removes_the_stack(local):
