@@ -110,3 +110,41 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
     pod = core.read_namespaced_pod("agent-drill", ns)
     assert pod.spec.containers[0].image == built_images.agent.reference
     core.delete_namespaced_pod("agent-drill", ns, grace_period_seconds=0)
+
+
+def _records(local_pods, node):
+    from reconciler.records import KubeRecordStore
+
+    return [r for r in KubeRecordStore(local_pods.env.kube.api_client()).list() if r.node == node]
+
+
+def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_goes(local_pods):
+    """An XID 79 on a GPU node whose Slurm node is a NodeSet pod's hostname: the pod holding the Lease
+    starts the remediation; deleting that pod mid-remediation hands the Lease (and the record) to the
+    other replica, which finishes it without repeating a phase."""
+    from reconciler.kube import Kube
+    from reconciler.phases import Phase
+
+    local_pods.env.wait_slurm_nodes()
+    pods = local_pods.wait_ready()
+    first = next(p for p in pods if p["leader"])
+    core = local_pods.env.kube.core_v1()
+    worker = core.list_namespaced_pod(local_pods.spec.slurm.namespace,
+                                      label_selector=f"{labels.SLINKY_POD_HOSTNAME}=h100-1").items[0]
+    node = worker.spec.node_name
+    assert node != "h100-1" and node.startswith("kwok-")  # Slurm and Kubernetes names differ
+    Kube(local_pods.env.kube.api_client()).set_condition(node, "GpuHealthy", "False", "Xid79", "off the bus")
+    wait_for("the remediation to start", lambda: _records(local_pods, node), timeout=60)
+    core.delete_namespaced_pod(first["name"], local_pods.namespace)  # the leader goes mid-remediation
+    (done,) = wait_for("the remediation to end",
+                       lambda: [r for r in _records(local_pods, node) if r.phase.terminal], timeout=240)
+    assert done.phase is Phase.SUCCEEDED, done.reason
+    assert done.slurm_nodes == ("h100-1",)
+    phases = [p for p, _ in done.phase_times]
+    assert len(phases) == len(set(phases))  # no phase done twice
+    assert done.notified.count("detected") == 1 and done.notified.count("succeeded") == 1
+    leader = wait_for("a Lease holder", local_pods.leader, timeout=60)
+    assert leader["name"] != first["name"]
+    # the Slurm node moved with its pod onto the promoted spare and takes jobs again
+    state = local_pods.env.slurm.scontrol("show", "node", "h100-1")
+    assert "DRAIN" not in state and f"node\":\"{done.replacement}" in state.replace(" ", "")
