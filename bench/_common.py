@@ -261,7 +261,7 @@ def write_policy(spec: FleetSpec, path: Path) -> Path:
 # --- a private control plane --------------------------------------------------------------------
 
 def new_kube(workdir: Path, progress: Callable[[str], None] | None = None):
-    from gpufleet.localenv.kube import DEFAULT_PORTS, LocalKube
+    from gpufleet.localenv.control_plane import DEFAULT_PORTS, LocalKube
     from gpufleet.localenv.slurm import free_ports
     from gpufleet.paths import TOOLS_BIN
 

@@ -51,14 +51,14 @@ def component_pids(kube) -> dict[str, int]:
 
 
 def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str], a, watcher) -> dict:
-    from reconciler import local_nodes
-    from reconciler.kube import Kube
-    from reconciler.records import KubeRecordStore
+    from gpufleet.localenv import fake_nodes
+    from reconciler.adapters.kube import Kube
+    from reconciler.adapters.records import KubeRecordStore
 
     spec = spec_for(n, spares)
     pool = spec.pools[0]
-    wanted = [local_nodes.pool_node(pool, name, "active") for name in pool.node_names()]
-    wanted += [local_nodes.pool_node(pool, name, "spare") for name in pool.spare_names()]
+    wanted = [fake_nodes.pool_node(pool, name, "active") for name in pool.node_names()]
+    wanted += [fake_nodes.pool_node(pool, name, "spare") for name in pool.spare_names()]
     missing = [m for m in wanted if m["metadata"]["name"] not in existing]
     say(f"[{n}] creating {len(missing)} nodes ({a.concurrency} threads) ...")
     took = create_nodes(kube.kubeconfig_path, missing, a.concurrency)

@@ -53,7 +53,7 @@ def fleet(a) -> tuple[list[dict], list[str]]:
 def inject(kubeconfig: Path, nodes: list[str], concurrency: int) -> dict[str, float]:
     """Set the fault on every node at once (threads); returns when each write was sent."""
     from reconciler.app import api_client
-    from reconciler.kube import Kube
+    from reconciler.adapters.kube import Kube
 
     local = threading.local()
     at: dict[str, float] = {}
@@ -100,7 +100,7 @@ def victims_of(pool: str, nodes: int, count: int) -> list[str]:
 
 
 def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
-    from reconciler.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRecordStore
 
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": 1000, "max_unhealthy_fraction": 1.0,
@@ -161,7 +161,7 @@ def kube_unschedulable(api, node: str) -> bool:
 def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
     """The same storm under the prod stack's policy (max_concurrent 4, brake above 10 %): every fault
     must be contained (cordoned) at once, none replaced, one page."""
-    from reconciler.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRecordStore
 
     pools, _ = fleet(a)
     from fleetspec import load_stack_file, stack_file
@@ -204,7 +204,7 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
 
 
 def tiers(kube, api, root: Path, a, total: int, mc: int) -> list[dict]:
-    from reconciler.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRecordStore
 
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": mc,
@@ -311,12 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     a.tier_max_concurrent = [int(x) for x in a.tier_max_concurrent.split(",") if x.strip()]
 
     from _common import new_kube
-    from reconciler import local_nodes
+    from gpufleet.localenv import fake_nodes
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-storm-"))
     pools, _ = fleet(a)
     spec = make_spec(pools)
-    manifests = local_nodes.fleet_nodes(spec)[1:]  # no system node
+    manifests = fake_nodes.fleet_nodes(spec)[1:]  # no system node
     say(f"storms: {machine()}; {len(manifests)} nodes in {len(pools)} pools; work folder {root}")
     kube = new_kube(root / "kube")
     watcher = None

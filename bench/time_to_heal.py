@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     graces = [int(g) for g in a.grace.split(",") if g.strip()]
 
     from gpufleet.localenv.env import LocalEnv
-    from reconciler.kube import Kube
-    from reconciler.records import KubeRecordStore
+    from reconciler.adapters.kube import Kube
+    from reconciler.adapters.records import KubeRecordStore
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-heal-"))
     (root / "checkpoints").mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 Keys are prefixed `gpufleet.io/` (versioned API objects use `gpufleet.io/v1alpha1`).
 A node's role in its pool is one label, `gpufleet.io/role`, whose values and
-transitions are drawn in `reconciler/phases.py`.
+transitions are drawn in `reconciler/core/phases.py`.
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from typing import Optional
 
 import typer
 
-from .console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
-from .paths import default_kubeconfig, local_slurm_env, local_slurm_rest
+from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
+from gpufleet.paths import default_kubeconfig, local_slurm_env, local_slurm_rest
 
 
 def _api(kubeconfig: Optional[Path], stack: Optional[str] = None):
@@ -52,7 +52,7 @@ def reconcile(
     logs.setup(json_logs=json_logs)
     spec = load_policy(policy) if policy else load_spec(stack, None)
     if any(p.provider == "local" for p in spec.pools):
-        from reconciler import local_nodes  # noqa: F401  (registers the local environment's node provider)
+        from .localenv import fake_nodes  # noqa: F401  (registers the local environment's node provider)
     slurm_env = local_slurm_env() if spec.cluster.kind == "local" else None
     if spec.cluster.kind == "local" and slurm == "rest" and not (slurm_url or slurm_token_file or slurm_jwt_key_file):
         local = local_slurm_rest()  # the local environment's slurmrestd and JWT key
@@ -101,8 +101,8 @@ def agent(
     import threading
 
     from reconciler import logs
-    from reconciler.agent import Agent, AgentFailed, KernelLog
-    from reconciler.kube import Kube
+    from reconciler.agent.daemon import Agent, AgentFailed, KernelLog
+    from reconciler.adapters.kube import Kube
 
     logs.setup()
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # the agent logs its own retries
@@ -135,8 +135,8 @@ def inject_fault(
     """Set the GPU fault condition on NODE, exactly as the node agent would (for demos and drills)."""
     from fleetspec import xids
     from reconciler.errors import PermanentError, TemporaryError
-    from reconciler.kmsg import XidEvent
-    from reconciler.kube import Kube
+    from reconciler.agent.kmsg import XidEvent
+    from reconciler.adapters.kube import Kube
 
     kube = Kube(_api(kubeconfig, stack))
     ev = XidEvent(xid, "PCI:0000:00:00", message or xids.describe(xid))
@@ -156,7 +156,7 @@ def mark_healthy(
     stack: Optional[str] = typer.Option(None, "--stack", "-s"),
 ) -> None:
     """Record that NODE passed its GPU health check; the reconciler then returns it to the spares."""
-    from reconciler.kube import Kube
+    from reconciler.adapters.kube import Kube
 
     Kube(_api(kubeconfig, stack)).set_condition(node, condition, "True", "HealthCheckPassed",
                                                "GPU health check passed")
@@ -197,7 +197,7 @@ def remediations(
     from rich.table import Table
 
     from reconciler.errors import PermanentError, TemporaryError
-    from reconciler.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRecordStore
 
     store = KubeRecordStore(_api(kubeconfig, stack))
 

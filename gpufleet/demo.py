@@ -17,10 +17,10 @@ from typing import Callable
 
 from fleetspec.models import FleetSpec
 
-from .localenv import train
-from .localenv.env import LocalEnv
-from .stack import Stack
-from .waiting import wait_for
+from gpufleet.localenv import train
+from gpufleet.localenv.env import LocalEnv
+from gpufleet.stack import Stack
+from gpufleet.waiting import wait_for
 
 STEPS, EVERY, DELAY = 300, 10, 0.05
 
@@ -57,10 +57,10 @@ class Timeline:
 
 def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, xid: int = 79,
              grace: int | None = None, timeout: float = 300, out: Callable[[str], None] = say) -> Timeline:
-    from reconciler.kube import Kube
-    from reconciler.records import KubeRecordStore
+    from reconciler.adapters.kube import Kube
+    from reconciler.adapters.records import KubeRecordStore
 
-    from .localenv.pods import reconciler_pods, wait_reconciler_pods_ready
+    from gpufleet.localenv.pods import reconciler_pods, wait_reconciler_pods_ready
 
     total = 7
     out(f"[1/{total}] local environment: control plane, {sum(p.nodes + p.spares for p in spec.pools)} fake GPU "

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
+from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
 
 local = typer.Typer(help="The local environment: control plane, fake GPU nodes (kwok), real Slurm.",
                     no_args_is_help=True)
@@ -16,7 +16,7 @@ app.add_typer(local, name="local")
 
 def make_env(stack: str = "local", file: Optional[Path] = None, kubelet: bool = False):
     """The environment; with ``kubelet`` its system pool is real kubelet nodes, one per reconciler replica."""
-    from .localenv.env import LocalEnv
+    from gpufleet.localenv.env import LocalEnv
 
     spec = load_spec(stack, file)
     if spec.cluster.kind != "local":
@@ -33,8 +33,8 @@ def local_up(stack: str = typer.Option("local", "--stack", "-s"),
                                                "reconciler as a host process.")) -> None:
     """Start etcd, the API server, controller manager, scheduler, kwok, the fake GPU nodes, the kubelet nodes
     and Slurm (idempotent)."""
-    from .localenv.supervisor import SupervisorError
-    from .localenv.slurm import LocalSlurmError
+    from gpufleet.localenv.supervisor import SupervisorError
+    from gpufleet.localenv.slurm import LocalSlurmError
 
     env = make_env(stack, kubelet=kubelet)
     try:
@@ -102,8 +102,8 @@ def demo(
                                  help="Heal through the reconciler pods on real kubelet nodes (default), or a host process."),
 ) -> None:
     """The main job: local up, pulumi up, a training job, an XID 79, and the fleet healing itself."""
-    from .demo import run_demo
-    from .stack import PulumiError, Stack
+    from gpufleet.demo import run_demo
+    from gpufleet.stack import PulumiError, Stack
 
     env = make_env("local", kubelet=kubelet)
     try:
@@ -121,7 +121,7 @@ def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s
     backend and passphrase for `local`): `gpufleet pulumi -s local up`."""
     import os
 
-    from .stack import PulumiError, Stack, pulumi_binary
+    from gpufleet.stack import PulumiError, Stack, pulumi_binary
 
     try:
         binary = pulumi_binary()

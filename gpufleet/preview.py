@@ -29,8 +29,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import typer
 
-from .console import EXIT_FAILED, EXIT_INVALID, _err, app
-from .paths import PROJECT_DIR
+from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app
+from gpufleet.paths import PROJECT_DIR
 
 POLICY_PACK_DIR = PROJECT_DIR / "policies"
 POLICY_CONFIG_DIR = POLICY_PACK_DIR / "config"
@@ -403,7 +403,7 @@ def scratch_stack(stack: str, secret_keys: list[str], extra_env: dict[str, str] 
     config copied, empty state in a temporary file backend, placeholder secrets."""
     import yaml
 
-    from .stack import Stack
+    from gpufleet.stack import Stack
 
     tmp = Path(tempfile.mkdtemp(prefix=f"gpufleet-{stack}-"))
     try:
@@ -479,7 +479,7 @@ def automation_stack(st: Any) -> Any:
     PULUMI_HOME, the backend) and the pulumi binary the project uses."""
     from pulumi import automation as auto
 
-    from .stack import pulumi_binary
+    from gpufleet.stack import pulumi_binary
 
     env = st.env()
     command = auto.PulumiCommand(root=str(Path(pulumi_binary()).resolve().parent.parent), skip_version_check=True)
@@ -549,7 +549,7 @@ def preview(
     Exit 1 when a mandatory policy fails or the preview fails."""
     from fleetspec import SpecError, load_stack_file, stack_file
 
-    from .stack import PulumiError, Stack
+    from gpufleet.stack import PulumiError, Stack
 
     if stack_yaml is not None and not scratch:
         _err("--stack-file needs --scratch (a stack's real state belongs to its own stack file)")
@@ -568,7 +568,7 @@ def preview(
         _err(f"no such policy config: {policy_config}")
         raise typer.Exit(EXIT_INVALID)
     if not scratch:
-        from .stack import NoBackendError, require_backend
+        from gpufleet.stack import NoBackendError, require_backend
 
         try:
             require_backend(stack, dict(os.environ))
@@ -665,7 +665,7 @@ def render(
     Secrets are rendered with placeholder values; supply the real ones through your secret manager."""
     from fleetspec import SpecError, load_stack_file, stack_file
 
-    from .stack import PulumiError
+    from gpufleet.stack import PulumiError
 
     try:
         sf = load_stack_file(stack_file(stack, PROJECT_DIR))

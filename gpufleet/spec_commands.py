@@ -10,7 +10,7 @@ import typer
 from fleetspec import SpecError, load_document, load_stack_file, stack_file
 from fleetspec.models import FleetSpec
 
-from .console import EXIT_INVALID, _err, app
+from gpufleet.console import EXIT_INVALID, _err, app
 
 
 @app.command()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .paths import PROJECT_DIR, TOOLS_BIN, local_dir
+from gpufleet.paths import PROJECT_DIR, TOOLS_BIN, local_dir
 
 LOCAL_PASSPHRASE = "gpufleet-local"
 

@@ -51,7 +51,7 @@ def local_api(kubeconfig: str) -> HostNetworkApi:
 
     import yaml
 
-    from gpufleet.localenv.kube import DEFAULT_PORTS
+    from gpufleet.localenv.control_plane import DEFAULT_PORTS
 
     from gpufleet.paths import local_slurm_rest
 

@@ -13,14 +13,14 @@ from kubernetes import client, config
 
 from fleetspec import FleetSpec, parse_fleet
 
-from .kube import Kube
-from .leader import LeaseElector
-from .metrics import Metrics, serve
-from .notify import Notifier, channels_from_spec
-from .providers import provider_for
-from .records import KubeRecordStore, MemoryRecordStore
-from .runtime import Runtime
-from .slurm import SlurmClient
+from reconciler.adapters.kube import Kube
+from reconciler.runtime.leader import LeaseElector
+from reconciler.runtime.metrics import Metrics, serve
+from reconciler.adapters.notify import Notifier, channels_from_spec
+from reconciler.adapters.providers import provider_for
+from reconciler.adapters.records import KubeRecordStore, MemoryRecordStore
+from reconciler.runtime.controller import Runtime
+from reconciler.adapters.slurm import SlurmClient
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,8 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
 
 
 def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmClient | None:
-    """See reconciler.slurm.make_client (rest: url, token_file, jwt_key_file, user)."""
-    from .slurm import make_client
+    """See reconciler.adapters.slurm.make_client (rest: url, token_file, jwt_key_file, user)."""
+    from reconciler.adapters.slurm import make_client
 
     return make_client(kind, env=env, **rest)
 

@@ -24,13 +24,13 @@ from kubernetes.client.exceptions import ApiException
 
 from fleetspec.models import FleetSpec
 from fleetspec.placement import worker_selector, worker_tolerations
-from reconciler import local_nodes
+from gpufleet.localenv import fake_nodes
 
-from ..paths import PROJECT_DIR, TOOLS_BIN, local_dir
-from .kube import DEFAULT_PORTS, LocalKube
-from .node import SystemNodes
-from .slinky_standin import NodeSetDef, StandInConfig
-from .slurm import LocalSlurm, free_port_block
+from gpufleet.paths import PROJECT_DIR, TOOLS_BIN, local_dir
+from gpufleet.localenv.control_plane import DEFAULT_PORTS, LocalKube
+from gpufleet.localenv.node import SystemNodes
+from gpufleet.localenv.slinky_standin import NodeSetDef, StandInConfig
+from gpufleet.localenv.slurm import LocalSlurm, free_port_block
 
 SLURM_PORTS = {"ctld": 26817, "rest": 26820}
 KUBELET_FIRST_PORT = 20260  # kubelet, healthz, next node's kubelet, ... (the default environment)
@@ -149,7 +149,7 @@ class LocalEnv:
         existing = {n.metadata.name for n in core.list_node().items}
         created = []
         if self.kubelet_nodes:  # the real nodes are the system pool now: no fake one may take its pods
-            for name in sorted(n for n in existing if n.startswith(local_nodes.SYSTEM_NODE[:-1])):
+            for name in sorted(n for n in existing if n.startswith(fake_nodes.SYSTEM_NODE[:-1])):
                 core.delete_node(name)
                 existing.discard(name)
         for node in self._fake_nodes():
@@ -172,15 +172,15 @@ class LocalEnv:
         replica (the Deployment's pods share the host's network, so two never share a node)."""
         import copy
 
-        nodes = local_nodes.fleet_nodes(self.spec, prefix=local_nodes.KWOK_PREFIX)
-        system = next(n for n in nodes if n["metadata"]["name"] == local_nodes.SYSTEM_NODE)
+        nodes = fake_nodes.fleet_nodes(self.spec, prefix=fake_nodes.KWOK_PREFIX)
+        system = next(n for n in nodes if n["metadata"]["name"] == fake_nodes.SYSTEM_NODE)
         nodes.remove(system)
         if self.kubelet_nodes:
             return nodes
         extra = []
         for i in range(self.spec.healing.reconciler.replicas):
             n = copy.deepcopy(system)
-            name = local_nodes.SYSTEM_NODE[:-1] + str(i)
+            name = fake_nodes.SYSTEM_NODE[:-1] + str(i)
             n["metadata"]["name"] = name
             n["metadata"].setdefault("labels", {})["kubernetes.io/hostname"] = name
             extra.append(n)
@@ -201,7 +201,7 @@ class LocalEnv:
 
     def reconciler_pods(self) -> list[dict]:
         """The reconciler's pods as the API server sees them (empty when it does not answer)."""
-        from .pods import reconciler_pods
+        from gpufleet.localenv.pods import reconciler_pods
 
         try:
             return reconciler_pods(self.kube.core_v1(), self.spec.healing.reconciler.namespace)

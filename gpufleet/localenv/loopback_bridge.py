@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 
-from .netns import CLONE_NEWNET, path
+from gpufleet.localenv.netns import CLONE_NEWNET, path
 
 
 def listen_in_netns(name: str, port: int) -> socket.socket:

@@ -38,11 +38,11 @@ import yaml
 
 from fleetspec import labels
 
-from . import netns
-from .certs import ensure_client_cert
-from .images import BuiltImages
-from .kube import LocalKube, _http_get
-from .supervisor import Proc, Supervisor, SupervisorError, port_free, tail
+from gpufleet.localenv import netns
+from gpufleet.localenv.certs import ensure_client_cert
+from gpufleet.localenv.images import BuiltImages
+from gpufleet.localenv.control_plane import LocalKube, _http_get
+from gpufleet.localenv.supervisor import Proc, Supervisor, SupervisorError, port_free, tail
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -378,7 +378,7 @@ class SystemNodes:
         if shutil.which("containerd") is None:
             raise NodeError("containerd is missing: run scripts/install-containers.sh")
         if self.images is None:
-            from .images import ImagesError, build
+            from gpufleet.localenv.images import ImagesError, build
 
             if self.progress:
                 self.progress("[local] images: scripts/build-images.sh (seconds when this tree's images are built)")

@@ -50,7 +50,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from .slurm import LocalSlurm
+from gpufleet.localenv.slurm import LocalSlurm
 
 log = logging.getLogger("slinky-standin")
 

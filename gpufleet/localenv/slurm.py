@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from ..paths import PROJECT_DIR
+from gpufleet.paths import PROJECT_DIR
 
 BUILD_ROOT_SCRIPT = PROJECT_DIR / "scripts" / "build-slurm-root.sh"
 

@@ -16,16 +16,16 @@ from gpufleet import demo
 from gpufleet.localenv.env import LocalEnv
 from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
-from reconciler.kube import Kube
-from reconciler.phases import Phase
-from reconciler.records import KubeRecordStore
+from reconciler.adapters.kube import Kube
+from reconciler.core.phases import Phase
+from reconciler.adapters.records import KubeRecordStore
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def local(tmp_path_factory, kube_bin_dir, slurm_installed, pulumi_bin_dir):
+def local(tmp_path_factory, kube_bin_dir, slurm_root, pulumi_bin_dir):
     root = tmp_path_factory.mktemp("e2e")
     mp = pytest.MonkeyPatch()
     mp.setenv("GPUFLEET_LOCAL_DIR", str(root))

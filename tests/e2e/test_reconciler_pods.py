@@ -7,7 +7,7 @@ import pytest
 from kubernetes import client
 
 from fleetspec import labels
-from gpufleet.localenv.kube import KWOK_ANNOTATION
+from gpufleet.localenv.control_plane import KWOK_ANNOTATION
 from gpufleet.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -113,7 +113,7 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
 
 
 def _records(local_pods, node):
-    from reconciler.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRecordStore
 
     return [r for r in KubeRecordStore(local_pods.env.kube.api_client()).list() if r.node == node]
 
@@ -122,8 +122,8 @@ def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_g
     """An XID 79 on a GPU node whose Slurm node is a NodeSet pod's hostname: the pod holding the Lease
     starts the remediation; deleting that pod mid-remediation hands the Lease (and the record) to the
     other replica, which finishes it without repeating a phase."""
-    from reconciler.kube import Kube
-    from reconciler.phases import Phase
+    from reconciler.adapters.kube import Kube
+    from reconciler.core.phases import Phase
 
     local_pods.env.wait_slurm_nodes()
     pods = local_pods.wait_ready()

@@ -15,8 +15,8 @@ import pytest
 
 from fleetspec import labels
 from gpufleet.waiting import wait_for
-from reconciler.kube import Kube
-from reconciler.sightings import Cursor
+from reconciler.adapters.kube import Kube
+from reconciler.agent.sightings import Cursor
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -9,10 +9,10 @@ from kubernetes import client
 from moto.server import ThreadedMotoServer
 
 from fleetspec import labels, parse_fleet
-from reconciler import membership
+from reconciler.core import membership
 from reconciler.errors import PermanentError, TemporaryError
-from reconciler.kube import Kube
-from reconciler.providers import QUARANTINED_TAG, AwsAsgProvider, reconcile_membership
+from reconciler.adapters.kube import Kube
+from reconciler.adapters.providers import QUARANTINED_TAG, AwsAsgProvider, reconcile_membership
 
 pytestmark = pytest.mark.integration
 

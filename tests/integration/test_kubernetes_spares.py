@@ -7,9 +7,9 @@ from kubernetes import client
 
 from fleetspec import labels, parse_fleet
 from gpufleet.waiting import wait_for
-from reconciler import membership
-from reconciler.kube import Kube
-from reconciler.providers import CAPACITY_REQUEST, KubernetesSpares
+from reconciler.core import membership
+from reconciler.adapters.kube import Kube
+from reconciler.adapters.providers import CAPACITY_REQUEST, KubernetesSpares
 
 pytestmark = pytest.mark.integration
 NODEGROUP = "eks.amazonaws.com/nodegroup"

@@ -15,7 +15,7 @@ from gpufleet.localenv.env import LocalEnv
 from gpufleet.localenv.slinky_standin import POD_HOSTNAME_LABEL
 from gpufleet.paths import PROJECT_DIR, local_slurm_rest
 from gpufleet.waiting import wait_for
-from reconciler.slurm import make_client
+from reconciler.adapters.slurm import make_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -11,12 +11,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels, parse_fleet, remediation_crd
-from reconciler import local_nodes
+from gpufleet.localenv import fake_nodes
 from reconciler.app import build
-from reconciler.kube import Kube
-from reconciler.leader import LeaseElector
-from reconciler.notify import Message
-from reconciler.phases import Phase
+from reconciler.adapters.kube import Kube
+from reconciler.runtime.leader import LeaseElector
+from reconciler.adapters.notify import Message
+from reconciler.core.phases import Phase
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +64,7 @@ def api(kube_cluster):
 
 def make_nodes(kube_cluster, spec):
     core = client.CoreV1Api(kube_cluster.api_client())
-    for node in local_nodes.fleet_nodes(spec)[1:]:  # the pool's nodes and spares
+    for node in fake_nodes.fleet_nodes(spec)[1:]:  # the pool's nodes and spares
         core.create_node(node)
     for pool in spec.pools:
         for n in pool.node_names() + pool.spare_names():
@@ -199,7 +199,7 @@ def test_no_spare_waits_then_heals_when_capacity_joins(kube_cluster, api):
     run_until(rec, lambda: [r for r in records_for(rec, "nos-0") if r.phase is Phase.WAITING_FOR_SPARE])
     assert client.CoreV1Api(api).read_node("nos-0").spec.unschedulable
     # capacity arrives (a cloud provider, or a person): a new spare joins the pool
-    client.CoreV1Api(api).create_node(local_nodes.pool_node(spec.pools[0], "nos-spare-9", labels.ROLE_SPARE))
+    client.CoreV1Api(api).create_node(fake_nodes.pool_node(spec.pools[0], "nos-spare-9", labels.ROLE_SPARE))
     kube_cluster.wait_node_ready("nos-spare-9")
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, "nos-0") if r.phase.terminal])
     assert r.phase is Phase.SUCCEEDED and r.replacement == "nos-spare-9"

@@ -1,6 +1,6 @@
 """The reconciler's RBAC is exactly what it uses, enforced by a real API server.
 
-Each call the reconciler makes (reconciler/kube.py, records.py, leader.py; local_nodes.py for `local`
+Each call the reconciler makes (reconciler/adapters/kube.py, records.py, leader.py; fake_nodes.py for `local`
 pools) is made here with a ServiceAccount token minted for a ServiceAccount bound to the stack's rules
 (components/reconciler.py): every call is allowed, and for each granted verb a ServiceAccount bound to
 the rules minus that one verb is refused (403) the call that needs it. A verb the reconciler stopped
@@ -100,7 +100,7 @@ CALLS = [
     Call("coordination.k8s.io", "leases", "create", True, lambda a: client.CoordinationV1Api(a).create_namespaced_lease(
         NS, {"metadata": {"name": "rbac-existing"}, "spec": {"holderIdentity": "x"}})),  # 409: allowed
     Call("coordination.k8s.io", "leases", "update", True, _update_lease),
-    # kubernetes-spares refills: placeholder pods in the reconciler's namespace (reconciler/providers.py)
+    # kubernetes-spares refills: placeholder pods in the reconciler's namespace (reconciler/adapters/providers.py)
     Call("", "pods", "create", True, lambda a: client.CoreV1Api(a).create_namespaced_pod(NS, {
         "metadata": {"name": "rbac-capacity-request"},
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})),  # 409 after the first

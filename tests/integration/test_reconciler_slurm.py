@@ -13,8 +13,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels
-from reconciler.kube import Kube
-from reconciler.phases import Phase
+from reconciler.adapters.kube import Kube
+from reconciler.core.phases import Phase
 
 from .test_reconciler_kube import Recorder, api, fleet, make_nodes, reconciler, records_for, run_until, step  # noqa: F401
 

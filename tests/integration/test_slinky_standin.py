@@ -16,8 +16,8 @@ from gpufleet.localenv.slinky_standin import (CORDON_REASON_ANNOTATION, POD_HOST
                                               SlinkyStandIn)
 from gpufleet.localenv.slurm import POD_TERMINATING_REASON, LocalSlurm, free_ports
 from gpufleet.waiting import wait_for
-from reconciler.local_nodes import fake_node
-from reconciler.slurm.cli import SlurmCLI
+from gpufleet.localenv.fake_nodes import fake_node
+from reconciler.adapters.slurm.scontrol import SlurmCLI
 from tests.fixtures.slurm_cluster import build_slurm_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetspec import labels
-from reconciler.agent import Agent, AgentFailed, KernelLog
+from reconciler.agent.daemon import Agent, AgentFailed, KernelLog
 from reconciler.errors import NotFound, PermanentError, TemporaryError
-from reconciler.sightings import Cursor
+from reconciler.agent.sightings import Cursor
 
 NODE = "gpu-0"
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
@@ -24,7 +24,7 @@ XID13 = "NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp Exception"
 
 class FakeKube:
     """The three calls the agent makes, on one node; `down`, `missing` and `refuse` make them fail
-    as reconciler.kube.Kube does (TemporaryError, NotFound, PermanentError)."""
+    as reconciler.adapters.kube.Kube does (TemporaryError, NotFound, PermanentError)."""
 
     def __init__(self, node: str = NODE):
         self.nodes = {node: {"metadata": {"name": node, "annotations": {}}, "status": {"conditions": []}}}
@@ -292,7 +292,7 @@ def test_the_command_exits_clearly_for_an_unreadable_log_and_a_refusal(tmp_path,
     kube = FakeKube()
     kube.refuse = "cannot patch resource nodes"
     monkeypatch.setattr(commands, "_api", lambda *_: None)
-    monkeypatch.setattr("reconciler.kube.Kube", lambda _api: kube)
+    monkeypatch.setattr("reconciler.adapters.kube.Kube", lambda _api: kube)
     r = runner.invoke(app, ["agent", "--node", NODE, "--kmsg", str(log.path)])
     assert r.exit_code == 1 and "403 Forbidden cannot patch resource nodes" in r.output
     assert "Traceback" not in r.output

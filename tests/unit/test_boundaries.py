@@ -6,8 +6,8 @@ import sys
 def test_reconciler_and_spec_import_no_pulumi():
     code = (
         "import sys\n"
-        "import fleetspec, reconciler.app, reconciler.runtime, reconciler.agent, reconciler.providers\n"
-        "import reconciler.slurm, reconciler.notify, reconciler.records\n"
+        "import fleetspec, reconciler.app, reconciler.runtime.controller, reconciler.agent.daemon, reconciler.adapters.providers\n"
+        "import reconciler.adapters.slurm, reconciler.adapters.notify, reconciler.adapters.records\n"
         "bad = sorted(m for m in sys.modules if m == 'pulumi' or m.startswith(('pulumi.', 'pulumi_')))\n"
         "assert not bad, bad\n"
     )

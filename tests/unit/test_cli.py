@@ -6,8 +6,8 @@ from typer.testing import CliRunner
 
 from gpufleet.cli import app
 from gpufleet.commands import remediation_rows
-from reconciler.model import Record
-from reconciler.phases import Phase
+from reconciler.core.model import Record
+from reconciler.core.phases import Phase
 
 runner = CliRunner()
 

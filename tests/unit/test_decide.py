@@ -7,14 +7,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fleetspec import labels, parse_fleet
-from reconciler.decide import admission_facts, detect, fail, plan_step, retry
-from reconciler.model import (
+from reconciler.core.decide import admission_facts, detect, fail, plan_step, retry
+from reconciler.core.model import (
     Admission, DrainSlurm, EvictPods, Fault, JobView, NodeView, PromoteSpare, Quarantine, Record,
     RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, SlurmNodeView,
     record_name,
 )
-from reconciler.observe import node_view
-from reconciler.phases import InvalidTransition, Phase, check_transition
+from reconciler.core.observe import node_view
+from reconciler.core.phases import InvalidTransition, Phase, check_transition
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 FREE = Admission(pool_size=10, unhealthy=frozenset({"h100-0"}), in_flight=0, attempts=0)

@@ -1,7 +1,7 @@
 """Kernel-log parsing on realistic NVRM Xid lines, malformed ones included."""
 import pytest
 
-from reconciler.kmsg import Malformed, XidEvent, parse_line
+from reconciler.agent.kmsg import Malformed, XidEvent, parse_line
 
 
 @pytest.mark.parametrize("line,xid,pci,detail", [

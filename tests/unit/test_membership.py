@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fleetspec import labels, parse_fleet
-from reconciler.membership import MembershipFacts, merge_facts, plan
+from reconciler.core.membership import MembershipFacts, merge_facts, plan
 
 SPARE = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "", "effect": "NoSchedule"}
@@ -118,7 +118,7 @@ def test_spares_fill_only_after_the_active_count():
 
 # --- capacity requests answered by joining nodes ---------------------------------------------------
 
-from reconciler.membership import FULFILS, Settlement, settle  # noqa: E402
+from reconciler.core.membership import FULFILS, Settlement, settle  # noqa: E402
 
 REQ_LABEL = "gpufleet.io/capacity-request"
 

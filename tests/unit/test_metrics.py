@@ -3,7 +3,7 @@ import socket
 
 import httpx
 
-from reconciler.metrics import Metrics, serve
+from reconciler.runtime.metrics import Metrics, serve
 
 
 def free_port() -> int:
@@ -35,7 +35,7 @@ def test_every_alert_rule_reads_a_metric_the_reconciler_exports():
     import re
 
     from components.alerts import alert_rules
-    from reconciler.metrics import Metrics
+    from reconciler.runtime.metrics import Metrics
 
     m = Metrics()
     m.notify_failures.labels("pager").inc()

@@ -11,9 +11,9 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from fleetspec import parse_fleet
-from reconciler.model import Record
-from reconciler.notify import Message, Notifier, Sns, Webhook, channels_from_spec
-from reconciler.phases import Phase
+from reconciler.core.model import Record
+from reconciler.adapters.notify import Message, Notifier, Sns, Webhook, channels_from_spec
+from reconciler.core.phases import Phase
 
 REC = Record(name="h100-0-xid79-1", node="h100-0", pool="h100", xid=79, message="off the bus",
              phase=Phase.SUCCEEDED, created=datetime(2026, 1, 1, tzinfo=timezone.utc), replacement="h100-spare-0")

@@ -3,9 +3,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from reconciler.model import Record
-from reconciler.phases import Phase
-from reconciler.records import CorruptRecord, MemoryRecordStore, from_object, to_object
+from reconciler.core.model import Record
+from reconciler.core.phases import Phase
+from reconciler.adapters.records import CorruptRecord, MemoryRecordStore, from_object, to_object
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

@@ -10,12 +10,12 @@ import pytest
 
 from fleetspec import labels, parse_fleet
 from reconciler.errors import TemporaryError
-from reconciler.local_nodes import pool_node
-from reconciler.phases import Phase
-from reconciler.records import MemoryRecordStore, to_object
-from reconciler.runtime import Runtime
-from reconciler.slurm import SlurmError, SlurmJob, SlurmNode
-from reconciler.workqueue import WorkQueue
+from gpufleet.localenv.fake_nodes import pool_node
+from reconciler.core.phases import Phase
+from reconciler.adapters.records import MemoryRecordStore, to_object
+from reconciler.runtime.controller import Runtime
+from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
+from reconciler.runtime.workqueue import WorkQueue
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
@@ -146,7 +146,7 @@ class Provider:
         self.calls.append(("capacity", key))
 
     def membership_facts(self):
-        from reconciler.membership import MembershipFacts
+        from reconciler.core.membership import MembershipFacts
 
         return MembershipFacts()
 
@@ -403,7 +403,7 @@ def test_one_sigterm_and_one_notification_across_a_crash_at_every_point(crash_at
 
 def test_a_corrupt_record_halts_only_its_own_node():
     w = World(fleet(grace_period_seconds=0))
-    bad = to_object(w_record := __import__("reconciler.model", fromlist=["Record"]).Record(
+    bad = to_object(w_record := __import__("reconciler.core.model", fromlist=["Record"]).Record(
         name="h100-1-xid79-1", node="h100-1", pool="h100", xid=79, message="m", phase=Phase.EVICTING, created=T0))
     bad["status"]["phase"] = "Exploded"
     w.store.objects[w_record.name] = json.dumps(bad)

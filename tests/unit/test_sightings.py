@@ -3,8 +3,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from reconciler.kmsg import XidEvent, record_seq
-from reconciler.sightings import (Cursor, Pending, Sighting, Verdict, advance, condition_message, resume_from,
+from reconciler.agent.kmsg import XidEvent, record_seq
+from reconciler.agent.sightings import (Cursor, Pending, Sighting, Verdict, advance, condition_message, resume_from,
                                   verdict)
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)

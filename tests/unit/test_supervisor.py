@@ -8,7 +8,6 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest

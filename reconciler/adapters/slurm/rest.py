@@ -20,7 +20,7 @@ tells them apart by the token's own ``exp``: still expired after a re-read is te
 (the Token controller has not refreshed it yet), a rejected token that has not expired is
 permanent (wrong key or unknown user).
 
-Errors: every failure is a :class:`~reconciler.slurm.SlurmError` naming Slurm, the call and
+Errors: every failure is a :class:`~reconciler.adapters.slurm.SlurmError` naming Slurm, the call and
 what came back. Temporary: slurmrestd unreachable or slow (httpx timeouts), HTTP 502-504,
 Slurm errors that mean slurmctld did not answer; permanent: anything else (unknown node,
 invalid request, permission denied).
@@ -37,8 +37,8 @@ import httpx
 import jwt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import SlurmError, SlurmJob, SlurmNode
-from .cli import expand_hostlist
+from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
+from reconciler.adapters.slurm.scontrol import expand_hostlist
 
 __all__ = ["KNOWN_PARSERS", "SignedToken", "SlurmREST", "TokenFile", "TokenSource"]
 

@@ -18,7 +18,7 @@ pods bound to it to Running (and deletes them when they are deleted).
 
 Command line (workdir defaults to ``<repo>/.local/kube``)::
 
-    python -m gpufleet.localenv.kube up|down|status [--workdir DIR] [--bin-dir DIR]
+    python -m gpufleet.localenv.control_plane up|down|status [--workdir DIR] [--bin-dir DIR]
 """
 
 from __future__ import annotations
@@ -524,7 +524,7 @@ def _http_get(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpufleet.localenv.kube", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m gpufleet.localenv.control_plane", description=__doc__.split("\n")[0])
     ap.add_argument("action", choices=["up", "down", "status"])
     ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     ap.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN_DIR)

@@ -25,11 +25,11 @@ from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
 from fleetspec.placement import worker_tolerations
 
-from .aws_errors import typed
-from .errors import PermanentError, TemporaryError
-from .kube import Kube, _call, _json
-from .membership import FULFILS, MembershipFacts, MembershipPlan, instance_id, settle
-from .slurm import SlurmClient, SlurmError
+from reconciler.adapters.aws_errors import typed
+from reconciler.errors import PermanentError, TemporaryError
+from reconciler.adapters.kube import Kube, _call, _json
+from reconciler.core.membership import FULFILS, MembershipFacts, MembershipPlan, instance_id, settle
+from reconciler.adapters.slurm import SlurmClient, SlurmError
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +350,7 @@ def reconcile_membership(kube: Kube, spec: FleetSpec, providers: dict[str, NodeP
     """One membership pass (the runtime calls it with its cached nodes): the providers' facts, the
     pure plan, its label/taint changes applied, answered capacity requests settled. Returns the plan;
     the caller reports `unlabelled_gpu_nodes` and `conflicts` (an Event, a metric)."""
-    from .membership import merge_facts, plan as plan_membership
+    from reconciler.core.membership import merge_facts, plan as plan_membership
 
     once = list({type(p): p for p in providers.values()}.values())  # one of each kind covers all its pools
     result = plan_membership(nodes, spec, merge_facts(p.membership_facts() for p in once))

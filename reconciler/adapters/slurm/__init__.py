@@ -87,12 +87,12 @@ def make_client(kind: str, *, url: str | None = None, token_file: str | Path | N
     if kind == "none":
         return None
     if kind == "cli":
-        from .cli import SlurmCLI
+        from reconciler.adapters.slurm.scontrol import SlurmCLI
 
         return SlurmCLI(env=env)
     if kind != "rest":
         raise ValueError(f"--slurm: unknown backend {kind!r} (one of {', '.join(CLIENT_KINDS)})")
-    from .rest import SignedToken, SlurmREST, TokenFile
+    from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile
 
     if not url:
         raise ValueError("--slurm rest needs --slurm-url (slurmrestd, e.g. http://slurm-restapi.slurm:6820)")

@@ -23,24 +23,24 @@ from typing import Callable
 from fleetspec import labels
 from fleetspec.models import FleetSpec
 
-from . import decide as core
-from .errors import PermanentError, TemporaryError
-from .identity import comment_node, slurm_nodes_on
-from .informers import Informer
-from .kube import Kube
-from .metrics import Metrics
-from .model import (
+from reconciler.core import decide as core
+from reconciler.errors import PermanentError, TemporaryError
+from reconciler.core.identity import comment_node, slurm_nodes_on
+from reconciler.runtime.informers import Informer
+from reconciler.adapters.kube import Kube
+from reconciler.runtime.metrics import Metrics
+from reconciler.core.model import (
     Action, Cordon, DrainSlurm, EvictPods, Gate, JobView, NodeView, Notify, PodView, PromoteSpare, Quarantine,
     Record, RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs,
     SlurmNodeView, Step,
 )
-from .notify import Message, Notifier
-from .observe import evictable_views, membership_dict, node_view, opted_out_views, pod_view
-from .phases import Phase
-from .providers import NodeProvider, reconcile_membership, slurm_call
-from .records import RecordStore, Unreadable
-from .slurm import SlurmClient, SlurmError
-from .workqueue import ShutDown, WorkQueue
+from reconciler.adapters.notify import Message, Notifier
+from reconciler.core.observe import evictable_views, membership_dict, node_view, opted_out_views, pod_view
+from reconciler.core.phases import Phase
+from reconciler.adapters.providers import NodeProvider, reconcile_membership, slurm_call
+from reconciler.adapters.records import RecordStore, Unreadable
+from reconciler.adapters.slurm import SlurmClient, SlurmError
+from reconciler.runtime.workqueue import ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
 RESYNC_SECONDS = 300.0  # every node with a fault or a live record is looked at again (level-based safety net)

@@ -4,12 +4,12 @@ All frozen: the core takes these and returns new ones; only the runtime does I/O
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from fleetspec import labels
 
-from .phases import Phase, check_transition
+from reconciler.core.phases import Phase, check_transition
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ import re
 import subprocess
 from typing import Mapping, Sequence
 
-from . import SlurmError, SlurmJob, SlurmNode
+from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
 
 __all__ = ["SlurmCLI", "expand_hostlist"]
 

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 
 from fleetspec import labels
 
-from .model import PodView, SlurmNodeView
+from reconciler.core.model import PodView, SlurmNodeView
 
 
 def comment_node(comment: str) -> str | None:

@@ -9,7 +9,7 @@ retrying with backoff for as long as the API server is away or the node is not r
 Only what retrying cannot fix (a forbidden or invalid call) stops the agent, with AgentFailed.
 
 Where reading starts: /dev/kmsg always at its oldest record, a file at its end (or its start,
-with from_start). The cursor on the node says what was reported before (reconciler/sightings.py),
+with from_start). The cursor on the node says what was reported before (reconciler/agent/sightings.py),
 so reading the log again reports nothing twice and catches what was logged while the agent was down.
 The decisions (parsing, queueing, report or not, the cursor) are pure; this module does the I/O.
 """
@@ -27,9 +27,9 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from fleetspec import labels, xids
 
-from .errors import NotFound, PermanentError, TemporaryError
-from .kmsg import Malformed, parse_line, record_seq
-from .sightings import Cursor, Pending, Sighting, Verdict, advance, condition_message, newest, resume_from, verdict
+from reconciler.errors import NotFound, PermanentError, TemporaryError
+from reconciler.agent.kmsg import Malformed, parse_line, record_seq
+from reconciler.agent.sightings import Cursor, Pending, Sighting, Verdict, advance, condition_message, newest, resume_from, verdict
 
 log = logging.getLogger(__name__)
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -40,7 +40,7 @@ class AgentFailed(RuntimeError):
 
 
 class NodeAPI(Protocol):
-    """What the agent needs of reconciler.kube.Kube."""
+    """What the agent needs of reconciler.adapters.kube.Kube."""
 
     def get_node(self, name: str) -> dict: ...
     def patch_node(self, name: str, body: dict) -> dict: ...

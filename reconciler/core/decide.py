@@ -16,12 +16,12 @@ from typing import Iterable, Sequence
 
 from fleetspec import FleetSpec, labels, xids
 
-from .model import (
+from reconciler.core.model import (
     Action, Admission, Cordon, DrainSlurm, EvictPods, Gate, NodeView, Notify, PromoteSpare, Quarantine, Record,
     RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, SlurmNodeView,
     Step, record_name,
 )
-from .phases import Phase
+from reconciler.core.phases import Phase
 
 # Jobs that hold the node (the grace period waits for them; a requeue kills what is left) ...
 ON_NODE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING"})

@@ -14,11 +14,11 @@ from kubernetes import client
 
 from fleetspec import labels, remediation_crd
 
-from .errors import PermanentError, TemporaryError
-from .kube import _call, _json
-from .model import Record
-from .observe import parse_time
-from .phases import Phase
+from reconciler.errors import PermanentError, TemporaryError
+from reconciler.adapters.kube import _call, _json
+from reconciler.core.model import Record
+from reconciler.core.observe import parse_time
+from reconciler.core.phases import Phase
 
 
 def _ts(dt: datetime | None) -> str | None:

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from fleetspec import labels
 
-from .model import Fault, NodeView, PodView
+from reconciler.core.model import Fault, NodeView, PodView
 
 _XID_IN_REASON = re.compile(r"(?i)xid[ _-]?(\d+)")
 
@@ -69,7 +69,7 @@ def _int(value: Any) -> int:
 
 
 def membership_dict(v: NodeView) -> dict[str, Any]:
-    """The part of a node that pool membership reads (`reconciler/membership.py`), rebuilt from the
+    """The part of a node that pool membership reads (`reconciler/core/membership.py`), rebuilt from the
     cached view instead of holding whole node objects."""
     return {"metadata": {"name": v.name, "labels": dict(v.labels)},
             "spec": {"providerID": v.provider_id, "taints": [{"key": k} for k in v.taints]},

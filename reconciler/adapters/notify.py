@@ -18,7 +18,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 from fleetspec import labels, remediation_crd
 from fleetspec.models import FleetSpec, SnsTarget, WebhookTarget
 
-from .model import Record
+from reconciler.core.model import Record
 
 log = logging.getLogger(__name__)
 EMOJI = {"info": ":white_check_mark:", "warning": ":warning:", "critical": ":rotating_light:"}
@@ -78,7 +78,7 @@ class Sns:
         self.client = client or boto3.client("sns", region_name=region)
 
     def send(self, msg: Message) -> None:
-        from .aws_errors import is_temporary
+        from reconciler.adapters.aws_errors import is_temporary
 
         @retry(stop=stop_after_attempt(self.attempts), wait=wait_exponential(multiplier=0.2, max=5), reraise=True,
                retry=lambda state: state.outcome.failed and is_temporary(state.outcome.exception()))

@@ -17,7 +17,7 @@ from urllib3.exceptions import HTTPError
 
 from fleetspec import labels, remediation_crd
 
-from .errors import PermanentError, TemporaryError, classify_api_status
+from reconciler.errors import PermanentError, TemporaryError, classify_api_status
 
 log = logging.getLogger(__name__)
 TIMEOUT = 20  # seconds for any single API call
@@ -168,7 +168,7 @@ class Kube:
         return self.update_node(name, mutate)
 
     def apply_membership(self, name: str, set_labels: dict[str, str], add_taints: list[dict] | tuple = ()) -> dict:
-        """Set labels and add taints a membership plan asks for (reconciler/membership.py); never
+        """Set labels and add taints a membership plan asks for (reconciler/core/membership.py); never
         removes anything, writes nothing when nothing is missing."""
         def mutate(node: dict) -> bool:
             meta, spec = node["metadata"], node.setdefault("spec", {})

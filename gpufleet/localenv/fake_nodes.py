@@ -13,9 +13,9 @@ from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
 from fleetspec.placement import node_labels, node_taints
 
-from .errors import TemporaryError
-from .kube import Kube
-from .providers import KubernetesSpares, register_provider
+from reconciler.errors import TemporaryError
+from reconciler.adapters.kube import Kube
+from reconciler.adapters.providers import KubernetesSpares, register_provider
 
 log = logging.getLogger(__name__)
 RESERVE = 2

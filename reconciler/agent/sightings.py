@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
 
-from .kmsg import XidEvent
+from reconciler.agent.kmsg import XidEvent
 
 LATE_AFTER_SECONDS = 5  # a report this much later than the sighting says when it was seen
 

@@ -1,0 +1,1 @@
+"""Adapters: the reconciler's I/O (Kubernetes, Slurm, node providers, notifications, records)."""

@@ -1,0 +1,1 @@
+"""The pure core: views in, decisions out. No I/O, no clocks, no clients."""

@@ -1,0 +1,1 @@
+"""The runtime: informers, the work queue, its workers, the Lease, metrics."""
