@@ -98,24 +98,6 @@ class Kube:
     def get_node(self, name: str) -> dict:
         return _json(_call(f"get node {name}", self.core.read_node, name, _preload_content=False))
 
-    def watch_nodes(self, resource_version: str, timeout_seconds: int = 300) -> Iterator[tuple[str, dict]]:
-        """(event type, node) pairs until the server ends the watch. A 410 Gone surfaces as
-        TemporaryError: the caller lists again."""
-        w = watch.Watch()
-        try:
-            for ev in w.stream(self.core.list_node, resource_version=resource_version, deserialize=False,
-                               timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
-                obj = ev.get("raw_object") or ev["object"]  # without deserialising, "object" is the dict
-                if ev["type"] == "ERROR":
-                    raise TemporaryError(f"watch nodes: {obj.get('message', obj)}")
-                yield ev["type"], obj
-        except ApiException as e:
-            raise classify_api_status(e.status)(f"watch nodes: {e.status} {e.reason}") from None
-        except (HTTPError, OSError) as e:
-            raise TemporaryError(f"watch nodes: {e}") from None
-        finally:
-            w.stop()
-
     def patch_node(self, name: str, body: dict) -> dict:
         return _json(_call(f"patch node {name}", self.core.patch_node, name, body, _preload_content=False))
 
