@@ -91,14 +91,19 @@ def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):
                           if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_SPARE
                           and n["metadata"]["labels"].get(labels.POOL) == "h100")
     assert spare_before, "the pool's spare was refilled after the first remediation"
-    kube.set_condition("kwok-h100-1", "GpuHealthy", "False", "Xid48", "Double bit ECC error")
-    _wait(lambda: [r for r in _records(env, "kwok-h100-1") if r.phase not in (Phase.DETECTED,)],
+    # an active node of the pool (which one the demo's fault left active depends on where its pods landed)
+    victim = sorted(n["metadata"]["name"] for n in kube.list_nodes()[0]
+                    if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_ACTIVE
+                    and n["metadata"]["labels"].get(labels.POOL) == "h100")[0]
+    kube.set_condition(victim, "GpuHealthy", "False", "Xid48", "Double bit ECC error")
+    _wait(lambda: [r for r in _records(env, victim) if r.phase not in (Phase.DETECTED,)],
           what="a phase past Detected")
     env.stop_reconciler(signal.SIGKILL)  # killed mid-remediation
-    (mid,) = _records(env, "kwok-h100-1")
+    (mid,) = [r for r in _records(env, victim) if r.xid == 48]
     assert not mid.phase.terminal
     env.start_reconciler(env.root / "policy.json")
-    (done,) = _wait(lambda: [r for r in _records(env, "kwok-h100-1") if r.phase.terminal], what="the remediation to end")
+    (done,) = _wait(lambda: [r for r in _records(env, victim) if r.xid == 48 and r.phase.terminal],
+                    what="the remediation to end")
     assert done.phase is Phase.SUCCEEDED and done.replacement == spare_before[0]
     phases = [p for p, _ in done.phase_times]
     assert len(phases) == len(set(phases))  # no phase done twice

@@ -75,7 +75,7 @@ def test_local_status_shows_the_pods_and_the_lease_holder(local_pods, monkeypatc
 
 def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, built_images):
     """The agent's image, with the agent's ServiceAccount and RBAC, on a real node, following a kernel
-    log this test writes (the GPU nodes stay kwok: it reports for h100-0)."""
+    log this test writes (the GPU nodes stay kwok: it reports for kwok-l40s-0, a pool the next test leaves alone)."""
     drill = local_pods.env.root / "drill"
     drill.mkdir(mode=0o755, exist_ok=True)
     kmsg = drill / "kmsg"
@@ -90,7 +90,7 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
             "restartPolicy": "Never",
             "containers": [{
                 "name": "agent", "image": built_images.agent.reference,
-                "args": ["agent", "--kmsg", "/drill/kmsg", "--from-start", "--node", "h100-0",
+                "args": ["agent", "--kmsg", "/drill/kmsg", "--from-start", "--node", "kwok-l40s-0",
                          "--condition", local_pods.spec.healing.condition_types[0]],
                 "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
                         {"name": "KUBERNETES_SERVICE_PORT", "value": str(local_pods.env.kube.apiserver_port)}],
@@ -101,11 +101,11 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
         }})
 
     def faulted():
-        conds = core.read_node("h100-0").status.conditions or []
+        conds = core.read_node("kwok-l40s-0").status.conditions or []
         return next((c for c in conds if c.type == local_pods.spec.healing.condition_types[0]
                      and c.status == "False" and c.reason == "Xid79"), None)
 
-    cond = wait_for("the agent pod to set the GPU condition of h100-0", faulted, timeout=90)
+    cond = wait_for("the agent pod to set the GPU condition of kwok-l40s-0", faulted, timeout=90)
     assert "fallen off the bus" in cond.message
     pod = core.read_namespaced_pod("agent-drill", ns)
     assert pod.spec.containers[0].image == built_images.agent.reference

@@ -17,8 +17,9 @@ def test_local_stack_applies_its_slinky_resources(kube_cluster, pulumi_bin_dir, 
     local = tmp_path / "local"
     (local / "kube").mkdir(parents=True)
     (local / "kube" / "kubeconfig").symlink_to(kube_cluster.kubeconfig_path)
-    kube_cluster.create_fake_node("apply-system-0", labels={labels.ROLE: labels.ROLE_SYSTEM})
     spec = load_stack_file(PROJECT_DIR / "Pulumi.local.yaml").fleet
+    for i in range(spec.healing.reconciler.replicas):  # one per replica: the replicas' hostPort takes a node each
+        kube_cluster.create_fake_node(f"apply-system-{i}", labels={labels.ROLE: labels.ROLE_SYSTEM})
     with scratch_stack("local", spec.secret_keys(), {"GPUFLEET_LOCAL_DIR": str(local)}) as st:
         proc = st.run("up", "--yes", "--skip-preview", "--color", "never", capture=True, check=False, timeout=600)
         assert proc.returncode == 0, (proc.stdout or "")[-4000:] + (proc.stderr or "")[-2000:]
