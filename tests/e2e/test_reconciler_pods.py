@@ -145,6 +145,7 @@ def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_g
     assert done.notified.count("detected") == 1 and done.notified.count("succeeded") == 1
     leader = wait_for("a Lease holder", local_pods.leader, timeout=60)
     assert leader["name"] != first["name"]
-    # the Slurm node moved with its pod onto the promoted spare and takes jobs again
-    state = local_pods.env.slurm.scontrol("show", "node", "h100-1")
-    assert "DRAIN" not in state and f"node\":\"{done.replacement}" in state.replace(" ", "")
+    # a NodeSet pod (a slurmd) runs on the promoted spare: what the reconciler waited for before Succeeded
+    on_spare = core.list_namespaced_pod(local_pods.spec.slurm.namespace,
+                                        field_selector=f"spec.nodeName={done.replacement}").items
+    assert any(labels.SLINKY_POD_HOSTNAME in (p.metadata.labels or {}) for p in on_spare)

@@ -21,19 +21,21 @@ def test_local_stack_applies_its_slinky_resources(kube_cluster, pulumi_bin_dir, 
     for i in range(spec.healing.reconciler.replicas):  # one per replica: the replicas' hostPort takes a node each
         kube_cluster.create_fake_node(f"apply-system-{i}", labels={labels.ROLE: labels.ROLE_SYSTEM})
     with scratch_stack("local", spec.secret_keys(), {"GPUFLEET_LOCAL_DIR": str(local)}) as st:
-        proc = st.run("up", "--yes", "--skip-preview", "--color", "never", capture=True, check=False, timeout=600)
-        assert proc.returncode == 0, (proc.stdout or "")[-4000:] + (proc.stderr or "")[-2000:]
-        api = kube_cluster.api_client()
-        objs = client.CustomObjectsApi(api)
-        got = {(kind, o["metadata"]["name"]) for kind in ("nodesets", "loginsets", "controllers", "restapis", "tokens")
-               for o in objs.list_cluster_custom_object("slinky.slurm.net", "v1beta1", kind)["items"]}
-        assert {("tokens", "gpufleet-reconciler"), ("restapis", "slurm-restapi"), ("controllers", "slurm"),
-                ("loginsets", "login"), ("nodesets", "h100"), ("nodesets", "l40s")} <= got
-        login = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "slurm", "loginsets", "login")
-        assert login["spec"]["sssdConfRef"] == {"name": "slurm-sssd-conf", "key": "sssd.conf"}
-        token = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "gpufleet-system", "tokens",
-                                                  "gpufleet-reconciler")
-        assert token["spec"]["secretRef"]["name"] == "gpufleet-reconciler-slurm-token"
-        dep = client.AppsV1Api(api).read_namespaced_deployment("gpufleet-reconciler", "gpufleet-system")
-        assert len(dep.spec.template.metadata.annotations["gpufleet.io/config-checksum"]) == 64
-        st.run("destroy", "--yes", "--skip-preview", capture=True, check=False, timeout=600)
+        try:
+            proc = st.run("up", "--yes", "--skip-preview", "--color", "never", capture=True, check=False, timeout=600)
+            assert proc.returncode == 0, (proc.stdout or "")[-4000:] + (proc.stderr or "")[-2000:]
+            api = kube_cluster.api_client()
+            objs = client.CustomObjectsApi(api)
+            got = {(kind, o["metadata"]["name"]) for kind in ("nodesets", "loginsets", "controllers", "restapis", "tokens")
+                   for o in objs.list_cluster_custom_object("slinky.slurm.net", "v1beta1", kind)["items"]}
+            assert {("tokens", "gpufleet-reconciler"), ("restapis", "slurm-restapi"), ("controllers", "slurm"),
+                    ("loginsets", "login"), ("nodesets", "h100"), ("nodesets", "l40s")} <= got
+            login = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "slurm", "loginsets", "login")
+            assert login["spec"]["sssdConfRef"] == {"name": "slurm-sssd-conf", "key": "sssd.conf"}
+            token = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "gpufleet-system", "tokens",
+                                                      "gpufleet-reconciler")
+            assert token["spec"]["secretRef"]["name"] == "gpufleet-reconciler-slurm-token"
+            dep = client.AppsV1Api(api).read_namespaced_deployment("gpufleet-reconciler", "gpufleet-system")
+            assert len(dep.spec.template.metadata.annotations["gpufleet.io/config-checksum"]) == 64
+        finally:  # the control plane is shared with other tests: leave none of this stack's objects behind
+            st.run("destroy", "--yes", "--skip-preview", capture=True, check=False, timeout=600)
