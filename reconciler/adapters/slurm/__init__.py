@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
+
+from reconciler.core.decide import SIGNALLABLE_STATES
 
 
 class SlurmError(RuntimeError):
@@ -76,6 +78,20 @@ class SlurmClient(Protocol):
 
 
 CLIENT_KINDS = ("rest", "cli", "none")
+
+
+def signal_targets(job_ids: Sequence[int], job: Callable[[int], "SlurmJob | None"]) -> tuple[list[int], list[int]]:
+    """(jobs a signal can reach now, ids Slurm does not know), in the order given, each id once. A
+    pending or ended job is skipped: nothing runs to be signalled (and scancel would retry a pending
+    one for ~95 s). The states are the core's, so both backends and the core agree on them."""
+    targets, unknown = [], []
+    for jid in dict.fromkeys(int(j) for j in job_ids):
+        found = job(jid)
+        if found is None:
+            unknown.append(jid)
+        elif found.state in SIGNALLABLE_STATES:
+            targets.append(jid)
+    return targets, unknown
 
 
 def make_client(kind: str, *, url: str | None = None, token_file: str | Path | None = None,

@@ -37,8 +37,9 @@ import httpx
 import jwt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
+from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
 from reconciler.adapters.slurm.scontrol import expand_hostlist
+from reconciler.core.decide import ON_NODE_STATES as _ON_NODE
 
 __all__ = ["KNOWN_PARSERS", "SignedToken", "SlurmREST", "TokenFile", "TokenSource"]
 
@@ -64,12 +65,6 @@ _TEMPORARY_TEXT = ("unable to contact slurm controller", "timed out", "try again
 _AUTH_ERRNO = 1007  # SLURM_PROTOCOL_AUTHENTICATION_ERROR
 _INVALID_NODE_STATE_TRANSITION = 2180
 _ALREADY_DONE = {2017, 2019, 2021}  # invalid job id, already done, not pending
-
-# Job states in which something runs that a signal can reach.
-_SIGNALLABLE = {"RUNNING", "SUSPENDED", "CONFIGURING", "STOPPED", "RESIZING", "SIGNALING"}
-# States of a job that holds nodes (what `squeue -w NODE` lists).
-_ON_NODE = _SIGNALLABLE | {"COMPLETING"}
-
 
 # ---------------------------------------------------------------------------- tokens
 
@@ -423,13 +418,7 @@ class SlurmREST:
             return
         sig = str(signal).upper()
         sig = sig if sig.startswith("SIG") else f"SIG{sig}"
-        unknown, targets = [], []
-        for jid in ids:
-            job = self.job(jid)
-            if job is None:
-                unknown.append(jid)
-            elif job.state in _SIGNALLABLE:
-                targets.append(jid)
+        targets, unknown = signal_targets(ids, self.job)
         if targets:
             self._call("DELETE", "/jobs/", Envelope, body=KillJobs(jobs=[str(j) for j in targets], signal=sig))
         if unknown:

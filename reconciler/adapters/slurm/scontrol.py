@@ -39,7 +39,8 @@ import re
 import subprocess
 from typing import Mapping, Sequence
 
-from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
+from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
+from reconciler.core.decide import SIGNALLABLE_STATES
 
 __all__ = ["SlurmCLI", "expand_hostlist"]
 
@@ -59,9 +60,6 @@ _TEMPORARY = (
     "unexpected message received",  # scontrol requeue with no slurmctld on 22.05
     "timed out",
 )
-
-# Job states in which something runs that a signal can reach.
-_SIGNALLABLE = {"RUNNING", "SUSPENDED", "CONFIGURING", "STOPPED", "RESIZING", "SIGNALING"}
 
 # squeue -O fields; "Name" last, as it is the only one that may contain the separator.
 # ":|" = width 0 (no padding or truncation) with "|" as suffix.
@@ -327,14 +325,7 @@ class SlurmCLI:
         sig = str(signal).upper()
         if sig.startswith("SIG"):
             sig = sig[3:]
-        unknown: list[int] = []
-        targets: list[int] = []
-        for jid in ids:
-            job = self.job(jid)
-            if job is None:
-                unknown.append(jid)
-            elif job.state in _SIGNALLABLE:
-                targets.append(jid)
+        targets, unknown = signal_targets(ids, self.job)
         if targets:
             argv = [self.scancel, f"--signal={sig}", "--full", *map(str, targets)]
             rc, out, err = self._exec(argv)
@@ -347,7 +338,7 @@ class SlurmCLI:
                     job = self.job(jid)
                     if job is None:
                         unknown.append(jid)
-                    elif job.state in _SIGNALLABLE:
+                    elif job.state in SIGNALLABLE_STATES:
                         raise error
         if unknown:
             raise SlurmError(f"signal {sig}: unknown job(s) {', '.join(map(str, unknown))}",
