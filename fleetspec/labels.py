@@ -23,6 +23,16 @@ GPU_COUNT = "nvidia.com/gpu.count"
 # Node taints
 SPARE_TAINT = f"{GROUP}/spare"            # NoSchedule until promoted
 QUARANTINE_TAINT = f"{GROUP}/quarantined"  # NoSchedule, value = the XID
+LENDING_TAINT = f"{GROUP}/lending"         # NoSchedule, value = the pool: only borrowers tolerate it
+
+# Lending (issue 13): a lent node carries the lending taint and this label (value: spare | idle);
+# borrower pods tolerate the taint and require the label. While borrowers are being evicted the
+# label is gone (no new borrower lands) and RECLAIMING says since when.
+LENT = f"{GROUP}/lent"
+LENT_SPARE = "spare"
+LENT_IDLE = "idle"
+LENT_SINCE = f"{GROUP}/lent-since"         # annotation: when the current loan began (ISO 8601)
+RECLAIMING = f"{GROUP}/reclaiming"         # annotation: when the reclaim began, and why
 
 # Node annotations (progress persisted on the object, so a restart resumes)
 REMEDIATION = f"{GROUP}/remediation"       # name of the Remediation record in progress
@@ -46,6 +56,8 @@ GPU_CONDITION = "GpuHealthy"
 # "slurm-operator:". Anything else was set by a person and is never undone.
 SLURM_REASON_PREFIX = "gpufleet:"
 SLINKY_REASON_PREFIX = "slurm-operator:"
+SLURM_LENDING_PREFIX = "gpufleet-lending:"  # an idle node drained to be lent (not a fault, not a person's)
+LENDING_LEDGER = "gpufleet-lending"         # ConfigMap in the reconciler's namespace: loans and capacity per pool
 
 # Standard Kubernetes labels on every object the stack declares
 PART_OF = "gpufleet"

@@ -123,6 +123,36 @@ class AwsNodeGroup(Strict):
     )
 
 
+class Borrowers(Strict):
+    """Which workloads may borrow a pool's idle GPUs. Borrower pods carry `selector`'s labels, run with
+    `priority_class` (the stack declares it with `priority`), tolerate the lending taint and require
+    the lent label (`fleetspec.placement.borrower_placement` gives both)."""
+
+    selector: Labels = Field(min_length=1, description="Labels every borrower pod carries; nothing else is let on.")
+    priority_class: K8sName = Field("gpufleet-borrower", description="PriorityClass the stack declares for borrowers.")
+    priority: int = Field(-1000, ge=-2_000_000_000, le=1_000_000_000,
+                          description="Its value: lower than anything else that runs on GPU nodes.")
+
+
+class LendingSpec(Strict):
+    """Idle GPUs serve preemptible work (inference) and are taken back when training needs them."""
+
+    spares: bool = Field(False, description="Spares run borrowers while they wait for a fault.")
+    idle_nodes: bool = Field(False, description="Active nodes whose Slurm node is idle lend too.")
+    idle_after_seconds: int = Field(600, ge=0, le=86400 * 7, description="How long a Slurm node is idle before it lends.")
+    borrowers: Borrowers
+    max_lent_fraction: float = Field(0.5, gt=0, le=1, description="The most of the pool (nodes and spares) lent at once.")
+    reclaim_grace_seconds: int = Field(30, ge=0, le=3600,
+                                       description="SIGTERM to kill for a borrower being evicted (PDBs honoured this long).")
+    spare_floor: int = Field(1, ge=0, description="Spares never lent: a fault always finds one at once.")
+
+    @model_validator(mode="after")
+    def _lends_something(self) -> "LendingSpec":
+        if not (self.spares or self.idle_nodes):
+            raise FieldError("spares", "lending lends nothing: set spares and/or idle_nodes to true, or remove `lending`")
+        return self
+
+
 class NodePool(Strict):
     name: K8sName
     node_type: str = Field(min_length=1, description="Instance or machine type, e.g. p5.48xlarge.")
@@ -144,6 +174,7 @@ class NodePool(Strict):
         description="kubernetes-spares: labels that make a node a member of this pool (e.g. its node group's label); "
         "default: the pool label itself.",
     )
+    lending: LendingSpec | None = Field(None, description="Lend idle GPUs to preemptible workloads (issue 13).")
 
     @model_validator(mode="after")
     def _provider_settings(self) -> "NodePool":
@@ -157,7 +188,16 @@ class NodePool(Strict):
         reserved = [k for k in self.labels if k.startswith(labels.GROUP + "/")]
         if reserved:
             raise FieldError("labels", f"labels {reserved} use the reserved prefix {labels.GROUP}/")
+        if self.lending and self.lending.spares and self.lending.spare_floor > self.spares:
+            raise FieldError("lending.spare_floor", f"a floor of {self.lending.spare_floor} unlent spares is more than "
+                             f"the pool's {self.spares} spares")
         return self
+
+    def max_lent(self) -> int:
+        """The most nodes of this pool lent at once."""
+        if self.lending is None:
+            return 0
+        return int((self.nodes + self.spares) * self.lending.max_lent_fraction)
 
     def node_names(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(self.nodes)]

@@ -41,3 +41,18 @@ def worker_tolerations(pool: NodePool) -> list[dict[str, str]]:
 
 def worker_selector(pool: NodePool) -> dict[str, str]:
     return {labels.POOL: pool.name}
+
+
+def borrower_placement(pool: NodePool) -> dict:
+    """The pod-spec fields a borrower of this pool needs: its PriorityClass, the lending taint (and the
+    pool's own) tolerated, and a lent node of the pool required. Nothing else lets a pod on a lent node."""
+    if pool.lending is None:
+        raise ValueError(f"pool {pool.name} declares no lending")
+    return {
+        "priorityClassName": pool.lending.borrowers.priority_class,
+        "tolerations": worker_tolerations(pool) + [
+            {"key": labels.LENDING_TAINT, "operator": "Equal", "value": pool.name, "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": labels.POOL, "operator": "In", "values": [pool.name]},
+                                  {"key": labels.LENT, "operator": "Exists"}]}]}}},
+    }
