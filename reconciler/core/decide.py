@@ -17,9 +17,9 @@ from typing import Iterable, Sequence
 from fleetspec import FleetSpec, labels, xids
 
 from reconciler.core.model import (
-    Action, Admission, Cordon, DrainSlurm, EvictPods, Gate, NodeView, Notify, PromoteSpare, Quarantine, Record,
-    RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, SlurmNodeView,
-    Step, record_name,
+    Action, Admission, Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Gate, NodeView, Notify, PromoteSpare,
+    Quarantine, Record, RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs,
+    SlurmNodeView, StartReclaim, Step, record_name,
 )
 from reconciler.core.phases import Phase
 
@@ -47,9 +47,14 @@ def drained_by_operator(n: SlurmNodeView) -> bool:
     return (n.drained or n.down) and n.reason.startswith(labels.SLINKY_REASON_PREFIX)
 
 
+def drained_for_lending(n: SlurmNodeView) -> bool:
+    """An idle node gpufleet drained to lend it (reconciler/core/lending.py)."""
+    return (n.drained or n.down) and n.reason.startswith(labels.SLURM_LENDING_PREFIX)
+
+
 def drained_by_person(n: SlurmNodeView) -> bool:
     """A drain that is neither gpufleet's nor Slinky's: a person's. It survives everything gpufleet does."""
-    return n.drained and not drained_by_gpufleet(n) and not drained_by_operator(n)
+    return n.drained and not (drained_by_gpufleet(n) or drained_by_operator(n) or drained_for_lending(n))
 
 
 # --- detection ----------------------------------------------------------------------------------
@@ -159,7 +164,8 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
             return Step(
                 _once(record, Notify("spare-quarantined", "warning",
                                      f"spare {node} reported {xids.describe(record.xid)}: quarantined, refill requested"))
-                + (Cordon(node, slurm_reason(record)), Quarantine(node, record.xid)) + _once(record, refill),
+                + (Cordon(node, slurm_reason(record)), EvictPods(node), Quarantine(node, record.xid))
+                + _once(record, refill),
                 record.moved(Phase.REPLACING, now, slurm_nodes=names),
             )
         return Step(
@@ -208,15 +214,23 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
     if phase is Phase.REPLACING:
         if record.was_spare:
             return Step((), record.moved(Phase.SUCCEEDED, now))
+        lent = record.replacement in facts.lent_spares
+        if record.replacement and ((lent and record.reclaim_started is None) or facts.replacement_borrowers):
+            return _reclaim_replacement(record, facts, spec, now)
         if record.replacement:
             refill = (RequestCapacity(record.pool, f"refill the spare used for {node}", f"{record.name}/refill")
                       if facts.can_refill else
                       Notify("refill-blocked", "warning",
                              f"pool {record.pool}: {record.replacement} replaces {node}, but the provider has no room "
                              "for a new spare"))
+            reason = record.reason
+            if record.reclaim_started:
+                took = (now - record.reclaim_started).total_seconds()
+                reason += f"; waited {took:.0f}s for the borrowers on {record.replacement} to leave"
+            end_loan = (EndLoan(record.replacement, back_to_spare=False),) if lent or record.reclaim_started else ()
             return Step(
-                (PromoteSpare(record.replacement, node), Quarantine(node, record.xid)) + _once(record, refill),
-                record.moved(Phase.RESUMING, now),
+                end_loan + (PromoteSpare(record.replacement, node), Quarantine(node, record.xid)) + _once(record, refill),
+                record.moved(Phase.RESUMING, now, reason=reason),
             )
         eligible = eligible_spares(facts)
         if eligible:
@@ -263,29 +277,51 @@ def _admit(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime) -
         why = (f"pods {list(facts.opted_out_pods)} carry the opt-out label {policy.opt_out_label}: "
                f"{node} stays cordoned and drained in Slurm; nothing is replaced")
         return Step(_once(record, Notify("opted-out", "warning", f"{node}: {why}. A person decides what happens next.")),
-                    record.moved(Phase.OPTED_OUT, now, reason=why, held=""))
+                    record.moved(Phase.OPTED_OUT, now, reason=why, held="", held_reason=""))
     a = facts.admission
     assert a is not None, "admission facts are gathered for Requeued and Held"
     if a.attempts >= policy.max_attempts_per_node:
         why = (f"{a.attempts + 1} remediations of {node} within {policy.attempts_window_seconds}s "
                f"(max {policy.max_attempts_per_node}): contained and quarantined for a human")
         return Step((Quarantine(node, record.xid),) + _once(record, Notify("escalated", "critical", why)),
-                    record.moved(Phase.ESCALATED, now, reason=why, held=""))
+                    record.moved(Phase.ESCALATED, now, reason=why, held="", held_reason=""))
     gate = _gate(record, a, spec)
     if gate is not None:
         if record.phase is Phase.HELD:
             if record.held == gate.message:
                 return Step(recheck_after=HELD_RECHECK, gate=gate)
-            return Step((), replace(record, held=gate.message), recheck_after=HELD_RECHECK, gate=gate)
-        return Step((), record.moved(Phase.HELD, now, held=gate.message), recheck_after=HELD_RECHECK, gate=gate)
+            return Step((), replace(record, held=gate.message, held_reason=gate.reason), recheck_after=HELD_RECHECK,
+                        gate=gate)
+        return Step((), record.moved(Phase.HELD, now, held=gate.message, held_reason=gate.reason),
+                    recheck_after=HELD_RECHECK, gate=gate)
     deadline = now + timedelta(seconds=policy.drain_timeout_seconds)
-    return Step((EvictPods(node),), record.moved(Phase.EVICTING, now, drain_deadline=deadline, held=""))
+    return Step((EvictPods(node),), record.moved(Phase.EVICTING, now, drain_deadline=deadline, held="", held_reason=""))
 
 
 def eligible_spares(facts: RecordFacts) -> tuple[str, ...]:
-    """Spares that may replace a node: never one whose Slurm node a person drained."""
+    """Spares that may replace a node, unlent ones first (a lent spare heals only when nothing else is
+    free: its borrowers must leave first); never one whose Slurm node a person drained."""
     on_spare = dict(facts.spare_slurm)
-    return tuple(s for s in facts.spares if not any(drained_by_person(n) for n in on_spare.get(s, ())))
+    lent = set(facts.lent_spares)
+    ok = [s for s in facts.spares if not any(drained_by_person(n) for n in on_spare.get(s, ()))]
+    return tuple(sorted(ok, key=lambda s: (s in lent, s)))
+
+
+def _reclaim_replacement(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime) -> Step:
+    """The chosen spare is on loan: take it back (within the pool's reclaim grace, then by force) before it
+    is promoted. The record notes when this began, so the delay shows in it and survives a restart."""
+    spare = record.replacement or ""
+    lending = spec.pool(record.pool).lending
+    grace = lending.reclaim_grace_seconds if lending else 30
+    if record.reclaim_started is None:
+        return Step((StartReclaim(spare, f"a fault on {record.node} needs it"),),
+                    replace(record, reclaim_started=now), recheck_after=0)
+    forced = now >= record.reclaim_started + timedelta(seconds=grace)
+    step = Step((EvictBorrowers(spare, grace, force=forced),), recheck_after=0.5)
+    note = f"; the borrowers on {spare} outlasted the {grace}s reclaim grace and were deleted"
+    if forced and note not in record.reason:
+        return replace(step, record=replace(record, reason=record.reason + note))
+    return step
 
 
 def resume_candidates(record: Record, facts: RecordFacts) -> tuple[str, ...]:
@@ -306,7 +342,7 @@ def replacement_ready(record: Record, facts: RecordFacts) -> bool:
     """The replacement is a schedulable, Ready node without the spare taint; and when the faulted node
     ran Slurm, a Slurm node now runs on the replacement and takes jobs."""
     r = facts.replacement
-    if r is None or not r.ready or r.unschedulable or labels.SPARE_TAINT in r.taints:
+    if r is None or not r.ready or r.unschedulable or labels.SPARE_TAINT in r.taints or labels.LENDING_TAINT in r.taints:
         return False
     if not record.slurm_nodes:
         return True
@@ -333,4 +369,4 @@ def retry(record: Record, error: str, spec: FleetSpec, now: datetime) -> Step:
 def fail(record: Record, reason: str, now: datetime) -> Step:
     """End a remediation that cannot finish, and tell the user why. The node stays contained."""
     return Step(_once(record, Notify("failed", "critical", f"remediation {record.name} of {record.node} failed: {reason}")),
-                record.moved(Phase.FAILED, now, reason=reason, held=""))
+                record.moved(Phase.FAILED, now, reason=reason, held="", held_reason=""))

@@ -150,6 +150,8 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
         taint_keys = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
         wanted_taints = node_taints(pool, role) if role in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) else \
             node_taints(pool, labels.ROLE_ACTIVE)
+        if labels.LENDING_TAINT in taint_keys:  # on loan: the lending taint stands in for the spare taint
+            wanted_taints = [t for t in wanted_taints if t["key"] != labels.SPARE_TAINT]
         add = tuple(t for t in wanted_taints if t["key"] not in taint_keys)
         if set_labels and not why:
             why.append(f"labels of pool {pool.name}: {sorted(set_labels)}")

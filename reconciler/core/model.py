@@ -38,6 +38,14 @@ class NodeView:
     labels: tuple[tuple[str, str], ...] = ()  # all of them, for pool membership
     provider_id: str = ""
     gpus: int = 0  # nvidia.com/gpu capacity
+    lent: str = ""  # the lent label's value (spare | idle): open to borrowers
+    lent_since: datetime | None = None
+    reclaiming: datetime | None = None  # borrowers are being evicted since then
+
+    @property
+    def on_loan(self) -> bool:
+        """Lent, or being taken back: borrowers may still run there."""
+        return bool(self.lent) or self.reclaiming is not None or labels.LENDING_TAINT in self.taints
 
     @property
     def is_spare(self) -> bool:
@@ -77,6 +85,17 @@ class SlurmNodeView:
     states: frozenset[str] = frozenset()
     reason: str = ""
     comment_node: str | None = None  # the Kubernetes node in the operator's JSON comment, if any
+    partitions: tuple[str, ...] = ()
+    last_busy: datetime | None = None  # when it last ran a job (Slurm's LastBusyTime)
+
+    @property
+    def busy(self) -> bool:
+        """Runs (or is finishing) a job."""
+        return bool(self.states & {"ALLOCATED", "MIXED", "COMPLETING", "DRAINING"})
+
+    @property
+    def idle(self) -> bool:
+        return "IDLE" in self.states and not self.busy
 
     @property
     def drained(self) -> bool:
@@ -114,6 +133,8 @@ class Record:
     slurm_nodes: tuple[str, ...] = ()  # the faulted node's Slurm nodes, seen when containment began
     kept_drains: tuple[str, ...] = ()  # of those, the ones a person had drained: never touched
     held: str = ""  # why admission holds it (the gate's message)
+    held_reason: str = ""  # the gate's reason (TooManyUnhealthy | MaxConcurrent), for metrics and pages
+    reclaim_started: datetime | None = None  # the chosen spare was lent: its borrowers are evicted since then
     failing_since: datetime | None = None  # first temporary failure of the current step
     next_attempt: datetime | None = None  # backoff: not before this time
     last_error: str = ""
@@ -154,6 +175,17 @@ class JobView:
 
 
 @dataclass(frozen=True)
+class PendingJob:
+    """A job waiting in Slurm's queue, as lending weighs it: could nodes of a pool let it start?"""
+
+    job_id: int
+    partitions: tuple[str, ...]
+    nodes: int = 1  # nodes it asks for
+    reason: str = ""  # Slurm's pending reason (Resources, Priority, Dependency, ...)
+    held: bool = False
+
+
+@dataclass(frozen=True)
 class Admission:
     """What admission needs to know, counted by the runtime under one lock."""
 
@@ -179,6 +211,8 @@ class RecordFacts:
     replacement_slurm: tuple[str, ...] = ()  # Slurm nodes whose pods run on the replacement now
     slurm_moved: tuple[str, ...] = ()  # the record's Slurm nodes whose pods now run off the faulted node
     can_refill: bool = True  # the provider has room for one more node (e.g. below the group's MaxSize)
+    lent_spares: tuple[str, ...] = ()  # of `spares`, those on loan (chosen last)
+    replacement_borrowers: tuple[str, ...] = ()  # borrower pods still on the chosen spare
 
 
 # --- actions: what the runtime should do, in order ------------------------------------------
@@ -275,6 +309,41 @@ class ReleaseJobs(Action):
 @dataclass(frozen=True)
 class ReturnToSpares(Action):
     node: str
+
+
+# --- lending actions (reconciler/core/lending.py decides them) --------------------------------
+
+@dataclass(frozen=True)
+class Lend(Action):
+    """Open a node to borrowers: the lending taint (for a spare, instead of the spare taint), the lent
+    label, when. An idle node's NodeSet pods are evicted after (they do not tolerate the taint)."""
+
+    node: str
+    pool: str
+    loan: str  # labels.LENT_SPARE | labels.LENT_IDLE
+
+
+@dataclass(frozen=True)
+class StartReclaim(Action):
+    """No new borrower lands (the lent label goes); eviction of those there begins."""
+
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class EvictBorrowers(Action):
+    node: str
+    grace_seconds: int
+    force: bool = False  # the reclaim grace has passed: delete what a PDB still keeps
+
+
+@dataclass(frozen=True)
+class EndLoan(Action):
+    """The borrowers are gone: the lending taint off (a spare gets its spare taint back)."""
+
+    node: str
+    back_to_spare: bool
 
 
 @dataclass(frozen=True)

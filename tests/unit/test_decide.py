@@ -316,7 +316,7 @@ def test_no_room_to_refill_promotes_but_asks_for_nothing():
 def test_fault_on_spare_quarantines_and_refills():
     r = rec(node("h100-spare-0", role=labels.ROLE_SPARE, xid=79), was_spare=True)
     st = plan_step(r, RecordFacts(), spec(), T0)
-    assert [a.kind for a in st.actions] == ["Notify", "Cordon", "Quarantine", "RequestCapacity"]
+    assert [a.kind for a in st.actions] == ["Notify", "Cordon", "EvictPods", "Quarantine", "RequestCapacity"]  # borrowers go too
     st = plan_step(st.record, RecordFacts(), spec(), T0)
     assert st.record.phase is Phase.SUCCEEDED and st.actions == ()
 

@@ -1,0 +1,237 @@
+"""Lending idle GPUs to preemptible work, and taking them back. Pure: per pool, from what the
+runtime observed, what to do now. Level-based like healing: the same facts give the same answer,
+so a missed event or a restart heals itself.
+
+A node's loan, as its labels and taints show it:
+
+    free ──► (idle node: drained in Slurm for lending, until no job runs) ──► lent ──► reclaiming ──► free
+                      │ a job or a pending job shows up: undrain, not lent                 (borrowers evicted,
+                      ▼                                                                     forced after the grace)
+                    free
+
+- Spares lend beyond the declared floor; a spare that a remediation chose is the remediation's to
+  take back (`decide.plan_step`), not this module's.
+- An idle node lends when each of its Slurm nodes has run no job for `idle_after_seconds`, none is
+  drained by anyone else, and no job waits for the pool. Its NodeSet pods leave (they do not
+  tolerate the lending taint), so the borrowers get the GPUs.
+- Taking back: a pending job that the pool could run reclaims idle loans (as many nodes as it
+  lacks); the floor reclaims spares; a spec that lends less reclaims the rest. A node that faults or
+  is quarantined ends its loan at once (its borrowers are evicted with everything else).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from fleetspec import labels
+from fleetspec.models import FleetSpec, NodePool
+
+from reconciler.core.model import (
+    Action, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, NodeView, PendingJob, ResumeSlurm, SlurmNodeView,
+    StartReclaim,
+)
+from reconciler.core.decide import drained_for_lending
+
+RECHECK = 2.0  # seconds between lending passes of a pool
+RECLAIM_RECHECK = 0.5  # while borrowers are being evicted
+# Pending reasons that say the job waits for something other than nodes: taking nodes back would not start it.
+NOT_FOR_NODES = frozenset({
+    "Dependency", "DependencyNeverSatisfied", "BeginTime", "JobHeldUser", "JobHeldAdmin", "PartitionDown",
+    "PartitionInactive", "PartitionTimeLimit", "PartitionNodeLimit", "InvalidAccount", "InvalidQOS", "Reservation",
+    "JobArrayTaskLimit", "FrontEndDown", "BadConstraints",
+})
+
+
+def lending_reason(node: str) -> str:
+    return f"{labels.SLURM_LENDING_PREFIX} idle, lent to preemptible work [{node}]"
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    """What one lending pass of one pool sees."""
+
+    pool: str
+    nodes: tuple[NodeView, ...]  # the pool's Kubernetes nodes
+    slurm_on: tuple[tuple[str, tuple[SlurmNodeView, ...]], ...] = ()  # per node: Slurm nodes of the NodeSet pods there
+    borrowers: tuple[tuple[str, tuple[str, ...]], ...] = ()  # per node: borrower pods there
+    pending: tuple[PendingJob, ...] = ()  # jobs waiting in a partition this pool serves
+    remediated: frozenset[str] = frozenset()  # nodes with a live remediation
+    claimed: frozenset[str] = frozenset()  # spares a live remediation chose
+    waiting_for_spare: int = 0  # remediations of this pool waiting for a spare
+
+
+@dataclass(frozen=True)
+class Capacity:
+    active_busy: int = 0
+    active_idle: int = 0
+    active_lent: int = 0
+    spares_lent: int = 0
+    spares_unlent: int = 0
+    quarantined: int = 0
+    gpus_lent: int = 0
+
+
+@dataclass(frozen=True)
+class LendingPlan:
+    actions: tuple[Action, ...] = ()
+    recheck_after: float = RECHECK
+    capacity: Capacity = Capacity()
+    demand: int = 0  # nodes that pending jobs lack
+
+
+def demand_nodes(pending: tuple[PendingJob, ...], size: int) -> int:
+    """Nodes the pool's pending jobs ask for (jobs that wait for nodes, and that the pool could hold)."""
+    return sum(j.nodes for j in pending
+               if not j.held and j.reason not in NOT_FOR_NODES and "Limit" not in j.reason and 0 < j.nodes <= size)
+
+
+def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPlan:
+    pool = spec.pool(facts.pool)
+    lending = pool.lending
+    slurm_on = dict(facts.slurm_on)
+    borrowers = dict(facts.borrowers)
+    actions: list[Action] = []
+    recheck = RECHECK
+
+    def out_of_service(n: NodeView) -> bool:
+        return (n.fault is not None or n.name in facts.remediated or n.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE)
+                or not n.ready or n.unschedulable)
+
+    # 1. A loan on a node that faulted or left service ends now; its borrowers go with everything else.
+    for n in facts.nodes:
+        if n.on_loan and n.name not in facts.claimed and out_of_service(n):
+            actions.append(EndLoan(n.name, back_to_spare=n.is_spare))
+    live = [n for n in facts.nodes if not out_of_service(n) and n.name not in facts.claimed]
+
+    spares = [n for n in live if n.is_spare]
+    active = [n for n in live if n.is_active]
+    lent_spares = [n for n in spares if n.on_loan and n.reclaiming is None]
+    back_spares = [n for n in spares if n.reclaiming is not None]
+    free_spares = [n for n in spares if not n.on_loan]
+    lent_idle = [n for n in active if n.on_loan and n.reclaiming is None]
+    back_idle = [n for n in active if n.reclaiming is not None]
+
+    # Slurm nodes of the active, unlent nodes: which take jobs now, which are being drained for lending.
+    free_active = [n for n in active if not n.on_loan]
+    available = sum(1 for n in free_active for s in slurm_on.get(n.name, ()) if s.idle and s.takes_jobs)
+    size = sum(len(slurm_on.get(n.name, ())) for n in active) + len(lent_idle) + len(back_idle)
+    want = demand_nodes(facts.pending, max(size, pool.nodes))
+    lacking = max(0, want - available)
+    draining = [n for n in free_active if any(drained_for_lending(s) for s in slurm_on.get(n.name, ()))]
+
+    cap = pool.max_lent()
+    on_loan = len(lent_spares) + len(lent_idle) + len(draining)
+
+    def reclaim(n: NodeView, why: str) -> None:
+        actions.append(StartReclaim(n.name, why))
+
+    # 2. Take back.
+    lend_spares = bool(lending and lending.spares)
+    lend_idle = bool(lending and lending.idle_nodes)
+    floor = lending.spare_floor if lending else 0
+    short = floor - len(free_spares) - len(back_spares) + facts.waiting_for_spare
+    for n in sorted(lent_spares, key=lambda n: n.name):
+        if not lend_spares:
+            reclaim(n, "the spec no longer lends spares")
+        elif short > 0:
+            reclaim(n, f"pool {pool.name} is below its floor of {floor} unlent spares")
+            short -= 1
+        elif on_loan > cap:
+            reclaim(n, f"more than the pool's {cap} nodes lent at once")
+        else:
+            continue
+        on_loan -= 1
+    need = lacking - len(back_idle)
+    for n in sorted(lent_idle, key=lambda n: n.name):
+        if not lend_idle:
+            reclaim(n, "the spec no longer lends idle nodes")
+        elif need > 0:
+            reclaim(n, f"{want} node(s) asked for by pending Slurm jobs, {available} idle")
+            need -= 1
+        elif on_loan > cap:
+            reclaim(n, f"more than the pool's {cap} nodes lent at once")
+        else:
+            continue
+        on_loan -= 1
+
+    # 3. Reclaims in progress: evict within the grace, then force; when nobody is left, end the loan.
+    grace = lending.reclaim_grace_seconds if lending else 30
+    for n in back_spares + back_idle:
+        left = borrowers.get(n.name, ())
+        if not left:
+            actions.append(EndLoan(n.name, back_to_spare=n.is_spare))
+            continue
+        force = now >= n.reclaiming + timedelta(seconds=grace)
+        actions.append(EvictBorrowers(n.name, grace, force=force))
+        recheck = RECLAIM_RECHECK
+
+    # 4. Lend. Spares beyond the floor; none while a remediation waits for one.
+    if lend_spares and not facts.waiting_for_spare:
+        extra = len(free_spares) - floor
+        for n in sorted(free_spares, key=lambda n: n.name, reverse=True):  # the first by name stays free longest
+            if extra <= 0 or on_loan >= cap:
+                break
+            actions.append(Lend(n.name, pool.name, labels.LENT_SPARE))
+            extra -= 1
+            on_loan += 1
+
+    # Idle nodes: drain in Slurm for lending, then lend once no job runs; undo when that stops being right
+    # (a job started, one is waiting, a person drained it, or the spec lends no more). This also undrains a
+    # Slurm node whose NodeSet pod came back from a loan.
+    idle_after = timedelta(seconds=lending.idle_after_seconds if lending else 0)
+    for n in sorted(free_active, key=lambda n: n.name):
+        mine = slurm_on.get(n.name, ())
+        if not mine:
+            continue
+        ours = [s for s in mine if drained_for_lending(s)]
+        quiet = all(s.last_busy is None or now - s.last_busy >= idle_after for s in mine)
+        others = any((s.drained or s.down) and not drained_for_lending(s) for s in mine)
+        eligible = lend_idle and not want and quiet and not others and not any(s.busy for s in mine)
+        if ours:
+            if not eligible:
+                actions.extend(ResumeSlurm(s.name) for s in ours)  # a job came (or a person drained): undo
+            elif len(ours) == len(mine):
+                actions.extend((Lend(n.name, pool.name, labels.LENT_IDLE), EvictPods(n.name)))
+            else:
+                actions.extend(DrainSlurm(s.name, lending_reason(n.name)) for s in mine if s not in ours)
+            continue
+        if eligible and on_loan < cap and all(s.idle and s.takes_jobs for s in mine):
+            actions.extend(DrainSlurm(s.name, lending_reason(n.name)) for s in mine)
+            on_loan += 1
+            recheck = min(recheck, RECLAIM_RECHECK)
+        elif lend_idle and not want and not quiet:
+            wait = min((s.last_busy + idle_after - now).total_seconds() for s in mine if s.last_busy)
+            recheck = min(recheck, max(RECLAIM_RECHECK, wait))
+
+
+    return LendingPlan(tuple(actions), recheck, capacity(facts, slurm_on), lacking)
+
+
+def capacity(facts: PoolFacts, slurm_on: dict[str, tuple[SlurmNodeView, ...]] | None = None) -> Capacity:
+    """The pool as `gpufleet capacity` shows it."""
+    slurm_on = slurm_on if slurm_on is not None else dict(facts.slurm_on)
+    busy = idle = active_lent = spares_lent = spares_unlent = quarantined = gpus = 0
+    for n in facts.nodes:
+        if n.role == labels.ROLE_QUARANTINED:
+            quarantined += 1
+        elif n.on_loan and n.role in (labels.ROLE_ACTIVE, labels.ROLE_SPARE):
+            gpus += n.gpus
+            if n.is_spare:
+                spares_lent += 1
+            else:
+                active_lent += 1
+        elif n.is_spare:
+            spares_unlent += 1
+        elif n.is_active:
+            if any(s.busy for s in slurm_on.get(n.name, ())):
+                busy += 1
+            else:
+                idle += 1
+    return Capacity(busy, idle, active_lent, spares_lent, spares_unlent, quarantined, gpus)
+
+
+def borrower_of(pool: NodePool, pod_labels: dict[str, str]) -> bool:
+    """Whether a pod is one of the pool's declared borrowers."""
+    sel = pool.lending.borrowers.selector if pool.lending else {}
+    return bool(sel) and all(pod_labels.get(k) == v for k, v in sel.items())
+

@@ -1,0 +1,280 @@
+"""Lending, table by table: which nodes lend, when they are taken back, and how a fault meets a loan.
+Pure core, a fake clock."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fleetspec import labels, parse_fleet
+from reconciler.core.decide import drained_by_person, eligible_spares, plan_step, replacement_ready
+from reconciler.core.lending import PoolFacts, capacity, demand_nodes, lending_reason, plan_lending
+from reconciler.core.model import (
+    DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Fault, Lend, NodeView, PendingJob, PromoteSpare, Record,
+    RecordFacts, ResumeSlurm, SlurmNodeView, StartReclaim, record_name,
+)
+from reconciler.core.phases import Phase
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+LONG_AGO = T0 - timedelta(hours=1)
+
+
+def spec(n_spares=3, **lending):
+    lend = {"spares": True, "idle_nodes": True, "idle_after_seconds": 600, "spare_floor": 1,
+            "reclaim_grace_seconds": 30, "max_lent_fraction": 0.5,
+            "borrowers": {"selector": {"app.kubernetes.io/name": "inference"}}, **lending}
+    return parse_fleet({
+        "environment": "test", "cluster": {"kind": "local"},
+        "pools": [{"name": "h100", "node_type": "x", "gpu_model": "H100", "nodes": 4, "spares": n_spares,
+                   "lending": lend}],
+        "slurm": {"partitions": [{"name": "train", "pools": ["h100"]}]},
+    })
+
+
+def active(i, **kw):
+    return NodeView(f"kwok-h100-{i}", "h100", labels.ROLE_ACTIVE, ready=True, gpus=8, **kw)
+
+
+def spare(i, **kw):
+    return NodeView(f"kwok-h100-spare-{i}", "h100", labels.ROLE_SPARE, ready=True, gpus=8,
+                    taints=kw.pop("taints", (labels.SPARE_TAINT,)), **kw)
+
+
+def lent(n: NodeView, kind, reclaiming=None) -> NodeView:
+    from dataclasses import replace
+    taints = tuple(t for t in n.taints if t != labels.SPARE_TAINT) + (labels.LENDING_TAINT,)
+    return replace(n, lent="" if reclaiming else kind, lent_since=LONG_AGO, reclaiming=reclaiming, taints=taints)
+
+
+def sl(name, *states, reason="", busy_at=LONG_AGO):
+    return SlurmNodeView(name, frozenset(states or ("IDLE",)), reason, last_busy=busy_at)
+
+
+def pool(nodes, slurm_on=(), borrowers=(), pending=(), **kw):
+    return PoolFacts("h100", tuple(nodes), tuple(slurm_on), tuple(borrowers), tuple(pending), **kw)
+
+
+def kinds(plan):
+    return [(a.kind, getattr(a, "node", None)) for a in plan.actions]
+
+
+def busy_fleet(idle=()):
+    """Four active nodes, each with its NodeSet pod's Slurm node; `idle` ones idle for an hour."""
+    nodes = [active(i) for i in range(4)]
+    on = [(f"kwok-h100-{i}", (sl(f"h100-{i}") if i in idle else sl(f"h100-{i}", "ALLOCATED", busy_at=T0),))
+          for i in range(4)]
+    return nodes, on
+
+
+# --- spares ----------------------------------------------------------------------------------------
+
+def test_spares_beyond_the_floor_lend_and_the_first_stays_free():
+    nodes, on = busy_fleet()
+    plan = plan_lending(pool(nodes + [spare(0), spare(1), spare(2)], on), spec(), T0)
+    assert plan.actions == (Lend("kwok-h100-spare-2", "h100", labels.LENT_SPARE),
+                            Lend("kwok-h100-spare-1", "h100", labels.LENT_SPARE))
+
+
+def test_never_below_the_floor():
+    nodes, on = busy_fleet()
+    assert plan_lending(pool(nodes + [spare(0)], on), spec(n_spares=3, spare_floor=1), T0).actions == ()
+    two = plan_lending(pool(nodes + [spare(0), spare(1)], on), spec(spare_floor=2), T0)
+    assert two.actions == ()
+
+
+def test_a_spare_a_remediation_chose_is_never_lent_and_not_counted_free():
+    nodes, on = busy_fleet()
+    plan = plan_lending(pool(nodes + [spare(0), spare(1)], on, claimed=frozenset({"kwok-h100-spare-0"})), spec(), T0)
+    assert plan.actions == ()  # spare-1 is the only free one: it is the floor
+
+
+def test_the_cap_bounds_what_is_lent():
+    nodes, on = busy_fleet()
+    # 4 nodes + 6 spares, 20 % at most: 2 nodes
+    plan = plan_lending(pool(nodes + [spare(i) for i in range(6)], on), spec(n_spares=6, max_lent_fraction=0.2), T0)
+    assert [a.node for a in plan.actions] == ["kwok-h100-spare-5", "kwok-h100-spare-4"]
+
+
+def test_a_fault_that_takes_the_last_free_spare_reclaims_a_lent_one():
+    nodes, on = busy_fleet()
+    s1, s2 = lent(spare(1), labels.LENT_SPARE), lent(spare(2), labels.LENT_SPARE)
+    # spare-0 was promoted (claimed): the floor of one free spare is short by one.
+    plan = plan_lending(pool(nodes + [spare(0), s1, s2], on, claimed=frozenset({"kwok-h100-spare-0"})), spec(), T0)
+    assert kinds(plan) == [("StartReclaim", "kwok-h100-spare-1")]
+
+
+def test_no_spare_lends_while_a_remediation_waits_for_one():
+    nodes, on = busy_fleet()
+    plan = plan_lending(pool(nodes + [spare(0), spare(1), spare(2)], on, waiting_for_spare=1), spec(), T0)
+    assert plan.actions == ()
+
+
+def test_reclaim_evicts_within_the_grace_then_forces_then_ends_the_loan():
+    nodes, on = busy_fleet()
+    back = lent(spare(2), labels.LENT_SPARE, reclaiming=T0)
+    facts = pool(nodes + [spare(0), spare(1), back], on, borrowers=[("kwok-h100-spare-2", ("inf/a",))])
+    s = spec(n_spares=3, spare_floor=2)  # nothing else to lend
+    assert plan_lending(facts, s, T0 + timedelta(seconds=5)).actions == (
+        EvictBorrowers("kwok-h100-spare-2", 30, force=False),)
+    assert plan_lending(facts, s, T0 + timedelta(seconds=31)).actions == (
+        EvictBorrowers("kwok-h100-spare-2", 30, force=True),)
+    done = pool(nodes + [spare(0), spare(1), back], on)
+    assert plan_lending(done, s, T0 + timedelta(seconds=31)).actions == (
+        EndLoan("kwok-h100-spare-2", back_to_spare=True),)
+
+
+def test_the_spec_lending_less_takes_loans_back():
+    nodes, on = busy_fleet(idle={3})
+    s1 = lent(spare(1), labels.LENT_SPARE)
+    idle = lent(active(3), labels.LENT_IDLE)
+    plan = plan_lending(pool(nodes[:3] + [idle, spare(0), s1], on[:3]), spec(n_spares=2, idle_nodes=False), T0)
+    assert kinds(plan) == [("StartReclaim", "kwok-h100-3")]
+    plan = plan_lending(pool(nodes[:3] + [idle, spare(0), s1], on[:3]), spec(n_spares=2, spares=False), T0)
+    assert kinds(plan) == [("StartReclaim", "kwok-h100-spare-1")]
+
+
+# --- idle nodes -------------------------------------------------------------------------------------
+
+def test_an_idle_node_is_drained_for_lending_then_lent_and_its_nodeset_pod_leaves():
+    nodes, on = busy_fleet(idle={3})
+    s = spec(n_spares=0, spare_floor=0)
+    plan = plan_lending(pool(nodes, on), s, T0)
+    assert plan.actions == (DrainSlurm("h100-3", lending_reason("kwok-h100-3")),)
+    drained = on[:3] + [("kwok-h100-3", (sl("h100-3", "IDLE", "DRAIN", reason=lending_reason("kwok-h100-3")),))]
+    plan = plan_lending(pool(nodes, drained), s, T0)
+    assert plan.actions == (Lend("kwok-h100-3", "h100", labels.LENT_IDLE), EvictPods("kwok-h100-3"))
+
+
+def test_not_idle_long_enough_waits_and_asks_to_look_again_in_time():
+    nodes, on = busy_fleet()
+    on[3] = ("kwok-h100-3", (sl("h100-3", busy_at=T0 - timedelta(seconds=500)),))
+    plan = plan_lending(pool(nodes, on), spec(n_spares=0, spare_floor=0), T0)
+    assert plan.actions == () and plan.recheck_after == pytest.approx(2.0)
+    on[3] = ("kwok-h100-3", (sl("h100-3", busy_at=T0 - timedelta(seconds=599)),))
+    assert plan_lending(pool(nodes, on), spec(n_spares=0, spare_floor=0), T0).recheck_after == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("slurm_state", [
+    sl("h100-3", "IDLE", "DRAIN", reason="hardware check - alice"),  # a person drained it
+    sl("h100-3", "ALLOCATED", busy_at=LONG_AGO),  # a job runs (whatever last_busy says)
+    sl("h100-3", "IDLE", "DRAIN", reason="slurm-operator: Node cordoned"),
+    sl("h100-3", "DOWN", reason="Not responding"),
+])
+def test_never_lends_a_node_a_person_drained_or_one_with_a_job(slurm_state):
+    nodes, on = busy_fleet()
+    on[3] = ("kwok-h100-3", (slurm_state,))
+    plan = plan_lending(pool(nodes, on), spec(n_spares=0, spare_floor=0), T0)
+    assert plan.actions == ()
+
+
+def test_a_job_that_lands_while_draining_for_lending_undoes_the_drain():
+    nodes, on = busy_fleet()
+    on[3] = ("kwok-h100-3", (sl("h100-3", "ALLOCATED", "DRAIN", reason=lending_reason("kwok-h100-3"), busy_at=T0),))
+    assert plan_lending(pool(nodes, on), spec(n_spares=0, spare_floor=0), T0).actions == (ResumeSlurm("h100-3"),)
+
+
+def test_a_pending_job_stops_lending_and_undoes_a_drain_for_lending():
+    nodes, on = busy_fleet(idle={2, 3})
+    on[3] = ("kwok-h100-3", (sl("h100-3", "IDLE", "DRAIN", reason=lending_reason("kwok-h100-3")),))
+    job = PendingJob(7, ("train",), nodes=2, reason="Resources")
+    assert plan_lending(pool(nodes, on, pending=[job]), spec(n_spares=0, spare_floor=0), T0).actions == (
+        ResumeSlurm("h100-3"),)
+
+
+def test_a_pending_job_reclaims_as_many_idle_loans_as_it_lacks():
+    nodes, on = busy_fleet(idle={1})
+    loans = [lent(active(2), labels.LENT_IDLE), lent(active(3), labels.LENT_IDLE)]
+    facts = lambda n_job, reason="Resources": pool(  # noqa: E731
+        nodes[:2] + loans, on[:2], pending=[PendingJob(9, ("train",), nodes=n_job, reason=reason)])
+    s = spec(n_spares=0, spare_floor=0)
+    assert plan_lending(facts(1), s, T0).actions == ()  # kwok-h100-1 is idle: it will run there
+    assert kinds(plan_lending(facts(2), s, T0)) == [("StartReclaim", "kwok-h100-2")]
+    assert kinds(plan_lending(facts(3), s, T0)) == [("StartReclaim", "kwok-h100-2"), ("StartReclaim", "kwok-h100-3")]
+    assert plan_lending(facts(3, "Dependency"), s, T0).actions == ()  # waits for another job, not nodes
+    assert plan_lending(facts(99), s, T0).actions == ()  # more than the pool has: nodes would not start it
+
+
+def test_a_node_back_from_a_loan_with_its_slurm_node_drained_for_lending_is_undrained():
+    nodes, on = busy_fleet()
+    on[3] = ("kwok-h100-3", (sl("h100-3", "IDLE", "DRAIN", reason=lending_reason("kwok-h100-3")),))
+    job = PendingJob(7, ("train",), nodes=1, reason="Resources")
+    plan = plan_lending(pool(nodes, on, pending=[job]), spec(n_spares=0, spare_floor=0, idle_nodes=False), T0)
+    assert plan.actions == (ResumeSlurm("h100-3"),)
+
+
+def test_a_loan_on_a_faulted_or_quarantined_node_ends_at_once():
+    from dataclasses import replace
+    nodes, on = busy_fleet()
+    faulted = replace(lent(active(3), labels.LENT_IDLE), fault=Fault(79, "Xid 79", T0), unschedulable=True)
+    q = replace(lent(spare(0), labels.LENT_SPARE), role=labels.ROLE_QUARANTINED)
+    plan = plan_lending(pool(nodes[:3] + [faulted, q], on[:3], remediated=frozenset({"kwok-h100-3"})),
+                        spec(n_spares=1, spare_floor=0), T0)
+    assert set(plan.actions) >= {EndLoan("kwok-h100-3", back_to_spare=False), EndLoan("kwok-h100-spare-0", False)}
+
+
+def test_capacity_counts_what_the_pool_is_doing():
+    nodes, on = busy_fleet(idle={1})
+    facts = pool(nodes[:3] + [lent(active(3), labels.LENT_IDLE), spare(0), lent(spare(1), labels.LENT_SPARE),
+                              NodeView("kwok-h100-q", "h100", labels.ROLE_QUARANTINED)], on[:3])
+    c = capacity(facts)
+    assert (c.active_busy, c.active_idle, c.active_lent, c.spares_lent, c.spares_unlent, c.quarantined, c.gpus_lent) \
+        == (2, 1, 1, 1, 1, 1, 16)
+
+
+def test_demand_counts_only_jobs_that_wait_for_nodes():
+    jobs = (PendingJob(1, ("t",), 2, "Resources"), PendingJob(2, ("t",), 1, "Priority"),
+            PendingJob(3, ("t",), 5, "BeginTime"), PendingJob(4, ("t",), 1, "Resources", held=True),
+            PendingJob(5, ("t",), 1, "AssocGrpGRESLimit"))
+    assert demand_nodes(jobs, 4) == 3
+
+
+# --- a fault meets a loan (decide.plan_step) ---------------------------------------------------------
+
+def _record(**kw):
+    f = Fault(79, "Xid 79", T0)
+    return Record(record_name("kwok-h100-0", f), "kwok-h100-0", "h100", 79, "m", Phase.REPLACING, T0,
+                  ((Phase.REPLACING.value, T0),), **kw)
+
+
+def test_unlent_spares_are_chosen_first():
+    f = RecordFacts(spares=("kwok-h100-spare-0", "kwok-h100-spare-1"), lent_spares=("kwok-h100-spare-0",))
+    assert eligible_spares(f) == ("kwok-h100-spare-1", "kwok-h100-spare-0")
+
+
+def test_a_lent_spare_is_reclaimed_before_it_is_promoted_and_the_record_says_how_long():
+    s = spec()
+    r = _record(replacement="kwok-h100-spare-1")
+    lent_facts = RecordFacts(lent_spares=("kwok-h100-spare-1",), replacement_borrowers=("inf/a", "inf/b"))
+    st = plan_step(r, lent_facts, s, T0)
+    assert st.actions == (StartReclaim("kwok-h100-spare-1", "a fault on kwok-h100-0 needs it"),)
+    r = st.record
+    assert r.reclaim_started == T0 and r.phase is Phase.REPLACING
+    st = plan_step(r, lent_facts, s, T0 + timedelta(seconds=3))
+    assert st.actions == (EvictBorrowers("kwok-h100-spare-1", 30),) and st.record is None
+    st = plan_step(r, lent_facts, s, T0 + timedelta(seconds=30))
+    assert st.actions == (EvictBorrowers("kwok-h100-spare-1", 30, force=True),)
+    assert "outlasted the 30s reclaim grace" in st.record.reason
+    r = st.record
+    st = plan_step(r, RecordFacts(), s, T0 + timedelta(seconds=32))
+    assert st.actions[:2] == (EndLoan("kwok-h100-spare-1", back_to_spare=False),
+                              PromoteSpare("kwok-h100-spare-1", "kwok-h100-0"))
+    assert st.record.phase is Phase.RESUMING and "waited 32s for the borrowers" in st.record.reason
+
+
+def test_a_spare_lent_without_borrowers_yet_is_still_taken_back_first():
+    r = _record(replacement="kwok-h100-spare-1")
+    st = plan_step(r, RecordFacts(lent_spares=("kwok-h100-spare-1",)), spec(), T0)
+    assert [a.kind for a in st.actions] == ["StartReclaim"]
+    st = plan_step(st.record, RecordFacts(lent_spares=("kwok-h100-spare-1",)), spec(), T0)
+    assert [a.kind for a in st.actions][:2] == ["EndLoan", "PromoteSpare"]
+
+
+def test_a_replacement_still_on_loan_is_not_ready():
+    r = _record(replacement="s")
+    n = NodeView("s", "h100", labels.ROLE_ACTIVE, ready=True, taints=(labels.LENDING_TAINT,))
+    assert not replacement_ready(r, RecordFacts(replacement=n))
+
+
+def test_a_drain_for_lending_is_not_a_persons():
+    assert not drained_by_person(sl("h100-3", "IDLE", "DRAIN", reason=lending_reason("x")))
+    assert drained_by_person(sl("h100-3", "IDLE", "DRAIN", reason="bad fan"))
