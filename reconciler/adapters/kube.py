@@ -149,6 +149,54 @@ class Kube:
 
         return self.update_node(name, mutate)
 
+    # --- lending: one node opened to borrowers, and taken back (reconciler/core/lending.py) -----------
+
+    def lend(self, name: str, pool: str, loan: str, since: str) -> dict:
+        """The lending taint (a spare's spare taint gives way to it), the lent label, when."""
+        taint = {"key": labels.LENDING_TAINT, "value": pool, "effect": "NoSchedule"}
+
+        def mutate(node: dict) -> bool:
+            meta, spec = node["metadata"], node.setdefault("spec", {})
+            have = meta.setdefault("labels", {})
+            ann = meta.setdefault("annotations", {})
+            taints = [t for t in spec.get("taints") or [] if t["key"] != labels.SPARE_TAINT]
+            if have.get(labels.LENT) == loan and any(t["key"] == labels.LENDING_TAINT for t in taints) \
+                    and len(taints) == len(spec.get("taints") or []):
+                return False
+            if not any(t["key"] == labels.LENDING_TAINT for t in taints):
+                taints.append(taint)
+            spec["taints"] = taints
+            have[labels.LENT] = loan
+            ann.setdefault(labels.LENT_SINCE, since)
+            ann.pop(labels.RECLAIMING, None)
+            return True
+
+        return self.update_node(name, mutate)
+
+    def start_reclaim(self, name: str, at: str) -> None:
+        """No new borrower lands (the label they require goes); when the reclaim began."""
+        self.patch_node(name, {"metadata": {"labels": {labels.LENT: None}, "annotations": {labels.RECLAIMING: at}}})
+
+    def end_loan(self, name: str, back_to_spare: bool) -> dict:
+        """The lending taint off, the loan's marks gone; a spare gets its spare taint back."""
+        from reconciler.adapters.providers import SPARE_TAINT
+
+        def mutate(node: dict) -> bool:
+            meta, spec = node["metadata"], node.setdefault("spec", {})
+            have, ann = meta.get("labels") or {}, meta.get("annotations") or {}
+            taints = [t for t in spec.get("taints") or [] if t["key"] != labels.LENDING_TAINT]
+            if back_to_spare and not any(t["key"] == labels.SPARE_TAINT for t in taints):
+                taints.append(dict(SPARE_TAINT))
+            changed = taints != (spec.get("taints") or []) or labels.LENT in have or \
+                labels.LENT_SINCE in ann or labels.RECLAIMING in ann
+            spec["taints"] = taints or None
+            have.pop(labels.LENT, None)
+            ann.pop(labels.LENT_SINCE, None)
+            ann.pop(labels.RECLAIMING, None)
+            return changed
+
+        return self.update_node(name, mutate)
+
     def apply_membership(self, name: str, set_labels: dict[str, str], add_taints: list[dict] | tuple = ()) -> dict:
         """Set labels and add taints a membership plan asks for (reconciler/core/membership.py); never
         removes anything, writes nothing when nothing is missing."""
@@ -185,11 +233,14 @@ class Kube:
                            field_selector=f"spec.nodeName={name}", _preload_content=False))
         return data["items"]
 
-    def evict(self, pod: dict) -> bool:
-        """Ask for an eviction; False when a PodDisruptionBudget refuses it for now."""
+    def evict(self, pod: dict, grace_seconds: int | None = None) -> bool:
+        """Ask for an eviction (with this SIGTERM-to-kill grace, if given); False when a
+        PodDisruptionBudget refuses it for now."""
         meta = pod["metadata"]
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+        if grace_seconds is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
         try:
             _call(f"evict {meta['namespace']}/{meta['name']}", self.core.create_namespaced_pod_eviction,
                   meta["name"], meta["namespace"], body)
@@ -202,6 +253,15 @@ class Kube:
                 return True  # already gone
             raise
         return True
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int = 0) -> None:
+        """Delete a pod whatever its PodDisruptionBudget says (a reclaim whose grace has passed)."""
+        try:
+            _call(f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace,
+                  grace_period_seconds=grace_seconds, _preload_content=False)
+        except PermanentError as e:
+            if " 404 " not in f" {e} ":
+                raise
 
     # --- events ----------------------------------------------------------------------------------
 

@@ -49,6 +49,8 @@ def to_object(r: Record, resource_version: str | None = None) -> dict[str, Any]:
             "slurmNodes": list(r.slurm_nodes),
             "keptDrains": list(r.kept_drains),
             "held": r.held,
+            "heldReason": r.held_reason,
+            "reclaimStarted": _ts(r.reclaim_started),
             "failingSince": _ts(r.failing_since),
             "nextAttempt": _ts(r.next_attempt),
             "lastError": r.last_error,
@@ -85,7 +87,8 @@ def from_object(obj: dict[str, Any]) -> Record:
             intents=tuple(st.get("intents") or ()) + tuple(f"notify:{e}" for e in st.get("notified") or ()),
             was_spare=bool(spec.get("wasSpare")), retries=int(st.get("retries") or 0),
             slurm_nodes=tuple(st.get("slurmNodes") or ()), kept_drains=tuple(st.get("keptDrains") or ()),
-            held=st.get("held") or "", failing_since=opt("failingSince"), next_attempt=opt("nextAttempt"),
+            held=st.get("held") or "", held_reason=st.get("heldReason") or "",
+            reclaim_started=opt("reclaimStarted"), failing_since=opt("failingSince"), next_attempt=opt("nextAttempt"),
             last_error=st.get("lastError") or "", revision=int(st.get("revision") or 0),
         )
     except (KeyError, ValueError, TypeError) as e:

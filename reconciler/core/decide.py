@@ -250,6 +250,9 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
         return Step(recheck_after=10.0)
 
     if phase is Phase.RESUMING:
+        if facts.replacement is not None and facts.replacement.on_loan:
+            # Lent between its choice and its promotion (a race with a lending pass): end that loan first.
+            return Step((EndLoan(facts.replacement.name, back_to_spare=False),), recheck_after=0.5)
         resumes = tuple(ResumeSlurm(n) for n in resume_candidates(record, facts))
         if resumes:
             return Step(resumes, recheck_after=0.5)

@@ -32,7 +32,7 @@ from reconciler.core.model import (
 )
 from reconciler.core.decide import drained_for_lending
 
-RECHECK = 2.0  # seconds between lending passes of a pool
+RECHECK = 1.0  # seconds between lending passes (each asks Slurm for its nodes and its queue)
 RECLAIM_RECHECK = 0.5  # while borrowers are being evicted
 # Pending reasons that say the job waits for something other than nodes: taking nodes back would not start it.
 NOT_FOR_NODES = frozenset({

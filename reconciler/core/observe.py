@@ -58,7 +58,17 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
         labels=tuple(sorted(lab.items())),
         provider_id=spec.get("providerID") or "",
         gpus=_int((status.get("capacity") or {}).get("nvidia.com/gpu")),
+        lent=lab.get(labels.LENT, ""),
+        lent_since=_time(ann.get(labels.LENT_SINCE)),
+        reclaiming=_time(ann.get(labels.RECLAIMING)),
     )
+
+
+def _time(value: str | None) -> datetime | None:
+    try:
+        return parse_time(value) if value else None
+    except ValueError:
+        return EPOCH  # unreadable: long ago (a reclaim with a broken stamp is forced, not stuck)
 
 
 def _int(value: Any) -> int:
@@ -103,6 +113,12 @@ def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT) -
 def opted_out_views(pods: Iterable[PodView], label_key: str) -> tuple[str, ...]:
     """Pods that opt out of automatic replacement (label present and not 'false')."""
     return tuple(sorted(p.key for p in pods if (v := p.label(label_key)) is not None and v.lower() != "false"))
+
+
+def borrower_views(pods: Iterable[PodView]) -> list[PodView]:
+    """Pods a reclaim evicts from a lent node: all it would drain but the NodeSet pods (on a lent node
+    nothing else tolerates the lending taint)."""
+    return [p for p in evictable_views(pods) if p.label(labels.SLINKY_POD_HOSTNAME) is None]
 
 
 def evictable_views(pods: Iterable[PodView]) -> list[PodView]:

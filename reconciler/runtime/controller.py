@@ -24,18 +24,21 @@ from fleetspec import labels
 from fleetspec.models import FleetSpec
 
 from reconciler.core import decide as core
+from reconciler.core import lending
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.core.identity import comment_node, slurm_nodes_on
 from reconciler.runtime.informers import Informer
 from reconciler.adapters.kube import Kube
 from reconciler.runtime.metrics import Metrics
 from reconciler.core.model import (
-    Action, Cordon, DrainSlurm, EvictPods, Gate, JobView, NodeView, Notify, PodView, PromoteSpare, Quarantine,
-    Record, RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs,
-    SlurmNodeView, Step,
+    Action, Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Gate, JobView, Lend, NodeView, Notify,
+    PendingJob, PodView, PromoteSpare, Quarantine, Record, RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs,
+    ResumeSlurm, ReturnToSpares, SignalJobs, SlurmNodeView, StartReclaim, Step,
 )
 from reconciler.adapters.notify import Message, Notifier
-from reconciler.core.observe import evictable_views, membership_dict, node_view, opted_out_views, pod_view
+from reconciler.core.observe import (
+    borrower_views, evictable_views, membership_dict, node_view, opted_out_views, pod_view,
+)
 from reconciler.core.phases import Phase
 from reconciler.adapters.providers import NodeProvider, reconcile_membership, slurm_call
 from reconciler.adapters.records import RecordStore, Unreadable
@@ -46,6 +49,9 @@ log = logging.getLogger(__name__)
 RESYNC_SECONDS = 300.0  # every node with a fault or a live record is looked at again (level-based safety net)
 MEMBERSHIP = "membership:"  # the queue key of the pool-membership pass (not a node name: it has a colon)
 MEMBERSHIP_EVERY = 30.0
+LENDING = "lending:"  # the queue key of the lending pass over every pool
+LENDING_IDLE = 10.0  # no pool lends: look again this often (a spec that starts lending is a new deployment)
+LENDING_HOLD = 2.0  # a node a lending pass just changed is not chosen as a spare for this long (cache lag)
 UNSYNCED_RECHECK = 0.5
 
 
@@ -92,6 +98,7 @@ class Runtime:
         self.informers = (self.nodes, self.pods, self.records)
         self._admission = threading.Lock()
         self._applying: dict[str, Record] = {}  # steps being applied, counted by admission before they persist
+        self._lending_now: dict[str, float] = {}  # nodes a lending pass is changing -> until (monotonic)
         self._paged: set[str] = set()
         self._reported: set[str] = set()
 
@@ -131,8 +138,9 @@ class Runtime:
                 self.queue.add(r.node)
 
     def resync(self) -> None:
-        """Queue every node that has a fault or a live record, and the membership pass."""
+        """Queue every node that has a fault or a live record, the membership pass and the lending pass."""
         self.queue.add(MEMBERSHIP)
+        self.queue.add(LENDING)
         for n in self.nodes.values():
             if n.fault is not None or n.role == labels.ROLE_QUARANTINED:
                 self.queue.add(n.name)
@@ -148,6 +156,8 @@ class Runtime:
             return UNSYNCED_RECHECK  # a decision on a half-filled cache sees no spares and no records
         if node == MEMBERSHIP:
             return self._membership()
+        if node == LENDING:
+            return self._lending()
         mine = self.records.by_index("node", node)
         bad = [r for r in mine if isinstance(r, Unreadable)]
         if bad:
@@ -323,7 +333,12 @@ class Runtime:
         if phase in (Phase.REPLACING, Phase.WAITING_FOR_SPARE):
             spares = self._ready_spares(r.pool)
             on_spare = tuple((s, self._slurm_views(slurm_nodes_on(s, self._pods_on(s)).names)) for s in spares)
-            return RecordFacts(spares=spares, spare_slurm=on_spare, can_refill=self._can_refill(r))
+            lent = tuple(s for s in spares if (v := self.nodes.get(s)) is not None and v.on_loan)
+            if r.replacement and r.replacement not in spares and (v := self.nodes.get(r.replacement)) and v.on_loan:
+                lent += (r.replacement,)
+            borrowers = tuple(p.key for p in borrower_views(self._pods_on(r.replacement))) if r.replacement else ()
+            return RecordFacts(spares=spares, spare_slurm=on_spare, can_refill=self._can_refill(r), lent_spares=lent,
+                               replacement_borrowers=borrowers)
         if phase is Phase.RESUMING and r.replacement:
             on_replacement = slurm_nodes_on(r.replacement, self._pods_on(r.replacement)).names
             moved = tuple(n for n in r.slurm_nodes
@@ -341,6 +356,8 @@ class Runtime:
             a = core.admission_facts(r, self.nodes.by_index("pool", r.pool), records.values(), self.spec, self.clock())
             return replace(observed, admission=a)
         taken = {x.replacement for x in records.values() if x.replacement and x.active and x.name != r.name}
+        now = time.monotonic()
+        taken |= {n for n, until in self._lending_now.items() if until > now}  # a lending pass is changing them
         return replace(observed, spares=tuple(s for s in observed.spares if s not in taken))
 
     def _ready_spares(self, pool: str) -> tuple[str, ...]:
@@ -386,11 +403,125 @@ class Runtime:
                 self.providers[pool].quarantine(a.node, a.xid)
             case RequestCapacity():
                 self.providers[a.pool].request_capacity(a.pool, a.reason, a.key)
+            case Lend():
+                self.kube.lend(a.node, a.pool, a.loan, self.clock().isoformat())
+                self._lending_event(a.node, "Lent", f"{a.node} lent to preemptible work ({a.loan})", "lent")
+            case StartReclaim():
+                self.kube.start_reclaim(a.node, self.clock().isoformat())
+                self._lending_event(a.node, "Reclaiming", f"taking {a.node} back: {a.why}", "reclaim")
+            case EvictBorrowers():
+                for p in borrower_views(self._pods_on(a.node)):
+                    if a.force:
+                        self.kube.delete_pod(p.namespace, p.name)
+                    elif not p.deleting:
+                        self.kube.evict({"metadata": {"name": p.name, "namespace": p.namespace}}, a.grace_seconds)
+                if a.force:
+                    self._lending_event(a.node, "ReclaimForced", f"borrowers on {a.node} outlasted the {a.grace_seconds}s "
+                                        "reclaim grace (a PodDisruptionBudget, or a slow exit): deleted", "forced",
+                                        "Warning")
+            case EndLoan():
+                self._end_loan(a)
             case ReturnToSpares():
                 view = self.nodes.get(a.node)
                 self.providers[view.pool].return_to_spares(a.node)  # type: ignore[union-attr]
             case _:
                 raise PermanentError(f"unknown action {a!r}")
+
+    def _end_loan(self, a: EndLoan) -> None:
+        view = self.nodes.get(a.node)
+        self.kube.end_loan(a.node, a.back_to_spare)
+        if view is None or not view.on_loan:
+            return
+        now = self.clock()
+        lent_for = (now - view.lent_since).total_seconds() if view.lent_since else 0.0
+        if view.pool:
+            self.metrics.gpu_seconds_lent.labels(view.pool).inc(max(0.0, lent_for) * view.gpus)
+            if view.reclaiming is not None:
+                self.metrics.reclaim_seconds.labels(view.pool).observe(max(0.0, (now - view.reclaiming).total_seconds()))
+        self._lending_event(a.node, "Reclaimed", f"{a.node} is back from its loan after {lent_for:.0f}s"
+                            + (" (to the spares)" if a.back_to_spare else ""), None)
+
+    def _lending_event(self, node: str, reason: str, message: str, counted: str | None, type_: str = "Normal") -> None:
+        view = self.nodes.get(node)
+        if counted and view is not None and view.pool:
+            self.metrics.lending_events.labels(view.pool, counted).inc()
+        log.info("%s: %s", reason, message)
+        self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, reason, message, type_)
+
+    # --- lending ----------------------------------------------------------------------------------------
+
+    def _lending(self) -> float:
+        """One lending pass over the pools that lend (or still have nodes on loan): decide under the
+        admission lock (so no spare is both lent and promoted), then act, fenced."""
+        pools = [p for p in self.spec.pools
+                 if p.lending is not None or any(n.on_loan for n in self.nodes.by_index("pool", p.name))]
+        if not pools:
+            return LENDING_IDLE
+        self._fenced()
+        slurm: dict[str, SlurmNodeView] = {}
+        pending = []
+        if self.slurm is not None:
+            for n in slurm_call(self.slurm.nodes):
+                slurm[n.name] = SlurmNodeView(
+                    n.name, frozenset(n.states), n.reason, comment_node(getattr(n, "comment", "") or ""),
+                    partitions=tuple(n.partitions),
+                    last_busy=datetime.fromtimestamp(n.last_busy, timezone.utc) if n.last_busy else None)
+            pending = slurm_call(self.slurm.pending_jobs)
+        recheck = LENDING_IDLE
+        for pool in pools:
+            recheck = min(recheck, self._lend_pool(pool, slurm, pending))
+        return recheck
+
+    def _lend_pool(self, pool, slurm: dict[str, SlurmNodeView], pending) -> float:
+        nodes = tuple(sorted(self.nodes.by_index("pool", pool.name), key=lambda n: n.name))
+        partitions = {p.name for p in self.spec.slurm.partitions if pool.name in p.pools}
+        slurm_on, borrowers = [], []
+        for n in nodes:
+            pods = self._pods_on(n.name)
+            names = slurm_nodes_on(n.name, pods).names
+            slurm_on.append((n.name, tuple(slurm[x] for x in names if x in slurm)))
+            if b := tuple(p.key for p in borrower_views(pods)):
+                borrowers.append((n.name, b))
+        waiting = tuple(PendingJob(j.job_id, tuple(j.partitions), j.node_count, j.reason, j.hold)
+                        for j in pending if set(j.partitions) & partitions)
+        with self._admission:
+            records = {x.name: x for x in self.records.values() if isinstance(x, Record) and x.pool == pool.name}
+            records.update({k: v for k, v in self._applying.items() if v.pool == pool.name})
+            live = [r for r in records.values() if r.active]
+            facts = lending.PoolFacts(
+                pool.name, nodes, tuple(slurm_on), tuple(borrowers), waiting,
+                remediated=frozenset(r.node for r in live),
+                claimed=frozenset(r.replacement for r in live if r.replacement),
+                waiting_for_spare=sum(1 for r in live if r.phase is Phase.WAITING_FOR_SPARE))
+            plan = lending.plan_lending(facts, self.spec, self.clock())
+            hold = time.monotonic() + 60.0
+            touched = {getattr(a, "node", "") for a in plan.actions} - {""}
+            for n in touched:
+                self._lending_now[n] = hold
+        try:
+            for a in plan.actions:
+                try:
+                    self._run(a, None)
+                except TemporaryError as e:  # one node's trouble: the others go on, the next pass retries
+                    log.warning("lending %s on %s: %s", a.kind, getattr(a, "node", "?"), e)
+                    self.metrics.action_errors.labels(a.kind, "temporary").inc()
+        finally:
+            with self._admission:
+                until = time.monotonic() + LENDING_HOLD
+                for n in touched:
+                    self._lending_now[n] = until
+                self._lending_now = {k: v for k, v in self._lending_now.items() if v > time.monotonic()}
+        c = plan.capacity
+        for state, value in (("active_busy", c.active_busy), ("active_idle", c.active_idle),
+                             ("active_lent", c.active_lent), ("spares_lent", c.spares_lent),
+                             ("spares_unlent", c.spares_unlent), ("quarantined", c.quarantined)):
+            self.metrics.lending_nodes.labels(pool.name, state).set(value)
+        self.metrics.gpus_lent.labels(pool.name).set(c.gpus_lent)
+        self._write_ledger(pool.name, nodes, c)
+        return plan.recheck_after
+
+    def _write_ledger(self, pool: str, nodes, capacity) -> None:
+        """The pool's loans and capacity for `gpufleet capacity` (the lending ledger ConfigMap)."""
 
     def _slurm(self, call) -> None:
         if self.slurm is not None:
@@ -403,6 +534,8 @@ class Runtime:
         entered = old.entered(old.phase) or old.created
         self.metrics.phase_seconds.labels(old.phase.value).observe((now - entered).total_seconds())
         log.info("phase %s -> %s", old.phase.value, new.phase.value, extra=self._ctx(new))
+        if old.phase is Phase.REPLACING and new.reclaim_started is not None:
+            self.metrics.heal_reclaim_wait.observe((now - new.reclaim_started).total_seconds())
         if new.phase.terminal:
             self.metrics.remediations.labels(str(new.xid), new.phase.value.lower()).inc()
             if new.phase is Phase.SUCCEEDED:
@@ -430,12 +563,12 @@ class Runtime:
         held: dict[str, int] = {}
         for r in records:
             if r.phase is Phase.HELD:
-                reason = "TooManyUnhealthy" if "unhealthy" in r.held else "MaxConcurrent"
+                reason = r.held_reason or "MaxConcurrent"
                 held[reason] = held.get(reason, 0) + 1
         for reason in ("TooManyUnhealthy", "MaxConcurrent", "HealingDisabled"):
             self.metrics.held.labels(reason).set(held.get(reason, 0))
         with self._admission:
-            pools = {r.pool for r in records if r.phase is Phase.HELD and "unhealthy" in r.held}
+            pools = {r.pool for r in records if r.phase is Phase.HELD and r.held_reason == "TooManyUnhealthy"}
             self._paged = {k for k in self._paged if not k.startswith("TooManyUnhealthy:") or k.split(":", 1)[1] in pools}
 
     def _report_unreadable(self, node: str, bad: list[Unreadable]) -> None:

@@ -33,6 +33,19 @@ class Metrics:
                                   buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=r)
         self.nodes = Gauge("gpufleet_nodes_watched", "Nodes in the reconciler's cache", registry=r)
         self.unlabelled = Gauge("gpufleet_unlabelled_gpu_nodes", "GPU nodes that belong to no pool", registry=r)
+        self.lending_nodes = Gauge("gpufleet_lending_nodes", "Nodes of each pool by what they do "
+                                   "(active_busy, active_idle, active_lent, spares_lent, spares_unlent, quarantined)",
+                                   ["pool", "state"], registry=r)
+        self.gpus_lent = Gauge("gpufleet_gpus_lent", "GPUs on loan to borrowers now", ["pool"], registry=r)
+        self.gpu_seconds_lent = Counter("gpufleet_gpu_seconds_lent_total", "GPU-seconds lent (counted as loans end)",
+                                        ["pool"], registry=r)
+        self.lending_events = Counter("gpufleet_lending_events_total", "Loans begun, reclaims begun, and reclaims "
+                                      "forced past the grace", ["pool", "event"], registry=r)
+        self.reclaim_seconds = Histogram("gpufleet_reclaim_seconds", "From a reclaim's start to its node free",
+                                         ["pool"], buckets=BUCKETS, registry=r)
+        self.heal_reclaim_wait = Histogram("gpufleet_heal_reclaim_wait_seconds",
+                                           "What a lent spare added to a heal: waiting for its borrowers to leave",
+                                           buckets=BUCKETS, registry=r)
         self.last_pass = time.monotonic()
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from fleetspec import labels, parse_fleet
 from reconciler.core.decide import drained_by_person, eligible_spares, plan_step, replacement_ready
-from reconciler.core.lending import PoolFacts, capacity, demand_nodes, lending_reason, plan_lending
+from reconciler.core.lending import RECHECK, PoolFacts, capacity, demand_nodes, lending_reason, plan_lending
 from reconciler.core.model import (
     DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Fault, Lend, NodeView, PendingJob, PromoteSpare, Record,
     RecordFacts, ResumeSlurm, SlurmNodeView, StartReclaim, record_name,
@@ -149,9 +149,9 @@ def test_not_idle_long_enough_waits_and_asks_to_look_again_in_time():
     nodes, on = busy_fleet()
     on[3] = ("kwok-h100-3", (sl("h100-3", busy_at=T0 - timedelta(seconds=500)),))
     plan = plan_lending(pool(nodes, on), spec(n_spares=0, spare_floor=0), T0)
-    assert plan.actions == () and plan.recheck_after == pytest.approx(2.0)
-    on[3] = ("kwok-h100-3", (sl("h100-3", busy_at=T0 - timedelta(seconds=599)),))
-    assert plan_lending(pool(nodes, on), spec(n_spares=0, spare_floor=0), T0).recheck_after == pytest.approx(1.0)
+    assert plan.actions == () and plan.recheck_after == pytest.approx(RECHECK)
+    on[3] = ("kwok-h100-3", (sl("h100-3", busy_at=T0 - timedelta(seconds=599.7)),))
+    assert plan_lending(pool(nodes, on), spec(n_spares=0, spare_floor=0), T0).recheck_after == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("slurm_state", [

@@ -31,6 +31,8 @@ class SlurmNode:
     # What Slinky's operator writes there: JSON {"namespace","podName","node","nodeSetName","nodeSetUID"}
     # ("node" being the Kubernetes node); "" when not a NodeSet pod's node.
     comment: str = ""
+    partitions: tuple[str, ...] = ()
+    last_busy: float | None = None  # epoch seconds of its last job (LastBusyTime); None when unknown
 
     @property
     def drained_or_down(self) -> bool:
@@ -46,6 +48,9 @@ class SlurmJob:
     requeue: bool = True  # whether the job may be requeued
     reason: str = ""      # pending reason, e.g. BeginTime
     restarts: int = 0     # how often Slurm has requeued it (SLURM_RESTART_COUNT)
+    partitions: tuple[str, ...] = ()
+    node_count: int = 1   # nodes it asks for (or holds)
+    hold: bool = False    # held (priority 0) by a user or an admin
 
 
 class SlurmClient(Protocol):
@@ -59,6 +64,9 @@ class SlurmClient(Protocol):
     def jobs_on_node(self, name: str) -> list[SlurmJob]: ...
 
     def job(self, job_id: int) -> SlurmJob | None: ...
+
+    def pending_jobs(self) -> list[SlurmJob]:
+        """Jobs waiting in the queue, with the partitions they may run in and the nodes they ask for."""
 
     def drain(self, name: str, reason: str) -> None:
         """Nothing new is scheduled on the node; running jobs go on."""

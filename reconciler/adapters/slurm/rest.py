@@ -200,6 +200,8 @@ class NodeInfo(_Model):
     state: list[str] = Field(default_factory=list)
     reason: str = ""
     comment: str = ""
+    partitions: list[str] = Field(default_factory=list)
+    last_busy: "NoValInt | int | None" = None
 
 
 class NodesResponse(Envelope):
@@ -222,6 +224,8 @@ class JobInfo(_Model):
     state_reason: str = ""
     restart_cnt: int = 0
     hold: bool = False
+    partition: str = ""
+    node_count: "NoValInt | int | None" = None
 
 
 class JobsResponse(Envelope):
@@ -374,6 +378,9 @@ class SlurmREST:
                 out.append(_job(j))
         return sorted(out, key=lambda j: j.job_id)
 
+    def pending_jobs(self) -> list[SlurmJob]:
+        return sorted((_job(j) for j in self._jobs() if "PENDING" in j.job_state), key=lambda j: j.job_id)
+
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows; None when unknown or purged."""
         try:
@@ -497,12 +504,22 @@ def _errors_text(errors: list[OpenAPIError]) -> str:
     return (": " + "; ".join(map(str, errors))) if errors else ""
 
 
+def _number(v: "NoValInt | int | None") -> int | None:
+    if isinstance(v, NoValInt):
+        return v.number if v.set and not v.infinite else None
+    return v
+
+
 def _node(n: NodeInfo) -> SlurmNode:
-    return SlurmNode(name=n.name, states=frozenset(s.upper() for s in n.state), reason=n.reason, comment=n.comment)
+    busy = _number(n.last_busy)
+    return SlurmNode(name=n.name, states=frozenset(s.upper() for s in n.state), reason=n.reason, comment=n.comment,
+                     partitions=tuple(n.partitions), last_busy=float(busy) if busy else None)
 
 
 def _job(j: JobInfo) -> SlurmJob:
     state = next((s for s in j.job_state if s in _ON_NODE | {"PENDING"}), j.job_state[0] if j.job_state else "")
     reason = "" if j.state_reason in ("None", "(null)") else j.state_reason
     return SlurmJob(job_id=j.job_id, name=j.name, state=state, nodes=tuple(expand_hostlist(j.nodes)),
-                    requeue=j.requeue, reason=reason, restarts=j.restart_cnt)
+                    requeue=j.requeue, reason=reason, restarts=j.restart_cnt,
+                    partitions=tuple(p for p in j.partition.split(",") if p), node_count=_number(j.node_count) or 1,
+                    hold=j.hold)

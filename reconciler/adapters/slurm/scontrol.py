@@ -63,7 +63,8 @@ _TEMPORARY = (
 
 # squeue -O fields; "Name" last, as it is the only one that may contain the separator.
 # ":|" = width 0 (no padding or truncation) with "|" as suffix.
-_JOB_FIELDS = ("JobID", "State", "Requeue", "RestartCnt", "Reason", "NodeList", "Name")
+_JOB_FIELDS = ("JobID", "State", "Requeue", "RestartCnt", "Reason", "Partition", "NumNodes", "Priority", "NodeList",
+               "Name")
 _JOB_FORMAT = ",".join(f"{f}:|" for f in _JOB_FIELDS)
 
 
@@ -154,9 +155,21 @@ def _parse_oneliner(line: str) -> dict[str, str]:
 
 def _node(f: Mapping[str, str]) -> SlurmNode:
     comment = f.get("Comment", "")
+    parts = f.get("Partitions", "")
     return SlurmNode(name=f["NodeName"], states=_node_states(f.get("State", "")),
                      reason=_strip_reason_stamp(f.get("Reason", "")),
-                     comment="" if comment in ("(null)", "None") else comment)
+                     comment="" if comment in ("(null)", "None") else comment,
+                     partitions=tuple(p for p in parts.split(",") if p and parts not in ("(null)", "None")),
+                     last_busy=_epoch(f.get("LastBusyTime", "")))
+
+
+def _epoch(value: str) -> float | None:
+    """scontrol's local-time stamp (2026-12-01T12:00:00) as epoch seconds; None for Unknown/None."""
+    from datetime import datetime
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
 
 
 def _strip_reason_stamp(reason: str) -> str:
@@ -251,7 +264,7 @@ class SlurmCLI:
             parts = line.split("|", n - 1)
             if len(parts) < n:
                 raise SlurmError(f"`{_cmd(argv)}`: cannot parse {line!r}", temporary=False)
-            jid, state, requeue, restarts, reason, nodelist, name = parts
+            jid, state, requeue, restarts, reason, partition, num_nodes, priority, nodelist, name = parts
             if name.endswith("|"):
                 name = name[:-1]
             reason = reason.strip()
@@ -263,12 +276,18 @@ class SlurmCLI:
                 requeue=requeue.strip() not in ("0", "no", "NO"),
                 reason="" if reason in ("None", "(null)") else reason,
                 restarts=int(restarts.strip() or 0),
+                partitions=tuple(p for p in partition.strip().split(",") if p),
+                node_count=int(num_nodes.strip() or 1) if num_nodes.strip().isdigit() else 1,
+                hold=priority.strip() == "0",
             ))
         return jobs
 
     def jobs_on_node(self, name: str) -> list[SlurmJob]:
         """Jobs running (or completing, suspended...) on the node; not pending ones."""
         return self._squeue("-w", name)
+
+    def pending_jobs(self) -> list[SlurmJob]:
+        return sorted(self._squeue("-t", "PENDING"), key=lambda j: j.job_id)
 
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows (finished jobs are kept for
