@@ -461,12 +461,18 @@ class Runtime:
         slurm: dict[str, SlurmNodeView] = {}
         pending = []
         if self.slurm is not None:
-            for n in slurm_call(self.slurm.nodes):
-                slurm[n.name] = SlurmNodeView(
-                    n.name, frozenset(n.states), n.reason, comment_node(getattr(n, "comment", "") or ""),
-                    partitions=tuple(n.partitions),
-                    last_busy=datetime.fromtimestamp(n.last_busy, timezone.utc) if n.last_busy else None)
-            pending = slurm_call(self.slurm.pending_jobs)
+            try:
+                for n in slurm_call(self.slurm.nodes):
+                    slurm[n.name] = SlurmNodeView(
+                        n.name, frozenset(n.states), n.reason, comment_node(getattr(n, "comment", "") or ""),
+                        partitions=tuple(n.partitions),
+                        last_busy=datetime.fromtimestamp(n.last_busy, timezone.utc) if n.last_busy else None)
+                pending = slurm_call(self.slurm.pending_jobs)
+            except TemporaryError as e:
+                # Without Slurm no idle node is lent or taken back (nothing is known of them); spares still
+                # follow the floor, which needs only Kubernetes.
+                log.warning("lending: Slurm unreachable (%s): idle nodes wait, spares go on", e)
+                slurm, pending = {}, []
         recheck = LENDING_IDLE
         for pool in pools:
             recheck = min(recheck, self._lend_pool(pool, slurm, pending))
