@@ -20,6 +20,7 @@ from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
 
 DEPLOYMENT = "inference"
+TOTAL = 7
 
 
 def lending_pools(spec: FleetSpec) -> list[NodePool]:
@@ -60,14 +61,20 @@ def inference_deployment(pool: NodePool, replicas: int) -> dict:
 def run_lending_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, timeout: float = 180,
                      out: Callable[[str], None] = say) -> dict[str, float]:
     """Returns the figures it printed (seconds)."""
+    if not lending_pools(spec):
+        raise RuntimeError("no pool of this environment declares `lending`")
+    kube, alive, where = bring_up(spec, env, stack, total=TOTAL, fresh=fresh, out=out)
+    return show_lending(spec, env, kube, alive, where, timeout=timeout, out=out)
+
+
+def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool], where: str, *,
+                 timeout: float = 180, out: Callable[[str], None] = say) -> dict[str, float]:
+    """Steps 4-7, on an environment where the stack is up and the reconciler runs."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     pools = lending_pools(spec)
-    if not pools:
-        raise RuntimeError("no pool of this environment declares `lending`")
-    total = 7
-    kube, alive, where = bring_up(spec, env, stack, total=total, fresh=fresh, out=out)
+    total = TOTAL
     core, apps = kube.core, client.AppsV1Api(kube.api)
     figures: dict[str, float] = {}
 
@@ -110,8 +117,11 @@ def run_lending_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: boo
             apps.replace_namespaced_deployment(body["metadata"]["name"], "default", body)
     for p in pools:
         want = sum(1 for pool, _ in lent.values() if pool == p.name)
-        placed = wait_for(f"borrowers of {p.name} running", lambda p=p, want=want: (
-            b if len([v for v in (b := borrowers(core, p.name)).values() if v]) == want else None), 60)
+        def running(p=p, want=want):
+            b = borrowers(core, p.name)
+            return b if sum(1 for v in b.values() if v) == want else None
+
+        placed = wait_for(f"borrowers of {p.name} running", running, 60)
         for pod, node in sorted(placed.items()):
             out(f"      {pod:<34} on {node}")
 
