@@ -122,37 +122,30 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
     cap = pool.max_lent()
     on_loan = len(lent_spares) + len(lent_idle) + len(draining)
 
-    def reclaim(n: NodeView, why: str) -> None:
-        actions.append(StartReclaim(n.name, why))
-
-    # 2. Take back.
+    # 2. Take back: what the spec no longer lends, what the floor or pending jobs need, what is over the cap.
     lend_spares = bool(lending and lending.spares)
     lend_idle = bool(lending and lending.idle_nodes)
     floor = lending.spare_floor if lending else 0
-    short = floor - len(free_spares) - len(back_spares) + facts.waiting_for_spare
-    for n in sorted(lent_spares, key=lambda n: n.name):
-        if not lend_spares:
-            reclaim(n, "the spec no longer lends spares")
-        elif short > 0:
-            reclaim(n, f"pool {pool.name} is below its floor of {floor} unlent spares")
-            short -= 1
-        elif on_loan > cap:
-            reclaim(n, f"more than the pool's {cap} nodes lent at once")
-        else:
-            continue
-        on_loan -= 1
-    need = lacking - len(back_idle)
-    for n in sorted(lent_idle, key=lambda n: n.name):
-        if not lend_idle:
-            reclaim(n, "the spec no longer lends idle nodes")
-        elif need > 0:
-            reclaim(n, f"{want} node(s) asked for by pending Slurm jobs, {available} idle")
-            need -= 1
-        elif on_loan > cap:
-            reclaim(n, f"more than the pool's {cap} nodes lent at once")
-        else:
-            continue
-        on_loan -= 1
+
+    def take_back(loans: list[NodeView], lends: bool, off: str, need: int, why_need: str) -> None:
+        nonlocal on_loan
+        for n in sorted(loans, key=lambda n: n.name):
+            if not lends:
+                why = off
+            elif need > 0:
+                why, need = why_need, need - 1
+            elif on_loan > cap:
+                why = f"more than the pool's {cap} nodes lent at once"
+            else:
+                continue
+            actions.append(StartReclaim(n.name, why))
+            on_loan -= 1
+
+    take_back(lent_spares, lend_spares, "the spec no longer lends spares",
+              floor - len(free_spares) - len(back_spares) + facts.waiting_for_spare,
+              f"pool {pool.name} is below its floor of {floor} unlent spares")
+    take_back(lent_idle, lend_idle, "the spec no longer lends idle nodes", lacking - len(back_idle),
+              f"{want} node(s) asked for by pending Slurm jobs, {available} idle")
 
     # 3. Reclaims in progress: evict within the grace, then force; when nobody is left, end the loan.
     grace = lending.reclaim_grace_seconds if lending else 30
