@@ -482,6 +482,15 @@ class FleetSpec(Strict):
     def pool(self, name: str) -> NodePool:
         return next(p for p in self.pools if p.name == name)
 
+    def lending_pools(self) -> list[NodePool]:
+        """The pools that lend idle GPUs; the stack grants the reconciler lending's calls only when there are some."""
+        return [p for p in self.pools if p.lending is not None]
+
+    def borrower_classes(self) -> dict[str, int]:
+        """PriorityClass name -> value for the pools' borrowers (one value per name: the validator saw to it)."""
+        return {p.lending.borrowers.priority_class: p.lending.borrowers.priority
+                for p in self.pools if p.lending is not None}
+
     @property
     def checkpoint_storage(self) -> StorageSpec | None:
         return self.storage[0] if self.storage else None
