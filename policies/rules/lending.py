@@ -30,7 +30,10 @@ SCHEMA: dict[str, dict] = {
 
 
 def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    """An integer, as the engine hands numbers over (floats: -1000.0)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+        return None
+    return int(v)
 
 
 def check_stack(resources: list[Resource], cfg: dict[str, Any]) -> list[tuple[Resource | None, str]]:
@@ -57,12 +60,12 @@ def check_stack(resources: list[Resource], cfg: dict[str, Any]) -> list[tuple[Re
             continue
         name, where = pool.get("name"), f"gpufleet:fleet.pools[{i}].lending"
         floor = lending.get("spare_floor")
-        if lending.get("spares") is True and (_int(floor) is None or floor < floor_min):
+        if lending.get("spares") is True and ((n := _int(floor)) is None or n < floor_min):
             out.append((policy, f"pool {name!r} lends its spares with {where}.spare_floor: {floor!r}; at least "
                                 f"{floor_min} spare must stay unlent, or a fault waits for borrowers to leave before "
                                 f"it is healed. Fix: set `spare_floor: {floor_min}` (and `spares` above it) in {where}."))
         grace = lending.get("reclaim_grace_seconds")
-        if _int(grace) is None or grace > grace_max:
+        if (n := _int(grace)) is None or n > grace_max:
             out.append((policy, f"pool {name!r}: {where}.reclaim_grace_seconds is {grace!r}, more than {grace_max} s; "
                                 f"training that needs the node back (or a fault that needs the spare) waits that long. "
                                 f"Fix: set `reclaim_grace_seconds` to at most {grace_max} in {where}."))
@@ -76,16 +79,15 @@ def check_stack(resources: list[Resource], cfg: dict[str, Any]) -> list[tuple[Re
         value = dig(pc.props, "value")
         if value is UNKNOWN:
             continue
-        value = _int(value)
-        if value is None or value > prio_max:
-            out.append((pc, f"{pc.ref}: pool {name!r}'s borrowers run at priority {value!r}, above {prio_max}: they "
+        if (n := _int(value)) is None or n > prio_max:
+            out.append((pc, f"{pc.ref}: pool {name!r}'s borrowers run at priority {value if n is None else n!r}, above {prio_max}: they "
                             f"would not yield to pods without a PriorityClass (priority 0). Fix: set "
                             f"{where}.borrowers.priority to {prio_max} or lower."))
-        elif higher := sorted(n for n, v in others.items() if v <= value):
-            out.append((pc, f"{pc.ref}: pool {name!r}'s borrowers run at priority {value}, not below the stack's "
-                            f"PriorityClass(es) {higher} ({', '.join(str(others[n]) for n in higher)}): a borrower "
+        elif higher := sorted(o for o, v in others.items() if v <= n):
+            out.append((pc, f"{pc.ref}: pool {name!r}'s borrowers run at priority {n}, not below the stack's "
+                            f"PriorityClass(es) {higher} ({', '.join(str(others[o]) for o in higher)}): a borrower "
                             f"could hold a GPU against them. Fix: set {where}.borrowers.priority below "
-                            f"{min(others[n] for n in higher)}."))
+                            f"{min(others[o] for o in higher)}."))
         policy_ = dig(pc.props, "preemptionPolicy")
         if policy_ is not UNKNOWN and policy_ != "Never":
             out.append((pc, f"{pc.ref}: pool {name!r}'s borrowers have preemptionPolicy {policy_!r}: a borrower "

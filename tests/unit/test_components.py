@@ -95,7 +95,9 @@ def test_each_environment_declares_its_fleet(env):
     spec = build(env)
     types = [r.typ for r in MOCKS.resources]
     assert types.count("kubernetes:slinky.slurm.net/v1beta1:NodeSet") == len(spec.pools)
-    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 2  # capacity per pool, policy, gres.conf
+    # capacity per pool, policy, gres.conf, and the lending ledger where a pool lends
+    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 2 + bool(spec.lending_pools())
+    assert types.count("kubernetes:scheduling.k8s.io/v1:PriorityClass") == len(spec.borrower_classes())
     assert types.count("kubernetes:core/v1:PersistentVolumeClaim") == len(spec.storage)
     assert types.count("pulumi:providers:kubernetes") == 1
     assert "kubernetes:apps/v1:Deployment" in types and "kubernetes:policy/v1:PodDisruptionBudget" in types

@@ -498,6 +498,9 @@ def test_other_shipped_environments_are_clean_too(recorder, env):
     ({"healing__grace_period_seconds": 3000}, "healing-enabled", "grace_period_seconds"),
     ({"slurm__login__service_annotations": {}}, "slinky-resources-complete", "LoadBalancer without annotations"),
     ({"pools__3__member_selector": {}}, "pool-membership-declared", "'l40s' (kubernetes-spares) declares no"),
+    ({"pools__0__lending__spare_floor": 0}, "lending-safe", "pools[0].lending.spare_floor: 0"),
+    ({"pools__0__lending__reclaim_grace_seconds": 120}, "lending-safe", "reclaim_grace_seconds is 120"),
+    ({"pools__0__lending__borrowers__priority": 0}, "lending-safe", "'h100-a''s borrowers run at priority 0"),
 ])
 def test_violating_prod_variants_fail_the_named_rule(recorder, changes, rule, needle):
     result = evaluate(declare(recorder, prod_spec(**changes)), "prod")
