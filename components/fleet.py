@@ -4,12 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from fleetspec.models import FleetSpec
 
 from .alerts import prometheus_rule
 from .cluster import ClusterAccess, ClusterAccessArgs
-from .node_pool import GpuNodePool, GpuNodePoolArgs
+from .node_pool import GpuNodePool, GpuNodePoolArgs, borrower_priority_classes
 from .reconciler import HostNetworkApi, Reconciler, ReconcilerArgs
 from .slinky import SlinkySlurm, SlinkySlurmArgs
 from .storage import SharedStorage, SharedStorageArgs
@@ -29,6 +30,7 @@ class GpuFleet(pulumi.ComponentResource):
     cluster: ClusterAccess
     reconciler: Reconciler
     pools: dict[str, GpuNodePool]
+    borrower_classes: dict[str, k8s.scheduling.v1.PriorityClass]
     storage: list[SharedStorage]
     slurm: SlinkySlurm
 
@@ -61,6 +63,7 @@ class GpuFleet(pulumi.ComponentResource):
             )
             for p in spec.pools
         }
+        self.borrower_classes = borrower_priority_classes(name, spec, k8s_opts)
         self.slurm = SlinkySlurm(
             f"{name}-slurm",
             SlinkySlurmArgs(
@@ -87,6 +90,7 @@ class GpuFleet(pulumi.ComponentResource):
             "slurm_namespace": self.slurm.namespace,
             "reconciler_namespace": self.reconciler.namespace,
             "login_endpoint": self.slurm.login_endpoint,
+            "borrower_priority_classes": sorted(self.borrower_classes),
         })
 
 

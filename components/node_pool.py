@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from fleetspec import labels
-from fleetspec.models import NodePool
+from fleetspec.models import FleetSpec, NodePool
 from fleetspec.placement import node_labels, node_taints, worker_selector, worker_tolerations
 
 from .meta import metadata
@@ -71,4 +71,27 @@ class GpuNodePool(pulumi.ComponentResource):
             "spares": pool.spares,
             "gpus": (pool.nodes + pool.spares) * pool.gpus_per_node,
             "selector": self.selector,
+            "max_lent": pool.max_lent(),
+            "borrower_priority_class": pool.lending.borrowers.priority_class if pool.lending else None,
         })
+
+
+def borrower_priority_classes(name: str, spec: FleetSpec,
+                              opts: pulumi.ResourceOptions) -> dict[str, k8s.scheduling.v1.PriorityClass]:
+    """One PriorityClass per distinct `lending.borrowers.priority_class`: borrowers are preempted by anything
+    and preempt nothing (`Never`), so a lent GPU is taken back by the scheduler too, never held against it.
+    Declared once for the fleet (pools may share a class), so reordering pools never replaces one."""
+    out = {}
+    for cls, value in sorted(spec.borrower_classes().items()):
+        pools = [p.name for p in spec.lending_pools() if p.lending.borrowers.priority_class == cls]
+        out[cls] = k8s.scheduling.v1.PriorityClass(
+            f"{name}-priorityclass-{cls}",
+            metadata=metadata(cls, "borrower", spec.environment),
+            value=value,
+            preemption_policy="Never",
+            global_default=False,
+            description=f"gpufleet: borrowers of idle GPUs in pool(s) {', '.join(pools)}. Lowest priority, never "
+                        f"preempts; gpufleet evicts them when training or a fault needs the node.",
+            opts=opts,
+        )
+    return out

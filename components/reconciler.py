@@ -59,9 +59,12 @@ def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
     node_verbs = ["get", "list", "watch", "patch", "update"]
     if spec is not None and any(p.provider == "local" for p in spec.pools):
         node_verbs.append("create")  # the local provider joins reserve nodes as spares
+    pod_verbs = ["list", "watch"]
+    if spec is not None and spec.lending_pools():
+        pod_verbs.append("delete")  # a borrower still there after the reclaim grace is deleted (lending)
     return [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": node_verbs},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": pod_verbs},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [labels.GROUP], "resources": [remediation_crd.PLURAL],
@@ -69,14 +72,19 @@ def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
     ]
 
 
-def namespace_rules() -> list[dict]:
-    """In its own namespace: the leader-election Lease, and the placeholder pods that declare a
-    kubernetes-spares refill (the policy is a mounted file, not read through the API)."""
-    return [
+def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
+    """In its own namespace: the leader-election Lease, the placeholder pods that declare a
+    kubernetes-spares refill (the policy is a mounted file, not read through the API), and, when a
+    pool lends, the lending ledger: the stack declares it, the reconciler only reads and patches it."""
+    rules = [
         # (listing them is the cluster-wide pods list the informers need already)
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
+    if spec is not None and spec.lending_pools():
+        rules.append({"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [labels.LENDING_LEDGER],
+                      "verbs": ["get", "patch"]})
+    return rules
 
 
 def agent_rules() -> list[dict]:
@@ -150,6 +158,7 @@ def placement(args: ReconcilerArgs) -> Placement:
 class Reconciler(pulumi.ComponentResource):
     namespace: pulumi.Output[str]
     policy_config_map: k8s.core.v1.ConfigMap
+    lending_ledger: k8s.core.v1.ConfigMap | None
     deployment: k8s.apps.v1.Deployment
 
     def __init__(self, name: str, args: ReconcilerArgs, opts: pulumi.ResourceOptions | None = None):
@@ -176,7 +185,7 @@ class Reconciler(pulumi.ComponentResource):
             f"{name}-clusterrolebinding", metadata=meta(NAME, ns=False),
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role.metadata.name},
             subjects=[{"kind": "ServiceAccount", "name": sa.metadata.name, "namespace": self.namespace}], opts=child)
-        ns_role = k8s.rbac.v1.Role(f"{name}-role", metadata=meta(NAME), rules=namespace_rules(), opts=child)
+        ns_role = k8s.rbac.v1.Role(f"{name}-role", metadata=meta(NAME), rules=namespace_rules(spec), opts=child)
         k8s.rbac.v1.RoleBinding(
             f"{name}-rolebinding", metadata=meta(NAME),
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ns_role.metadata.name},
@@ -186,6 +195,12 @@ class Reconciler(pulumi.ComponentResource):
         self.policy_config_map = k8s.core.v1.ConfigMap(
             f"{name}-policy", metadata=meta("gpufleet-policy"),
             data={"fleet.json": policy}, opts=child)
+
+        # The lending ledger: loans and capacity per pool. The reconciler writes `data` (get + patch on this name
+        # only); the stack declares the object and leaves its data alone, so `pulumi up` never rolls it back.
+        self.lending_ledger = k8s.core.v1.ConfigMap(
+            f"{name}-lending-ledger", metadata=meta(labels.LENDING_LEDGER, "lending"), data={},
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["data"])) if spec.lending_pools() else None
 
         env_names = notification_env(spec)
         env_from = []
@@ -295,4 +310,5 @@ class Reconciler(pulumi.ComponentResource):
             "namespace": self.namespace,
             "policy_config_map": self.policy_config_map.metadata.name,
             "deployment": self.deployment.metadata.name,
+            "lending_ledger": self.lending_ledger.metadata.name if self.lending_ledger else None,
         })

@@ -133,6 +133,17 @@ class Borrowers(Strict):
     priority: int = Field(-1000, ge=-2_000_000_000, le=1_000_000_000,
                           description="Its value: lower than anything else that runs on GPU nodes.")
 
+    @model_validator(mode="after")
+    def _names(self) -> "Borrowers":
+        reserved = [k for k in self.selector if k.startswith(labels.GROUP + "/")]
+        if reserved:
+            raise FieldError("selector", f"labels {reserved} use the reserved prefix {labels.GROUP}/: gpufleet sets "
+                             "those, a borrower's own labels say which workload it is")
+        if self.priority_class.startswith("system-"):
+            raise FieldError("priority_class", f"{self.priority_class!r}: the API server keeps names starting "
+                             "with 'system-' for its own PriorityClasses")
+        return self
+
 
 class LendingSpec(Strict):
     """Idle GPUs serve preemptible work (inference) and are taken back when training needs them."""
@@ -454,6 +465,15 @@ class FleetSpec(Strict):
         if needs_aws and self.cluster.kind != "local" and not self.healing.reconciler.iam_role_arn:
             raise FieldError("healing.reconciler.iam_role_arn",
                              f"{needs_aws} call AWS: name the IAM role the reconciler's ServiceAccount assumes (IRSA)")
+        declared: dict[str, int] = {}
+        for i, p in enumerate(self.pools):
+            if p.lending is None:
+                continue
+            b = p.lending.borrowers
+            if declared.setdefault(b.priority_class, b.priority) != b.priority:
+                raise FieldError(f"pools[{i}].lending.borrowers.priority",
+                                 f"PriorityClass {b.priority_class!r} is declared once, with one value: another pool "
+                                 f"gives it {declared[b.priority_class]}, this one {b.priority}")
         if self.healing.enabled and not self.slurm.restapi:
             raise FieldError("slurm.restapi", "the reconciler reaches Slurm through slurmrestd: keep restapi on "
                              "while healing is enabled")
@@ -461,6 +481,15 @@ class FleetSpec(Strict):
 
     def pool(self, name: str) -> NodePool:
         return next(p for p in self.pools if p.name == name)
+
+    def lending_pools(self) -> list[NodePool]:
+        """The pools that lend idle GPUs; the stack grants the reconciler lending's calls only when there are some."""
+        return [p for p in self.pools if p.lending is not None]
+
+    def borrower_classes(self) -> dict[str, int]:
+        """PriorityClass name -> value for the pools' borrowers (one value per name: the validator saw to it)."""
+        return {p.lending.borrowers.priority_class: p.lending.borrowers.priority
+                for p in self.pools if p.lending is not None}
 
     @property
     def checkpoint_storage(self) -> StorageSpec | None:

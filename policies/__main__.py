@@ -18,5 +18,5 @@ PolicyPack(
     enforcement_level=EnforcementLevel.MANDATORY,
     policies=build_policies("mandatory"),
     description="Guard rails for self-healing GPU fleets: spares, healing, opt-outs, least privilege, "
-                "pinned images and resource limits.",
+                "pinned images, resource limits and safe lending of idle GPUs.",
 )

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .base import Rule
 from .healing import DEPLOYED_RULE, HEALING_RULE
+from .lending import RULE as LENDING_RULE
 from .opt_out import RULE as OPT_OUT_RULE
 from .privilege import PRIVILEGED_RULE, RBAC_RULE
 from .slinky import COMPLETE_RULE as SLINKY_RULE, WIRING_RULE
@@ -13,7 +14,7 @@ PACK_NAME = "gpufleet"
 
 RULES: list[Rule] = [
     OPT_OUT_RULE, SPARES_RULE, HEALING_RULE, DEPLOYED_RULE, RBAC_RULE, PRIVILEGED_RULE, IMAGES_RULE,
-    RESOURCES_RULE, SLINKY_RULE, WIRING_RULE, MEMBERSHIP_RULE,
+    RESOURCES_RULE, SLINKY_RULE, WIRING_RULE, MEMBERSHIP_RULE, LENDING_RULE,
 ]
 BY_NAME = {r.name: r for r in RULES}
 

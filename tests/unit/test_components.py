@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pulumi
 import pytest
+import yaml
 
 
 class Mocks(pulumi.runtime.Mocks):
@@ -45,15 +46,44 @@ SECRET_VALUE = "s3cr3t-munge-key-value"
 def build(env: str):
     """Run the fleet under the mocks to completion: every child registered before we look."""
     spec = load_stack_file(ROOT / f"Pulumi.{env}.yaml").fleet
+    build_spec(spec, env)
+    return spec
+
+
+def build_spec(spec, name: str) -> dict:
+    """Build `spec` under the mocks; returns what each resource was declared with: Pulumi name ->
+    (URN, ResourceOptions), seen by a transformation every child inherits."""
     MOCKS.resources.clear()
+    declared: dict = {}
+
+    def seen(args: pulumi.ResourceTransformationArgs):
+        declared[args.name] = args
+        return None
 
     @pulumi.runtime.test
     def program():
         secrets = {k: pulumi.Output.secret(f"{SECRET_VALUE}-{k}") for k in spec.secret_keys()}
-        GpuFleet(env, GpuFleetArgs(spec, secrets, local_kubeconfig="/tmp/kubeconfig"))
+        GpuFleet(name, GpuFleetArgs(spec, secrets, local_kubeconfig="/tmp/kubeconfig"),
+                 pulumi.ResourceOptions(transformations=[seen]))
 
     program()
-    return spec
+    return declared
+
+
+def lending_spec(lend=("h100-a", "h100-b"), l40s_class: str | None = "gpufleet-inference"):
+    """prod with lending on `lend` (the default borrower class), and l40s's borrowers in a class of their own."""
+    from fleetspec import CONFIG_KEY, parse_fleet
+
+    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())["config"][CONFIG_KEY]
+    for pool in doc["pools"]:
+        pool.pop("lending", None)
+        borrowers = {"selector": {"app.kubernetes.io/name": "inference"}}
+        if pool["name"] in lend:
+            pool["lending"] = {"spares": True, "idle_nodes": True, "borrowers": borrowers}
+        elif pool["name"] == "l40s" and l40s_class and lend:
+            pool["lending"] = {"idle_nodes": True, "borrowers": {**borrowers, "priority_class": l40s_class,
+                                                                 "priority": -5000}}
+    return parse_fleet(doc)
 
 
 K8S = "kubernetes:"
@@ -65,7 +95,9 @@ def test_each_environment_declares_its_fleet(env):
     spec = build(env)
     types = [r.typ for r in MOCKS.resources]
     assert types.count("kubernetes:slinky.slurm.net/v1beta1:NodeSet") == len(spec.pools)
-    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 2  # capacity per pool, policy, gres.conf
+    # capacity per pool, policy, gres.conf, and the lending ledger where a pool lends
+    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 2 + bool(spec.lending_pools())
+    assert types.count("kubernetes:scheduling.k8s.io/v1:PriorityClass") == len(spec.borrower_classes())
     assert types.count("kubernetes:core/v1:PersistentVolumeClaim") == len(spec.storage)
     assert types.count("pulumi:providers:kubernetes") == 1
     assert "kubernetes:apps/v1:Deployment" in types and "kubernetes:policy/v1:PodDisruptionBudget" in types
@@ -123,14 +155,64 @@ def test_pool_capacity_declares_spares_with_their_taint():
 
 
 
+def _verbs(rules: list[dict]) -> dict[tuple[str, str], set[str]]:
+    return {(g, r): set(rule["verbs"]) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+
+
 def test_reconciler_rbac_is_least_privilege():
-    for rule in cluster_rules() + namespace_rules():
-        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
-    verbs = {(g, r): set(v) for rule in cluster_rules() for g in rule["apiGroups"] for r in rule["resources"]
-             for v in [rule["verbs"]]}
-    assert verbs[("", "pods/eviction")] == {"create"}
-    assert "delete" not in verbs[("", "nodes")] and "delete" not in verbs[("", "pods")]
-    assert ("", "secrets") not in verbs
+    for spec in (None, load_stack_file(ROOT / "Pulumi.staging.yaml").fleet, lending_spec()):
+        for rule in cluster_rules(spec) + namespace_rules(spec):
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        verbs = _verbs(cluster_rules(spec))
+        assert verbs[("", "pods/eviction")] == {"create"}
+        assert "delete" not in verbs[("", "nodes")]
+        assert ("", "secrets") not in verbs and ("", "configmaps") not in verbs
+    assert "delete" not in _verbs(cluster_rules())[("", "pods")]
+
+
+def test_lending_adds_exactly_its_calls_to_the_reconcilers_rules():
+    """Pod delete (a borrower past its reclaim grace) cluster-wide, and get/patch of the one ledger ConfigMap
+    in its namespace; nothing of either without a lending pool."""
+    plain = lending_spec(lend=())
+    assert not plain.lending_pools()
+    lends = lending_spec()
+    cluster_before, cluster_after = _verbs(cluster_rules(plain)), _verbs(cluster_rules(lends))
+    assert cluster_after[("", "pods")] - cluster_before[("", "pods")] == {"delete"}
+    assert {k: v for k, v in cluster_after.items() if k != ("", "pods")} == \
+        {k: v for k, v in cluster_before.items() if k != ("", "pods")}
+    added = [r for r in namespace_rules(lends) if r not in namespace_rules(plain)]
+    assert added == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpufleet-lending"],
+                      "verbs": ["get", "patch"]}]
+    assert namespace_rules(plain) == namespace_rules()
+
+
+def test_borrowers_get_one_priority_class_per_class_name():
+    spec = lending_spec()
+    declared = build_spec(spec, "lend")
+    classes = {r.inputs["metadata"]["name"]: r for r in MOCKS.of_type("kubernetes:scheduling.k8s.io/v1:PriorityClass")}
+    assert sorted(classes) == ["gpufleet-borrower", "gpufleet-inference"]  # h100-a and h100-b share one
+    for name, value, pools in (("gpufleet-borrower", -1000, "h100-a, h100-b"), ("gpufleet-inference", -5000, "l40s")):
+        pc = classes[name].inputs
+        assert (pc["value"], pc["preemptionPolicy"], pc["globalDefault"]) == (value, "Never", False)
+        assert f"pool(s) {pools}" in pc["description"]
+        assert pc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpufleet"
+        assert pc["metadata"]["labels"]["app.kubernetes.io/component"] == "borrower"
+        assert "namespace" not in pc["metadata"]  # cluster-scoped
+        assert declared[classes[name].name].opts.parent.__class__.__name__ == "GpuFleet"
+    build("staging")  # no lending: no PriorityClass, no ledger
+    assert not MOCKS.of_type("kubernetes:scheduling.k8s.io/v1:PriorityClass")
+    assert not [r for r in MOCKS.of_type("kubernetes:core/v1:ConfigMap") if r.inputs["metadata"]["name"] == "gpufleet-lending"]
+
+
+def test_the_lending_ledger_is_declared_and_its_data_left_to_the_reconciler():
+    spec = lending_spec()
+    declared = build_spec(spec, "lend")
+    ledger = MOCKS.named("kubernetes:core/v1:ConfigMap", labels.LENDING_LEDGER)
+    assert ledger.inputs["metadata"]["namespace"] == spec.healing.reconciler.namespace
+    assert ledger.inputs["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpufleet"
+    assert not ledger.inputs.get("data")
+    opts = declared[ledger.name].opts
+    assert opts.ignore_changes == ["data"] and opts.parent.__class__.__name__ == "Reconciler"
 
 
 def test_reconciler_deployment_policy_and_bindings():

@@ -87,7 +87,7 @@ def workload(name="app", containers=None, pod_labels=None, pod_annotations=None,
 
 def test_pack_declares_every_rule_once_with_a_schema_that_matches_the_configs():
     names = [r.name for r in RULES]
-    assert len(names) == len(set(names)) == 11
+    assert len(names) == len(set(names)) == 12
     policies = build_policies()
     assert [p.name for p in policies] == names
     assert {type(p).__name__ for p in policies} == {"ResourceValidationPolicy", "StackValidationPolicy"}
@@ -230,6 +230,69 @@ def test_stack_with_pools_must_deploy_the_reconciler():
     no_agent = pools + [(DEP, workload("gpufleet-reconciler")), (CM, policy_cm())]
     assert len(run_stack("reconciler-deployed", no_agent)) == 1
     assert run_stack("reconciler-deployed", no_agent, {"requireAgent": False}) == []
+
+
+# --- lending (issue 13) ------------------------------------------------------------------------
+
+PC = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
+
+
+def lending_policy(**lending) -> dict:
+    """The policy ConfigMap of a fleet whose pool h100 (pools[1]) lends its spares; l40s (pools[0]) does not."""
+    spec = {"spares": True, "spare_floor": 1, "reclaim_grace_seconds": 30,
+            "borrowers": {"selector": {"app": "inference"}, "priority_class": "gpufleet-borrower", "priority": -1000},
+            **lending}
+    fleet = {"healing": {}, "pools": [{"name": "l40s", "spares": 1, "lending": None},
+                                      {"name": "h100", "spares": 2, "lending": spec}]}
+    return {"metadata": meta("gpufleet-policy"), "data": {"fleet.json": json.dumps(fleet)}}
+
+
+def priority_class(name="gpufleet-borrower", value=-1000, preemption="Never") -> dict:
+    return {"metadata": {"name": name}, "value": value, "preemptionPolicy": preemption, "globalDefault": False}
+
+
+def lending(policy: dict, *classes: dict, config: dict | None = None) -> list[str]:
+    return run_stack("lending-safe", [(CM, policy), *[(PC, c) for c in classes]],
+                     {**env_config("prod")["lending-safe"], **(config or {})})
+
+
+def test_lending_floor_of_one_unlent_spare():
+    assert lending(lending_policy(spare_floor=1), priority_class()) == []
+    assert lending(lending_policy(spares=False, idle_nodes=True, spare_floor=0), priority_class()) == []  # lends no spare
+    (msg,) = lending(lending_policy(spare_floor=0), priority_class())
+    assert "pool 'h100'" in msg and "gpufleet:fleet.pools[1].lending.spare_floor: 0" in msg and "spare_floor: 1" in msg
+
+
+def test_lending_reclaim_grace_at_most_60_s():
+    assert lending(lending_policy(reclaim_grace_seconds=60), priority_class()) == []
+    (msg,) = lending(lending_policy(reclaim_grace_seconds=61), priority_class())
+    assert "pool 'h100'" in msg and "pools[1].lending.reclaim_grace_seconds is 61" in msg and "at most 60" in msg
+    assert lending(lending_policy(reclaim_grace_seconds=61), priority_class(), config={"maxReclaimGraceSeconds": 120}) == []
+
+
+def test_borrowers_are_below_zero_and_below_every_other_class():
+    others = [priority_class("training", 1000, "PreemptLowerPriority"), priority_class("batch-low", -10, "Never")]
+    assert lending(lending_policy(), priority_class(value=-1000), *others) == []
+    (zero,) = lending(lending_policy(), priority_class(value=0), *others[:1])
+    assert "pool 'h100'" in zero and "priority 0, above -1" in zero and "pools[1].lending.borrowers.priority" in zero
+    (under,) = lending(lending_policy(), priority_class(value=-5), *others)
+    assert "not below the stack's PriorityClass(es) ['batch-low'] (-10)" in under and "below -10" in under
+    (missing,) = lending(lending_policy(), *others)
+    assert "no PriorityClass 'gpufleet-borrower'" in missing and "pools[1].lending.borrowers.priority_class" in missing
+
+
+def test_borrowers_never_preempt():
+    assert lending(lending_policy(), priority_class(preemption="Never")) == []
+    (msg,) = lending(lending_policy(), priority_class(preemption="PreemptLowerPriority"))
+    assert "pool 'h100'" in msg and "preemptionPolicy 'PreemptLowerPriority'" in msg and "Never" in msg
+
+
+def test_a_stack_without_lending_or_policy_is_not_judged_here():
+    no_lending = {"metadata": meta("gpufleet-policy"), "data": {"fleet.json": json.dumps({"pools": [{"name": "a"}]})}}
+    assert lending(no_lending, priority_class(value=5, preemption="PreemptLowerPriority")) == []
+    assert run_stack("lending-safe", [(PC, priority_class(value=5))]) == []
+    unknown = {"metadata": meta("gpufleet-policy"), "data": {"fleet.json": UNKNOWN_STRING_VALUE}}
+    assert run_stack("lending-safe", [(CM, unknown)]) == []
 
 
 # --- least privilege --------------------------------------------------------------------------
@@ -435,6 +498,9 @@ def test_other_shipped_environments_are_clean_too(recorder, env):
     ({"healing__grace_period_seconds": 3000}, "healing-enabled", "grace_period_seconds"),
     ({"slurm__login__service_annotations": {}}, "slinky-resources-complete", "LoadBalancer without annotations"),
     ({"pools__3__member_selector": {}}, "pool-membership-declared", "'l40s' (kubernetes-spares) declares no"),
+    ({"pools__0__lending__spare_floor": 0}, "lending-safe", "pools[0].lending.spare_floor: 0"),
+    ({"pools__0__lending__reclaim_grace_seconds": 120}, "lending-safe", "reclaim_grace_seconds is 120"),
+    ({"pools__0__lending__borrowers__priority": 0}, "lending-safe", "'h100-a''s borrowers run at priority 0"),
 ])
 def test_violating_prod_variants_fail_the_named_rule(recorder, changes, rule, needle):
     result = evaluate(declare(recorder, prod_spec(**changes)), "prod")

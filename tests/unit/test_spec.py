@@ -38,6 +38,20 @@ def mutate(fn):
     return d
 
 
+def lend(i: int, **fields):
+    """A mutation: pool i lends its spares to inference pods, with `fields` changed (None removes one)."""
+    def fn(d):
+        spec = {"spares": True, "spare_floor": 1, "borrowers": {"selector": {"app.kubernetes.io/name": "inference"}}}
+        for k, v in fields.items():
+            spec.pop(k) if v is None else spec.__setitem__(k, v)
+        d["pools"][i]["lending"] = spec
+    return fn
+
+
+def borrowers(**fields):
+    return {"selector": {"app.kubernetes.io/name": "inference"}, **fields}
+
+
 CASES = [
     ("unknown key", lambda d: d["pools"][0].__setitem__("spraes", 2), "pools[0].spraes", "unknown key"),
     ("unknown top key", lambda d: d.__setitem__("heal", {}), f"{CONFIG_KEY}.heal", "unknown key"),
@@ -65,6 +79,31 @@ CASES = [
      "healing.notifications[2]", "type"),
     ("host_path outside local", lambda d: d["storage"][0].update(storage_class=None, host_path="/tmp/x"),
      "storage[0].host_path", "local"),
+    # lending (issue 13)
+    ("lending floor above spares", lend(2, spare_floor=5), "pools[2].lending.spare_floor", "the pool's 4 spares"),
+    ("lending floor negative", lend(0, spare_floor=-1), "pools[0].lending.spare_floor", "greater than or equal to 0"),
+    ("lending lends nothing", lend(0, spares=False), "pools[0].lending.spares", "lends nothing"),
+    ("lending unknown key", lend(1, spraes=True), "pools[1].lending.spraes", "unknown key"),
+    ("lending no borrowers", lend(0, borrowers=None), "pools[0].lending.borrowers", "required"),
+    ("borrowers empty selector", lend(0, borrowers={"selector": {}}), "pools[0].lending.borrowers.selector", "at least 1"),
+    ("borrowers bad selector", lend(0, borrowers={"selector": {"bad key!": "x"}}),
+     "pools[0].lending.borrowers.selector", "label key"),
+    ("borrowers reserved selector", lend(0, borrowers={"selector": {"gpufleet.io/lent": "spare"}}),
+     "pools[0].lending.borrowers.selector", "reserved"),
+    ("borrowers unknown key", lend(0, borrowers=borrowers(prio=1)), "pools[0].lending.borrowers.prio", "unknown key"),
+    ("borrowers bad class name", lend(0, borrowers=borrowers(priority_class="Borrow_Me")),
+     "pools[0].lending.borrowers.priority_class", "not a valid Kubernetes name"),
+    ("borrowers system class", lend(0, borrowers=borrowers(priority_class="system-borrower")),
+     "pools[0].lending.borrowers.priority_class", "system-"),
+    ("borrowers priority too high", lend(0, borrowers=borrowers(priority=2_000_000_000)),
+     "pools[0].lending.borrowers.priority", "1000000000"),
+    ("borrowers class two values", lambda d: (lend(0)(d), lend(3, borrowers=borrowers(priority=-5))(d)),
+     "pools[3].lending.borrowers.priority", "-1000"),
+    ("lending grace too long", lend(0, reclaim_grace_seconds=7200), "pools[0].lending.reclaim_grace_seconds", "3600"),
+    ("lending fraction zero", lend(0, max_lent_fraction=0), "pools[0].lending.max_lent_fraction", "greater than 0"),
+    ("lending idle after negative", lend(0, idle_nodes=True, idle_after_seconds=-1),
+     "pools[0].lending.idle_after_seconds", "greater than or equal to 0"),
+    ("lending not a mapping", lambda d: d["pools"][0].__setitem__("lending", "yes"), "pools[0].lending", "dictionary"),
 ]
 
 
@@ -76,6 +115,14 @@ def test_bad_input_names_the_field(what, fn, path, reason):
     paths = [p for p, _ in e.value.issues]
     assert any(p.endswith(path) for p in paths), (paths, text)
     assert reason.lower() in text.lower(), text
+
+
+def test_lending_is_optional_and_bounded():
+    f = parse_fleet(mutate(lend(0, max_lent_fraction=0.25)))
+    assert f.pools[1].lending is None and f.pools[1].max_lent() == 0
+    assert f.pools[0].max_lent() == (128 + 8) // 4
+    two = parse_fleet(mutate(lambda d: (lend(0)(d), lend(1)(d))))  # one class, one value: fine
+    assert {p.lending.borrowers.priority_class for p in two.pools if p.lending} == {"gpufleet-borrower"}
 
 
 def test_plain_text_secret_is_refused(tmp_path):
