@@ -263,6 +263,24 @@ class Kube:
             if " 404 " not in f" {e} ":
                 raise
 
+    # --- the lending ledger (a ConfigMap the stack declares; the reconciler writes its data) ------------
+
+    def read_ledger(self, namespace: str) -> dict[str, str] | None:
+        """The ledger's data, or None when the ConfigMap is not there (a stack without lending)."""
+        try:
+            cm = _json(_call("get the lending ledger", self.core.read_namespaced_config_map, labels.LENDING_LEDGER,
+                             namespace, _preload_content=False))
+        except PermanentError as e:
+            if " 404 " in f" {e} ":
+                return None
+            raise
+        return cm.get("data") or {}
+
+    def write_ledger(self, namespace: str, pool: str, text: str) -> None:
+        """One pool's entry (a merge patch: other pools' entries are left as they are)."""
+        _call("patch the lending ledger", self.core.patch_namespaced_config_map, labels.LENDING_LEDGER, namespace,
+              {"data": {pool: text}}, _preload_content=False)
+
     # --- events ----------------------------------------------------------------------------------
 
     def event(self, involved: dict, reason: str, message: str, type_: str = "Normal",

@@ -31,6 +31,7 @@ from reconciler.core.model import (
     StartReclaim,
 )
 from reconciler.core.decide import drained_for_lending
+from reconciler.core.ledger import Capacity
 
 RECHECK = 1.0  # seconds between lending passes (each asks Slurm for its nodes and its queue)
 RECLAIM_RECHECK = 0.5  # while borrowers are being evicted
@@ -58,17 +59,6 @@ class PoolFacts:
     remediated: frozenset[str] = frozenset()  # nodes with a live remediation
     claimed: frozenset[str] = frozenset()  # spares a live remediation chose
     waiting_for_spare: int = 0  # remediations of this pool waiting for a spare
-
-
-@dataclass(frozen=True)
-class Capacity:
-    active_busy: int = 0
-    active_idle: int = 0
-    active_lent: int = 0
-    spares_lent: int = 0
-    spares_unlent: int = 0
-    quarantined: int = 0
-    gpus_lent: int = 0
 
 
 @dataclass(frozen=True)
@@ -220,7 +210,8 @@ def capacity(facts: PoolFacts, slurm_on: dict[str, tuple[SlurmNodeView, ...]] | 
                 busy += 1
             else:
                 idle += 1
-    return Capacity(busy, idle, active_lent, spares_lent, spares_unlent, quarantined, gpus)
+    return Capacity(active_busy=busy, active_idle=idle, active_lent=active_lent, spares_lent=spares_lent,
+                    spares_unlent=spares_unlent, quarantined=quarantined, gpus_lent=gpus)
 
 
 def borrower_of(pool: NodePool, pod_labels: dict[str, str]) -> bool:

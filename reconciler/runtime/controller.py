@@ -24,7 +24,7 @@ from fleetspec import labels
 from fleetspec.models import FleetSpec
 
 from reconciler.core import decide as core
-from reconciler.core import lending
+from reconciler.core import ledger, lending
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.core.identity import comment_node, slurm_nodes_on
 from reconciler.runtime.informers import Informer
@@ -99,6 +99,8 @@ class Runtime:
         self._admission = threading.Lock()
         self._applying: dict[str, Record] = {}  # steps being applied, counted by admission before they persist
         self._lending_now: dict[str, float] = {}  # nodes a lending pass is changing -> until (monotonic)
+        self._ledgers: dict[str, ledger.PoolLedger] | None = None  # as last read or written; None: read it first
+        self._ledger_retry = 0.0  # monotonic: when to look for a missing ledger ConfigMap again
         self._paged: set[str] = set()
         self._reported: set[str] = set()
 
@@ -526,8 +528,50 @@ class Runtime:
         self._write_ledger(pool.name, nodes, c)
         return plan.recheck_after
 
-    def _write_ledger(self, pool: str, nodes, capacity) -> None:
-        """The pool's loans and capacity for `gpufleet capacity` (the lending ledger ConfigMap)."""
+    def _write_ledger(self, pool: str, nodes: tuple[NodeView, ...], capacity: ledger.Capacity) -> None:
+        """The pool's loans and capacity for `gpufleet capacity` (the lending ledger ConfigMap), written when
+        they change. Level-based: loans open and close as the nodes show them, so a crash loses nothing."""
+        if self.dry_run:
+            return
+        ns = self.notifier.namespace
+        if self._ledgers is None:
+            if time.monotonic() < self._ledger_retry:
+                return
+            try:
+                data = self.kube.read_ledger(ns)
+                self._ledgers = ledger.parse_data(data) if data is not None else None
+            except ledger.LedgerError as e:
+                log.error("%s: starting it again", e)
+                self._ledgers = {}
+            except TemporaryError as e:
+                log.warning("lending ledger: %s", e)
+                return
+            if self._ledgers is None:
+                log.warning("no ConfigMap %s/%s: loans are not recorded for `gpufleet capacity`",
+                            ns, labels.LENDING_LEDGER)
+                self._ledger_retry = time.monotonic() + 60
+                return
+        now = self.clock()
+        old = self._ledgers.get(pool) or ledger.empty(now)
+        new = old
+        on_loan = {n.name: n for n in nodes if n.on_loan}
+        for n in on_loan.values():
+            kind = labels.LENT_SPARE if n.is_spare or n.lent == labels.LENT_SPARE else labels.LENT_IDLE
+            new = ledger.open_loan(new, n.name, kind, n.gpus, n.lent_since or now)
+        for name in new.lent_nodes():
+            if name not in on_loan:
+                new = ledger.close_loan(new, name, now)
+        new = ledger.prune(new, now)
+        if pool in self._ledgers and ledger.dump(ledger.record_capacity(new, capacity, old.at)) == ledger.dump(old):
+            return
+        new = ledger.record_capacity(new, capacity, now)
+        self._fenced()
+        try:
+            self.kube.write_ledger(ns, pool, ledger.dump(new))
+        except (TemporaryError, PermanentError) as e:
+            log.warning("lending ledger of %s not written (the next pass tries again): %s", pool, e)
+            return
+        self._ledgers[pool] = new
 
     def _slurm(self, call) -> None:
         if self.slurm is not None:

@@ -24,6 +24,7 @@ from gpufleet.localenv.slurm import LocalSlurm, free_ports
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from reconciler.app import build
+from reconciler.core import ledger
 from reconciler.core.phases import Phase
 from tests.fixtures.slurm_cluster import build_slurm_root
 
@@ -138,7 +139,10 @@ class World:
             except ApiException as e:
                 assert e.status == 404
         for p in self.core.list_namespaced_pod("default", label_selector="app.kubernetes.io/name=inference").items:
-            self.core.delete_namespaced_pod(p.metadata.name, "default", grace_period_seconds=0)
+            try:
+                self.core.delete_namespaced_pod(p.metadata.name, "default", grace_period_seconds=0)
+            except ApiException as e:
+                assert e.status == 404  # gone with its Deployment meanwhile
         custom = client.CustomObjectsApi(self.api)
         for r in custom.list_cluster_custom_object("gpufleet.io", "v1alpha1", "remediations")["items"]:
             if r["spec"]["pool"] == POOL:
@@ -168,6 +172,10 @@ def world(kube_cluster, api, tmp_path_factory) -> Iterator[World]:  # noqa: F811
                                    [SPARE_TAINT] if name in SPARES else [], cpus=8, memory="32Gi", gpus=8))
     for name in ACTIVE + SPARES:
         kube_cluster.wait_node_ready(name)
+    try:  # what the stack declares: the ledger ConfigMap (the reconciler writes its data) and the PriorityClass
+        core.create_namespaced_config_map("default", {"metadata": {"name": labels.LENDING_LEDGER}})
+    except ApiException as e:
+        assert e.status == 409
     try:
         client.SchedulingV1Api(api).create_priority_class(
             {"metadata": {"name": "gpufleet-borrower"}, "value": -1000, "preemptionPolicy": "Never",
@@ -209,6 +217,11 @@ def test_never_below_the_floor_nor_a_node_a_person_drained(world):
     assert "bad cable - ops" in w.slurm_state(on_1)  # the person's drain, untouched
     assert w.nodeset_pods()[on_1] == "kwok-lend-1"
     assert set(w.events("Lent")) >= {"kwok-lend-0", "kwok-lend-spare-1"}
+    book = ledger.parse(w.core.read_namespaced_config_map(labels.LENDING_LEDGER, "default").data[POOL], POOL)
+    assert sorted((x.node, x.kind, x.gpus) for x in book.loans if x.open) == [
+        ("kwok-lend-0", "idle", 8), ("kwok-lend-spare-1", "spare", 8)]
+    c = book.capacity
+    assert (c.active_lent, c.spares_lent, c.spares_unlent, c.active_idle + c.active_busy, c.gpus_lent) == (1, 1, 1, 1, 16)
 
 
 def test_a_pending_job_takes_an_idle_node_back_and_starts_on_it(world):
@@ -235,6 +248,9 @@ def test_a_pending_job_takes_an_idle_node_back_and_starts_on_it(world):
     assert "kwok-lend-spare-1" in w.loans()
     assert host in w.events("Reclaiming") and host in w.events("Reclaimed")
     assert host not in w.borrowers().values()  # its borrower was evicted (the Deployment's new one waits)
+    book = ledger.parse(w.core.read_namespaced_config_map(labels.LENDING_LEDGER, "default").data[POOL], POOL)
+    closed = [x for x in book.loans if x.node == host and not x.open]
+    assert closed and closed[-1].end >= closed[-1].start  # the loan ended when the node came back
     print(f"pending job to running on a reclaimed node: {took:.1f}s")
 
 
