@@ -104,14 +104,21 @@ CALLS = [
     Call("", "pods", "create", True, lambda a: client.CoreV1Api(a).create_namespaced_pod(NS, {
         "metadata": {"name": "rbac-capacity-request"},
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})),  # 409 after the first
-    Call("", "pods", "delete", True, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
-        "no-such-pod", NS)),  # 404: allowed
+    # ... deleted again; and, since the local stack lends, any borrower still there after the reclaim grace
+    # (cluster-wide: that covers the placeholders too)
+    Call("", "pods", "delete", False, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
+        "no-such-pod", "default")),  # 404: allowed
+    # the lending ledger (reconciler/adapters/kube.py read_ledger, write_ledger)
+    Call("", "configmaps", "get", True, lambda a: client.CoreV1Api(a).read_namespaced_config_map(
+        labels.LENDING_LEDGER, NS)),  # 404: allowed
+    Call("", "configmaps", "patch", True, lambda a: client.CoreV1Api(a).patch_namespaced_config_map(
+        labels.LENDING_LEDGER, NS, {"data": {"rbac": "x"}})),  # 404: allowed
 ]
 
 
 def granted(spec) -> set[tuple[str, str, str, bool]]:
     out = set()
-    for rules, namespaced in ((cluster_rules(spec), False), (namespace_rules(), True)):
+    for rules, namespaced in ((cluster_rules(spec), False), (namespace_rules(spec), True)):
         for r in rules:
             out |= {(g, res, v, namespaced) for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
     return out
@@ -211,7 +218,7 @@ def test_the_rules_are_exactly_the_calls(spec):
 
 
 def test_every_call_is_allowed_with_the_reconcilers_token(cluster, spec):
-    api = token_for(cluster, "reconciler", cluster_rules(spec), namespace_rules())
+    api = token_for(cluster, "reconciler", cluster_rules(spec), namespace_rules(spec))
     refused = {(c.resource, c.verb): s for c in CALLS if (s := status_of(c, api)) == 403}
     assert refused == {}
 
@@ -219,7 +226,7 @@ def test_every_call_is_allowed_with_the_reconcilers_token(cluster, spec):
 @pytest.mark.parametrize("call", CALLS, ids=lambda c: f"{c.resource}-{c.verb}")
 def test_one_verb_fewer_is_refused(cluster, spec, call):
     name = f"minus-{call.resource.replace('/', '-').replace('.', '-')}-{call.verb}"[:60]
-    cr, nr = cluster_rules(spec), namespace_rules()
+    cr, nr = cluster_rules(spec), namespace_rules(spec)
     if call.namespaced:
         nr = without(nr, call.group, call.resource, call.verb)
     else:

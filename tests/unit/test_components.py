@@ -181,7 +181,8 @@ def test_lending_adds_exactly_its_calls_to_the_reconcilers_rules():
     assert {k: v for k, v in cluster_after.items() if k != ("", "pods")} == \
         {k: v for k, v in cluster_before.items() if k != ("", "pods")}
     added = [r for r in namespace_rules(lends) if r not in namespace_rules(plain)]
-    assert added == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpufleet-lending"],
+    assert added == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},  # delete: cluster-wide now
+                     {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpufleet-lending"],
                       "verbs": ["get", "patch"]}]
     assert namespace_rules(plain) == namespace_rules()
 
