@@ -125,7 +125,7 @@ class KubernetesSpares:
         body = placeholder_pod(self.spec.pool(pool), key, reason, self.namespace)
         try:
             _call(f"create capacity request {body['metadata']['name']}", self.kube.core.create_namespaced_pod,
-                  self.namespace, body)
+                  self.namespace, body, _preload_content=False)
         except (TemporaryError, PermanentError) as e:
             if " 409 " not in f" {e} ":
                 raise  # 409 AlreadyExists: asked already for this remediation
@@ -143,19 +143,37 @@ class KubernetesSpares:
     def settle_capacity_requests(self) -> list[str]:
         """Delete the placeholder pods a joined node answered (membership made it a spare), and
         mark that node, so one node answers one request; returns the settled requests."""
-        nodes = self.kube.list_nodes()[0]
+        requests = self.capacity_requests()
+        if not requests:
+            return []  # nothing to settle: no list of every node
         done = []
-        for st in settle(self.capacity_requests(), nodes, CAPACITY_REQUEST):
+        for st in settle(requests, self._settle_views(), CAPACITY_REQUEST):
             self.kube.patch_node(st.node, {"metadata": {"annotations": {FULFILS: st.request}}})
             try:
                 _call(f"delete capacity request {st.request}", self.kube.core.delete_namespaced_pod, st.request,
-                      self.namespace, grace_period_seconds=0)
+                      self.namespace, grace_period_seconds=0, _preload_content=False)
             except PermanentError as e:
                 if " 404 " not in f" {e} ":
                     raise
             log.info("capacity request %s answered by %s", st.request, st.node)
             done.append(st.request)
         return done
+
+    def _settle_views(self) -> list[dict]:
+        """Every node, paged, cut to what `settle` reads (name, creation time, pool and role labels, the
+        answer annotation): a fleet of 10,000 nodes is never held whole in memory."""
+        out, cont = [], None
+        while True:
+            items, _, cont = self.kube.list_page("nodes", 500, cont)
+            for n in items:
+                meta = n.get("metadata") or {}
+                lab, ann = meta.get("labels") or {}, meta.get("annotations") or {}
+                out.append({"metadata": {
+                    "name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp"),
+                    "labels": {k: lab[k] for k in (labels.POOL, labels.ROLE) if k in lab},
+                    "annotations": {FULFILS: ann[FULFILS]} if FULFILS in ann else {}}})
+            if not cont:
+                return out
 
     def membership_facts(self) -> MembershipFacts:
         return MembershipFacts()  # members are known by their labels (the pool's member_selector)
