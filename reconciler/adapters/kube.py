@@ -32,8 +32,14 @@ def now_rfc3339() -> str:
 
 
 def _call(what: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
+    """One API call. A raw response (`_preload_content=False`) is read to its end here, whether or not
+    the caller looks at it: only then does its connection go back to the pool (an unread one is
+    closed when it is collected, and the next call opens a new TLS connection)."""
     try:
-        return fn(*args, _request_timeout=TIMEOUT, **kwargs)
+        resp = fn(*args, _request_timeout=TIMEOUT, **kwargs)
+        if kwargs.get("_preload_content") is False:
+            resp.data  # noqa: B018 - reads the body (kept on the response) and releases the connection
+        return resp
     except ApiException as e:
         body = (e.body or "")[:300] if isinstance(e.body, str) else ""
         raise classify_api_status(e.status)(f"{what}: {e.status} {e.reason} {body}".strip()) from None
