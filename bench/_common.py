@@ -454,9 +454,18 @@ class HostReconciler:
     chosen Slurm backend and metrics port. Stopped (SIGTERM, then SIGKILL) by `stop()`."""
 
     def __init__(self, kubeconfig: Path, policy: Path, log: Path, *, slurm: str = "none",
-                 metrics_port: int = 0, env: dict[str, str] | None = None, local_dir: Path | None = None):
-        argv = [PYTHON, "-m", "gpufleet", "reconcile", "--policy", str(policy), "--kubeconfig", str(kubeconfig),
-                "--slurm", slurm, "--leader-elect", "--metrics-port", str(metrics_port)]
+                 metrics_port: int = 0, env: dict[str, str] | None = None, local_dir: Path | None = None,
+                 extra_args: Sequence[str] = (), profile: Path | None = None, count_calls: Path | None = None):
+        run = [str(Path(__file__).with_name("_count_calls.py")), str(count_calls)] if count_calls else ["-m", "gpufleet"]
+        argv = [PYTHON, *run, "reconcile", "--policy", str(policy), "--kubeconfig", str(kubeconfig),
+                "--slurm", slurm, "--leader-elect", "--metrics-port", str(metrics_port), *extra_args]
+        self.count_calls = count_calls
+        self.profile = profile
+        if profile is not None:
+            # py-spy starts the reconciler as its child (attaching to a running process needs ptrace
+            # rights this machine does not grant); SIGINT makes it write the profile.
+            argv = [py_spy(), "record", "--rate", "50", "--format", "raw", "--threads", "--output", str(profile),
+                    "--", *argv]
         e = {**os.environ, **(env or {})}
         if local_dir is not None:
             e["GPUFLEET_LOCAL_DIR"] = str(local_dir)
@@ -468,7 +477,19 @@ class HostReconciler:
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        """The reconciler's own pid (under py-spy: py-spy's child)."""
+        if self.profile is None:
+            return self.proc.pid
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            except OSError:
+                kids = []
+            if kids:
+                return int(kids[0])
+            time.sleep(0.05)
+        raise RuntimeError("py-spy did not start the reconciler")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -477,6 +498,13 @@ class HostReconciler:
         if not self.alive():
             raise RuntimeError(f"the reconciler exited ({self.proc.returncode}); see {self.log}:\n"
                                + "\n".join(self.log.read_text(errors="replace").splitlines()[-15:]))
+
+    def calls(self) -> dict[str, float]:
+        """The reconciler's API and Slurm calls so far, by verb and resource (with `count_calls`)."""
+        try:
+            return json.loads(self.count_calls.read_text()) if self.count_calls else {}
+        except (OSError, ValueError):
+            return {}
 
     def metric(self, name: str, labels_: str = "") -> float | None:
         """One sample from /metrics (loopback), or None."""
@@ -496,6 +524,18 @@ class HostReconciler:
         return None
 
     def stop(self, timeout: float = 15) -> None:
+        if self.profile is not None and self.proc.poll() is None:
+            import signal
+
+            child = self.pid
+            try:
+                os.kill(child, signal.SIGTERM)  # the reconciler stops; py-spy then writes the profile and exits
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGINT)
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -504,6 +544,41 @@ class HostReconciler:
                 self.proc.kill()
                 self.proc.wait(5)
         self._f.close()
+
+
+def py_spy() -> str:
+    """py-spy (a PyPI package) next to this Python, for `--profile`."""
+    exe = Path(PYTHON).parent / "py-spy"
+    if not exe.exists():
+        raise SystemExit(f"--profile needs py-spy: {Path(PYTHON).parent / 'pip'} install py-spy")
+    return str(exe)
+
+
+def apiserver_requests(api) -> dict[tuple[str, str, str], float]:
+    """The API server's own request counters (apiserver_request_total), summed by (verb, resource,
+    subresource): the calls every client made, to count the reconciler's per remediation."""
+    resp = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False,
+                        _request_timeout=30)
+    data = resp[0].data.decode() if isinstance(resp, tuple) else resp.data.decode()
+    out: dict[tuple[str, str, str], float] = {}
+    for line in data.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_, value = line[len("apiserver_request_total{"):].rsplit("} ", 1)
+        kv = dict(x.split("=", 1) for x in labels_.split(",") if "=" in x)
+        key = tuple(kv.get(k, "").strip('"') for k in ("verb", "resource", "subresource"))
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def request_delta(before: dict, after: dict) -> dict[str, float]:
+    """Requests between two `apiserver_requests` samples, as "VERB resource[/sub]" -> count."""
+    out = {}
+    for k, v in after.items():
+        d = v - before.get(k, 0.0)
+        if d > 0:
+            out[f"{k[0]} {k[1]}" + (f"/{k[2]}" if k[2] else "")] = d
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def free_port() -> int:

@@ -15,11 +15,28 @@ import httpx
 
 
 class SlowLink:
-    def __init__(self, upstream: str, hang_nodes: set[str], hang_seconds: float, port: int = 0):
+    """`hang_calls`: how many calls naming a hung node are held (None: every one); later ones pass."""
+
+    def __init__(self, upstream: str, hang_nodes: set[str], hang_seconds: float, port: int = 0,
+                 hang_calls: int | None = None):
         self.upstream, self.hang_nodes, self.hang_seconds = upstream.rstrip("/"), hang_nodes, hang_seconds
-        self.held: list[tuple[str, float]] = []  # (path, seconds held)
+        self.hang_calls = hang_calls
+        self.held: list[tuple[str, float, float]] = []  # (path, wall time the hold began, seconds held)
+        self.passed: list[tuple[str, float]] = []  # (path, wall time) of every call forwarded at once
+        self._lock = threading.Lock()
+        self._holding = 0
         link = self
         pattern = re.compile(r"/node/([^/?]+)")
+
+        def hold(path: str) -> bool:
+            m = pattern.search(path)
+            if not (m and m.group(1) in link.hang_nodes):
+                return False
+            with link._lock:
+                if link.hang_calls is not None and link._holding >= link.hang_calls:
+                    return False
+                link._holding += 1
+            return True
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -28,11 +45,12 @@ class SlowLink:
                 pass
 
             def _forward(self):
-                m = pattern.search(self.path)
-                if m and m.group(1) in link.hang_nodes:
-                    t0 = time.monotonic()
+                if hold(self.path):
+                    t0, at = time.monotonic(), time.time()
                     time.sleep(link.hang_seconds)
-                    link.held.append((self.path, time.monotonic() - t0))
+                    link.held.append((f"{self.command} {self.path}", at, time.monotonic() - t0))
+                else:
+                    link.passed.append((f"{self.command} {self.path}", time.time()))
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else None
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
@@ -42,13 +60,16 @@ class SlowLink:
                 except httpx.HTTPError as e:
                     self.send_error(502, str(e))
                     return
-                self.send_response(r.status_code)
-                for k, v in r.headers.items():
-                    if k.lower() not in ("transfer-encoding", "content-length", "connection", "content-encoding"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(r.content)))
-                self.end_headers()
-                self.wfile.write(r.content)
+                try:
+                    self.send_response(r.status_code)
+                    for k, v in r.headers.items():
+                        if k.lower() not in ("transfer-encoding", "content-length", "connection", "content-encoding"):
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(r.content)))
+                    self.end_headers()
+                    self.wfile.write(r.content)
+                except OSError:  # the caller gave up waiting (its own timeout) and closed the connection
+                    self.close_connection = True
 
             do_GET = do_POST = do_DELETE = do_PUT = _forward
 

@@ -29,8 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     exit_on_sigterm, teardown,
-    HostReconciler, NodeWatcher, Output, Table, add_json_option, create_nodes, free_port, install_crd_and_namespace,
-    load, machine, make_spec, pct, pool_doc, release_lease, say, wait_all_ready, wait_for, wait_leading, write_policy,
+    HostReconciler, NodeWatcher, Output, Table, add_json_option, apiserver_requests, create_nodes, free_port,
+    install_crd_and_namespace, load, machine, make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib, release_lease,
+    request_delta, say, wait_all_ready, wait_for, wait_leading, write_policy,
 )
 
 TIERS = (1, 5, 20)
@@ -41,7 +42,7 @@ def fleet(a) -> tuple[list[dict], list[str]]:
     if not a.skip_prod:  # sized so that the storm is above the prod brake (10 %): 150 of 1,200 is 12.5 %
         pools.append(pool_doc("prodstorm", a.storm_faults * 8, 10))
     tier_pools = []
-    for mc in a.tier_max_concurrent:
+    for mc in ([] if a.skip_tiers else a.tier_max_concurrent):
         for p in TIERS:
             name = f"t{p}-c{mc}"
             faults = max(1, round(a.tier_nodes * p / 100))
@@ -71,11 +72,12 @@ def inject(kubeconfig: Path, nodes: list[str], concurrency: int) -> dict[str, fl
     return at
 
 
-def start_reconciler(kube, api, root: Path, spec, tag: str, total: int) -> HostReconciler:
+def start_reconciler(kube, api, root: Path, spec, tag: str, total: int, profile: Path | None = None) -> HostReconciler:
     policy = write_policy(spec, root / f"policy-{tag}.json")
     log = root / f"reconciler-{tag}.log"
     release_lease(api)
-    rec = HostReconciler(kube.kubeconfig_path, policy, log, slurm="none", metrics_port=free_port(), local_dir=root)
+    rec = HostReconciler(kube.kubeconfig_path, policy, log, slurm="none", metrics_port=free_port(), local_dir=root,
+                         profile=profile, count_calls=root / f"calls-{tag}.json")
     wait_leading(log, 60)
     wait_for(lambda: rec.check() or rec.metric("gpufleet_nodes_watched") == total, 300, "the first pass", every=0.2)
     return rec
@@ -105,11 +107,12 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": 1000, "max_unhealthy_fraction": 1.0,
                              "drain_timeout_seconds": 30, "reconciler": {"workers": a.workers}})
-    rec = start_reconciler(kube, api, root, spec, "storm", total)
+    rec = start_reconciler(kube, api, root, spec, "storm", total, a.profile)
     store = KubeRecordStore(api)
     victims = victims_of("storm", a.storm_nodes, a.storm_faults)
     try:
         watcher.arm()
+        cpu0, calls0, own0 = proc_cpu_seconds(rec.pid), apiserver_requests(api), rec.calls()
         say(f"storm: {len(victims)} faults at once on a {a.storm_nodes}-node pool ({a.inject_threads} threads) ...")
         at = inject(kube.kubeconfig_path, victims, a.inject_threads)
         spread = max(at.values()) - min(at.values())
@@ -124,12 +127,19 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
             return rs if len(ended) == len(victims) else None
 
         records = wait_for(all_done, a.timeout, "the storm's remediations to end", every=0.5)
+        cpu, calls = proc_cpu_seconds(rec.pid) - cpu0, request_delta(calls0, apiserver_requests(api))
+        time.sleep(1.5)  # the counts are written every second
+        own = {k: v - own0.get(k, 0) for k, v in sorted(rec.calls().items(), key=lambda kv: -kv[1])
+               if v - own0.get(k, 0) > 0}
         held = rec.metric("gpufleet_nodes_held", 'reason="MaxConcurrent"')
+        rss = (proc_rss_kib(rec.pid) or 0) / 1024
     finally:
         rec.stop()
     t0 = min(at.values())
     cordon = [watcher.cordoned_at[n] - at[n] for n in victims if n in watcher.cordoned_at]
     created = [records[n].created.timestamp() - at[n] for n in victims]
+    drained = [dict(records[n].phase_times)["Checkpointing"].timestamp() - at[n] for n in victims
+               if "Checkpointing" in dict(records[n].phase_times)]
     succeeded = [dict(records[n].phase_times)["Succeeded"].timestamp() - at[n] for n in victims
                  if records[n].phase.value == "Succeeded"]
     last_cordon = max(watcher.cordoned_at[n] for n in victims if n in watcher.cordoned_at)
@@ -142,6 +152,10 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
         "outcomes": sorted({r.phase.value for r in records.values()}),
         "cordon_p50": pct(cordon, 50), "cordon_p90": pct(cordon, 90), "cordon_max": max(cordon),
         "record_p50": pct(created, 50), "record_p90": pct(created, 90),
+        "drained_p50": pct(drained, 50), "drained_p90": pct(drained, 90), "drained_max": max(drained, default=None),
+        "reconciler_cpu_s": cpu, "reconciler_rss_mib": rss, "api_requests": calls,
+        "api_requests_per_fault": sum(calls.values()) / len(victims),
+        "reconciler_calls": own, "reconciler_calls_per_fault": sum(own.values()) / len(victims),
         "ok_p50": pct(succeeded, 50), "ok_p90": pct(succeeded, 90), "ok_max": max(succeeded),
         "cordon_rate": len(cordon) / (last_cordon - t0), "heal_rate": len(succeeded) / (last_ok - t0),
         "double_promoted": len(replacements) - len(set(replacements)), "held_max_concurrent": held, "load": load(),
@@ -272,11 +286,22 @@ def result_tables(s: dict | None, tier_rows: list[dict], a) -> list[Table]:
             ["measure", "P50 s", "P90 s", "max s", "nodes/s"], [
                 ["fault -> record", s["record_p50"], s["record_p90"], None, None],
                 ["fault -> cordon", s["cordon_p50"], s["cordon_p90"], s["cordon_max"], s["cordon_rate"]],
+                ["fault -> Slurm drain step done (no Slurm here)", s["drained_p50"], s["drained_p90"],
+                 s["drained_max"], None],
                 ["fault -> Succeeded (spare Ready)", s["ok_p50"], s["ok_p90"], s["ok_max"], s["heal_rate"]],
                 ["reference: fault -> cordon, 150 on 1,503 nodes", 16.8, 28.2, None, "~1"],
             ],
             [f"{s['cordoned']}/{s['faults']} cordoned, {s['succeeded']}/{s['faults']} Succeeded "
-             f"(outcomes {s['outcomes']}); spares handed to two nodes: {s['double_promoted']}"]))
+             f"(outcomes {s['outcomes']}); spares handed to two nodes: {s['double_promoted']}",
+             "Slurm drain step: the record entered Checkpointing (its DrainSlurm step done); this storm runs "
+             "`--slurm none`, so no Slurm call is made: bench/hang.py measures it with a real Slurm.",
+             f"reconciler CPU over the storm: {s['reconciler_cpu_s']:.1f} s ({1000 * s['reconciler_cpu_s'] / s['faults']:.0f}"
+             f" ms per fault), RSS {s['reconciler_rss_mib']:.0f} MiB",
+             f"the reconciler's own calls during the storm: {s.get('reconciler_calls_per_fault', 0):.1f} per fault: "
+             + ", ".join(f"{k} {v:.0f}" for k, v in (s.get("reconciler_calls") or {}).items()),
+             f"requests the API server served meanwhile (every client: kwok's node leases, the scheduler, this "
+             f"script): {s['api_requests_per_fault']:.1f} per fault: "
+             + ", ".join(f"{k} {v:.0f}" for k, v in list(s["api_requests"].items())[:12])]))
     if tier_rows:
         out.append(Table(
             f"Brake: a share of one {a.tier_nodes}-node pool fails at once, max_unhealthy_fraction {a.fraction}",
@@ -301,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-tiers", action="store_true")
     ap.add_argument("--skip-prod", action="store_true", help="skip the storm under the prod stack's policy")
     ap.add_argument("--workers", type=int, default=16, help="the reconciler's workers (healing.reconciler.workers)")
+    ap.add_argument("--profile", type=Path, metavar="FILE",
+                    help="run the storm's reconciler under py-spy and write its samples (raw, per thread) to FILE")
     ap.add_argument("--concurrency", type=int, default=8, help="threads creating nodes")
     ap.add_argument("--root", type=Path)
     ap.add_argument("--keep", action="store_true")

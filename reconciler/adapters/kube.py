@@ -21,6 +21,10 @@ from reconciler.errors import PermanentError, TemporaryError, classify_api_statu
 
 log = logging.getLogger(__name__)
 TIMEOUT = 20  # seconds for any single API call
+# Connections kept open to the API server: every worker, each informer's watch and the Lease renewal
+# hold one at once. The client's default (5 per core) is smaller than that, and a connection returned
+# to a full pool is dropped, so the next call pays a new TCP and TLS handshake on both ends.
+CONNECTIONS = 64
 
 
 def now_rfc3339() -> str:
@@ -28,8 +32,14 @@ def now_rfc3339() -> str:
 
 
 def _call(what: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
+    """One API call. A raw response (`_preload_content=False`) is read to its end here, whether or not
+    the caller looks at it: only then does its connection go back to the pool (an unread one is
+    closed when it is collected, and the next call opens a new TLS connection)."""
     try:
-        return fn(*args, _request_timeout=TIMEOUT, **kwargs)
+        resp = fn(*args, _request_timeout=TIMEOUT, **kwargs)
+        if kwargs.get("_preload_content") is False:
+            resp.data  # noqa: B018 - reads the body (kept on the response) and releases the connection
+        return resp
     except ApiException as e:
         body = (e.body or "")[:300] if isinstance(e.body, str) else ""
         raise classify_api_status(e.status)(f"{what}: {e.status} {e.reason} {body}".strip()) from None
@@ -41,9 +51,20 @@ def _json(resp) -> Any:
     return json.loads(resp.data)
 
 
+def keep_connections(api: client.ApiClient, connections: int) -> None:
+    """Let the client's pool keep `connections` open (pools are made per host on first use, with
+    these settings; the ones made already are closed and made again)."""
+    pm = getattr(getattr(api, "rest_client", None), "pool_manager", None)
+    kw = getattr(pm, "connection_pool_kw", None)
+    if kw is not None and (kw.get("maxsize") or 1) < connections:
+        kw["maxsize"] = connections
+        pm.clear()
+
+
 class Kube:
-    def __init__(self, api: client.ApiClient):
+    def __init__(self, api: client.ApiClient, connections: int = CONNECTIONS):
         self.api = api
+        keep_connections(api, connections)
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -243,7 +264,7 @@ class Kube:
             body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
         try:
             _call(f"evict {meta['namespace']}/{meta['name']}", self.core.create_namespaced_pod_eviction,
-                  meta["name"], meta["namespace"], body)
+                  meta["name"], meta["namespace"], body, _preload_content=False)
         except TemporaryError as e:
             if " 429 " in f" {e} ":
                 return False
@@ -297,6 +318,6 @@ class Kube:
             "source": {"component": "gpufleet-reconciler"}, "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
         }
         try:
-            _call("create event", self.core.create_namespaced_event, namespace, body)
+            _call("create event", self.core.create_namespaced_event, namespace, body, _preload_content=False)
         except (TemporaryError, PermanentError) as e:
             log.warning("event not recorded: %s", e)

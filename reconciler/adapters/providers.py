@@ -64,7 +64,7 @@ class NodeProvider(Protocol):
     def can_refill(self, pool: str) -> bool: ...
     def return_to_spares(self, node: str) -> None: ...
     def membership_facts(self) -> MembershipFacts: ...
-    def settle_capacity_requests(self) -> list[str]: ...
+    def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]: ...
 
 
 def slurm_call(fn, *args):
@@ -125,7 +125,7 @@ class KubernetesSpares:
         body = placeholder_pod(self.spec.pool(pool), key, reason, self.namespace)
         try:
             _call(f"create capacity request {body['metadata']['name']}", self.kube.core.create_namespaced_pod,
-                  self.namespace, body)
+                  self.namespace, body, _preload_content=False)
         except (TemporaryError, PermanentError) as e:
             if " 409 " not in f" {e} ":
                 raise  # 409 AlreadyExists: asked already for this remediation
@@ -140,22 +140,46 @@ class KubernetesSpares:
                            label_selector=CAPACITY_REQUEST, _preload_content=False))
         return data["items"]
 
-    def settle_capacity_requests(self) -> list[str]:
+    def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]:
         """Delete the placeholder pods a joined node answered (membership made it a spare), and
-        mark that node, so one node answers one request; returns the settled requests."""
-        nodes = self.kube.list_nodes()[0]
+        mark that node, so one node answers one request; returns the settled requests. `nodes`: the
+        nodes as the runtime's cache has them (`observe.membership_dict`); None: listed here."""
+        requests = self.capacity_requests()
+        if not requests:
+            return []  # nothing to settle: no look at the nodes
+        # settle() reads only spares and the nodes that answered a request: leave the rest of the fleet out
+        # (it looks at the nodes once per request).
+        nodes = [n for n in (self._settle_views() if nodes is None else nodes)
+                 if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_SPARE
+                 or FULFILS in (n["metadata"].get("annotations") or {})]
         done = []
-        for st in settle(self.capacity_requests(), nodes, CAPACITY_REQUEST):
+        for st in settle(requests, nodes, CAPACITY_REQUEST):
             self.kube.patch_node(st.node, {"metadata": {"annotations": {FULFILS: st.request}}})
             try:
                 _call(f"delete capacity request {st.request}", self.kube.core.delete_namespaced_pod, st.request,
-                      self.namespace, grace_period_seconds=0)
+                      self.namespace, grace_period_seconds=0, _preload_content=False)
             except PermanentError as e:
                 if " 404 " not in f" {e} ":
                     raise
             log.info("capacity request %s answered by %s", st.request, st.node)
             done.append(st.request)
         return done
+
+    def _settle_views(self) -> list[dict]:
+        """Every node, paged, cut to what `settle` reads (name, creation time, pool and role labels, the
+        answer annotation): a fleet of 10,000 nodes is never held whole in memory."""
+        out, cont = [], None
+        while True:
+            items, _, cont = self.kube.list_page("nodes", 500, cont)
+            for n in items:
+                meta = n.get("metadata") or {}
+                lab, ann = meta.get("labels") or {}, meta.get("annotations") or {}
+                out.append({"metadata": {
+                    "name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp"),
+                    "labels": {k: lab[k] for k in (labels.POOL, labels.ROLE) if k in lab},
+                    "annotations": {FULFILS: ann[FULFILS]} if FULFILS in ann else {}}})
+            if not cont:
+                return out
 
     def membership_facts(self) -> MembershipFacts:
         return MembershipFacts()  # members are known by their labels (the pool's member_selector)
@@ -315,7 +339,7 @@ class AwsAsgProvider(KubernetesSpares):
                     break
         return MembershipFacts(out)
 
-    def settle_capacity_requests(self) -> list[str]:
+    def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]:
         return []  # the group's desired capacity is the request; nothing to settle
 
 
@@ -358,7 +382,7 @@ def reconcile_membership(kube: Kube, spec: FleetSpec, providers: dict[str, NodeP
         kube.apply_membership(c.node, dict(c.labels), list(c.add_taints))
         log.info("membership: %s: %s", c.node, c.why)
     for p in once:
-        p.settle_capacity_requests()
+        p.settle_capacity_requests(nodes)
     for name in result.unlabelled_gpu_nodes:
         log.warning("GPU node %s belongs to no pool: give it a pool's labels or fix the pool's member_selector", name)
     for msg in result.conflicts:

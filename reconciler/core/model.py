@@ -38,6 +38,8 @@ class NodeView:
     labels: tuple[tuple[str, str], ...] = ()  # all of them, for pool membership
     provider_id: str = ""
     gpus: int = 0  # nvidia.com/gpu capacity
+    created: str = ""  # metadata.creationTimestamp, as sent: which capacity request a joined spare answers
+    fulfils: str | None = None  # the capacity request this node answered (annotation membership.FULFILS)
     lent: str = ""  # the lent label's value (spare | idle): open to borrowers
     lent_since: datetime | None = None
     reclaiming: datetime | None = None  # borrowers are being evicted since then

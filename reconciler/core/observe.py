@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 from fleetspec import labels
 
+from reconciler.core.membership import FULFILS
 from reconciler.core.model import Fault, NodeView, PodView
 
 _XID_IN_REASON = re.compile(r"(?i)xid[ _-]?(\d+)")
@@ -58,6 +59,8 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
         labels=tuple(sorted(lab.items())),
         provider_id=spec.get("providerID") or "",
         gpus=_int((status.get("capacity") or {}).get("nvidia.com/gpu")),
+        created=meta.get("creationTimestamp") or "",
+        fulfils=ann.get(FULFILS),
         lent=lab.get(labels.LENT, ""),
         lent_since=_time(ann.get(labels.LENT_SINCE)),
         reclaiming=_time(ann.get(labels.RECLAIMING)),
@@ -79,9 +82,10 @@ def _int(value: Any) -> int:
 
 
 def membership_dict(v: NodeView) -> dict[str, Any]:
-    """The part of a node that pool membership reads (`reconciler/core/membership.py`), rebuilt from the
-    cached view instead of holding whole node objects."""
-    return {"metadata": {"name": v.name, "labels": dict(v.labels)},
+    """The part of a node that pool membership and the settling of capacity requests read
+    (`reconciler/core/membership.py`), rebuilt from the cached view instead of holding whole node objects."""
+    return {"metadata": {"name": v.name, "labels": dict(v.labels), "creationTimestamp": v.created or None,
+                         "annotations": {FULFILS: v.fulfils} if v.fulfils else {}},
             "spec": {"providerID": v.provider_id, "taints": [{"key": k} for k in v.taints]},
             "status": {"capacity": {"nvidia.com/gpu": str(v.gpus)}}}
 

@@ -201,7 +201,11 @@ class Runtime:
         self.records.put(d.record.name, d.record)
         log.info("remediation started", extra=self._ctx(d.record))
         self.metrics.started.labels(d.record.pool, str(d.record.xid)).inc()
-        return self._advance(d.record, now)  # contain at once: the cordon is the first step
+        delay = self._advance(d.record, now)  # contain at once: the cordon is the first step ...
+        moved = self.records.get(d.record.name)
+        if delay == 0.0 and isinstance(moved, Record) and moved.phase is Phase.SLURM_DRAINING:
+            return self._advance(moved, self.clock())  # ... and the drain in Slurm, in the same reconcile
+        return delay
 
     def _advance(self, record: Record, now: datetime) -> float | None:
         doing = "observe"

@@ -73,6 +73,32 @@ def test_local_status_shows_the_pods_and_the_lease_holder(local_pods, monkeypatc
     assert "(Lease holder)" in r.output and "kubelet system-0" in r.output
 
 
+def test_lending_through_the_pods(local_pods):
+    """The lending demo's story (gpufleet/lending_demo.py) with the reconciler as these pods (their RBAC,
+    their REST client): spares and the idle L40S node lend, inference runs on them, a training job takes
+    its node back, and a fault on it takes the lent spare after its borrowers leave."""
+    from reconciler.adapters.kube import Kube
+    from reconciler.core import ledger
+
+    from gpufleet.lending_demo import show_lending
+
+    local_pods.env.wait_slurm_nodes()
+    local_pods.wait_ready()
+    kube = Kube(local_pods.env.kube.api_client())
+    alive = lambda: any(p["ready"] for p in local_pods.pods())  # noqa: E731
+    lines: list[str] = []
+    figures = show_lending(local_pods.spec, local_pods.env, kube, alive, "the reconciler pods", out=lines.append)
+    text = "\n".join(lines)
+    assert "kwok-h100-spare-1" in text and "kwok-l40s-0" in text  # what lent: the spare beyond the floor, the idle node
+    assert "kwok-h100-spare-0" not in text.split("[5/7]")[0]  # the floor: never lent
+    assert figures["pending_to_running_seconds"] < 120
+    assert "Succeeded: kwok-l40s-spare-0 replaces kwok-l40s-0" in text and "waited" in text, text
+    data = kube.core.read_namespaced_config_map("gpufleet-lending", local_pods.namespace).data
+    books = ledger.parse_data(data)
+    assert {x.node for x in books["l40s"].loans} >= {"kwok-l40s-0", "kwok-l40s-spare-0"}
+    assert all(not x.open for x in books["l40s"].loans if x.node == "kwok-l40s-spare-0")  # promoted: loan ended
+
+
 def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, built_images):
     """The agent's image, with the agent's ServiceAccount and RBAC, on a real node, following a kernel
     log this test writes (the GPU nodes stay kwok: it reports for kwok-l40s-0, a pool the next test leaves alone)."""

@@ -29,6 +29,8 @@ STORM = {  # what storms.storm() measures, as it returns it
     "outcomes": ["Succeeded"], "cordon_p50": 7.0, "cordon_p90": 10.4, "cordon_max": 12.1,
     "record_p50": 6.1, "record_p90": 9.9, "ok_p50": 48.0, "ok_p90": 77.0, "ok_max": 90.2,
     "cordon_rate": 11.2, "heal_rate": 1.7, "double_promoted": 0, "held_max_concurrent": 0.0, "load": 2.5,
+    "drained_p50": 7.2, "drained_p90": 10.9, "drained_max": 12.5, "reconciler_cpu_s": 30.1, "reconciler_rss_mib": 110.0,
+    "api_requests": {"PUT remediations": 1350.0, "POST events": 600.0}, "api_requests_per_fault": 13.0,
 }
 TIER = {"tier": "5%", "max_concurrent": 2, "failed_nodes": 10, "started": 10, "contained": 10, "healed": 0, "held": 10,
         "brake": "engaged", "heal_p50": None, "heal_max": None, "all_healed_after": None,

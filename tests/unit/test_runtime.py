@@ -150,7 +150,7 @@ class Provider:
 
         return MembershipFacts()
 
-    def settle_capacity_requests(self):
+    def settle_capacity_requests(self, nodes=None):
         return []
 
     def return_to_spares(self, node):
