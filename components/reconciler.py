@@ -76,12 +76,14 @@ def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     """In its own namespace: the leader-election Lease, the placeholder pods that declare a
     kubernetes-spares refill (the policy is a mounted file, not read through the API), and, when a
     pool lends, the lending ledger: the stack declares it, the reconciler only reads and patches it."""
+    lends = spec is not None and bool(spec.lending_pools())
     rules = [
-        # (listing them is the cluster-wide pods list the informers need already)
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
+        # (listing them is the cluster-wide pods list the informers need already; so is deleting them, when a
+        # pool lends: no second grant of the same verb here)
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"] if lends else ["create", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
-    if spec is not None and spec.lending_pools():
+    if lends:
         rules.append({"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [labels.LENDING_LEDGER],
                       "verbs": ["get", "patch"]})
     return rules
