@@ -78,8 +78,8 @@ def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     pool lends, the lending ledger: the stack declares it, the reconciler only reads and patches it."""
     lends = spec is not None and bool(spec.lending_pools())
     rules = [
-        # (listing them is the cluster-wide pods list the informers need already; so is deleting them when a
-        # pool lends)
+        # (listing them is the cluster-wide pods list the informers need already; so is deleting them, when a
+        # pool lends: no second grant of the same verb here)
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"] if lends else ["create", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]

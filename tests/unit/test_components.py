@@ -180,11 +180,14 @@ def test_lending_adds_exactly_its_calls_to_the_reconcilers_rules():
     assert cluster_after[("", "pods")] - cluster_before[("", "pods")] == {"delete"}
     assert {k: v for k, v in cluster_after.items() if k != ("", "pods")} == \
         {k: v for k, v in cluster_before.items() if k != ("", "pods")}
-    added = [r for r in namespace_rules(lends) if r not in namespace_rules(plain)]
-    assert added == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},  # delete: cluster-wide now
-                     {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpufleet-lending"],
-                      "verbs": ["get", "patch"]}]
-    assert namespace_rules(plain) == namespace_rules()
+    ns_before, ns_after = namespace_rules(plain), namespace_rules(lends)
+    assert [r for r in ns_after if r["resources"] == ["configmaps"]] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpufleet-lending"], "verbs": ["get", "patch"]}]
+    # the namespaced pod delete (capacity placeholders) is the cluster-wide one now: granted once
+    assert _verbs(ns_before)[("", "pods")] == {"create", "delete"} and _verbs(ns_after)[("", "pods")] == {"create"}
+    assert {k: v for k, v in _verbs(ns_after).items() if k not in {("", "pods"), ("", "configmaps")}} == \
+        {k: v for k, v in _verbs(ns_before).items() if k != ("", "pods")}
+    assert ns_before == namespace_rules()
 
 
 def test_borrowers_get_one_priority_class_per_class_name():
