@@ -177,6 +177,13 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
     else:
         out(f"[7/{total}] (no pool has only lent spares: the fault part is skipped)")
 
-    now = loans(core, spec)
-    out(f"      on loan now: {', '.join(sorted(now)) or 'nothing'}  (gpufleet capacity shows the pools)")
+    from datetime import timedelta
+
+    from gpufleet.capacity_commands import KubeSource, read, table_rows
+
+    snap = read(spec, KubeSource(kube.api, spec.healing.reconciler.namespace, "the local cluster"), timedelta(hours=1))
+    out("      gpufleet capacity (pool, active busy/idle/lent, spares lent/unlent, quarantined, GPUs lent, "
+        "GPU-hours lent in the last hour):")
+    for row in table_rows(snap):
+        out("        " + "  ".join(f"{c:>6}" for c in row[:-1]))
     return figures
