@@ -1,8 +1,11 @@
 # The two commands of the README's Quickstart, and their building blocks.
-.PHONY: demo test bootstrap unit clean-local
+.PHONY: demo demo-lending test bootstrap unit clean-local
 
 demo: bootstrap
 	.venv/bin/gpufleet demo
+
+demo-lending: bootstrap
+	.venv/bin/gpufleet demo --lending
 
 test: bootstrap
 	.venv/bin/python -m pytest -q

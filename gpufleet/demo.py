@@ -55,14 +55,14 @@ class Timeline:
         return "\n".join(lines)
 
 
-def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, xid: int = 79,
-             grace: int | None = None, timeout: float = 300, out: Callable[[str], None] = say) -> Timeline:
+def bring_up(spec: FleetSpec, env: LocalEnv, stack: Stack, *, total: int, fresh: bool = True,
+             grace: int | None = None, out: Callable[[str], None] = say):
+    """Steps 1-3 of both demos: the local environment, `pulumi up`, the reconciler running. Returns the
+    Kube adapter, a liveness check of the reconciler, and where its log is."""
     from reconciler.adapters.kube import Kube
-    from reconciler.adapters.records import KubeRecordStore
 
     from gpufleet.localenv.pods import reconciler_pods, wait_reconciler_pods_ready
 
-    total = 7
     out(f"[1/{total}] local environment: control plane, {sum(p.nodes + p.spares for p in spec.pools)} fake GPU "
         f"nodes, Slurm")
     if fresh:
@@ -99,6 +99,17 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
             policy.write_text(json.dumps(doc, indent=2))
         env.start_reconciler(policy)
         alive, where = env.reconciler_running, str(env.reconciler_log)
+
+    return kube, alive, where
+
+
+def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, xid: int = 79,
+             grace: int | None = None, timeout: float = 300, out: Callable[[str], None] = say) -> Timeline:
+    from reconciler.adapters.records import KubeRecordStore
+
+    total = 7
+    kube, alive, where = bring_up(spec, env, stack, total=total, fresh=fresh, grace=grace, out=out)
+    api = kube.api
 
     out(f"[4/{total}] sbatch: {STEPS} steps of SGD, checkpoint every {EVERY} steps and on SIGTERM")
     storage = spec.checkpoint_storage

@@ -100,13 +100,20 @@ def demo(
     grace: Optional[int] = typer.Option(None, help="Override the grace period (seconds); host-process mode only."),
     kubelet: bool = typer.Option(True, "--kubelet/--no-kubelet",
                                  help="Heal through the reconciler pods on real kubelet nodes (default), or a host process."),
+    lending: bool = typer.Option(False, "--lending",
+                                 help="The second demo: idle GPUs lent to inference, taken back by training and by a fault."),
 ) -> None:
-    """The main job: local up, pulumi up, a training job, an XID 79, and the fleet healing itself."""
+    """The main job: local up, pulumi up, a training job, an XID 79, and the fleet healing itself
+    (`--lending`: idle spares and nodes serving inference, and taken back)."""
     from gpufleet.demo import run_demo
+    from gpufleet.lending_demo import run_lending_demo
     from gpufleet.stack import PulumiError, Stack
 
     env = make_env("local", kubelet=kubelet)
     try:
+        if lending:
+            run_lending_demo(env.spec, env, Stack("local"), fresh=not keep)
+            return
         tl = run_demo(env.spec, env, Stack("local"), fresh=not keep, xid=xid, grace=grace)
     except (PulumiError, RuntimeError, TimeoutError) as e:
         _err(f"demo failed: {e}\n  reconciler log: {env.reconciler_log}")
