@@ -174,6 +174,8 @@ def parser() -> argparse.ArgumentParser:
                    help="measure pending job -> running on a reclaimed node, and fault -> healthy with a lent spare, on "
                         "a real API server with kwok nodes, real Slurm, the Slinky stand-in and the reconciler's Runtime")
     g.add_argument("--repeat", type=int, default=20, help="--real: measurements of each (default 20)")
+    g.add_argument("--standin-interval", type=float, default=1.0,
+                   help="--real: seconds between the Slinky stand-in's passes (default 1, as the local environment)")
     g.add_argument("--root", type=Path, help="--real: work folder (default: a new one under /tmp)")
     g.add_argument("--keep", action="store_true", help="--real: leave the work folder in place")
     add_json_option(ap)
