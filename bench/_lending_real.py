@@ -132,7 +132,7 @@ def reclaim_round(w: Bench) -> dict:
     raise TimeoutError(f"job {jid} not running within 120 s; loans {w.loans()}")
 
 
-def heal_round(w: Bench, lent: bool) -> dict:
+def heal_round(w: Bench, lent: bool, pdb: bool = False) -> dict:
     w.reset()
     spec = lt.lending_spec(spare_floor=0, idle_nodes=False) if lent else lt.lending_spec(spare_floor=2, idle_nodes=False)
     w.start(spec)
@@ -140,6 +140,9 @@ def heal_round(w: Bench, lent: bool) -> dict:
         w.until("both spares lent", lambda: set(w.loans()) == set(lt.SPARES), 90)
         w.inference(2)
         w.until("borrowers on both spares", lambda: sorted(n for n in w.borrowers().values() if n) == lt.SPARES, 90)
+        if pdb:  # the borrowers may not leave: the reclaim waits out the grace, then forces
+            lt.client.PolicyV1Api(w.api).create_namespaced_pod_disruption_budget("default", {
+                "metadata": {"name": "inference"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": lt.BORROWER}}})
     else:
         time.sleep(2 * w.interval)  # a lending pass or two: nothing is lent
         assert not w.loans(), w.loans()
@@ -173,7 +176,7 @@ def run(a: argparse.Namespace) -> tuple[list[Table], dict]:
     say(f"lending, real pieces: {machine()}; work folder {root}; {a.repeat} rounds of each")
     kube = new_kube(root / "kube")
     slurm = w = None
-    raw: dict[str, list[dict]] = {"reclaim": [], "heal_lent": [], "heal_unlent": []}
+    raw: dict[str, list[dict]] = {"reclaim": [], "heal_unlent": [], "heal_lent": [], "heal_lent_pdb": []}
     try:
         say("control plane up ...")
         kube.up()
@@ -203,11 +206,11 @@ def run(a: argparse.Namespace) -> tuple[list[Table], dict]:
             raw["reclaim"].append(r)
             say(f"reclaim {i + 1}/{a.repeat}: pending -> running on {r['node']} in {r['pending_to_running_s']:.2f}s "
                 f"(reclaim began after {r['reclaim_began_s'] or 0:.2f}s)")
-            for lent, key in ((True, "heal_lent"), (False, "heal_unlent")):
-                h = heal_round(w, lent)
+            for lent, pdb, key in ((False, False, "heal_unlent"), (True, False, "heal_lent"), (True, True, "heal_lent_pdb")):
+                h = heal_round(w, lent, pdb)
                 raw[key].append(h)
-                say(f"heal {i + 1}/{a.repeat} ({'lent' if lent else 'unlent'} spare {h['replacement']}): fault -> "
-                    f"healthy {h['fault_to_healthy_s']:.2f}s, reclaim wait {h['reclaim_wait_s'] or 0:.2f}s")
+                say(f"heal {i + 1}/{a.repeat} ({key}, spare {h['replacement']}): fault -> healthy "
+                    f"{h['fault_to_healthy_s']:.2f}s, reclaim wait {h['reclaim_wait_s'] or 0:.2f}s, forced {h['forced']}")
     finally:
         if w is not None:
             w.close()
@@ -232,10 +235,19 @@ def real_tables(raw: dict[str, list[dict]]) -> list[Table]:
         _row("fault -> healthy, unlent spare", unlent),
         _row("fault -> healthy, lent spare", lent),
         _row("  of which: the record's wait for the borrowers", [r["reclaim_wait_s"] for r in raw["heal_lent"]]),
+        _row("fault -> healthy, lent spare, borrowers kept by a PDB", [r["fault_to_healthy_s"] for r in raw["heal_lent_pdb"]]),
+        _row("  of which: the record's wait for the borrowers", [r["reclaim_wait_s"] for r in raw["heal_lent_pdb"]]),
     ]
+    taken = [r["idle_loans_taken_back"] for r in raw["reclaim"]]
     loads = [r["load"] for v in raw.values() for r in v]
     added = (pct(lent, 50) - pct(unlent, 50)) if lent and unlent else None
-    notes = [f"a lent spare adds {added:.2f}s to fault -> healthy (median minus median)" if added is not None else "",
+    pdb = [r["fault_to_healthy_s"] for r in raw["heal_lent_pdb"]]
+    added_pdb = (pct(pdb, 50) - pct(unlent, 50)) if pdb and unlent else None
+    notes = [f"idle loans taken back for a one-node job: {sorted(set(taken))} (1 is right; rounds with 2: "
+             f"{sum(1 for t in taken if t > 1)} of {len(taken)})" if taken else "",
+             f"a lent spare whose borrowers are kept by a PDB adds {added_pdb:.2f}s (the reclaim grace, then forced)"
+             if added_pdb is not None else "",
+             f"a lent spare adds {added:.2f}s to fault -> healthy (median minus median)" if added is not None else "",
              f"load average during the rounds: {min(loads):.2f} - {max(loads):.2f}" if loads else "",
              "lending: idle after 2 s, reclaim grace 3 s, borrowers' terminationGracePeriodSeconds 1; Slinky stand-in "
              "pass every second; healing grace period 0 s"]

@@ -68,6 +68,7 @@ class Job:
     held: bool = False  # requeued by a remediation, until it releases it
     requeues: int = 0
     on_reclaimed: bool = False  # started on a node that had been lent
+    runs: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each run
 
 
 @dataclass
@@ -126,6 +127,7 @@ class Result:
     short_loans: int = 0  # loans taken back within 5 minutes of the lend
     passes: int = 0
     reclaim_to_run: list[float] = field(default_factory=list)  # StartReclaim (for a job) -> the job runs there
+    joined: list[float] = field(default_factory=list)  # when refilled spares joined
 
 
 def trace(p: Params) -> tuple[list[Job], list[tuple[float, float]]]:
@@ -276,6 +278,7 @@ class Sim:
             s.job, s.last_busy = None, self.t
         self.running.pop(j.id, None)
         j.remaining -= self.t - (j.started or self.t)
+        j.runs.append((j.started if j.started is not None else self.t, self.t))
         j.hosts, j.started = (), None
         if requeue:
             j.requeues += 1
@@ -484,6 +487,7 @@ class Sim:
         while self.refills and self.refills[0] <= t:
             heapq.heappop(self.refills)
             self._new_spare()
+            self.res.joined.append(t)
             self.dirty = True
         for n in self.nodes.values():
             if n.borrowers_leave is not None and n.borrowers_leave <= t:
