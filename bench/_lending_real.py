@@ -101,6 +101,25 @@ class Bench(lt.World):
             time.sleep(0.2)
         super().reset()
 
+    def reclaims_since(self, t: float) -> list[str]:
+        """Active nodes a reclaim began on since `t` (their Reclaiming Events)."""
+        return [e.involved_object.name for e in self.core.list_namespaced_event("default").items
+                if e.reason == "Reclaiming" and e.involved_object.name in lt.ACTIVE
+                and (e.event_time or e.last_timestamp or e.metadata.creation_timestamp).timestamp() >= t - 1]
+
+    def state(self) -> str:
+        """What a failed round leaves, for its report."""
+        recs = [(r.name, r.phase.value, r.replacement, r.reclaim_started, r.reason[-200:], r.last_error[-200:])
+                for r in (self.rec.runtime.store.list() if self.rec else [])]
+        nodes = {}
+        for n in lt.ACTIVE + lt.SPARES:
+            node = self.node(n)
+            nodes[n] = ((node.metadata.labels or {}).get(lt.labels.ROLE), (node.metadata.labels or {}).get(lt.labels.LENT),
+                        [t.key for t in node.spec.taints or []], node.spec.unschedulable,
+                        (node.metadata.annotations or {}).get(lt.labels.RECLAIMING))
+        return (f"records {recs}; nodes {nodes}; borrowers {self.borrowers()}; NodeSet pods {self.nodeset_pods()}; "
+                f"Slurm {self.slurm.run(['sinfo', '-N', '-h', '-o', '%N %T %E']).stdout.strip()!r}")
+
     def close(self) -> None:
         self.stop()
         self.stop_all.set()
@@ -115,7 +134,7 @@ def reclaim_round(w: Bench) -> dict:
     w.until("three borrowers running", lambda: sorted(n for n in w.borrowers().values() if n)
             == sorted([*lt.ACTIVE, "kwok-lend-spare-1"]), 90)
     jid = w.slurm.sbatch("-p", lt.PARTITION, "-N", "1", "--wrap", "sleep 600")
-    t0 = time.monotonic()
+    t0, t_wall = time.monotonic(), time.time()
     taken = None
     while time.monotonic() - t0 < 120:
         if taken is None and len([n for n in lt.ACTIVE if w.loans().get(n) == lt.labels.LENT_IDLE]) < 2:
@@ -125,9 +144,8 @@ def reclaim_round(w: Bench) -> dict:
             took = time.monotonic() - t0
             host = w.nodeset_pods().get(out[1])
             time.sleep(3)  # a few more passes: does a second loan go for the same one-node job?
-            kept = [n for n in lt.ACTIVE if w.loans().get(n) == lt.labels.LENT_IDLE]
             return {"pending_to_running_s": took, "reclaim_began_s": taken, "slurm_node": out[1], "node": host,
-                    "idle_loans_taken_back": 2 - len(kept), "load": load()}
+                    "idle_loans_taken_back": len(w.reclaims_since(t_wall)), "load": load()}
         time.sleep(0.1)
     raise TimeoutError(f"job {jid} not running within 120 s; loans {w.loans()}")
 
@@ -163,7 +181,7 @@ def heal_round(w: Bench, lent: bool, pdb: bool = False) -> dict:
                     "reason_waited_s": int(m.group(1)) if m else None, "replacement": r.replacement,
                     "forced": "outlasted" in r.reason, "load": load()}
         time.sleep(0.1)
-    raise TimeoutError("the fault was not healed within 120 s")
+    raise TimeoutError(f"the fault was not healed within 120 s: {w.state()}")
 
 
 def run(a: argparse.Namespace) -> tuple[list[Table], dict]:
@@ -201,13 +219,27 @@ def run(a: argparse.Namespace) -> tuple[list[Table], dict]:
         w = Bench(api, slurm, lt.SlinkyStandIn(api, slurm, [lt.NODESET], namespace=lt.NS), interval=a.standin_interval)
         w.until("NodeSet pods Running on the active nodes",
                 lambda: sorted(v for v in w.nodeset_pods().values() if v) == lt.ACTIVE, timeout=90)
+        raw["failed"] = []
+
+        def attempt(key, fn, *args):
+            try:
+                return fn(*args)
+            except (TimeoutError, RuntimeError, AssertionError) as e:
+                say(f"{key} round failed: {e}")
+                raw["failed"].append({"round": key, "error": str(e)})
+                return None
+
         for i in range(a.repeat):
-            r = reclaim_round(w)
+            r = attempt("reclaim", reclaim_round, w)
+            if r is None:
+                continue
             raw["reclaim"].append(r)
             say(f"reclaim {i + 1}/{a.repeat}: pending -> running on {r['node']} in {r['pending_to_running_s']:.2f}s "
                 f"(reclaim began after {r['reclaim_began_s'] or 0:.2f}s)")
             for lent, pdb, key in ((False, False, "heal_unlent"), (True, False, "heal_lent"), (True, True, "heal_lent_pdb")):
-                h = heal_round(w, lent, pdb)
+                h = attempt(key, heal_round, w, lent, pdb)
+                if h is None:
+                    continue
                 raw[key].append(h)
                 say(f"heal {i + 1}/{a.repeat} ({key}, spare {h['replacement']}): fault -> healthy "
                     f"{h['fault_to_healthy_s']:.2f}s, reclaim wait {h['reclaim_wait_s'] or 0:.2f}s, forced {h['forced']}")
@@ -239,11 +271,13 @@ def real_tables(raw: dict[str, list[dict]]) -> list[Table]:
         _row("  of which: the record's wait for the borrowers", [r["reclaim_wait_s"] for r in raw["heal_lent_pdb"]]),
     ]
     taken = [r["idle_loans_taken_back"] for r in raw["reclaim"]]
-    loads = [r["load"] for v in raw.values() for r in v]
+    loads = [r["load"] for k, v in raw.items() if k != "failed" for r in v]
     added = (pct(lent, 50) - pct(unlent, 50)) if lent and unlent else None
     pdb = [r["fault_to_healthy_s"] for r in raw["heal_lent_pdb"]]
     added_pdb = (pct(pdb, 50) - pct(unlent, 50)) if pdb and unlent else None
-    notes = [f"idle loans taken back for a one-node job: {sorted(set(taken))} (1 is right; rounds with 2: "
+    notes = [f"failed rounds: {len(raw.get('failed', []))} ({', '.join(sorted(set(f['round'] for f in raw['failed'])))})"
+             if raw.get("failed") else "failed rounds: 0",
+             f"idle loans taken back for a one-node job: {sorted(set(taken))} (1 is right; rounds with 2: "
              f"{sum(1 for t in taken if t > 1)} of {len(taken)})" if taken else "",
              f"a lent spare whose borrowers are kept by a PDB adds {added_pdb:.2f}s (the reclaim grace, then forced)"
              if added_pdb is not None else "",

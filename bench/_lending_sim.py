@@ -128,6 +128,7 @@ class Result:
     passes: int = 0
     reclaim_to_run: list[float] = field(default_factory=list)  # StartReclaim (for a job) -> the job runs there
     joined: list[float] = field(default_factory=list)  # when refilled spares joined
+    wasted_reclaims: int = 0  # taken back for a pending job, lent again before any job ran there
 
 
 def trace(p: Params) -> tuple[list[Job], list[tuple[float, float]]]:
@@ -315,6 +316,8 @@ class Sim:
                 if n.borrowers_from is None:
                     n.borrowers_from = self.t + self.p.borrower_start_seconds
                 self.res.lends += 1
+                if self.reclaim_for_job.pop(a.node, None) is not None:
+                    self.res.wasted_reclaims += 1
                 if n.role == labels.ROLE_SPARE:
                     claimed = {h.record.replacement for h in self.live_records()}
                     unlent = sum(1 for x in self.nodes.values() if x.role == labels.ROLE_SPARE and self.in_service(x)

@@ -76,7 +76,7 @@ def summary(r: sim.Result, p: sim.Params) -> dict:
         "jobs_submitted": len(jobs), "jobs_started": len(waits), "wait_mean_min": sum(waits) / len(waits) if waits else None,
         "wait_p95_min": pct(waits, 95), "wait_max_min": max(waits) if waits else None,
         "jobs_on_reclaimed": sum(1 for j in jobs if j.on_reclaimed),
-        "lends": r.lends, "reclaims": r.reclaims, "reclaim_reasons": r.reclaim_reasons, "short_loans": r.short_loans,
+        "lends": r.lends, "reclaims": r.reclaims, "wasted_reclaims": r.wasted_reclaims, "reclaim_reasons": r.reclaim_reasons, "short_loans": r.short_loans,
         "lends_below_floor": len(r.lend_below_floor), "lends_below_floor_at": r.lend_below_floor[:10],
         "seconds_below_floor": r.seconds_below_floor, "overlaps": len(r.overlap), "overlaps_at": r.overlap[:10],
         "faults": len(heals),
@@ -90,7 +90,7 @@ def summary(r: sim.Result, p: sim.Params) -> dict:
 def sim_tables(out: dict[str, dict], p: sim.Params, source: str, spec: FleetSpec, pool: str) -> list[Table]:
     lend = spec.pool(pool).lending
     rows = [[s["mode"], s["gpu_h_total"], s["gpu_h_training"], s["gpu_h_lent"], s["gpu_h_idle"], s["gpu_h_idle_spares"],
-             s["jobs_started"], s["wait_mean_min"], s["wait_p95_min"], s["reclaims"], s["lends_below_floor"],
+             s["jobs_started"], s["wait_mean_min"], s["wait_p95_min"], s["reclaims"], s["wasted_reclaims"], s["lends_below_floor"],
              s["seconds_below_floor"]] for s in out.values()]
     base, lent = out["without lending"], out["with lending"]
     saved = base["gpu_h_idle"] - lent["gpu_h_idle"]
@@ -105,12 +105,13 @@ def sim_tables(out: dict[str, dict], p: sim.Params, source: str, spec: FleetSpec
         f"model: borrowers leave {p.reclaim_seconds:g}s after a reclaim starts (forced at the grace), a NodeSet pod "
         f"starts in {p.pod_start_seconds:g}s, borrowers serve {p.borrower_start_seconds:g}s after a lend, containment "
         f"{p.contain_seconds:g}s",
+        "of them wasted: loans taken back for a pending job and lent again before any job ran there",
         f"lending turned {saved:.0f} idle GPU-hours ({saved / base['gpu_h_idle']:.0%} of them) into "
         f"{lent['gpu_h_lent']:.0f} GPU-hours of inference" if base["gpu_h_idle"] else "no idle GPU-hours",
     ]
     t1 = Table("GPU-hours in a day of the trace, and the jobs' wait to start",
                ["mode", "GPU-h in service", "training", "lent", "idle", "idle (spares)", "jobs started",
-                "wait mean min", "wait p95 min", "reclaims", "lends below floor", "s below floor (faults)"], rows, notes)
+                "wait mean min", "wait p95 min", "reclaims", "of them wasted", "lends below floor", "s below floor (faults)"], rows, notes)
     rr = lent["reclaim_to_run_s"]
     hl, hu = lent["heal_lent_s"], lent["heal_unlent_s"]
     rows2 = [
