@@ -16,7 +16,7 @@ try:
 finally:
     sys.path.remove(str(BENCH))
 
-SMALL = ["--nodes", "12", "--spares", "3", "--gpus", "8", "--hours", "3", "--warmup-hours", "1",
+SMALL = ["--nodes", "12", "--spares", "3", "--gpus", "8", "--hours", "2", "--warmup-hours", "0.5",
          "--job-rate", "6", "--max-job-nodes", "4", "--duration-median-hours", "0.5", "--faults-per-day", "24",
          "--refill-minutes", "10", "--idle-after", "300", "--seed", "3"]
 
@@ -84,7 +84,7 @@ def test_lending_lowers_idle_and_never_goes_below_the_floor(small):
 
 
 def test_skipping_passes_where_nothing_changed_gives_the_same_answer():
-    short = ["--hours", "1.5", "--warmup-hours", "0.5"]
+    short = ["--hours", "1", "--warmup-hours", "0.25"]
     _, _, _, skip = run(*short)
     _, _, _, every = run(*short, "--every-pass")
     for mode in skip:
@@ -98,13 +98,13 @@ def test_the_decisions_are_the_cores(monkeypatch):
     from reconciler.core import lending
 
     monkeypatch.setattr(lending, "plan_lending", lambda facts, spec, now: lending.LendingPlan())
-    _, _, _, results = run("--hours", "1", "--warmup-hours", "0.5")
+    _, _, _, results = run("--hours", "0.5", "--warmup-hours", "0.25")
     assert results["with lending"].lends == 0 and results["with lending"].gpu_hours["lent"] == 0
 
 
 def test_json_has_the_tables_columns_as_keys(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["lending.py", "--json"])
-    assert bench.main([*SMALL, "--hours", "1", "--json"]) == 0
+    assert bench.main([*SMALL, "--hours", "0.5", "--json"]) == 0
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert "lending simulation" in captured.err  # progress on stderr
