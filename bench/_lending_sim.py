@@ -185,6 +185,7 @@ class Sim:
         self.end = (p.warmup_hours + p.hours) * 3600
         self.gh = {"training": 0.0, "lent": 0.0, "idle": 0.0, "idle_spares": 0.0, "out_of_service": 0.0}
         self.res = Result(mode, self.gh, self.jobs, self.heals)
+        self.version = 0
         self.dirty = True
         self.last_pass = -1e9
         self.reclaim_for_job: dict[str, float] = {}  # node -> when a pending job's reclaim began
@@ -216,6 +217,11 @@ class Sim:
         return SlurmNodeView(s.name, frozenset(states), s.reason, partitions=self.partitions,
                              last_busy=self._dt(s.last_busy if s.job is None else self.t))
 
+    @staticmethod
+    def on_loan(n: SNode) -> bool:
+        """NodeView.on_loan, without building the view."""
+        return bool(n.lent) or n.reclaiming is not None or labels.LENDING_TAINT in n.taints
+
     def borrowers_on(self, n: SNode) -> bool:
         return n.borrowers_from is not None and n.borrowers_from <= self.t
 
@@ -244,6 +250,8 @@ class Sim:
 
     def schedule(self) -> None:
         """Slurm, greedy in submit order: a job starts when enough Slurm nodes are idle and take jobs."""
+        if not self.pending:
+            return
         free = sorted(s.name for s in self.slurm.values() if s.job is None and not s.reason and s.host is not None
                       and self.in_service(self.nodes[s.host]) and not self.nodes[s.host].unschedulable)
         if not free or not self.pending:
@@ -503,7 +511,7 @@ class Sim:
         for h in self.live_records():
             self.heal_step(h)
         self.schedule()
-        if self.lending is not None or any(self.view(n).on_loan for n in self.nodes.values()):
+        if self.lending is not None or (self.res.lends and any(self.on_loan(n) for n in self.nodes.values())):
             due = t - self.last_pass >= self.p.pass_seconds
             if due and (self.p.every_pass or self.dirty or self.next_timer() <= t):
                 self.dirty = False
@@ -511,10 +519,38 @@ class Sim:
                 self.schedule()
         self.account()
 
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        if value:
+            self.version += 1  # the books are counted again (account)
+        self._dirty = value
+
+    version = 0
+    _dirty = True
+    _counted: tuple[int, float] = (-1, 0.0)  # (version, valid until) of the rates below
+    _rates: dict[str, float] = {}
+    _below = False
+
     def account(self) -> None:
+        """Add this second to the books. The per-second rates are counted again only when something
+        changed (or borrowers began serving), which gives the same sums as counting every second."""
         if self.t < self.measure_from:
             return
+        version, until = self._counted
+        if version != self.version or self.t >= until:
+            self._count()
+        for k, v in self._rates.items():
+            self.gh[k] += v
+        if self._below:
+            self.res.seconds_below_floor += 1
+
+    def _count(self) -> None:
         dt = 1 / 3600
+        rates = dict.fromkeys(self.gh, 0.0)
         busy_hosts = {s.host for s in self.slurm.values() if s.job is not None and s.host is not None}
         claimed = {h.record.replacement for h in self.live_records()}
         unlent_spares = 0
@@ -522,20 +558,21 @@ class Sim:
             g = n.gpus * dt
             if not self.in_service(n):
                 if n.role != labels.ROLE_QUARANTINED:  # faulted, being contained (quarantined: out of the pool)
-                    self.gh["out_of_service"] += g
+                    rates["out_of_service"] += g
                 continue
             if n.name in busy_hosts:
-                self.gh["training"] += g
+                rates["training"] += g
             elif self.borrowers_on(n):
-                self.gh["lent"] += g
+                rates["lent"] += g
             else:
-                self.gh["idle"] += g
+                rates["idle"] += g
                 if n.role == labels.ROLE_SPARE:
-                    self.gh["idle_spares"] += g
-            if n.role == labels.ROLE_SPARE and not self.view(n).on_loan and n.name not in claimed:
+                    rates["idle_spares"] += g
+            if n.role == labels.ROLE_SPARE and not self.on_loan(n) and n.name not in claimed:
                 unlent_spares += 1
-        if unlent_spares < self.floor:
-            self.res.seconds_below_floor += 1
+        starts = [n.borrowers_from for n in self.nodes.values() if n.borrowers_from is not None and n.borrowers_from > self.t]
+        self._rates, self._below = rates, unlent_spares < self.floor
+        self._counted = (self.version, min(starts, default=math.inf))
 
     def run(self) -> Result:
         steps = int(self.end)
