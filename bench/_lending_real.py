@@ -145,7 +145,8 @@ def reclaim_round(w: Bench) -> dict:
             host = w.nodeset_pods().get(out[1])
             time.sleep(3)  # a few more passes: does a second loan go for the same one-node job?
             return {"pending_to_running_s": took, "reclaim_began_s": taken, "slurm_node": out[1], "node": host,
-                    "idle_loans_taken_back": len(w.reclaims_since(t_wall)), "load": load()}
+                    "idle_loans_taken_back": len(set(w.reclaims_since(t_wall))),
+                    "reclaiming_events": w.reclaims_since(t_wall), "load": load()}
         time.sleep(0.1)
     raise TimeoutError(f"job {jid} not running within 120 s; loans {w.loans()}")
 
