@@ -81,8 +81,9 @@ class Bench(lt.World):
         """The test's reset, after the borrowers are gone (here the scheduler and the garbage collector
         race the test's pod deletes, which expect the pods to still be there)."""
         self.stop()
+        policy = lt.client.PolicyV1Api(self.api)
         for delete in (lambda: self.apps.delete_namespaced_deployment("inference", "default"),
-                       lambda: lt.client.PolicyV1Api(self.api).delete_namespaced_pod_disruption_budget("inference", "default")):
+                       lambda: policy.delete_namespaced_pod_disruption_budget("inference", "default")):
             try:
                 delete()
             except lt.ApiException as e:
@@ -268,7 +269,8 @@ def real_tables(raw: dict[str, list[dict]]) -> list[Table]:
         _row("fault -> healthy, unlent spare", unlent),
         _row("fault -> healthy, lent spare", lent),
         _row("  of which: the record's wait for the borrowers", [r["reclaim_wait_s"] for r in raw["heal_lent"]]),
-        _row("fault -> healthy, lent spare, borrowers kept by a PDB", [r["fault_to_healthy_s"] for r in raw["heal_lent_pdb"]]),
+        _row("fault -> healthy, lent spare, borrowers kept by a PDB",
+             [r["fault_to_healthy_s"] for r in raw["heal_lent_pdb"]]),
         _row("  of which: the record's wait for the borrowers", [r["reclaim_wait_s"] for r in raw["heal_lent_pdb"]]),
     ]
     taken = [r["idle_loans_taken_back"] for r in raw["reclaim"]]

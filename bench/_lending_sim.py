@@ -25,7 +25,7 @@ from reconciler.core import decide, lending
 from reconciler.core.model import (
     Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Fault, Lend, NodeView, Notify, PendingJob, PromoteSpare,
     Quarantine, Record, RecordFacts, ReleaseJobs, RequestCapacity, ResumeSlurm, ReturnToSpares, SlurmNodeView,
-    StartReclaim, record_name,
+    StartReclaim,
 )
 from reconciler.core.phases import Phase
 

@@ -76,7 +76,8 @@ def summary(r: sim.Result, p: sim.Params) -> dict:
         "jobs_submitted": len(jobs), "jobs_started": len(waits), "wait_mean_min": sum(waits) / len(waits) if waits else None,
         "wait_p95_min": pct(waits, 95), "wait_max_min": max(waits) if waits else None,
         "jobs_on_reclaimed": sum(1 for j in jobs if j.on_reclaimed),
-        "lends": r.lends, "reclaims": r.reclaims, "wasted_reclaims": r.wasted_reclaims, "reclaim_reasons": r.reclaim_reasons, "short_loans": r.short_loans,
+        "lends": r.lends, "reclaims": r.reclaims, "wasted_reclaims": r.wasted_reclaims,
+        "reclaim_reasons": r.reclaim_reasons, "short_loans": r.short_loans,
         "lends_below_floor": len(r.lend_below_floor), "lends_below_floor_at": r.lend_below_floor[:10],
         "seconds_below_floor": r.seconds_below_floor, "overlaps": len(r.overlap), "overlaps_at": r.overlap[:10],
         "faults": len(heals),
@@ -102,8 +103,8 @@ def sim_tables(out: dict[str, dict], p: sim.Params, source: str, spec: FleetSpec
                paired: dict | None = None) -> list[Table]:
     lend = spec.pool(pool).lending
     rows = [[s["mode"], s["gpu_h_total"], s["gpu_h_training"], s["gpu_h_lent"], s["gpu_h_idle"], s["gpu_h_idle_spares"],
-             s["jobs_started"], s["wait_mean_min"], s["wait_p95_min"], s["reclaims"], s["wasted_reclaims"], s["lends_below_floor"],
-             s["seconds_below_floor"]] for s in out.values()]
+             s["jobs_started"], s["wait_mean_min"], s["wait_p95_min"], s["reclaims"], s["wasted_reclaims"],
+             s["lends_below_floor"], s["seconds_below_floor"]] for s in out.values()]
     base, lent = out["without lending"], out["with lending"]
     saved = base["gpu_h_idle"] - lent["gpu_h_idle"]
     pl = spec.pool(pool)
@@ -127,7 +128,8 @@ def sim_tables(out: dict[str, dict], p: sim.Params, source: str, spec: FleetSpec
     notes = [n for n in notes if n]
     t1 = Table("GPU-hours in a day of the trace, and the jobs' wait to start",
                ["mode", "GPU-h in service", "training", "lent", "idle", "idle (spares)", "jobs started",
-                "wait mean min", "wait p95 min", "reclaims", "of them wasted", "lends below floor", "s below floor (faults)"], rows, notes)
+                "wait mean min", "wait p95 min", "reclaims", "of them wasted", "lends below floor",
+                "s below floor (faults)"], rows, notes)
     rr = lent["reclaim_to_run_s"]
     hl, hu = lent["heal_lent_s"], lent["heal_unlent_s"]
     rows2 = [
