@@ -128,6 +128,7 @@ class Result:
     passes: int = 0
     reclaim_to_run: list[float] = field(default_factory=list)  # StartReclaim (for a job) -> the job runs there
     joined: list[float] = field(default_factory=list)  # when refilled spares joined
+    max_lent: int = 0  # the most nodes lent at once (reclaims in progress not counted), after a pass
     wasted_reclaims: int = 0  # taken back for a pending job, lent again before any job ran there
 
 
@@ -468,6 +469,8 @@ class Sim:
         for a in plan.actions:
             self.apply(a)
         self.last_pass = self.t
+        lent = sum(1 for n in self.nodes.values() if n.lent and n.reclaiming is None)
+        self.res.max_lent = max(self.res.max_lent, lent)
 
     def next_timer(self) -> float:
         """The next time a pass could answer differently with nothing else changed: a node's idle time

@@ -77,7 +77,7 @@ def summary(r: sim.Result, p: sim.Params) -> dict:
         "wait_p95_min": pct(waits, 95), "wait_max_min": max(waits) if waits else None,
         "jobs_on_reclaimed": sum(1 for j in jobs if j.on_reclaimed),
         "lends": r.lends, "reclaims": r.reclaims, "wasted_reclaims": r.wasted_reclaims,
-        "reclaim_reasons": r.reclaim_reasons, "short_loans": r.short_loans,
+        "reclaim_reasons": r.reclaim_reasons, "short_loans": r.short_loans, "max_lent": r.max_lent,
         "lends_below_floor": len(r.lend_below_floor), "lends_below_floor_at": r.lend_below_floor[:10],
         "seconds_below_floor": r.seconds_below_floor, "overlaps": len(r.overlap), "overlaps_at": r.overlap[:10],
         "faults": len(heals),
@@ -121,6 +121,7 @@ def sim_tables(out: dict[str, dict], p: sim.Params, source: str, spec: FleetSpec
         (f"job by job: {paired['later']} of {paired['jobs']} jobs started later with lending (by "
          f"{paired['later_mean_s']:.0f}s on average, {paired['later_max_s']:.0f}s at most), {paired['earlier']} earlier"
          if paired else ""),
+        f"at most {lent['max_lent']} nodes lent at once (the cap: {pl.max_lent()})",
         "of them wasted: loans taken back for a pending job and lent again before any job ran there",
         f"lending turned {saved:.0f} idle GPU-hours ({saved / base['gpu_h_idle']:.0%} of them) into "
         f"{lent['gpu_h_lent']:.0f} GPU-hours of inference" if base["gpu_h_idle"] else "no idle GPU-hours",

@@ -73,12 +73,18 @@ def test_the_trace_is_the_same_in_both_modes_and_has_faults(small):
     assert all(h.done is not None for h in b.heals[:-1])  # faults heal (the last may still be in progress)
 
 
+def results_spec_cap(small) -> int:
+    spec, pool, _, _ = small
+    return spec.pool(pool).max_lent()
+
+
 def test_lending_lowers_idle_and_never_goes_below_the_floor(small):
     _, _, _, results = small
     off, on = results["without lending"], results["with lending"]
     assert on.gpu_hours["idle"] < 0.6 * off.gpu_hours["idle"]
     assert on.gpu_hours["lent"] > 0 and on.lends > 0 and on.reclaims > 0
     assert on.lend_below_floor == [] and on.overlap == []
+    assert 0 < on.max_lent <= results_spec_cap(small)
     done = [j for j in on.jobs if j.start is not None]
     assert len(done) == len([j for j in off.jobs if j.start is not None])  # no job starved by lending
 
