@@ -103,7 +103,12 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
 
     # Slurm nodes of the active, unlent nodes: which take jobs now, which are being drained for lending.
     free_active = [n for n in active if not n.on_loan]
-    available = sum(1 for n in free_active for s in slurm_on.get(n.name, ()) if s.idle and s.takes_jobs)
+    # Slurm capacity a waiting job can count on: idle Slurm nodes, and those on their way back from a loan
+    # (still drained for lending: undone below while a job waits; or no NodeSet pod back yet). Without the
+    # latter, a job would take back a second loan while the first one returns.
+    available = sum(1 for n in free_active for s in slurm_on.get(n.name, ())
+                    if (s.idle and s.takes_jobs) or (drained_for_lending(s) and not s.busy)) \
+        + sum(1 for n in free_active if not slurm_on.get(n.name))
     size = sum(len(slurm_on.get(n.name, ())) for n in active) + len(lent_idle) + len(back_idle)
     want = demand_nodes(facts.pending, max(size, pool.nodes))
     lacking = max(0, want - available)

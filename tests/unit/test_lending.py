@@ -278,3 +278,22 @@ def test_a_replacement_still_on_loan_is_not_ready():
 def test_a_drain_for_lending_is_not_a_persons():
     assert not drained_by_person(sl("h100-3", "IDLE", "DRAIN", reason=lending_reason("x")))
     assert drained_by_person(sl("h100-3", "IDLE", "DRAIN", reason="bad fan"))
+
+
+@pytest.mark.parametrize("back_as", ["drained for lending", "no NodeSet pod yet"])
+def test_a_pending_job_takes_back_no_second_loan_while_the_first_comes_back(back_as):
+    """Found by bench/lending.py: a loan just ended counted neither as capacity nor as being reclaimed."""
+    s = spec(n_spares=0, spare_floor=0)
+    job = PendingJob(9, ("train",), nodes=1, reason="Resources")
+    busy = [active(0), active(1)]
+    on = [(f"kwok-h100-{i}", (sl(f"h100-{i}", "ALLOCATED", busy_at=T0),)) for i in (0, 1)]
+    first = plan_lending(pool(busy + [lent(active(2), labels.LENT_IDLE), lent(active(3), labels.LENT_IDLE)], on,
+                              pending=[job]), s, T0)
+    assert kinds(first) == [("StartReclaim", "kwok-h100-2")]
+    back = on + ([("kwok-h100-2", (sl("h100-2", "IDLE", "DRAIN", reason=lending_reason("kwok-h100-2")),))]
+                 if back_as == "drained for lending" else [])
+    later = plan_lending(pool(busy + [active(2), lent(active(3), labels.LENT_IDLE)], back, pending=[job]), s,
+                         T0 + timedelta(seconds=31))
+    assert ("StartReclaim", "kwok-h100-3") not in kinds(later)
+    if back_as == "drained for lending":
+        assert later.actions == (ResumeSlurm("h100-2"),)
