@@ -37,6 +37,15 @@ def loans(core, spec: FleetSpec) -> dict[str, tuple[str, str]]:
     return out
 
 
+def expected_loans(pool: NodePool) -> int:
+    """What a quiet pool lends: its spares beyond the floor and (if it lends them) its idle nodes, within the cap."""
+    lend = pool.lending
+    if lend is None:
+        return 0
+    n = (pool.spares - lend.spare_floor if lend.spares else 0) + (pool.nodes if lend.idle_nodes else 0)
+    return min(n, pool.max_lent())
+
+
 def borrowers(core, pool: str) -> dict[str, str | None]:
     """Borrower pods of a pool's Deployment -> the node they run on (None: waiting for a node)."""
     pods = core.list_namespaced_pod("default", label_selector=f"app.kubernetes.io/instance={DEPLOYMENT}-{pool}").items
@@ -85,25 +94,23 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
             f"{f'nodes idle {lend.idle_after_seconds}s' if lend.idle_nodes else ''}; floor {lend.spare_floor} "
             f"unlent spare(s), at most {p.max_lent()} node(s) lent, reclaim grace {lend.reclaim_grace_seconds}s")
 
-    out(f"[4/{total}] idle GPUs lend (no human action)")
+    expect = {p.name: expected_loans(p) for p in pools}
+    longest = max((p.lending.idle_after_seconds for p in pools if p.lending and p.lending.idle_nodes), default=0)
+    out(f"[4/{total}] idle GPUs lend (no human action): {sum(expect.values())} node(s) expected"
+        + (f", idle nodes after {longest}s without a job" if longest else ""))
     t0 = time.monotonic()
-    stable: dict = {}
 
-    def settled():
-        now = loans(core, spec)
+    def lent_as_expected():
         if not alive():
             raise RuntimeError(f"the reconciler is not running; see {where}")
-        key = tuple(sorted(now.items()))
-        if now and stable.get("key") == key and time.monotonic() - stable["since"] > 5:
-            return now
-        if stable.get("key") != key:
-            stable.update(key=key, since=time.monotonic())
-        return None
+        now = loans(core, spec)
+        counts = {p: sum(1 for pool, kind in now.values() if pool == p and kind != "reclaiming") for p in expect}
+        return now if all(counts[p] >= n for p, n in expect.items()) else None
 
-    lent = wait_for("loans to settle", settled, timeout)
+    lent = wait_for("the loans the spec allows", lent_as_expected, timeout + longest)
     for node, (pool, kind) in sorted(lent.items()):
-        out(f"      {node:<22} lent ({kind}, pool {pool})")
-    figures["lend_seconds"] = time.monotonic() - t0 - 5
+        out(f"      {node:<22} lent ({kind}, pool {pool}) after {time.monotonic() - t0:.0f}s")
+    figures["lend_seconds"] = time.monotonic() - t0
 
     out(f"[5/{total}] inference scales onto the lent nodes")
     for p in pools:
