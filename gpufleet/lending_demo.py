@@ -124,14 +124,15 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
             apps.replace_namespaced_deployment(body["metadata"]["name"], "default", body)
     for p in pools:
         want = sum(1 for pool, _ in lent.values() if pool == p.name)
-        def running(p=p, want=want):
+        def all_placed(p=p, want=want):
             b = borrowers(core, p.name)
             return b if sum(1 for v in b.values() if v) == want else None
 
-        placed = wait_for(f"borrowers of {p.name} running", running, 60)
+        placed = wait_for(f"borrowers of {p.name} running", all_placed, 60)
         for pod, node in sorted(placed.items()):
             out(f"      {pod:<34} on {node}")
 
+    job = None
     idle_pool = next((p for p in pools if p.lending and p.lending.idle_nodes
                       and any(v == (p.name, labels.LENT_IDLE) for v in lent.values())), None)
     if idle_pool is not None:
@@ -144,7 +145,7 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
         t0 = time.monotonic()
         job = submit_training(env, part.name, idle_pool.nodes, run_dir, steps=100)
 
-        def running():
+        def running() -> str | None:
             got = env.slurm.run(["squeue", "-h", "-j", str(job), "-o", "%T %N"]).stdout.split()
             return got[1] if got and got[0] == "RUNNING" else None
 
@@ -181,6 +182,12 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
         figures["fault_to_healthy_seconds"] = record.phase_times[-1][1].timestamp() - fault_at
         if record.phase.value != "Succeeded":
             raise RuntimeError(f"the heal ended {record.phase.value}: {record.reason}")
+        if job is not None and record.jobs:
+            from gpufleet.demo import kube_node_of
+
+            again = wait_for("the requeued job to run again", running, timeout)
+            out(f"      job {job} running again on Slurm node {again} (Kubernetes node "
+                f"{kube_node_of(kube, spec.slurm.namespace, again)}) {time.time() - fault_at:.1f}s after the fault")
     else:
         out(f"[7/{total}] (no pool has only lent spares: the fault part is skipped)")
 
