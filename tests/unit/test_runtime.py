@@ -468,3 +468,102 @@ def test_a_node_that_joins_is_labelled_into_its_pool_and_a_gpu_node_of_no_pool_i
     assert labels.SPARE_TAINT in {t["key"] for t in w.kube.nodes["new-0"]["spec"]["taints"]}
     assert ("event", "NodeInNoPool") in w.kube.calls
     assert w.runtime.metrics.unlabelled._value.get() == 1
+
+
+# --- lending through the same queue and fence ------------------------------------------------------------
+
+class LendingKube(FakeKube):
+    """FakeKube with the lending calls and the ledger ConfigMap."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.ledger: dict[str, str] = {}
+
+    def lend(self, name, pool, loan, since):
+        self._write("lend", name)
+        n = self.nodes[name]
+        n["spec"]["taints"] = [t for t in n["spec"].get("taints") or [] if t["key"] != labels.SPARE_TAINT] + [
+            {"key": labels.LENDING_TAINT, "value": pool, "effect": "NoSchedule"}]
+        n["metadata"]["labels"][labels.LENT] = loan
+        n["metadata"].setdefault("annotations", {})[labels.LENT_SINCE] = since
+
+    def read_ledger(self, namespace):
+        if self.down:
+            raise TemporaryError("get the lending ledger: connection refused")
+        return dict(self.ledger)
+
+    def write_ledger(self, namespace, pool, text):
+        self._write("ledger", pool)
+        self.ledger[pool] = text
+
+
+def lending_world(fence=lambda: True) -> World:
+    spec = parse_fleet({
+        "environment": "t", "cluster": {"kind": "local"},
+        "pools": [{"name": "h100", "node_type": "x", "gpu_model": "H100", "nodes": 2, "spares": 2,
+                   "lending": {"spares": True, "spare_floor": 1, "borrowers": {"selector": {"app": "inference"}}}}],
+        "slurm": {"partitions": [{"name": "train", "pools": ["h100"]}]},
+    })
+    w = World(spec, fence)
+    kube = LendingKube(w.store)
+    kube.nodes, kube.pods = w.kube.nodes, w.kube.pods
+    w.kube = kube
+    w.runtime = w.make_runtime()
+    w.runtime.slurm = SlurmShim(w.slurm)
+    w.runtime.resync()  # what the run loop does first: it queues the lending pass
+    return w
+
+
+class SlurmShim:
+    """FakeSlurm with the two calls the lending pass makes (its `nodes` attribute is the node table)."""
+
+    def __init__(self, fake: FakeSlurm):
+        self.fake = fake
+
+    def __getattr__(self, name):
+        return getattr(self.fake, name)
+
+    def nodes(self):
+        self.fake._check("nodes")
+        return list(self.fake.nodes.values())
+
+    def pending_jobs(self):
+        self.fake._check("jobs")
+        return []
+
+
+def test_lending_is_fenced_and_lends_the_spare_beyond_the_floor_once_the_lease_is_held():
+    from reconciler.core import ledger
+
+    leading = {"yes": False}
+    w = lending_world(fence=lambda: leading["yes"])
+    w.run(seconds=3)
+    assert w.kube.calls == []  # no lend, no ledger write without the Lease
+    leading["yes"] = True
+    w.runtime.resync()
+    w.run(seconds=3)
+    assert [c for c in w.kube.calls if c[0] == "lend"] == [("lend", "h100-spare-1")]  # spare-0 is the floor
+    book = ledger.parse(w.kube.ledger["h100"], "h100")
+    assert [(x.node, x.kind) for x in book.loans if x.open] == [("h100-spare-1", "spare")]
+    assert (book.capacity.spares_lent, book.capacity.spares_unlent) == (1, 1)
+
+
+def test_a_ledger_the_api_could_not_take_is_written_on_a_later_pass_and_a_restart_keeps_the_loan():
+    from reconciler.core import ledger
+
+    w = lending_world()
+    w.kube.ledger = {}
+    original = w.kube.write_ledger
+    w.kube.write_ledger = lambda ns, pool, text: (_ for _ in ()).throw(TemporaryError("patch: timeout"))
+    w.run(seconds=3)
+    assert ("lend", "h100-spare-1") in w.kube.calls and w.kube.ledger == {}
+    w.kube.write_ledger = original
+    w.run(seconds=2)
+    assert ledger.parse(w.kube.ledger["h100"]).lent_nodes() == ("h100-spare-1",)
+    w.runtime = w.make_runtime()  # a restart: nothing in memory, the loan is on the node and in the ledger
+    w.runtime.slurm = SlurmShim(w.slurm)
+    w.runtime.resync()
+    w.run(seconds=3)
+    book = ledger.parse(w.kube.ledger["h100"])
+    assert [x.node for x in book.loans] == ["h100-spare-1"]  # one loan, not a second one
+    assert [c for c in w.kube.calls if c[0] == "lend"] == [("lend", "h100-spare-1")]  # not lent again
