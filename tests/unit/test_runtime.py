@@ -468,3 +468,32 @@ def test_a_node_that_joins_is_labelled_into_its_pool_and_a_gpu_node_of_no_pool_i
     assert labels.SPARE_TAINT in {t["key"] for t in w.kube.nodes["new-0"]["spec"]["taints"]}
     assert ("event", "NodeInNoPool") in w.kube.calls
     assert w.runtime.metrics.unlabelled._value.get() == 1
+
+
+def test_the_retention_pass_deletes_old_finished_records_and_keeps_recent_and_live_ones():
+    from reconciler.core.model import Record
+    from reconciler.runtime.controller import RETENTION
+
+    leading = [True]
+    w = World(fleet(record_retention_days=30), fence=lambda: leading[0])
+
+    def put(name, node, phase, days_ago):
+        at = T0 - timedelta(days=days_ago)
+        r = Record(name=name, node=node, pool="h100", xid=79, message="m", phase=phase, created=at,
+                   phase_times=((phase.value, at),))
+        w.store.objects[name] = json.dumps(to_object(r))
+
+    put("old-1", "h100-1", Phase.SUCCEEDED, 40)
+    put("old-2", "h100-2", Phase.FAILED, 31)
+    put("recent", "h100-3", Phase.SUCCEEDED, 2)
+    put("live", "h100-4", Phase.WAITING_FOR_SPARE, 60)
+    w.sync()
+    leading[0] = False  # a replica without the Lease deletes nothing
+    w.runtime.queue.add(RETENTION)
+    w.runtime.drain()
+    assert set(w.store.objects) == {"old-1", "old-2", "recent", "live"}
+    leading[0] = True
+    w.runtime.resync()  # queues the retention pass, as a new leader does
+    w.run(seconds=2)
+    assert set(w.store.objects) == {"recent", "live"}
+    assert {r.name for r in w.runtime.records.values()} == {"recent", "live"}
