@@ -142,10 +142,16 @@ class KubernetesSpares:
 
     def settle_capacity_requests(self) -> list[str]:
         """Delete the placeholder pods a joined node answered (membership made it a spare), and
-        mark that node, so one node answers one request; returns the settled requests."""
-        nodes = self.kube.list_nodes()[0]
+        mark that node, so one node answers one request; returns the settled requests.
+
+        Runs every membership pass, so it reads nodes only while a request is pending, and then only
+        those of the requests' pools: the informer's cache holds no node's creation time or
+        fulfils annotation, which settling reads."""
+        requests = self.capacity_requests()
+        if not requests:
+            return []
         done = []
-        for st in settle(self.capacity_requests(), nodes, CAPACITY_REQUEST):
+        for st in settle(requests, self._pool_nodes(requests), CAPACITY_REQUEST):
             self.kube.patch_node(st.node, {"metadata": {"annotations": {FULFILS: st.request}}})
             try:
                 _call(f"delete capacity request {st.request}", self.kube.core.delete_namespaced_pod, st.request,
@@ -156,6 +162,14 @@ class KubernetesSpares:
             log.info("capacity request %s answered by %s", st.request, st.node)
             done.append(st.request)
         return done
+
+    def _pool_nodes(self, requests: list[dict]) -> list[dict]:
+        pools = sorted({p for r in requests if (p := (r["metadata"].get("labels") or {}).get(CAPACITY_REQUEST))})
+        if not pools:
+            return []
+        data = _json(_call(f"list nodes of pools {', '.join(pools)}", self.kube.core.list_node,
+                           label_selector=f"{labels.POOL} in ({','.join(pools)})", _preload_content=False))
+        return data["items"]
 
     def membership_facts(self) -> MembershipFacts:
         return MembershipFacts()  # members are known by their labels (the pool's member_selector)
