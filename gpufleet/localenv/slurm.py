@@ -490,6 +490,9 @@ class LocalSlurm:
 
     def _daemons(self, with_nodes: bool = True) -> list[_Daemon]:
         conf = str(self.daemon_conf)  # they read it as slurm / slurmrest
+        # Their marker: the host path of slurm.conf, part of `conf` and of the path daemons started
+        # before DAEMON_VIEW were given, so an up() after an upgrade still finds (and restarts) those.
+        marker = str(self.conf_path)
         ds = [
             _Daemon("munged",
                     ["/usr/sbin/munged", "-F", "--force", f"--socket={self.munge_socket}",
@@ -501,12 +504,12 @@ class LocalSlurm:
                     str(self.munge_socket)),
             _Daemon("slurmctld", ["/usr/sbin/slurmctld", "-D", "-f", conf],
                     self.ctld_dir / "gpufleet.pid", (self.ctld_log, self.ctld_dir / "slurmctld.out"),
-                    conf, (("SLURM_CONF", conf),)),
+                    marker, (("SLURM_CONF", conf),)),
             _Daemon("slurmrestd",
                     ["/usr/sbin/slurmrestd", "-f", conf, "-u", REST_USER, "-g", REST_USER,
                      "-a", "rest_auth/jwt", f"127.0.0.1:{self.rest_port}"],
                     self.rest_dir / "gpufleet.pid", (self.rest_dir / "slurmrestd.out",),
-                    conf, (("SLURM_CONF", conf), ("SLURM_JWT", "daemon"))),
+                    marker, (("SLURM_CONF", conf), ("SLURM_JWT", "daemon"))),
         ]
         if with_nodes:
             ds += [self._slurmd(s) for s in self._specs() if s.wanted]
