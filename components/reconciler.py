@@ -68,7 +68,7 @@ def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [labels.GROUP], "resources": [remediation_crd.PLURAL],
-         "verbs": ["list", "watch", "create", "update"]},
+         "verbs": ["list", "watch", "create", "update", "delete"]},  # delete: retention of finished records
     ]
 
 

@@ -389,6 +389,9 @@ class HealingSpec(Strict):
     unhealthy_window_seconds: int = Field(900, ge=1)
     max_attempts_per_node: int = Field(2, ge=1, description="Remediations of one node within the window before it is quarantined for a human.")
     attempts_window_seconds: int = Field(86400, ge=60)
+    record_retention_days: int = Field(
+        30, ge=1, description="Finished remediation records older than this (and than the attempts and unhealthy "
+        "windows, which count them) are deleted.")
     retry_budget_seconds: int = Field(
         900, ge=10, le=86400,
         description="How long one step may keep failing on temporary errors (Slurm or API server down) before Failed.",

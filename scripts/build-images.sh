@@ -6,8 +6,8 @@
 #      ${GPUFLEET_IMAGES_CACHE:-~/.cache/gpufleet/images}/rootfs/, keyed by suite, packages and versions;
 #   2. that root committed with buildah as the base image (and as the pause image: `sleep infinity`);
 #   3. the gpufleet wheel and its dependencies (pip wheel, from PyPI through pip's cache);
-#   4. images/reconciler/Containerfile and images/agent/Containerfile built with buildah on that base
-#      (the same Containerfiles a user with a registry builds on the pinned Python base);
+#   4. the targets `reconciler` and `agent` of images/Containerfile built with buildah on that base
+#      (the same Containerfile a user with a registry builds on the pinned Python base);
 #   5. each image saved as an OCI archive to <cache>/<key>/, and its manifest digest recorded in
 #      <cache>/<key>/images.json, linked from .tools/images.json; the JSON is printed on stdout.
 # The local stack deploys the digests of .tools/images.json (infra/program.py); the local kubelet node
@@ -159,9 +159,9 @@ digest_of() { # oci-archive -> manifest digest containerd and podman see after a
 declare -A DIGEST
 for img in "${IMAGES[@]}"; do
   t0=$SECONDS
-  log "buildah bud images/$img/Containerfile (BASE=$BASE_REPO:$ROOTFS_KEY) ..."
+  log "buildah bud --target $img images/Containerfile (BASE=$BASE_REPO:$ROOTFS_KEY) ..."
   buildah bud -q --pull=never --layers=false --network=none --build-arg "BASE=$BASE_REPO:$ROOTFS_KEY" \
-    -f "$ROOT/images/$img/Containerfile" -t "localhost/gpufleet/$img:$KEY" "$ctx" >"$OUT/$img.build.log" 2>&1 \
+    --target "$img" -f "$ROOT/images/Containerfile" -t "localhost/gpufleet/$img:$KEY" "$ctx" >"$OUT/$img.build.log" 2>&1 \
     || { tail -30 "$OUT/$img.build.log" >&2; die "building the $img image failed; log: $OUT/$img.build.log"; }
   buildah push -q "localhost/gpufleet/$img:$KEY" "oci-archive:$OUT/$img.oci.tar:localhost/gpufleet/$img:$KEY" >/dev/null
   DIGEST[$img]="$(digest_of "$OUT/$img.oci.tar")"

@@ -11,9 +11,7 @@ developer's option) using the same code and the policy the stack rendered.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,8 +29,10 @@ from gpufleet.localenv.control_plane import DEFAULT_PORTS, LocalKube
 from gpufleet.localenv.node import SystemNodes
 from gpufleet.localenv.slinky_standin import NodeSetDef, StandInConfig
 from gpufleet.localenv.slurm import LocalSlurm, free_port_block
+from gpufleet.localenv.supervisor import Proc, Supervisor, SupervisorError
 
 SLURM_PORTS = {"ctld": 26817, "rest": 26820}
+RECONCILER, STANDIN = "reconciler", "slinky-standin"  # host processes: <root>/<name>.pid and .log
 KUBELET_FIRST_PORT = 20260  # kubelet, healthz, next node's kubelet, ... (the default environment)
 
 
@@ -64,10 +64,10 @@ class LocalEnv:
         # The pods on the kubelet nodes reach slurmrestd on their node's loopback, as the API server.
         self.nodes = SystemNodes(self.root / "nodes", self.kube, self.kubelet_nodes, self.bin_dir,
                                  progress=self.progress, relay_ports=(p["slurm_rest"],))
-        self.reconciler_pid = self.root / "reconciler.pid"
-        self.reconciler_log = self.root / "reconciler.log"
-        self.standin_pid = self.root / "slinky-standin.pid"
-        self.standin_log = self.root / "slinky-standin.log"
+        # The host processes of this module (pid files and logs in the environment's folder).
+        self.host = Supervisor(self.root, self.root, start_timeout=30.0, stop_timeout=10.0, progress=self.progress)
+        self.reconciler_log = self.host.log_path(RECONCILER)
+        self.standin_log = self.host.log_path(STANDIN)
         self.standin_config = self.root / "slinky-standin.json"
 
     def storage_paths(self) -> list[Path]:
@@ -215,65 +215,30 @@ class LocalEnv:
 
     def start_reconciler(self, policy: Path, extra_env: dict[str, str] | None = None,
                          metrics_port: int = 0) -> int:
-        """Start `gpufleet reconcile` in the background (idempotent)."""
-        pid = self._reconciler_running()
-        if pid:
-            return pid
+        """Start `gpufleet reconcile` in the background (idempotent); returns its pid."""
         argv = [sys.executable, "-m", "gpufleet", "reconcile", "--policy", str(policy),
                 "--kubeconfig", str(self.kube.kubeconfig_path), "--leader-elect",
                 "--metrics-port", str(metrics_port)]
         env = {**self.slurm.env(), **(extra_env or {}), "GPUFLEET_LOCAL_DIR": str(self.root)}
-        with open(self.reconciler_log, "ab") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
-        self.reconciler_pid.write_text(str(proc.pid))
-        self.progress(f"[local] reconciler started (pid {proc.pid}, log {self.reconciler_log})")
-        return proc.pid
-
-    def _reconciler_running(self) -> int | None:
-        try:
-            pid = int(self.reconciler_pid.read_text())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            return None
-        return pid if b"reconcile" in cmdline else None
+        return self._start_host(Proc(RECONCILER, argv, _up, env=env))
 
     def reconciler_running(self) -> bool:
-        return self._reconciler_running() is not None
+        return self.host.pid(RECONCILER) is not None
 
     def reconciler_log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.reconciler_log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return self.host.tail(RECONCILER, lines)
 
     def reconciler_status(self) -> str:
-        pid = self._reconciler_running()
-        return f"running (pid {pid})" if pid else "stopped"
+        return _state(self.host.pid(RECONCILER))
 
     def stop_reconciler(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-        pid = self._reconciler_running()
-        if not pid:
-            return
-        os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._reconciler_running():
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            time.sleep(0.1)
-        if self._reconciler_running():
-            os.kill(pid, signal.SIGKILL)
-        self.reconciler_pid.unlink(missing_ok=True)
+        """Stop it (SIGTERM, SIGKILL after `timeout`), or kill it at once with `sig=SIGKILL`."""
+        self.host.stop([RECONCILER], timeout, sig=sig)
 
     # --- the stand-in for Slinky's operator, as a host process ----------------------------------
 
     def start_standin(self) -> int:
-        """Start the Slinky stand-in in the background (idempotent)."""
-        pid = self._standin_running()
-        if pid:
-            return pid
+        """Start the Slinky stand-in in the background (idempotent); returns its pid."""
         slurm = self.slurm
         StandInConfig(
             kubeconfig=str(self.kube.kubeconfig_path), namespace=self.spec.slurm.namespace,
@@ -284,53 +249,35 @@ class LocalEnv:
                    "cluster_name": slurm.cluster_name},
         ).write(self.standin_config)
         argv = [sys.executable, "-m", "gpufleet.localenv.slinky_standin", "--config", str(self.standin_config)]
-        with open(self.standin_log, "ab") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                                    cwd=str(PROJECT_DIR))
-        self.standin_pid.write_text(str(proc.pid))
-        self._standin_proc = proc
-        self.progress(f"[local] slinky stand-in started (pid {proc.pid}, log {self.standin_log})")
-        return proc.pid
-
-    def _standin_running(self) -> int | None:
-        proc = getattr(self, "_standin_proc", None)
-        try:
-            pid = int(self.standin_pid.read_text())
-            if proc is not None and proc.pid == pid:
-                # Our child: trust poll() (right after exec its /proc cmdline can still be empty).
-                return pid if proc.poll() is None else None
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, ValueError, IndexError):
-            return None
-        ok = b"slinky_standin" in cmdline and str(self.standin_config).encode() in cmdline and state != "Z"
-        return pid if ok else None
+        return self._start_host(Proc(STANDIN, argv, _up, cwd=PROJECT_DIR))
 
     def standin_running(self) -> bool:
-        return self._standin_running() is not None
+        return self.host.pid(STANDIN) is not None
 
     def standin_status(self) -> str:
-        pid = self._standin_running()
-        return f"running (pid {pid})" if pid else "stopped"
+        return _state(self.host.pid(STANDIN))
 
     def standin_log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.standin_log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return self.host.tail(STANDIN, lines)
 
     def stop_standin(self, timeout: float = 10.0) -> None:
-        pid = self._standin_running()
-        if not pid:
-            return
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._standin_running():
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            time.sleep(0.1)
-        if self._standin_running():
-            os.kill(pid, signal.SIGKILL)
-        self.standin_pid.unlink(missing_ok=True)
+        """Stop the stand-in only: the slurmds it started run on, as NodeSet pods outlive the operator."""
+        self.host.stop([STANDIN], timeout, tree=False)
+
+    def _start_host(self, proc: Proc) -> int:
+        self.host.ensure([proc])
+        pid = self.host.pid(proc.name)
+        if pid is None:
+            raise SupervisorError(f"{proc.name} exited at once; last lines of {self.host.log_path(proc.name)}:\n"
+                                  f"{self.host.tail(proc.name)}")
+        return pid
+
+
+def _up() -> bool:
+    """Health of a host process with no endpoint of its own: it runs (the supervisor checks that);
+    its work is checked by what waits for it (wait_slurm_nodes, the reconciler's Lease)."""
+    return True
+
+
+def _state(pid: int | None) -> str:
+    return f"running (pid {pid})" if pid else "stopped"

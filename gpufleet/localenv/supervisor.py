@@ -174,9 +174,12 @@ class Supervisor:
                 time.sleep(0.2)
 
     # ------------------------------------------------------------------ stop
-    def stop(self, names: Sequence[str], timeout: float | None = None) -> None:
-        """SIGTERM each process tree together, wait, SIGKILL whatever of the trees is left after
-        ``timeout``; return when every process of the trees is gone. Idempotent."""
+    def stop(self, names: Sequence[str], timeout: float | None = None, *, sig: int = signal.SIGTERM,
+             tree: bool = True) -> None:
+        """Send ``sig`` (SIGTERM; SIGKILL to test a crash) to each process tree together, wait, SIGKILL
+        whatever of the trees is left after ``timeout``; return when every process of the trees is gone.
+        With ``tree=False`` only the process itself (and its process group) is stopped: what it started
+        in sessions of their own lives on. Idempotent."""
         timeout = self.stop_timeout if timeout is None else timeout
         t0 = time.monotonic()
         trees: dict[str, list[psutil.Process]] = {}
@@ -184,12 +187,12 @@ class Supervisor:
             p = self.process(name)
             if p is None:
                 continue
-            trees[name] = _tree(p)
-            _signal_tree(p, trees[name], signal.SIGTERM)
+            trees[name] = _tree(p) if tree else [p]
+            _signal_tree(p, trees[name], sig)
         killed: set[str] = set()
         while trees:
             for name, procs in list(trees.items()):
-                for q in procs:  # children forked after the first look join the tree
+                for q in procs if tree else ():  # children forked after the first look join the tree
                     if q.is_running():
                         procs.extend(c for c in _children(q) if c not in procs)
                 if not any(_running(q) for q in procs):

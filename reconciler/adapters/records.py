@@ -14,7 +14,7 @@ from kubernetes import client
 
 from fleetspec import labels, remediation_crd
 
-from reconciler.errors import PermanentError, TemporaryError
+from reconciler.errors import NotFound, PermanentError, TemporaryError
 from reconciler.adapters.kube import _call, _json
 from reconciler.core.model import Record
 from reconciler.core.observe import parse_time
@@ -107,6 +107,7 @@ def read(obj: dict[str, Any]) -> Record | Unreadable:
 class RecordStore(Protocol):
     def create(self, record: Record) -> bool: ...
     def update(self, record: Record) -> None: ...
+    def delete(self, record: Record) -> bool: ...
     def observe(self, obj: dict[str, Any]) -> Record | Unreadable: ...
 
 
@@ -149,6 +150,21 @@ class KubeRecordStore:
                           _preload_content=False))
         self._versions[record.name] = obj["metadata"]["resourceVersion"]
 
+    def delete(self, record: Record) -> bool:
+        """Delete a finished record (retention). Preconditioned on the last seen resourceVersion, so a
+        record changed since it was judged is not deleted (409). False when it was gone already."""
+        version = self._versions.get(record.name)
+        body = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(resource_version=version) if version else None)
+        try:
+            _call(f"delete remediation {record.name}", self.custom.delete_cluster_custom_object,
+                  *self._args, record.name, body=body)
+        except NotFound:
+            self._versions.pop(record.name, None)
+            return False
+        self._versions.pop(record.name, None)
+        return True
+
     def raw(self) -> list[dict[str, Any]]:
         return _json(_call("list remediations", self.custom.list_cluster_custom_object, *self._args,
                            _preload_content=False))["items"]
@@ -174,3 +190,6 @@ class MemoryRecordStore:
 
     def update(self, record: Record) -> None:
         self.objects[record.name] = json.dumps(to_object(record))
+
+    def delete(self, record: Record) -> bool:
+        return self.objects.pop(record.name, None) is not None

@@ -30,7 +30,7 @@ from reconciler.core.model import (
     Action, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, NodeView, PendingJob, ResumeSlurm, SlurmNodeView,
     StartReclaim,
 )
-from reconciler.core.decide import drained_for_lending
+from reconciler.core.decide import drained_by_gpufleet, drained_by_person, drained_for_lending
 from reconciler.core.ledger import Capacity
 
 RECHECK = 1.0  # seconds between lending passes (each asks Slurm for its nodes and its queue)
@@ -103,11 +103,13 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
 
     # Slurm nodes of the active, unlent nodes: which take jobs now, which are being drained for lending.
     free_active = [n for n in active if not n.on_loan]
-    # Slurm capacity a waiting job can count on: idle Slurm nodes, and those on their way back from a loan
-    # (still drained for lending: undone below while a job waits; or no NodeSet pod back yet). Without the
-    # latter, a job would take back a second loan while the first one returns.
+    # Slurm capacity a waiting job can count on: every Slurm node on a free active node that runs no job and
+    # that no person (or a fault) drained: idle ones, and those on their way back from a loan (still drained
+    # for lending, undone below while a job waits; DOWN by the operator's preStop; IDLE+NOT_RESPONDING while
+    # slurmd registers; or no NodeSet pod back yet). Without these, a job would take back a second loan while
+    # the first one returns.
     available = sum(1 for n in free_active for s in slurm_on.get(n.name, ())
-                    if (s.idle and s.takes_jobs) or (drained_for_lending(s) and not s.busy)) \
+                    if not s.busy and not drained_by_person(s) and not drained_by_gpufleet(s)) \
         + sum(1 for n in free_active if not slurm_on.get(n.name))
     size = sum(len(slurm_on.get(n.name, ())) for n in active) + len(lent_idle) + len(back_idle)
     want = demand_nodes(facts.pending, max(size, pool.nodes))

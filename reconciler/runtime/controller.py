@@ -40,6 +40,7 @@ from reconciler.core.observe import (
     borrower_views, evictable_views, membership_dict, node_view, opted_out_views, pod_view,
 )
 from reconciler.core.phases import Phase
+from reconciler.core.retention import expired_records
 from reconciler.adapters.providers import NodeProvider, reconcile_membership, slurm_call
 from reconciler.adapters.records import RecordStore, Unreadable
 from reconciler.adapters.slurm import SlurmClient, SlurmError
@@ -52,6 +53,8 @@ MEMBERSHIP_EVERY = 30.0
 LENDING = "lending:"  # the queue key of the lending pass over every pool
 LENDING_IDLE = 10.0  # no pool lends: look again this often (a spec that starts lending is a new deployment)
 LENDING_HOLD = 2.0  # a node a lending pass just changed is not chosen as a spare for this long (cache lag)
+RETENTION = "retention:"  # the queue key of the pass that deletes expired records (core/retention.py)
+RETENTION_EVERY, RETENTION_BATCH = 3600.0, 50
 UNSYNCED_RECHECK = 0.5
 
 
@@ -140,9 +143,10 @@ class Runtime:
                 self.queue.add(r.node)
 
     def resync(self) -> None:
-        """Queue every node that has a fault or a live record, the membership pass and the lending pass."""
+        """Queue every node that has a fault or a live record, and the membership, lending and retention passes."""
         self.queue.add(MEMBERSHIP)
         self.queue.add(LENDING)
+        self.queue.add(RETENTION)
         for n in self.nodes.values():
             if n.fault is not None or n.role == labels.ROLE_QUARANTINED:
                 self.queue.add(n.name)
@@ -160,6 +164,8 @@ class Runtime:
             return self._membership()
         if node == LENDING:
             return self._lending()
+        if node == RETENTION:
+            return self._retention()
         mine = self.records.by_index("node", node)
         bad = [r for r in mine if isinstance(r, Unreadable)]
         if bad:
@@ -295,6 +301,21 @@ class Runtime:
                 self.kube.event({"kind": "Node", "name": name, "apiVersion": "v1"}, "NodeInNoPool",
                                 "a GPU node no pool claims: gpufleet does not heal it", "Warning")
         return MEMBERSHIP_EVERY
+
+    def _retention(self) -> float:
+        """Delete finished records no rule reads any more, a batch per pass (each delete fenced)."""
+        self._fenced()
+        if self.dry_run:
+            return RETENTION_EVERY
+        expired = expired_records([r for r in self.records.values() if isinstance(r, Record)], self.nodes.values(),
+                                  self.spec.healing, {p.name for p in self.spec.pools}, self.clock())
+        for r in expired[:RETENTION_BATCH]:
+            self._fenced()
+            self.store.delete(r)
+            self.records.put(r.name, None)
+        if expired:
+            log.info("retention: deleted %d finished remediation records", min(len(expired), RETENTION_BATCH))
+        return 1.0 if len(expired) > RETENTION_BATCH else RETENTION_EVERY
 
     # --- observation ------------------------------------------------------------------------------------
 

@@ -75,3 +75,18 @@ def test_a_refill_is_a_capacity_request_and_the_joining_node_becomes_a_spare(kub
     provider.request_capacity("ks", "refill the spare used for ks-x", "ks-x-xid79-1")
     assert KubernetesSpares(kube, SPEC).settle_capacity_requests() == [pod.metadata.name]
     assert label_members().changes == ()
+
+    # Settling runs every membership pass: with no request pending it reads no node; with one, the nodes
+    # the runtime's cache passes in (no list either).
+    wait_for("the replayed placeholder gone", lambda: not core.list_namespaced_pod(
+        "gpufleet-ks", label_selector=CAPACITY_REQUEST).items, timeout=30)
+    selectors: list = []
+    list_node = kube.core.list_node
+    kube.core.list_node = lambda *a, **kw: selectors.append(kw.get("label_selector")) or list_node(*a, **kw)
+    assert provider.settle_capacity_requests() == [] and selectors == []
+    provider.request_capacity("ks", "refill the spare used for ks-y", "ks-y-xid79-2")
+    cached = kube.list_nodes()[0]  # what the runtime's informer holds
+    selectors.clear()
+    assert provider.settle_capacity_requests(cached) == []  # ks-b answered the first request already
+    assert selectors == []
+    core.delete_collection_namespaced_pod("gpufleet-ks", label_selector=CAPACITY_REQUEST, grace_period_seconds=0)

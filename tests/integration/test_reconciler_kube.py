@@ -326,3 +326,26 @@ def test_simultaneous_faults_get_distinct_spares(kube_cluster, api):
     assert sorted(r.replacement for r in done) == ["two-spare-0", "two-spare-1"]
     for spare, r in ((r.replacement, r) for r in done):
         assert kube.get_node(spare)["metadata"]["annotations"][labels.PROMOTED_FOR] == r.node
+
+
+def test_a_record_is_deleted_only_as_last_seen(api):
+    """Retention's delete (records.py): preconditioned on the resourceVersion the store last saw."""
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.core.model import Record
+    from reconciler.errors import TemporaryError
+
+    store, other = KubeRecordStore(api), KubeRecordStore(api)
+    r = Record(name="retention-itest", node="ret-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
+               created=datetime.now(timezone.utc))
+    assert store.create(r)
+    other.list()  # the second store saw this version
+    store.update(replace(r, reason="changed"))  # ... and then it changed
+    with pytest.raises(TemporaryError, match="409"):
+        other.delete(r)
+    assert "retention-itest" in {x.name for x in store.list()}
+    assert store.delete(r) is True
+    assert "retention-itest" not in {x.name for x in store.list()}
+    assert store.delete(r) is False  # gone already

@@ -95,6 +95,8 @@ CALLS = [
     Call(GROUP, PLURAL, "create", False, lambda a: client.CustomObjectsApi(a).create_cluster_custom_object(
         GROUP, VERSION, PLURAL, _remediation("rbac-existing"))),  # 409 after the first: allowed
     Call(GROUP, PLURAL, "update", False, _update_remediation),
+    Call(GROUP, PLURAL, "delete", False, lambda a: client.CustomObjectsApi(a).delete_cluster_custom_object(
+        GROUP, VERSION, PLURAL, "no-such-remediation")),  # 404: allowed (retention, records.py)
     Call("coordination.k8s.io", "leases", "get", True,
          lambda a: client.CoordinationV1Api(a).read_namespaced_lease("rbac-existing", NS)),
     Call("coordination.k8s.io", "leases", "create", True, lambda a: client.CoordinationV1Api(a).create_namespaced_lease(

@@ -297,3 +297,24 @@ def test_a_pending_job_takes_back_no_second_loan_while_the_first_comes_back(back
     assert ("StartReclaim", "kwok-h100-3") not in kinds(later)
     if back_as == "drained for lending":
         assert later.actions == (ResumeSlurm("h100-2"),)
+
+
+def test_a_node_back_from_its_loan_whose_slurmd_is_still_starting_counts_for_the_waiting_job():
+    """Its Slurm node is DOWN by the operator's preStop until its slurmd registers again: still on its way back."""
+    s = spec(n_spares=0, spare_floor=0)
+    job = PendingJob(9, ("train",), nodes=1, reason="Resources")
+    busy = [active(0), active(1)]
+    on = [(f"kwok-h100-{i}", (sl(f"h100-{i}", "ALLOCATED", busy_at=T0),)) for i in (0, 1)]
+    on.append(("kwok-h100-2", (sl("h100-3", "DOWN", reason="slurm-operator: Pod is terminating"),)))
+    plan = plan_lending(pool(busy + [active(2), lent(active(3), labels.LENT_IDLE)], on, pending=[job]), s, T0)
+    assert ("StartReclaim", "kwok-h100-3") not in kinds(plan)
+
+
+def test_a_slurmd_registering_again_after_a_loan_counts_for_the_waiting_job():
+    s = spec(n_spares=0, spare_floor=0)
+    job = PendingJob(9, ("train",), nodes=1, reason="Resources")
+    busy = [active(0), active(1)]
+    on = [(f"kwok-h100-{i}", (sl(f"h100-{i}", "ALLOCATED", busy_at=T0),)) for i in (0, 1)]
+    on.append(("kwok-h100-2", (sl("h100-3", "IDLE", "NOT_RESPONDING", "DYNAMIC_NORM"),)))
+    plan = plan_lending(pool(busy + [active(2), lent(active(3), labels.LENT_IDLE)], on, pending=[job]), s, T0)
+    assert ("StartReclaim", "kwok-h100-3") not in kinds(plan)

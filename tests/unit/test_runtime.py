@@ -567,3 +567,32 @@ def test_a_ledger_the_api_could_not_take_is_written_on_a_later_pass_and_a_restar
     book = ledger.parse(w.kube.ledger["h100"])
     assert [x.node for x in book.loans] == ["h100-spare-1"]  # one loan, not a second one
     assert [c for c in w.kube.calls if c[0] == "lend"] == [("lend", "h100-spare-1")]  # not lent again
+
+
+def test_the_retention_pass_deletes_old_finished_records_and_keeps_recent_and_live_ones():
+    from reconciler.core.model import Record
+    from reconciler.runtime.controller import RETENTION
+
+    leading = [True]
+    w = World(fleet(record_retention_days=30), fence=lambda: leading[0])
+
+    def put(name, node, phase, days_ago):
+        at = T0 - timedelta(days=days_ago)
+        r = Record(name=name, node=node, pool="h100", xid=79, message="m", phase=phase, created=at,
+                   phase_times=((phase.value, at),))
+        w.store.objects[name] = json.dumps(to_object(r))
+
+    put("old-1", "h100-1", Phase.SUCCEEDED, 40)
+    put("old-2", "h100-2", Phase.FAILED, 31)
+    put("recent", "h100-3", Phase.SUCCEEDED, 2)
+    put("live", "h100-4", Phase.WAITING_FOR_SPARE, 60)
+    w.sync()
+    leading[0] = False  # a replica without the Lease deletes nothing
+    w.runtime.queue.add(RETENTION)
+    w.runtime.drain()
+    assert set(w.store.objects) == {"old-1", "old-2", "recent", "live"}
+    leading[0] = True
+    w.runtime.resync()  # queues the retention pass, as a new leader does
+    w.run(seconds=2)
+    assert set(w.store.objects) == {"recent", "live"}
+    assert {r.name for r in w.runtime.records.values()} == {"recent", "live"}

@@ -84,6 +84,32 @@ def test_stop_waits_for_the_whole_tree_and_kills_what_ignores_term(sup):
     assert any("sending SIGKILL" in line for line in sup.lines)  # the grandchild ignored SIGTERM
 
 
+def test_stop_without_the_tree_leaves_what_the_process_started_in_its_own_session(sup):
+    """The Slinky stand-in's slurmds outlive it, as NodeSet pods outlive the operator."""
+    port = free_port()
+    sup.ensure([server(port, CHILD="1", DRAIN="0")])
+    root = psutil.Process(sup.pid("srv"))
+    time.sleep(0.3)
+    (child,) = root.children(recursive=True)
+    sup.stop(["srv"], tree=False)
+    try:
+        assert not root.is_running() or root.status() == psutil.STATUS_ZOMBIE
+        assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+        assert sup.pid("srv") is None
+    finally:
+        child.kill()
+
+
+def test_stop_with_sigkill_gives_no_time_to_clean_up(sup):
+    """A crash (the e2e test kills the reconciler mid-remediation): SIGKILL at once, no SIGTERM first."""
+    port = free_port()
+    sup.ensure([server(port, DRAIN="5")])
+    t0 = time.monotonic()
+    sup.stop(["srv"], sig=signal.SIGKILL)
+    assert time.monotonic() - t0 < 2  # a SIGTERM would have drained for 5 s
+    assert sup.pid("srv") is None and not listening(port)
+
+
 def test_up_after_a_stop_from_elsewhere_waits_for_the_old_process(sup):
     """Issue 14.6: a component SIGTERMed by someone else is still shutting down when up() runs; up() must
     wait for it to be gone and start a new one, not report it as 'exited during start-up'."""
