@@ -82,8 +82,7 @@ def test_lending_through_the_pods(local_pods):
 
     from gpufleet.lending_demo import show_lending
 
-    local_pods.env.wait_slurm_nodes()
-    local_pods.wait_ready()
+    local_pods.wait_ready()  # (no wait for every Slurm node: the idle L40S one may be lent already)
     kube = Kube(local_pods.env.kube.api_client())
     alive = lambda: any(p["ready"] for p in local_pods.pods())  # noqa: E731
     lines: list[str] = []
@@ -151,7 +150,7 @@ def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_g
     from reconciler.adapters.kube import Kube
     from reconciler.core.phases import Phase
 
-    local_pods.env.wait_slurm_nodes()
+    local_pods.env.wait_slurm_nodes(["h100-0", "h100-1"])  # the L40S pool lends its idle node: not waited for
     pods = local_pods.wait_ready()
     first = next(p for p in pods if p["leader"])
     core = local_pods.env.kube.core_v1()
