@@ -189,10 +189,9 @@ class Runtime:
         self.records.put(d.record.name, d.record)
         log.info("remediation started", extra=self._ctx(d.record))
         self.metrics.started.labels(d.record.pool, str(d.record.xid)).inc()
-        delay = self._advance(d.record, now)  # contain at once: the cordon is the first step ...
-        moved = self.records.get(d.record.name)
-        if delay == 0.0 and isinstance(moved, Record) and moved.phase is Phase.SLURM_DRAINING:
-            return self._advance(moved, self.clock())  # ... and the drain in Slurm, in the same reconcile
+        delay = self._advance(d.record, now)  # contain at once: the cordon is the first step
+        if delay == 0.0:
+            self.queue.add(node, soon=True)  # the drain in Slurm next: after new faults, before later steps
         return delay
 
     def _advance(self, record: Record, now: datetime) -> float | None:
