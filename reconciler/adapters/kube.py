@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import threading
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
@@ -62,9 +65,13 @@ def keep_connections(api: client.ApiClient, connections: int) -> None:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient, connections: int = CONNECTIONS):
+    def __init__(self, api: client.ApiClient, connections: int = CONNECTIONS, background_events: bool = False):
+        """`background_events`: Events (best effort) are sent by one thread of their own, in order, so a
+        worker does not wait for them (the reconciler; `flush_events` before exit)."""
         self.api = api
         keep_connections(api, connections)
+        self._events: queue.Queue | None = queue.Queue(maxsize=10_000) if background_events else None
+        self._sender: threading.Thread | None = None
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -239,7 +246,36 @@ class Kube:
             "involvedObject": involved, "reason": reason, "message": message[:1000], "type": type_,
             "source": {"component": "gpufleet-reconciler"}, "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
         }
+        if self._events is not None:
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._send_events, name="events", daemon=True)
+                self._sender.start()
+            try:
+                self._events.put_nowait((namespace, body))
+                return
+            except queue.Full:
+                pass  # the sender is far behind (the API server is): this one waits its turn here
+        self._post_event(namespace, body)
+
+    def _post_event(self, namespace: str, body: dict) -> None:
         try:
             _call("create event", self.core.create_namespaced_event, namespace, body, _preload_content=False)
         except (TemporaryError, PermanentError) as e:
             log.warning("event not recorded: %s", e)
+
+    def _send_events(self) -> None:
+        while True:
+            namespace, body = self._events.get()  # type: ignore[union-attr]
+            try:
+                self._post_event(namespace, body)
+            finally:
+                self._events.task_done()  # type: ignore[union-attr]
+
+    def flush_events(self, timeout: float = 5.0) -> bool:
+        """Wait (up to `timeout`) until the queued Events are sent; True when none is left."""
+        if self._events is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while self._events.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self._events.unfinished_tasks
