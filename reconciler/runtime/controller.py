@@ -438,7 +438,9 @@ class Runtime:
         for reason in ("TooManyUnhealthy", "MaxConcurrent", "HealingDisabled"):
             self.metrics.held.labels(reason).set(held.get(reason, 0))
         with self._admission:
-            pools = {r.pool for r in records if r.phase is Phase.HELD and "unhealthy" in r.held}
+            # with the steps being applied: a gate pages before its first Held record is persisted
+            now = [r for r in self.records.values() if isinstance(r, Record)] + list(self._applying.values())
+            pools = {r.pool for r in now if r.phase is Phase.HELD and "unhealthy" in r.held}
             self._paged = {k for k in self._paged if not k.startswith("TooManyUnhealthy:") or k.split(":", 1)[1] in pools}
 
     def _report_unreadable(self, node: str, bad: list[Unreadable]) -> None:
