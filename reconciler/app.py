@@ -68,7 +68,7 @@ class Manager:
         try:
             self.runtime.run(self.stop, leading)
         finally:
-            self.runtime.kube.flush_events()  # the Events still queued (best effort, bounded)
+            self.runtime.kube.flush_events(10.0)  # the Events still queued (best effort, bounded)
             if self.elector:
                 self.elector.stop()  # releases the Lease: the next leader starts at once
             if server:
