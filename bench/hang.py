@@ -137,7 +137,8 @@ def run(env, root: Path, a) -> dict:
         finally:
             rec.stop()
             watcher.close()
-        held = list(link.held)
+        held = [(path, at, next((h[2] for h in link.held if h[0] == path and h[1] == at), None))
+                for path, at in link.holding]  # a hold may outlast the run: it was begun, that is what counts
     rows = []
     t0 = min(at.values())
     for n in victims:
@@ -154,7 +155,7 @@ def run(env, root: Path, a) -> dict:
         })
     others = [x for x in rows if not x["hung"]]
     mine = next(x for x in rows if x["hung"])
-    hold_end = max((h[1] + h[2] for h in held), default=None)
+    hold_end = max((h[1] + (h[2] if h[2] is not None else a.hang) for h in held), default=None)
     return {
         "faults": a.faults, "hang_s": a.hang, "hang_calls": a.hang_calls, "hung_node": hung, "rows": rows,
         "held": [{"call": h[0], "began_after_s": h[1] - t0, "held_s": h[2]} for h in held],
@@ -167,7 +168,9 @@ def run(env, root: Path, a) -> dict:
 
 
 def result_tables(res: dict) -> list[Table]:
-    held = "; ".join(f"{h['call']} held {h['held_s']:.1f}s from {h['began_after_s']:.2f}s" for h in res["held"])
+    held = "; ".join(f"{h['call']} held " + (f"{h['held_s']:.1f}s" if h["held_s"] is not None else
+                                               f"{res['hang_s']:.0f}s (still held when the run ended)")
+                     + f" from {h['began_after_s']:.2f}s" for h in res["held"])
     return [
         Table(f"Hang: {res['faults']} faults at once; the first {res['hang_calls']} Slurm call(s) naming one node's "
               f"Slurm node hang {res['hang_s']:.0f}s ({machine()}; load {res['load']:.2f})",
