@@ -22,6 +22,7 @@ class SlowLink:
         self.upstream, self.hang_nodes, self.hang_seconds = upstream.rstrip("/"), hang_nodes, hang_seconds
         self.hang_calls = hang_calls
         self.held: list[tuple[str, float, float]] = []  # (path, wall time the hold began, seconds held)
+        self.holding: list[tuple[str, float]] = []  # (path, wall time) of every hold as it begins
         self.passed: list[tuple[str, float]] = []  # (path, wall time) of every call forwarded at once
         self._lock = threading.Lock()
         self._holding = 0
@@ -47,6 +48,7 @@ class SlowLink:
             def _forward(self):
                 if hold(self.path):
                     t0, at = time.monotonic(), time.time()
+                    link.holding.append((f"{self.command} {self.path}", at))
                     time.sleep(link.hang_seconds)
                     link.held.append((f"{self.command} {self.path}", at, time.monotonic() - t0))
                 else:

@@ -48,13 +48,35 @@ def spec_for(faults: int):
                       "drain_timeout_seconds": 30, "max_attempts_per_node": 1000})
 
 
-def slurm_name(kube, node: str) -> str:
-    """The Slurm node of the NodeSet pod on `node` (its hostname label)."""
-    for p in kube.pods_on_node(node):
-        name = (p["metadata"].get("labels") or {}).get(labels.SLINKY_POD_HOSTNAME)
-        if name and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            return name
-    raise RuntimeError(f"no NodeSet pod on {node}")
+def start_standin_for_the_spec(env) -> None:
+    """The Slinky stand-in, acting on the spec's NodeSets (there is no stack here to declare the
+    NodeSet resources it would otherwise wait for), as a process of its own like the operator."""
+    import subprocess
+    from dataclasses import asdict
+
+    from gpufleet.localenv.slinky_standin import StandInConfig
+
+    env.stop_standin()
+    cfg = StandInConfig.read(env.standin_config)
+    StandInConfig(cfg.kubeconfig, cfg.namespace, [asdict(ns) for ns in env.nodesets()], cfg.slurm).write(env.standin_config)
+    with open(env.standin_log, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "gpufleet.localenv.slinky_standin", "--config",
+                                 str(env.standin_config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]))
+    env.standin_pid.write_text(str(proc.pid))  # env.down() stops it
+    env._standin_proc = proc
+
+
+def slurm_names(api, namespace: str) -> dict[str, str]:
+    """Kubernetes node -> the Slurm node of the NodeSet pod running on it (its hostname label)."""
+    from kubernetes import client
+
+    out = {}
+    for p in client.CoreV1Api(api).list_namespaced_pod(namespace).items:
+        name = (p.metadata.labels or {}).get(labels.SLINKY_POD_HOSTNAME)
+        if name and p.spec.node_name and p.status.phase not in ("Succeeded", "Failed"):
+            out[p.spec.node_name] = name
+    return out
 
 
 def inject(kubeconfig: Path, nodes: list[str]) -> dict[str, float]:
@@ -84,8 +106,10 @@ def run(env, root: Path, a) -> dict:
     spec = spec_for(a.faults)
     api = env.kube.api_client()
     kube, store = Kube(api), KubeRecordStore(api)
-    victims = spec.pools[0].node_names()
-    names = {n: slurm_name(kube, n) for n in victims}
+    names = slurm_names(api, spec.slurm.namespace)
+    victims = sorted(names, key=lambda n: names[n])  # every node running a Slurm node of the pool
+    if len(victims) < a.faults:
+        raise RuntimeError(f"only {len(victims)} nodes run a NodeSet pod: {names}")
     hung = victims[0]
     policy = write_policy(spec, root / "policy.json")
     log = root / "reconciler-hang.log"
@@ -113,7 +137,8 @@ def run(env, root: Path, a) -> dict:
         finally:
             rec.stop()
             watcher.close()
-        held = list(link.held)
+        held = [(path, at, next((h[2] for h in link.held if h[0] == path and h[1] == at), None))
+                for path, at in link.holding]  # a hold may outlast the run: it was begun, that is what counts
     rows = []
     t0 = min(at.values())
     for n in victims:
@@ -130,7 +155,7 @@ def run(env, root: Path, a) -> dict:
         })
     others = [x for x in rows if not x["hung"]]
     mine = next(x for x in rows if x["hung"])
-    hold_end = max((h[1] + h[2] for h in held), default=None)
+    hold_end = max((h[1] + (h[2] if h[2] is not None else a.hang) for h in held), default=None)
     return {
         "faults": a.faults, "hang_s": a.hang, "hang_calls": a.hang_calls, "hung_node": hung, "rows": rows,
         "held": [{"call": h[0], "began_after_s": h[1] - t0, "held_s": h[2]} for h in held],
@@ -143,15 +168,20 @@ def run(env, root: Path, a) -> dict:
 
 
 def result_tables(res: dict) -> list[Table]:
-    held = "; ".join(f"{h['call']} held {h['held_s']:.1f}s from {h['began_after_s']:.2f}s" for h in res["held"])
+    held = "; ".join(f"{h['call']} held " + (f"{h['held_s']:.1f}s" if h["held_s"] is not None else
+                                               f"{res['hang_s']:.0f}s (still held when the run ended)")
+                     + f" from {h['began_after_s']:.2f}s" for h in res["held"])
     return [
         Table(f"Hang: {res['faults']} faults at once; the first {res['hang_calls']} Slurm call(s) naming one node's "
               f"Slurm node hang {res['hang_s']:.0f}s ({machine()}; load {res['load']:.2f})",
-              ["node", "Slurm node", "its call hangs", "outcome", "cordoned s", "Slurm drained s", "healed s",
-               "retries", "last error"],
+              ["node", "Slurm node", "its call hangs", "outcome", "cordoned s", "Slurm drained s", "drain step s",
+               "healed s"],
               [[r["node"], r["slurm_node"], "yes" if r["hung"] else "", r["outcome"], r["cordoned"], r["slurm_drained"],
-                r["healed"], r["retries"], r["last_error"][:80]] for r in res["rows"]],
+                r["drain_step"], r["healed"]] for r in res["rows"]],
               [f"held at the link: {held or 'nothing'}",
+               "Slurm drained: slurmctld set the node DRAIN (its log); with Slinky the operator (here its stand-in) "
+               "drains a cordoned node's Slurm node itself. drain step: the record entered Checkpointing (the "
+               "reconciler's Slurm step, which reads the node from slurmrestd first, done).",
                f"the other {res['faults'] - 1} nodes: healed P50 {res['others_healed_p50']:.2f}s, max "
                f"{res['others_healed_max']:.2f}s; {res['others_healed_during_hold']} of them healed while the hung "
                f"call was still held; the hung node healed after {res['hung_healed']:.2f}s"]),
@@ -185,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         say("local environment up (control plane, kwok nodes, Slurm with slurmrestd) ...")
         env.up()
         install_crd_and_namespace(env.kube.api_client(), spec.healing.reconciler.namespace)
-        env.wait_slurm_nodes()
+        start_standin_for_the_spec(env)
+        env.wait_slurm_nodes(timeout=300)
         res = run(env, root, a)
         say(f"others healed P50 {res['others_healed_p50']:.2f}s max {res['others_healed_max']:.2f}s; "
             f"hung node healed {res['hung_healed']:.2f}s")

@@ -72,7 +72,8 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
     port = free_port()
     release_lease(api)
     t0 = time.monotonic()
-    rec = HostReconciler(kube.kubeconfig_path, policy, log, slurm="none", metrics_port=port, local_dir=root)
+    rec = HostReconciler(kube.kubeconfig_path, policy, log, slurm="none", metrics_port=port, local_dir=root,
+                         count_calls=root / f"calls-{n}.json")
     try:
         wait_leading(log, 60)
         wait_for(lambda: rec.check() or rec.metric("gpufleet_nodes_watched") == total, 300,
@@ -107,6 +108,7 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
         step = max(1, len(active) // a.faults)
         victims = active[::step][:a.faults]
         reacts = []
+        calls0 = rec.calls()
         for v in victims:
             watcher.arm()
             cpu0 = proc_cpu_seconds(rec.pid)
@@ -129,6 +131,8 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
                 f"{r.phase.value} {row['succeeded']:.3f}s; reconciler CPU {row['cpu_ms']:.0f} ms (load {load():.2f})")
             time.sleep(a.pause)
         rss_end = proc_rss_kib(rec.pid)
+        time.sleep(1.2)  # the call counts are written every second
+        calls = {k: v - calls0.get(k, 0) for k, v in rec.calls().items() if v - calls0.get(k, 0) > 0}
         relists = sum(1 for line in log.read_text(errors="replace").splitlines() if "listing again" in line)
         lived = time.monotonic() - t0
         reaction = rec.metric("gpufleet_reaction_seconds_sum"), rec.metric("gpufleet_reaction_seconds_count")
@@ -144,6 +148,7 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
         "cpu_ms_mean": sum(x["cpu_ms"] for x in reacts) / len(reacts),
         "reaction_mean": (reaction[0] / reaction[1]) if reaction[1] else None, "faults": reacts,
         "relists": relists, "lived_s": lived,
+        "calls_per_fault": sum(calls.values()) / len(reacts), "calls": calls,
     }
 
 
@@ -151,17 +156,21 @@ def result_tables(results: list[dict], a) -> list[Table]:
     return [
         Table(f"Reconciler at scale ({machine()}; window {a.window:.0f}s at rest; {a.faults} single faults per size)",
               ["nodes", "watched", "startup s", "RSS MiB", "KiB/node", "CPU at rest %", "fault->record med/max s",
-               "fault->cordon med/max s", "fault->Succeeded med s", "CPU ms/fault", "relists", "load"],
+               "fault->cordon med/max s", "fault->Succeeded med s", "CPU ms/fault", "API calls/fault", "relists",
+               "load"],
               [[r["nodes"], f"{r['total_nodes']} ({r['ready_nodes']} Ready)", r["startup_s"], r["rss_rest_mib"],
                 None if i == 0 else (r["rss_rest_mib"] - results[0]["rss_rest_mib"]) * 1024
                 / max(1, r["total_nodes"] - results[0]["total_nodes"]),
                 r["rest_cpu_pct"], f"{r['record_med']:.3f} / {r['record_max']:.3f}",
                 f"{r['cordon_med']:.3f} / {r['cordon_max']:.3f}", r["succeeded_med"], r["cpu_ms_mean"],
+                r.get("calls_per_fault"),
                 f"{r['relists']} in {r['lived_s']:.0f}s", r["load"]]
                for i, r in enumerate(results)],
               ["KiB/node: extra resident memory per extra node, against the smallest fleet.",
                "CPU ms/fault: the reconciler's utime+stime from the fault to Succeeded, less its rate at rest "
                "(mean of the faults; /proc ticks are 10 ms).",
+               "API calls/fault: the reconciler's API server calls from the first fault to the last one's end "
+               "(bench/_count_calls.py), per fault; the membership passes and Lease renewals meanwhile included.",
                "relists: the node watch failed and listed every node again (log 'listing again') over the "
                "reconciler's life."]),
         Table("Control plane CPU over the same window (% of one core), for context:",

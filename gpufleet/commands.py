@@ -69,6 +69,7 @@ def reconcile(
     if once:
         rec.sync()
         rec.runtime.drain()
+        rec.runtime.kube.flush_events()
         return
 
     def stop(*_):

@@ -68,6 +68,7 @@ class Manager:
         try:
             self.runtime.run(self.stop, leading)
         finally:
+            self.runtime.kube.flush_events(10.0)  # the Events still queued (best effort, bounded)
             if self.elector:
                 self.elector.stop()  # releases the Lease: the next leader starts at once
             if server:
@@ -76,7 +77,7 @@ class Manager:
 
 def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, namespace: str | None = None,
           leader_elect: bool = False, dry_run: bool = False, aws_session=None) -> Manager:
-    kube = Kube(api)
+    kube = Kube(api, background_events=True)  # a worker does not wait for an Event
     metrics = Metrics()
     stop = threading.Event()
     namespace = namespace or spec.healing.reconciler.namespace

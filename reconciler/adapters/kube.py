@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import threading
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
@@ -21,6 +24,7 @@ from reconciler.errors import PermanentError, TemporaryError, classify_api_statu
 
 log = logging.getLogger(__name__)
 TIMEOUT = 20  # seconds for any single API call
+EVENT_SENDERS = 4  # threads sending the reconciler's Events; one object's Events all go through one of them
 # Connections kept open to the API server: every worker, each informer's watch and the Lease renewal
 # hold one at once. The client's default (5 per core) is smaller than that, and a connection returned
 # to a full pool is dropped, so the next call pays a new TCP and TLS handshake on both ends.
@@ -62,9 +66,15 @@ def keep_connections(api: client.ApiClient, connections: int) -> None:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient, connections: int = CONNECTIONS):
+    def __init__(self, api: client.ApiClient, connections: int = CONNECTIONS, background_events: bool = False):
+        """`background_events`: Events (best effort) are sent by threads of their own, each object's in
+        order, so a worker does not wait for them (the reconciler; `flush_events` before exit)."""
         self.api = api
         keep_connections(api, connections)
+        self._events: list[queue.Queue] = [queue.Queue(maxsize=2_500) for _ in range(EVENT_SENDERS)] \
+            if background_events else []
+        self._senders_started = False
+        self._senders_lock = threading.Lock()
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -317,7 +327,36 @@ class Kube:
             "involvedObject": involved, "reason": reason, "message": message[:1000], "type": type_,
             "source": {"component": "gpufleet-reconciler"}, "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
         }
+        if self._events:
+            with self._senders_lock:
+                if not self._senders_started:
+                    for i, q in enumerate(self._events):
+                        threading.Thread(target=self._send_events, args=(q,), name=f"events-{i}", daemon=True).start()
+                    self._senders_started = True
+            try:
+                self._events[hash(involved["name"]) % len(self._events)].put_nowait((namespace, body))
+                return
+            except queue.Full:
+                pass  # the senders are far behind (the API server is): this one waits its turn here
+        self._post_event(namespace, body)
+
+    def _post_event(self, namespace: str, body: dict) -> None:
         try:
             _call("create event", self.core.create_namespaced_event, namespace, body, _preload_content=False)
         except (TemporaryError, PermanentError) as e:
             log.warning("event not recorded: %s", e)
+
+    def _send_events(self, q: queue.Queue) -> None:
+        while True:
+            namespace, body = q.get()
+            try:
+                self._post_event(namespace, body)
+            finally:
+                q.task_done()
+
+    def flush_events(self, timeout: float = 5.0) -> bool:
+        """Wait (up to `timeout`) until the queued Events are sent; True when none is left."""
+        deadline = time.monotonic() + timeout
+        while any(q.unfinished_tasks for q in self._events) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not any(q.unfinished_tasks for q in self._events)

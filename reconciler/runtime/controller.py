@@ -207,10 +207,9 @@ class Runtime:
         self.records.put(d.record.name, d.record)
         log.info("remediation started", extra=self._ctx(d.record))
         self.metrics.started.labels(d.record.pool, str(d.record.xid)).inc()
-        delay = self._advance(d.record, now)  # contain at once: the cordon is the first step ...
-        moved = self.records.get(d.record.name)
-        if delay == 0.0 and isinstance(moved, Record) and moved.phase is Phase.SLURM_DRAINING:
-            return self._advance(moved, self.clock())  # ... and the drain in Slurm, in the same reconcile
+        delay = self._advance(d.record, now)  # contain at once: the cordon is the first step
+        if delay == 0.0:
+            self.queue.add(node, soon=True)  # the drain in Slurm next: after new faults, before later steps
         return delay
 
     def _advance(self, record: Record, now: datetime) -> float | None:
@@ -643,7 +642,9 @@ class Runtime:
         for reason in ("TooManyUnhealthy", "MaxConcurrent", "HealingDisabled"):
             self.metrics.held.labels(reason).set(held.get(reason, 0))
         with self._admission:
-            pools = {r.pool for r in records if r.phase is Phase.HELD and r.held_reason == "TooManyUnhealthy"}
+            # with the steps being applied: a gate pages before its first Held record is persisted
+            now = [r for r in self.records.values() if isinstance(r, Record)] + list(self._applying.values())
+            pools = {r.pool for r in now if r.phase is Phase.HELD and r.held_reason == "TooManyUnhealthy"}
             self._paged = {k for k in self._paged if not k.startswith("TooManyUnhealthy:") or k.split(":", 1)[1] in pools}
 
     def _report_unreadable(self, node: str, bad: list[Unreadable]) -> None:

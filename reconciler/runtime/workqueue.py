@@ -1,7 +1,8 @@
 """A work queue keyed by node, as controller-runtime's: de-duplicated, one worker per key at a time,
 delayed re-adds, and per-key exponential backoff for failures that the record cannot hold.
 
-    add(key)            queue it (a key queued or being processed is queued once); front=True: next in line
+    add(key)            queue it (a key queued or being processed is queued once); front=True: next in line;
+                        soon=True: after the front ones, before the rest (a node's next containment step)
     add_after(key, s)   queue it in s seconds (the earliest wins)
     add_failed(key)     queue it after this key's own backoff (0.05 s doubling, capped)
     get() -> key        block until a key is due; it is then "processing" until done(key)
@@ -25,7 +26,10 @@ class WorkQueue:
         self.clock = clock
         self.base_delay, self.max_delay = base_delay, max_delay
         self._cond = threading.Condition()
-        self._queue: deque[Hashable] = deque()
+        self._front: deque[Hashable] = deque()  # new faults, newest first
+        self._soon: deque[Hashable] = deque()   # containment follow-ups, in order
+        self._queue: deque[Hashable] = deque()  # everything else, in order
+        self._tier: dict[Hashable, int] = {}    # dirty key -> 0 front, 1 soon, 2 the rest
         self._dirty: set[Hashable] = set()
         self._processing: set[Hashable] = set()
         self._delayed: list[tuple[float, int, Hashable]] = []
@@ -36,22 +40,32 @@ class WorkQueue:
 
     # --- adding ----------------------------------------------------------------------------------
 
-    def add(self, key: Hashable, front: bool = False) -> None:
+    def add(self, key: Hashable, front: bool = False, soon: bool = False) -> None:
         with self._cond:
-            self._add(key, front)
+            self._add(key, 0 if front else 1 if soon else 2)
 
-    def _add(self, key: Hashable, front: bool = False) -> None:
+    def _lines(self) -> tuple[deque[Hashable], deque[Hashable], deque[Hashable]]:
+        return self._front, self._soon, self._queue
+
+    def _enqueue(self, key: Hashable, tier: int) -> None:
+        (self._front.appendleft if tier == 0 else self._lines()[tier].append)(key)
+        self._cond.notify()
+
+    def _add(self, key: Hashable, tier: int = 2) -> None:
         if self._shutdown:
             return
         if key in self._dirty:
-            if front and key not in self._processing:
-                self._queue.remove(key)  # already waiting: move it up
-                self._queue.appendleft(key)
+            was = self._tier.get(key, 2)
+            if tier < was or tier == 0:
+                self._tier[key] = tier
+                if key not in self._processing:
+                    self._lines()[was].remove(key)  # already waiting: move it up
+                    self._enqueue(key, tier)
             return
         self._dirty.add(key)
+        self._tier[key] = tier
         if key not in self._processing:
-            (self._queue.appendleft if front else self._queue.append)(key)
-            self._cond.notify()
+            self._enqueue(key, tier)
 
     def add_after(self, key: Hashable, delay: float) -> None:
         if delay <= 0:
@@ -105,10 +119,12 @@ class WorkQueue:
                 if self._shutdown:
                     raise ShutDown()
                 wait = self._promote_due()
-                if self._queue:
-                    key = self._queue.popleft()
+                line = next((q for q in self._lines() if q), None)
+                if line is not None:
+                    key = line.popleft()
                     self._processing.add(key)
                     self._dirty.discard(key)
+                    self._tier.pop(key, None)
                     return key
                 if deadline is not None:
                     left = deadline - time.monotonic()
@@ -121,8 +137,7 @@ class WorkQueue:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty:
-                self._queue.append(key)
-                self._cond.notify()
+                self._enqueue(key, self._tier.get(key, 2))
 
     def shut_down(self) -> None:
         with self._cond:
@@ -134,10 +149,12 @@ class WorkQueue:
     def __len__(self) -> int:
         with self._cond:
             self._promote_due()
-            return len(self._queue)
+            return sum(len(q) for q in self._lines())
 
     def next_due(self) -> float | None:
         """Seconds until the next delayed key (None: none), for drivers that step the queue by hand."""
         with self._cond:
             self._promote_due()
-            return 0.0 if self._queue else (min(self._due.values()) - self.clock() if self._due else None)
+            if any(self._lines()):
+                return 0.0
+            return min(self._due.values()) - self.clock() if self._due else None

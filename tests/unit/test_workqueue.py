@@ -51,3 +51,26 @@ def test_a_new_fault_goes_to_the_front():
     q.add("c", front=True)
     q.add("d", front=True)
     assert [q.get(timeout=0) for _ in range(4)] == ["d", "c", "a", "b"]
+
+
+def test_a_containment_step_comes_after_new_faults_and_before_the_rest():
+    q = WorkQueue()
+    for k in ("a", "b"):
+        q.add(k)
+    q.add("s1", soon=True)
+    q.add("f", front=True)
+    q.add("s2", soon=True)
+    q.add("b", soon=True)  # already waiting: moved up to the containment line
+    q.add("s1")  # a later plain add does not move it back
+    assert [q.get(timeout=0) for _ in range(5)] == ["f", "s1", "s2", "b", "a"]
+
+
+def test_a_key_added_soon_while_processing_comes_back_soon():
+    q = WorkQueue()
+    q.add("x")
+    assert q.get(timeout=0) == "x"
+    q.add("x", soon=True)  # asked for while its reconcile runs
+    q.add("x")  # the reconcile's own requeue (delay 0)
+    q.add("y")
+    q.done("x")
+    assert [q.get(timeout=0) for _ in range(2)] == ["x", "y"]
