@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from .base import Rule
-from .k8s import UNKNOWN, Resource, config, dig, plain, report
+from .k8s import UNKNOWN, Resource, config, dig, report
 from .spares import is_pool_capacity
 
 HEALING = "healing-enabled"
@@ -108,9 +108,7 @@ def check_stack(resources: list[Resource], cfg: dict[str, Any]) -> list[tuple[Re
 
 
 def validate_stack(args: Any, report_violation) -> None:
-    resources = [Resource(r.resource_type, plain(r.props) or {}, getattr(r, "urn", "") or "",
-                          getattr(r, "name", "") or "") for r in args.resources]
-    for res, msg in check_stack(resources, config(args, DEPLOYED_SCHEMA)):
+    for res, msg in check_stack(Resource.all_of(args), config(args, DEPLOYED_SCHEMA)):
         report(report_violation, res, msg)
 
 

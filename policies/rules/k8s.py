@@ -101,6 +101,11 @@ class Resource:
         return cls(args.resource_type, plain(args.props) or {}, getattr(args, "urn", "") or "",
                    getattr(args, "name", "") or "")
 
+    @classmethod
+    def all_of(cls, args: Any) -> list["Resource"]:
+        """Every resource of a stack-scoped policy's arguments."""
+        return [cls.of(r) for r in args.resources]
+
     @property
     def is_k8s(self) -> bool:
         return self.resource_type.startswith(K8S_PREFIX) and not self.resource_type.startswith("pulumi:")

@@ -13,7 +13,7 @@ from typing import Any
 
 from .base import Rule
 from .healing import is_policy
-from .k8s import UNKNOWN, Resource, config, dig, plain, report
+from .k8s import UNKNOWN, Resource, config, dig, report
 
 NAME = "lending-safe"
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
@@ -97,9 +97,7 @@ def check_stack(resources: list[Resource], cfg: dict[str, Any]) -> list[tuple[Re
 
 
 def validate(args: Any, report_violation) -> None:
-    resources = [Resource(r.resource_type, plain(r.props) or {}, getattr(r, "urn", "") or "",
-                          getattr(r, "name", "") or "") for r in args.resources]
-    for res, msg in check_stack(resources, config(args, SCHEMA)):
+    for res, msg in check_stack(Resource.all_of(args), config(args, SCHEMA)):
         report(report_violation, res, msg)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Rule
-from .k8s import UNKNOWN, Resource, as_dict, as_list, config, dig, plain, report
+from .k8s import UNKNOWN, Resource, as_dict, as_list, config, dig, report
 
 COMPLETE = "slinky-resources-complete"
 WIRING = "reconciler-wiring"
@@ -32,8 +32,7 @@ WIRING_SCHEMA: dict[str, dict] = {
 
 
 def _resources(args: Any) -> list[Resource]:
-    return [Resource(r.resource_type, plain(r.props) or {}, getattr(r, "urn", "") or "", getattr(r, "name", "") or "")
-            for r in args.resources]
+    return Resource.all_of(args)
 
 
 def _missing(value: Any) -> bool:
