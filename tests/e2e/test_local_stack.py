@@ -87,9 +87,11 @@ def _wait(fn, timeout=120, what="condition"):
 def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):
     spec, env, stack = local
     kube = Kube(env.kube.api_client())
+    # the unlent spares (the pool lends its spare beyond the floor; a fault takes an unlent one first)
     spare_before = sorted(n["metadata"]["name"] for n in kube.list_nodes()[0]
                           if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_SPARE
-                          and n["metadata"]["labels"].get(labels.POOL) == "h100")
+                          and n["metadata"]["labels"].get(labels.POOL) == "h100"
+                          and labels.LENT not in n["metadata"]["labels"])
     assert spare_before, "the pool's spare was refilled after the first remediation"
     # an active node of the pool (which one the demo's fault left active depends on where its pods landed)
     victim = sorted(n["metadata"]["name"] for n in kube.list_nodes()[0]
@@ -120,6 +122,11 @@ def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):
 def test_opt_out_label_means_nothing_is_replaced(local):
     spec, env, stack = local
     core = client.CoreV1Api(env.kube.api_client())
+    # The L40S pool lends its node while Slurm leaves it idle: a job on it takes it back (and keeps it), so
+    # its NodeSet pod runs there when the fault comes.
+    job = env.slurm.sbatch("--partition=infer", "--nodes=1", "--requeue", "--wrap", "sleep 900")
+    _wait(lambda: "RUNNING" in env.slurm.run(["squeue", "-h", "-j", str(job), "-o", "%T"]).stdout,
+          what="a job running on the L40S node")
     core.create_namespaced_pod("default", {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "debug-session", "labels": {labels.DEFAULT_OPT_OUT: "true"},
