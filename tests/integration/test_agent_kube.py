@@ -17,25 +17,10 @@ from fleetspec import labels
 from gpufleet.waiting import wait_for
 from reconciler.adapters.kube import Kube
 from reconciler.agent.sightings import Cursor
+from tests.fixtures.kmsg import XID48, XID79, Kmsg
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
-XID48 = "NVRM: Xid (PCI:0000:3b:00): 48, pid=77, DBE (double bit error) ECC error detected."
-
-
-class Kmsg:
-    """A kernel log file in /dev/kmsg's format, numbered as the kernel numbers its records."""
-
-    def __init__(self, path: Path):
-        self.path, self.seq = path, 100
-        path.write_text("")
-
-    def write(self, *texts: str) -> None:
-        with open(self.path, "a") as f:
-            for t in texts:
-                self.seq += 1
-                f.write(f"4,{self.seq},{self.seq * 1000},-;{t}\n")
 
 
 class AgentProcess:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import threading
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,10 +14,9 @@ from fleetspec import labels
 from reconciler.agent.daemon import Agent, AgentFailed, KernelLog
 from reconciler.errors import NotFound, PermanentError, TemporaryError
 from reconciler.agent.sightings import Cursor
+from tests.fixtures.kmsg import XID48, XID79, Kmsg
 
 NODE = "gpu-0"
-XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
-XID48 = "NVRM: Xid (PCI:0000:3b:00): 48, pid=77, DBE (double bit error) ECC error detected."
 XID13 = "NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp Exception"
 
 
@@ -63,20 +61,6 @@ class FakeKube:
 
     def cursor(self, name: str = NODE) -> Cursor | None:
         return Cursor.parse(self.nodes[name]["metadata"]["annotations"].get(labels.KMSG_REPORTED))
-
-
-class Kmsg:
-    """A kernel log file in /dev/kmsg's format, numbered as the kernel numbers its records."""
-
-    def __init__(self, path: Path):
-        self.path, self.seq = path, 100
-        path.write_text("")
-
-    def write(self, *texts: str) -> None:
-        with open(self.path, "a") as f:
-            for t in texts:
-                self.seq += 1
-                f.write(f"4,{self.seq},{self.seq * 1000},-;{t}\n")
 
 
 class FakeSleep:
