@@ -94,16 +94,21 @@ def replace_step(provider, spare: str, bad: str, pool: str, key: str) -> None:
     provider.request_capacity(pool, f"refill the spare used for {bad}", key)
 
 
-def test_one_instance_per_fault_through_the_whole_chain(kube_cluster, aws):
-    asg, pool = "gpu-itest-quarantine", "awsq"
-    make_group(aws, asg, desired=3, max_size=4)
-    spec = spec_for(pool, asg, "quarantine")
+def joined_group(kube_cluster, aws, asg: str, pool: str, on_fault: str, max_size: int):
+    """A group of 3 instances whose nodes have joined the cluster, the pool's provider, the instance ids."""
+    make_group(aws, asg, desired=3, max_size=max_size)
+    spec = spec_for(pool, asg, on_fault)
     api = kube_cluster.api_client()
     core, kube = client.CoreV1Api(api), Kube(api)
     _, ids = group(aws, asg)
     for i, iid in enumerate(ids):
         join(core, f"{pool}-n{i}", iid)
-    provider = AwsAsgProvider(kube, spec, None, session=aws)
+    return spec, core, kube, AwsAsgProvider(kube, spec, None, session=aws), ids
+
+
+def test_one_instance_per_fault_through_the_whole_chain(kube_cluster, aws):
+    asg, pool = "gpu-itest-quarantine", "awsq"
+    spec, core, kube, provider, ids = joined_group(kube_cluster, aws, asg, pool, "quarantine", max_size=4)
 
     # Membership: the group's instances become the pool's, 2 active then 1 spare with its taint.
     label_members(kube, provider, spec)
@@ -161,14 +166,8 @@ def test_one_instance_per_fault_through_the_whole_chain(kube_cluster, aws):
 
 def test_terminate_mode_decrements_then_refills(kube_cluster, aws):
     asg, pool = "gpu-itest-terminate", "awst"
-    make_group(aws, asg, desired=3, max_size=3)  # at MaxSize from the start: a replacement still fits
-    spec = spec_for(pool, asg, "terminate")
-    api = kube_cluster.api_client()
-    core, kube = client.CoreV1Api(api), Kube(api)
-    _, ids = group(aws, asg)
-    for i, iid in enumerate(ids):
-        join(core, f"{pool}-n{i}", iid)
-    provider = AwsAsgProvider(kube, spec, None, session=aws)
+    # at MaxSize from the start: a replacement still fits
+    spec, core, kube, provider, _ = joined_group(kube_cluster, aws, asg, pool, "terminate", max_size=3)
     label_members(kube, provider, spec)
     got = roles(core, pool)
     spare = next(n for n, r in got.items() if r == "spare")
