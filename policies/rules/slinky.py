@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Rule
+from .healing import RECONCILER
 from .k8s import UNKNOWN, Resource, as_dict, as_list, config, dig, report
 
 COMPLETE = "slinky-resources-complete"
 WIRING = "reconciler-wiring"
-RECONCILER = "gpufleet-reconciler"
 CHECKSUM = "gpufleet.io/config-checksum"
 IRSA = "eks.amazonaws.com/role-arn"
 
