@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Iterable, Sequence
 
 from fleetspec import FleetSpec, labels, xids
+from fleetspec.models import LendingSpec, NodePool
 
 from reconciler.core.model import (
     Action, Admission, Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Gate, NodeView, Notify, PromoteSpare,
@@ -310,19 +311,25 @@ def eligible_spares(facts: RecordFacts) -> tuple[str, ...]:
     return tuple(sorted(ok, key=lambda s: (s in lent, s)))
 
 
+def evict_borrowers(node: str, since: datetime, pool: NodePool, now: datetime) -> EvictBorrowers:
+    """The borrowers of a node being taken back since `since`: evicted with the pool's reclaim grace (the
+    spec's default when the pool lends no more), deleted once it has passed. Healing and lending alike."""
+    lending = pool.lending
+    grace = lending.reclaim_grace_seconds if lending else LendingSpec.model_fields["reclaim_grace_seconds"].default
+    return EvictBorrowers(node, grace, force=now >= since + timedelta(seconds=grace))
+
+
 def _reclaim_replacement(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime) -> Step:
     """The chosen spare is on loan: take it back (within the pool's reclaim grace, then by force) before it
     is promoted. The record notes when this began, so the delay shows in it and survives a restart."""
     spare = record.replacement or ""
-    lending = spec.pool(record.pool).lending
-    grace = lending.reclaim_grace_seconds if lending else 30
     if record.reclaim_started is None:
         return Step((StartReclaim(spare, f"a fault on {record.node} needs it"),),
                     replace(record, reclaim_started=now), recheck_after=0)
-    forced = now >= record.reclaim_started + timedelta(seconds=grace)
-    step = Step((EvictBorrowers(spare, grace, force=forced),), recheck_after=0.5)
-    note = f"; the borrowers on {spare} outlasted the {grace}s reclaim grace and were deleted"
-    if forced and note not in record.reason:
+    evict = evict_borrowers(spare, record.reclaim_started, spec.pool(record.pool), now)
+    step = Step((evict,), recheck_after=0.5)
+    note = f"; the borrowers on {spare} outlasted the {evict.grace_seconds}s reclaim grace and were deleted"
+    if evict.force and note not in record.reason:
         return replace(step, record=replace(record, reason=record.reason + note))
     return step
 

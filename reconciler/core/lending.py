@@ -27,10 +27,10 @@ from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
 
 from reconciler.core.model import (
-    Action, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, NodeView, PendingJob, ResumeSlurm, SlurmNodeView,
+    Action, DrainSlurm, EndLoan, EvictPods, Lend, NodeView, PendingJob, ResumeSlurm, SlurmNodeView,
     StartReclaim,
 )
-from reconciler.core.decide import drained_by_gpufleet, drained_by_person, drained_for_lending
+from reconciler.core.decide import drained_by_gpufleet, drained_by_person, drained_for_lending, evict_borrowers
 from reconciler.core.ledger import Capacity
 
 RECHECK = 1.0  # seconds between lending passes (each asks Slurm for its nodes and its queue)
@@ -145,14 +145,11 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
               f"{want} node(s) asked for by pending Slurm jobs, {available} idle")
 
     # 3. Reclaims in progress: evict within the grace, then force; when nobody is left, end the loan.
-    grace = lending.reclaim_grace_seconds if lending else 30
     for n in back_spares + back_idle:
-        left = borrowers.get(n.name, ())
-        if not left:
+        if not borrowers.get(n.name):
             actions.append(EndLoan(n.name, back_to_spare=n.is_spare))
             continue
-        force = now >= n.reclaiming + timedelta(seconds=grace)
-        actions.append(EvictBorrowers(n.name, grace, force=force))
+        actions.append(evict_borrowers(n.name, n.reclaiming, pool, now))
         recheck = RECLAIM_RECHECK
 
     # 4. Lend. Spares beyond the floor; none while a remediation waits for one.
