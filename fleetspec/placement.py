@@ -8,6 +8,10 @@ from . import labels
 from .models import NodePool
 
 
+# The taint that keeps everything off a spare until it is promoted (or lent: reconciler/core/lending.py).
+SPARE_TAINT = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
+
+
 def node_labels(pool: NodePool, role: str) -> dict[str, str]:
     """Labels a node of this pool carries in a role (active, spare, quarantined)."""
     out = {
@@ -26,7 +30,7 @@ def node_taints(pool: NodePool, role: str) -> list[dict[str, str]]:
     """The pool's taints; a spare also carries the spare taint, so nothing lands on it until promoted."""
     taints = [t.model_dump() for t in pool.taints]
     if role == labels.ROLE_SPARE:
-        taints.append({"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"})
+        taints.append(dict(SPARE_TAINT))
     return taints
 
 

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from fleetspec import labels, remediation_crd
+from fleetspec.placement import SPARE_TAINT
 
 from reconciler.errors import PermanentError, TemporaryError, classify_api_status
 
@@ -210,8 +211,6 @@ class Kube:
 
     def end_loan(self, name: str, back_to_spare: bool) -> dict:
         """The lending taint off, the loan's marks gone; a spare gets its spare taint back."""
-        from reconciler.adapters.providers import SPARE_TAINT
-
         def mutate(node: dict) -> bool:
             meta, spec = node["metadata"], node.setdefault("spec", {})
             have, ann = meta.get("labels") or {}, meta.get("annotations") or {}

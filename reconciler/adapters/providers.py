@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
-from fleetspec.placement import worker_tolerations
+from fleetspec.placement import SPARE_TAINT, worker_tolerations
 
 from reconciler.adapters.aws_errors import typed
 from reconciler.errors import PermanentError, TemporaryError
@@ -33,7 +33,6 @@ from reconciler.adapters.slurm import SlurmClient, SlurmError
 
 log = logging.getLogger(__name__)
 
-SPARE_TAINT = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
 CAPACITY_REQUEST = f"{labels.GROUP}/capacity-request"  # label on placeholder pods: the pool
 REQUEST_KEY = f"{labels.GROUP}/request-key"             # annotation: the remediation that asked
 QUARANTINED_TAG = f"{labels.GROUP}/quarantined"         # EC2 tag on an instance kept for a human
