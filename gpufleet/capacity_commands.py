@@ -89,25 +89,24 @@ def _node_gpus(node: dict, default: int) -> int:
 
 
 def count_nodes(spec: FleetSpec, nodes: list[dict]) -> dict[str, PoolRow]:
-    """Per pool of the spec, what the Nodes alone show (busy and idle unknown)."""
-    counts = {p.name: {"active_lent": 0, "spares_lent": 0, "spares_unlent": 0, "quarantined": 0, "gpus_lent": 0}
-              for p in spec.pools}
+    """Per pool of the spec, what the Nodes alone show, counted as the reconciler counts them
+    (`reconciler.core.lending.capacity`); busy and idle need Slurm, so they stay unknown."""
+    from dataclasses import replace
+
+    from reconciler.core.lending import PoolFacts, capacity
+    from reconciler.core.observe import node_view
+
+    views: dict[str, list] = {p.name: [] for p in spec.pools}
     for node in nodes:
-        lab = (node.get("metadata") or {}).get("labels") or {}
-        pool = lab.get(labels.POOL)
-        if pool not in counts:
-            continue
-        c, role, lent = counts[pool], lab.get(labels.ROLE), labels.LENT in lab
-        if role == labels.ROLE_QUARANTINED:
-            c["quarantined"] += 1
-            continue
-        if role == labels.ROLE_SPARE:
-            c["spares_lent" if lent else "spares_unlent"] += 1
-        elif role == labels.ROLE_ACTIVE and lent:
-            c["active_lent"] += 1
-        if lent and role in (labels.ROLE_SPARE, labels.ROLE_ACTIVE):
-            c["gpus_lent"] += _node_gpus(node, spec.pool(pool).gpus_per_node)
-    return {name: PoolRow(name, "nodes", None, None, None, gpu_hours_lent=None, **c) for name, c in counts.items()}
+        v = node_view(node, spec.healing.condition_types)
+        if v.pool in views:
+            views[v.pool].append(replace(v, gpus=_node_gpus(node, spec.pool(v.pool).gpus_per_node)))
+    rows = {}
+    for name, pool_views in views.items():
+        c = capacity(PoolFacts(name, tuple(pool_views)))
+        rows[name] = PoolRow(name, "nodes", None, None, None, c.active_lent, c.spares_lent, c.spares_unlent,
+                             c.quarantined, c.gpus_lent, gpu_hours_lent=None)
+    return rows
 
 
 def from_ledger(pool: str, ledger: L.PoolLedger, now: datetime, window: timedelta) -> PoolRow:
