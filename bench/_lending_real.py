@@ -134,7 +134,7 @@ def reclaim_round(w: Bench) -> dict:
     w.inference(3)
     w.until("three borrowers running", lambda: sorted(n for n in w.borrowers().values() if n)
             == sorted([*lt.ACTIVE, "kwok-lend-spare-1"]), 90)
-    jid = w.slurm.sbatch("-p", lt.PARTITION, "-N", "1", "--wrap", "sleep 600")
+    jid = w.slurm.sbatch("-p", lt.PARTITION, "-N", "1", "--output=/dev/null", "--wrap", "sleep 600")
     t0, t_wall = time.monotonic(), time.time()
     taken = None
     while time.monotonic() - t0 < 120:

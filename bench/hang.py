@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     exit_on_sigterm, teardown,
     HostReconciler, NodeWatcher, Output, Table, add_json_option, free_port, install_crd_and_namespace, load, machine,
-    make_spec, pct, pool_doc, release_lease, say, wait_for, wait_leading, write_policy,
+    make_spec, pct, pool_doc, release_lease, say, wait_for, wait_leading, write_policy, start_standin_for_the_spec,
 )
 from _slow_link import SlowLink  # noqa: E402
 from time_to_heal import slurm_state_times  # noqa: E402
@@ -46,25 +46,6 @@ def spec_for(faults: int):
     return make_spec([pool_doc(POOL, nodes=faults, spares=faults, provider="local")],
                      {"grace_period_seconds": 0, "max_concurrent": 1000, "max_unhealthy_fraction": 1.0,
                       "drain_timeout_seconds": 30, "max_attempts_per_node": 1000})
-
-
-def start_standin_for_the_spec(env) -> None:
-    """The Slinky stand-in, acting on the spec's NodeSets (there is no stack here to declare the
-    NodeSet resources it would otherwise wait for), as a process of its own like the operator."""
-    import subprocess
-    from dataclasses import asdict
-
-    from gpufleet.localenv.slinky_standin import StandInConfig
-
-    env.stop_standin()
-    cfg = StandInConfig.read(env.standin_config)
-    StandInConfig(cfg.kubeconfig, cfg.namespace, [asdict(ns) for ns in env.nodesets()], cfg.slurm).write(env.standin_config)
-    with open(env.standin_log, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "gpufleet.localenv.slinky_standin", "--config",
-                                 str(env.standin_config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]))
-    env.standin_pid.write_text(str(proc.pid))  # env.down() stops it
-    env._standin_proc = proc
 
 
 def slurm_names(api, namespace: str) -> dict[str, str]:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     exit_on_sigterm, teardown,
     NodeWatcher, Output, Table, add_json_option, install_crd_and_namespace, load, machine, make_spec, pct, pool_doc,
-    release_lease, say, wait_for, wait_leading, write_policy,
+    release_lease, say, wait_for, wait_leading, write_policy, start_standin_for_the_spec,
 )
 
 from fleetspec import labels  # noqa: E402
@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         say("local environment up (control plane, kwok nodes, Slurm) ...")
         env.up()
+        start_standin_for_the_spec(env)  # no stack here declares the NodeSets
+        env.wait_slurm_nodes(timeout=300)
         api = env.kube.api_client()
         install_crd_and_namespace(api, spec.healing.reconciler.namespace)
         kube, store = Kube(api), KubeRecordStore(api)

@@ -7,7 +7,9 @@ borrowers evicted first). Each step prints what happened and how long it took.
 """
 from __future__ import annotations
 
+import shutil
 import time
+from pathlib import Path
 from typing import Callable
 
 from fleetspec import labels
@@ -65,6 +67,37 @@ def inference_deployment(pool: NodePool, replicas: int) -> dict:
                                            "containers": [{"name": "serve", "image": "registry.example/vllm:0.6",
                                                            "resources": {"limits": {
                                                                "nvidia.com/gpu": str(pool.gpus_per_node)}}}]}}}}
+
+
+ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                   "DEADLINE", "PREEMPTED"})
+
+
+def job_running(env: LocalEnv, job: int) -> str | None:
+    """The job's nodes while it runs; None while it waits. A job that ended is an error (waiting on would
+    only time out)."""
+    got = env.slurm.run(["squeue", "-h", "-t", "all", "-j", str(job), "-o", "%T %N"]).stdout.split()
+    if got and got[0] in ENDED:
+        raise RuntimeError(f"job {job} ended {got[0]} while it was expected to run")
+    return got[1] if got and got[0] == "RUNNING" else None
+
+
+def state_of(env: LocalEnv, kube, pool: NodePool, partition: str, job: int | None) -> str:
+    """What a timed-out step leaves to look at: the job and its reason, the partition's Slurm nodes, the
+    pool's Kubernetes nodes as lending marks them, and the last lines the reconciler's pods logged."""
+    lines = []
+    if job is not None:
+        lines.append("squeue: " + env.slurm.run(["squeue", "-h", "-t", "all", "-j", str(job), "-o", "%T %r %D %N"]).stdout.strip())
+    lines.append("sinfo:\n" + env.slurm.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %T %E"]).stdout.rstrip())
+    for n in kube.core.list_node(label_selector=f"{labels.POOL}={pool.name}").items:
+        marks = {k: v for k, v in {**(n.metadata.labels or {}), **(n.metadata.annotations or {})}.items()
+                 if k.startswith("gpufleet.io/")}
+        taints = [t.key for t in n.spec.taints or []]
+        lines.append(f"node {n.metadata.name}: unschedulable={bool(n.spec.unschedulable)} taints={taints} {marks}")
+    for log in sorted(env.root.glob("nodes/*/pod-logs/*gpufleet-reconciler*/*/*.log")):
+        tail = log.read_text(errors="replace").splitlines()[-25:]
+        lines.append(f"{log.parent.parent.name}:\n  " + "\n  ".join(tail))
+    return "\n".join(lines)
 
 
 def run_lending_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, timeout: float = 180,
@@ -139,17 +172,17 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
         part = next(x for x in spec.slurm.partitions if idle_pool.name in x.pools)
         out(f"[6/{total}] a training job arrives: sbatch --partition={part.name} --nodes={idle_pool.nodes}")
         storage = spec.checkpoint_storage
-        from pathlib import Path
         run_dir = Path(storage.host_path if storage and storage.host_path else env.root / "checkpoints") / "lend-run"
-        run_dir.mkdir(parents=True, exist_ok=True)
+        # A fresh run: the storage outlives environments, and a finished run's checkpoint would end the
+        # job at once (it resumes from it), before anyone saw it running.
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
         t0 = time.monotonic()
-        job = submit_training(env, part.name, idle_pool.nodes, run_dir, steps=100)
+        job = submit_training(env, part.name, idle_pool.nodes, run_dir)  # ~15 s: still running at step 7's fault
+        running = lambda: job_running(env, job)  # noqa: E731
 
-        def running() -> str | None:
-            got = env.slurm.run(["squeue", "-h", "-j", str(job), "-o", "%T %N"]).stdout.split()
-            return got[1] if got and got[0] == "RUNNING" else None
-
-        nodes = wait_for("the job to run on its nodes, taken back", running, timeout)
+        nodes = wait_for("the job to run on its nodes, taken back", running, timeout,
+                         explain=lambda: state_of(env, kube, idle_pool, part.name, job))
         took = time.monotonic() - t0
         figures["pending_to_running_seconds"] = took
         back = [e for e in core.list_namespaced_event("default").items if e.reason == "Reclaimed"]
@@ -185,7 +218,8 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
         if job is not None and record.jobs:
             from gpufleet.demo import kube_node_of
 
-            again = wait_for("the requeued job to run again", running, timeout)
+            again = wait_for("the requeued job to run again", running, timeout,
+                             explain=lambda: state_of(env, kube, spare_pool, part.name, job))
             out(f"      job {job} running again on Slurm node {again} (Kubernetes node "
                 f"{kube_node_of(kube, spec.slurm.namespace, again)}) {time.time() - fault_at:.1f}s after the fault")
     else:

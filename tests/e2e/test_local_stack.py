@@ -124,7 +124,7 @@ def test_opt_out_label_means_nothing_is_replaced(local):
     core = client.CoreV1Api(env.kube.api_client())
     # The L40S pool lends its node while Slurm leaves it idle: a job on it takes it back (and keeps it), so
     # its NodeSet pod runs there when the fault comes.
-    job = env.slurm.sbatch("--partition=infer", "--nodes=1", "--requeue", "--wrap", "sleep 900")
+    job = env.slurm.sbatch("--partition=infer", "--nodes=1", "--requeue", "--output=/dev/null", "--wrap", "sleep 900")
     _wait(lambda: "RUNNING" in env.slurm.run(["squeue", "-h", "-j", str(job), "-o", "%T"]).stdout,
           what="a job running on the L40S node")
     core.create_namespaced_pod("default", {

@@ -92,6 +92,7 @@ def test_lending_through_the_pods(local_pods):
     assert "kwok-h100-spare-0" not in text.split("[5/7]")[0]  # the floor: never lent
     assert figures["pending_to_running_seconds"] < 120
     assert "Succeeded: kwok-l40s-spare-0 replaces kwok-l40s-0" in text and "waited" in text, text
+    assert "running again on Slurm node" in text and "(Kubernetes node kwok-l40s-spare-0)" in text, text
     data = kube.core.read_namespaced_config_map("gpufleet-lending", local_pods.namespace).data
     books = ledger.parse_data(data)
     assert {x.node for x in books["l40s"].loans} >= {"kwok-l40s-0", "kwok-l40s-spare-0"}

@@ -233,7 +233,7 @@ def test_a_pending_job_takes_an_idle_node_back_and_starts_on_it(world):
     w.inference(3)
     w.until("three borrowers running on the lent nodes",
             lambda: sorted(n for n in w.borrowers().values() if n) == sorted([*ACTIVE, "kwok-lend-spare-1"]))
-    jid = w.slurm.sbatch("-p", PARTITION, "-N", "1", "--wrap", "sleep 600")
+    jid = w.slurm.sbatch("-p", PARTITION, "-N", "1", "--output=/dev/null", "--wrap", "sleep 600")
     started = time.monotonic()
 
     def running():
