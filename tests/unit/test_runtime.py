@@ -470,6 +470,25 @@ def test_a_node_that_joins_is_labelled_into_its_pool_and_a_gpu_node_of_no_pool_i
     assert w.runtime.metrics.unlabelled._value.get() == 1
 
 
+def test_own_relabels_queue_no_membership_pass_a_joining_node_does():
+    """Promote and quarantine relabel members (a pass reads every node: at 10,000 nodes the costliest
+    part of a heal); a node that joins is placed within seconds."""
+    w = World(fleet(grace_period_seconds=0))
+    w.run(seconds=1)
+    passes = []
+    membership = w.runtime._membership
+    w.runtime._membership = lambda: passes.append(w.clock.now) or membership()
+    w.fault("h100-3")
+    w.run(seconds=10)
+    assert w.record("h100-3").phase in (Phase.RESUMING, Phase.SUCCEEDED)
+    assert w.kube.nodes["h100-spare-0"]["metadata"]["labels"][labels.ROLE] == labels.ROLE_ACTIVE  # relabelled
+    assert passes == []
+    w.kube.nodes["new-0"] = w._ready({"metadata": {"name": "new-0", "labels": {}}, "spec": {},
+                                      "status": {"capacity": {"nvidia.com/gpu": "8"}}})
+    w.run(seconds=2)
+    assert len(passes) == 1
+
+
 # --- lending through the same queue and fence ------------------------------------------------------------
 
 class LendingKube(FakeKube):
