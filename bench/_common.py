@@ -632,16 +632,5 @@ def teardown(stop: Callable[[], None], root: Path, keep: bool, own_root: bool, w
 def start_standin_for_the_spec(env) -> None:
     """The Slinky stand-in, acting on the spec's NodeSets (there is no stack here to declare the
     NodeSet resources it would otherwise wait for), as a process of its own like the operator."""
-    from dataclasses import asdict
-
-    from gpufleet.localenv.slinky_standin import StandInConfig
-
     env.stop_standin()
-    cfg = StandInConfig.read(env.standin_config)
-    StandInConfig(cfg.kubeconfig, cfg.namespace, [asdict(ns) for ns in env.nodesets()], cfg.slurm).write(env.standin_config)
-    with open(env.standin_log, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "gpufleet.localenv.slinky_standin", "--config",
-                                 str(env.standin_config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=str(REPO))
-    env.standin_pid.write_text(str(proc.pid))  # env.down() stops it
-    env._standin_proc = proc
+    env.start_standin(env.nodesets())

@@ -14,7 +14,7 @@ import json
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -237,12 +237,13 @@ class LocalEnv:
 
     # --- the stand-in for Slinky's operator, as a host process ----------------------------------
 
-    def start_standin(self) -> int:
-        """Start the Slinky stand-in in the background (idempotent); returns its pid."""
+    def start_standin(self, nodesets: list[NodeSetDef] | None = None) -> int:
+        """Start the Slinky stand-in in the background (idempotent); returns its pid. It acts on the
+        NodeSet resources the stack applies, or on `nodesets` (benchmarks that run no stack)."""
         slurm = self.slurm
         StandInConfig(
             kubeconfig=str(self.kube.kubeconfig_path), namespace=self.spec.slurm.namespace,
-            nodesets=None,  # the NodeSet resources the stack applies
+            nodesets=None if nodesets is None else [asdict(ns) for ns in nodesets],
             slurm={"workdir": str(slurm.workdir), "partitions": slurm.partitions, "root": str(slurm.root),
                    "binds": [str(b) for b in slurm.binds], "ctld_port": slurm.ctld_port, "rest_port": slurm.rest_port,
                    "cpus_per_node": slurm.cpus_per_node, "real_memory_mb": slurm.real_memory_mb,
