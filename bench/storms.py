@@ -173,7 +173,7 @@ def kube_unschedulable(api, node: str) -> bool:
 
 
 def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
-    """The same storm under the prod stack's policy (max_concurrent 4, brake above 10 %): every fault
+    """The same storm under the prod stack's policy (max_concurrent 4, brake above 10 %, admission hold): every fault
     must be contained (cordoned) at once, none replaced, one page."""
     from reconciler.adapters.records import KubeRecordStore
 
@@ -182,7 +182,8 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
 
     prod = load_stack_file(stack_file("prod", Path(__file__).resolve().parents[1])).fleet.healing
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": prod.max_concurrent,
-                             "max_unhealthy_fraction": prod.max_unhealthy_fraction, "drain_timeout_seconds": 30})
+                             "max_unhealthy_fraction": prod.max_unhealthy_fraction, "drain_timeout_seconds": 30,
+                             "admission_hold_seconds": prod.admission_hold_seconds})
     rec = start_reconciler(kube, api, root, spec, "prod-storm", total)
     store = KubeRecordStore(api)
     victims = victims_of("prodstorm", a.storm_faults * 8, a.storm_faults)

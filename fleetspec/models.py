@@ -387,6 +387,11 @@ class HealingSpec(Strict):
         0.2, gt=0, le=1, description="Above this fraction of a pool unhealthy within the window, stop and page."
     )
     unhealthy_window_seconds: int = Field(900, ge=1)
+    admission_hold_seconds: int = Field(
+        0, ge=0, le=600,
+        description="A contained fault waits this long after it was detected before it may be replaced, so "
+                    "the brake weighs a burst of faults as a whole (containment never waits).",
+    )
     max_attempts_per_node: int = Field(2, ge=1, description="Remediations of one node within the window before it is quarantined for a human.")
     attempts_window_seconds: int = Field(86400, ge=60)
     record_retention_days: int = Field(

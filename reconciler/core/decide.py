@@ -284,6 +284,11 @@ def _admit(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime) -
                     record.moved(Phase.OPTED_OUT, now, reason=why, held="", held_reason=""))
     a = facts.admission
     assert a is not None, "admission facts are gathered for Requeued and Held"
+    hold_until = record.created + timedelta(seconds=policy.admission_hold_seconds)
+    if record.phase is Phase.REQUEUED and now < hold_until:
+        # A burst arrives over seconds: weighed one fault at a time, its first faults would pass the brake
+        # before the rest were seen. Nothing is written: the wait is the record's age, so a restart keeps it.
+        return Step(recheck_after=(hold_until - now).total_seconds())
     if a.attempts >= policy.max_attempts_per_node:
         why = (f"{a.attempts + 1} remediations of {node} within {policy.attempts_window_seconds}s "
                f"(max {policy.max_attempts_per_node}): contained and quarantined for a human")

@@ -233,6 +233,16 @@ def test_opt_out_stops_before_anything_is_replaced_and_says_what_is_true():
     assert plan_step(st.record, RecordFacts(spares=("h100-spare-0",)), spec(), T0).actions == ()
 
 
+def test_the_admission_hold_waits_from_detection_writes_nothing_and_then_admits():
+    r, facts = admit()
+    held = plan_step(r, facts, spec(admission_hold_seconds=10), T0 + timedelta(seconds=4))
+    assert held.actions == () and held.record is None and held.recheck_after == 6.0
+    st = plan_step(r, facts, spec(admission_hold_seconds=10), T0 + timedelta(seconds=10))
+    assert st.record.phase is Phase.EVICTING
+    opted = plan_step(r, replace(facts, opted_out_pods=("ml/debug-0",)), spec(admission_hold_seconds=10), T0)
+    assert opted.record.phase is Phase.OPTED_OUT  # a person's choice does not wait
+
+
 @pytest.mark.parametrize("unhealthy,held", [(1, False), (3, False), (4, True), (8, True)])
 def test_storm_brake_holds_replacement_after_containment(unhealthy, held):
     r, facts = admit(unhealthy=frozenset(f"h100-{i}" for i in range(unhealthy)))

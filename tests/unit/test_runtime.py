@@ -275,6 +275,24 @@ def test_containment_under_the_brake_cordons_and_drains_every_fault_and_replaces
     assert w.notifier.sent.count("storm") == 1  # one page for the pool, not one per node
 
 
+@pytest.mark.parametrize("hold, replaced", [(0, 1), (5, 0)])
+def test_the_admission_hold_lets_the_brake_weigh_a_burst_that_trickles_in(hold, replaced):
+    """Faults 3 s apart: weighed at once, the first one is replaced before the others are seen; held
+    5 s, the brake sees the burst (3 of 10 > 20 %) and replaces none. Containment never waits."""
+    w = World(fleet(nodes=10, max_unhealthy_fraction=0.2, grace_period_seconds=0, admission_hold_seconds=hold))
+    w.fault("h100-0")
+    w.run(seconds=3)
+    assert ("cordon", "h100-0") in w.kube.calls
+    w.fault("h100-1")
+    w.fault("h100-2")
+    w.run(seconds=10)
+    assert {c[1] for c in w.kube.calls if c[0] == "cordon"} == {"h100-0", "h100-1", "h100-2"}
+    assert len([c for c in w.provider.calls if c[0] == "promote"]) == replaced
+    if hold:
+        assert {r.phase for r in w.store.list()} == {Phase.HELD}
+        assert w.notifier.sent.count("storm") == 1
+
+
 def test_max_concurrent_holds_replacement_not_containment_and_no_spare_is_given_twice():
     w = World(fleet(nodes=10, spares=6, max_concurrent=2, max_unhealthy_fraction=1.0, grace_period_seconds=0))
     for i in range(5):

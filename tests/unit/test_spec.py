@@ -63,6 +63,8 @@ CASES = [
     ("bad k8s name", lambda d: d["pools"][0].__setitem__("name", "H100_A"), "pools[0].name", "not a valid Kubernetes name"),
     ("grace too long", lambda d: d["healing"].__setitem__("grace_period_seconds", 7200), "healing.grace_period_seconds", "3600"),
     ("grace negative", lambda d: d["healing"].__setitem__("grace_period_seconds", -1), "healing.grace_period_seconds", "0"),
+    ("admission hold too long", lambda d: d["healing"].__setitem__("admission_hold_seconds", 3600),
+     "healing.admission_hold_seconds", "600"),
     ("xid not a number", lambda d: d["healing"].__setitem__("critical_xids", [79, "seventy"]), "healing.critical_xids[1]", "integer"),
     ("application xid", lambda d: d["healing"].__setitem__("critical_xids", [79, 13]), "healing.critical_xids", "application"),
     ("fraction > 1", lambda d: d["healing"].__setitem__("max_unhealthy_fraction", 1.5), "healing.max_unhealthy_fraction", "1"),
