@@ -202,7 +202,7 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
             return rs if all(r.phase.terminal or r.phase.value in contained for r in rs.values()) else None
 
         records = wait_for(contained, a.timeout, "every fault of the prod storm to be contained", every=0.5)
-        time.sleep(3)  # anything replaced after containment would show now
+        time.sleep(3 + prod.admission_hold_seconds)  # anything replaced after containment (and the hold) shows now
         records = {r.node: r for r in store.list() if r.node in at}
         pages = len(gate_lines(rec.log, "TooManyUnhealthy", "prodstorm"))
     finally:
