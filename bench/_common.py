@@ -99,6 +99,18 @@ def add_json_option(ap: argparse.ArgumentParser) -> None:
                          "and the tables printed as usual")
 
 
+def parse_bench_args(ap: argparse.ArgumentParser, argv: Sequence[str] | None, bench: str) -> tuple[argparse.Namespace, "Output"]:
+    """The options every script that starts an environment shares (`--root`, `--keep`, `--json`), then
+    parse; returns the arguments and where the result goes. A SIGTERM from here on tears down too."""
+    ap.add_argument("--root", type=Path, help="work folder (default: a new one under /tmp)")
+    ap.add_argument("--keep", action="store_true", help="leave the work folder (logs) in place")
+    add_json_option(ap)
+    a = ap.parse_args(argv)
+    out = Output(bench, a.json)
+    exit_on_sigterm()
+    return a, out
+
+
 class Output:
     """Where a script's result goes (stdout: tables, or JSON with `--json`). Made at the start: with
     JSON on stdout, anything else printed meanwhile is sent to stderr, so stdout parses."""

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    Output, Table, add_json_option, create_nodes, exit_on_sigterm, install_crd_and_namespace, load, machine,
-    make_spec, new_kube, pool_doc, proc_cpu_seconds, say, teardown, wait_all_ready,
+    Table, create_nodes, install_crd_and_namespace, load, machine, make_spec, new_kube, pool_doc,
+    proc_cpu_seconds, say, teardown, wait_all_ready, parse_bench_args,
 )
 
 from fleetspec import labels, remediation_crd  # noqa: E402
@@ -103,12 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=1500, help="kwok nodes kept Ready meanwhile (their heartbeats load the server)")
     ap.add_argument("--threads", default="1,4,16", help="client thread counts, comma-separated")
     ap.add_argument("--seconds", type=float, default=10.0, help="per kind and thread count")
-    ap.add_argument("--root", type=Path)
-    ap.add_argument("--keep", action="store_true")
-    add_json_option(ap)
-    a = ap.parse_args(argv)
-    out = Output("apiserver_ceiling", a.json)
-    exit_on_sigterm()
+    a, out = parse_bench_args(ap, argv, "apiserver_ceiling")
     from gpufleet.localenv import fake_nodes
 
     threads = [int(x) for x in a.threads.split(",") if x.strip()]

@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    exit_on_sigterm, teardown,
-    HostReconciler, NodeWatcher, Output, Table, add_json_option, free_port, install_crd_and_namespace, load, machine,
-    make_spec, pct, pool_doc, release_lease, say, wait_for, wait_leading, write_policy, start_standin_for_the_spec,
+    teardown, HostReconciler, NodeWatcher, Table, free_port, install_crd_and_namespace, load, machine,
+    make_spec, pct, pool_doc, release_lease, say, wait_for, wait_leading, write_policy,
+    start_standin_for_the_spec, parse_bench_args,
 )
 from _slow_link import SlowLink  # noqa: E402
 from time_to_heal import slurm_state_times  # noqa: E402
@@ -81,12 +81,11 @@ def inject(kubeconfig: Path, nodes: list[str]) -> dict[str, float]:
 
 
 def run(env, root: Path, a) -> dict:
-    from reconciler.adapters.kube import Kube
     from reconciler.adapters.records import KubeRecordStore
 
     spec = spec_for(a.faults)
     api = env.kube.api_client()
-    kube, store = Kube(api), KubeRecordStore(api)
+    store = KubeRecordStore(api)
     names = slurm_names(api, spec.slurm.namespace)
     victims = sorted(names, key=lambda n: names[n])  # every node running a Slurm node of the pool
     if len(victims) < a.faults:
@@ -175,12 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hang", type=float, default=30.0, help="seconds each held Slurm call hangs (default 30)")
     ap.add_argument("--hang-calls", type=int, default=1, help="how many calls naming the hung node are held (default 1)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds allowed for every remediation to end")
-    ap.add_argument("--root", type=Path, help="work folder (default: a new one under /tmp)")
-    ap.add_argument("--keep", action="store_true", help="leave the work folder (logs) in place")
-    add_json_option(ap)
-    a = ap.parse_args(argv)
-    out = Output("hang", a.json)
-    exit_on_sigterm()
+    a, out = parse_bench_args(ap, argv, "hang")
     if a.faults < 2:
         ap.error("--faults must be at least 2 (one hung node and others)")
 

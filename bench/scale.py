@@ -24,10 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    exit_on_sigterm, teardown,
-    HostReconciler, NodeWatcher, Output, Table, add_json_option, create_nodes, free_port, install_crd_and_namespace,
+    teardown, HostReconciler, NodeWatcher, Table, create_nodes, free_port, install_crd_and_namespace,
     list_nodes_raw, load, machine, make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib, release_lease, say,
-    wait_all_ready, wait_for, wait_leading, write_policy,
+    wait_all_ready, wait_for, wait_leading, write_policy, parse_bench_args,
 )
 
 POOL = "gpu"
@@ -190,12 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ready-timeout", type=float, default=900)
     ap.add_argument("--min-ready", type=float, default=0.995,
                     help="go on when this fraction of the nodes is Ready (kwok nodes flap at 10,000 on 2 cores)")
-    ap.add_argument("--root", type=Path, help="work folder (default: a new one under /tmp)")
-    ap.add_argument("--keep", action="store_true")
-    add_json_option(ap)
-    a = ap.parse_args(argv)
-    out = Output("scale", a.json)
-    exit_on_sigterm()
+    a, out = parse_bench_args(ap, argv, "scale")
     sizes = [int(s) for s in a.sizes.split(",")]
     if sizes != sorted(sizes):
         ap.error("--sizes must be ascending (nodes are added to one control plane)")

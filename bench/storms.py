@@ -28,10 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    exit_on_sigterm, teardown,
-    HostReconciler, NodeWatcher, Output, Table, add_json_option, apiserver_requests, create_nodes, free_port,
-    install_crd_and_namespace, load, machine, make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib, release_lease,
-    request_delta, say, wait_all_ready, wait_for, wait_leading, write_policy,
+    teardown, HostReconciler, NodeWatcher, Table, apiserver_requests, create_nodes, free_port,
+    install_crd_and_namespace, load, machine, make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib,
+    release_lease, request_delta, say, wait_all_ready, wait_for, wait_leading, write_policy, parse_bench_args,
 )
 
 TIERS = (1, 5, 20)
@@ -330,12 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=Path, metavar="FILE",
                     help="run the storm's reconciler under py-spy and write its samples (raw, per thread) to FILE")
     ap.add_argument("--concurrency", type=int, default=8, help="threads creating nodes")
-    ap.add_argument("--root", type=Path)
-    ap.add_argument("--keep", action="store_true")
-    add_json_option(ap)
-    a = ap.parse_args(argv)
-    out = Output("storms", a.json)
-    exit_on_sigterm()
+    a, out = parse_bench_args(ap, argv, "storms")
     a.tier_max_concurrent = [int(x) for x in a.tier_max_concurrent.split(",") if x.strip()]
 
     from _common import new_kube

@@ -34,9 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    exit_on_sigterm, teardown,
-    NodeWatcher, Output, Table, add_json_option, install_crd_and_namespace, load, machine, make_spec, pct, pool_doc,
-    release_lease, say, wait_for, wait_leading, write_policy, start_standin_for_the_spec,
+    teardown, NodeWatcher, Table, install_crd_and_namespace, load, machine, make_spec, pct, pool_doc,
+    release_lease, say, wait_for, wait_leading, write_policy, start_standin_for_the_spec, parse_bench_args,
 )
 
 from fleetspec import labels  # noqa: E402
@@ -216,12 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", type=int, default=20, help="faults per grace period (default 20)")
     ap.add_argument("--grace", default="0,120", help="grace periods to run, comma separated (default 0,120)")
     ap.add_argument("--timeout", type=float, default=240, help="seconds allowed per fault")
-    ap.add_argument("--root", type=Path, help="work folder (default: a new one under /tmp)")
-    ap.add_argument("--keep", action="store_true", help="leave the work folder (logs) in place")
-    add_json_option(ap)
-    a = ap.parse_args(argv)
-    out = Output("time_to_heal", a.json)
-    exit_on_sigterm()
+    a, out = parse_bench_args(ap, argv, "time_to_heal")
     graces = [int(g) for g in a.grace.split(",") if g.strip()]
 
     from gpufleet.localenv.env import LocalEnv
