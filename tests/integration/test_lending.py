@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from fleetspec import labels, parse_fleet
 from fleetspec.placement import borrower_placement
 from gpufleet.localenv.fake_nodes import fake_node
+from gpufleet.waiting import wait_for
 from gpufleet.localenv.slinky_standin import NodeSetDef, SlinkyStandIn
 from gpufleet.localenv.slurm import LocalSlurm, free_ports
 from reconciler.adapters.kube import Kube
@@ -75,14 +76,9 @@ class World:
             self.rec.runtime.drain()
 
     def until(self, what: str, cond, timeout: float = 90.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.tick()
-            got = cond()
-            if got:
-                return got
-            time.sleep(0.2)
-        raise AssertionError(f"{what}: not within {timeout}s; nodes: {self.loans()}; pods: {self.nodeset_pods()}")
+        """Tick until `cond` holds (the shared polling loop; a timeout shows the loans and NodeSet pods)."""
+        return wait_for(what, lambda: (self.tick(), cond())[1], timeout, 0.2,
+                        explain=lambda: f"nodes: {self.loans()}; pods: {self.nodeset_pods()}")
 
     def node(self, name):
         return self.core.read_node(name)

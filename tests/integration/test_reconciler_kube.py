@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels, parse_fleet, remediation_crd
 from gpufleet.localenv import fake_nodes
+from gpufleet.waiting import wait_for
 from reconciler.app import build
 from reconciler.adapters.kube import Kube
 from reconciler.runtime.leader import LeaseElector
@@ -91,14 +92,9 @@ def step(rec):
 
 
 def run_until(rec, done, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        step(rec)
-        result = done()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"not reached in {timeout}s; records: {rec.runtime.store.list()}")
+    """Step the reconciler until `done` holds (the shared polling loop; a timeout shows the records)."""
+    return wait_for("the condition", lambda: (step(rec), done())[1], timeout, 0.2,
+                    explain=lambda: f"records: {rec.runtime.store.list()}")
 
 
 def records_for(rec, node):
