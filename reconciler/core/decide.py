@@ -7,6 +7,15 @@ missed event or a restart heals itself):
   Slurm, checkpoint, requeue) is never gated; admission (attempt cap, storm brake, max_concurrent)
   decides only whether the node is replaced.
 - `retry`: a step failed for a reason that may pass: when to try again, or give up (a time budget).
+
+Which steps carry (are written together with the next one, see `Step.carry`): a step whose loss,
+replayed from any earlier write or from no record at all, runs only idempotent actions again and ends
+in the same place. The cordon, a drain in Slurm with no job on the node, admission to eviction, the
+end of an eviction, a promotion and a wait for a spare carry. These do not: a drain that finds jobs
+(once requeued they are off the node, and only the record remembers them), the end of containment
+(Requeued: what admission counts across nodes), the choice of a spare (a restart must promote the same
+one), a fault on a spare (its quarantine hides the node from `detect`), a reclaim's start, every hold,
+escalation and end.
 """
 from __future__ import annotations
 
@@ -148,9 +157,10 @@ def _slurm(facts: RecordFacts) -> dict[str, SlurmNodeView]:
 
 
 def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime) -> Step:
-    """The next step of one live remediation. Pure: the runtime notes the once-only actions as
-    begun, runs the actions, then persists the returned record; if it dies in between, the same
-    step is planned again: idempotent actions repeat harmlessly, once-only ones are skipped."""
+    """The next step of one live remediation. Pure: the runtime runs the idempotent actions, persists
+    the returned record with the once-only actions noted as begun, then runs those; if it dies in
+    between, the same step is planned again: idempotent actions repeat harmlessly, once-only ones are
+    skipped. A step marked `carry` may be written with the next one (the module's docstring says which)."""
     policy = spec.healing
     node, phase = record.node, record.phase
     slurm = _slurm(facts)
@@ -174,7 +184,7 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
                                  f"{node} ({record.pool}): {xids.describe(record.xid)} - {record.message}. "
                                  "gpufleet is draining and replacing it; no action needed."))
             + (Cordon(node, slurm_reason(record)),),
-            record.moved(Phase.SLURM_DRAINING, now, slurm_nodes=names),
+            record.moved(Phase.SLURM_DRAINING, now, slurm_nodes=names), carry=True,
         )
 
     if phase is Phase.SLURM_DRAINING:
@@ -190,8 +200,9 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
         if signal and policy.grace_period_seconds > 0:
             actions += _once(record, SignalJobs(signal, "TERM"))
         deadline = now + timedelta(seconds=policy.grace_period_seconds)
+        # With jobs, the record is what remembers them once they are requeued off the node: written first.
         return Step(actions, record.moved(Phase.CHECKPOINTING, now, jobs=jobs, grace_deadline=deadline,
-                                          kept_drains=kept))
+                                          kept_drains=kept), carry=not jobs)
 
     if phase is Phase.CHECKPOINTING:
         still = [j for j in facts.jobs_on_node if j.state in ON_NODE_STATES]
@@ -210,7 +221,7 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
         reason = record.reason
         if facts.pods_left:
             reason += f"; drain timed out after {policy.drain_timeout_seconds}s with pods left: {list(facts.pods_left)}"
-        return Step((), record.moved(Phase.REPLACING, now, reason=reason))
+        return Step((), record.moved(Phase.REPLACING, now, reason=reason), carry=True)
 
     if phase is Phase.REPLACING:
         if record.was_spare:
@@ -231,7 +242,7 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
             end_loan = (EndLoan(record.replacement, back_to_spare=False),) if lent or record.reclaim_started else ()
             return Step(
                 end_loan + (PromoteSpare(record.replacement, node), Quarantine(node, record.xid)) + _once(record, refill),
-                record.moved(Phase.RESUMING, now, reason=reason),
+                record.moved(Phase.RESUMING, now, reason=reason), carry=True,
             )
         eligible = eligible_spares(facts)
         if eligible:
@@ -242,12 +253,12 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
             _once(record, Notify("no-spare", "critical",
                                  f"no spare left in pool {record.pool} for {node}: it stays contained; capacity requested"),
                   *ask),
-            record.moved(Phase.WAITING_FOR_SPARE, now),
+            record.moved(Phase.WAITING_FOR_SPARE, now), carry=True,
         )
 
     if phase is Phase.WAITING_FOR_SPARE:
         if eligible_spares(facts):
-            return Step((), record.moved(Phase.REPLACING, now))
+            return Step((), record.moved(Phase.REPLACING, now), carry=True)
         return Step(recheck_after=10.0)
 
     if phase is Phase.RESUMING:
@@ -304,7 +315,8 @@ def _admit(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime) -
         return Step((), record.moved(Phase.HELD, now, held=gate.message, held_reason=gate.reason),
                     recheck_after=HELD_RECHECK, gate=gate)
     deadline = now + timedelta(seconds=policy.drain_timeout_seconds)
-    return Step((EvictPods(node),), record.moved(Phase.EVICTING, now, drain_deadline=deadline, held="", held_reason=""))
+    return Step((EvictPods(node),), record.moved(Phase.EVICTING, now, drain_deadline=deadline, held="", held_reason=""),
+                carry=True)
 
 
 def eligible_spares(facts: RecordFacts) -> tuple[str, ...]:

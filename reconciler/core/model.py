@@ -351,12 +351,15 @@ class EndLoan(Action):
 @dataclass(frozen=True)
 class Step:
     """The core's answer for one record: run these actions, then persist `record`.
-    `record` is None when there is nothing to do yet (look again after `recheck_after`)."""
+    `record` is None when there is nothing to do yet (look again after `recheck_after`).
+    `carry`: the record may be written together with the next step's instead of before it, because
+    losing it (a crash before that write) only replays idempotent actions to the same place."""
 
     actions: tuple[Action, ...] = ()
     record: Record | None = None
     recheck_after: float | None = None  # seconds; None = on the next event
     gate: "Gate | None" = None  # admission held it: surfaced as a metric, an Event and one page per pool
+    carry: bool = False
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@
 Containment (cordon, drain in Slurm, checkpoint, requeue) happens for every critical fault at once;
 only what follows (evicting, promoting a spare) waits for admission.
 
-Each phase is persisted on the Remediation record before the next step runs, so a
-reconciler killed anywhere resumes from the phase it last wrote.
+Each phase is persisted on the Remediation record before a step that depends on it runs, so a
+reconciler killed anywhere resumes from the phase it last wrote; phases whose loss replays the same
+idempotent actions are written together with the next (`Step.carry`, reconciler/core/decide.py).
 """
 from __future__ import annotations
 

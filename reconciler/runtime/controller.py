@@ -56,6 +56,10 @@ LENDING_HOLD = 2.0  # a node a lending pass just changed is not chosen as a spar
 RETENTION = "retention:"  # the queue key of the pass that deletes expired records (core/retention.py)
 RETENTION_EVERY, RETENTION_BATCH = 3600.0, 50
 UNSYNCED_RECHECK = 0.5
+# Phases whose observation asks Slurm (`Runtime._observe`).
+ASKS_SLURM = frozenset({Phase.SLURM_DRAINING, Phase.CHECKPOINTING, Phase.REPLACING, Phase.WAITING_FOR_SPARE,
+                        Phase.RESUMING})
+MAX_CARRIED = 12  # steps one reconcile takes at most before it writes (a bound, not a rule: no path is this long)
 
 
 def utcnow() -> datetime:
@@ -190,7 +194,7 @@ class Runtime:
         now = self.clock()
         if record.next_attempt and now < record.next_attempt:
             return (record.next_attempt - now).total_seconds()
-        return self._advance(record, now)
+        return self._advance(record)
 
     def _detect(self, node: str, records: list[Record]) -> float | None:
         view = self.nodes.get(node)
@@ -211,86 +215,121 @@ class Runtime:
             self._gate(d.gate)
         if d.record is None:
             return None
-        self._fenced()
-        if not self.store.create(d.record):
-            return 0.0  # made already (another replica, or before a restart): the informer brings it
-        self.records.put(d.record.name, d.record)
-        log.info("remediation started", extra=self._ctx(d.record))
-        self.metrics.started.labels(d.record.pool, str(d.record.xid)).inc()
-        delay = self._advance(d.record, now)  # contain at once: the cordon is the first step
+        delay = self._advance(d.record, stored=False)  # contain at once: the cordon is the first step
         if delay == 0.0:
-            self.queue.add(node, soon=True)  # the drain in Slurm next: after new faults, before later steps
+            self.queue.add(node, soon=True)  # containment goes on next: after new faults, before later steps
         return delay
 
-    def _advance(self, record: Record, now: datetime) -> float | None:
+    def _advance(self, record: Record, stored: bool = True) -> float | None:
+        """The steps of one remediation that follow from each other now, ended by one write.
+
+        A step the core lets carry is written with the next; one that does not ends the reconcile with
+        its write. Its actions run only on top of a written record: when something carried is not
+        written yet, that is written first and the step is planned again (level-based, so from what is
+        then seen). A new record is written before its first Slurm call. Once-only actions run after
+        the write that notes them as begun, so a crash repeats idempotent actions at most, never a page
+        or a SIGTERM."""
+        current, once, dirty = record, [], not stored
+        step: Step | None = None
         doing = "observe"
         try:
-            observed = self._observe(record)
-            if record.phase in (Phase.REQUEUED, Phase.HELD, Phase.REPLACING, Phase.WAITING_FOR_SPARE):
+            for _ in range(MAX_CARRIED):
+                if not stored and current.phase in ASKS_SLURM:
+                    step = Step(recheck_after=0.0)  # a new record is written before its first Slurm call,
+                    break  # so a Slurm that hangs delays neither the record nor its page
+                doing = "observe"
+                step = self._plan(current)
+                if step.gate is not None:
+                    self._gate(step.gate)
+                if dirty and step.record is not None and not step.carry and step.actions:
+                    with self._admission:
+                        self._applying[current.name] = current  # not the step it will not apply now
+                    step = Step(recheck_after=0.0)  # write what was carried; this step next time
+                    break
+                doing = step.actions[0].kind if step.actions else "persist"
+                for a in step.actions:
+                    if a.once is None:
+                        self._run(a, current)
+                    elif a.once not in current.intents and all(a.once != b.once for b in once):
+                        once.append(a)
+                if step.record is None:
+                    break
+                new = replace(step.record, revision=current.revision,
+                              intents=tuple(dict.fromkeys(current.intents + step.record.intents)))
+                if new.phase is not current.phase:
+                    self._observe_move(current, new)
+                current, dirty = new, True
                 with self._admission:
-                    facts = self._shared(record, observed)
-                    step = core.plan_step(record, facts, self.spec, self.clock())
-                    if step.record is not None:
-                        self._applying[record.name] = step.record
+                    self._applying[current.name] = current
+                if not step.carry or current.phase.terminal or current.next_attempt is not None:
+                    break
             else:
-                step = core.plan_step(record, observed, self.spec, self.clock())
-            if step.gate is not None:
-                self._gate(step.gate)
-            doing = step.actions[0].kind if step.actions else "persist"
-            try:
-                return self._apply(record, step)
-            finally:
-                with self._admission:
-                    self._applying.pop(record.name, None)
+                step = Step(recheck_after=0.0)
         except NotLeader:
+            self._forget_applying(record.name)
             raise
         except (TemporaryError, PermanentError) as e:
-            latest = self.records.get(record.name)  # with the intents noted before the failing action
-            record = latest if isinstance(latest, Record) else record
             kind = "temporary" if isinstance(e, TemporaryError) else "permanent"
             self.metrics.action_errors.labels(doing, kind).inc()
-            log.warning("%s failure (%s): %s", kind, doing, e, extra=self._ctx(record))
-            if isinstance(e, TemporaryError):
-                return self._apply(record, core.retry(record, f"{doing}: {e}", self.spec, self.clock()))
-            return self._apply(record, core.fail(record, f"{doing}: {e}", self.clock()))
-
-    def _apply(self, record: Record, step: Step) -> float | None:
-        """Run the idempotent actions, persist the record with the once-only actions noted as begun,
-        then run those. A crash anywhere repeats idempotent actions (harmless) and never a page or a
-        SIGTERM; a once-only action that fails is logged and not retried (it may have got through)."""
-        once = [a for a in step.actions if a.once and a.once not in record.intents]
-        for a in step.actions:
-            if a.once is None:
-                self._run(a, record)
-        begun = tuple(a.once for a in once)
-        old = record
-        if step.record is not None:
-            record = self._persist(replace(step.record, revision=record.revision,
-                                           intents=tuple(dict.fromkeys(record.intents + begun + step.record.intents))))
-        elif begun:
-            record = self._persist(replace(record, intents=record.intents + begun))
+            log.warning("%s failure (%s): %s", kind, doing, e, extra=self._ctx(current))
+            step = (core.retry(current, f"{doing}: {e}", self.spec, self.clock()) if isinstance(e, TemporaryError)
+                    else core.fail(current, f"{doing}: {e}", self.clock()))
+            once += [a for a in step.actions if a.once and a.once not in current.intents]
+            if step.record is not None:
+                old, current, dirty = current, replace(step.record, revision=current.revision), True
+                if current.phase is not old.phase:
+                    self._observe_move(old, current)
+        try:
+            if dirty or once:
+                current = replace(current, intents=tuple(dict.fromkeys(current.intents + tuple(a.once for a in once))))
+                if not self._write(current, stored):
+                    return 0.0  # made already (another replica, or before a restart): the informer brings it
+        finally:
+            self._forget_applying(record.name)
         for a in once:
             try:
-                self._run(a, record)
+                self._run(a, current)
             except (TemporaryError, PermanentError) as e:
                 self.metrics.action_errors.labels(a.kind, "once-only").inc()
-                log.error("%s failed and is not repeated: %s", a.kind, e, extra=self._ctx(record))
-        if step.record is None:
-            return step.recheck_after
-        if record.phase is not old.phase:
-            self._observe_move(old, record)
-        if record.phase.terminal or record.phase is Phase.OPTED_OUT:
+                log.error("%s failed and is not repeated: %s", a.kind, e, extra=self._ctx(current))
+        if current.phase.terminal or current.phase is Phase.OPTED_OUT:
             return None
-        if record.next_attempt is not None:
-            return max(0.0, (record.next_attempt - self.clock()).total_seconds())
-        return 0.0 if record.phase is not old.phase else step.recheck_after
+        if current.next_attempt is not None:
+            return max(0.0, (current.next_attempt - self.clock()).total_seconds())
+        if step is not None and step.record is None:
+            return step.recheck_after  # the last step waits: that is when to look again
+        return 0.0 if current.phase is not record.phase else (step.recheck_after if step else None)
 
-    def _persist(self, record: Record) -> Record:
+    def _plan(self, record: Record) -> Step:
+        """Observe, then ask the core; admission and the choice of a spare under the admission lock,
+        with the steps being applied counted (so no slot and no spare is given twice)."""
+        observed = self._observe(record)
+        if record.phase in (Phase.REQUEUED, Phase.HELD, Phase.REPLACING, Phase.WAITING_FOR_SPARE):
+            with self._admission:
+                facts = self._shared(record, observed)
+                step = core.plan_step(record, facts, self.spec, self.clock())
+                if step.record is not None:
+                    self._applying[record.name] = step.record
+                return step
+        return core.plan_step(record, observed, self.spec, self.clock())
+
+    def _forget_applying(self, name: str) -> None:
+        with self._admission:
+            self._applying.pop(name, None)
+
+    def _write(self, record: Record, stored: bool) -> bool:
+        """Create or update the record (fenced); False when a create finds it made already."""
         self._fenced()
-        record = replace(record, revision=record.revision + 1)
-        self.store.update(record)
+        if not stored:
+            if not self.store.create(record):
+                return False
+            log.info("remediation started", extra=self._ctx(record))
+            self.metrics.started.labels(record.pool, str(record.xid)).inc()
+        else:
+            record = replace(record, revision=record.revision + 1)
+            self.store.update(record)
         self.records.put(record.name, record)
-        return record
+        return True
 
     def _fenced(self) -> None:
         if not self.fence():
@@ -420,6 +459,7 @@ class Runtime:
                 self.notifier.send(Message(a.event, a.severity, a.text, r))
             case Cordon():
                 self.kube.cordon(a.node, a.reason, remediation=r.name if r else None)
+                log.info("cordoned", extra={**self._ctx(r), "node": a.node})
             case DrainSlurm():
                 self._slurm(lambda s: s.drain(a.node, a.reason))
             case SignalJobs():

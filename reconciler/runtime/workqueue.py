@@ -1,7 +1,8 @@
 """A work queue keyed by node, as controller-runtime's: de-duplicated, one worker per key at a time,
 delayed re-adds, and per-key exponential backoff for failures that the record cannot hold.
 
-    add(key)            queue it (a key queued or being processed is queued once); front=True: next in line;
+    add(key)            queue it (a key queued or being processed is queued once); front=True: before all but
+                        the other front ones (a burst of faults is contained in the order it came);
                         soon=True: after the front ones, before the rest (a node's next containment step)
     add_after(key, s)   queue it in s seconds (the earliest wins)
     add_failed(key)     queue it after this key's own backoff (0.05 s doubling, capped)
@@ -26,7 +27,7 @@ class WorkQueue:
         self.clock = clock
         self.base_delay, self.max_delay = base_delay, max_delay
         self._cond = threading.Condition()
-        self._front: deque[Hashable] = deque()  # new faults, newest first
+        self._front: deque[Hashable] = deque()  # new faults, in the order they came
         self._soon: deque[Hashable] = deque()   # containment follow-ups, in order
         self._queue: deque[Hashable] = deque()  # everything else, in order
         self._tier: dict[Hashable, int] = {}    # dirty key -> 0 front, 1 soon, 2 the rest
@@ -48,7 +49,7 @@ class WorkQueue:
         return self._front, self._soon, self._queue
 
     def _enqueue(self, key: Hashable, tier: int) -> None:
-        (self._front.appendleft if tier == 0 else self._lines()[tier].append)(key)
+        self._lines()[tier].append(key)
         self._cond.notify()
 
     def _add(self, key: Hashable, tier: int = 2) -> None:
@@ -56,7 +57,7 @@ class WorkQueue:
             return
         if key in self._dirty:
             was = self._tier.get(key, 2)
-            if tier < was or tier == 0:
+            if tier < was:
                 self._tier[key] = tier
                 if key not in self._processing:
                     self._lines()[was].remove(key)  # already waiting: move it up

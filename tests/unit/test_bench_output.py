@@ -31,6 +31,7 @@ STORM = {  # what storms.storm() measures, as it returns it
     "cordon_rate": 11.2, "heal_rate": 1.7, "double_promoted": 0, "held_max_concurrent": 0.0, "load": 2.5,
     "drained_p50": 7.2, "drained_p90": 10.9, "drained_max": 12.5, "reconciler_cpu_s": 30.1, "reconciler_rss_mib": 110.0,
     "api_requests": {"PUT remediations": 1350.0, "POST events": 600.0}, "api_requests_per_fault": 13.0,
+    "cordon_written_p50": 0.9, "cordon_written_p90": 1.2, "cordon_written_max": 1.5,
 }
 TIER = {"tier": "5%", "max_concurrent": 2, "failed_nodes": 10, "started": 10, "contained": 10, "healed": 0, "held": 10,
         "brake": "engaged", "heal_p50": None, "heal_max": None, "all_healed_after": None,
@@ -53,8 +54,10 @@ def test_storms_json_parses_and_has_the_tables_keys(bench, capsys, monkeypatch):
     storm, brake = doc["tables"]
     assert storm["columns"] == ["measure", "P50 s", "P90 s", "max s", "nodes/s"]
     assert all(set(r) == set(storm["columns"]) for r in storm["rows"])
-    cordon = next(r for r in storm["rows"] if r["measure"] == "fault -> cordon")
+    cordon = next(r for r in storm["rows"] if r["measure"] == "fault -> cordon seen (this script's watch)")
     assert (cordon["P50 s"], cordon["P90 s"], cordon["nodes/s"]) == (7.0, 10.4, 11.2)  # numbers, not text
+    written = next(r for r in storm["rows"] if r["measure"] == "fault -> cordon written (the reconciler's log)")
+    assert (written["P50 s"], written["P90 s"], written["max s"]) == (0.9, 1.2, 1.5)
     assert brake["rows"] == [dict(zip(brake["columns"], ["5%", 2, 10, 10, 10, 0, 10, "engaged", None, None, 1.9]))]
 
 
@@ -90,3 +93,16 @@ def test_the_other_scripts_tables_have_their_columns_as_keys(bench):
                               "wall_s": 20.0, "wall_all": [20.0], "peak_tree_med": 500.0, "peak_single_mib": 300.0,
                               "peak_single": "pulumi", "load": 1.0}], Namespace(repeat=1))
     assert t.as_dict()["rows"][0]["resources"] == 40
+
+
+def test_the_storm_reads_when_each_cordon_was_written_from_the_reconcilers_log(bench, tmp_path):
+    log = tmp_path / "reconciler.log"
+    log.write_text("\n".join([
+        '{"time": "2026-12-01 18:30:21,343", "level": "INFO", "message": "cordoned", "node": "storm-0"}',
+        'not json: a line the supervisor wrote',
+        '{"time": "2026-12-01 18:30:22,000", "level": "INFO", "message": "cordoned", "node": "storm-0"}',
+        '{"time": "2026-12-01 18:30:21,500", "level": "INFO", "message": "phase Detected -> SlurmDraining"}',
+    ]))
+    got = bench["storms"].cordons_logged(log)
+    assert list(got) == ["storm-0"]  # the first cordon counts, other lines are skipped
+    assert got["storm-0"] % 60 == pytest.approx(21.343, abs=1e-6)

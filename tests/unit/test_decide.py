@@ -331,6 +331,33 @@ def test_fault_on_spare_quarantines_and_refills():
     assert st.record.phase is Phase.SUCCEEDED and st.actions == ()
 
 
+def test_a_step_carries_only_when_its_loss_replays_the_same():
+    """Carried steps are written with the next one; these must be written before anything follows."""
+    s = spec(grace_period_seconds=0)
+    n = node("h100-0", xid=79)
+    det = plan_step(rec(n), RecordFacts(slurm_names=("gpu-3",)), s, T0)
+    assert det.carry  # the cordon: a restart without the record detects the fault again and cordons again
+    draining = det.record
+    no_jobs = plan_step(draining, RecordFacts(slurm=(slurm("gpu-3"),)), s, T0)
+    with_jobs = plan_step(draining, RecordFacts(slurm=(slurm("gpu-3", "MIXED"),), jobs_on_node=(JobView(7, "RUNNING"),)),
+                          s, T0)
+    assert no_jobs.carry and not with_jobs.carry  # requeued jobs are off the node: only the record knows them
+    requeued = plan_step(no_jobs.record, RecordFacts(), s, T0)
+    assert requeued.record.phase is Phase.REQUEUED and not requeued.carry  # the end of containment is written
+    evicting = plan_step(requeued.record, RecordFacts(admission=FREE), s, T0)
+    assert evicting.record.phase is Phase.EVICTING and evicting.carry
+    replacing = plan_step(evicting.record, RecordFacts(), s, T0)
+    assert replacing.record.phase is Phase.REPLACING and replacing.carry
+    chosen = plan_step(replacing.record, RecordFacts(spares=("h100-spare-0",)), s, T0)
+    assert chosen.record.replacement == "h100-spare-0" and not chosen.carry  # a restart promotes the same spare
+    promoted = plan_step(chosen.record, RecordFacts(spares=("h100-spare-0",)), s, T0)
+    assert promoted.record.phase is Phase.RESUMING and promoted.carry
+    on_spare = plan_step(rec(node("h100-spare-0", role=labels.ROLE_SPARE, xid=79), was_spare=True), RecordFacts(), s, T0)
+    assert not on_spare.carry  # quarantined, the node would be invisible to detect: the record goes first
+    held = plan_step(requeued.record, RecordFacts(admission=replace(FREE, in_flight=2)), s, T0)
+    assert held.record.phase is Phase.HELD and not held.carry
+
+
 def test_containment_needs_nothing_from_slurm():
     """Slurm down at the fault: the cordon still goes out first (the Detected step asks Slurm nothing)."""
     st = plan_step(rec(node("h100-0", xid=79)), RecordFacts(slurm_names=("gpu-3",)), spec(), T0)

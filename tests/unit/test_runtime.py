@@ -419,6 +419,88 @@ def test_one_sigterm_and_one_notification_across_a_crash_at_every_point(crash_at
     assert w.record("h100-0").phase in (Phase.RESUMING, Phase.SUCCEEDED)
 
 
+def counted_writes(w):
+    """Count the record writes (create and update) the runtime makes."""
+    n = {"writes": 0}
+    for name in ("create", "update"):
+        fn = getattr(w.store, name)
+
+        def wrapped(*a, _fn=fn, **kw):
+            n["writes"] += 1
+            return _fn(*a, **kw)
+        setattr(w.store, name, wrapped)
+    return n
+
+
+def test_steps_that_carry_are_written_with_the_next_and_every_phase_stays_on_the_record():
+    """No job on the node, grace 0: the cordon, then the record is created (before any Slurm call);
+    the drain and the end of containment are one write; admission, eviction's end and the spare's choice
+    one more; the promotion one more (it waits for the Slurm node on the replacement). Not one write
+    per phase: eight before."""
+    w = World(fleet(grace_period_seconds=0))
+    n = counted_writes(w)
+    w.fault("h100-0")
+    w.runtime.nodes.relist()
+    w.runtime.pods.relist()
+    w.runtime.records.relist()
+    key = w.runtime.queue.get(timeout=0)
+    assert key == "h100-0"  # a new fault is first in line
+    w.runtime.process(key)  # one reconcile
+    r = w.record("h100-0")
+    assert r.phase is Phase.SLURM_DRAINING and n["writes"] == 1 and w.notifier.sent == ["detected"]
+    assert w.kube.calls == [("cordon", "h100-0")] and w.slurm.calls == []
+    assert w.runtime.queue.get(timeout=0) == "h100-0"  # its containment goes on before anything else
+    w.runtime.process("h100-0")
+    r = w.record("h100-0")
+    assert r.phase is Phase.REQUEUED and n["writes"] == 2 and ("drain", "h100-w0") in w.slurm.calls
+    w.run(seconds=3)
+    r = w.record("h100-0")
+    assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-0"
+    assert [p for p, _ in r.phase_times] == ["Detected", "SlurmDraining", "Checkpointing", "Requeued", "Evicting",
+                                             "Replacing", "Resuming"]
+    assert n["writes"] == 5
+    assert w.notifier.sent.count("detected") == 1
+
+
+@pytest.mark.parametrize("crash_at", range(1, 10))
+def test_a_crash_amid_carried_steps_repeats_no_page_and_promotes_one_spare(crash_at):
+    """Kill the reconciler after its n-th call (record writes, cordon, drain, eviction, promotion,
+    quarantine, notification) on the path where most steps carry, restart it, and finish."""
+    w = World(fleet(grace_period_seconds=0))
+    w.fault("h100-0")
+    calls = {"n": 0}
+
+    class Crash(BaseException):
+        pass
+
+    def counting(fn):
+        def wrapped(*a, **kw):
+            calls["n"] += 1
+            if calls["n"] == crash_at:
+                raise Crash()
+            return fn(*a, **kw)
+        return wrapped
+
+    originals = {}
+    for obj, name in [(w.store, "update"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
+                      (w.kube, "evict"), (w.provider, "promote"), (w.provider, "quarantine"), (w.notifier, "send")]:
+        originals[(obj, name)] = getattr(obj, name)
+        setattr(obj, name, counting(getattr(obj, name)))
+    try:
+        w.run(seconds=4)
+    except Crash:
+        pass
+    for (obj, name), fn in originals.items():
+        setattr(obj, name, fn)
+    w.runtime = w.make_runtime()
+    w.run(seconds=6)
+    r = w.record("h100-0")
+    assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-0"
+    assert {c[1] for c in w.provider.calls if c[0] == "promote"} == {"h100-spare-0"}
+    assert w.notifier.sent.count("detected") <= 1
+    assert ("cordon", "h100-0") in w.kube.calls
+
+
 def test_a_corrupt_record_halts_only_its_own_node():
     w = World(fleet(grace_period_seconds=0))
     bad = to_object(w_record := __import__("reconciler.core.model", fromlist=["Record"]).Record(

@@ -44,13 +44,15 @@ def test_backoff_is_per_key_and_forgotten_on_success():
     assert q.add_failed("a") == 1
 
 
-def test_a_new_fault_goes_to_the_front():
+def test_a_new_fault_goes_to_the_front_and_a_burst_keeps_its_order():
+    """First in, first contained: under a burst, newest-first would leave the earliest fault waiting longest."""
     q = WorkQueue()
     for k in ("a", "b", "c"):
         q.add(k)
     q.add("c", front=True)
     q.add("d", front=True)
-    assert [q.get(timeout=0) for _ in range(4)] == ["d", "c", "a", "b"]
+    q.add("c", front=True)  # already at the front: keeps its place
+    assert [q.get(timeout=0) for _ in range(4)] == ["c", "d", "a", "b"]
 
 
 def test_a_containment_step_comes_after_new_faults_and_before_the_rest():
