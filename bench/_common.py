@@ -398,8 +398,9 @@ class NodeWatcher:
         from kubernetes import config
 
         self.api = config.new_client_from_config(config_file=str(kubeconfig))
-        self.cordoned_at: dict[str, float] = {}
-        self.cordoned_before: set[str] = set()
+        self.cordoned_at: dict[str, float] = {}  # first seen cordoned since arm()
+        self.cordoned_before: set[str] = set()  # cordoned at arm() and not uncordoned since
+        self.cordoned_now: set[str] = set()  # in the selector now
         self.version = ""
         self.stop = threading.Event()
         self.synced = threading.Event()
@@ -419,18 +420,23 @@ class NodeWatcher:
     def arm(self) -> None:
         """Forget what was cordoned so far: later cordons are recorded."""
         with self.lock:
-            self.cordoned_before |= set(self.cordoned_at)
+            self.cordoned_before = set(self.cordoned_now)
             self.cordoned_at = {}
 
     def _see(self, node: dict) -> None:
         name = node["metadata"]["name"]
-        if (node.get("spec") or {}).get("unschedulable"):
-            with self.lock:
+        with self.lock:
+            if (node.get("spec") or {}).get("unschedulable"):
+                self.cordoned_now.add(name)
                 if name not in self.cordoned_at and name not in self.cordoned_before:
                     self.cordoned_at[name] = time.time()
-        else:
-            with self.lock:
-                self.cordoned_before.discard(name)
+            else:
+                self._left(name)
+
+    def _left(self, name: str) -> None:
+        """Uncordoned (it left the selector): a later cordon counts again."""
+        self.cordoned_now.discard(name)
+        self.cordoned_before.discard(name)
 
     def _run(self) -> None:
         from kubernetes import client, watch
@@ -442,8 +448,9 @@ class NodeWatcher:
                     resp = core.list_node(field_selector=CORDONED, _preload_content=False, _request_timeout=60)
                     data = json.loads(resp.data)
                     with self.lock:
-                        self.cordoned_before = {n["metadata"]["name"] for n in data["items"]
-                                                if (n.get("spec") or {}).get("unschedulable")}
+                        self.cordoned_now = {n["metadata"]["name"] for n in data["items"]
+                                             if (n.get("spec") or {}).get("unschedulable")}
+                        self.cordoned_before = set(self.cordoned_now) - set(self.cordoned_at)
                     self.version = data["metadata"]["resourceVersion"]
                     self.synced.set()
                 w = watch.Watch()
@@ -458,7 +465,7 @@ class NodeWatcher:
                         self._see(obj)
                     elif ev["type"] == "DELETED":  # left the selector: uncordoned (or deleted)
                         with self.lock:
-                            self.cordoned_before.discard(obj["metadata"]["name"])
+                            self._left(obj["metadata"]["name"])
                     if self.stop.is_set():
                         break
                 w.stop()

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    teardown, HostReconciler, NodeWatcher, Table, apiserver_requests, create_nodes, free_port,
+    PYTHON, teardown, HostReconciler, NodeWatcher, Table, apiserver_requests, create_nodes, free_port,
     install_crd_and_namespace, load, machine, make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib,
     release_lease, request_delta, say, wait_all_ready, wait_for, wait_leading, write_policy, parse_bench_args,
 )
@@ -121,6 +123,34 @@ def victims_of(pool: str, nodes: int, count: int) -> list[str]:
     return [f"{pool}-{i}" for i in range(0, nodes, step)][:count]
 
 
+class Observer:
+    """`_observe_nodes.py` in a process of its own (storms.py --observer): when an idle client saw each
+    fault and each cordon, so the API server's delivery shows apart from any busy client's lag."""
+
+    def __init__(self, kubeconfig: Path, out: Path):
+        self.out = out
+        self.proc = subprocess.Popen([PYTHON, str(Path(__file__).with_name("_observe_nodes.py")), str(kubeconfig),
+                                      str(out)], stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "synced":  # type: ignore[union-attr]
+            raise RuntimeError("the observer did not sync")
+
+    def stop(self) -> dict[str, dict[str, float]]:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        return json.loads(self.out.read_text())
+
+
+def observed(seen: dict[str, dict[str, float]] | None, at: dict[str, float], logged: dict[str, float]) -> dict:
+    """The observer's figures: fault -> seen, and the reconciler's cordon call returned -> seen."""
+    if seen is None:
+        return {}
+    fault = [seen["fault"][n] - at[n] for n in at if n in seen["fault"]]
+    cordon = [seen["cordon"][n] - logged[n] for n in at if n in seen["cordon"] and n in logged]
+    return {"observer_fault_p50": pct(fault, 50), "observer_fault_p90": pct(fault, 90),
+            "observer_fault_max": max(fault, default=None), "observer_cordon_lag_p50": pct(cordon, 50),
+            "observer_cordon_lag_p90": pct(cordon, 90), "observer_cordon_lag_max": max(cordon, default=None)}
+
+
 def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
     from reconciler.adapters.records import KubeRecordStore
 
@@ -130,6 +160,8 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
     rec = start_reconciler(kube, api, root, spec, "storm", total, a.profile)
     store = KubeRecordStore(api)
     victims = victims_of("storm", a.storm_nodes, a.storm_faults)
+    observer = Observer(kube.kubeconfig_path, root / "observer-storm.json") if a.observer else None
+    seen = None
     try:
         watcher.arm()
         cpu0, calls0, own0 = proc_cpu_seconds(rec.pid), apiserver_requests(api), rec.calls()
@@ -156,6 +188,8 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
         rss = (proc_rss_kib(rec.pid) or 0) / 1024
     finally:
         rec.stop()
+        if observer is not None:
+            seen = observer.stop()
     t0 = min(at.values())
     cordon = [watcher.cordoned_at[n] - at[n] for n in victims if n in watcher.cordoned_at]
     logged = cordons_logged(rec.log)
@@ -186,6 +220,7 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
         "ok_p50": pct(succeeded, 50), "ok_p90": pct(succeeded, 90), "ok_max": max(succeeded),
         "cordon_rate": len(cordon) / (last_cordon - t0), "heal_rate": len(succeeded) / (last_ok - t0),
         "double_promoted": len(replacements) - len(set(replacements)), "held_max_concurrent": held, "load": load(),
+        **observed(seen, at, logged),
     }
     say(f"  storm: cordon P50 {out['cordon_p50']:.2f}s P90 {out['cordon_p90']:.2f}s; Succeeded P50 {out['ok_p50']:.2f}s "
         f"P90 {out['ok_p90']:.2f}s; {out['cordon_rate']:.1f} nodes/s cordoned, {out['heal_rate']:.1f} nodes/s healed; "
@@ -323,11 +358,15 @@ def result_tables(s: dict | None, tier_rows: list[dict], a) -> list[Table]:
             ["measure", "P50 s", "P90 s", "max s", "nodes/s"], [
                 ["the fault's own write (read + patch, as the agent writes it)", s.get("fault_write_p50"),
                  s.get("fault_write_p90"), s.get("fault_write_max"), None],
+                ["fault -> an idle observer sees it (--observer)", s.get("observer_fault_p50"),
+                 s.get("observer_fault_p90"), s.get("observer_fault_max"), None],
                 ["fault -> record", s["record_p50"], s["record_p90"], None, None],
                 ["fault -> cordon seen (this script's watch)", s["cordon_p50"], s["cordon_p90"], s["cordon_max"],
                  s["cordon_rate"]],
                 ["fault -> cordon written (the reconciler's log)", s.get("cordon_written_p50"),
                  s.get("cordon_written_p90"), s.get("cordon_written_max"), None],
+                ["cordon written -> an idle observer sees it (--observer)", s.get("observer_cordon_lag_p50"),
+                 s.get("observer_cordon_lag_p90"), s.get("observer_cordon_lag_max"), None],
                 ["fault -> Slurm drain step done (no Slurm here)", s["drained_p50"], s["drained_p90"],
                  s["drained_max"], None],
                 ["fault -> Succeeded (spare Ready)", s["ok_p50"], s["ok_p90"], s["ok_max"], s["heal_rate"]],
@@ -367,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-storm", action="store_true")
     ap.add_argument("--skip-tiers", action="store_true")
     ap.add_argument("--skip-prod", action="store_true", help="skip the storm under the prod stack's policy")
+    ap.add_argument("--observer", action="store_true",
+                    help="also watch every node from an idle process of its own (the API server's delivery latency)")
     ap.add_argument("--workers", type=int, default=16, help="the reconciler's workers (healing.reconciler.workers)")
     ap.add_argument("--profile", type=Path, metavar="FILE",
                     help="run the storm's reconciler under py-spy and write its samples (raw, per thread) to FILE")

@@ -1,10 +1,12 @@
 """The runtime: informers feed a work queue keyed by node; N workers reconcile one node at a time.
 
     informers (nodes, pods, remediations) ──► WorkQueue[node name] ──► N workers ──► reconcile(node):
-        observe (caches, Slurm) ─► core (detect | plan_step | retry) ─► fence ─► note intents ─► act ─► persist
-        ─► requeue at the time the core asks for
+        observe (caches, Slurm) ─► core (detect | plan_step | retry) ─► fence ─► act ─┐
+            ▲── the step carries (Step.carry) and the next follows at once ◄──────────┤
+        persist once, with the once-only actions noted ─► run those ─► requeue at the time the core asks for
 
-One reconcile takes one step of one node's remediation, so a slow or hanging call (Slurm, the API
+One reconcile takes the steps of one node's remediation that follow from each other now and ends
+with one write (a remediation of 8 phases takes about 5), so a slow or hanging call (Slurm, the API
 server, a webhook) delays only its own node. Nothing is decided before every cache has finished its
 first list. Admission (the brake, max_concurrent) and the choice of a spare are taken under one lock,
 with the steps being applied counted, so no slot and no spare is given twice. Every action is fenced:

@@ -106,3 +106,24 @@ def test_the_storm_reads_when_each_cordon_was_written_from_the_reconcilers_log(b
     got = bench["storms"].cordons_logged(log)
     assert list(got) == ["storm-0"]  # the first cordon counts, other lines are skipped
     assert got["storm-0"] % 60 == pytest.approx(21.343, abs=1e-6)
+
+
+def test_the_node_watch_counts_a_node_cordoned_again_after_it_was_uncordoned(bench):
+    """Its watch is filtered (only cordoned nodes): an uncordon arrives once, as DELETED, and may come
+    before the next arm(); the node's next cordon must still count (time_to_heal faults a node twice)."""
+    w = bench["_common"].NodeWatcher.__new__(bench["_common"].NodeWatcher)
+    import threading
+
+    w.cordoned_at, w.cordoned_before, w.cordoned_now, w.lock = {}, set(), set(), threading.Lock()
+    cordoned = {"metadata": {"name": "n0"}, "spec": {"unschedulable": True}}
+    w.arm()
+    w._see(cordoned)
+    assert "n0" in w.cordoned_at
+    w._left("n0")  # uncordoned: the filtered watch says DELETED
+    w.arm()
+    assert w.cordoned_before == set()
+    w._see(cordoned)
+    assert "n0" in w.cordoned_at
+    w.arm()  # still cordoned when armed: not counted until it is uncordoned and cordoned again
+    w._see(cordoned)
+    assert w.cordoned_at == {}
