@@ -380,6 +380,36 @@ def test_losing_the_lease_stops_every_action():
     assert w.store.objects != {} and ("cordon", "h100-0") in w.kube.calls
 
 
+class Crash(BaseException):
+    """The reconciler dies here (not an error it could handle)."""
+
+
+def crash_after(w: World, n: int, calls, seconds: float) -> None:
+    """Run the world until the n-th of these calls (object, method), which kills the reconciler
+    before it is made; then restart it: fresh caches and queue, the same API objects."""
+    made = {"n": 0}
+    originals = {}
+
+    def counting(fn):
+        def wrapped(*a, **kw):
+            made["n"] += 1
+            if made["n"] == n:
+                raise Crash()
+            return fn(*a, **kw)
+        return wrapped
+
+    for obj, name in calls:
+        originals[(obj, name)] = getattr(obj, name)
+        setattr(obj, name, counting(getattr(obj, name)))
+    try:
+        w.run(seconds=seconds)
+    except Crash:
+        pass
+    for (obj, name), fn in originals.items():
+        setattr(obj, name, fn)
+    w.runtime = w.make_runtime()
+
+
 @pytest.mark.parametrize("crash_at", range(1, 12))
 def test_one_sigterm_and_one_notification_across_a_crash_at_every_point(crash_at):
     """Kill the reconciler after its n-th write (any write: a record, a cordon, a Slurm call), restart
@@ -387,31 +417,8 @@ def test_one_sigterm_and_one_notification_across_a_crash_at_every_point(crash_at
     w = World(fleet(grace_period_seconds=60))
     w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",))
     w.fault("h100-0")
-    writes = {"n": 0}
-
-    class Crash(BaseException):
-        pass
-
-    def counting(fn):
-        def wrapped(*a, **kw):
-            writes["n"] += 1
-            if writes["n"] == crash_at:
-                raise Crash()
-            return fn(*a, **kw)
-        return wrapped
-
-    originals = {}
-    for obj, name in [(w.store, "update"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
-                      (w.slurm, "signal_jobs"), (w.slurm, "requeue"), (w.notifier, "send")]:
-        originals[(obj, name)] = getattr(obj, name)
-        setattr(obj, name, counting(getattr(obj, name)))
-    try:
-        w.run(seconds=2)
-    except Crash:
-        pass
-    for (obj, name), fn in originals.items():
-        setattr(obj, name, fn)
-    w.runtime = w.make_runtime()
+    crash_after(w, crash_at, [(w.store, "update"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
+                              (w.slurm, "signal_jobs"), (w.slurm, "requeue"), (w.notifier, "send")], seconds=2)
     w.slurm.jobs[7] = SlurmJob(7, "train", "COMPLETED", nodes=("h100-w0",))
     w.run(seconds=70)
     assert [c for c in w.slurm.calls if c[0] == "signal"].__len__() <= 1
@@ -468,31 +475,9 @@ def test_a_crash_amid_carried_steps_repeats_no_page_and_promotes_one_spare(crash
     quarantine, notification) on the path where most steps carry, restart it, and finish."""
     w = World(fleet(grace_period_seconds=0))
     w.fault("h100-0")
-    calls = {"n": 0}
-
-    class Crash(BaseException):
-        pass
-
-    def counting(fn):
-        def wrapped(*a, **kw):
-            calls["n"] += 1
-            if calls["n"] == crash_at:
-                raise Crash()
-            return fn(*a, **kw)
-        return wrapped
-
-    originals = {}
-    for obj, name in [(w.store, "update"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
-                      (w.kube, "evict"), (w.provider, "promote"), (w.provider, "quarantine"), (w.notifier, "send")]:
-        originals[(obj, name)] = getattr(obj, name)
-        setattr(obj, name, counting(getattr(obj, name)))
-    try:
-        w.run(seconds=4)
-    except Crash:
-        pass
-    for (obj, name), fn in originals.items():
-        setattr(obj, name, fn)
-    w.runtime = w.make_runtime()
+    crash_after(w, crash_at, [(w.store, "update"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
+                              (w.kube, "evict"), (w.provider, "promote"), (w.provider, "quarantine"),
+                              (w.notifier, "send")], seconds=4)
     w.run(seconds=6)
     r = w.record("h100-0")
     assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-0"
