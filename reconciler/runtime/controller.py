@@ -223,22 +223,28 @@ class Runtime:
         return delay
 
     def _advance(self, record: Record, stored: bool = True) -> float | None:
-        """The steps of one remediation that follow from each other now, ended by one write.
+        """The steps of one remediation that follow from each other now, ended by one write (a new
+        record's containment by two: its create, before the first Slurm call, and the end of containment).
 
         A step the core lets carry is written with the next; one that does not ends the reconcile with
         its write. Its actions run only on top of a written record: when something carried is not
         written yet, that is written first and the step is planned again (level-based, so from what is
-        then seen). A new record is written before its first Slurm call. Once-only actions run after
-        the write that notes them as begun, so a crash repeats idempotent actions at most, never a page
-        or a SIGTERM."""
+        then seen). A new record is also written before its first Slurm call, and goes on. Once-only
+        actions run after the write that notes them as begun, so a crash repeats idempotent actions at
+        most, never a page or a SIGTERM."""
         current, once, dirty = record, [], not stored
         step: Step | None = None
         doing = "observe"
         try:
             for _ in range(MAX_CARRIED):
                 if not stored and current.phase in ASKS_SLURM:
-                    step = Step(recheck_after=0.0)  # a new record is written before its first Slurm call,
-                    break  # so a Slurm that hangs delays neither the record nor its page
+                    # A new record is written (and its page sent) before its first Slurm call, so a Slurm
+                    # that hangs delays neither; its containment then goes on in this reconcile.
+                    written = self._flush(current, False, once)
+                    if written is None:
+                        self._forget_applying(record.name)
+                        return 0.0  # made already (another replica, or before a restart): the informer brings it
+                    current, stored, dirty, once = written, True, False, []
                 doing = "observe"
                 step = self._plan(current)
                 if step.gate is not None:
@@ -283,17 +289,12 @@ class Runtime:
                     self._observe_move(old, current)
         try:
             if dirty or once:
-                current = replace(current, intents=tuple(dict.fromkeys(current.intents + tuple(a.once for a in once))))
-                if not self._write(current, stored):
+                written = self._flush(current, stored, once)
+                if written is None:
                     return 0.0  # made already (another replica, or before a restart): the informer brings it
+                current = written
         finally:
             self._forget_applying(record.name)
-        for a in once:
-            try:
-                self._run(a, current)
-            except (TemporaryError, PermanentError) as e:
-                self.metrics.action_errors.labels(a.kind, "once-only").inc()
-                log.error("%s failed and is not repeated: %s", a.kind, e, extra=self._ctx(current))
         if current.phase.terminal or current.phase is Phase.OPTED_OUT:
             return None
         if current.next_attempt is not None:
@@ -319,19 +320,36 @@ class Runtime:
         with self._admission:
             self._applying.pop(name, None)
 
-    def _write(self, record: Record, stored: bool) -> bool:
-        """Create or update the record (fenced); False when a create finds it made already."""
+    def _flush(self, record: Record, stored: bool, once: list[Action]) -> Record | None:
+        """Write the record with the once-only actions noted as begun, then run those (one that fails
+        is logged, not repeated: it may have got through). The record as written; None when a create
+        finds it made already."""
+        record = replace(record, intents=tuple(dict.fromkeys(record.intents + tuple(a.once for a in once))))
+        written = self._write(record, stored)
+        if written is None:
+            return None
+        for a in once:
+            try:
+                self._run(a, written)
+            except (TemporaryError, PermanentError) as e:
+                self.metrics.action_errors.labels(a.kind, "once-only").inc()
+                log.error("%s failed and is not repeated: %s", a.kind, e, extra=self._ctx(written))
+        return written
+
+    def _write(self, record: Record, stored: bool) -> Record | None:
+        """Create or update the record (fenced); the record as written, None when a create finds it
+        made already."""
         self._fenced()
         if not stored:
             if not self.store.create(record):
-                return False
+                return None
             log.info("remediation started", extra=self._ctx(record))
             self.metrics.started.labels(record.pool, str(record.xid)).inc()
         else:
             record = replace(record, revision=record.revision + 1)
             self.store.update(record)
         self.records.put(record.name, record)
-        return True
+        return record
 
     def _fenced(self) -> None:
         if not self.fence():

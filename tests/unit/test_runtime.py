@@ -426,26 +426,33 @@ def test_one_sigterm_and_one_notification_across_a_crash_at_every_point(crash_at
     assert w.record("h100-0").phase in (Phase.RESUMING, Phase.SUCCEEDED)
 
 
-def counted_writes(w):
-    """Count the record writes (create and update) the runtime makes."""
-    n = {"writes": 0}
+def counted_writes(w) -> list[tuple[str, str]]:
+    """The record writes the runtime makes, as (create | update, phase written)."""
+    made: list[tuple[str, str]] = []
     for name in ("create", "update"):
         fn = getattr(w.store, name)
 
-        def wrapped(*a, _fn=fn, **kw):
-            n["writes"] += 1
-            return _fn(*a, **kw)
+        def wrapped(record, _fn=fn, _name=name):
+            made.append((_name, record.phase.value))
+            return _fn(record)
         setattr(w.store, name, wrapped)
-    return n
+    return made
 
 
 def test_steps_that_carry_are_written_with_the_next_and_every_phase_stays_on_the_record():
-    """No job on the node, grace 0: the cordon, then the record is created (before any Slurm call);
-    the drain and the end of containment are one write; admission, eviction's end and the spare's choice
-    one more; the promotion one more (it waits for the Slurm node on the replacement). Not one write
-    per phase: eight before."""
+    """No job on the node, grace 0. The first reconcile cordons, creates the record (before any Slurm
+    call, so its page goes out first), drains in Slurm and writes the end of containment. Admission,
+    eviction's end and the spare's choice are one more write; the promotion one more (it waits for the
+    Slurm node on the replacement). Not one write per phase: eight before."""
     w = World(fleet(grace_period_seconds=0))
-    n = counted_writes(w)
+    writes = counted_writes(w)
+    at_create = []
+    create = w.store.create
+
+    def creating(r):
+        at_create.append((list(w.notifier.sent), list(w.slurm.calls), list(w.kube.calls)))
+        return create(r)
+    w.store.create = creating
     w.fault("h100-0")
     w.runtime.nodes.relist()
     w.runtime.pods.relist()
@@ -453,19 +460,16 @@ def test_steps_that_carry_are_written_with_the_next_and_every_phase_stays_on_the
     key = w.runtime.queue.get(timeout=0)
     assert key == "h100-0"  # a new fault is first in line
     w.runtime.process(key)  # one reconcile
-    r = w.record("h100-0")
-    assert r.phase is Phase.SLURM_DRAINING and n["writes"] == 1 and w.notifier.sent == ["detected"]
-    assert w.kube.calls == [("cordon", "h100-0")] and w.slurm.calls == []
-    assert w.runtime.queue.get(timeout=0) == "h100-0"  # its containment goes on before anything else
-    w.runtime.process("h100-0")
-    r = w.record("h100-0")
-    assert r.phase is Phase.REQUEUED and n["writes"] == 2 and ("drain", "h100-w0") in w.slurm.calls
+    assert writes == [("create", "SlurmDraining"), ("update", "Requeued")]
+    assert at_create == [([], [], [("cordon", "h100-0")])]  # cordoned, nothing sent or asked of Slurm yet
+    assert w.notifier.sent == ["detected"] and ("drain", "h100-w0") in w.slurm.calls
     w.run(seconds=3)
     r = w.record("h100-0")
     assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-0"
     assert [p for p, _ in r.phase_times] == ["Detected", "SlurmDraining", "Checkpointing", "Requeued", "Evicting",
                                              "Replacing", "Resuming"]
-    assert n["writes"] == 5
+    # the NodeSet pod's eviction is waited for (written), then the choice, then the promotion
+    assert [p for _, p in writes] == ["SlurmDraining", "Requeued", "Evicting", "Replacing", "Resuming"]
     assert w.notifier.sent.count("detected") == 1
 
 
