@@ -401,7 +401,6 @@ class NodeWatcher:
         self.cordoned_at: dict[str, float] = {}  # first seen cordoned since arm()
         self.cordoned_before: set[str] = set()  # cordoned at arm() and not uncordoned since
         self.cordoned_now: set[str] = set()  # in the selector now
-        self.version = ""
         self.stop = threading.Event()
         self.synced = threading.Event()
         self.lock = threading.Lock()
@@ -439,39 +438,66 @@ class NodeWatcher:
         self.cordoned_before.discard(name)
 
     def _run(self) -> None:
-        from kubernetes import client, watch
+        follow_nodes(self.api, self.stop, self._listed, self._event, CORDONED)
 
-        core = client.CoreV1Api(self.api)
-        while not self.stop.is_set():
-            try:
-                if not self.version:
-                    resp = core.list_node(field_selector=CORDONED, _preload_content=False, _request_timeout=60)
-                    data = json.loads(resp.data)
-                    with self.lock:
-                        self.cordoned_now = {n["metadata"]["name"] for n in data["items"]
-                                             if (n.get("spec") or {}).get("unschedulable")}
-                        self.cordoned_before = set(self.cordoned_now) - set(self.cordoned_at)
-                    self.version = data["metadata"]["resourceVersion"]
-                    self.synced.set()
-                w = watch.Watch()
-                for ev in w.stream(core.list_node, field_selector=CORDONED, resource_version=self.version,
-                                   deserialize=False, timeout_seconds=30, allow_watch_bookmarks=True):
-                    obj = ev.get("raw_object") or ev["object"]
-                    if ev["type"] == "ERROR":
-                        self.version = ""
-                        break
-                    self.version = obj["metadata"].get("resourceVersion", self.version)
-                    if ev["type"] in ("ADDED", "MODIFIED"):
-                        self._see(obj)
-                    elif ev["type"] == "DELETED":  # left the selector: uncordoned (or deleted)
-                        with self.lock:
-                            self._left(obj["metadata"]["name"])
-                    if self.stop.is_set():
-                        break
-                w.stop()
-            except Exception:  # noqa: BLE001 - relist
-                self.version = ""
-                self.stop.wait(0.5)
+    def _listed(self, items: list[dict]) -> None:
+        with self.lock:
+            self.cordoned_now = {n["metadata"]["name"] for n in items if (n.get("spec") or {}).get("unschedulable")}
+            self.cordoned_before = set(self.cordoned_now) - set(self.cordoned_at)
+        self.synced.set()
+
+    def _event(self, kind: str, node: dict) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            self._see(node)
+        elif kind == "DELETED":  # left the selector: uncordoned (or deleted)
+            with self.lock:
+                self._left(node["metadata"]["name"])
+
+
+def follow_nodes(api, stop: threading.Event, on_list: Callable[[list[dict]], None],
+                 on_event: Callable[[str, dict], None], field_selector: str | None = None) -> None:
+    """List the nodes (raw JSON), then watch from that version until `stop`, listing again after an
+    error or an expired version: the benches' own node watches (not the reconciler's informer)."""
+    from kubernetes import client, watch
+
+    core = client.CoreV1Api(api)
+    selector = {"field_selector": field_selector} if field_selector else {}
+    version = ""
+    while not stop.is_set():
+        try:
+            if not version:
+                data = json.loads(core.list_node(**selector, _preload_content=False, _request_timeout=60).data)
+                on_list(data["items"])
+                version = data["metadata"]["resourceVersion"]
+            w = watch.Watch()
+            for ev in w.stream(core.list_node, **selector, resource_version=version, deserialize=False,
+                               timeout_seconds=30, allow_watch_bookmarks=True):
+                obj = ev.get("raw_object") or ev["object"]
+                if ev["type"] == "ERROR":
+                    version = ""
+                    break
+                version = obj["metadata"].get("resourceVersion", version)
+                on_event(ev["type"], obj)
+                if stop.is_set():
+                    break
+            w.stop()
+        except Exception:  # noqa: BLE001 - list again
+            version = ""
+            stop.wait(0.5)
+
+
+def json_lines(path: Path) -> list[dict]:
+    """The JSON objects of a log or events file, a line each; other lines (a line being written, a
+    supervisor's note) are skipped."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict):
+            out.append(d)
+    return out
 
 
 # --- the reconciler as a host process --------------------------------------------------------------

@@ -11,19 +11,29 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main(kubeconfig: str, out: str) -> int:
-    from kubernetes import client, config, watch
+    from kubernetes import config
 
-    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    from _common import follow_nodes
+
     fault: dict[str, float] = {}
     cordon: dict[str, float] = {}
     before: set[str] = set()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
-    def see(node: dict) -> None:
+    def listed(items: list[dict]) -> None:
+        before.update(n["metadata"]["name"] for n in items if (n.get("spec") or {}).get("unschedulable"))
+        print("synced", flush=True)
+
+    def see(kind: str, node: dict) -> None:
+        if kind not in ("ADDED", "MODIFIED"):
+            return
         name, now = node["metadata"]["name"], time.time()
         if name not in fault and any(c.get("type") == "GpuHealthy" and c.get("status") == "False"
                                      for c in (node.get("status") or {}).get("conditions") or []):
@@ -31,31 +41,8 @@ def main(kubeconfig: str, out: str) -> int:
         if (node.get("spec") or {}).get("unschedulable") and name not in cordon and name not in before:
             cordon[name] = now
 
-    def run() -> None:
-        version = ""
-        while not stop.is_set():
-            try:
-                if not version:
-                    data = json.loads(core.list_node(_preload_content=False, _request_timeout=60).data)
-                    before.update(n["metadata"]["name"] for n in data["items"] if (n.get("spec") or {}).get("unschedulable"))
-                    version = data["metadata"]["resourceVersion"]
-                    print("synced", flush=True)
-                for ev in watch.Watch().stream(core.list_node, resource_version=version, deserialize=False,
-                                               timeout_seconds=30, allow_watch_bookmarks=True):
-                    obj = ev.get("raw_object") or ev["object"]
-                    if ev["type"] == "ERROR":
-                        version = ""
-                        break
-                    version = obj["metadata"].get("resourceVersion", version)
-                    if ev["type"] in ("ADDED", "MODIFIED"):
-                        see(obj)
-                    if stop.is_set():
-                        break
-            except Exception:  # noqa: BLE001 - relist
-                version = ""
-                stop.wait(0.5)
-
-    threading.Thread(target=run, daemon=True).start()
+    api = config.new_client_from_config(config_file=kubeconfig)
+    threading.Thread(target=follow_nodes, args=(api, stop, listed, see), daemon=True).start()
     stop.wait()
     with open(out, "w") as f:
         json.dump({"fault": fault, "cordon": cordon}, f)

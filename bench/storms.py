@@ -35,6 +35,7 @@ from _common import (  # noqa: E402
     PYTHON, teardown, HostReconciler, NodeWatcher, Table, apiserver_requests, create_nodes, free_port,
     install_crd_and_namespace, load, machine, make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib,
     release_lease, request_delta, say, wait_all_ready, wait_for, wait_leading, write_policy, parse_bench_args,
+    json_lines,
 )
 
 TIERS = (1, 5, 20)
@@ -90,16 +91,8 @@ def start_reconciler(kube, api, root: Path, spec, tag: str, total: int, profile:
 
 
 def gate_lines(log: Path, reason: str, pool: str | None = None) -> list[dict]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        msg = d.get("message", "")
-        if msg.startswith(f"gate {reason}") and (pool is None or f"pool {pool} " in msg):
-            out.append(d)
-    return out
+    return [d for d in json_lines(log) if str(d.get("message", "")).startswith(f"gate {reason}")
+            and (pool is None or f"pool {pool} " in str(d.get("message", "")))]
 
 
 def cordons_logged(log: Path) -> dict[str, float]:
@@ -108,11 +101,7 @@ def cordons_logged(log: Path) -> dict[str, float]:
     from datetime import datetime
 
     out: dict[str, float] = {}
-    for line in log.read_text(errors="replace").splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
+    for d in json_lines(log):
         if d.get("message") == "cordoned" and d.get("node"):
             out.setdefault(d["node"], datetime.strptime(d["time"], "%Y-%m-%d %H:%M:%S,%f").timestamp())
     return out

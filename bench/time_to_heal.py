@@ -23,7 +23,6 @@ so a pool of 2 nodes + 1 spare cycles through any number of faults.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     teardown, NodeWatcher, Table, install_crd_and_namespace, load, machine, make_spec, pct, pool_doc,
     release_lease, say, wait_for, wait_leading, write_policy, start_standin_for_the_spec, parse_bench_args,
+    json_lines,
 )
 
 from fleetspec import labels  # noqa: E402
@@ -47,15 +47,7 @@ MILESTONES = ["detected", "cordoned", "slurm_drain", "requeued", "slurm_down", "
 
 def events(run_dir: Path) -> list[dict]:
     f = run_dir / "events.jsonl"
-    if not f.exists():
-        return []
-    out = []
-    for line in f.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass  # a line being written
-    return out
+    return json_lines(f) if f.exists() else []
 
 
 def scontrol_fields(env, *args: str) -> dict[str, str]:

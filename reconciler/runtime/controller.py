@@ -219,7 +219,7 @@ class Runtime:
             return None
         delay = self._advance(d.record, stored=False)  # contain at once: the cordon is the first step
         if delay == 0.0:
-            self.queue.add(node, soon=True)  # containment goes on next: after new faults, before later steps
+            self.queue.add(node, soon=True)  # its next step (admission, or containment's rest) after new faults
         return delay
 
     def _advance(self, record: Record, stored: bool = True) -> float | None:
