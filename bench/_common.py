@@ -488,16 +488,10 @@ def follow_nodes(api, stop: threading.Event, on_list: Callable[[list[dict]], Non
 
 def json_lines(path: Path) -> list[dict]:
     """The JSON objects of a log or events file, a line each; other lines (a line being written, a
-    supervisor's note) are skipped."""
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(d, dict):
-            out.append(d)
-    return out
+    supervisor's note) are skipped: the reader the previews use for the engine's event log."""
+    from gpufleet.preview import parse_events
+
+    return parse_events(path.read_text(errors="replace"))
 
 
 # --- the reconciler as a host process --------------------------------------------------------------
