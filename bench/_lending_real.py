@@ -111,7 +111,7 @@ class Bench(lt.World):
     def state(self) -> str:
         """What a failed round leaves, for its report."""
         recs = [(r.name, r.phase.value, r.replacement, r.reclaim_started, r.reason[-200:], r.last_error[-200:])
-                for r in (self.rec.runtime.store.list() if self.rec else [])]
+                for r in (self.rec.store.list() if self.rec else [])]
         nodes = {}
         for n in lt.ACTIVE + lt.SPARES:
             node = self.node(n)
@@ -170,7 +170,7 @@ def heal_round(w: Bench, lent: bool, pdb: bool = False) -> dict:
     lt.Kube(w.api).set_condition("kwok-lend-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        rs = [r for r in w.rec.runtime.store.list() if r.node == "kwok-lend-0" and r.phase.terminal]
+        rs = [r for r in w.rec.store.list() if r.node == "kwok-lend-0" and r.phase.terminal]
         if rs:
             r = rs[0]
             if r.phase is not lt.Phase.SUCCEEDED:

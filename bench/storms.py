@@ -141,13 +141,13 @@ def observed(seen: dict[str, dict[str, float]] | None, at: dict[str, float], log
 
 
 def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": 1000, "max_unhealthy_fraction": 1.0,
                              "drain_timeout_seconds": 30, "reconciler": {"workers": a.workers}})
     rec = start_reconciler(kube, api, root, spec, "storm", total, a.profile)
-    store = KubeRecordStore(api)
+    store = KubeRemediationStore(api)
     victims = victims_of("storm", a.storm_nodes, a.storm_faults)
     observer = Observer(kube.kubeconfig_path, root / "observer-storm.json") if a.observer else None
     seen = None
@@ -226,7 +226,7 @@ def kube_unschedulable(api, node: str) -> bool:
 def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
     """The same storm under the prod stack's policy (max_concurrent 4, brake above 10 %, admission hold): every fault
     must be contained (cordoned) at once, none replaced, one page."""
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     pools, _ = fleet(a)
     from fleetspec import load_stack_file, stack_file
@@ -236,7 +236,7 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
                              "max_unhealthy_fraction": prod.max_unhealthy_fraction, "drain_timeout_seconds": 30,
                              "admission_hold_seconds": prod.admission_hold_seconds})
     rec = start_reconciler(kube, api, root, spec, "prod-storm", total)
-    store = KubeRecordStore(api)
+    store = KubeRemediationStore(api)
     victims = victims_of("prodstorm", a.storm_faults * 8, a.storm_faults)
     try:
         watcher.arm()
@@ -275,13 +275,13 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
 
 
 def tiers(kube, api, root: Path, a, total: int, mc: int) -> list[dict]:
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": mc,
                              "max_unhealthy_fraction": a.fraction, "drain_timeout_seconds": 30})
     rec = start_reconciler(kube, api, root, spec, f"tiers-c{mc}", total)
-    store = KubeRecordStore(api)
+    store = KubeRemediationStore(api)
     rows = []
     try:
         for p in TIERS:

@@ -26,7 +26,7 @@ TOKEN_DIR = "/var/run/secrets/slurm"
 TOKEN_FILE = f"{TOKEN_DIR}/{TOKEN_KEY}"
 
 
-CONFIG_CHECKSUM = f"{labels.GROUP}/config-checksum"
+CONFIG_CHECKSUM = labels.CONFIG_CHECKSUM
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 
 
@@ -212,7 +212,7 @@ class Reconciler(pulumi.ComponentResource):
                 string_data={env_names[n]: url for n, url in args.webhook_urls.items()}, opts=child)
             env_from = [{"secretRef": {"name": secret.metadata.name}}]
 
-        selector = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": env}
+        selector = {labels.APP_NAME: NAME, labels.APP_INSTANCE: env}
         pod_labels = metadata(NAME, "reconciler", env)["labels"]
         names = sorted(args.webhook_urls)
         # A hash of the secrets is no secret: unsecret it, so a preview shows the roll.
@@ -277,7 +277,7 @@ class Reconciler(pulumi.ComponentResource):
             f"{name}-agent-clusterrolebinding", metadata=meta(AGENT, "agent", ns=False),
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": agent_role.metadata.name},
             subjects=[{"kind": "ServiceAccount", "name": agent_sa.metadata.name, "namespace": self.namespace}], opts=child)
-        agent_selector = {"app.kubernetes.io/name": AGENT, "app.kubernetes.io/instance": env}
+        agent_selector = {labels.APP_NAME: AGENT, labels.APP_INSTANCE: env}
         tolerations = [{"operator": "Exists", "effect": "NoSchedule"}]
         k8s.apps.v1.DaemonSet(
             f"{name}-agent",

@@ -41,7 +41,8 @@ def reconcile(
     namespace: Optional[str] = typer.Option(None, help="Namespace for the Lease and Events."),
     leader_elect: bool = typer.Option(False, "--leader-elect", help="Act only while holding the Lease."),
     metrics_port: int = typer.Option(9102, help="Port for /metrics and /healthz (0: off)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and log; change nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and log each action it would take; write, page "
+                                 "and signal nothing, and take no Lease."),
     once: bool = typer.Option(False, "--once", help="One pass, then exit (for cron-style runs and tests)."),
     json_logs: bool = typer.Option(True, "--json-logs/--text-logs", help="Structured JSON logs."),
 ) -> None:
@@ -68,8 +69,8 @@ def reconcile(
                 leader_elect=leader_elect, dry_run=dry_run)
     if once:
         rec.sync()
-        rec.runtime.drain()
-        rec.runtime.kube.flush_events()
+        rec.process_due()
+        rec.kube.flush_events()
         return
 
     def stop(*_):
@@ -77,7 +78,7 @@ def reconcile(
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        rec.run(metrics_port or None)
+        rec.serve(metrics_port or None)
     except KeyboardInterrupt:
         rec.stop.set()
 
@@ -156,7 +157,7 @@ def mark_healthy(
     kubeconfig: Optional[Path] = typer.Option(None),
     stack: Optional[str] = typer.Option(None, "--stack", "-s"),
 ) -> None:
-    """Record that NODE passed its GPU health check; the reconciler then returns it to the spares."""
+    """Remediation that NODE passed its GPU health check; the reconciler then returns it to the spares."""
     from reconciler.adapters.kube import Kube
 
     Kube(_api(kubeconfig, stack)).set_condition(node, condition, "True", "HealthCheckPassed",
@@ -198,9 +199,9 @@ def remediations(
     from rich.table import Table
 
     from reconciler.errors import PermanentError, TemporaryError
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
-    store = KubeRecordStore(_api(kubeconfig, stack))
+    store = KubeRemediationStore(_api(kubeconfig, stack))
 
     def table() -> Table:
         t = Table(title="gpufleet remediations")

@@ -81,24 +81,24 @@ def pod(name: str, node: str, pod_labels: dict | None = None) -> dict:
 
 def reconciler(api, spec, channel=None):
     rec = build(spec, api, slurm=None)
-    rec.runtime.notifier.channels = [channel or Recorder()]
+    rec.notifier.channels = [channel or Recorder()]
     return rec
 
 
 def step(rec):
     """What the watches and the workers do, in this thread: list, queue what changed, process what is due."""
     rec.sync()
-    rec.runtime.drain()
+    rec.process_due()
 
 
 def run_until(rec, done, timeout=60.0):
     """Step the reconciler until `done` holds (the shared polling loop; a timeout shows the records)."""
     return wait_for("the condition", lambda: (step(rec), done())[1], timeout, 0.2,
-                    explain=lambda: f"records: {rec.runtime.store.list()}")
+                    explain=lambda: f"records: {rec.store.list()}")
 
 
 def records_for(rec, node):
-    return [r for r in rec.runtime.store.list() if r.node == node]
+    return [r for r in rec.store.list() if r.node == node]
 
 
 def test_fault_condition_survives_kwok_heartbeats(kube_cluster, api):
@@ -147,7 +147,7 @@ def test_heals_a_node_with_a_spare(kube_cluster, api):
     for _ in range(3):
         step(rec)
     assert len(records_for(rec, "heal-0")) == 1
-    assert [e for e in rec.runtime.notifier.channels[0].messages if e.event == "succeeded"].__len__() == 1
+    assert [e for e in rec.notifier.channels[0].messages if e.event == "succeeded"].__len__() == 1
 
 
 def test_opt_out_label_holds_the_node(kube_cluster, api):
@@ -163,7 +163,7 @@ def test_opt_out_label_holds_the_node(kube_cluster, api):
     spare = core.read_node("opt-spare-0")
     assert spare.metadata.labels[labels.ROLE] == labels.ROLE_SPARE  # nothing replaced
     core.read_namespaced_pod("opt-debug", "default")  # and nothing evicted
-    sent = [m.event for m in rec.runtime.notifier.channels[0].messages]
+    sent = [m.event for m in rec.notifier.channels[0].messages]
     assert sent.count("opted-out") == 1
 
 
@@ -172,7 +172,7 @@ def test_restart_mid_remediation_resumes_without_repeating(kube_cluster, api):
     make_nodes(kube_cluster, spec)
     Kube(api).set_condition("rst-0", "GpuHealthy", "False", "Xid79", "off the bus")
     first = reconciler(api, spec)
-    first_channel = first.runtime.notifier.channels[0]
+    first_channel = first.notifier.channels[0]
     # run the first reconciler until it has chosen a spare, then "kill" it
     run_until(first, lambda: [r for r in records_for(first, "rst-0") if r.replacement])
     second_channel = Recorder()
@@ -224,17 +224,17 @@ def test_watch_queues_a_fault_not_heartbeats(kube_cluster, api):
     make_nodes(kube_cluster, spec)
     rec = reconciler(api, spec)
     stop = threading.Event()
-    nodes = rec.runtime.nodes
+    nodes = rec.caches.nodes
     nodes.start(stop)
     try:
         assert nodes.synced.wait(10)
         time.sleep(1.0)
-        q = rec.runtime.queue
+        q = rec.queue
         while (key := q.get(timeout=0)) is not None:
             q.done(key)  # what the first list queued
-        assert rec.runtime.queue.get(timeout=3.0) is None, "a heartbeat queued a node"
+        assert rec.queue.get(timeout=3.0) is None, "a heartbeat queued a node"
         Kube(api).set_condition("wch-0", "GpuHealthy", "False", "Xid79", "off the bus")
-        assert rec.runtime.queue.get(timeout=5.0) == "wch-0"
+        assert rec.queue.get(timeout=5.0) == "wch-0"
         assert nodes.get("wch-0").fault.xid == 79
     finally:
         stop.set()
@@ -289,22 +289,22 @@ def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_c
     kube = Kube(api)
     for n in ("stm-0", "stm-1"):
         kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
-    run_until(rec, lambda: len([r for r in rec.runtime.store.list() if r.pool == "stm" and r.phase is Phase.HELD]) == 2)
+    run_until(rec, lambda: len([r for r in rec.store.list() if r.pool == "stm" and r.phase is Phase.HELD]) == 2)
     for _ in range(4):
         step(rec)
     for n in ("stm-0", "stm-1"):
         (r,) = records_for(rec, n)
-        assert r.phase is Phase.HELD and "2 of 3 nodes in pool stm" in r.held
+        assert r.phase is Phase.HELD and "2 of 3 nodes in pool stm" in r.held_message
         assert kube.get_node(n)["spec"].get("unschedulable")  # contained: cordoned
     for s_ in ("stm-spare-0", "stm-spare-1"):
         assert kube.get_node(s_)["metadata"]["labels"][labels.ROLE] == labels.ROLE_SPARE  # nothing replaced
-    rec.runtime.refresh_gauges()
+    rec.alerts.refresh_gauges()
     storms = [m for m in channel.messages if m.event == "storm"]
     assert len(storms) == 1 and storms[0].severity == "critical" and "2 of 3 nodes in pool stm" in storms[0].text
     events = client.CoreV1Api(api).list_namespaced_event(
         "default", field_selector="involvedObject.name=gpufleet-pool-stm").items
     assert [e.reason for e in events] == ["TooManyUnhealthy"]
-    assert rec.runtime.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
+    assert rec.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
 
 
 def test_simultaneous_faults_get_distinct_spares(kube_cluster, api):
@@ -316,7 +316,7 @@ def test_simultaneous_faults_get_distinct_spares(kube_cluster, api):
     kube = Kube(api)
     for n in ("two-0", "two-1"):
         kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
-    done = run_until(rec, lambda: (rs := [r for r in rec.runtime.store.list() if r.pool == "two"]) and len(rs) == 2
+    done = run_until(rec, lambda: (rs := [r for r in rec.store.list() if r.pool == "two"]) and len(rs) == 2
                      and all(r.phase.terminal for r in rs) and rs)
     assert {r.phase for r in done} == {Phase.SUCCEEDED}
     assert sorted(r.replacement for r in done) == ["two-spare-0", "two-spare-1"]
@@ -329,12 +329,12 @@ def test_a_record_is_deleted_only_as_last_seen(api):
     from dataclasses import replace
     from datetime import datetime, timezone
 
-    from reconciler.adapters.records import KubeRecordStore
-    from reconciler.core.model import Record
+    from reconciler.adapters.records import KubeRemediationStore
+    from reconciler.core.model import Remediation
     from reconciler.errors import TemporaryError
 
-    store, other = KubeRecordStore(api), KubeRecordStore(api)
-    r = Record(name="retention-itest", node="ret-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
+    store, other = KubeRemediationStore(api), KubeRemediationStore(api)
+    r = Remediation(name="retention-itest", node="ret-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
                created=datetime.now(timezone.utc))
     assert store.create(r)
     other.list()  # the second store saw this version

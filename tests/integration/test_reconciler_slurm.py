@@ -63,7 +63,7 @@ def fleet_with_slurm(kube_cluster, api, slurm_fresh, slurm_rest):
         place(api, slurm_name, node)
     channel = Recorder()
     rec = reconciler(api, spec, channel)
-    rec.runtime.slurm = slurm_rest
+    rec.slurm = slurm_rest
     return spec, rec, channel, slurm_fresh
 
 
@@ -119,7 +119,7 @@ def test_a_persons_drain_is_never_changed_nor_its_spare_promoted(fleet_with_slur
 
 def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fleet_with_slurm, api, tmp_path):
     spec, rec, channel, slurm = fleet_with_slurm
-    rec.runtime.spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 40})})
+    rec.spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 40})})
     job_on(slurm, "gpu-a-1", tmp_path, slow_checkpoint=True)  # checkpointing for its whole grace period
     Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid94", "contained ECC")
     run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.phase is Phase.CHECKPOINTING])
@@ -137,7 +137,7 @@ def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fle
 
 def test_a_long_outage_fails_with_the_reason_and_keeps_the_node_contained(fleet_with_slurm, api):
     spec, rec, channel, slurm = fleet_with_slurm
-    rec.runtime.spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"retry_budget_seconds": 10})})
+    rec.spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"retry_budget_seconds": 10})})
     slurm.stop_daemon("slurmrestd")
     try:
         Kube(api).set_condition(f"{POOL}-0", "GpuHealthy", "False", "Xid79", "off the bus")

@@ -17,7 +17,7 @@ from gpufleet.localenv.slinky_standin import (CORDON_REASON_ANNOTATION, POD_HOST
 from gpufleet.localenv.slurm import POD_TERMINATING_REASON, LocalSlurm, free_ports
 from gpufleet.waiting import wait_for
 from gpufleet.localenv.fake_nodes import fake_node
-from reconciler.adapters.slurm.scontrol import SlurmCLI
+from reconciler.adapters.slurm.cli import SlurmCLI
 from tests.fixtures.slurm_cluster import build_slurm_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

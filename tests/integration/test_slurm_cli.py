@@ -21,7 +21,7 @@ from gpufleet.waiting import wait_for
 
 from gpufleet.localenv.slurm import SPARE_REASON, LocalSlurm
 from reconciler.adapters.slurm import SlurmError, SlurmJob
-from reconciler.adapters.slurm.scontrol import SlurmCLI, expand_hostlist
+from reconciler.adapters.slurm.cli import SlurmCLI, expand_hostlist
 from tests.fixtures.slurm_cluster import KUBE_NODE_OF
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

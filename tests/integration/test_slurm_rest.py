@@ -18,7 +18,7 @@ import pytest
 from gpufleet.localenv.slurm import SPARE_REASON, LocalSlurm
 from gpufleet.waiting import wait_for
 from reconciler.adapters.slurm import SlurmError, make_client
-from reconciler.adapters.slurm.scontrol import SlurmCLI
+from reconciler.adapters.slurm.cli import SlurmCLI
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile
 from tests.fixtures.slurm_cluster import KUBE_NODE_OF, SLURM_NODES
 from tests.integration.test_slurm_cli import GRACE_SECONDS, STEPS, events, expected_result, running, submit

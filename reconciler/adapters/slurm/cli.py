@@ -11,7 +11,7 @@ retries around it, guided by `SlurmError.temporary`:
 
 Error messages name the command and carry its output.
 
-What the commands do (see tests/integration/test_slurm_cli.py):
+What the commands do (see tests/integration/test_slurm_contract.py):
 
 * drain: ``scontrol update NodeName=N State=DRAIN Reason=R``; running jobs go on (the
   node shows MIXED/ALLOCATED+DRAIN, then IDLE+DRAIN).
@@ -40,7 +40,7 @@ import subprocess
 from typing import Mapping, Sequence
 
 from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
-from reconciler.core.decide import SIGNALLABLE_STATES
+from reconciler.core.slurm_states import PENDING, SIGNALLABLE_JOB_STATES
 
 __all__ = ["SlurmCLI", "expand_hostlist"]
 
@@ -287,7 +287,7 @@ class SlurmCLI:
         return self._squeue("-w", name)
 
     def pending_jobs(self) -> list[SlurmJob]:
-        return sorted(self._squeue("-t", "PENDING"), key=lambda j: j.job_id)
+        return sorted(self._squeue("-t", PENDING), key=lambda j: j.job_id)
 
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows (finished jobs are kept for
@@ -357,7 +357,7 @@ class SlurmCLI:
                     job = self.job(jid)
                     if job is None:
                         unknown.append(jid)
-                    elif job.state in SIGNALLABLE_STATES:
+                    elif job.state in SIGNALLABLE_JOB_STATES:
                         raise error
         if unknown:
             raise SlurmError(f"signal {sig}: unknown job(s) {', '.join(map(str, unknown))}",
@@ -377,7 +377,7 @@ class SlurmCLI:
             if error.temporary:
                 raise error
             job = self.job(jid)
-            if job is not None and job.state == "PENDING":
+            if job is not None and job.state == PENDING:
                 continue
             raise error
 
@@ -394,7 +394,7 @@ class SlurmCLI:
                     continue
                 raise error
             job = self.job(jid)
-            if job is not None and job.state == "PENDING" and "held" in job.reason.lower():
+            if job is not None and job.state == PENDING and "held" in job.reason.lower():
                 self._run([self.scontrol, "release", str(jid)])
 
 
