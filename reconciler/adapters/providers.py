@@ -10,8 +10,8 @@ One interface, three providers:
   leaves the group with the desired capacity decremented (terminated, or detached and tagged
   for a human, as the spec says); a refill raises the desired capacity by exactly one, once per
   remediation (the key is recorded as a group tag, so a replay changes nothing).
-- `local`: the local environment's fake nodes (kwok); it lives with the local environment and is
-  registered here by whoever runs the reconciler against it.
+- `local`: the local environment's fake nodes (kwok); it lives with the local environment
+  (`localenv/`) and registers itself here.
 """
 from __future__ import annotations
 
