@@ -68,7 +68,9 @@ def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [labels.GROUP], "resources": [remediation_crd.PLURAL],
-         "verbs": ["list", "watch", "create", "update", "delete"]},  # delete: retention of finished records
+         "verbs": ["list", "watch", "create", "delete"]},  # delete: retention of finished remediations
+        # the status is written only through its subresource (records.py): the spec is never updated
+        {"apiGroups": [labels.GROUP], "resources": [f"{remediation_crd.PLURAL}/status"], "verbs": ["update"]},
     ]
 
 

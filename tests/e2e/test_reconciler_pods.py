@@ -139,9 +139,9 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
 
 
 def _records(local_pods, node):
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
-    return [r for r in KubeRecordStore(local_pods.env.kube.api_client()).list() if r.node == node]
+    return [r for r in KubeRemediationStore(local_pods.env.kube.api_client()).list() if r.node == node]
 
 
 def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_goes(local_pods):
