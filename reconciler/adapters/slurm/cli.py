@@ -283,8 +283,20 @@ class SlurmCLI:
         return jobs
 
     def jobs_on_node(self, name: str) -> list[SlurmJob]:
-        """Jobs running (or completing, suspended...) on the node; not pending ones."""
-        return self._squeue("-w", name)
+        """Jobs running (or completing, suspended...) on the node; not pending ones. A node Slurm does not
+        know runs none (as slurmrestd answers)."""
+        try:
+            return self._squeue("-w", name)
+        except SlurmError as e:
+            if e.temporary:
+                raise
+            try:
+                self.node(name)
+            except SlurmError as unknown:
+                if unknown.temporary:
+                    raise
+                return []  # Slurm does not know the node: no job runs there
+            raise
 
     def pending_jobs(self) -> list[SlurmJob]:
         return sorted(self._squeue("-t", PENDING), key=lambda j: j.job_id)
@@ -385,6 +397,9 @@ class SlurmCLI:
         """Make pending jobs eligible now: clear the begin time a requeue sets, and
         release a hold. Jobs that already run or ended are left alone."""
         for jid in self._ids(job_ids):
+            job = self.job(jid)
+            if job is None or job.state != PENDING:
+                continue  # unknown, running or ended: nothing to release
             argv = [self.scontrol, "update", f"JobId={jid}", "StartTime=now"]
             rc, out, err = self._exec(argv)
             if rc != 0:
