@@ -3,8 +3,8 @@ eviction, opt-out, spare promotion, Remediation records, restarts, the Lease.
 The node agent's tests are in test_agent_kube.py."""
 from __future__ import annotations
 
+import json
 import threading
-import time
 
 import pytest
 from kubernetes import client
@@ -53,14 +53,16 @@ def api(kube_cluster):
         ext.create_custom_resource_definition(crd)
     except ApiException as e:
         assert e.status == 409
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # wait until the API serves the new kind
-        try:
-            client.CustomObjectsApi(api).list_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations")
-            break
-        except ApiException:
-            time.sleep(0.3)
+    wait_for("the API to serve remediations", lambda: served(api), timeout=30)
     return api
+
+
+def served(api) -> bool:
+    try:
+        client.CustomObjectsApi(api).list_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations")
+        return True
+    except ApiException:
+        return False
 
 
 def make_nodes(kube_cluster, spec):
@@ -79,8 +81,8 @@ def pod(name: str, node: str, pod_labels: dict | None = None) -> dict:
                      "containers": [{"name": "c", "image": "registry.example/train:1.0"}]}}
 
 
-def reconciler(api, spec, channel=None):
-    rec = build(spec, api, slurm=None)
+def reconciler(api, spec, channel=None, slurm=None):
+    rec = build(spec, api, slurm=slurm)
     rec.notifier.channels = [channel or Recorder()]
     return rec
 
@@ -107,7 +109,8 @@ def test_fault_condition_survives_kwok_heartbeats(kube_cluster, api):
     kube = Kube(api)
     kube.set_condition("hb-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
     first = kube.get_node("hb-0")
-    time.sleep(3)  # kwok heartbeats update status in the meantime
+    beat = lambda n: {c["type"]: c for c in n["status"]["conditions"]}["Ready"]["lastHeartbeatTime"]  # noqa: E731
+    wait_for("a kwok heartbeat", lambda: beat(kube.get_node("hb-0")) != beat(first), timeout=60, interval=0.5)
     conds = {c["type"]: c for c in kube.get_node("hb-0")["status"]["conditions"]}
     assert conds["GpuHealthy"]["status"] == "False" and conds["Ready"]["status"] == "True"
     # the same signal again does not move the transition time: one signal, not two
@@ -136,11 +139,8 @@ def test_heals_a_node_with_a_spare(kube_cluster, api):
     assert not any(t.key == labels.SPARE_TAINT for t in spare.spec.taints or [])
     assert spare.metadata.annotations[labels.PROMOTED_FOR] == "heal-0"
     # the worker pod was evicted through the eviction API
-    with pytest.raises(ApiException) as gone:
-        for _ in range(50):
-            core.read_namespaced_pod("heal-worker", "default")
-            time.sleep(0.2)
-    assert gone.value.status == 404
+    wait_for("the evicted pod to be gone", lambda: "heal-worker" not in {
+        p.metadata.name for p in core.list_namespaced_pod("default").items}, timeout=10)
     events = core.list_namespaced_event("default", field_selector="involvedObject.name=heal-0").items
     assert {"GpuFleetDetected", "GpuFleetSucceeded"} <= {e.reason for e in events}
     # more passes change nothing: one record, one promotion
@@ -201,14 +201,25 @@ def test_no_spare_waits_then_heals_when_capacity_joins(kube_cluster, api):
     assert r.phase is Phase.SUCCEEDED and r.replacement == "nos-spare-9"
 
 
+class Monotonic:
+    """The electors' own clock, moved by the test (no sleeping for a Lease to run out)."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_lease_elects_one_leader_fences_and_fails_over(api):
-    a = LeaseElector(api, "default", "itest-leader", "a", lease_seconds=2, renew_every=0.5)
-    b = LeaseElector(api, "default", "itest-leader", "b", lease_seconds=2, renew_every=0.5)
+    clock = Monotonic()
+    a = LeaseElector(api, "default", "itest-leader", "a", lease_seconds=2, renew_every=0.5, clock=clock)
+    b = LeaseElector(api, "default", "itest-leader", "b", lease_seconds=2, renew_every=0.5, clock=clock)
     assert a.try_acquire() is True and a.holds()
     assert b.try_acquire() is False and a.leading.is_set() and not b.leading.is_set()
     assert a.try_acquire() is True  # renewal
     assert b.try_acquire() is False  # b sees the renewal: its own clock starts again
-    time.sleep(2.2)  # a stops renewing (killed): it fences itself, then b sees the lease unchanged for its duration
+    clock.t += 2.2  # a stops renewing (killed): it fences itself, then b sees the lease unchanged for its duration
     assert not a.holds()
     assert b.try_acquire() is True and a.try_acquire() is False and not a.leading.is_set()
     lease = client.CoordinationV1Api(api).read_namespaced_lease("itest-leader", "default")
@@ -228,8 +239,8 @@ def test_watch_queues_a_fault_not_heartbeats(kube_cluster, api):
     nodes.start(stop)
     try:
         assert nodes.synced.wait(10)
-        time.sleep(1.0)
         q = rec.queue
+        wait_for("the first list queued", lambda: len(q) > 0, timeout=10)
         while (key := q.get(timeout=0)) is not None:
             q.done(key)  # what the first list queued
         assert rec.queue.get(timeout=3.0) is None, "a heartbeat queued a node"
@@ -247,12 +258,9 @@ def test_pdb_blocks_eviction_until_the_drain_timeout(kube_cluster, api):
     core.create_namespaced_pod("default", pod("pdb-guarded", "pdb-0", {"app": "guarded"}))
     policy.create_namespaced_pod_disruption_budget("default", {
         "metadata": {"name": "guarded"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
-    demo_wait = time.monotonic() + 30
-    while time.monotonic() < demo_wait:  # the disruption controller must have counted the pod
-        st = policy.read_namespaced_pod_disruption_budget("guarded", "default").status
-        if st and st.observed_generation and st.current_healthy == 1:
-            break
-        time.sleep(0.3)
+    wait_for("the disruption controller to count the pod", lambda: (
+        st := policy.read_namespaced_pod_disruption_budget("guarded", "default").status) and st.observed_generation
+        and st.current_healthy == 1, timeout=30)
     rec = reconciler(api, spec)
     Kube(api).set_condition("pdb-0", "GpuHealthy", "False", "Xid79", "off the bus")
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, "pdb-0") if r.phase.terminal], timeout=60)
@@ -301,10 +309,18 @@ def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_c
     rec.alerts.refresh_gauges()
     storms = [m for m in channel.messages if m.event == "storm"]
     assert len(storms) == 1 and storms[0].severity == "critical" and "2 of 3 nodes in pool stm" in storms[0].text
-    events = client.CoreV1Api(api).list_namespaced_event(
-        "default", field_selector="involvedObject.name=gpufleet-pool-stm").items
-    assert [e.reason for e in events] == ["TooManyUnhealthy"]
     assert rec.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
+    # The gate is a condition on the remediations it holds (what `kubectl get remediations` shows) ...
+    for obj in client.CustomObjectsApi(api).list_cluster_custom_object(
+            labels.GROUP, remediation_crd.VERSION, "remediations", label_selector=f"{labels.POOL}=stm")["items"]:
+        allowed = {c["type"]: c for c in obj["status"]["conditions"]}["RemediationAllowed"]
+        assert (allowed["status"], allowed["reason"]) == ("False", "TooManyUnhealthy")
+        assert "2 of 3 nodes in pool stm" in allowed["message"]
+    # ... and the page's intent is on one of them: a restarted reconciler pages no one again.
+    again = reconciler(api, spec, channel)
+    for _ in range(3):
+        step(again)
+    assert len([m for m in channel.messages if m.event == "storm"]) == 1
 
 
 def test_simultaneous_faults_get_distinct_spares(kube_cluster, api):
@@ -331,17 +347,63 @@ def test_a_record_is_deleted_only_as_last_seen(api):
 
     from reconciler.adapters.records import KubeRemediationStore
     from reconciler.core.model import Remediation
-    from reconciler.errors import TemporaryError
+    from reconciler.errors import Conflict
 
     store, other = KubeRemediationStore(api), KubeRemediationStore(api)
     r = Remediation(name="retention-itest", node="ret-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
-               created=datetime.now(timezone.utc))
+                    created=datetime.now(timezone.utc))
     assert store.create(r)
+    store.write_status(r)
     other.list()  # the second store saw this version
-    store.update(replace(r, reason="changed"))  # ... and then it changed
-    with pytest.raises(TemporaryError, match="409"):
+    store.write_status(replace(r, reason="changed"))  # ... and then it changed
+    with pytest.raises(Conflict) as e:
         other.delete(r)
+    assert (e.value.code, e.value.reason) == (409, "Conflict")
     assert "retention-itest" in {x.name for x in store.list()}
     assert store.delete(r) is True
     assert "retention-itest" not in {x.name for x in store.list()}
     assert store.delete(r) is False  # gone already
+
+
+def test_the_status_is_described_written_through_its_subresource_and_kept_apart_from_the_spec(api):
+    """What `kubectl explain remediation.status` reads (the API server's OpenAPI v3 for the group), the
+    status subresource, and the typed errors the API server's answers become."""
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from reconciler.adapters.kube import _call
+    from reconciler.adapters.records import KubeRemediationStore
+    from reconciler.core.model import Remediation
+    from reconciler.errors import AlreadyExists, Invalid, NotFound
+
+    doc = json.loads(api.call_api(f"/openapi/v3/apis/{labels.GROUP}/{remediation_crd.VERSION}", "GET",
+                                  _preload_content=False, auth_settings=["BearerToken"])[0].data)
+    schema = doc["components"]["schemas"][f"io.gpufleet.{remediation_crd.VERSION}.Remediation"]
+    status = schema["properties"]["status"]
+    assert "everything a restart needs" in status["description"]
+    assert {"phase", "conditions", "intents", "heldMessage"} <= set(status["properties"])
+
+    store = KubeRemediationStore(api)
+    r = Remediation(name="status-itest", node="st-0", pool="h100", xid=79, message="m", phase=Phase.HELD,
+                    created=datetime.now(timezone.utc), held_message="2 of 3 unhealthy", held_reason="TooManyUnhealthy")
+    assert store.create(r) and store.create(r) is False  # AlreadyExists: made already
+    (made,) = [x for x in store.list() if x.name == r.name]
+    assert made.phase is Phase.DETECTED  # a create keeps no status
+    store.write_status(r)
+    custom = client.CustomObjectsApi(api)
+    obj = custom.get_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations", r.name)
+    obj["spec"]["message"] = "a person's edit"
+    obj["status"]["phase"] = "Succeeded"  # ignored: the main resource does not write the status
+    custom.replace_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations", r.name, obj)
+    (back,) = [x for x in store.list() if x.name == r.name]
+    assert back.phase is Phase.HELD and back.message == "a person's edit"
+    with pytest.raises(Invalid) as e:  # a status the schema refuses: the API server says so, typed
+        store.write_status(replace(back, held_reason="not a reason!"))
+    assert e.value.code == 422
+    with pytest.raises(AlreadyExists) as e:  # as the API server answers a create of a name it has
+        _call("create remediation", custom.create_cluster_custom_object, labels.GROUP, remediation_crd.VERSION,
+              "remediations", {**{k: v for k, v in obj.items() if k != "status"}, "metadata": {"name": r.name}})
+    assert (e.value.code, e.value.reason) == (409, "AlreadyExists")
+    assert store.delete(back) is True
+    with pytest.raises(NotFound):
+        store.write_status(back)
