@@ -95,6 +95,12 @@ def gate_lines(log: Path, reason: str, pool: str | None = None) -> list[dict]:
             and (pool is None or f"pool {pool} " in str(d.get("message", "")))]
 
 
+def page_lines(log: Path, event: str, pool: str) -> list[dict]:
+    """The pages the reconciler sent (its notifier's log line per page), for one pool."""
+    return [d for d in json_lines(log) if str(d.get("message", "")).startswith(f"notify {event}:")
+            and f"pool {pool} " in str(d.get("message", ""))]
+
+
 def cordons_logged(log: Path) -> dict[str, float]:
     """When the reconciler's cordon call returned, per node (its JSON log, this host's clock): the
     cordon is in the API server then; a watch sees it after the API server delivers it."""
@@ -255,7 +261,7 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
         records = wait_for(contained, a.timeout, "every fault of the prod storm to be contained", every=0.5)
         time.sleep(3 + prod.admission_hold_seconds)  # anything replaced after containment (and the hold) shows now
         records = {r.node: r for r in store.list() if r.node in at}
-        pages = len(gate_lines(rec.log, "TooManyUnhealthy", "prodstorm"))
+        pages = len(page_lines(rec.log, "storm", "prodstorm"))
     finally:
         rec.stop()
     cordon = [watcher.cordoned_at[n] - at[n] for n in victims if n in watcher.cordoned_at]
