@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from gpufleet.waiting import wait_for
-from localenv.slurm import SPARE_REASON, LocalSlurm
+from localenv.slurm import LocalSlurm
 from reconciler.adapters.slurm import SlurmClient, SlurmError, SlurmJob
 from reconciler.adapters.slurm.cli import SlurmCLI
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
-from tests.fixtures.slurm_cluster import KUBE_NODE_OF, SLURM_NODES
+from tests.fixtures.slurm_cluster import KUBE_NODE_OF, SLURM_NODES, SPARE_REASON
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
