@@ -50,18 +50,22 @@ class Alerts:
             if new.phase is Phase.SUCCEEDED:
                 self.metrics.time_to_healthy.observe((now - new.created).total_seconds())
 
-    def unreadable(self, node: str, bad: list[Unreadable]) -> tuple[Report, ...]:
-        """A Warning Event for each unreadable remediation not reported yet; its node is left alone."""
+    def unreadable(self, node: str, bad: list[Unreadable]) -> tuple[tuple[str, Report], ...]:
+        """(name, Warning Event) for each unreadable remediation not reported yet; its node is left alone.
+        `reported(name)` once the Event is sent."""
         out = []
         for b in bad:
             with self._lock:
                 if b.name in self._reported:
                     continue
-                self._reported.add(b.name)
             log.error("%s: node %s is left alone until the remediation is fixed or deleted", b.error, node)
             self.metrics.action_errors.labels("read-remediation", "permanent").inc()
-            out.append(Report("Node", node, "RemediationUnreadable", b.error))
+            out.append((b.name, Report("Node", node, "RemediationUnreadable", b.error)))
         return tuple(out)
+
+    def reported(self, name: str) -> None:
+        with self._lock:
+            self._reported.add(name)
 
     def refresh_gauges(self) -> None:
         """Gauges from the caches; a gate that holds nothing any more is logged again next time."""

@@ -54,8 +54,10 @@ class Healing:
         mine = self.caches.remediations.by_index("node", node)
         bad = [r for r in mine if isinstance(r, Unreadable)]
         if bad:
-            for report in self.alerts.unreadable(node, bad):
+            for name, report in self.alerts.unreadable(node, bad):
                 self.executor.run(report)
+                if not self.executor.dry_run:
+                    self.alerts.reported(name)
             return None
         pools = {p.name for p in self.spec.pools}
         ours = [r for r in mine if isinstance(r, Remediation) and r.pool in pools]  # others are not this fleet's

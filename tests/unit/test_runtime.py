@@ -205,6 +205,21 @@ def test_a_corrupt_remediation_halts_only_its_own_node():
     assert w.kube.calls.count(("event", "RemediationUnreadable")) == 1
 
 
+def test_an_unreadable_remediation_found_without_the_lease_is_reported_once_it_is_held():
+    leading = {"yes": False}
+    w = World(fleet(), fence=lambda: leading["yes"])
+    bad = to_object(r := Remediation(name="h100-1-xid79-1", node="h100-1", pool="h100", xid=79, message="m",
+                                     phase=Phase.EVICTING, created=T0))
+    bad["spec"].pop("xid")
+    w.store.objects[r.name] = json.dumps(bad)
+    w.run(seconds=2)
+    assert w.kube.calls == []
+    leading["yes"] = True
+    w.manager.resync()
+    w.run(seconds=5)
+    assert w.kube.calls.count(("event", "RemediationUnreadable")) == 1
+
+
 def test_a_failing_return_to_spares_is_isolated_to_its_node():
     w = World(fleet(grace_period_seconds=0))
     q = w.kube.nodes["h100-9"]
