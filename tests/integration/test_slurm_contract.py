@@ -239,8 +239,10 @@ def test_requeue_of_a_running_job_terms_it_and_a_signal_skips_ended_or_pending_j
     wait_for("the script to start", lambda: len(starts()) == 1)
     # Requeue without a signal first: the running job is killed and pending again.
     slurm.requeue([job_id])
-    pending = wait_for("the job to be pending", lambda: (j := slurm.job(job_id)) and j.state == "PENDING" and j)
-    assert pending.restarts == 1 and pending.reason == "BeginTime"
+    # (slurmctld sets the pending reason a moment after the state: a fast client may read "" first)
+    pending = wait_for("the job to be pending, held by a begin time",
+                       lambda: (j := slurm.job(job_id)) and j.state == "PENDING" and j.reason == "BeginTime" and j)
+    assert pending.restarts == 1
     assert eligible_in(slurm_fresh, job_id) > 60
     slurm.signal_jobs([job_id], "SIGTERM")  # pending: nothing to signal, not an error
     slurm.release([job_id])
