@@ -187,7 +187,8 @@ def heal_round(w: Bench, lent: bool, pdb: bool = False) -> dict:
 
 
 def run(a: argparse.Namespace) -> tuple[list[Table], dict]:
-    from localenv.slurm import LocalSlurm, free_ports
+    from localenv.ports import free_ports
+    from localenv.slurm import LocalSlurm
     from tests.fixtures.slurm_cluster import build_slurm_root
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-lending-"))

@@ -43,7 +43,7 @@ POOL = "gpu"
 
 
 def spec_for(faults: int):
-    return make_spec([pool_doc(POOL, nodes=faults, spares=faults, provider="local")],
+    return make_spec([pool_doc(POOL, nodes=faults, spares=faults)],
                      {"grace_period_seconds": 0, "max_concurrent": 1000, "max_unhealthy_fraction": 1.0,
                       "drain_timeout_seconds": 30, "max_attempts_per_node": 1000})
 

@@ -172,7 +172,7 @@ def run_grace(env, kube, store, watcher, grace: int, faults: int, root: Path, ti
 
 
 def spec_args(root: Path, grace: int):
-    pools = [pool_doc(POOL, nodes=2, spares=1, provider="local")]
+    pools = [pool_doc(POOL, nodes=2, spares=1)]
     # The brake is storms.py's question: here one fault at a time, and the window (15 min) remembers the
     # earlier ones, so with 2 nodes a second fault would look like half the pool failing.
     healing = {"grace_period_seconds": grace, "max_concurrent": 2, "max_unhealthy_fraction": 1.0,
