@@ -27,12 +27,13 @@ from kubernetes.client.exceptions import ApiException
 
 from fleetspec.models import FleetSpec
 from fleetspec.placement import worker_selector, worker_tolerations
-from gpufleet.local_cluster import LOCAL_PASSPHRASE, STATE_ENV, LocalCluster
+from gpufleet.local_cluster import LOCAL_PASSPHRASE, LocalCluster
 from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
 from localenv import fake_nodes, stack_config
 from localenv.autoscaler_standin import AutoscalerConfig
 from localenv.control_plane import DEFAULT_PORTS, LocalKube
+from localenv.host_reconciler import reconciler_proc
 from localenv.node import SystemNodes
 from localenv.paths import PROJECT_DIR, TOOLS_BIN, local_dir, state_file
 from localenv.ports import free_ports
@@ -248,12 +249,9 @@ class LocalEnv:
                          metrics_port: int = 0) -> int:
         """Start `gpufleet reconcile` in the background (idempotent); returns its pid. Everything it needs of
         this environment is on its command line (and SLURM_CONF for the CLI backend)."""
-        argv = [sys.executable, "-m", "gpufleet", "reconcile", "--policy", str(policy),
-                "--kubeconfig", str(self.kube.kubeconfig_path), "--leader-elect",
-                "--metrics-port", str(metrics_port), "--slurm-url", self.slurm.rest_url,
-                "--slurm-jwt-key-file", str(self.slurm.jwt_key_path)]
-        env = {**self.slurm.env(), **(extra_env or {}), STATE_ENV: str(self.state_file)}
-        return self._start_host(Proc(RECONCILER, argv, _up, env=env))
+        return self._start_host(reconciler_proc(
+            RECONCILER, self.kube.kubeconfig_path, policy, self.state_file, slurm_url=self.slurm.rest_url,
+            jwt_key=self.slurm.jwt_key_path, metrics_port=metrics_port, env={**self.slurm.env(), **(extra_env or {})}))
 
     def reconciler_running(self) -> bool:
         return self.host.pid(RECONCILER) is not None
