@@ -422,3 +422,28 @@ def test_the_status_is_described_written_through_its_subresource_and_kept_apart_
     assert store.delete(back) is True
     with pytest.raises(NotFound):
         store.write_status(back)
+
+
+def test_a_dry_run_against_a_real_api_server_changes_nothing(kube_cluster, api, caplog):
+    """`gpufleet reconcile --dry-run`'s reconciler: a fault is decided on and logged, and nothing is written."""
+    import logging
+
+    spec = fleet("dry", nodes=2, spares=1)
+    make_nodes(kube_cluster, spec)
+    channel = Recorder()
+    rec = build(spec, api, slurm=None, dry_run=True, leader_elect=True)
+    rec.notifier.channels = [channel]
+    core = client.CoreV1Api(api)
+    ours = lambda: [e for e in core.list_namespaced_event("default").items  # noqa: E731
+                    if e.source and e.source.component == "gpufleet-reconciler"]
+    events_before = len(ours())
+    Kube(api).set_condition("dry-0", "GpuHealthy", "False", "Xid79", "off the bus")
+    caplog.set_level(logging.INFO, logger="reconciler")
+    wait_for("the dry run to say it would cordon dry-0", lambda: (step(rec), any(
+        "would Cordon(node='dry-0'" in r.getMessage() for r in caplog.records))[1], timeout=30)
+    for _ in range(3):
+        step(rec)
+    assert rec.elector is None  # no Lease taken
+    assert records_for(rec, "dry-0") == [] and channel.messages == []
+    assert not core.read_node("dry-0").spec.unschedulable
+    assert len(ours()) == events_before
