@@ -368,11 +368,12 @@ class LocalKube:
                 f"--tls-private-key-file={pki.apiserver_key}",
                 f"--client-ca-file={pki.ca_cert}",
                 "--authorization-mode=Node,RBAC",
-                # What it needs to reach the kubelets' own servers (logs, exec, port-forward), as kubeadm
-                # sets it (cmd/kubeadm/app/phases/controlplane/manifests.go, v1.34.4), and it verifies
-                # the kubelet's serving certificate, which kubeadm leaves self-signed: the local nodes'
-                # are signed by this CA (localenv/node.py). The nodes report only an InternalIP (their
-                # link to the host, localenv/netns.py), so that is the one address type tried.
+                # What it needs to reach the kubelets' own servers (logs, exec, port-forward): the client
+                # certificate as kubeadm sets it (cmd/kubeadm/app/phases/controlplane/manifests.go,
+                # v1.34.4), and, which kubeadm does not (it leaves a kubelet's serving certificate
+                # self-signed), the CA that signed the local kubelets' serving certificates
+                # (localenv/node.py). kubeadm tries InternalIP, ExternalIP, Hostname; a local node's
+                # InternalIP is its link to the host (localenv/netns.py), its hostname resolves nowhere.
                 f"--kubelet-client-certificate={pki.apiserver_kubelet_client_cert}",
                 f"--kubelet-client-key={pki.apiserver_kubelet_client_key}",
                 f"--kubelet-certificate-authority={pki.ca_cert}",

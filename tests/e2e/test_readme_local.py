@@ -61,12 +61,12 @@ def _unattended(cmd: str, root: Path) -> str:
 
 
 @pytest.fixture
-def fresh_local(tmp_path, kube_bin_dir, slurm_root, pulumi_bin_dir, built_images, kubectl):
+def fresh_local(tmp_path_factory, kube_bin_dir, slurm_root, pulumi_bin_dir, built_images, kubectl):
     busy = sorted(p for p in {*DEFAULT_PORTS.values(), *SLURM_PORTS.values()} if not port_free(p))
     if busy:
         pytest.fail(f"ports {busy} are in use: a local environment on the default ports is up (the README's "
                     f"commands use them); `gpufleet local down` it first", pytrace=False)
-    root = tmp_path / "local"
+    root = tmp_path_factory.mktemp("readme") / "local"  # short: containerd's socket paths must be
     try:
         yield root
     finally:
