@@ -6,6 +6,7 @@ Cluster-scoped like the nodes it is about, so `kubectl get remediations` lists t
 from __future__ import annotations
 
 from . import labels
+from .faults.catalogue import FaultAction, Kind
 
 PLURAL = "remediations"
 KIND = "Remediation"
@@ -30,6 +31,7 @@ def manifest() -> dict:
                     column("Node", ".spec.node"),
                     column("Pool", ".spec.pool"),
                     column("XID", ".spec.xid", "integer"),
+                    column("Needs", ".spec.fault.action"),
                     column("Phase", ".status.phase"),
                     column("Replacement", ".status.replacement"),
                     column("Age", ".metadata.creationTimestamp", "date"),
@@ -46,6 +48,18 @@ def manifest() -> dict:
                                 "xid": {"type": "integer"},
                                 "message": {"type": "string"},
                                 "wasSpare": {"type": "boolean"},
+                                "fault": {  # what the fault needs and where (fleetspec/faults)
+                                    "type": "object",
+                                    "properties": {
+                                        "kind": {"type": "string", "enum": [k.value for k in Kind]},
+                                        "code": {"type": "integer"},
+                                        "action": {"type": "string", "enum": [a.value for a in FaultAction]},
+                                        "pci": {"type": "string"},
+                                        "gpuInstance": {"type": "integer"},
+                                        "computeInstance": {"type": "integer"},
+                                        "source": {"type": "string"},
+                                    },
+                                },
                             },
                         },
                         "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from fleetspec import labels
+from fleetspec.faults import FaultAction, Kind
 
 from reconciler.core.phases import Phase, check_transition
 
@@ -141,6 +142,14 @@ class Record:
     next_attempt: datetime | None = None  # backoff: not before this time
     last_error: str = ""
     revision: int = 0  # writes by the reconciler: a cache never takes an older copy over a newer one
+    # The fault, as the node said it (issue 21): what it needs and where. For now every action that
+    # remediates is contained and replaced alike; repairing in place will read `action`.
+    kind: Kind = Kind.XID
+    action: FaultAction | None = None  # None: a record from before the fault carried its action
+    pci: str = ""
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    source: str = ""
 
     def moved(self, phase: Phase, now: datetime, **changes) -> "Record":
         """This record in a new phase. Rejects moves the phase table does not allow."""
