@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Iterable, Sequence
 
-from fleetspec import FleetSpec, labels, xids
+from fleetspec import FleetSpec, labels
+from fleetspec.faults import describe
 from fleetspec.models import LendingSpec, NodePool
 
 from reconciler.core.model import (
@@ -46,7 +47,7 @@ MAX_BACKOFF = 30.0
 # --- Slurm reasons: who owns a drain ------------------------------------------------------------
 
 def slurm_reason(record: Record) -> str:
-    return f"{labels.SLURM_REASON_PREFIX} {xids.describe(record.xid)} [{record.name}]"
+    return f"{labels.SLURM_REASON_PREFIX} {describe(record.xid, record.kind)} [{record.name}]"
 
 
 def drained_by_gpufleet(n: SlurmNodeView) -> bool:
@@ -79,14 +80,16 @@ class Detection:
 def detect(node: NodeView, records: Sequence[Record], spec: FleetSpec, now: datetime,
            signals: Sequence[datetime] = ()) -> Detection:
     """Whether `node` starts a remediation now. `records` are the node's own (any phase);
-    `signals` are when its fault was signalled before (for `occurrences`)."""
+    `signals` are when its fault was signalled before (for `occurrences`). Only a fault whose action
+    takes the node out starts one: `none` and `restart-app` (the job's problem, which the node agent
+    records as an Event) leave the node in service."""
     policy = spec.healing
     live = [r for r in records if r.active]
     if (node.role == labels.ROLE_QUARANTINED and node.health_check_passed and not live and node.fault is None
             and node.pool in {p.name for p in spec.pools}):
         return Detection(actions=(ReturnToSpares(node.name),))
     f = node.fault
-    if f is None or f.xid not in set(policy.critical_xids) or node.pool not in {p.name for p in spec.pools}:
+    if f is None or not f.needs.remediates or node.pool not in {p.name for p in spec.pools}:
         return Detection()
     if node.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) or live:
         return Detection()
@@ -101,7 +104,9 @@ def detect(node: NodeView, records: Sequence[Record], spec: FleetSpec, now: date
     return Detection(record=Record(
         name=record_name(node.name, f), node=node.name, pool=node.pool or "", xid=f.xid, message=f.message,
         phase=Phase.DETECTED, created=now, phase_times=((Phase.DETECTED.value, now),),
-        reason=f"{xids.describe(f.xid)}: {f.message}", was_spare=node.is_spare,
+        reason=f"{describe(f.xid, f.kind)} needs {f.needs.value}: {f.message}", was_spare=node.is_spare,
+        kind=f.kind, action=f.needs, pci=f.pci, gpu_instance=f.gpu_instance, compute_instance=f.compute_instance,
+        source=f.source,
     ))
 
 
@@ -113,11 +118,10 @@ def admission_facts(record: Record, pool_nodes: Iterable[NodeView], records: Ite
     policy = spec.healing
     records = list(records)
     storm = timedelta(seconds=policy.unhealthy_window_seconds)
-    critical = set(policy.critical_xids)
     unhealthy = {r.node for r in records if r.pool == record.pool and not r.was_spare
                  and r.phase is not Phase.OPTED_OUT and now - r.created <= storm}
     opted_out = {r.node for r in records if r.phase is Phase.OPTED_OUT}
-    unhealthy |= {n.name for n in pool_nodes if n.is_active and n.fault and n.fault.xid in critical
+    unhealthy |= {n.name for n in pool_nodes if n.is_active and n.fault and n.fault.needs.remediates
                   and now - n.fault.since <= storm and n.name not in opted_out}
     attempts = timedelta(seconds=policy.attempts_window_seconds)
     return Admission(
@@ -174,14 +178,14 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
                       Notify("refill-blocked", "warning", f"pool {record.pool} has no room for a new spare (provider limit)"))
             return Step(
                 _once(record, Notify("spare-quarantined", "warning",
-                                     f"spare {node} reported {xids.describe(record.xid)}: quarantined, refill requested"))
+                                     f"spare {node} reported {describe(record.xid, record.kind)}: quarantined, refill requested"))
                 + (Cordon(node, slurm_reason(record)), EvictPods(node), Quarantine(node, record.xid))
                 + _once(record, refill),
                 record.moved(Phase.REPLACING, now, slurm_nodes=names),
             )
         return Step(
             _once(record, Notify("detected", "warning",
-                                 f"{node} ({record.pool}): {xids.describe(record.xid)} - {record.message}. "
+                                 f"{node} ({record.pool}): {describe(record.xid, record.kind)} - {record.message}. "
                                  "gpufleet is draining and replacing it; no action needed."))
             + (Cordon(node, slurm_reason(record)),),
             record.moved(Phase.SLURM_DRAINING, now, slurm_nodes=names), carry=True,

@@ -8,18 +8,28 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from fleetspec import labels
-from fleetspec.faults import FaultAction, Kind
+from fleetspec.faults import FaultAction, Kind, default_action
 
 from reconciler.core.phases import Phase, check_transition
 
 
 @dataclass(frozen=True)
 class Fault:
-    """A GPU fault signalled by a node condition."""
+    """A GPU fault signalled by a node condition: which code on which GPU, and what it needs."""
 
-    xid: int
+    xid: int  # the code (an SXid's for kind sxid; 0 for gpu-lost)
     message: str
     since: datetime  # the condition's lastTransitionTime: one signal, however often it is re-read
+    kind: Kind = Kind.XID
+    action: FaultAction | None = None  # as the condition says; None: the catalogue's for the code
+    pci: str = ""
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    source: str = ""  # the condition type it was read from
+
+    @property
+    def needs(self) -> FaultAction:
+        return self.action or default_action(self.kind, self.xid)
 
 
 @dataclass(frozen=True)
@@ -176,7 +186,8 @@ class Record:
 def record_name(node: str, fault: Fault) -> str:
     """Deterministic: the same node and signal give the same name, so a repeated signal or
     a restart creates nothing new (the API server answers AlreadyExists)."""
-    return f"{node}-xid{fault.xid}-{int(fault.since.timestamp())}"
+    what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost"}[fault.kind]
+    return f"{node}-{what}-{int(fault.since.timestamp())}"
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from reconciler.core.model import (
     ResumeSlurm, ReturnToSpares, SignalJobs, SlurmNodeView, StartReclaim, Step,
 )
 from reconciler.adapters.notify import Message, Notifier
+from reconciler.core.faults import FaultReader
 from reconciler.core.observe import (
     borrower_views, evictable_views, membership_dict, node_view, opted_out_views, pod_view,
 )
@@ -93,7 +94,7 @@ class Runtime:
         self.clock, self.dry_run, self.fence = clock, dry_run or spec.healing.dry_run, fence
         self.queue = queue if queue is not None else WorkQueue()
         self.workers = spec.healing.reconciler.workers
-        conditions = list(spec.healing.condition_types)
+        conditions = FaultReader.from_spec(spec.healing)  # gpufleet's conditions and other detectors'
         opt_out = spec.healing.opt_out_label
         self.nodes: Informer[NodeView] = Informer(
             "nodes", lambda c: kube.list_page("nodes", 500, c), lambda rv: kube.watch("nodes", rv),
