@@ -7,6 +7,8 @@ would have reported.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional
@@ -34,6 +36,19 @@ def bounded_lines(stream: BinaryIO, most: int) -> Iterator[str]:
                 head, skipping = b"", True
     if head and not skipping:
         yield head[:most].decode(errors="replace")
+
+
+def kmsg_records(path: Path) -> Iterator[str]:
+    """/dev/kmsg as it is now, oldest record first, then stop (a blocking read would wait forever):
+    the agent's own reader, one record per read."""
+    from reconciler.agent.daemon import KernelLog
+
+    log = KernelLog(path, from_start=True)
+    try:
+        while lines := log.lines():
+            yield from lines
+    finally:
+        log.close()
 
 
 def _open(path: str) -> BinaryIO:
@@ -84,12 +99,14 @@ def classify_kmsg(
     rows: list[list[str]] = []
     started = 0  # the line a three-line GPU loss began on
     try:
-        stream = _open(file)
+        device = file != "-" and stat.S_ISCHR(os.stat(file).st_mode)  # /dev/kmsg itself
+        stream = None if device else _open(file)
+        lines = kmsg_records(Path(file)) if device else bounded_lines(stream, MAX_LINE)
     except OSError as e:
         _err(f"cannot read {file}: {e.strerror or e}")
         raise typer.Exit(EXIT_INVALID)
     try:
-        for n, line in enumerate(bounded_lines(stream, MAX_LINE), start=1):
+        for n, line in enumerate(lines, start=1):
             before = parser.pending
             items = parser.feed(line)
             if parser.pending is not None and parser.pending is not before:
@@ -124,7 +141,7 @@ def classify_kmsg(
         _err(f"cannot read {file}: {e.strerror or e}")
         raise typer.Exit(EXIT_INVALID)
     finally:
-        if stream is not sys.stdin.buffer:
+        if stream is not None and stream is not sys.stdin.buffer:
             stream.close()
     if not as_json:
         head = ["LINE", "KIND", "CODE", "GPU", "ACTION", "REMEDIATE", "MEANING"]

@@ -100,3 +100,19 @@ def test_hostile_input_is_read_in_bounded_pieces(tmp_path):
     assert (event["line"], event["code"]) == (4, 79) and "1 unreadable" in r.stderr
     pieces = list(bounded_lines(io.BytesIO(b"a" * 100 + b"\nbb\n" + b"c" * 100), 10))
     assert pieces == ["a" * 10, "bb", "c" * 10]
+
+
+def test_dev_kmsg_itself_is_read_to_its_newest_record_then_ends():
+    import os
+
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    from pathlib import Path
+
+    from gpufleet.kmsg_commands import kmsg_records
+    from reconciler.agent.kmsg import split_line
+
+    records = list(kmsg_records(Path("/dev/kmsg")))  # a blocking read would wait here forever
+    heads = [split_line(r) for r in records if not r.startswith(" ")]  # " KEY=value" lines continue a record
+    assert heads and all(h.form == "kmsg" and h.seq is not None for h in heads)
+    assert run("/dev/kmsg", "--json").exit_code == 0
