@@ -42,7 +42,8 @@ RECOVERY_VALUES = {0: FaultAction.NONE, 1: FaultAction.RESET_GPU, 2: FaultAction
 LINK_DOWN_IGNORED = frozenset({0b100110, 0b101000})  # Xid 149 NETIR_LINK_EVT reasons marked IGNORE
 PAIRED_SECONDS = 60.0  # a 63/64 this close to a 48 on the same GPU is "with 63/64"
 BURST_SECONDS = 10.0   # Xid 13/31 lines this close to the one before on the same GPU are one occurrence
-HISTORY = 64
+HISTORY = 64  # Xids remembered per GPU
+GPUS = 512     # GPUs remembered (a node has at most a few dozen; MIG instances count apart)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class Classifier:
         t = ev.time if ev.time is not None else now
         v = self._rules(ev, t)
         if ev.kind is Kind.XID:
+            if ev.gpu not in self._seen and len(self._seen) >= GPUS:
+                del self._seen[next(iter(self._seen))]  # the longest-known GPU goes: memory stays bounded
             self._seen[ev.gpu].append((ev.code, t))
         override = self.policy.override(ev.kind, ev.code)
         return Classification(override, v.nvidia, "override") if override is not None else v

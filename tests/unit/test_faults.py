@@ -301,3 +301,14 @@ def test_the_remediation_record_keeps_the_fault_and_reads_records_from_before_it
     del obj["spec"]["fault"]  # a record written before the fault carried its action
     old = from_object(obj)
     assert (old.kind, old.action, old.pci, old.gpu_instance) == (Kind.XID, None, "", None)
+
+
+def test_the_classifiers_memory_is_bounded_however_many_gpus_a_log_names():
+    from reconciler.agent.classify import GPUS, HISTORY
+
+    c = Classifier()
+    for i in range(GPUS * 3):
+        c.classify(xid(13, pci=f"{i:04x}:3b:00", t=float(i)))
+    for i in range(HISTORY * 3):
+        c.classify(xid(31, t=float(i)))
+    assert len(c._seen) <= GPUS and all(len(h) <= HISTORY for h in c._seen.values())
