@@ -101,7 +101,9 @@ def test_lending_through_the_pods(local_pods):
 
 def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, built_images):
     """The agent's image, with the agent's ServiceAccount and RBAC, on a real node, following a kernel
-    log this test writes (the GPU nodes stay kwok: it reports for kwok-l40s-0, a pool the next test leaves alone)."""
+    log this test writes (the GPU nodes stay kwok: it reports for kwok-l40s-0, a pool the next test leaves alone).
+    It runs as the stack's DaemonSet declares it: the same arguments and the policy ConfigMap mounted
+    (issue 21: the agent reads the effective catalogue from the policy), only the kernel log swapped."""
     drill = local_pods.env.root / "drill"
     drill.mkdir(mode=0o755, exist_ok=True)
     kmsg = drill / "kmsg"
@@ -109,6 +111,12 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
     kmsg.chmod(0o644)
     core = local_pods.env.kube.core_v1()
     ns = local_pods.namespace
+    ds = client.AppsV1Api(local_pods.env.kube.api_client()).read_namespaced_daemon_set("gpufleet-agent", ns)
+    (declared,) = ds.spec.template.spec.containers
+    args = [{"/dev/kmsg": "/drill/kmsg", "$(NODE_NAME)": "kwok-l40s-0"}.get(a, a) for a in declared.args]
+    assert "--policy" in args and "--condition" not in args
+    policy = next(v for v in ds.spec.template.spec.volumes if v.name == "policy")
+    policy_mount = next(m for m in declared.volume_mounts if m.name == "policy")
     core.create_namespaced_pod(ns, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-drill"},
         "spec": {
@@ -116,14 +124,15 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
             "restartPolicy": "Never",
             "containers": [{
                 "name": "agent", "image": built_images.agent.reference,
-                "args": ["agent", "--kmsg", "/drill/kmsg", "--from-start", "--node", "kwok-l40s-0",
-                         "--condition", local_pods.spec.healing.condition_types[0]],
+                "args": args + ["--from-start"],
                 "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
                         {"name": "KUBERNETES_SERVICE_PORT", "value": str(local_pods.env.kube.apiserver_port)}],
                 "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
-                "volumeMounts": [{"name": "drill", "mountPath": "/drill", "readOnly": True}],
+                "volumeMounts": [{"name": "drill", "mountPath": "/drill", "readOnly": True},
+                                 {"name": "policy", "mountPath": policy_mount.mount_path, "readOnly": True}],
             }],
-            "volumes": [{"name": "drill", "hostPath": {"path": str(drill), "type": "Directory"}}],
+            "volumes": [{"name": "drill", "hostPath": {"path": str(drill), "type": "Directory"}},
+                        {"name": "policy", "configMap": {"name": policy.config_map.name}}],
         }})
 
     def faulted():
@@ -132,7 +141,7 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
                      and c.status == "False" and c.reason == "Xid79"), None)
 
     cond = wait_for("the agent pod to set the GPU condition of kwok-l40s-0", faulted, timeout=90)
-    assert "fallen off the bus" in cond.message
+    assert "fallen off the bus" in cond.message and cond.message.startswith("[action=reboot pci=0000:3b:00] ")
     pod = core.read_namespaced_pod("agent-drill", ns)
     assert pod.spec.containers[0].image == built_images.agent.reference
     core.delete_namespaced_pod("agent-drill", ns, grace_period_seconds=0)

@@ -14,7 +14,8 @@ runner = CliRunner()
 
 @pytest.mark.parametrize("cmd,words", [
     (["reconcile"], ["self-healing", "--leader-elect", "--policy", "--dry-run"]),
-    (["agent"], ["kernel log", "--node", "--kmsg"]),
+    (["agent"], ["kernel log", "--node", "--kmsg", "--policy"]),
+    (["classify-kmsg"], ["FILE", "--json", "journalctl -k", "dmesg -T", "standard input", "Exit 0", "2"]),
     (["inject-fault"], ["NODE", "--xid"]),
     (["remediations"], ["--watch", "phase"]),
     (["validate"], ["--stack", "exit"]),
