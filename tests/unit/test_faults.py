@@ -313,3 +313,46 @@ def test_the_classifiers_memory_is_bounded_however_many_gpus_a_log_names():
     for i in range(HISTORY * 3):
         c.classify(xid(31, t=float(i)))
     assert len(c._seen) <= GPUS and all(len(h) <= HISTORY for h in c._seen.values())
+
+
+# --- through the runtime: what the reconciler does with each fault -----------------------------------------
+
+def _condition(w, node, ctype, status, reason, message):
+    w.kube.nodes[node]["status"]["conditions"].append(
+        {"type": ctype, "status": status, "reason": reason, "message": message,
+         "lastTransitionTime": w.clock.now.isoformat()})
+
+
+def test_a_restart_app_fault_leaves_the_node_in_service_and_the_reconciler_writes_nothing():
+    from tests.unit.fakes import World, fleet
+
+    w = World(fleet(grace_period_seconds=0))
+    _condition(w, "h100-0", "GpuHealthy", "False", "Xid94", "[action=restart-app pci=0000:01:00] XID 94: Contained")
+    _condition(w, "h100-1", "GpuHealthy", "False", "Xid154", "[action=none pci=0000:3b:00] XID 154: to 0x0 (None)")
+    w.run(seconds=5)
+    assert (w.store.objects, w.kube.calls, w.slurm.calls, w.notifier.sent) == ({}, [], [], [])
+
+
+def test_another_detectors_condition_heals_through_the_runtime_and_the_remediation_says_where():
+    from tests.unit.fakes import World, fleet
+
+    w = World(fleet(grace_period_seconds=0, condition_sources=[NVSENTINEL.model_dump()]))
+    _condition(w, "h100-0", "SysLogsXIDError", "True", "SysLogsXIDErrorIsNotHealthy",
+               "ErrorCode:79 PCI:0000:b3:00 GPU_UUID:GPU-1 GPU has fallen off the bus. Recommended Action=RESTART_BM;")
+    w.run(seconds=5)
+    r = w.remediation("h100-0")
+    assert (r.xid, r.action, r.pci, r.source) == (79, FaultAction.REBOOT, "0000:b3:00", "SysLogsXIDError")
+    assert ("cordon", "h100-0") in [c[:2] for c in w.kube.calls]
+
+
+def test_the_storm_brake_weighs_only_faults_that_take_a_node_out():
+    from reconciler.core.phases import Phase
+    from tests.unit.fakes import World, fleet
+
+    w = World(fleet(nodes=10, max_unhealthy_fraction=0.2, grace_period_seconds=0))
+    for i in range(1, 5):  # four restart-app faults: the jobs' problem, no storm
+        _condition(w, f"h100-{i}", "GpuHealthy", "False", "Xid94", "[action=restart-app] XID 94: Contained")
+    w.fault("h100-0")
+    w.run(seconds=5)
+    assert [r.node for r in w.store.list()] == ["h100-0"] and w.remediation("h100-0").phase is not Phase.HELD
+    assert "storm" not in w.notifier.sent
