@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Sequence
 
-from fleetspec import FleetSpec, labels, xids
+from fleetspec import FleetSpec, labels
+from fleetspec.faults import describe
 from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
@@ -56,7 +57,9 @@ class Detection:
 
 def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec, now: datetime) -> Detection:
     """Whether `node` starts a remediation now. `remediations` are the node's own (any phase); the
-    node's earlier fault signals (for `occurrences`) are on the node, and a new one is noted there."""
+    node's earlier fault signals (for `occurrences`) are on the node, and a new one is noted there.
+    Only a fault whose action takes the node out starts one: `none` and `restart-app` (the job's
+    problem, which the node agent records as an Event) leave the node in service."""
     policy = spec.healing
     f = node.fault
     signals, noted = node.signals, ()
@@ -68,7 +71,7 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     if (node.role == labels.ROLE_QUARANTINED and node.health_check_passed and not live and f is None
             and node.pool in pools):
         return Detection(actions=noted + (ReturnToSpares(node.name, node.pool or ""),))
-    if f is None or f.xid not in set(policy.critical_xids) or node.pool not in pools:
+    if f is None or not f.needs.remediates or node.pool not in pools:
         return Detection(actions=noted)
     if node.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) or live:
         return Detection(actions=noted)
@@ -85,7 +88,9 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     return Detection(actions=noted, remediation=Remediation(
         name=name, node=node.name, pool=node.pool or "", xid=f.xid, message=f.message,
         phase=Phase.DETECTED, created=now, phase_times=((Phase.DETECTED.value, now),),
-        reason=f"{xids.describe(f.xid)}: {f.message}", was_spare=node.is_spare,
+        reason=f"{describe(f.xid, f.kind)} needs {f.needs.value}: {f.message}", was_spare=node.is_spare,
+        kind=f.kind, action=f.needs, pci=f.pci, gpu_instance=f.gpu_instance, compute_instance=f.compute_instance,
+        source=f.source,
     ))
 
 
@@ -142,13 +147,13 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
                       Notify("refill-blocked", "warning", f"pool {r.pool} has no room for a new spare (provider limit)"))
             return Step(
                 _once(r, Notify("spare-quarantined", "warning",
-                                f"spare {node} reported {xids.describe(r.xid)}: quarantined, refill requested"))
+                                f"spare {node} reported {describe(r.xid, r.kind)}: quarantined, refill requested"))
                 + (cordon, evict(node, facts), Quarantine(node, r.xid, r.pool)) + _once(r, refill),
                 r.moved(Phase.REPLACING, now, slurm_nodes=names),
             )
         return Step(
             _once(r, Notify("detected", "warning",
-                            f"{node} ({r.pool}): {xids.describe(r.xid)} - {r.message}. "
+                            f"{node} ({r.pool}): {describe(r.xid, r.kind)} - {r.message}. "
                             "gpufleet is draining and replacing it; no action needed."))
             + (cordon,),
             r.moved(Phase.SLURM_DRAINING, now, slurm_nodes=names), carry=True,
