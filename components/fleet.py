@@ -10,6 +10,7 @@ from fleetspec.models import FleetSpec
 
 from .alerts import prometheus_rule
 from .cluster import ClusterAccess, ClusterAccessArgs
+from .network import declare_network_policies
 from .node_pool import GpuNodePool, GpuNodePoolArgs, borrower_priority_classes
 from .reconciler import HostNetworkApi, Reconciler, ReconcilerArgs
 from .slinky import SlinkySlurm, SlinkySlurmArgs
@@ -77,6 +78,9 @@ class GpuFleet(pulumi.ComponentResource):
             ),
             k8s_opts,
         )
+        # What each of the reconciler, the agent and slurmrestd may reach (components/network.py).
+        declare_network_policies(name, spec, pulumi.ResourceOptions.merge(
+            k8s_opts, pulumi.ResourceOptions(depends_on=[self.reconciler, self.slurm])))
         # Claims live in the Slurm namespace; taking it as an output orders them after it.
         self.storage = [
             SharedStorage(f"{name}-storage-{s.name}", SharedStorageArgs(s, self.slurm.namespace, spec.environment),

@@ -1,8 +1,10 @@
 """The reconciler and its node agent, deployed by the same stack that declares the fleet.
 
-Least privilege: named verbs on named resources only, no cluster-admin. The healing policy
-is the fleet spec itself, rendered into a ConfigMap the reconciler reads; webhook URLs
-(they carry tokens) go into a Secret, never the ConfigMap.
+Least privilege: named verbs on named resources only, no cluster-admin; the reconciler's namespace
+enforces Pod Security `restricted` (the agent has a namespace of its own: components/agent.py), and
+admission policies narrow what its verbs may touch (components/admission.py). The healing policy is
+the fleet spec itself, rendered into a ConfigMap the reconciler reads; webhook URLs (they carry
+tokens) go into a Secret, never the ConfigMap.
 """
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ import pulumi_kubernetes as k8s
 from fleetspec import labels, remediation_crd
 from fleetspec.models import FleetSpec, WebhookTarget
 
-from .meta import metadata, resources
+from .admission import declare_admission
+from .agent import AGENT, agent_rules, declare_agent  # noqa: F401  (agent_rules: re-exported for callers)
+from .meta import metadata, namespace_metadata, resources
 from .slinky import TOKEN_KEY, TOKEN_SECRET, restapi_url
 
 NAME = "gpufleet-reconciler"
-AGENT = "gpufleet-agent"
 METRICS_PORT = 9102
+HEALTH_PORT = 9103  # the probes' own port: a slow or hostile scrape of /metrics never fails a probe
 TOKEN_DIR = "/var/run/secrets/slurm"
 TOKEN_FILE = f"{TOKEN_DIR}/{TOKEN_KEY}"
 
@@ -45,7 +49,7 @@ def reconciler_args(spec: FleetSpec, slurm_url: str | None = None) -> list[str]:
     environment's host-network pods)."""
     dep = spec.healing.reconciler
     args = ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
-            "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)]
+            "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT), "--health-port", str(HEALTH_PORT)]
     if spec.slurm.restapi:
         args += ["--slurm", "rest", "--slurm-url", slurm_url or restapi_url(spec), "--slurm-token-file", TOKEN_FILE,
                  "--slurm-user", spec.slurm.reconciler_user]
@@ -89,12 +93,16 @@ def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     return rules
 
 
-def agent_rules() -> list[dict]:
-    return [
-        # patch on nodes: the agent keeps its kernel-log cursor in an annotation on its node
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-    ]
+def reconciler_username(spec: FleetSpec) -> str:
+    """The reconciler's identity as the API server names it (its ServiceAccount)."""
+    return f"system:serviceaccount:{spec.healing.reconciler.namespace}:{NAME}"
+
+
+def pod_security_level(args: "ReconcilerArgs") -> str:
+    """What the reconciler's namespace enforces: `restricted`, except in the local environment, whose pods
+    must use the host's network (no pod network there), which only `privileged` admits; there admission
+    policies still keep the reconciler's own pods restricted (components/admission.py)."""
+    return "privileged" if args.host_network_api is not None else "restricted"
 
 
 def notification_env(spec: FleetSpec) -> dict[str, str]:
@@ -140,7 +148,7 @@ def placement(args: ReconcilerArgs) -> Placement:
     system = args.spec.system_pool  # the system pool the spec declares (never a GPU node)
     pod = {"nodeSelector": dict(system.node_selector),
            **({"tolerations": [t.model_dump(exclude_none=True) for t in system.tolerations]} if system.tolerations else {})}
-    probe = {"path": "/healthz", "port": METRICS_PORT}
+    probe = {"path": "/healthz", "port": HEALTH_PORT}
     api = args.host_network_api
     if api is None:
         return Placement(pod, [], probe, [])
@@ -171,7 +179,8 @@ class Reconciler(pulumi.ComponentResource):
         meta = lambda n, comp="reconciler", ns=True, **kw: metadata(  # noqa: E731
             n, comp, env, self.namespace if ns else None, **kw)
 
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata=metadata(dep.namespace, "reconciler", env), opts=child)
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata=namespace_metadata(dep.namespace, "reconciler", env,
+                                                                             pod_security_level(args)), opts=child)
         self.namespace = ns.metadata.name
 
         crd = k8s.apiextensions.v1.CustomResourceDefinition(
@@ -242,7 +251,8 @@ class Reconciler(pulumi.ComponentResource):
                             "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                     *place.env],
                             "envFrom": env_from,
-                            "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+                            "ports": [{"name": "metrics", "containerPort": METRICS_PORT},
+                                      {"name": "health", "containerPort": HEALTH_PORT}],
                             "livenessProbe": {"httpGet": place.probe},
                             "readinessProbe": {"httpGet": place.probe},
                             "resources": resources("100m", "128Mi", "1", "512Mi"),
@@ -269,45 +279,10 @@ class Reconciler(pulumi.ComponentResource):
             spec={"selector": selector, "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]},
             opts=child)
 
-        # The node agent: reads the kernel log for NVRM Xid lines and sets the GPU condition.
-        agent_sa = k8s.core.v1.ServiceAccount(f"{name}-agent-sa", metadata=meta(AGENT, "agent"), opts=child)
-        agent_role = k8s.rbac.v1.ClusterRole(f"{name}-agent-clusterrole", metadata=meta(AGENT, "agent", ns=False),
-                                             rules=agent_rules(), opts=child)
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-agent-clusterrolebinding", metadata=meta(AGENT, "agent", ns=False),
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": agent_role.metadata.name},
-            subjects=[{"kind": "ServiceAccount", "name": agent_sa.metadata.name, "namespace": self.namespace}], opts=child)
-        agent_selector = {"app.kubernetes.io/name": AGENT, "app.kubernetes.io/instance": env}
-        tolerations = [{"operator": "Exists", "effect": "NoSchedule"}]
-        k8s.apps.v1.DaemonSet(
-            f"{name}-agent",
-            metadata=meta(AGENT, "agent"),
-            spec={
-                "selector": {"matchLabels": agent_selector},
-                "template": {
-                    "metadata": {"labels": metadata(AGENT, "agent", env)["labels"]},
-                    "spec": {
-                        "serviceAccountName": agent_sa.metadata.name,
-                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": [{"key": labels.POOL, "operator": "Exists"}]}]}}},
-                        "tolerations": tolerations,
-                        "containers": [{
-                            "name": "agent",
-                            "image": dep.agent_image,
-                            "args": ["agent", "--kmsg", "/dev/kmsg", "--node", "$(NODE_NAME)",
-                                     "--condition", spec.healing.condition_types[0]],
-                            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-                            "resources": resources("20m", "32Mi", "200m", "128Mi"),
-                            # Reading /dev/kmsg needs privilege; the agent mounts nothing else.
-                            "securityContext": {"privileged": True, "readOnlyRootFilesystem": True},
-                            "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}],
-                        }],
-                        "volumes": [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}],
-                    },
-                },
-            },
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create="2m", update="2m")),
-        )
+        # The node agent (components/agent.py): a namespace of its own, its own identity.
+        self.agent = declare_agent(name, spec, self)
+        # What RBAC cannot say about both identities: admission policies (components/admission.py).
+        declare_admission(name, spec, reconciler_username(spec), self)
         self.register_outputs({
             "namespace": self.namespace,
             "policy_config_map": self.policy_config_map.metadata.name,

@@ -41,6 +41,8 @@ def reconcile(
     namespace: Optional[str] = typer.Option(None, help="Namespace for the Lease and Events."),
     leader_elect: bool = typer.Option(False, "--leader-elect", help="Act only while holding the Lease."),
     metrics_port: int = typer.Option(9102, help="Port for /metrics and /healthz (0: off)."),
+    health_port: int = typer.Option(0, help="A port of its own for /healthz, the probes' (0: none; /healthz "
+                                    "stays on the metrics port too)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and log; change nothing."),
     once: bool = typer.Option(False, "--once", help="One pass, then exit (for cron-style runs and tests)."),
     json_logs: bool = typer.Option(True, "--json-logs/--text-logs", help="Structured JSON logs."),
@@ -77,7 +79,7 @@ def reconcile(
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        rec.run(metrics_port or None)
+        rec.run(metrics_port or None, health_port or None)
     except KeyboardInterrupt:
         rec.stop.set()
 

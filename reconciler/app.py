@@ -59,8 +59,9 @@ class Manager:
             i.relist()
         self.runtime.resync()
 
-    def run(self, metrics_port: int | None = None) -> None:
-        server = serve(self.metrics, metrics_port, healthy=self.runtime.synced) if metrics_port else None
+    def run(self, metrics_port: int | None = None, health_port: int | None = None) -> None:
+        server = serve(self.metrics, metrics_port, healthy=self.runtime.synced, health_port=health_port) \
+            if metrics_port else None
         leading = None
         if self.elector is not None:
             self.elector.start()

@@ -19,6 +19,7 @@ from reconciler.adapters.kube import _call, _json
 from reconciler.core.model import Record
 from reconciler.core.observe import parse_time
 from reconciler.core.phases import Phase
+from reconciler.redact import redact  # no URL or token in a record
 
 
 def _ts(dt: datetime | None) -> str | None:
@@ -34,12 +35,12 @@ def to_object(r: Record, resource_version: str | None = None) -> dict[str, Any]:
         "apiVersion": labels.API_VERSION,
         "kind": remediation_crd.KIND,
         "metadata": meta,
-        "spec": {"node": r.node, "pool": r.pool, "xid": r.xid, "message": r.message, "wasSpare": r.was_spare},
+        "spec": {"node": r.node, "pool": r.pool, "xid": r.xid, "message": redact(r.message), "wasSpare": r.was_spare},
         "status": {
             "phase": r.phase.value,
             "created": _ts(r.created),
             "phases": [{"phase": p, "at": _ts(t)} for p, t in r.phase_times],
-            "reason": r.reason,
+            "reason": redact(r.reason),
             "replacement": r.replacement,
             "jobs": list(r.jobs),
             "graceDeadline": _ts(r.grace_deadline),
@@ -49,7 +50,7 @@ def to_object(r: Record, resource_version: str | None = None) -> dict[str, Any]:
             "slurmNodes": list(r.slurm_nodes),
             "keptDrains": list(r.kept_drains),
             "held": r.held,
-            "heldReason": r.held_reason,
+            "heldReason": redact(r.held_reason),
             "reclaimStarted": _ts(r.reclaim_started),
             "failingSince": _ts(r.failing_since),
             "nextAttempt": _ts(r.next_attempt),

@@ -107,8 +107,9 @@ def test_each_environment_declares_its_fleet(env):
         assert helm == 2 and crds == 1  # the operator charts; gpufleet's own Remediation CRD
     else:
         assert helm == 0 and crds == 7  # six Slinky kinds + Remediation
-    # the resource count grows with pools, never with nodes
-    assert len(MOCKS.resources) < 48 + 3 * len(spec.pools)
+    # the resource count grows with pools, never with nodes (14: the agent's namespace, 4 admission policies
+    # and their bindings, 5 NetworkPolicies)
+    assert len(MOCKS.resources) < 48 + 14 + 3 * len(spec.pools)
 
 
 

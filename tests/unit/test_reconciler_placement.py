@@ -25,7 +25,7 @@ def test_locally_the_host_network_and_the_api_server_on_loopback():
     assert p.pod["nodeSelector"] == {"gpufleet.io/role": "system"}
     assert {e["name"]: e["value"] for e in p.env} == {"KUBERNETES_SERVICE_HOST": "127.0.0.1",
                                                       "KUBERNETES_SERVICE_PORT": "31443"}
-    assert p.probe == {"path": "/healthz", "port": 9102, "host": "127.0.0.1"}
+    assert p.probe == {"path": "/healthz", "port": 9103, "host": "127.0.0.1"}  # the probes' own port
     # one pod per node (hostPort): a rollout replaces, it cannot surge
     assert p.strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 

@@ -1,0 +1,107 @@
+"""The node agent: a DaemonSet on the GPU nodes that reads the kernel log for NVRM Xid lines and sets
+the GPU condition of its own node.
+
+It runs in a namespace of its own, the only one of the stack at Pod Security level `privileged`, with
+the least reading /dev/kmsg needs. What that is, measured on this project's machine (kernel 6.18):
+
+- the kernel: with `kernel.dmesg_restrict=1` opening /dev/kmsg needs CAP_SYSLOG (CAP_SYS_ADMIN is not
+  enough), with 0 any user may read it (the node is 0644 root:root);
+- the container's device cgroup: runc admits only its default devices (null, zero, full, random,
+  urandom, tty, ptmx, pts) to a container that is not privileged, so a hostPath mount of /dev/kmsg
+  fails with EPERM whatever the capabilities; only `privileged`, or a device plugin that hands the
+  device to the container (the runtime then adds it to the cgroup, read-only), gets past it.
+
+So, with `healing.reconciler.agent_kmsg_device` (the extended resource a device plugin advertises for
+/dev/kmsg): not privileged, every capability dropped but CAP_SYSLOG, as uid 0 (Kubernetes grants added
+capabilities only to root: it sets no ambient ones), no host path. Without: privileged, because
+nothing else opens the device; /dev/kmsg is still mounted read-only (the agent never writes to the
+kernel log) and nothing else of the host is. Both: read-only root filesystem, no host namespaces,
+seccomp RuntimeDefault; RBAC get/patch on nodes and patch on nodes/status, confined
+by admission (components/admission.py) to the node the pod's token names.
+"""
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from fleetspec import labels
+from fleetspec.models import FleetSpec
+
+from .meta import metadata, namespace_metadata, resources
+
+AGENT = "gpufleet-agent"
+KMSG = "/dev/kmsg"
+
+
+def agent_rules() -> list[dict]:
+    return [
+        # patch on nodes: the agent keeps its kernel-log cursor in an annotation on its node
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    ]
+
+
+def agent_username(spec: FleetSpec) -> str:
+    """The agent's identity as the API server names it (its ServiceAccount)."""
+    return f"system:serviceaccount:{spec.healing.reconciler.agent_namespace}:{AGENT}"
+
+
+def agent_pod_spec(spec: FleetSpec, service_account: str = AGENT) -> dict:
+    """The agent's pod spec: on every node of a pool, with the least /dev/kmsg needs (see the module doc)."""
+    dep = spec.healing.reconciler
+    container: dict = {
+        "name": "agent",
+        "image": dep.agent_image,
+        "args": ["agent", "--kmsg", KMSG, "--node", "$(NODE_NAME)", "--condition", spec.healing.condition_types[0]],
+        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "resources": resources("20m", "32Mi", "200m", "128Mi"),
+    }
+    pod: dict = {
+        "serviceAccountName": service_account,
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": labels.POOL, "operator": "Exists"}]}]}}},
+        "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+    }
+    if dep.agent_kmsg_device:
+        # The device plugin puts /dev/kmsg in the container (and its cgroup); CAP_SYSLOG opens it under
+        # dmesg_restrict=1, and a non-root user would not hold it.
+        limit = {dep.agent_kmsg_device: "1"}
+        container["resources"] = {"requests": {**container["resources"]["requests"], **limit},
+                                  "limits": {**container["resources"]["limits"], **limit}}
+        container["securityContext"] = {
+            "privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsUser": 0, "runAsNonRoot": False, "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]}}
+    else:
+        container["securityContext"] = {"privileged": True, "readOnlyRootFilesystem": True}
+        container["volumeMounts"] = [{"name": "kmsg", "mountPath": KMSG, "readOnly": True}]
+        pod["volumes"] = [{"name": "kmsg", "hostPath": {"path": KMSG, "type": "CharDevice"}}]
+    return pod
+
+
+def declare_agent(name: str, spec: FleetSpec, parent: pulumi.Resource) -> k8s.apps.v1.DaemonSet:
+    """The agent's namespace, identity, RBAC and DaemonSet, as children of `parent` (the Reconciler component:
+    their Pulumi names are those the stack has always given them, so an existing stack updates them in place)."""
+    env, namespace = spec.environment, spec.healing.reconciler.agent_namespace
+    ns = k8s.core.v1.Namespace(f"{name}-agent-ns", metadata=namespace_metadata(namespace, "agent", env, "privileged"),
+                               opts=pulumi.ResourceOptions(parent=parent))
+    # The namespace by name (known in a preview, so the policy pack sees where the agent runs), after it.
+    child = pulumi.ResourceOptions(parent=parent, depends_on=[ns])
+    sa = k8s.core.v1.ServiceAccount(f"{name}-agent-sa", metadata=metadata(AGENT, "agent", env, namespace), opts=child)
+    role = k8s.rbac.v1.ClusterRole(f"{name}-agent-clusterrole", metadata=metadata(AGENT, "agent", env),
+                                   rules=agent_rules(), opts=child)
+    k8s.rbac.v1.ClusterRoleBinding(
+        f"{name}-agent-clusterrolebinding", metadata=metadata(AGENT, "agent", env),
+        role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role.metadata.name},
+        subjects=[{"kind": "ServiceAccount", "name": sa.metadata.name, "namespace": namespace}], opts=child)
+    selector = {"app.kubernetes.io/name": AGENT, "app.kubernetes.io/instance": env}
+    return k8s.apps.v1.DaemonSet(
+        f"{name}-agent",
+        metadata=metadata(AGENT, "agent", env, namespace),
+        spec={"selector": {"matchLabels": selector},
+              "template": {"metadata": {"labels": metadata(AGENT, "agent", env)["labels"]},
+                           "spec": agent_pod_spec(spec, AGENT)}},
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[ns, sa],
+                                    custom_timeouts=pulumi.CustomTimeouts(create="2m", update="2m")),
+    )
