@@ -142,7 +142,7 @@ class SlinkySlurm(pulumi.ComponentResource):
         super().__init__("gpufleet:slurm:SlinkySlurm", name, None, opts)
         spec, slurm, env = args.spec, args.spec.slurm, args.spec.environment
         child = pulumi.ResourceOptions(parent=self)
-        image = lambda what: f"{slurm.image_registry}/{what}:{slurm.image_tag}"  # noqa: E731
+        image = slurm.image  # registry/name:tag, @digest where the stack file records one
 
         ns = k8s.core.v1.Namespace(f"{name}-ns", metadata=metadata(slurm.namespace, "slurm", env), opts=child)
         self.namespace = ns.metadata.name

@@ -455,3 +455,143 @@ def test_aws_calls_need_a_named_iam_role():
            "slurm": {"partitions": [{"name": "p", "pools": ["a"]}]}}
     with pytest.raises(SpecError, match="healing.reconciler.iam_role_arn"):
         parse_fleet(doc)
+
+
+# --- trust boundaries (issue 24): namespaces, the agent, admission, network ---------------------------
+
+NS_TYPE = "kubernetes:core/v1:Namespace"
+VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+VAPB = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+NETPOL = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+
+
+def _enforced(name: str) -> str:
+    return MOCKS.named(NS_TYPE, name).inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+
+
+def test_namespaces_by_trust():
+    """The reconciler's namespace is restricted; the agent has a privileged one of its own."""
+    spec = build("prod")
+    dep = spec.healing.reconciler
+    assert (_enforced(dep.namespace), _enforced(dep.agent_namespace)) == ("restricted", "privileged")
+    ds = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs
+    assert ds["metadata"]["namespace"] == dep.agent_namespace
+    sa = MOCKS.named("kubernetes:core/v1:ServiceAccount", "gpufleet-agent").inputs
+    assert sa["metadata"]["namespace"] == dep.agent_namespace
+    # nothing privileged, no host path and no host namespace in the reconciler's namespace
+    for r in MOCKS.resources:
+        if r.inputs.get("metadata", {}).get("namespace") == dep.namespace and "template" in r.inputs.get("spec", {}):
+            pod = r.inputs["spec"]["template"]["spec"]
+            assert not any(pod.get(h) for h in ("hostNetwork", "hostPID", "hostIPC")), r.name
+            assert not any("hostPath" in v for v in pod.get("volumes", [])), r.name
+
+
+def test_locally_the_reconcilers_namespace_admits_the_host_network_its_pods_need():
+    from components.reconciler import HostNetworkApi
+
+    spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
+    MOCKS.resources.clear()
+
+    @pulumi.runtime.test
+    def program():
+        secrets = {k: pulumi.Output.secret("x") for k in spec.secret_keys()}
+        GpuFleet("local", GpuFleetArgs(spec, secrets, local_kubeconfig="/tmp/kubeconfig",
+                                       host_network_api=HostNetworkApi("127.0.0.1", 6443)))
+
+    program()
+    ns = MOCKS.named(NS_TYPE, spec.healing.reconciler.namespace).inputs["metadata"]["labels"]
+    assert ns["pod-security.kubernetes.io/enforce"] == "privileged"  # hostNetwork: only privileged admits it
+    assert ns["pod-security.kubernetes.io/warn"] == "restricted"     # ... and says what restricted would refuse
+
+
+def test_the_agent_without_a_kmsg_device_is_privileged_with_kmsg_read_only_and_nothing_else():
+    from components.agent import agent_pod_spec
+
+    spec = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    pod = agent_pod_spec(spec)
+    (c,) = pod["containers"]
+    assert c["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True}
+    assert pod["volumes"] == [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}]
+    assert c["volumeMounts"] == [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}]
+    assert not any(pod.get(h) for h in ("hostNetwork", "hostPID", "hostIPC"))
+
+
+def test_the_agent_with_a_kmsg_device_runs_unprivileged_with_cap_syslog_only():
+    from components.agent import agent_pod_spec
+
+    doc = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json")
+    doc["healing"]["reconciler"]["agent_kmsg_device"] = "squat.ai/kmsg"
+    from fleetspec.models import FleetSpec
+
+    pod = agent_pod_spec(FleetSpec.model_validate(doc))
+    (c,) = pod["containers"]
+    assert c["securityContext"]["privileged"] is False and c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert c["resources"]["limits"]["squat.ai/kmsg"] == "1" and "volumes" not in pod and "volumeMounts" not in c
+
+
+def test_admission_policies_bind_each_identity():
+    spec = build("prod")
+    dep = spec.healing.reconciler
+    policies = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in MOCKS.of_type(VAP)}
+    bindings = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in MOCKS.of_type(VAPB)}
+    assert set(policies) == set(bindings) == {f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-nodes",
+                                              f"{dep.namespace}-reconciler-pod-deletion",
+                                              f"{dep.agent_namespace}-agent-own-node"}
+    for name, b in bindings.items():
+        assert b == {"policyName": name, "validationActions": ["Deny"]}
+        assert policies[name]["failurePolicy"] == "Fail"
+    who = {n: p["matchConditions"][0]["expression"] for n, p in policies.items()}
+    assert who[f"{dep.agent_namespace}-agent-own-node"] == \
+        f'request.userInfo.username == "system:serviceaccount:{dep.agent_namespace}:gpufleet-agent"'
+    assert who[f"{dep.namespace}-reconciler-nodes"] == \
+        f'request.userInfo.username == "system:serviceaccount:{dep.namespace}:gpufleet-reconciler"'
+    deletion = policies[f"{dep.namespace}-reconciler-pod-deletion"]["validations"][0]["expression"]
+    assert all(f'"{c}"' in deletion for c in spec.borrower_classes())
+
+
+def test_network_policies_for_the_reconciler_the_agent_and_slurmrestd():
+    spec = build("prod")
+    dep = spec.healing.reconciler
+    pols = {(r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"]): r.inputs["spec"]
+            for r in MOCKS.of_type(NETPOL)}
+    assert set(pols) == {(dep.namespace, "gpufleet-default-deny"), (dep.namespace, "gpufleet-reconciler"),
+                         (dep.agent_namespace, "gpufleet-default-deny"), (dep.agent_namespace, "gpufleet-agent"),
+                         (spec.slurm.namespace, "slurmrestd")}
+    rec = pols[(dep.namespace, "gpufleet-reconciler")]
+    ports = {p["port"] for e in rec["egress"] for p in e["ports"]}
+    assert ports == {53, 443, 6443, 6820}  # DNS, the API server (and HTTPS), slurmrestd
+    assert rec["ingress"] == [{"from": [{"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["monitoring"]}]}}],
+        "ports": [{"protocol": "TCP", "port": 9102}]}]
+    agent = pols[(dep.agent_namespace, "gpufleet-agent")]
+    assert agent["ingress"] == [] and {p["port"] for e in agent["egress"] for p in e["ports"]} == {53, 443, 6443}
+    rest = pols[(spec.slurm.namespace, "slurmrestd")]
+    assert rest["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "slurmrestd"}}
+    (only,) = rest["ingress"]
+    assert only["from"] == [{"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [dep.namespace]}]},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gpufleet-reconciler"}}}]
+    assert {p["port"] for e in rest["egress"] for p in e["ports"]} == {53, 6817, 6819}
+
+
+def test_the_probes_have_a_port_of_their_own():
+    build("prod")
+    c = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"][
+        "containers"][0]
+    assert c["livenessProbe"]["httpGet"]["port"] == c["readinessProbe"]["httpGet"]["port"] == 9103
+    assert c["args"][c["args"].index("--health-port") + 1] == "9103"
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9102, "health": 9103}
+
+
+def test_slurm_images_are_pinned_by_the_digests_the_stack_file_records():
+    doc = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json")
+    digest = "sha256:" + "cd" * 32
+    doc["slurm"]["image_digests"] = {"slurmctld": digest}
+    from fleetspec.models import FleetSpec
+
+    build_spec(FleetSpec.model_validate(doc), "prod")
+    (ctl,) = MOCKS.of_type(CR + "Controller")
+    assert ctl.inputs["spec"]["slurmctld"]["image"].endswith(f":{doc['slurm']['image_tag']}@{digest}")
+    (rest,) = MOCKS.of_type(CR + "RestApi")
+    assert "@" not in rest.inputs["spec"]["slurmrestd"]["image"]  # no digest recorded for it: by tag
