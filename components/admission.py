@@ -18,10 +18,11 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
   a borrower PriorityClass) and its own placeholders. Evictions go through PodDisruptionBudgets and
   are not limited here.
 - `<agent ns>-agent-own-node`: the agent writes only the node its token is bound to (the user's extra
-  `authentication.kubernetes.io/node-name`, which the API server adds to tokens bound to a pod since
-  Kubernetes 1.30, ServiceAccountTokenPodNodeInfo: k8s.io/apiserver pkg/authentication/serviceaccount
-  NodeNameKey), and there only its kernel-log cursor and its GPU condition. A token without a node
-  name writes no node.
+  `authentication.kubernetes.io/node-name`: k8s.io/apiserver pkg/authentication/serviceaccount/util.go
+  NodeNameKey, which the API server puts in a token bound to a pod that runs on a node; feature
+  ServiceAccountTokenPodNodeInfo, on by default since 1.30 and GA, locked on, since 1.32:
+  k8s.io/kubernetes pkg/features/versioned_kube_features.go), and there only its kernel-log cursor and
+  its GPU condition. A token without a node name writes no node.
 """
 from __future__ import annotations
 
