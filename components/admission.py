@@ -171,7 +171,7 @@ def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
                               "(variables.tokenNode.size() == 1 ? variables.tokenNode[0] : 'none: not a pod-bound "
                               "token') + '), not ' + object.metadata.name"},
         {"expression": "request.subResource == 'status' || (object.metadata.?labels == oldObject.metadata.?labels && "
-                       "object.spec == oldObject.spec && "
+                       "object.?spec == oldObject.?spec && "
                        + _changed_only("oldAnnotations", "newAnnotations", f"k == {kmsg}") + ")",
          "message": f"on its node the agent changes only its kernel-log cursor ({labels.KMSG_REPORTED})"},
         {"expression": f"request.subResource != 'status' || ({others('object')} == {others('oldObject')} && "

@@ -9,6 +9,7 @@ from kubernetes import client
 from fleetspec import labels
 from gpufleet.localenv.control_plane import KWOK_ANNOTATION
 from gpufleet.waiting import wait_for
+from reconciler.adapters.kube import Kube
 
 pytestmark = pytest.mark.e2e
 
@@ -99,43 +100,59 @@ def test_lending_through_the_pods(local_pods):
     assert all(not x.open for x in books["l40s"].loans if x.node == "kwok-l40s-spare-0")  # promoted: loan ended
 
 
+def _agent_drill(local_pods, built_images, name: str, node: str, kmsg_dir) -> None:
+    """The agent's image in its namespace, with its ServiceAccount (and the token the kubelet mounts, bound to
+    this pod on system-0), following a kernel log this test writes, reporting for `node`."""
+    core = local_pods.env.kube.core_v1()
+    spec = local_pods.spec
+    core.create_namespaced_pod(spec.healing.reconciler.agent_namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "nodeName": "system-0", "hostNetwork": True, "serviceAccountName": "gpufleet-agent",
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "agent", "image": built_images.agent.reference,
+                "args": ["agent", "--kmsg", "/drill/kmsg", "--from-start", "--node", node,
+                         "--condition", spec.healing.condition_types[0]],
+                "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                        {"name": "KUBERNETES_SERVICE_PORT", "value": str(local_pods.env.kube.apiserver_port)}],
+                "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
+                "volumeMounts": [{"name": "drill", "mountPath": "/drill", "readOnly": True}],
+            }],
+            "volumes": [{"name": "drill", "hostPath": {"path": str(kmsg_dir), "type": "Directory"}}],
+        }})
+
+
 def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, built_images):
-    """The agent's image, with the agent's ServiceAccount and RBAC, on a real node, following a kernel
-    log this test writes (the GPU nodes stay kwok: it reports for kwok-l40s-0, a pool the next test leaves alone)."""
+    """The agent's image on a real node writes the GPU condition of its own node (system-0: no pool's, so the
+    reconciler leaves it alone), and, with the same token, cannot write a GPU node's (the stack's admission
+    policy keys on the node name the kubelet-mounted token carries)."""
     drill = local_pods.env.root / "drill"
     drill.mkdir(mode=0o755, exist_ok=True)
     kmsg = drill / "kmsg"
     kmsg.write_text("[ 1843.451234] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")
     kmsg.chmod(0o644)
     core = local_pods.env.kube.core_v1()
-    ns = local_pods.namespace
-    core.create_namespaced_pod(ns, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-drill"},
-        "spec": {
-            "nodeName": "system-0", "hostNetwork": True, "serviceAccountName": "gpufleet-agent",
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "agent", "image": built_images.agent.reference,
-                "args": ["agent", "--kmsg", "/drill/kmsg", "--from-start", "--node", "kwok-l40s-0",
-                         "--condition", local_pods.spec.healing.condition_types[0]],
-                "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-                        {"name": "KUBERNETES_SERVICE_PORT", "value": str(local_pods.env.kube.apiserver_port)}],
-                "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
-                "volumeMounts": [{"name": "drill", "mountPath": "/drill", "readOnly": True}],
-            }],
-            "volumes": [{"name": "drill", "hostPath": {"path": str(drill), "type": "Directory"}}],
-        }})
+    ns = local_pods.spec.healing.reconciler.agent_namespace
+    cond_type = local_pods.spec.healing.condition_types[0]
+    _agent_drill(local_pods, built_images, "agent-drill", "system-0", drill)
 
-    def faulted():
-        conds = core.read_node("kwok-l40s-0").status.conditions or []
-        return next((c for c in conds if c.type == local_pods.spec.healing.condition_types[0]
-                     and c.status == "False" and c.reason == "Xid79"), None)
+    def faulted(node):
+        conds = core.read_node(node).status.conditions or []
+        return next((c for c in conds if c.type == cond_type and c.status == "False" and c.reason == "Xid79"), None)
 
-    cond = wait_for("the agent pod to set the GPU condition of kwok-l40s-0", faulted, timeout=90)
+    cond = wait_for("the agent pod to set the GPU condition of system-0", lambda: faulted("system-0"), timeout=90)
     assert "fallen off the bus" in cond.message
     pod = core.read_namespaced_pod("agent-drill", ns)
     assert pod.spec.containers[0].image == built_images.agent.reference
     core.delete_namespaced_pod("agent-drill", ns, grace_period_seconds=0)
+
+    _agent_drill(local_pods, built_images, "agent-forger", "kwok-l40s-0", drill)
+    failed = wait_for("the agent refused another node to give up", lambda: core.read_namespaced_pod(
+        "agent-forger", ns).status.phase == "Failed", timeout=90)
+    assert failed and faulted("kwok-l40s-0") is None
+    core.delete_namespaced_pod("agent-forger", ns, grace_period_seconds=0)
+    Kube(local_pods.env.kube.api_client()).set_condition("system-0", cond_type, "True", "DrillOver", "cleared")
 
 
 def _records(local_pods, node):
