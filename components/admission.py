@@ -12,8 +12,8 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
   namespace, volume, privilege or capability, non-root. So a stolen token starts no privileged pod,
   even where the namespace's Pod Security level would let one in (the local environment's).
 - `<ns>-reconciler-nodes`: on a node it may change its own marks (`gpufleet.io/` labels, annotations and
-  taints), Slinky's cordon reason, the cordon itself, and add the pool's labels and taints that
-  membership sets; nothing else of a node.
+  taints), Slinky's cordon reason and topology annotation, the cordon itself, and add the pool's labels
+  and taints that membership sets; nothing else of a node.
 - `<ns>-reconciler-pod-deletion`: it deletes (with any grace, force included) only borrowers (a pod of
   a borrower PriorityClass) and its own placeholders. Evictions go through PodDisruptionBudgets and
   are not limited here.
@@ -40,6 +40,9 @@ from .meta import metadata
 API_VERSION = "admissionregistration.k8s.io/v1"
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
 OWN = f"{labels.GROUP}/"  # the prefix of gpufleet's own labels, annotations and taints
+# Slinky's annotations the reconciler writes on a node: the cordon reason, and the Slurm topology membership
+# sets for slurm-operator 1.2.1 (api/v1beta1/well_known.go AnnotationNodeTopologySpec).
+SLINKY_NODE_ANNOTATIONS = (labels.SLINKY_CORDON_REASON, "topology.slinky.slurm.net/spec")
 
 
 def _strings(values) -> str:
@@ -128,8 +131,8 @@ def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
         {"expression": _changed_only("oldLabels", "newLabels", f"{own} || (k in {pool_labels} && k in variables.newLabels)"),
          "message": f"the reconciler changes only {OWN} labels, and adds the pool labels membership sets"},
         {"expression": _changed_only("oldAnnotations", "newAnnotations",
-                                     f"{own} || k == {json.dumps(labels.SLINKY_CORDON_REASON)}"),
-         "message": f"the reconciler changes only {OWN} annotations and {labels.SLINKY_CORDON_REASON}"},
+                                     f"{own} || k in {_strings(SLINKY_NODE_ANNOTATIONS)}"),
+         "message": f"the reconciler changes only {OWN} annotations and Slinky's {', '.join(SLINKY_NODE_ANNOTATIONS)}"},
         {"expression": f"variables.oldTaints.filter(t, !t.key.startsWith({json.dumps(OWN)})).all(t, {taint_in('t', 'newTaints')})"
                        f" && variables.newTaints.filter(t, !t.key.startsWith({json.dumps(OWN)}))"
                        f".all(t, {taint_in('t', 'oldTaints')} || t.key in {pool_taints})",
