@@ -192,3 +192,37 @@ def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_g
     on_spare = core.list_namespaced_pod(local_pods.spec.slurm.namespace,
                                         field_selector=f"spec.nodeName={done.replacement}").items
     assert any(labels.SLINKY_POD_HOSTNAME in (p.metadata.labels or {}) for p in on_spare)
+
+
+READ_KMSG = "import os; fd = os.open('/dev/kmsg', os.O_RDONLY | os.O_NONBLOCK); os.read(fd, 8192); print('read')"
+
+
+@pytest.mark.parametrize("privileged", [True, False], ids=["privileged", "cap-syslog-host-path"])
+def test_what_the_agent_needs_to_read_dev_kmsg_on_a_real_node(local_pods, built_images, privileged):
+    """The agent's security context (components/agent.py) on a kubelet node with containerd and runc, reading
+    the host's real /dev/kmsg: privileged with a read-only mount reads it; unprivileged with CAP_SYSLOG and the
+    same host path cannot (runc's device cgroup admits /dev/kmsg only to a privileged container, or with the
+    device handed over by a device plugin, which this environment has not)."""
+    from components.agent import agent_pod_spec
+
+    spec = local_pods.spec
+    pod = agent_pod_spec(spec)  # without agent_kmsg_device: privileged, /dev/kmsg read-only
+    (c,) = pod["containers"]
+    if not privileged:  # the device plugin's context, with the host path instead of the device
+        c["securityContext"] = {"privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "runAsUser": 0, "runAsNonRoot": False,
+                                "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]}}
+    name = f"kmsg-{'privileged' if privileged else 'syslog'}"
+    c.update(image=built_images.agent.reference, command=["/opt/gpufleet/bin/python", "-c", READ_KMSG], args=[])
+    pod.update(nodeName="system-0", restartPolicy="Never", affinity=None)
+    ns = spec.healing.reconciler.agent_namespace
+    core = local_pods.env.kube.core_v1()
+    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod})
+    phase = wait_for(f"{name} to finish", lambda: (p := core.read_namespaced_pod(name, ns).status.phase) in (
+        "Succeeded", "Failed") and p, timeout=120)
+    log = core.read_namespaced_pod_log(name, ns)
+    core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    if privileged:
+        assert (phase, log.strip()) == ("Succeeded", "read"), log
+    else:
+        assert phase == "Failed" and "Operation not permitted" in log, log
