@@ -19,7 +19,7 @@ from fleetspec import labels, remediation_crd
 from fleetspec.models import FleetSpec, WebhookTarget
 
 from .admission import declare_admission
-from .agent import AGENT, agent_rules, declare_agent  # noqa: F401  (agent_rules: re-exported for callers)
+from .agent import declare_agent
 from .meta import metadata, namespace_metadata, resources
 from .slinky import TOKEN_KEY, TOKEN_SECRET, restapi_url
 
