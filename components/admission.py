@@ -21,7 +21,7 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
   `authentication.kubernetes.io/node-name`: k8s.io/apiserver pkg/authentication/serviceaccount/util.go
   NodeNameKey, which the API server puts in a token bound to a pod that runs on a node; feature
   ServiceAccountTokenPodNodeInfo, on by default since 1.30 and GA, locked on, since 1.32:
-  k8s.io/kubernetes pkg/features/versioned_kube_features.go), and there only its kernel-log cursor and
+  k8s.io/kubernetes v1.34.4 pkg/features/kube_features.go), and there only its kernel-log cursor and
   its GPU condition. A token without a node name writes no node.
 """
 from __future__ import annotations
