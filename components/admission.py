@@ -173,15 +173,17 @@ def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
          "messageExpression": "'the node agent writes only the node its token is bound to (' + "
                               "(variables.tokenNode.size() == 1 ? variables.tokenNode[0] : 'none: not a pod-bound "
                               "token') + '), not ' + object.metadata.name"},
-        {"expression": "request.subResource == 'status' || (object.metadata.?labels == oldObject.metadata.?labels && "
+        {"expression": "variables.subResource == 'status' || (object.metadata.?labels == oldObject.metadata.?labels && "
                        "object.?spec == oldObject.?spec && "
                        + _changed_only("oldAnnotations", "newAnnotations", f"k == {kmsg}") + ")",
          "message": f"on its node the agent changes only its kernel-log cursor ({labels.KMSG_REPORTED})"},
-        {"expression": f"request.subResource != 'status' || ({others('object')} == {others('oldObject')} && "
+        {"expression": f"variables.subResource != 'status' || ({others('object')} == {others('oldObject')} && "
                        f"{status_same})",
          "message": f"in its node's status the agent changes only its condition ({', '.join(spec.healing.condition_types)})"},
     ], variables=[{"name": "tokenNode",
                    "expression": f"request.userInfo.extra[?{json.dumps(NODE_NAME_KEY)}].orValue([])"},
+                  # absent, not empty, on a request for the object itself
+                  {"name": "subResource", "expression": "request.?subResource.orValue('')"},
                   *_maps("Annotations", "annotations")])
 
 
