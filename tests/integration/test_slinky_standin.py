@@ -14,7 +14,8 @@ from kubernetes.client.exceptions import ApiException
 from fleetspec import labels
 from localenv.slinky_standin import (CORDON_REASON_ANNOTATION, POD_HOSTNAME_LABEL, PREFIX, NodeSetDef,
                                               SlinkyStandIn)
-from localenv.slurm import POD_TERMINATING_REASON, LocalSlurm, free_ports
+from localenv.ports import free_ports
+from localenv.slurm import POD_TERMINATING_REASON, LocalSlurm
 from gpufleet.waiting import wait_for
 from localenv.fake_nodes import fake_node
 from reconciler.adapters.slurm.scontrol import SlurmCLI
