@@ -3,7 +3,8 @@
 #   requirements/dev.lock      gpufleet[test] (pulumi, the test tools) and the build's setuptools: bootstrap and CI
 #   requirements/runtime.lock  gpufleet's own dependencies at the same versions: the images (build-images.sh, release.yml)
 # Run after changing a dependency in pyproject.toml, and commit both. Needs the network (PyPI).
-# pip-compile (pip-tools, pinned below) resolves for this machine's Python 3.11.
+# pip-compile (pip-tools, pinned below) resolves for this machine's Python (3.11); the hashes cover every file of each
+# pinned release, so Python 3.12 and 3.13 install the same versions from their own wheels.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
