@@ -12,10 +12,11 @@ the least reading /dev/kmsg needs. What that is, measured on this project's mach
   device to the container (the runtime then adds it to the cgroup, read-only), gets past it.
 
 So, with `healing.reconciler.agent_kmsg_device` (the extended resource a device plugin advertises for
-/dev/kmsg): not privileged, every capability dropped but CAP_SYSLOG, as uid 0 (Kubernetes grants added
-capabilities only to root: it sets no ambient ones), no host path. Without: privileged, because
-nothing else opens the device; /dev/kmsg is still mounted read-only (the agent never writes to the
-kernel log) and nothing else of the host is. Both: read-only root filesystem, no host namespaces,
+/dev/kmsg): not privileged, every capability dropped but CAP_SYSLOG, no host path. Without: privileged,
+because nothing else opens the device; /dev/kmsg is still mounted read-only (the agent never writes to
+the kernel log) and nothing else of the host is. Both as uid 0: Kubernetes sets no ambient
+capabilities, so a process of the image's own user (65532) holds none, privileged or not, and under
+`dmesg_restrict=1` reads nothing (tests/e2e/test_reconciler_pods.py saw exactly that on a real node). Both: read-only root filesystem, no host namespaces,
 seccomp RuntimeDefault; RBAC get/patch on nodes and patch on nodes/status, confined
 by admission (components/admission.py) to the node the pod's token names.
 """
@@ -74,7 +75,10 @@ def agent_pod_spec(spec: FleetSpec, service_account: str = AGENT) -> dict:
             "privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
             "runAsUser": 0, "runAsNonRoot": False, "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]}}
     else:
-        container["securityContext"] = {"privileged": True, "readOnlyRootFilesystem": True}
+        # uid 0 as well: the image runs as 65532, and a non-root process holds none of a privileged container's
+        # capabilities, so under dmesg_restrict=1 it could not open /dev/kmsg (found on a real node here).
+        container["securityContext"] = {"privileged": True, "readOnlyRootFilesystem": True, "runAsUser": 0,
+                                        "runAsNonRoot": False}
         container["volumeMounts"] = [{"name": "kmsg", "mountPath": KMSG, "readOnly": True}]
         pod["volumes"] = [{"name": "kmsg", "hostPath": {"path": KMSG, "type": "CharDevice"}}]
     return pod

@@ -211,9 +211,10 @@ READ_KMSG = "import os; fd = os.open('/dev/kmsg', os.O_RDONLY | os.O_NONBLOCK); 
 @pytest.mark.parametrize("privileged", [True, False], ids=["privileged", "cap-syslog-host-path"])
 def test_what_the_agent_needs_to_read_dev_kmsg_on_a_real_node(local_pods, built_images, privileged):
     """The agent's security context (components/agent.py) on a kubelet node with containerd and runc, reading
-    the host's real /dev/kmsg: privileged with a read-only mount reads it; unprivileged with CAP_SYSLOG and the
-    same host path cannot (runc's device cgroup admits /dev/kmsg only to a privileged container, or with the
-    device handed over by a device plugin, which this environment has not)."""
+    the host's real /dev/kmsg: privileged (as root) with a read-only mount reads it; unprivileged with CAP_SYSLOG
+    and the same host path cannot (runc's device cgroup admits /dev/kmsg only to a privileged container, or with
+    the device handed over by a device plugin, which this environment has not). (The stack's agent ran
+    privileged as the image's user 65532 before, which under this kernel's dmesg_restrict=1 read nothing.)"""
     from components.agent import agent_pod_spec
 
     spec = local_pods.spec

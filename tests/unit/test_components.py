@@ -510,7 +510,9 @@ def test_the_agent_without_a_kmsg_device_is_privileged_with_kmsg_read_only_and_n
     spec = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
     pod = agent_pod_spec(spec)
     (c,) = pod["containers"]
-    assert c["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True}
+    # root: a non-root process holds none of a privileged container's capabilities (no CAP_SYSLOG)
+    assert c["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True, "runAsUser": 0,
+                                    "runAsNonRoot": False}
     assert pod["volumes"] == [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}]
     assert c["volumeMounts"] == [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}]
     assert not any(pod.get(h) for h in ("hostNetwork", "hostPID", "hostIPC"))
