@@ -112,7 +112,7 @@ class Bench(lt.World):
     def state(self) -> str:
         """What a failed round leaves, for its report."""
         recs = [(r.name, r.phase.value, r.replacement, r.reclaim_started, r.reason[-200:], r.last_error[-200:])
-                for r in (self.rec.runtime.store.list() if self.rec else [])]
+                for r in (self.rec.store.list() if self.rec else [])]
         nodes = {}
         for n in lt.ACTIVE + lt.SPARES:
             node = self.node(n)
@@ -171,7 +171,7 @@ def heal_round(w: Bench, lent: bool, pdb: bool = False) -> dict:
         assert not w.loans(), w.loans()
     t0 = time.time()
     lt.Kube(w.api).set_condition("kwok-lend-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
-    r = wait_for("the fault healed", lambda: next((r for r in w.rec.runtime.store.list()
+    r = wait_for("the fault healed", lambda: next((r for r in w.rec.store.list()
                                                    if r.node == "kwok-lend-0" and r.phase.terminal), None),
                  120, interval=0.1, explain=lambda: str(w.state()))
     if r.phase is not lt.Phase.SUCCEEDED:

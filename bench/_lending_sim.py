@@ -1,7 +1,7 @@
 """A discrete-event simulation of one pool that lends, driven by the real core.
 
 Each simulated second the pool's state is shown to the core as the runtime would show it
-(`lending.PoolFacts`, `RecordFacts`), and the actions it returns are applied to simulated nodes:
+(`lending.PoolFacts`, `StepFacts`), and the actions it returns are applied to simulated nodes:
 `plan_lending` decides every lend and reclaim, `decide.plan_step` (from `Replacing` on) chooses the
 spare for a fault, takes a lent one back and promotes it. Nothing here decides what the core decides;
 what is modelled is the world around it: a greedy Slurm scheduler, borrowers that fill every lent
@@ -22,11 +22,12 @@ from typing import Callable
 from fleetspec import labels
 from fleetspec.models import FleetSpec
 from reconciler.core import decide, lending
-from reconciler.core.model import (
-    Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Fault, Lend, NodeView, Notify, PendingJob, PromoteSpare,
-    Quarantine, Record, RecordFacts, ReleaseJobs, RequestCapacity, ResumeSlurm, ReturnToSpares, SlurmNodeView,
-    StartReclaim,
+from reconciler.core.actions import (
+    Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, Notify, PromoteSpare, Quarantine, ReleaseJobs,
+    RequestCapacity, ResumeSlurm, ReturnToSpares, StartReclaim,
 )
+from reconciler.core.drains import slurm_reason
+from reconciler.core.model import Fault, NodeView, PendingJob, PodView, Remediation, SlurmNodeView, StepFacts
 from reconciler.core.phases import Phase
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -105,7 +106,7 @@ class SSlurm:
 
 @dataclass
 class Heal:
-    record: Record
+    record: Remediation
     fault_at: float
     replacement_lent: bool = False
     done: float | None = None
@@ -223,6 +224,11 @@ class Sim:
         """NodeView.on_loan, without building the view."""
         return bool(n.lent) or n.reclaiming is not None or labels.LENDING_TAINT in n.taints
 
+    @staticmethod
+    def borrower(node: str) -> PodView:
+        """The borrowers on a lent node, as one pod."""
+        return PodView("inference", f"borrower-{node}", node)
+
     def borrowers_on(self, n: SNode) -> bool:
         return n.borrowers_from is not None and n.borrowers_from <= self.t
 
@@ -242,7 +248,7 @@ class Sim:
         return lending.PoolFacts(
             self.pool.name, tuple(self.view(self.nodes[n]) for n in names),
             tuple((n, tuple(on[n])) for n in names if n in on),
-            tuple((n, (f"inference/{n}",)) for n in names if self.nodes[n].borrowers_from is not None),
+            tuple((n, (self.borrower(n),)) for n in names if self.nodes[n].borrowers_from is not None),
             tuple(PendingJob(j.id, self.partitions, j.nodes, "BeginTime" if j.held else "Resources", False)
                   for j in self.pending),
             remediated=frozenset(r.node for r in live),
@@ -306,7 +312,7 @@ class Sim:
         n = self.nodes[cands[min(len(cands) - 1, int(u * len(cands)))]]
         f = Fault(XID, "Xid 79: GPU has fallen off the bus", self.now())
         n.fault = f
-        rec = decide.detect(self.view(n), [], self.spec, self.now()).record
+        rec = decide.detect(self.view(n), [], self.spec, self.now()).remediation
         assert rec is not None, f"detect gave no record for {n.name}"
         mine = tuple(s.name for s in self.slurm.values() if n.name in (s.host, s.left, s.moving_to))
         self.heals.append(Heal(replace(rec, slurm_nodes=mine), self.t, ready_at=self.t + self.p.contain_seconds))
@@ -406,15 +412,15 @@ class Sim:
         r = h.record
         node = self.nodes[r.node]
         if r.phase is Phase.DETECTED and r.was_spare:
-            st = decide.plan_step(r, RecordFacts(can_refill=True), self.spec, self.now())
+            st = decide.plan_step(r, StepFacts(can_refill=True), self.spec, self.now())
             self._run_step(h, st)
             return
         if r.phase is Phase.DETECTED:
             # containment: cordon, drain in Slurm, SIGTERM; the job checkpoints and is requeued (held
             # with a begin time until the remediation releases it), the node's pods evicted
-            self.apply(Cordon(r.node, decide.slurm_reason(r)))
+            self.apply(Cordon(r.node, slurm_reason(r), r.name))
             for name in r.slurm_nodes:
-                self.slurm[name].reason = decide.slurm_reason(r)
+                self.slurm[name].reason = slurm_reason(r)
             if node.borrowers_from is not None:
                 node.borrowers_from = node.borrowers_leave = None
             if self.t < (h.ready_at or 0):
@@ -433,20 +439,17 @@ class Sim:
             r = h.record
         if r.phase in (Phase.REPLACING, Phase.WAITING_FOR_SPARE):
             taken = {x.record.replacement for x in self.live_records() if x is not h and x.record.replacement}
-            spares = tuple(sorted(n.name for n in self.nodes.values() if n.role == labels.ROLE_SPARE
-                                  and self.in_service(n) and not n.unschedulable and n.name not in taken))
-            lent = tuple(s for s in spares if self.view(self.nodes[s]).on_loan)
-            if r.replacement and r.replacement not in spares and self.view(self.nodes[r.replacement]).on_loan:
-                lent += (r.replacement,)
             rep = self.nodes.get(r.replacement) if r.replacement else None
-            borrowers = (f"inference/{rep.name}",) if rep is not None and rep.borrowers_from is not None else ()
-            if r.replacement and r.replacement in lent:
+            borrowers = (self.borrower(rep.name),) if rep is not None and rep.borrowers_from is not None else ()
+            if rep is not None and self.on_loan(rep):
                 h.replacement_lent = True
-            facts = RecordFacts(spares=spares, can_refill=True, lent_spares=lent, replacement_borrowers=borrowers)
+            facts = StepFacts(pool_nodes=tuple(self.view(n) for n in self.nodes.values() if self.in_service(n)),
+                              claimed=frozenset(taken), can_refill=True,
+                              replacement=self.view(rep) if rep is not None else None, replacement_pods=borrowers)
         elif r.phase is Phase.RESUMING:
             on_rep = tuple(s.name for s in self.slurm.values() if s.host == r.replacement)
             moved = tuple(n for n in r.slurm_nodes if self.slurm[n].host not in (None, r.node))
-            facts = RecordFacts(replacement=self.view(self.nodes[r.replacement]), replacement_slurm=on_rep,
+            facts = StepFacts(replacement=self.view(self.nodes[r.replacement]), replacement_slurm=on_rep,
                                 slurm_moved=moved, slurm=tuple(self.sview(self.slurm[n]) for n in set(on_rep) | set(moved)))
         else:
             return
@@ -455,10 +458,10 @@ class Sim:
     def _run_step(self, h: Heal, st) -> None:
         for a in st.actions:
             self.apply(a, h)
-        if st.record is not None:
-            h.record = st.record
+        if st.remediation is not None:
+            h.record = st.remediation
             self.dirty = True
-            if st.record.phase.terminal:
+            if st.remediation.phase.terminal:
                 h.done = self.t
 
     # --- the loop ----------------------------------------------------------------------------------

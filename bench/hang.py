@@ -83,11 +83,11 @@ def inject(kubeconfig: Path, nodes: list[str]) -> dict[str, float]:
 
 
 def run(env, root: Path, a) -> dict:
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     spec = spec_for(a.faults)
     api = env.kube.api_client()
-    store = KubeRecordStore(api)
+    store = KubeRemediationStore(api)
     names = slurm_names(api, spec.slurm.namespace)
     victims = sorted(names, key=lambda n: names[n])  # every node running a Slurm node of the pool
     if len(victims) < a.faults:

@@ -57,7 +57,7 @@ def component_pids(kube) -> dict[str, int]:
 def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str], a, watcher) -> dict:
     from localenv import fake_nodes
     from reconciler.adapters.kube import Kube
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     spec = spec_for(n, spares)
     pool = spec.pools[0]
@@ -101,7 +101,7 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
             + ", ".join(f"{k} {v:.0f}%" for k, v in env_cpu.items()))
 
         # reaction to single faults, one after the other
-        kube_api, store = Kube(api), KubeRecordStore(api)
+        kube_api, store = Kube(api), KubeRemediationStore(api)
         views = list_nodes_raw(api)
         active = sorted((v["metadata"]["name"] for v in views
                          if (v["metadata"].get("labels") or {}).get("gpufleet.io/role") == "active"

@@ -101,6 +101,12 @@ def gate_lines(log: Path, reason: str, pool: str | None = None) -> list[dict]:
             and (pool is None or f"pool {pool} " in str(d.get("message", "")))]
 
 
+def page_lines(log: Path, event: str, pool: str) -> list[dict]:
+    """The pages the reconciler sent (its notifier's log line per page), for one pool."""
+    return [d for d in json_lines(log) if str(d.get("message", "")).startswith(f"notify {event}:")
+            and f"pool {pool} " in str(d.get("message", ""))]
+
+
 def cordons_logged(log: Path) -> dict[str, float]:
     """When the reconciler's cordon call returned, per node (its JSON log, this host's clock): the
     cordon is in the API server then; a watch sees it after the API server delivers it."""
@@ -147,13 +153,13 @@ def observed(seen: dict[str, dict[str, float]] | None, at: dict[str, float], log
 
 
 def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": 1000, "max_unhealthy_fraction": 1.0,
                              "drain_timeout_seconds": 30, "reconciler": {"workers": a.workers}})
     rec = start_reconciler(kube, api, root, spec, "storm", total, a.profile)
-    store = KubeRecordStore(api)
+    store = KubeRemediationStore(api)
     victims = victims_of("storm", a.storm_nodes, a.storm_faults)
     observer = Observer(kube.kubeconfig_path, root / "observer-storm.json") if a.observer else None
     seen = None
@@ -232,7 +238,7 @@ def kube_unschedulable(api, node: str) -> bool:
 def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
     """The same storm under the prod stack's policy (max_concurrent 4, brake above 10 %, admission hold): every fault
     must be contained (cordoned) at once, none replaced, one page."""
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     pools, _ = fleet(a)
     from fleetspec import load_stack_file, stack_file
@@ -242,7 +248,7 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
                              "max_unhealthy_fraction": prod.max_unhealthy_fraction, "drain_timeout_seconds": 30,
                              "admission_hold_seconds": prod.admission_hold_seconds})
     rec = start_reconciler(kube, api, root, spec, "prod-storm", total)
-    store = KubeRecordStore(api)
+    store = KubeRemediationStore(api)
     victims = victims_of("prodstorm", a.storm_faults * 8, a.storm_faults)
     try:
         watcher.arm()
@@ -261,7 +267,7 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
         records = wait_for("every fault of the prod storm to be contained", contained, a.timeout, interval=0.5)
         time.sleep(3 + prod.admission_hold_seconds)  # anything replaced after containment (and the hold) shows now
         records = {r.node: r for r in store.list() if r.node in at}
-        pages = len(gate_lines(rec.log, "TooManyUnhealthy", "prodstorm"))
+        pages = len(page_lines(rec.log, "storm", "prodstorm"))
     finally:
         rec.stop()
     cordon = [watcher.cordoned_at[n] - at[n] for n in victims if n in watcher.cordoned_at]
@@ -281,13 +287,13 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
 
 
 def tiers(kube, api, root: Path, a, total: int, mc: int) -> list[dict]:
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": mc,
                              "max_unhealthy_fraction": a.fraction, "drain_timeout_seconds": 30})
     rec = start_reconciler(kube, api, root, spec, f"tiers-c{mc}", total)
-    store = KubeRecordStore(api)
+    store = KubeRemediationStore(api)
     rows = []
     try:
         for p in TIERS:

@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from localenv.env import LocalEnv
     from reconciler.adapters.kube import Kube
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-heal-"))
     (root / "checkpoints").mkdir(parents=True, exist_ok=True)
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         env.wait_slurm_nodes(timeout=300)
         api = env.kube.api_client()
         install_crd_and_namespace(api, spec.healing.reconciler.namespace)
-        kube, store = Kube(api), KubeRecordStore(api)
+        kube, store = Kube(api), KubeRemediationStore(api)
         watcher = NodeWatcher(env.kube.kubeconfig_path).start()
         try:
             for g in graces:

@@ -99,7 +99,7 @@ def declare_agent(name: str, spec: FleetSpec, parent: pulumi.Resource) -> k8s.ap
         f"{name}-agent-clusterrolebinding", metadata=metadata(AGENT, "agent", env),
         role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role.metadata.name},
         subjects=[{"kind": "ServiceAccount", "name": sa.metadata.name, "namespace": namespace}], opts=child)
-    selector = {"app.kubernetes.io/name": AGENT, "app.kubernetes.io/instance": env}
+    selector = {labels.APP_NAME: AGENT, labels.APP_INSTANCE: env}
     return k8s.apps.v1.DaemonSet(
         f"{name}-agent",
         metadata=metadata(AGENT, "agent", env, namespace),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from fleetspec import labels
 from fleetspec.models import FleetSpec
 
 from .agent import AGENT
@@ -28,7 +29,7 @@ from .reconciler import METRICS_PORT, NAME as RECONCILER
 from .slinky import RESTAPI_PORT
 
 SLURMCTLD_PORT, SLURMDBD_PORT = 6817, 6819  # slurm-operator v1.0.1 internal/builder/{controller,accounting}_app.go
-NAME_LABEL = "app.kubernetes.io/name"
+NAME_LABEL = labels.APP_NAME
 NS_LABEL = "kubernetes.io/metadata.name"  # every namespace carries its name here (since Kubernetes 1.22)
 
 

@@ -30,7 +30,7 @@ TOKEN_DIR = "/var/run/secrets/slurm"
 TOKEN_FILE = f"{TOKEN_DIR}/{TOKEN_KEY}"
 
 
-CONFIG_CHECKSUM = f"{labels.GROUP}/config-checksum"
+CONFIG_CHECKSUM = labels.CONFIG_CHECKSUM
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 
 
@@ -70,7 +70,9 @@ def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
         {"apiGroups": [labels.GROUP], "resources": [remediation_crd.PLURAL],
-         "verbs": ["list", "watch", "create", "update", "delete"]},  # delete: retention of finished records
+         "verbs": ["list", "watch", "create", "delete"]},  # delete: retention of finished remediations
+        # the status is written only through its subresource (records.py): the spec is never updated
+        {"apiGroups": [labels.GROUP], "resources": [f"{remediation_crd.PLURAL}/status"], "verbs": ["update"]},
     ]
 
 
@@ -219,7 +221,7 @@ class Reconciler(pulumi.ComponentResource):
                 string_data={env_names[n]: url for n, url in args.webhook_urls.items()}, opts=child)
             env_from = [{"secretRef": {"name": secret.metadata.name}}]
 
-        selector = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/instance": env}
+        selector = {labels.APP_NAME: NAME, labels.APP_INSTANCE: env}
         pod_labels = metadata(NAME, "reconciler", env)["labels"]
         names = sorted(args.webhook_urls)
         # A hash of the secrets is no secret: unsecret it, so a preview shows the roll.

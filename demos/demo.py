@@ -105,7 +105,7 @@ def bring_up(spec: FleetSpec, env: LocalEnv, stack: Stack, *, total: int, fresh:
 
 def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, xid: int = 79,
              grace: int | None = None, timeout: float = 300, out: Callable[[str], None] = say) -> Timeline:
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
     total = 7
     kube, alive, where = bring_up(spec, env, stack, total=total, fresh=fresh, grace=grace, out=out)
@@ -131,7 +131,7 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
                        f"Xid {xid} on PCI:0000:3b:00: GPU has fallen off the bus.")
 
     out(f"[6/{total}] the fleet heals itself (no human action):")
-    store = KubeRecordStore(api)
+    store = KubeRemediationStore(api)
     tl = Timeline(fault_at=fault_at, node=node)
     seen: set[str] = set()
 

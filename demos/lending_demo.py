@@ -205,8 +205,8 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
         fault_at = time.time()
         kube.set_condition(victim, spec.healing.condition_types[0], "False", "Xid79",
                            "Xid 79 on PCI:0000:3b:00: GPU has fallen off the bus.")
-        from reconciler.adapters.records import KubeRecordStore
-        store = KubeRecordStore(kube.api)
+        from reconciler.adapters.records import KubeRemediationStore
+        store = KubeRemediationStore(kube.api)
         record = wait_for("the heal", lambda: next((r for r in store.list() if r.node == victim and r.phase.terminal),
                                                    None), timeout)
         for phase, at in record.phase_times:

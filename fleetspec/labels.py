@@ -38,8 +38,26 @@ RECLAIMING = f"{GROUP}/reclaiming"         # annotation: when the reclaim began,
 REMEDIATION = f"{GROUP}/remediation"       # name of the Remediation record in progress
 PROMOTED_FOR = f"{GROUP}/promoted-for"     # on a promoted spare: the node it replaced
 SIGNALS = f"{GROUP}/fault-signals"          # when the node's faults were signalled (JSON list), for `occurrences`
+FULFILS = f"{GROUP}/fulfils"               # the capacity request (placeholder pod) this node answered
 SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
 KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>:<kernel-log record>" reported up to
+
+# Remediation objects: the node they are about (a label, so a corrupt object still names its node)
+REMEDIATION_NODE = f"{GROUP}/node"
+
+# kubernetes-spares capacity requests: placeholder pods in the reconciler's namespace
+CAPACITY_REQUEST = f"{GROUP}/capacity-request"  # label: the pool that needs a node
+REQUEST_KEY = f"{GROUP}/request-key"            # annotation: the remediation and purpose that asked
+REQUEST_REASON = f"{GROUP}/reason"              # annotation: why, for a person
+
+# Tags on AWS resources (aws-asg pools)
+QUARANTINED_TAG = f"{GROUP}/quarantined"            # EC2 instance kept for a human: value xid-<N>
+QUARANTINED_FROM_TAG = f"{GROUP}/quarantined-from"  # EC2 instance: the group it left
+NODE_TAG = f"{GROUP}/node"                          # EC2 instance: its Kubernetes node
+REFILL_TAG_PREFIX = f"{GROUP}/refill/"              # Auto Scaling group: one per remediation's refill
+
+# The stack's own marks
+CONFIG_CHECKSUM = f"{GROUP}/config-checksum"  # pod template annotation: a config change rolls the pods
 
 # Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)
 SLINKY_POD_HOSTNAME = "nodeset.slinky.slurm.net/pod-hostname"
@@ -61,13 +79,19 @@ LENDING_LEDGER = "gpufleet-lending"         # ConfigMap in the reconciler's name
 
 # Standard Kubernetes labels on every object the stack declares
 PART_OF = "gpufleet"
+APP_NAME = "app.kubernetes.io/name"
+APP_INSTANCE = "app.kubernetes.io/instance"
+APP_COMPONENT = "app.kubernetes.io/component"
+APP_PART_OF = "app.kubernetes.io/part-of"
+APP_MANAGED_BY = "app.kubernetes.io/managed-by"
+MIRROR_POD = "kubernetes.io/config.mirror"  # annotation the kubelet puts on static pods' mirrors
 
 
 def standard_labels(name: str, component: str, instance: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/instance": instance,
-        "app.kubernetes.io/part-of": PART_OF,
-        "app.kubernetes.io/managed-by": "pulumi",
+        APP_NAME: name,
+        APP_COMPONENT: component,
+        APP_INSTANCE: instance,
+        APP_PART_OF: PART_OF,
+        APP_MANAGED_BY: "pulumi",
     }

@@ -1,9 +1,25 @@
-"""The `Remediation` custom resource definition: one record per healed (or held) node.
+"""The `Remediation` custom resource definition: one object per healed (or held) node.
 
-Plain data, shared by the stack (which installs it) and the reconciler (which writes records).
+Plain data, shared by the stack (which installs it), the reconciler (which writes it) and the CLI.
 Cluster-scoped like the nodes it is about, so `kubectl get remediations` lists them all.
+
+`spec` says what happened (node, pool, XID); the reconciler never changes it. `status` is the
+reconciler's memory and is written only through the status subresource, so a person's edit of the spec
+and the reconciler's status writes never race; the schema is structural, so `kubectl explain
+remediation.status` describes it and the API server refuses a hand edit that would not read back.
+
+Conditions follow Kubernetes' metav1.Condition (as Cluster API's health checks use them), with the
+typed reasons below:
+- `Contained`: cordoned, drained in Slurm, its jobs checkpointed and requeued;
+- `RemediationAllowed`: admission let it be replaced (False: `TooManyUnhealthy` is the storm brake for the
+  node's pool, with the counts in the message; `MaxConcurrent`; `OptedOut`; `AttemptsExhausted`);
+- `Replaced`: a spare took its place and runs its Slurm nodes.
+`kubectl get remediations` shows the admission column, so a held pool is one command away:
+`kubectl get rem -l gpufleet.io/pool=<pool>`.
 """
 from __future__ import annotations
+
+from enum import StrEnum
 
 from . import labels
 
@@ -12,13 +28,103 @@ KIND = "Remediation"
 VERSION = "v1alpha1"
 NAME = f"{PLURAL}.{labels.GROUP}"
 
+# The phases of a remediation (the reconciler's state machine, reconciler/core/phases.py, uses these words).
+PHASES = ("Detected", "SlurmDraining", "Checkpointing", "Requeued", "Held", "OptedOut", "Evicting", "Replacing",
+          "WaitingForSpare", "Resuming", "Succeeded", "Escalated", "Failed")
+
+
+class ConditionType(StrEnum):
+    CONTAINED = "Contained"
+    REMEDIATION_ALLOWED = "RemediationAllowed"
+    REPLACED = "Replaced"
+
+
+class Reason(StrEnum):
+    """Why a condition is what it is; also the gates' reasons in metrics and logs."""
+
+    CONTAINING = "Containing"  # cordoned; draining in Slurm, checkpointing
+    CONTAINED = "Contained"
+    ADMISSION_PENDING = "AdmissionPending"  # contained, admission not decided yet (the admission hold)
+    ADMITTED = "Admitted"
+    TOO_MANY_UNHEALTHY = "TooManyUnhealthy"  # the storm brake holds the pool
+    MAX_CONCURRENT = "MaxConcurrent"
+    OPTED_OUT = "OptedOut"
+    ATTEMPTS_EXHAUSTED = "AttemptsExhausted"  # escalated to a human
+    HEALING_DISABLED = "HealingDisabled"  # no remediation starts (a gate only; never on an object)
+    REPLACING = "Replacing"  # evicting, choosing, taking back or promoting a spare
+    WAITING_FOR_SPARE = "WaitingForSpare"
+    RESUMING = "Resuming"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+def _time(**kw) -> dict:
+    return {"type": "string", "format": "date-time", **kw}
+
+
+def _strings() -> dict:
+    return {"type": "array", "items": {"type": "string"}}
+
+
+def condition_schema() -> dict:
+    """metav1.Condition's schema (k8s.io/apimachinery pkg/apis/meta/v1 types.go, v0.34)."""
+    return {
+        "type": "object",
+        "required": ["type", "status", "lastTransitionTime", "reason", "message"],
+        "properties": {
+            "type": {"type": "string", "maxLength": 316,
+                     "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                                r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+            "lastTransitionTime": _time(),
+            "reason": {"type": "string", "minLength": 1, "maxLength": 1024,
+                       "pattern": r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"},
+            "message": {"type": "string", "maxLength": 32768},
+        },
+    }
+
+
+def status_schema() -> dict:
+    return {
+        "type": "object",
+        "description": "The reconciler's memory of this remediation: everything a restart needs.",
+        "properties": {
+            "phase": {"type": "string", "enum": list(PHASES), "description": "Where the remediation is."},
+            "created": _time(description="When the fault was taken up."),
+            "phases": {"type": "array", "description": "Every phase entered, and when.",
+                       "items": {"type": "object", "required": ["phase", "at"],
+                                 "properties": {"phase": {"type": "string", "enum": list(PHASES)}, "at": _time()}}},
+            "reason": {"type": "string", "description": "What happened, for a person."},
+            "replacement": {"type": "string", "description": "The spare chosen to replace the node."},
+            "jobs": {"type": "array", "items": {"type": "integer"}, "description": "Slurm jobs requeued off the node."},
+            "graceDeadline": _time(description="Until then the jobs may checkpoint."),
+            "drainDeadline": _time(description="Until then the node's pods are waited for."),
+            "intents": {**_strings(), "description": "Once-only actions begun (never repeated after a crash)."},
+            "retries": {"type": "integer", "minimum": 0},
+            "slurmNodes": {**_strings(), "description": "The node's Slurm nodes when containment began."},
+            "keptDrains": {**_strings(), "description": "Of those, the ones a person had drained: left alone."},
+            "heldMessage": {"type": "string", "description": "Why admission holds it."},
+            "heldReason": {"type": "string", "description": "The gate holding it (TooManyUnhealthy, MaxConcurrent)."},
+            "reclaimStarted": _time(description="When the chosen spare's borrowers began to be evicted."),
+            "failingSince": _time(description="First failure of the current step."),
+            "nextAttempt": _time(description="The failing step is tried again then."),
+            "lastError": {"type": "string"},
+            "revision": {"type": "integer", "minimum": 0,
+                         "description": "The reconciler's writes: a cache never takes an older copy over a newer one."},
+            "conditions": {"type": "array", "items": condition_schema(),
+                           "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        },
+    }
+
 
 def manifest() -> dict:
     column = lambda name, path, typ="string", **kw: {"name": name, "type": typ, "jsonPath": path, **kw}  # noqa: E731
+    allowed = f'.status.conditions[?(@.type=="{ConditionType.REMEDIATION_ALLOWED}")].reason'
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/part-of": labels.PART_OF}},
+        "metadata": {"name": NAME, "labels": {labels.APP_PART_OF: labels.PART_OF}},
         "spec": {
             "group": labels.GROUP,
             "scope": "Cluster",
@@ -26,29 +132,34 @@ def manifest() -> dict:
                       "shortNames": ["rem"], "categories": ["gpufleet"]},
             "versions": [{
                 "name": VERSION, "served": True, "storage": True,
+                "subresources": {"status": {}},
                 "additionalPrinterColumns": [
                     column("Node", ".spec.node"),
                     column("Pool", ".spec.pool"),
                     column("XID", ".spec.xid", "integer"),
                     column("Phase", ".status.phase"),
+                    column("Admission", allowed),
                     column("Replacement", ".status.replacement"),
                     column("Age", ".metadata.creationTimestamp", "date"),
+                    column("Message", ".status.heldMessage", priority=1),
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
+                    "description": "One GPU node's remediation: detected, contained, admitted, replaced.",
                     "properties": {
                         "spec": {
                             "type": "object",
+                            "description": "What happened; set once when the fault is taken up.",
                             "required": ["node", "pool", "xid"],
                             "properties": {
-                                "node": {"type": "string"},
+                                "node": {"type": "string", "description": "The faulted Kubernetes node."},
                                 "pool": {"type": "string"},
-                                "xid": {"type": "integer"},
+                                "xid": {"type": "integer", "description": "NVIDIA's XID error number."},
                                 "message": {"type": "string"},
                                 "wasSpare": {"type": "boolean"},
                             },
                         },
-                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                        "status": status_schema(),
                     },
                 }},
             }],

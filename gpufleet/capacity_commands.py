@@ -23,7 +23,7 @@ import typer
 from fleetspec import labels
 from fleetspec.models import FleetSpec
 from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
-from reconciler.core import ledger as L
+from fleetspec import ledger as L
 
 REFRESH_SECONDS = 2.0
 

@@ -51,7 +51,8 @@ def reconcile(
     metrics_port: int = typer.Option(9102, help="Port for /metrics and /healthz (0: off)."),
     health_port: int = typer.Option(0, help="A port of its own for /healthz, the probes' (0: none; /healthz "
                                     "stays on the metrics port too)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and log; change nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and log each action it would take; write, page "
+                                 "and signal nothing, and take no Lease."),
     once: bool = typer.Option(False, "--once", help="One pass, then exit (for cron-style runs and tests)."),
     json_logs: bool = typer.Option(True, "--json-logs/--text-logs", help="Structured JSON logs."),
 ) -> None:
@@ -76,8 +77,8 @@ def reconcile(
                 leader_elect=leader_elect, dry_run=dry_run)
     if once:
         rec.sync()
-        rec.runtime.drain()
-        rec.runtime.kube.flush_events()
+        rec.process_due()
+        rec.kube.flush_events()
         return
 
     def stop(*_):
@@ -85,7 +86,7 @@ def reconcile(
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        rec.run(metrics_port or None, health_port or None)
+        rec.serve(metrics_port or None, health_port or None)
     except KeyboardInterrupt:
         rec.stop.set()
 
@@ -164,7 +165,7 @@ def mark_healthy(
     kubeconfig: Optional[Path] = typer.Option(None),
     stack: Optional[str] = typer.Option(None, "--stack", "-s"),
 ) -> None:
-    """Record that NODE passed its GPU health check; the reconciler then returns it to the spares."""
+    """Remediation that NODE passed its GPU health check; the reconciler then returns it to the spares."""
     from reconciler.adapters.kube import Kube
 
     Kube(_api(kubeconfig, stack)).set_condition(node, condition, "True", "HealthCheckPassed",
@@ -206,9 +207,9 @@ def remediations(
     from rich.table import Table
 
     from reconciler.errors import PermanentError, TemporaryError
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
-    store = KubeRecordStore(_api(kubeconfig, stack))
+    store = KubeRemediationStore(_api(kubeconfig, stack))
 
     def table() -> Table:
         t = Table(title="gpufleet remediations")

@@ -510,19 +510,6 @@ def run_preview(st: Any, policy_config: Path | None, timeout: float = 3600) -> t
     return run, None, events
 
 
-def split_output(stdout: str) -> tuple[dict | None, list[dict]]:
-    """(digest, events) from `pulumi preview --json` output: an event stream (streaming mode) or
-    one digest document (a CLI without streaming)."""
-    events = [e for e in parse_events(stdout) if _is_event(e)]
-    if events:
-        return None, events
-    return parse_digest(stdout), []
-
-
-def _is_event(e: dict) -> bool:
-    return "sequence" in e or any(k.endswith("Event") for k in e)
-
-
 def _write(path: Optional[Path], text: str) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,14 @@ node of the pool, reconciler/adapters/providers.py):
   A pod starts one when it would fit a group's template node: node selector, required node affinity,
   taints tolerated, resource requests within the template's allocatable (FAQ.md, same section). A group
   at its maximum size is not grown (core/scaleup/orchestrator/orchestrator.go).
+* **Where the template comes from: the one deviation.** Upstream builds a group's template from an
+  existing Ready, schedulable node of the group when there is one (its labels kept, only the hostname
+  replaced and some taints dropped: processors/nodeinfosprovider/mixed_nodeinfos_processor.go,
+  simulator/node_info_utils.go), and from the cloud provider's node-group template only when there is
+  none. This stand-in always uses the node group's own template (the node as it joins, before gpufleet
+  labels it). On a real cluster a template made from one of the pool's labelled nodes carries
+  `gpufleet.io/role`, which the capacity request's `role DoesNotExist` affinity refuses: there the
+  request starts no scale-up while the pool has a Ready node (reported to the lead, not hidden here).
 * **Upcoming nodes.** A node asked for a pod counts for that pod until it joins; the pod does not grow
   the group again meanwhile.
 * **Events.** ``TriggeredScaleUp`` on a pod that grew a group, ``NotTriggerScaleUp`` on one that fits no

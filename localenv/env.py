@@ -156,17 +156,17 @@ class LocalEnv:
             slurm_jwt_key=self.slurm.jwt_key_path, pulumi_backend_url=f"file://{self.root / 'state'}",
             pulumi_config_file=self.stack_config_file)
 
-    def write_stack_config(self) -> Path:
+    def write_stack_config(self, require_images: bool = False) -> Path:
         """The local stack's configuration with this environment's part (images, API address, slurmrestd)."""
         (self.root / "state").mkdir(parents=True, exist_ok=True)
         local = stack_config.local_environment(self.kube.kubeconfig_path, self.kube.apiserver_port,
-                                               self.slurm.rest_url)
+                                               self.slurm.rest_url, require_images=require_images)
         return stack_config.write(self.stack_config_file, PROJECT_DIR / "Pulumi.local.yaml", local)
 
     def stack(self) -> Stack:
         """The local stack, run against this environment: its backend, passphrase and configuration (written
-        again, so images built since `up` are the ones deployed)."""
-        self.write_stack_config()
+        again, so images built since `up` are the ones deployed; ImagesError when none are built)."""
+        self.write_stack_config(require_images=True)
         return Stack("local", extra_env={"PULUMI_BACKEND_URL": self.cluster().pulumi_backend_url,
                                          "PULUMI_CONFIG_PASSPHRASE": os.environ.get("PULUMI_CONFIG_PASSPHRASE",
                                                                                     LOCAL_PASSPHRASE)},

@@ -62,8 +62,6 @@ SLURM_USER = "slurm"
 
 # What Slinky's preStop writes when a NodeSet pod terminates.
 POD_TERMINATING_REASON = "slurm-operator: Pod is terminating"
-# Kept for older callers: the reason spares were drained with from slurm.conf (no longer done).
-SPARE_REASON = "gpufleet: spare"
 
 # Seconds between SIGTERM and SIGKILL when Slurm ends a job (cancel, requeue, time limit).
 KILL_WAIT = 5

@@ -17,8 +17,10 @@ from localenv import images
 KEY = f"{PROJECT}:localEnvironment"
 
 
-def local_environment(kubeconfig: Path, apiserver_port: int, slurm_rest_url: str | None) -> dict:
-    """The key's value. The images are left out when none are built (the program then says to build them)."""
+def local_environment(kubeconfig: Path, apiserver_port: int, slurm_rest_url: str | None, *,
+                      require_images: bool = False) -> dict:
+    """The key's value. Without `require_images` the images are left out when none are built (the program
+    then says to build them); with it, that is an ImagesError naming what is missing."""
     doc: dict = {"kubeconfig": str(kubeconfig), "apiServer": {"host": "127.0.0.1", "port": apiserver_port}}
     if slurm_rest_url:
         doc["slurmRestUrl"] = slurm_rest_url
@@ -26,7 +28,8 @@ def local_environment(kubeconfig: Path, apiserver_port: int, slurm_rest_url: str
         built = images.load()
         doc["images"] = {"reconciler": built.reconciler.reference, "agent": built.agent.reference}
     except images.ImagesError:
-        pass
+        if require_images:
+            raise
     return doc
 
 

@@ -5,8 +5,6 @@ import json
 import logging
 import os
 import socket
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 from kubernetes import client, config
@@ -14,15 +12,16 @@ from kubernetes import client, config
 from fleetspec import FleetSpec, parse_fleet
 
 from reconciler.adapters.kube import Kube
-from reconciler.runtime.leader import LeaseElector
-from reconciler.runtime.metrics import Metrics, serve
 from reconciler.adapters.notify import Notifier, channels_from_spec
 from reconciler.adapters.providers import provider_for
-from reconciler.adapters.records import KubeRecordStore, MemoryRecordStore
-from reconciler.runtime.controller import Runtime
+from reconciler.adapters.records import KubeRemediationStore
 from reconciler.adapters.slurm import SlurmClient
+from reconciler.runtime.leader import LeaseElector
+from reconciler.runtime.manager import Manager
+from reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
+LEASE = "gpufleet-reconciler"
 
 
 def load_policy(path: str | Path) -> FleetSpec:
@@ -44,55 +43,24 @@ def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmC
     return make_client(kind, env=env, **rest)
 
 
-@dataclass
-class Manager:
-    """The reconciler process: informers and workers (the runtime), the Lease, metrics and /healthz."""
-
-    runtime: Runtime
-    elector: LeaseElector | None
-    metrics: Metrics
-    stop: threading.Event
-
-    def sync(self) -> None:
-        """List every informer now and queue what needs a look (tests, `--once`)."""
-        for i in self.runtime.informers:
-            i.relist()
-        self.runtime.resync()
-
-    def run(self, metrics_port: int | None = None, health_port: int | None = None) -> None:
-        server = serve(self.metrics, metrics_port, healthy=self.runtime.synced, health_port=health_port) \
-            if metrics_port else None
-        leading = None
-        if self.elector is not None:
-            self.elector.start()
-            leading = self.elector.leading
-        try:
-            self.runtime.run(self.stop, leading)
-        finally:
-            self.runtime.kube.flush_events(10.0)  # the Events still queued (best effort, bounded)
-            if self.elector:
-                self.elector.stop()  # releases the Lease: the next leader starts at once
-            if server:
-                server.shutdown()
-
-
 def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, namespace: str | None = None,
           leader_elect: bool = False, dry_run: bool = False, aws_session=None) -> Manager:
+    """The reconciler process. A dry run takes no Lease: it must never keep the real reconciler from leading."""
     kube = Kube(api, background_events=True)  # a worker does not wait for an Event
     metrics = Metrics()
-    stop = threading.Event()
     namespace = namespace or spec.healing.reconciler.namespace
-    store = MemoryRecordStore() if dry_run else KubeRecordStore(api)
     notifier = Notifier(channels_from_spec(spec), kube, namespace,
                         on_failure=lambda ch: metrics.notify_failures.labels(ch).inc())
     kw = {"session": aws_session} if aws_session is not None else {}
     providers = {p.name: provider_for(p, kube, spec, slurm, **(kw if p.provider == "aws-asg" else {})) for p in spec.pools}
     elector = None
-    if leader_elect:
+    if leader_elect and (dry_run or spec.healing.dry_run):
+        log.warning("dry run: the Lease is not taken (the reconciler that acts keeps it)")
+    elif leader_elect:
         # A replica is its pod (POD_NAME, from the Deployment): pods on the host's network share the node's
         # hostname, and each container's process is pid 1, so hostname-pid would name two replicas alike.
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-        elector = LeaseElector(api, namespace, "gpufleet-reconciler", identity)
+        elector = LeaseElector(api, namespace, LEASE, identity)
     fence = elector.holds if elector else (lambda: True)
-    runtime = Runtime(spec, kube, store, slurm, providers, notifier, metrics, dry_run=dry_run, fence=fence)
-    return Manager(runtime, elector, metrics, stop)
+    return Manager(spec, kube, KubeRemediationStore(api), slurm, providers, notifier, metrics, dry_run=dry_run,
+                   fence=fence, elector=elector)

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleetspec import labels
+
 from .base import Rule
 from .healing import RECONCILER
 from .k8s import UNKNOWN, Resource, as_dict, as_list, config, dig, report
 
 COMPLETE = "slinky-resources-complete"
 WIRING = "reconciler-wiring"
-CHECKSUM = "gpufleet.io/config-checksum"
+CHECKSUM = labels.CONFIG_CHECKSUM
 IRSA = "eks.amazonaws.com/role-arn"
 
 COMPLETE_SCHEMA: dict[str, dict] = {}

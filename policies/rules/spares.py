@@ -10,6 +10,8 @@ import json
 import math
 from typing import Any
 
+from fleetspec import labels
+
 from .base import Rule
 from .k8s import UNKNOWN, Resource, config, dig, report
 
@@ -99,7 +101,7 @@ def validate_membership(args: Any, report_violation) -> None:
             report(report_violation, None, msg)
 
 
-POOL_LABEL = "gpufleet.io/pool"
+POOL_LABEL = labels.POOL
 MEMBERSHIP_RULE = Rule(
     name=MEMBERSHIP,
     description="Every pool says how its nodes are known: its Auto Scaling group, or a member selector.",

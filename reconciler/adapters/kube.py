@@ -1,8 +1,9 @@
 """The reconciler's Kubernetes adapter: nodes, pods, evictions, events, the node condition.
 
 Works on raw dicts (no model deserialisation: it is the cost that grows with the fleet).
-One ApiClient is built at start-up and passed in. Every failure is raised as a
-TemporaryError or PermanentError, so callers decide on retries by type, not by message.
+One ApiClient is built at start-up and passed in. Every failure is raised as a typed error
+(reconciler/errors.py: Conflict, NotFound, AlreadyExists, ... each a TemporaryError or PermanentError),
+read from the Status object the API server returns, so callers decide by type, never by message.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from urllib3.exceptions import HTTPError
 from fleetspec import labels, remediation_crd
 from fleetspec.placement import SPARE_TAINT
 
-from reconciler.errors import PermanentError, TemporaryError, classify_api_status
+from reconciler.errors import Conflict, NotFound, PermanentError, TemporaryError, TooManyRequests, api_error
 from reconciler.redact import redact
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,7 @@ def _call(what: str, fn: Callable[..., Any], *args, **kwargs) -> Any:
             resp.data  # noqa: B018 - reads the body (kept on the response) and releases the connection
         return resp
     except ApiException as e:
-        body = (e.body or "")[:300] if isinstance(e.body, str) else ""
-        raise classify_api_status(e.status)(f"{what}: {e.status} {e.reason} {body}".strip()) from None
+        raise api_error(what, e.status, e.body) from None
     except (HTTPError, OSError) as e:
         raise TemporaryError(f"{what}: {e}") from None
 
@@ -104,8 +104,8 @@ class Kube:
         return data.get("items") or [], meta.get("resourceVersion", ""), meta.get("continue") or None
 
     def watch(self, kind: str, resource_version: str, timeout_seconds: int = 300) -> Iterator[tuple[str, dict]]:
-        """(event type, object) pairs until the server ends the watch. A 410 Gone (or any error)
-        surfaces as TemporaryError: the informer lists again."""
+        """(event type, object) pairs until the server ends the watch. A 410 Expired (or any error)
+        surfaces as a typed error: the informer lists again."""
         fn, args = self._lister(kind)
         w = watch.Watch()
         try:
@@ -113,10 +113,10 @@ class Kube:
                                timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
                 obj = ev.get("raw_object") or ev["object"]
                 if ev["type"] == "ERROR":
-                    raise TemporaryError(f"watch {kind}: {obj.get('message', obj)}")
+                    raise api_error(f"watch {kind}", obj.get("code"), obj)  # 410 Expired: list again
                 yield ev["type"], obj
         except ApiException as e:
-            raise classify_api_status(e.status)(f"watch {kind}: {e.status} {e.reason}") from None
+            raise api_error(f"watch {kind}", e.status, e.body) from None
         except (HTTPError, OSError) as e:
             raise TemporaryError(f"watch {kind}: {e}") from None
         finally:
@@ -143,18 +143,18 @@ class Kube:
                 return node
             try:
                 return _json(_call(f"update node {name}", self.core.replace_node, name, node, _preload_content=False))
-            except TemporaryError as e:
-                if "409" not in str(e) or attempt == attempts - 1:
+            except Conflict:
+                if attempt == attempts - 1:
                     raise
         raise TemporaryError(f"update node {name}: conflict after {attempts} attempts")
 
-    def cordon(self, name: str, reason: str, remediation: str | None = None) -> None:
+    def cordon(self, name: str, reason: str, remediation: str | None = None) -> dict:
         """One patch: the cordon, the reason Slinky's operator copies into its Slurm drain (it must be
         there before the cordon is seen, hence the same write), and the record in progress."""
         ann = {labels.SLINKY_CORDON_REASON: reason}
         if remediation:
             ann[labels.REMEDIATION] = remediation
-        self.patch_node(name, {"spec": {"unschedulable": True}, "metadata": {"annotations": ann}})
+        return self.patch_node(name, {"spec": {"unschedulable": True}, "metadata": {"annotations": ann}})
 
     def set_node_role(self, name: str, role: str, *, add_taints: list[dict] = (), remove_taints: list[str] = (),
                       annotations: dict[str, str | None] | None = None, schedulable: bool | None = None) -> dict:
@@ -259,11 +259,6 @@ class Kube:
 
     # --- pods ----------------------------------------------------------------------------------
 
-    def pods_on_node(self, name: str) -> list[dict]:
-        data = _json(_call(f"list pods on {name}", self.core.list_pod_for_all_namespaces,
-                           field_selector=f"spec.nodeName={name}", _preload_content=False))
-        return data["items"]
-
     def evict(self, pod: dict, grace_seconds: int | None = None) -> bool:
         """Ask for an eviction (with this SIGTERM-to-kill grace, if given); False when a
         PodDisruptionBudget refuses it for now."""
@@ -275,14 +270,10 @@ class Kube:
         try:
             _call(f"evict {meta['namespace']}/{meta['name']}", self.core.create_namespaced_pod_eviction,
                   meta["name"], meta["namespace"], body, _preload_content=False)
-        except TemporaryError as e:
-            if " 429 " in f" {e} ":
-                return False
-            raise
-        except PermanentError as e:
-            if " 404 " in f" {e} ":
-                return True  # already gone
-            raise
+        except TooManyRequests:
+            return False
+        except NotFound:
+            return True  # already gone
         return True
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int = 0) -> None:
@@ -290,9 +281,8 @@ class Kube:
         try:
             _call(f"delete pod {namespace}/{name}", self.core.delete_namespaced_pod, name, namespace,
                   grace_period_seconds=grace_seconds, _preload_content=False)
-        except PermanentError as e:
-            if " 404 " not in f" {e} ":
-                raise
+        except NotFound:
+            pass  # gone already
 
     # --- the lending ledger (a ConfigMap the stack declares; the reconciler writes its data) ------------
 
@@ -301,10 +291,8 @@ class Kube:
         try:
             cm = _json(_call("get the lending ledger", self.core.read_namespaced_config_map, labels.LENDING_LEDGER,
                              namespace, _preload_content=False))
-        except PermanentError as e:
-            if " 404 " in f" {e} ":
-                return None
-            raise
+        except NotFound:
+            return None
         return cm.get("data") or {}
 
     def write_ledger(self, namespace: str, pool: str, text: str) -> None:

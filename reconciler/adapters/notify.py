@@ -19,7 +19,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 from fleetspec import labels, remediation_crd
 from fleetspec.models import FleetSpec, SnsTarget, WebhookTarget
 
-from reconciler.core.model import Record
+from reconciler.core.model import Remediation
 from reconciler.redact import redact, register
 
 log = logging.getLogger(__name__)
@@ -31,10 +31,10 @@ class Message:
     event: str
     severity: str  # info | warning | critical
     text: str
-    record: Record | None = None
+    remediation: Remediation | None = None
 
     def fields(self) -> dict[str, Any]:
-        r = self.record
+        r = self.remediation
         return {} if r is None else {"node": r.node, "pool": r.pool, "xid": r.xid, "phase": r.phase.value,
                                      "remediation": r.name, "replacement": r.replacement}
 
@@ -120,19 +120,17 @@ class Notifier:
     def __init__(self, channels: list[Channel], kube: Any = None, namespace: str = "default", on_failure=None):
         self.channels, self.kube, self.namespace = channels, kube, namespace
         self.on_failure = on_failure or (lambda channel: None)
-        self.sent: list[Message] = []
 
     def send(self, msg: Message) -> None:
-        self.sent.append(msg)
         log.info("notify %s: %s", msg.event, redact(msg.text),
-                 extra={"remediation": msg.record.name if msg.record else None, "severity": msg.severity})
-        if self.kube is not None and msg.record is not None:
+                 extra={"remediation": msg.remediation.name if msg.remediation else None, "severity": msg.severity})
+        if self.kube is not None and msg.remediation is not None:
             type_ = "Normal" if msg.severity == "info" else "Warning"
             reason = "GpuFleet" + "".join(w.capitalize() for w in msg.event.split("-"))
             text = redact(msg.text)
-            self.kube.event({"kind": "Node", "name": msg.record.node, "apiVersion": "v1"}, reason, text, type_,
+            self.kube.event({"kind": "Node", "name": msg.remediation.node, "apiVersion": "v1"}, reason, text, type_,
                             self.namespace)
-            self.kube.event({"kind": remediation_crd.KIND, "name": msg.record.name, "apiVersion": labels.API_VERSION},
+            self.kube.event({"kind": remediation_crd.KIND, "name": msg.remediation.name, "apiVersion": labels.API_VERSION},
                             reason, text, type_, self.namespace)
         for ch in self.channels:
             try:
@@ -149,8 +147,8 @@ class Notifier:
             return
         text = redact(f"critical: {msg.severity} notification {msg.event!r} to {channel} failed after retries: "
                       f"{type(err).__name__}: {err}")
-        if msg.record is not None:
-            involved = {"kind": remediation_crd.KIND, "name": msg.record.name, "apiVersion": labels.API_VERSION}
+        if msg.remediation is not None:
+            involved = {"kind": remediation_crd.KIND, "name": msg.remediation.name, "apiVersion": labels.API_VERSION}
         else:
             involved = {"kind": "Deployment", "name": "gpufleet-reconciler", "apiVersion": "apps/v1",
                         "namespace": self.namespace}

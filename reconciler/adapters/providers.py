@@ -27,18 +27,14 @@ from fleetspec.models import PAUSE_IMAGE, FleetSpec, NodePool
 from fleetspec.placement import SPARE_TAINT, worker_tolerations
 
 from reconciler.adapters.aws_errors import typed
-from reconciler.errors import PermanentError, TemporaryError
 from reconciler.adapters.kube import Kube, _call, _json
-from reconciler.core.membership import FULFILS, MembershipFacts, MembershipPlan, instance_id, settle
-from reconciler.adapters.slurm import SlurmClient, SlurmError
+from reconciler.adapters.slurm import SlurmClient
+from reconciler.core.membership import MembershipFacts, instance_id, settle
+from reconciler.errors import AlreadyExists, NotFound, PermanentError
 
 log = logging.getLogger(__name__)
 
-CAPACITY_REQUEST = f"{labels.GROUP}/capacity-request"  # label on placeholder pods: the pool
-REQUEST_KEY = f"{labels.GROUP}/request-key"             # annotation: the remediation that asked
-QUARANTINED_TAG = f"{labels.GROUP}/quarantined"         # EC2 tag on an instance kept for a human
-REFILL_TAG = f"{labels.GROUP}/refill/"                  # ASG tag prefix: one per remediation's refill
-KEEP_REFILL_TAGS = 20                                   # an ASG holds at most 50 tags
+KEEP_REFILL_TAGS = 20  # an ASG holds at most 50 tags
 
 
 def quarantine_taint(xid: int) -> dict[str, str]:
@@ -67,14 +63,6 @@ class NodeProvider(Protocol):
     def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]: ...
 
 
-def slurm_call(fn, *args):
-    """Slurm errors as the reconciler's typed errors."""
-    try:
-        return fn(*args)
-    except SlurmError as e:
-        raise (TemporaryError if e.temporary else PermanentError)(f"Slurm: {e}") from None
-
-
 def request_name(pool: str, key: str) -> str:
     """A placeholder pod's name: one per pool and remediation, so asking again is harmless."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
@@ -90,8 +78,8 @@ def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str, image
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": request_name(pool.name, key), "namespace": namespace,
-                     "labels": {CAPACITY_REQUEST: pool.name, "app.kubernetes.io/part-of": labels.PART_OF},
-                     "annotations": {REQUEST_KEY: key, f"{labels.GROUP}/reason": reason[:500]}},
+                     "labels": {labels.CAPACITY_REQUEST: pool.name, labels.APP_PART_OF: labels.PART_OF},
+                     "annotations": {labels.REQUEST_KEY: key, labels.REQUEST_REASON: reason[:500]}},
         "spec": {
             "nodeSelector": selector,
             # Only a node that is nobody's yet: never an existing spare or worker of the pool.
@@ -133,9 +121,8 @@ class KubernetesSpares:
         try:
             _call(f"create capacity request {body['metadata']['name']}", self.kube.core.create_namespaced_pod,
                   self.namespace, body, _preload_content=False)
-        except (TemporaryError, PermanentError) as e:
-            if " 409 " not in f" {e} ":
-                raise  # 409 AlreadyExists: asked already for this remediation
+        except AlreadyExists:
+            pass  # asked already for this remediation
         log.info("capacity requested for pool %s (%s): pod %s/%s", pool, reason, self.namespace,
                  body["metadata"]["name"])
 
@@ -144,7 +131,7 @@ class KubernetesSpares:
 
     def capacity_requests(self) -> list[dict]:
         data = _json(_call("list capacity requests", self.kube.core.list_namespaced_pod, self.namespace,
-                           label_selector=CAPACITY_REQUEST, _preload_content=False))
+                           label_selector=labels.CAPACITY_REQUEST, _preload_content=False))
         return data["items"]
 
     def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]:
@@ -158,16 +145,15 @@ class KubernetesSpares:
         # (it looks at the nodes once per request).
         nodes = [n for n in (self._settle_views() if nodes is None else nodes)
                  if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_SPARE
-                 or FULFILS in (n["metadata"].get("annotations") or {})]
+                 or labels.FULFILS in (n["metadata"].get("annotations") or {})]
         done = []
-        for st in settle(requests, nodes, CAPACITY_REQUEST):
-            self.kube.patch_node(st.node, {"metadata": {"annotations": {FULFILS: st.request}}})
+        for st in settle(requests, nodes, labels.CAPACITY_REQUEST):
+            self.kube.patch_node(st.node, {"metadata": {"annotations": {labels.FULFILS: st.request}}})
             try:
                 _call(f"delete capacity request {st.request}", self.kube.core.delete_namespaced_pod, st.request,
                       self.namespace, grace_period_seconds=0, _preload_content=False)
-            except PermanentError as e:
-                if " 404 " not in f" {e} ":
-                    raise
+            except NotFound:
+                pass  # deleted already
             log.info("capacity request %s answered by %s", st.request, st.node)
             done.append(st.request)
         return done
@@ -184,7 +170,7 @@ class KubernetesSpares:
                 out.append({"metadata": {
                     "name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp"),
                     "labels": {k: lab[k] for k in (labels.POOL, labels.ROLE) if k in lab},
-                    "annotations": {FULFILS: ann[FULFILS]} if FULFILS in ann else {}}})
+                    "annotations": {labels.FULFILS: ann[labels.FULFILS]} if labels.FULFILS in ann else {}}})
             if not cont:
                 return out
 
@@ -266,9 +252,9 @@ class AwsAsgProvider(KubernetesSpares):
             # Tag first: an instance that left the group is never untagged and forgotten.
             ec2 = self._client("ec2", pool.aws.region)
             self._aws(f"create-tags {iid}", ec2.create_tags, Resources=[iid], Tags=[
-                {"Key": QUARANTINED_TAG, "Value": f"xid-{xid}"},
-                {"Key": f"{labels.GROUP}/quarantined-from", "Value": name},
-                {"Key": f"{labels.GROUP}/node", "Value": node}])
+                {"Key": labels.QUARANTINED_TAG, "Value": f"xid-{xid}"},
+                {"Key": labels.QUARANTINED_FROM_TAG, "Value": name},
+                {"Key": labels.NODE_TAG, "Value": node}])
         if iid not in {i["InstanceId"] for i in self.group(pool)["Instances"]}:
             return  # already out of the group (a replay)
         if pool.aws.on_fault == "terminate":
@@ -278,7 +264,7 @@ class AwsAsgProvider(KubernetesSpares):
         else:
             self._aws(f"detach-instances {iid} from {name}", asg.detach_instances, InstanceIds=[iid],
                       AutoScalingGroupName=name, ShouldDecrementDesiredCapacity=True)
-            what = f"{iid} detached from {name} and tagged {QUARANTINED_TAG}=xid-{xid} for a human; still running"
+            what = f"{iid} detached from {name} and tagged {labels.QUARANTINED_TAG}=xid-{xid} for a human; still running"
         self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceQuarantined", what, "Warning")
 
     def request_capacity(self, pool_name: str, reason: str, key: str) -> None:
@@ -288,7 +274,7 @@ class AwsAsgProvider(KubernetesSpares):
         asg, name = self._asg(pool), pool.aws.asg_name
         g = self.group(pool)
         tags = {t["Key"]: t["Value"] for t in g.get("Tags") or []}
-        tag = (REFILL_TAG + key)[:128]
+        tag = (labels.REFILL_TAG_PREFIX + key)[:128]
         state, target = _refill_state(tags.get(tag))
         if state == "done":
             log.info("refill of %s for %s already done (target %s)", name, key, target)
@@ -320,7 +306,7 @@ class AwsAsgProvider(KubernetesSpares):
     def _prune(self, asg, name: str, tags: dict[str, str]) -> None:
         """Keep the newest refill tags only (a group holds 50 tags)."""
         done = sorted(((int(v.rsplit(":", 1)[-1]), k) for k, v in tags.items()
-                       if k.startswith(REFILL_TAG) and v.startswith("done:")), reverse=True)
+                       if k.startswith(labels.REFILL_TAG_PREFIX) and v.startswith("done:")), reverse=True)
         old = [k for _, k in done[KEEP_REFILL_TAGS:]]
         if old:
             self._aws(f"delete-tags {name}", asg.delete_tags, Tags=[
@@ -368,24 +354,3 @@ def provider_for(pool: NodePool, kube: Kube, spec: FleetSpec, slurm: SlurmClient
     if factory is None:
         raise PermanentError(f"pool {pool.name}: no node provider {pool.provider!r} (known: {sorted(PROVIDERS)})")
     return factory(kube, spec, slurm, **kw) if pool.provider == "aws-asg" else factory(kube, spec, slurm)
-
-
-def reconcile_membership(kube: Kube, spec: FleetSpec, providers: dict[str, NodeProvider],
-                         nodes: list[dict]) -> MembershipPlan:
-    """One membership pass (the runtime calls it with its cached nodes): the providers' facts, the
-    pure plan, its label/taint changes applied, answered capacity requests settled. Returns the plan;
-    the caller reports `unlabelled_gpu_nodes` and `conflicts` (an Event, a metric)."""
-    from reconciler.core.membership import merge_facts, plan as plan_membership
-
-    once = list({type(p): p for p in providers.values()}.values())  # one of each kind covers all its pools
-    result = plan_membership(nodes, spec, merge_facts(p.membership_facts() for p in once))
-    for c in result.changes:
-        kube.apply_membership(c.node, dict(c.labels), list(c.add_taints))
-        log.info("membership: %s: %s", c.node, c.why)
-    for p in once:
-        p.settle_capacity_requests(nodes)
-    for name in result.unlabelled_gpu_nodes:
-        log.warning("GPU node %s belongs to no pool: give it a pool's labels or fix the pool's member_selector", name)
-    for msg in result.conflicts:
-        log.warning("membership conflict: %s", msg)
-    return result

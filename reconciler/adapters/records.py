@@ -1,7 +1,11 @@
-"""Remediation records as `remediations.gpufleet.io` objects: the reconciler's memory.
+"""Remediations as `remediations.gpufleet.io` objects: the reconciler's memory.
 
-Everything a restart needs is here (phase, chosen spare, jobs, deadlines, what was
-notified), so the reconciler keeps no state of its own that matters.
+Everything a restart needs is in the status (phase, chosen spare, jobs, deadlines, the once-only
+actions begun), so the reconciler keeps no state of its own that matters. The spec is written once,
+by the create; the status only through the status subresource (fleetspec/remediation_crd.py), which the
+API server keeps apart: a create drops the status (apiextensions-apiserver v0.34
+pkg/registry/customresource/strategy.go, PrepareForCreate), so a new remediation is created, then its
+status written.
 """
 from __future__ import annotations
 
@@ -14,21 +18,49 @@ from kubernetes import client
 
 from fleetspec import labels, remediation_crd
 
-from reconciler.errors import NotFound, PermanentError, TemporaryError
 from reconciler.adapters.kube import _call, _json
-from reconciler.core.model import Record
+from reconciler.core.conditions import conditions
+from reconciler.core.model import Remediation
 from reconciler.core.observe import parse_time
 from reconciler.core.phases import Phase
-from reconciler.redact import redact  # no URL or token in a record
+from reconciler.errors import AlreadyExists, NotFound, PermanentError
+from reconciler.redact import redact  # no URL or token in a record: its free texts leave through here
 
 
 def _ts(dt: datetime | None) -> str | None:
     return dt.isoformat() if dt else None
 
 
-def to_object(r: Record, resource_version: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": r.name, "labels": {labels.POOL: r.pool, "gpufleet.io/node": r.node,
-                                                       "app.kubernetes.io/part-of": labels.PART_OF}}
+def _status(r: Remediation) -> dict[str, Any]:
+    st = {
+        "phase": r.phase.value,
+        "created": _ts(r.created),
+        "phases": [{"phase": p, "at": _ts(t)} for p, t in r.phase_times],
+        "reason": redact(r.reason),
+        "replacement": r.replacement,
+        "jobs": list(r.jobs),
+        "graceDeadline": _ts(r.grace_deadline),
+        "drainDeadline": _ts(r.drain_deadline),
+        "intents": list(r.intents),
+        "retries": r.retries,
+        "slurmNodes": list(r.slurm_nodes),
+        "keptDrains": list(r.kept_drains),
+        "heldMessage": redact(r.held_message),
+        "heldReason": r.held_reason,
+        "reclaimStarted": _ts(r.reclaim_started),
+        "failingSince": _ts(r.failing_since),
+        "nextAttempt": _ts(r.next_attempt),
+        "lastError": redact(r.last_error),
+        "revision": r.revision,
+        "conditions": [{"type": c.type, "status": c.status, "reason": c.reason, "message": redact(c.message)[:32768],
+                        "lastTransitionTime": _ts(c.at)} for c in conditions(r)],
+    }
+    return {k: v for k, v in st.items() if v is not None}
+
+
+def to_object(r: Remediation, resource_version: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": r.name, "labels": {labels.POOL: r.pool, labels.REMEDIATION_NODE: r.node,
+                                                       labels.APP_PART_OF: labels.PART_OF}}
     if resource_version:
         meta["resourceVersion"] = resource_version
     return {
@@ -36,49 +68,31 @@ def to_object(r: Record, resource_version: str | None = None) -> dict[str, Any]:
         "kind": remediation_crd.KIND,
         "metadata": meta,
         "spec": {"node": r.node, "pool": r.pool, "xid": r.xid, "message": redact(r.message), "wasSpare": r.was_spare},
-        "status": {
-            "phase": r.phase.value,
-            "created": _ts(r.created),
-            "phases": [{"phase": p, "at": _ts(t)} for p, t in r.phase_times],
-            "reason": redact(r.reason),
-            "replacement": r.replacement,
-            "jobs": list(r.jobs),
-            "graceDeadline": _ts(r.grace_deadline),
-            "drainDeadline": _ts(r.drain_deadline),
-            "intents": list(r.intents),
-            "retries": r.retries,
-            "slurmNodes": list(r.slurm_nodes),
-            "keptDrains": list(r.kept_drains),
-            "held": r.held,
-            "heldReason": redact(r.held_reason),
-            "reclaimStarted": _ts(r.reclaim_started),
-            "failingSince": _ts(r.failing_since),
-            "nextAttempt": _ts(r.next_attempt),
-            "lastError": r.last_error,
-            "revision": r.revision,
-        },
+        "status": _status(r),
     }
 
 
-class CorruptRecord(PermanentError):
-    """A record the reconciler cannot read. It halts on its node and reports, never guesses."""
+class CorruptRemediation(PermanentError):
+    """A remediation the reconciler cannot read. It halts on its node and reports, never guesses."""
 
 
 @dataclass(frozen=True)
 class Unreadable:
-    """What the record cache holds for a corrupt object: its node (from the label) and why."""
+    """What the remediation cache holds for a corrupt object: its node (from the label) and why."""
 
     name: str
     node: str | None
     error: str
 
 
-def from_object(obj: dict[str, Any]) -> Record:
+def from_object(obj: dict[str, Any]) -> Remediation:
+    """The remediation in an object. A status the reconciler has not written yet (a crash between the
+    create and the first status write) reads as Detected."""
     name = obj.get("metadata", {}).get("name", "?")
     try:
         spec, st = obj["spec"], obj.get("status") or {}
         opt = lambda k: parse_time(st[k]) if st.get(k) else None  # noqa: E731
-        return Record(
+        return Remediation(
             name=name, node=spec["node"], pool=spec["pool"], xid=int(spec["xid"]), message=spec.get("message", ""),
             phase=Phase(st.get("phase", Phase.DETECTED.value)),
             created=parse_time(st.get("created") or obj["metadata"].get("creationTimestamp")),
@@ -88,109 +102,116 @@ def from_object(obj: dict[str, Any]) -> Record:
             intents=tuple(st.get("intents") or ()) + tuple(f"notify:{e}" for e in st.get("notified") or ()),
             was_spare=bool(spec.get("wasSpare")), retries=int(st.get("retries") or 0),
             slurm_nodes=tuple(st.get("slurmNodes") or ()), kept_drains=tuple(st.get("keptDrains") or ()),
-            held=st.get("held") or "", held_reason=st.get("heldReason") or "",
+            held_message=st.get("heldMessage") or st.get("held") or "", held_reason=st.get("heldReason") or "",
             reclaim_started=opt("reclaimStarted"), failing_since=opt("failingSince"), next_attempt=opt("nextAttempt"),
             last_error=st.get("lastError") or "", revision=int(st.get("revision") or 0),
         )
     except (KeyError, ValueError, TypeError) as e:
-        raise CorruptRecord(f"remediation {name} is unreadable ({e!r}): fix or delete it; the reconciler will not guess") from None
+        raise CorruptRemediation(f"remediation {name} is unreadable ({e!r}): fix or delete it; the reconciler will "
+                                 "not guess") from None
 
 
-def read(obj: dict[str, Any]) -> Record | Unreadable:
-    """A record, or what is known of an unreadable one (so only its own node halts)."""
+def read(obj: dict[str, Any]) -> Remediation | Unreadable:
+    """A remediation, or what is known of an unreadable one (so only its own node halts)."""
     try:
         return from_object(obj)
-    except CorruptRecord as e:
+    except CorruptRemediation as e:
         meta = obj.get("metadata") or {}
-        return Unreadable(meta.get("name", "?"), (meta.get("labels") or {}).get("gpufleet.io/node"), str(e))
+        return Unreadable(meta.get("name", "?"), (meta.get("labels") or {}).get(labels.REMEDIATION_NODE), str(e))
 
 
-class RecordStore(Protocol):
-    def create(self, record: Record) -> bool: ...
-    def update(self, record: Record) -> None: ...
-    def delete(self, record: Record) -> bool: ...
-    def observe(self, obj: dict[str, Any]) -> Record | Unreadable: ...
+class RemediationStore(Protocol):
+    def create(self, remediation: Remediation) -> bool: ...
+    def write_status(self, remediation: Remediation) -> None: ...
+    def delete(self, remediation: Remediation) -> bool: ...
+    def observe(self, obj: dict[str, Any]) -> Remediation | Unreadable: ...
 
 
-class KubeRecordStore:
-    """Records in the API server. Writes carry the last seen resourceVersion, so two writers
-    (say, an old leader that has not noticed yet) cannot both win: the loser gets a conflict."""
+class KubeRemediationStore:
+    """Remediations in the API server. Status writes carry the last seen resourceVersion, so two writers
+    (say, an old leader that has not noticed yet) cannot both win: the loser gets a Conflict."""
 
     def __init__(self, api: client.ApiClient):
         self.custom = client.CustomObjectsApi(api)
         self._versions: dict[str, str] = {}
         self._args = (labels.GROUP, remediation_crd.VERSION, remediation_crd.PLURAL)
 
-    def observe(self, obj: dict[str, Any]) -> Record | Unreadable:
-        """The records informer's transform: remember the version, read the record."""
+    def _seen(self, obj: dict[str, Any]) -> None:
+        self._versions[obj["metadata"]["name"]] = obj["metadata"]["resourceVersion"]
+
+    def observe(self, obj: dict[str, Any]) -> Remediation | Unreadable:
+        """The remediations informer's transform: remember the version, read the remediation."""
         meta = obj.get("metadata") or {}
         if meta.get("resourceVersion"):
             self._versions[meta.get("name", "?")] = meta["resourceVersion"]
         return read(obj)
 
-    def list(self) -> list[Record]:
+    def list(self) -> list[Remediation]:
         data = _json(_call("list remediations", self.custom.list_cluster_custom_object, *self._args,
                            _preload_content=False))
-        return [r for r in (self.observe(o) for o in data["items"]) if isinstance(r, Record)]
+        return [r for r in (self.observe(o) for o in data["items"]) if isinstance(r, Remediation)]
 
-    def create(self, record: Record) -> bool:
-        """True when created; False when it already exists (the same signal, seen again)."""
+    def create(self, remediation: Remediation) -> bool:
+        """Create the object (its spec; the API server drops the status). True when created; False when it
+        exists already (the same signal, seen again)."""
         try:
-            obj = _json(_call(f"create remediation {record.name}", self.custom.create_cluster_custom_object,
-                              *self._args, to_object(record), _preload_content=False))
-        except TemporaryError as e:
-            if " 409 " in f" {e} ":
-                return False
-            raise
-        self._versions[record.name] = obj["metadata"]["resourceVersion"]
+            obj = _json(_call(f"create remediation {remediation.name}", self.custom.create_cluster_custom_object,
+                              *self._args, to_object(remediation), _preload_content=False))
+        except AlreadyExists:
+            return False
+        self._seen(obj)
         return True
 
-    def update(self, record: Record) -> None:
-        obj = _json(_call(f"update remediation {record.name}", self.custom.replace_cluster_custom_object,
-                          *self._args, record.name, to_object(record, self._versions.get(record.name)),
-                          _preload_content=False))
-        self._versions[record.name] = obj["metadata"]["resourceVersion"]
+    def write_status(self, remediation: Remediation) -> None:
+        obj = _json(_call(f"write the status of remediation {remediation.name}",
+                          self.custom.replace_cluster_custom_object_status, *self._args, remediation.name,
+                          to_object(remediation, self._versions.get(remediation.name)), _preload_content=False))
+        self._seen(obj)
 
-    def delete(self, record: Record) -> bool:
-        """Delete a finished record (retention). Preconditioned on the last seen resourceVersion, so a
-        record changed since it was judged is not deleted (409). False when it was gone already."""
-        version = self._versions.get(record.name)
+    def delete(self, remediation: Remediation) -> bool:
+        """Delete a finished remediation (retention). Preconditioned on the last seen resourceVersion, so one
+        changed since it was judged is not deleted (Conflict). False when it was gone already."""
+        version = self._versions.get(remediation.name)
         body = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(resource_version=version) if version else None)
         try:
-            _call(f"delete remediation {record.name}", self.custom.delete_cluster_custom_object,
-                  *self._args, record.name, body=body)
+            _call(f"delete remediation {remediation.name}", self.custom.delete_cluster_custom_object,
+                  *self._args, remediation.name, body=body)
         except NotFound:
-            self._versions.pop(record.name, None)
+            self._versions.pop(remediation.name, None)
             return False
-        self._versions.pop(record.name, None)
+        self._versions.pop(remediation.name, None)
         return True
 
-    def raw(self) -> list[dict[str, Any]]:
-        return _json(_call("list remediations", self.custom.list_cluster_custom_object, *self._args,
-                           _preload_content=False))["items"]
 
-
-class MemoryRecordStore:
-    """Records in memory, for dry runs and tests of the runtime without an API server."""
+class MemoryRemediationStore:
+    """Remediations in memory, kept as the API server keeps them (a create drops the status), for tests of
+    the runtime without an API server."""
 
     def __init__(self):
         self.objects: dict[str, str] = {}
 
-    def observe(self, obj: dict[str, Any]) -> Record | Unreadable:
+    def observe(self, obj: dict[str, Any]) -> Remediation | Unreadable:
         return read(obj)
 
-    def list(self) -> list[Record]:
-        return [r for r in (read(json.loads(v)) for v in self.objects.values()) if isinstance(r, Record)]
+    def list(self) -> list[Remediation]:
+        return [r for r in (read(json.loads(v)) for v in self.objects.values()) if isinstance(r, Remediation)]
 
-    def create(self, record: Record) -> bool:
-        if record.name in self.objects:
+    def create(self, remediation: Remediation) -> bool:
+        if remediation.name in self.objects:
             return False
-        self.objects[record.name] = json.dumps(to_object(record))
+        obj = to_object(remediation)
+        del obj["status"]
+        obj["metadata"]["creationTimestamp"] = remediation.created.strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.objects[remediation.name] = json.dumps(obj)
         return True
 
-    def update(self, record: Record) -> None:
-        self.objects[record.name] = json.dumps(to_object(record))
+    def write_status(self, remediation: Remediation) -> None:
+        if remediation.name not in self.objects:
+            raise NotFound(f"write the status of remediation {remediation.name}: 404 NotFound")
+        obj = json.loads(self.objects[remediation.name])
+        obj["status"] = to_object(remediation)["status"]
+        self.objects[remediation.name] = json.dumps(obj)
 
-    def delete(self, record: Record) -> bool:
-        return self.objects.pop(record.name, None) is not None
+    def delete(self, remediation: Remediation) -> bool:
+        return self.objects.pop(remediation.name, None) is not None

@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from fleetspec import labels
-from fleetspec.models import FleetSpec, NodePool
+from fleetspec.models import FleetSpec, LendingSpec, NodePool
 
-from reconciler.core.model import (
-    Action, DrainSlurm, EndLoan, EvictPods, Lend, NodeView, PendingJob, ResumeSlurm, SlurmNodeView,
-    StartReclaim,
+from fleetspec.ledger import Capacity
+
+from reconciler.core.actions import (
+    Action, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, ResumeSlurm, StartReclaim,
 )
-from reconciler.core.decide import drained_by_gpufleet, drained_by_person, drained_for_lending, evict_borrowers
-from reconciler.core.ledger import Capacity
+from reconciler.core.drains import drained_by_gpufleet, drained_by_person, drained_for_lending, lending_reason
+from reconciler.core.model import NodeView, PendingJob, PodView, SlurmNodeView
+from reconciler.core.observe import borrower_views, evictable_views
 
 RECHECK = 1.0  # seconds between lending passes (each asks Slurm for its nodes and its queue)
 RECLAIM_RECHECK = 0.5  # while borrowers are being evicted
@@ -43,10 +45,6 @@ NOT_FOR_NODES = frozenset({
 })
 
 
-def lending_reason(node: str) -> str:
-    return f"{labels.SLURM_LENDING_PREFIX} idle, lent to preemptible work [{node}]"
-
-
 @dataclass(frozen=True)
 class PoolFacts:
     """What one lending pass of one pool sees."""
@@ -54,7 +52,7 @@ class PoolFacts:
     pool: str
     nodes: tuple[NodeView, ...]  # the pool's Kubernetes nodes
     slurm_on: tuple[tuple[str, tuple[SlurmNodeView, ...]], ...] = ()  # per node: Slurm nodes of the NodeSet pods there
-    borrowers: tuple[tuple[str, tuple[str, ...]], ...] = ()  # per node: borrower pods there
+    pods: tuple[tuple[str, tuple[PodView, ...]], ...] = ()  # per node: the pods a drain would evict there
     pending: tuple[PendingJob, ...] = ()  # jobs waiting in a partition this pool serves
     remediated: frozenset[str] = frozenset()  # nodes with a live remediation
     claimed: frozenset[str] = frozenset()  # spares a live remediation chose
@@ -66,7 +64,6 @@ class LendingPlan:
     actions: tuple[Action, ...] = ()
     recheck_after: float = RECHECK
     capacity: Capacity = Capacity()
-    demand: int = 0  # nodes that pending jobs lack
 
 
 def demand_nodes(pending: tuple[PendingJob, ...], size: int) -> int:
@@ -79,7 +76,8 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
     pool = spec.pool(facts.pool)
     lending = pool.lending
     slurm_on = dict(facts.slurm_on)
-    borrowers = dict(facts.borrowers)
+    pods = dict(facts.pods)
+    borrowers = {n: borrower_views(p) for n, p in pods.items()}
     actions: list[Action] = []
     recheck = RECHECK
 
@@ -149,7 +147,7 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
         if not borrowers.get(n.name):
             actions.append(EndLoan(n.name, back_to_spare=n.is_spare))
             continue
-        actions.append(evict_borrowers(n.name, n.reclaiming, pool, now))
+        actions.append(evict_borrowers(n.name, borrowers[n.name], n.reclaiming, pool, now))
         recheck = RECLAIM_RECHECK
 
     # 4. Lend. Spares beyond the floor; none while a remediation waits for one.
@@ -178,7 +176,8 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
             if not eligible:
                 actions.extend(ResumeSlurm(s.name) for s in ours)  # a job came (or a person drained): undo
             elif len(ours) == len(mine):
-                actions.extend((Lend(n.name, pool.name, labels.LENT_IDLE), EvictPods(n.name)))
+                leaving = tuple(p.key for p in evictable_views(pods.get(n.name, ())) if not p.deleting)
+                actions.extend((Lend(n.name, pool.name, labels.LENT_IDLE), EvictPods(n.name, leaving)))
             else:
                 actions.extend(DrainSlurm(s.name, lending_reason(n.name)) for s in mine if s not in ours)
             continue
@@ -190,8 +189,7 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
             wait = min((s.last_busy + idle_after - now).total_seconds() for s in mine if s.last_busy)
             recheck = min(recheck, max(RECLAIM_RECHECK, wait))
 
-
-    return LendingPlan(tuple(actions), recheck, capacity(facts, slurm_on), lacking)
+    return LendingPlan(tuple(actions), recheck, capacity(facts, slurm_on))
 
 
 def capacity(facts: PoolFacts, slurm_on: dict[str, tuple[SlurmNodeView, ...]] | None = None) -> Capacity:
@@ -218,8 +216,13 @@ def capacity(facts: PoolFacts, slurm_on: dict[str, tuple[SlurmNodeView, ...]] | 
                     spares_unlent=spares_unlent, quarantined=quarantined, gpus_lent=gpus)
 
 
-def borrower_of(pool: NodePool, pod_labels: dict[str, str]) -> bool:
-    """Whether a pod is one of the pool's declared borrowers."""
-    sel = pool.lending.borrowers.selector if pool.lending else {}
-    return bool(sel) and all(pod_labels.get(k) == v for k, v in sel.items())
-
+def evict_borrowers(node: str, borrowers: list[PodView] | tuple[PodView, ...], since: datetime, pool: NodePool,
+                    now: datetime) -> EvictBorrowers:
+    """The borrowers of a node being taken back since `since`: evicted with the pool's reclaim grace (the
+    spec's default when the pool lends no more), deleted once it has passed. Healing and lending alike.
+    Those already leaving are not asked again, until the grace has passed."""
+    lending = pool.lending
+    grace = lending.reclaim_grace_seconds if lending else LendingSpec.model_fields["reclaim_grace_seconds"].default
+    force = now >= since + timedelta(seconds=grace)
+    names = tuple(sorted(p.key for p in borrowers if force or not p.deleting))
+    return EvictBorrowers(node, names, grace, force=force)

@@ -21,6 +21,8 @@ from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
 from fleetspec.placement import node_taints
 
+from reconciler.core.actions import Action, ApplyMembership, Report, SettleCapacityRequests
+
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -162,10 +164,16 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
     return MembershipPlan(tuple(changes), tuple(unlabelled), tuple(conflicts))
 
 
+def membership_actions(result: MembershipPlan, reported: frozenset[str] = frozenset()) -> tuple[Action, ...]:
+    """The plan as actions: its label and taint changes, the settling of answered capacity requests, and
+    one Warning Event per GPU node of no pool not `reported` yet."""
+    changes = tuple(ApplyMembership(c.node, dict(c.labels), tuple(c.add_taints), c.why) for c in result.changes)
+    reports = tuple(Report("Node", n, "NodeInNoPool", "a GPU node no pool claims: gpufleet does not heal it")
+                    for n in result.unlabelled_gpu_nodes if n not in reported)
+    return changes + (SettleCapacityRequests(),) + reports
+
+
 # --- kubernetes-spares capacity requests ---------------------------------------------------------
-
-FULFILS = f"{labels.GROUP}/fulfils"  # node annotation: the capacity request this node answered
-
 
 @dataclass(frozen=True)
 class Settlement:
@@ -178,14 +186,14 @@ def settle(requests: Iterable[Mapping], nodes: Iterable[Mapping], pool_label: st
     scheduler bound it to, else a spare of its pool that joined after it and answered nothing yet.
     `pool_label` is the label on the requests naming their pool."""
     nodes = list(nodes)
-    taken = {(n["metadata"].get("annotations") or {}).get(FULFILS) for n in nodes} - {None}
-    used: set[str] = {n["metadata"]["name"] for n in nodes if (n["metadata"].get("annotations") or {}).get(FULFILS)}
+    taken = {(n["metadata"].get("annotations") or {}).get(labels.FULFILS) for n in nodes} - {None}
+    used: set[str] = {n["metadata"]["name"] for n in nodes if (n["metadata"].get("annotations") or {}).get(labels.FULFILS)}
     out = []
     for req in sorted(requests, key=lambda r: (r["metadata"].get("creationTimestamp") or "", r["metadata"]["name"])):
         name = req["metadata"]["name"]
         if name in taken:
             out.append(Settlement(name, next(n["metadata"]["name"] for n in nodes
-                                              if (n["metadata"].get("annotations") or {}).get(FULFILS) == name)))
+                                              if (n["metadata"].get("annotations") or {}).get(labels.FULFILS) == name)))
             continue
         bound = (req.get("spec") or {}).get("nodeName")
         if bound and bound not in used:

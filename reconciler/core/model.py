@@ -1,6 +1,7 @@
-"""Typed data at the reconciler's boundaries: what it observes, what it records, what it does.
+"""Typed data at the reconciler's boundaries: what it observes, what it records, what a step needs.
 
-All frozen: the core takes these and returns new ones; only the runtime does I/O.
+All frozen: the core takes these and returns new ones; only the runtime does I/O. The actions the
+core returns are in `actions.py`.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime
 
 from fleetspec import labels
 
+from reconciler.core import slurm_states
 from reconciler.core.phases import Phase, check_transition
 
 
@@ -32,14 +34,14 @@ class NodeView:
     unschedulable: bool = False
     fault: Fault | None = None
     health_check_passed: bool = False  # condition True with reason HealthCheckPassed
-    remediation: str | None = None  # the record in progress, from the node annotation
+    remediation: str | None = None  # the remediation in progress, from the node annotation
     taints: tuple[str, ...] = ()  # taint keys
     signals: tuple[datetime, ...] = ()  # earlier fault signals, persisted on the node (for `occurrences`)
     labels: tuple[tuple[str, str], ...] = ()  # all of them, for pool membership
     provider_id: str = ""
     gpus: int = 0  # nvidia.com/gpu capacity
     created: str = ""  # metadata.creationTimestamp, as sent: which capacity request a joined spare answers
-    fulfils: str | None = None  # the capacity request this node answered (annotation membership.FULFILS)
+    fulfils: str | None = None  # the capacity request this node answered (annotation labels.FULFILS)
     lent: str = ""  # the lent label's value (spare | idle): open to borrowers
     lent_since: datetime | None = None
     reclaiming: datetime | None = None  # borrowers are being evicted since then
@@ -69,7 +71,8 @@ class PodView:
     labels: tuple[tuple[str, str], ...] = ()
     owner_kinds: tuple[str, ...] = ()
     mirror: bool = False
-    deleting: bool = False
+    deleting: bool = False  # has a deletionTimestamp: on its way out (never undone for this uid)
+    uid: str = ""
 
     @property
     def key(self) -> str:
@@ -81,7 +84,8 @@ class PodView:
 
 @dataclass(frozen=True)
 class SlurmNodeView:
-    """A Slurm node's state as the core needs it (names are Slurm's, never assumed Kubernetes')."""
+    """A Slurm node's state as the core needs it (names are Slurm's, never assumed Kubernetes').
+    What the state words mean is `slurm_states`'."""
 
     name: str
     states: frozenset[str] = frozenset()
@@ -92,29 +96,28 @@ class SlurmNodeView:
 
     @property
     def busy(self) -> bool:
-        """Runs (or is finishing) a job."""
-        return bool(self.states & {"ALLOCATED", "MIXED", "COMPLETING", "DRAINING"})
+        return slurm_states.busy(self.states)
 
     @property
     def idle(self) -> bool:
-        return "IDLE" in self.states and not self.busy
+        return slurm_states.idle(self.states)
 
     @property
     def drained(self) -> bool:
-        return bool(self.states & {"DRAIN", "DRAINING", "DRAINED"})
+        return slurm_states.drained(self.states)
 
     @property
     def down(self) -> bool:
-        return bool(self.states & {"DOWN", "FAIL", "NOT_RESPONDING"})
+        return slurm_states.down(self.states)
 
     @property
     def takes_jobs(self) -> bool:
-        return not (self.drained or self.down)
+        return slurm_states.takes_jobs(self.states)
 
 
 @dataclass(frozen=True)
-class Record:
-    """A Remediation, persisted as a `remediations.gpufleet.io` object."""
+class Remediation:
+    """One remediation of one node, persisted as a `remediations.gpufleet.io` object."""
 
     name: str
     node: str
@@ -134,16 +137,16 @@ class Record:
     retries: int = 0
     slurm_nodes: tuple[str, ...] = ()  # the faulted node's Slurm nodes, seen when containment began
     kept_drains: tuple[str, ...] = ()  # of those, the ones a person had drained: never touched
-    held: str = ""  # why admission holds it (the gate's message)
-    held_reason: str = ""  # the gate's reason (TooManyUnhealthy | MaxConcurrent), for metrics and pages
+    held_message: str = ""  # why admission holds it (the gate's message)
+    held_reason: str = ""  # the gate's reason (TooManyUnhealthy | MaxConcurrent)
     reclaim_started: datetime | None = None  # the chosen spare was lent: its borrowers are evicted since then
     failing_since: datetime | None = None  # first temporary failure of the current step
     next_attempt: datetime | None = None  # backoff: not before this time
     last_error: str = ""
     revision: int = 0  # writes by the reconciler: a cache never takes an older copy over a newer one
 
-    def moved(self, phase: Phase, now: datetime, **changes) -> "Record":
-        """This record in a new phase. Rejects moves the phase table does not allow."""
+    def moved(self, phase: Phase, now: datetime, **changes) -> "Remediation":
+        """This remediation in a new phase. Rejects moves the phase table does not allow."""
         check_transition(self.phase, phase)
         changes = {"retries": 0, "failing_since": None, "next_attempt": None, "last_error": "", **changes}
         return replace(self, phase=phase, phase_times=self.phase_times + ((phase.value, now),), **changes)
@@ -158,13 +161,8 @@ class Record:
     def active(self) -> bool:
         return not self.phase.terminal
 
-    @property
-    def notified(self) -> tuple[str, ...]:
-        """The notification events sent (intents of Notify actions)."""
-        return tuple(k.split(":", 1)[1] for k in self.intents if k.startswith("notify:"))
 
-
-def record_name(node: str, fault: Fault) -> str:
+def remediation_name(node: str, fault: Fault) -> str:
     """Deterministic: the same node and signal give the same name, so a repeated signal or
     a restart creates nothing new (the API server answers AlreadyExists)."""
     return f"{node}-xid{fault.xid}-{int(fault.since.timestamp())}"
@@ -189,183 +187,76 @@ class PendingJob:
 
 @dataclass(frozen=True)
 class Admission:
-    """What admission needs to know, counted by the runtime under one lock."""
+    """What admission weighs, counted across the fleet (`decide.admission_facts`)."""
 
     pool_size: int
     unhealthy: frozenset[str]  # nodes of the pool faulted or remediated within the window
     in_flight: int  # admitted remediations, all pools (Evicting, Replacing, Resuming)
     attempts: int  # earlier remediations of this node within the attempts window
+    storm_paged: bool = False  # a live remediation of the pool has sent the storm page already
 
 
 @dataclass(frozen=True)
-class RecordFacts:
-    """What the runtime observed for one live record on this step."""
+class Needs:
+    """What the next step of a remediation reads (`decide.needs`): the runtime gathers this and no more."""
+
+    slurm_names: bool = False  # the Slurm nodes of the NodeSet pods on the node (from the pods)
+    slurm_nodes: tuple[str, ...] = ()  # ask Slurm for these nodes' state ...
+    jobs_on: tuple[str, ...] = ()  # ... and for the jobs on these
+    pods: bool = False  # the node's pods (opt-out, eviction)
+    admission: bool = False  # counts across the fleet, under the admission lock
+    spares: bool = False  # the pool's nodes, the Slurm nodes on its spares, the nodes claimed elsewhere
+    replacement: bool = False  # the chosen spare as seen now, and the pods on it
+    replacement_slurm: bool = False  # the Slurm nodes on the chosen spare and those that moved off the node
+    can_refill: bool = False  # ask the node provider whether it has room for one more node
+
+    @property
+    def asks_slurm(self) -> bool:
+        return bool(self.slurm_nodes or self.jobs_on or self.spares or self.replacement_slurm)
+
+    @property
+    def shared(self) -> bool:
+        """Facts counted across nodes: gathered and decided under one lock, so no slot or spare goes twice."""
+        return self.admission or self.spares
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """What the runtime observed for one step of one remediation (what `Needs` asked for)."""
 
     jobs_on_node: tuple[JobView, ...] = ()
     slurm_names: tuple[str, ...] = ()  # Slurm nodes whose NodeSet pods run on the faulted node (from the pods)
-    slurm: tuple[SlurmNodeView, ...] = ()  # the record's Slurm nodes, and the replacement's
-    opted_out_pods: tuple[str, ...] = ()
-    pods_left: tuple[str, ...] = ()
-    spares: tuple[str, ...] = ()  # eligible spares of the record's pool (Ready, unclaimed), sorted
-    spare_slurm: tuple[tuple[str, tuple[SlurmNodeView, ...]], ...] = ()  # Slurm nodes on each spare
+    slurm: tuple[SlurmNodeView, ...] = ()  # the remediation's Slurm nodes, and the replacement's
+    pods: tuple[PodView, ...] = ()  # the pods on the faulted node
     admission: Admission | None = None
+    pool_nodes: tuple[NodeView, ...] = ()  # the pool's nodes: the spares to choose from
+    claimed: frozenset[str] = frozenset()  # nodes taken elsewhere (other remediations' spares, a lending pass)
+    spare_slurm: tuple[tuple[str, tuple[SlurmNodeView, ...]], ...] = ()  # Slurm nodes on each spare
     replacement: NodeView | None = None
+    replacement_pods: tuple[PodView, ...] = ()  # pods on the replacement now (borrowers to take back)
     replacement_slurm: tuple[str, ...] = ()  # Slurm nodes whose pods run on the replacement now
-    slurm_moved: tuple[str, ...] = ()  # the record's Slurm nodes whose pods now run off the faulted node
+    slurm_moved: tuple[str, ...] = ()  # the remediation's Slurm nodes whose pods now run off the faulted node
     can_refill: bool = True  # the provider has room for one more node (e.g. below the group's MaxSize)
-    lent_spares: tuple[str, ...] = ()  # of `spares`, those on loan (chosen last)
-    replacement_borrowers: tuple[str, ...] = ()  # borrower pods still on the chosen spare
-
-
-# --- actions: what the runtime should do, in order ------------------------------------------
-
-@dataclass(frozen=True)
-class Action:
-    @property
-    def kind(self) -> str:
-        return type(self).__name__
-
-    @property
-    def once(self) -> str | None:
-        """For actions that must not run twice (a page, a signal, a capacity request): the key under
-        which the record notes that it was begun. None: idempotent, safe to repeat."""
-        return None
-
-
-@dataclass(frozen=True)
-class Notify(Action):
-    event: str  # each event is sent once per record
-    severity: str  # info | warning | critical
-    text: str
-
-    @property
-    def once(self) -> str:
-        return f"notify:{self.event}"
-
-
-@dataclass(frozen=True)
-class Cordon(Action):
-    node: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class DrainSlurm(Action):
-    node: str  # a Slurm node name
-    reason: str
-
-
-@dataclass(frozen=True)
-class SignalJobs(Action):
-    job_ids: tuple[int, ...]
-    signal: str = "TERM"
-
-    @property
-    def once(self) -> str:
-        return f"signal:{self.signal}"
-
-
-@dataclass(frozen=True)
-class RequeueJobs(Action):
-    job_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class EvictPods(Action):
-    node: str
-
-
-@dataclass(frozen=True)
-class PromoteSpare(Action):
-    spare: str
-    replaces: str
-
-
-@dataclass(frozen=True)
-class Quarantine(Action):
-    node: str
-    xid: int
-
-
-@dataclass(frozen=True)
-class RequestCapacity(Action):
-    pool: str
-    reason: str
-    key: str  # idempotency key for the provider: one request per remediation and purpose
-
-    @property
-    def once(self) -> str:
-        return f"capacity:{self.key}"
-
-
-@dataclass(frozen=True)
-class ResumeSlurm(Action):
-    node: str  # a Slurm node name
-
-
-@dataclass(frozen=True)
-class ReleaseJobs(Action):
-    job_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ReturnToSpares(Action):
-    node: str
-
-
-# --- lending actions (reconciler/core/lending.py decides them) --------------------------------
-
-@dataclass(frozen=True)
-class Lend(Action):
-    """Open a node to borrowers: the lending taint (for a spare, instead of the spare taint), the lent
-    label, when. An idle node's NodeSet pods are evicted after (they do not tolerate the taint)."""
-
-    node: str
-    pool: str
-    loan: str  # labels.LENT_SPARE | labels.LENT_IDLE
-
-
-@dataclass(frozen=True)
-class StartReclaim(Action):
-    """No new borrower lands (the lent label goes); eviction of those there begins."""
-
-    node: str
-    why: str
-
-
-@dataclass(frozen=True)
-class EvictBorrowers(Action):
-    node: str
-    grace_seconds: int
-    force: bool = False  # the reclaim grace has passed: delete what a PDB still keeps
-
-
-@dataclass(frozen=True)
-class EndLoan(Action):
-    """The borrowers are gone: the lending taint off (a spare gets its spare taint back)."""
-
-    node: str
-    back_to_spare: bool
-
-
-@dataclass(frozen=True)
-class Step:
-    """The core's answer for one record: run these actions, then persist `record`.
-    `record` is None when there is nothing to do yet (look again after `recheck_after`).
-    `carry`: the record may be written together with the next step's instead of before it, because
-    losing it (a crash before that write) only replays idempotent actions to the same place."""
-
-    actions: tuple[Action, ...] = ()
-    record: Record | None = None
-    recheck_after: float | None = None  # seconds; None = on the next event
-    gate: "Gate | None" = None  # admission held it: surfaced as a metric, an Event and one page per pool
-    carry: bool = False
 
 
 @dataclass(frozen=True)
 class Gate:
     """Why admission holds a remediation (containment is never held)."""
 
-    reason: str  # TooManyUnhealthy | MaxConcurrent | HealingDisabled
+    reason: str  # fleetspec.remediation_crd.Reason: TooManyUnhealthy | MaxConcurrent | HealingDisabled
     pool: str | None
     message: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """The core's answer for one remediation: run these actions, then persist `remediation`.
+    `remediation` is None when there is nothing to write yet (look again after `recheck_after`).
+    `carry`: it may be written together with the next step's instead of before it, because losing it
+    (a crash before that write) only replays idempotent actions to the same place."""
+
+    actions: tuple = ()  # of actions.Action
+    remediation: Remediation | None = None
+    recheck_after: float | None = None  # seconds; None = on the next event
+    gate: Gate | None = None  # admission held it (a HealingDisabled gate is only logged)
+    carry: bool = False

@@ -8,7 +8,6 @@ from typing import Any, Iterable
 
 from fleetspec import labels
 
-from reconciler.core.membership import FULFILS
 from reconciler.core.model import Fault, NodeView, PodView
 
 _XID_IN_REASON = re.compile(r"(?i)xid[ _-]?(\d+)")
@@ -60,7 +59,7 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
         provider_id=spec.get("providerID") or "",
         gpus=_int((status.get("capacity") or {}).get("nvidia.com/gpu")),
         created=meta.get("creationTimestamp") or "",
-        fulfils=ann.get(FULFILS),
+        fulfils=ann.get(labels.FULFILS),
         lent=lab.get(labels.LENT, ""),
         lent_since=_time(ann.get(labels.LENT_SINCE)),
         reclaiming=_time(ann.get(labels.RECLAIMING)),
@@ -85,7 +84,7 @@ def membership_dict(v: NodeView) -> dict[str, Any]:
     """The part of a node that pool membership and the settling of capacity requests read
     (`reconciler/core/membership.py`), rebuilt from the cached view instead of holding whole node objects."""
     return {"metadata": {"name": v.name, "labels": dict(v.labels), "creationTimestamp": v.created or None,
-                         "annotations": {FULFILS: v.fulfils} if v.fulfils else {}},
+                         "annotations": {labels.FULFILS: v.fulfils} if v.fulfils else {}},
             "spec": {"providerID": v.provider_id, "taints": [{"key": k} for k in v.taints]},
             "status": {"capacity": {"nvidia.com/gpu": str(v.gpus)}}}
 
@@ -109,8 +108,8 @@ def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT) -
         namespace=meta.get("namespace", ""), name=meta["name"], node=(pod.get("spec") or {}).get("nodeName"),
         phase=(pod.get("status") or {}).get("phase", "Pending"), labels=tuple(sorted(keep.items())),
         owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or []),
-        mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
-        deleting=bool(meta.get("deletionTimestamp")),
+        mirror=labels.MIRROR_POD in (meta.get("annotations") or {}),
+        deleting=bool(meta.get("deletionTimestamp")), uid=meta.get("uid") or "",
     )
 
 
@@ -129,32 +128,3 @@ def evictable_views(pods: Iterable[PodView]) -> list[PodView]:
     """Pods a drain must evict: not DaemonSet pods, not mirror pods, not already finished."""
     return [p for p in pods if "DaemonSet" not in p.owner_kinds and not p.mirror
             and p.phase not in ("Succeeded", "Failed")]
-
-
-def has_taint(node: dict[str, Any], key: str) -> bool:
-    return any(t.get("key") == key for t in (node.get("spec", {}).get("taints") or []))
-
-
-def opted_out(pods: Iterable[dict[str, Any]], label_key: str) -> tuple[str, ...]:
-    """Pods that opt out of automatic replacement (label present and not 'false')."""
-    out = []
-    for p in pods:
-        value = (p.get("metadata", {}).get("labels") or {}).get(label_key)
-        if value is not None and value.lower() != "false":
-            out.append(f"{p['metadata'].get('namespace', '')}/{p['metadata']['name']}")
-    return tuple(sorted(out))
-
-
-def evictable(pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pods a drain must evict: not DaemonSet pods, not mirror pods, not already finished."""
-    out = []
-    for p in pods:
-        meta = p.get("metadata", {})
-        if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
-            continue
-        if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
-            continue
-        if p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        out.append(p)
-    return out

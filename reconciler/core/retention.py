@@ -11,8 +11,8 @@ A record may go when all of these hold:
 * its signal is not still on its node: the record's name is the node and signal, and it is what
   stops a stale condition from starting the same remediation again.
 
-Records of pools outside the spec are another fleet's and are never touched; unreadable ones are
-reported (controller), never deleted.
+Remediations of pools outside the spec are another fleet's and are never touched; unreadable ones are
+reported (runtime/healing.py), never deleted.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from fleetspec import labels
 from fleetspec.models import HealingSpec
 
-from reconciler.core.model import NodeView, Record, record_name
+from reconciler.core.model import NodeView, Remediation, remediation_name
 from reconciler.core.phases import Phase
 
 
@@ -33,16 +33,16 @@ def keep_for(policy: HealingSpec) -> timedelta:
                timedelta(seconds=policy.unhealthy_window_seconds))
 
 
-def ended(record: Record) -> datetime:
+def ended(record: Remediation) -> datetime:
     """When it last changed phase (its creation if no phase time was kept)."""
     return max([record.created, *(at for _, at in record.phase_times)])
 
 
-def expired_records(records: Iterable[Record], nodes: Iterable[NodeView], policy: HealingSpec,
-                    pools: Collection[str], now: datetime) -> tuple[Record, ...]:
+def expired_records(records: Iterable[Remediation], nodes: Iterable[NodeView], policy: HealingSpec,
+                    pools: Collection[str], now: datetime) -> tuple[Remediation, ...]:
     """The records that may be deleted now, oldest first (see the module docstring)."""
     records = [r for r in records if r.pool in pools]
-    by_node: dict[str, list[Record]] = {}
+    by_node: dict[str, list[Remediation]] = {}
     for r in records:
         by_node.setdefault(r.node, []).append(r)
     kept: set[str] = set()
@@ -53,7 +53,7 @@ def expired_records(records: Iterable[Record], nodes: Iterable[NodeView], policy
         if newest.phase is Phase.ESCALATED or (view is not None and view.role == labels.ROLE_QUARANTINED):
             kept.add(newest.name)
         if view is not None and view.fault is not None:
-            kept.add(record_name(node, view.fault))
+            kept.add(remediation_name(node, view.fault))
     horizon = now - keep_for(policy)
     out = [r for r in records if r.phase.terminal and ended(r) < horizon and r.name not in kept]
     return tuple(sorted(out, key=lambda r: (ended(r), r.name)))

@@ -82,6 +82,14 @@ class Informer(Generic[V]):
         """Write-through: the reconciler's own writes show at once, before their watch event."""
         self._set(key, view)
 
+    def update(self, key: Hashable, change: Callable[[V], V]) -> None:
+        """Write-through of a change to a cached item; nothing when the item is gone (its DELETED event
+        came first: a ghost must not come back)."""
+        with self._lock:
+            old = self._items.get(key)
+            if old is not None:
+                self._set(key, change(old))
+
     def apply(self, kind: str, obj: dict) -> None:
         """One watch event."""
         rv = (obj.get("metadata") or {}).get("resourceVersion")

@@ -1,4 +1,4 @@
-"""A work queue keyed by node, as controller-runtime's: de-duplicated, one worker per key at a time,
+"""A work queue keyed by node name, as controller-runtime's: de-duplicated, one worker per key at a time,
 delayed re-adds, and per-key exponential backoff for failures that the record cannot hold.
 
     add(key)            queue it (a key queued or being processed is queued once); front=True: before all but
@@ -151,11 +151,3 @@ class WorkQueue:
         with self._cond:
             self._promote_due()
             return sum(len(q) for q in self._lines())
-
-    def next_due(self) -> float | None:
-        """Seconds until the next delayed key (None: none), for drivers that step the queue by hand."""
-        with self._cond:
-            self._promote_due()
-            if any(self._lines()):
-                return 0.0
-            return min(self._due.values()) - self.clock() if self._due else None

@@ -18,7 +18,7 @@ from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
-from reconciler.adapters.records import KubeRecordStore
+from reconciler.adapters.records import KubeRemediationStore
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_xid79_heals_and_the_job_resumes_from_its_checkpoint(local):
 
 
 def _records(env, node):
-    return [r for r in KubeRecordStore(env.kube.api_client()).list() if r.node == node]
+    return [r for r in KubeRemediationStore(env.kube.api_client()).list() if r.node == node]
 
 
 def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):

@@ -79,7 +79,7 @@ def test_lending_through_the_pods(local_pods):
     their REST client): spares and the idle L40S node lend, inference runs on them, a training job takes
     its node back, and a fault on it takes the lent spare after its borrowers leave."""
     from reconciler.adapters.kube import Kube
-    from reconciler.core import ledger
+    from fleetspec import ledger
 
     from demos.lending_demo import show_lending
 
@@ -161,9 +161,9 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
 
 
 def _records(local_pods, node):
-    from reconciler.adapters.records import KubeRecordStore
+    from reconciler.adapters.records import KubeRemediationStore
 
-    return [r for r in KubeRecordStore(local_pods.env.kube.api_client()).list() if r.node == node]
+    return [r for r in KubeRemediationStore(local_pods.env.kube.api_client()).list() if r.node == node]
 
 
 def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_goes(local_pods):
@@ -190,7 +190,8 @@ def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_g
     assert done.slurm_nodes == ("h100-1",)
     phases = [p for p, _ in done.phase_times]
     assert len(phases) == len(set(phases))  # no phase done twice
-    assert done.notified.count("detected") == 1 and done.notified.count("succeeded") == 1
+    notified = [k.split(":", 1)[1] for k in done.intents if k.startswith("notify:")]
+    assert notified.count("detected") == 1 and notified.count("succeeded") == 1
     leader = wait_for("a Lease holder", local_pods.leader, timeout=60)
     assert leader["name"] != first["name"]
     # a NodeSet pod (a slurmd) runs on the promoted spare: what the reconciler waited for before Succeeded

@@ -12,7 +12,7 @@ from gpufleet.waiting import wait_for
 from localenv import fake_nodes
 from localenv.autoscaler_standin import AutoscalerStandIn, node_groups, unschedulable
 from reconciler.adapters.kube import Kube
-from reconciler.adapters.providers import CAPACITY_REQUEST, KubernetesSpares
+from reconciler.adapters.providers import KubernetesSpares
 from reconciler.core import membership
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ def test_a_capacity_request_joins_the_next_node_of_the_pool(kube_cluster):
     standin = AutoscalerStandIn(api, node_groups(SPEC))
     try:
         provider.request_capacity("asi", "refill the spare used for kwok-asi-x", "asi-x-xid79-1")
-        (pod,) = core.list_namespaced_pod(NS, label_selector=CAPACITY_REQUEST).items
+        (pod,) = core.list_namespaced_pod(NS, label_selector=labels.CAPACITY_REQUEST).items
         name = pod.metadata.name
         wait_for("the scheduler to find no room", lambda: unschedulable(
             api.sanitize_for_serialization(core.read_namespaced_pod(name, NS))), timeout=30)
@@ -63,7 +63,7 @@ def test_a_capacity_request_joins_the_next_node_of_the_pool(kube_cluster):
             provider.request_capacity("asi", "refill", key)
         wait_for("both new requests unschedulable", lambda: sum(
             unschedulable(api.sanitize_for_serialization(p))
-            for p in core.list_namespaced_pod(NS, label_selector=CAPACITY_REQUEST).items) == 2, timeout=30)
+            for p in core.list_namespaced_pod(NS, label_selector=labels.CAPACITY_REQUEST).items) == 2, timeout=30)
         assert standin.scale_up_once() == ["kwok-asi-spare-1"]
         assert standin.scale_up_once() == []
         events = [e for e in core.list_namespaced_event(NS).items if e.reason == "NotTriggerScaleUp"]

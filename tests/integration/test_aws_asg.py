@@ -12,7 +12,8 @@ from fleetspec import labels, parse_fleet
 from reconciler.core import membership
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.adapters.kube import Kube
-from reconciler.adapters.providers import QUARANTINED_TAG, AwsAsgProvider, reconcile_membership
+from reconciler.adapters.providers import AwsAsgProvider
+from reconciler.core.actions import ApplyMembership
 
 pytestmark = pytest.mark.integration
 
@@ -77,9 +78,14 @@ def join(core, name: str, iid: str) -> None:
 
 
 def label_members(kube: Kube, provider: AwsAsgProvider, spec) -> membership.MembershipPlan:
-    """What the runtime does on each pass: plan membership from the provider's facts, apply it."""
+    """What a membership pass does (reconciler/runtime/membership_pass.py): the core plans from the provider's
+    facts, and each change is made as the executor makes it."""
     nodes = [n for n in kube.list_nodes()[0] if n["metadata"]["name"].startswith(spec.pools[0].name)]
-    return reconcile_membership(kube, spec, {spec.pools[0].name: provider}, nodes)
+    result = membership.plan(nodes, spec, provider.membership_facts())
+    for a in membership.membership_actions(result):
+        if isinstance(a, ApplyMembership):
+            kube.apply_membership(a.node, dict(a.labels), [dict(t) for t in a.add_taints])
+    return result
 
 
 def roles(core, prefix: str) -> dict[str, str]:
@@ -124,7 +130,7 @@ def test_one_instance_per_fault_through_the_whole_chain(kube_cluster, aws):
     g, after = group(aws, asg)
     assert g["DesiredCapacity"] == 3 and len(after) == 3 and bad_iid not in after
     run, tags = state(aws, bad_iid)
-    assert run == "running" and tags[QUARANTINED_TAG] == "xid-79"  # kept for a human, tagged
+    assert run == "running" and tags[labels.QUARANTINED_TAG] == "xid-79"  # kept for a human, tagged
     assert core.read_node(bad).metadata.labels[labels.ROLE] == labels.ROLE_QUARANTINED
 
     # The new instance joins and becomes the pool's spare.
@@ -159,7 +165,7 @@ def test_one_instance_per_fault_through_the_whole_chain(kube_cluster, aws):
     assert g["DesiredCapacity"] == 4 and len(end) == 4
 
     # In all: two faults, two refills, one addition; two instances out of the group, still running.
-    quarantined = [i for i in set(ids) | set(final) if state(aws, i)[1].get(QUARANTINED_TAG)]
+    quarantined = [i for i in set(ids) | set(final) if state(aws, i)[1].get(labels.QUARANTINED_TAG)]
     assert len(quarantined) == 2 and all(state(aws, i)[0] == "running" for i in quarantined)
     assert len(set(end) | set(quarantined)) == 6  # 3 at the start + 2 refills + 1 addition, never more
 

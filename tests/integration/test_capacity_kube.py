@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from fleetspec import labels
 from gpufleet.cli import app
 from localenv.control_plane import CONTEXT_NAME
-from reconciler.core import ledger as L
+from fleetspec import ledger as L
+from reconciler.core import ledger as B
 
 pytestmark = pytest.mark.integration
 NS = "gpufleet-cap"
@@ -55,8 +56,8 @@ def test_capacity_reads_the_nodes_then_the_ledger(kube_cluster, tmp_path, monkey
             pool["gpus_lent"]) == ("nodes", None, 1, 1, 1, 16)
 
     now = datetime.now(timezone.utc)
-    led = L.open_loan(L.empty(now), "cap-spare-0", "spare", 8, now - timedelta(hours=2))
-    led = L.record_capacity(led, L.Capacity(active_busy=1, active_lent=1, spares_lent=1, spares_unlent=1,
+    led = B.open_loan(L.empty(now), "cap-spare-0", "spare", 8, now - timedelta(hours=2))
+    led = B.record_capacity(led, L.Capacity(active_busy=1, active_lent=1, spares_lent=1, spares_unlent=1,
                                             gpus_lent=16), now)
     core.create_namespace({"metadata": {"name": NS}})
     core.create_namespaced_config_map(NS, {"metadata": {"name": labels.LENDING_LEDGER}, "data": {"cap": L.dump(led)}})

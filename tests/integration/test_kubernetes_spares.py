@@ -9,7 +9,7 @@ from fleetspec import labels, parse_fleet
 from gpufleet.waiting import wait_for
 from reconciler.core import membership
 from reconciler.adapters.kube import Kube
-from reconciler.adapters.providers import CAPACITY_REQUEST, KubernetesSpares
+from reconciler.adapters.providers import KubernetesSpares
 
 pytestmark = pytest.mark.integration
 NODEGROUP = "eks.amazonaws.com/nodegroup"
@@ -48,7 +48,7 @@ def test_a_refill_is_a_capacity_request_and_the_joining_node_becomes_a_spare(kub
     # The spare was used: ask for one node, twice (a replay), and there is one request, pending.
     for _ in range(2):
         provider.request_capacity("ks", "refill the spare used for ks-x", "ks-x-xid79-1")
-    (pod,) = core.list_namespaced_pod("gpufleet-ks", label_selector=CAPACITY_REQUEST).items
+    (pod,) = core.list_namespaced_pod("gpufleet-ks", label_selector=labels.CAPACITY_REQUEST).items
     assert pod.spec.node_selector == {NODEGROUP: "ng-ks"}
     assert pod.spec.containers[0].resources.requests["nvidia.com/gpu"] == "4"
     wait_for("the scheduler to find no room", lambda: any(
@@ -71,7 +71,7 @@ def test_a_refill_is_a_capacity_request_and_the_joining_node_becomes_a_spare(kub
     # of the same request after a restart is settled again at once, without another node.
     assert provider.settle_capacity_requests() == [pod.metadata.name]
     wait_for("the placeholder gone", lambda: not core.list_namespaced_pod(
-        "gpufleet-ks", label_selector=CAPACITY_REQUEST).items, timeout=30)
+        "gpufleet-ks", label_selector=labels.CAPACITY_REQUEST).items, timeout=30)
     provider.request_capacity("ks", "refill the spare used for ks-x", "ks-x-xid79-1")
     assert KubernetesSpares(kube, SPEC).settle_capacity_requests() == [pod.metadata.name]
     assert label_members().changes == ()
@@ -79,7 +79,7 @@ def test_a_refill_is_a_capacity_request_and_the_joining_node_becomes_a_spare(kub
     # Settling runs every membership pass: with no request pending it reads no node; with one, the nodes
     # the runtime's cache passes in (no list either).
     wait_for("the replayed placeholder gone", lambda: not core.list_namespaced_pod(
-        "gpufleet-ks", label_selector=CAPACITY_REQUEST).items, timeout=30)
+        "gpufleet-ks", label_selector=labels.CAPACITY_REQUEST).items, timeout=30)
     selectors: list = []
     list_node = kube.core.list_node
     kube.core.list_node = lambda *a, **kw: selectors.append(kw.get("label_selector")) or list_node(*a, **kw)
@@ -89,4 +89,4 @@ def test_a_refill_is_a_capacity_request_and_the_joining_node_becomes_a_spare(kub
     selectors.clear()
     assert provider.settle_capacity_requests(cached) == []  # ks-b answered the first request already
     assert selectors == []
-    core.delete_collection_namespaced_pod("gpufleet-ks", label_selector=CAPACITY_REQUEST, grace_period_seconds=0)
+    core.delete_collection_namespaced_pod("gpufleet-ks", label_selector=labels.CAPACITY_REQUEST, grace_period_seconds=0)

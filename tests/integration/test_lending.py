@@ -26,7 +26,7 @@ from localenv.slurm import LocalSlurm
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from reconciler.app import build
-from reconciler.core import ledger
+from fleetspec import ledger
 from reconciler.core.phases import Phase
 from tests.fixtures.slurm_cluster import build_slurm_root
 
@@ -66,7 +66,7 @@ class World:
 
     def reconciler(self, spec):
         self.rec = build(spec, self.api, slurm=self.rest)
-        self.rec.runtime.notifier.channels = [Recorder()]
+        self.rec.notifier.channels = [Recorder()]
         return self.rec
 
     def tick(self) -> None:
@@ -74,7 +74,7 @@ class World:
         self.standin.reconcile_once()
         if self.rec is not None:
             self.rec.sync()
-            self.rec.runtime.drain()
+            self.rec.process_due()
 
     def until(self, what: str, cond, timeout: float = 90.0):
         """Tick until `cond` holds (the shared polling loop; a timeout shows the loans and NodeSet pods)."""
@@ -264,7 +264,7 @@ def test_a_fault_takes_a_lent_spare_after_its_borrowers_leave_forced_past_the_gr
     Kube(w.api).set_condition("kwok-lend-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
 
     def done():
-        rs = [r for r in w.rec.runtime.store.list() if r.node == "kwok-lend-0" and r.phase.terminal]
+        rs = [r for r in w.rec.store.list() if r.node == "kwok-lend-0" and r.phase.terminal]
         return rs[0] if rs else None
 
     r = w.until("the fault healed", done, timeout=120)

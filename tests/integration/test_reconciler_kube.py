@@ -3,8 +3,9 @@ eviction, opt-out, spare promotion, Remediation records, restarts, the Lease.
 The node agent's tests are in test_agent_kube.py."""
 from __future__ import annotations
 
+import json
 import threading
-import time
+from datetime import datetime, timezone
 
 import pytest
 from kubernetes import client
@@ -53,14 +54,16 @@ def api(kube_cluster):
         ext.create_custom_resource_definition(crd)
     except ApiException as e:
         assert e.status == 409
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # wait until the API serves the new kind
-        try:
-            client.CustomObjectsApi(api).list_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations")
-            break
-        except ApiException:
-            time.sleep(0.3)
+    wait_for("the API to serve remediations", lambda: served(api), timeout=30)
     return api
+
+
+def served(api) -> bool:
+    try:
+        client.CustomObjectsApi(api).list_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations")
+        return True
+    except ApiException:
+        return False
 
 
 def make_nodes(kube_cluster, spec):
@@ -79,26 +82,38 @@ def pod(name: str, node: str, pod_labels: dict | None = None) -> dict:
                      "containers": [{"name": "c", "image": "registry.example/train:1.0"}]}}
 
 
-def reconciler(api, spec, channel=None):
-    rec = build(spec, api, slurm=None)
-    rec.runtime.notifier.channels = [channel or Recorder()]
+def reconciler(api, spec, channel=None, slurm=None):
+    rec = build(spec, api, slurm=slurm)
+    rec.notifier.channels = [channel or Recorder()]
     return rec
 
 
 def step(rec):
     """What the watches and the workers do, in this thread: list, queue what changed, process what is due."""
     rec.sync()
-    rec.runtime.drain()
+    rec.process_due()
 
 
 def run_until(rec, done, timeout=60.0):
     """Step the reconciler until `done` holds (the shared polling loop; a timeout shows the records)."""
     return wait_for("the condition", lambda: (step(rec), done())[1], timeout, 0.2,
-                    explain=lambda: f"records: {rec.runtime.store.list()}")
+                    explain=lambda: f"records: {rec.store.list()}")
 
 
 def records_for(rec, node):
-    return [r for r in rec.runtime.store.list() if r.node == node]
+    return [r for r in rec.store.list() if r.node == node]
+
+
+def heartbeat(node: str, api) -> None:
+    """A heartbeat as kwok v0.7.0 sends it (kustomize/stage/node/heartbeat-with-lease: every 10-20 min, so it is
+    sent here, not waited for): a strategic merge patch of the status with its own conditions only, each with
+    a new lastHeartbeatTime (pkg/utils/lifecycle/next.go computePatch: StrategicMergePatchType for a Node)."""
+    core = client.CoreV1Api(api)
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = next(c for c in core.read_node(node).status.conditions if c.type == "Ready")
+    core.patch_node_status(node, {"status": {"conditions": [
+        {"type": "Ready", "status": ready.status, "reason": ready.reason, "message": ready.message,
+         "lastTransitionTime": ready.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ"), "lastHeartbeatTime": now}]}})
 
 
 def test_fault_condition_survives_kwok_heartbeats(kube_cluster, api):
@@ -107,7 +122,7 @@ def test_fault_condition_survives_kwok_heartbeats(kube_cluster, api):
     kube = Kube(api)
     kube.set_condition("hb-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
     first = kube.get_node("hb-0")
-    time.sleep(3)  # kwok heartbeats update status in the meantime
+    heartbeat("hb-0", api)
     conds = {c["type"]: c for c in kube.get_node("hb-0")["status"]["conditions"]}
     assert conds["GpuHealthy"]["status"] == "False" and conds["Ready"]["status"] == "True"
     # the same signal again does not move the transition time: one signal, not two
@@ -136,18 +151,15 @@ def test_heals_a_node_with_a_spare(kube_cluster, api):
     assert not any(t.key == labels.SPARE_TAINT for t in spare.spec.taints or [])
     assert spare.metadata.annotations[labels.PROMOTED_FOR] == "heal-0"
     # the worker pod was evicted through the eviction API
-    with pytest.raises(ApiException) as gone:
-        for _ in range(50):
-            core.read_namespaced_pod("heal-worker", "default")
-            time.sleep(0.2)
-    assert gone.value.status == 404
+    wait_for("the evicted pod to be gone", lambda: "heal-worker" not in {
+        p.metadata.name for p in core.list_namespaced_pod("default").items}, timeout=10)
     events = core.list_namespaced_event("default", field_selector="involvedObject.name=heal-0").items
     assert {"GpuFleetDetected", "GpuFleetSucceeded"} <= {e.reason for e in events}
     # more passes change nothing: one record, one promotion
     for _ in range(3):
         step(rec)
     assert len(records_for(rec, "heal-0")) == 1
-    assert [e for e in rec.runtime.notifier.channels[0].messages if e.event == "succeeded"].__len__() == 1
+    assert [e for e in rec.notifier.channels[0].messages if e.event == "succeeded"].__len__() == 1
 
 
 def test_opt_out_label_holds_the_node(kube_cluster, api):
@@ -163,7 +175,7 @@ def test_opt_out_label_holds_the_node(kube_cluster, api):
     spare = core.read_node("opt-spare-0")
     assert spare.metadata.labels[labels.ROLE] == labels.ROLE_SPARE  # nothing replaced
     core.read_namespaced_pod("opt-debug", "default")  # and nothing evicted
-    sent = [m.event for m in rec.runtime.notifier.channels[0].messages]
+    sent = [m.event for m in rec.notifier.channels[0].messages]
     assert sent.count("opted-out") == 1
 
 
@@ -172,7 +184,7 @@ def test_restart_mid_remediation_resumes_without_repeating(kube_cluster, api):
     make_nodes(kube_cluster, spec)
     Kube(api).set_condition("rst-0", "GpuHealthy", "False", "Xid79", "off the bus")
     first = reconciler(api, spec)
-    first_channel = first.runtime.notifier.channels[0]
+    first_channel = first.notifier.channels[0]
     # run the first reconciler until it has chosen a spare, then "kill" it
     run_until(first, lambda: [r for r in records_for(first, "rst-0") if r.replacement])
     second_channel = Recorder()
@@ -201,14 +213,25 @@ def test_no_spare_waits_then_heals_when_capacity_joins(kube_cluster, api):
     assert r.phase is Phase.SUCCEEDED and r.replacement == "nos-spare-9"
 
 
+class Monotonic:
+    """The electors' own clock, moved by the test (no sleeping for a Lease to run out)."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_lease_elects_one_leader_fences_and_fails_over(api):
-    a = LeaseElector(api, "default", "itest-leader", "a", lease_seconds=2, renew_every=0.5)
-    b = LeaseElector(api, "default", "itest-leader", "b", lease_seconds=2, renew_every=0.5)
+    clock = Monotonic()
+    a = LeaseElector(api, "default", "itest-leader", "a", lease_seconds=2, renew_every=0.5, clock=clock)
+    b = LeaseElector(api, "default", "itest-leader", "b", lease_seconds=2, renew_every=0.5, clock=clock)
     assert a.try_acquire() is True and a.holds()
     assert b.try_acquire() is False and a.leading.is_set() and not b.leading.is_set()
     assert a.try_acquire() is True  # renewal
     assert b.try_acquire() is False  # b sees the renewal: its own clock starts again
-    time.sleep(2.2)  # a stops renewing (killed): it fences itself, then b sees the lease unchanged for its duration
+    clock.t += 2.2  # a stops renewing (killed): it fences itself, then b sees the lease unchanged for its duration
     assert not a.holds()
     assert b.try_acquire() is True and a.try_acquire() is False and not a.leading.is_set()
     lease = client.CoordinationV1Api(api).read_namespaced_lease("itest-leader", "default")
@@ -224,17 +247,19 @@ def test_watch_queues_a_fault_not_heartbeats(kube_cluster, api):
     make_nodes(kube_cluster, spec)
     rec = reconciler(api, spec)
     stop = threading.Event()
-    nodes = rec.runtime.nodes
+    nodes = rec.caches.nodes
     nodes.start(stop)
     try:
         assert nodes.synced.wait(10)
-        time.sleep(1.0)
-        q = rec.runtime.queue
-        while (key := q.get(timeout=0)) is not None:
-            q.done(key)  # what the first list queued
-        assert rec.runtime.queue.get(timeout=3.0) is None, "a heartbeat queued a node"
+        q = rec.queue
+        while (key := q.get(timeout=1.0)) is not None:  # what the first list and kwok's start-up queued, until quiet
+            q.done(key)
+        before = nodes.version
+        heartbeat("wch-0", api)
+        wait_for("the watch to bring the heartbeat", lambda: nodes.version != before, timeout=10)
+        assert rec.queue.get(timeout=1.0) is None, "a heartbeat queued a node"
         Kube(api).set_condition("wch-0", "GpuHealthy", "False", "Xid79", "off the bus")
-        assert rec.runtime.queue.get(timeout=5.0) == "wch-0"
+        assert rec.queue.get(timeout=5.0) == "wch-0"
         assert nodes.get("wch-0").fault.xid == 79
     finally:
         stop.set()
@@ -247,12 +272,9 @@ def test_pdb_blocks_eviction_until_the_drain_timeout(kube_cluster, api):
     core.create_namespaced_pod("default", pod("pdb-guarded", "pdb-0", {"app": "guarded"}))
     policy.create_namespaced_pod_disruption_budget("default", {
         "metadata": {"name": "guarded"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
-    demo_wait = time.monotonic() + 30
-    while time.monotonic() < demo_wait:  # the disruption controller must have counted the pod
-        st = policy.read_namespaced_pod_disruption_budget("guarded", "default").status
-        if st and st.observed_generation and st.current_healthy == 1:
-            break
-        time.sleep(0.3)
+    wait_for("the disruption controller to count the pod", lambda: (
+        st := policy.read_namespaced_pod_disruption_budget("guarded", "default").status) and st.observed_generation
+        and st.current_healthy == 1, timeout=30)
     rec = reconciler(api, spec)
     Kube(api).set_condition("pdb-0", "GpuHealthy", "False", "Xid79", "off the bus")
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, "pdb-0") if r.phase.terminal], timeout=60)
@@ -289,22 +311,30 @@ def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_c
     kube = Kube(api)
     for n in ("stm-0", "stm-1"):
         kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
-    run_until(rec, lambda: len([r for r in rec.runtime.store.list() if r.pool == "stm" and r.phase is Phase.HELD]) == 2)
+    run_until(rec, lambda: len([r for r in rec.store.list() if r.pool == "stm" and r.phase is Phase.HELD]) == 2)
     for _ in range(4):
         step(rec)
     for n in ("stm-0", "stm-1"):
         (r,) = records_for(rec, n)
-        assert r.phase is Phase.HELD and "2 of 3 nodes in pool stm" in r.held
+        assert r.phase is Phase.HELD and "2 of 3 nodes in pool stm" in r.held_message
         assert kube.get_node(n)["spec"].get("unschedulable")  # contained: cordoned
     for s_ in ("stm-spare-0", "stm-spare-1"):
         assert kube.get_node(s_)["metadata"]["labels"][labels.ROLE] == labels.ROLE_SPARE  # nothing replaced
-    rec.runtime.refresh_gauges()
+    rec.alerts.refresh_gauges()
     storms = [m for m in channel.messages if m.event == "storm"]
     assert len(storms) == 1 and storms[0].severity == "critical" and "2 of 3 nodes in pool stm" in storms[0].text
-    events = client.CoreV1Api(api).list_namespaced_event(
-        "default", field_selector="involvedObject.name=gpufleet-pool-stm").items
-    assert [e.reason for e in events] == ["TooManyUnhealthy"]
-    assert rec.runtime.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
+    assert rec.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
+    # The gate is a condition on the remediations it holds (what `kubectl get remediations` shows) ...
+    for obj in client.CustomObjectsApi(api).list_cluster_custom_object(
+            labels.GROUP, remediation_crd.VERSION, "remediations", label_selector=f"{labels.POOL}=stm")["items"]:
+        allowed = {c["type"]: c for c in obj["status"]["conditions"]}["RemediationAllowed"]
+        assert (allowed["status"], allowed["reason"]) == ("False", "TooManyUnhealthy")
+        assert "2 of 3 nodes in pool stm" in allowed["message"]
+    # ... and the page's intent is on one of them: a restarted reconciler pages no one again.
+    again = reconciler(api, spec, channel)
+    for _ in range(3):
+        step(again)
+    assert len([m for m in channel.messages if m.event == "storm"]) == 1
 
 
 def test_simultaneous_faults_get_distinct_spares(kube_cluster, api):
@@ -316,7 +346,7 @@ def test_simultaneous_faults_get_distinct_spares(kube_cluster, api):
     kube = Kube(api)
     for n in ("two-0", "two-1"):
         kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
-    done = run_until(rec, lambda: (rs := [r for r in rec.runtime.store.list() if r.pool == "two"]) and len(rs) == 2
+    done = run_until(rec, lambda: (rs := [r for r in rec.store.list() if r.pool == "two"]) and len(rs) == 2
                      and all(r.phase.terminal for r in rs) and rs)
     assert {r.phase for r in done} == {Phase.SUCCEEDED}
     assert sorted(r.replacement for r in done) == ["two-spare-0", "two-spare-1"]
@@ -329,19 +359,91 @@ def test_a_record_is_deleted_only_as_last_seen(api):
     from dataclasses import replace
     from datetime import datetime, timezone
 
-    from reconciler.adapters.records import KubeRecordStore
-    from reconciler.core.model import Record
-    from reconciler.errors import TemporaryError
+    from reconciler.adapters.records import KubeRemediationStore
+    from reconciler.core.model import Remediation
+    from reconciler.errors import Conflict
 
-    store, other = KubeRecordStore(api), KubeRecordStore(api)
-    r = Record(name="retention-itest", node="ret-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
-               created=datetime.now(timezone.utc))
+    store, other = KubeRemediationStore(api), KubeRemediationStore(api)
+    r = Remediation(name="retention-itest", node="ret-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
+                    created=datetime.now(timezone.utc))
     assert store.create(r)
+    store.write_status(r)
     other.list()  # the second store saw this version
-    store.update(replace(r, reason="changed"))  # ... and then it changed
-    with pytest.raises(TemporaryError, match="409"):
+    store.write_status(replace(r, reason="changed"))  # ... and then it changed
+    with pytest.raises(Conflict) as e:
         other.delete(r)
+    assert (e.value.code, e.value.reason) == (409, "Conflict")
     assert "retention-itest" in {x.name for x in store.list()}
     assert store.delete(r) is True
     assert "retention-itest" not in {x.name for x in store.list()}
     assert store.delete(r) is False  # gone already
+
+
+def test_the_status_is_described_written_through_its_subresource_and_kept_apart_from_the_spec(api):
+    """What `kubectl explain remediation.status` reads (the API server's OpenAPI v3 for the group), the
+    status subresource, and the typed errors the API server's answers become."""
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from reconciler.adapters.kube import _call
+    from reconciler.adapters.records import KubeRemediationStore
+    from reconciler.core.model import Remediation
+    from reconciler.errors import AlreadyExists, Invalid, NotFound
+
+    resp = api.call_api(f"/openapi/v3/apis/{labels.GROUP}/{remediation_crd.VERSION}", "GET",
+                        _preload_content=False, auth_settings=["BearerToken"])
+    doc = json.loads((resp[0] if isinstance(resp, tuple) else resp).data)
+    schema = doc["components"]["schemas"][f"io.gpufleet.{remediation_crd.VERSION}.Remediation"]
+    status = schema["properties"]["status"]
+    assert "everything a restart needs" in status["description"]
+    assert {"phase", "conditions", "intents", "heldMessage"} <= set(status["properties"])
+
+    store = KubeRemediationStore(api)
+    r = Remediation(name="status-itest", node="st-0", pool="h100", xid=79, message="m", phase=Phase.HELD,
+                    created=datetime.now(timezone.utc), held_message="2 of 3 unhealthy", held_reason="TooManyUnhealthy")
+    assert store.create(r) and store.create(r) is False  # AlreadyExists: made already
+    (made,) = [x for x in store.list() if x.name == r.name]
+    assert made.phase is Phase.DETECTED  # a create keeps no status
+    store.write_status(r)
+    custom = client.CustomObjectsApi(api)
+    obj = custom.get_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations", r.name)
+    obj["spec"]["message"] = "a person's edit"
+    obj["status"]["phase"] = "Succeeded"  # ignored: the main resource does not write the status
+    custom.replace_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations", r.name, obj)
+    (back,) = [x for x in store.list() if x.name == r.name]
+    assert back.phase is Phase.HELD and back.message == "a person's edit"
+    with pytest.raises(Invalid) as e:  # a status the schema refuses: the API server says so, typed
+        store.write_status(replace(back, held_reason="not a reason!"))
+    assert e.value.code == 422
+    with pytest.raises(AlreadyExists) as e:  # as the API server answers a create of a name it has
+        _call("create remediation", custom.create_cluster_custom_object, labels.GROUP, remediation_crd.VERSION,
+              "remediations", {**{k: v for k, v in obj.items() if k != "status"}, "metadata": {"name": r.name}})
+    assert (e.value.code, e.value.reason) == (409, "AlreadyExists")
+    assert store.delete(back) is True
+    with pytest.raises(NotFound):
+        store.write_status(back)
+
+
+def test_a_dry_run_against_a_real_api_server_changes_nothing(kube_cluster, api, caplog):
+    """`gpufleet reconcile --dry-run`'s reconciler: a fault is decided on and logged, and nothing is written."""
+    import logging
+
+    spec = fleet("dry", nodes=2, spares=1)
+    make_nodes(kube_cluster, spec)
+    channel = Recorder()
+    rec = build(spec, api, slurm=None, dry_run=True, leader_elect=True)
+    rec.notifier.channels = [channel]
+    core = client.CoreV1Api(api)
+    ours = lambda: [e for e in core.list_namespaced_event("default").items  # noqa: E731
+                    if e.source and e.source.component == "gpufleet-reconciler"]
+    events_before = len(ours())
+    Kube(api).set_condition("dry-0", "GpuHealthy", "False", "Xid79", "off the bus")
+    caplog.set_level(logging.INFO, logger="reconciler")
+    wait_for("the dry run to say it would cordon dry-0", lambda: (step(rec), any(
+        "would Cordon(node='dry-0'" in r.getMessage() for r in caplog.records))[1], timeout=30)
+    for _ in range(3):
+        step(rec)
+    assert rec.elector is None  # no Lease taken
+    assert records_for(rec, "dry-0") == [] and channel.messages == []
+    assert not core.read_node("dry-0").spec.unschedulable
+    assert len(ours()) == events_before

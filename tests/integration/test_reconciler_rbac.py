@@ -48,12 +48,13 @@ def _remediation(name: str) -> dict:
             "metadata": {"name": name}, "spec": {"node": NODE, "pool": "h100", "xid": 79}}
 
 
-def _update_remediation(api: client.ApiClient) -> None:
+def _write_remediation_status(api: client.ApiClient) -> None:
     c = client.CustomObjectsApi(api)
-    # read through list (the verb the reconciler holds), then replace
+    # read through list (the verb the reconciler holds), then replace the status (records.py write_status)
     obj = next(o for o in c.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
                if o["metadata"]["name"] == "rbac-existing")
-    c.replace_cluster_custom_object(GROUP, VERSION, PLURAL, "rbac-existing", obj)
+    obj["status"] = {"phase": "Detected"}
+    c.replace_cluster_custom_object_status(GROUP, VERSION, PLURAL, "rbac-existing", obj)
 
 
 def _update_node(api: client.ApiClient) -> None:
@@ -91,7 +92,7 @@ CALLS = [
         client.CustomObjectsApi(a).list_cluster_custom_object, GROUP, VERSION, PLURAL)),
     Call(GROUP, PLURAL, "create", False, lambda a: client.CustomObjectsApi(a).create_cluster_custom_object(
         GROUP, VERSION, PLURAL, _remediation("rbac-existing"))),  # 409 after the first: allowed
-    Call(GROUP, PLURAL, "update", False, _update_remediation),
+    Call(GROUP, f"{PLURAL}/status", "update", False, _write_remediation_status),
     Call(GROUP, PLURAL, "delete", False, lambda a: client.CustomObjectsApi(a).delete_cluster_custom_object(
         GROUP, VERSION, PLURAL, "no-such-remediation")),  # 404: allowed (retention, records.py)
     Call("coordination.k8s.io", "leases", "get", True,

@@ -6,17 +6,16 @@ Here the test plays the part of Slinky's operator (it places the NodeSet pods); 
 environment does the same with `localenv.slinky_standin`."""
 from __future__ import annotations
 
-import time
-
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels
+from gpufleet.waiting import wait_for
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
 
-from .test_reconciler_kube import Recorder, api, fleet, make_nodes, reconciler, records_for, run_until, step  # noqa: F401
+from .test_reconciler_kube import Recorder, api, fleet, make_nodes, reconciler, records_for, run_until  # noqa: F401
 
 pytestmark = pytest.mark.integration
 POOL = "kgpu"  # Kubernetes: kgpu-0, kgpu-1, kgpu-spare-0; Slurm: gpu-a-0, gpu-a-1, gpu-a-2 (the fixture's)
@@ -32,13 +31,13 @@ def nodeset_pod(slurm_name: str, node: str) -> dict:
 
 def place(api, slurm_name: str, node: str) -> None:
     core = client.CoreV1Api(api)
+    name = f"slurm-worker-{slurm_name}"
     try:
-        core.delete_namespaced_pod(f"slurm-worker-{slurm_name}", "default", grace_period_seconds=0)
-        for _ in range(50):
-            core.read_namespaced_pod(f"slurm-worker-{slurm_name}", "default")
-            time.sleep(0.1)
+        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
     except ApiException as e:
         assert e.status == 404
+    wait_for(f"{name} to be gone", lambda: name not in {p.metadata.name for p in core.list_namespaced_pod("default").items},
+             timeout=10)
     core.create_namespaced_pod("default", nodeset_pod(slurm_name, node))
 
 
@@ -62,9 +61,7 @@ def fleet_with_slurm(kube_cluster, api, slurm_fresh, slurm_rest):
     for slurm_name, node in (("gpu-a-0", f"{POOL}-0"), ("gpu-a-1", f"{POOL}-1"), ("gpu-a-2", f"{POOL}-spare-0")):
         place(api, slurm_name, node)
     channel = Recorder()
-    rec = reconciler(api, spec, channel)
-    rec.runtime.slurm = slurm_rest
-    return spec, rec, channel, slurm_fresh
+    return spec, reconciler(api, spec, channel, slurm_rest), channel, slurm_fresh, slurm_rest
 
 
 def job_on(slurm, node: str, tmp_path, slow_checkpoint: bool = False) -> int:
@@ -74,10 +71,8 @@ def job_on(slurm, node: str, tmp_path, slow_checkpoint: bool = False) -> int:
     script.write_text(f"#!/bin/bash\ntrap '{on_term}' TERM\nwhile true; do sleep 0.2; done\n")
     script.chmod(0o755)
     jid = slurm.sbatch("--requeue", "-w", node, "-o", str(tmp_path / "out-%j"), str(script))
-    deadline = time.monotonic() + 30
-    while "RUNNING" not in slurm.run(["squeue", "-h", "-j", str(jid), "-o", "%T"]).stdout:
-        assert time.monotonic() < deadline, "job did not start"
-        time.sleep(0.2)
+    wait_for(f"job {jid} to run", lambda: "RUNNING" in slurm.run(["squeue", "-h", "-j", str(jid), "-o", "%T"]).stdout,
+             timeout=30)
     return jid
 
 
@@ -86,7 +81,7 @@ def slurm_node(slurm, name: str) -> str:
 
 
 def test_heals_with_slurm_names_that_are_not_kubernetes_names(fleet_with_slurm, api, tmp_path):
-    spec, rec, channel, slurm = fleet_with_slurm
+    spec, rec, channel, slurm, rest = fleet_with_slurm
     jid = job_on(slurm, "gpu-a-0", tmp_path)
     Kube(api).set_condition(f"{POOL}-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-0") if r.phase.terminal], timeout=90)
@@ -104,7 +99,7 @@ def test_heals_with_slurm_names_that_are_not_kubernetes_names(fleet_with_slurm, 
 
 
 def test_a_persons_drain_is_never_changed_nor_its_spare_promoted(fleet_with_slurm, api):
-    spec, rec, channel, slurm = fleet_with_slurm
+    spec, rec, channel, slurm, rest = fleet_with_slurm
     slurm.set_node_state("gpu-a-2", "DRAIN", "hardware check by ops")  # the spare's Slurm node
     slurm.set_node_state("gpu-a-1", "DRAIN", "cable reseat by ops")  # and the node that faults
     Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid48", "DBE")
@@ -118,26 +113,24 @@ def test_a_persons_drain_is_never_changed_nor_its_spare_promoted(fleet_with_slur
 
 
 def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fleet_with_slurm, api, tmp_path):
-    spec, rec, channel, slurm = fleet_with_slurm
-    rec.runtime.spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 40})})
+    spec, rec, channel, slurm, rest = fleet_with_slurm
+    spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 40})})
+    rec = reconciler(api, spec, channel, rest)
     job_on(slurm, "gpu-a-1", tmp_path, slow_checkpoint=True)  # checkpointing for its whole grace period
     Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid94", "contained ECC")
     run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.phase is Phase.CHECKPOINTING])
     slurm.stop_daemon("slurmrestd")
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 20:
-        step(rec)
-        time.sleep(0.5)
-    (r,) = records_for(rec, f"{POOL}-1")
-    assert r.phase is Phase.CHECKPOINTING and r.retries >= 2 and "Slurm" in r.last_error
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.retries >= 2], timeout=30)
+    assert r.phase is Phase.CHECKPOINTING and "Slurm" in r.last_error
     slurm.up()
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.phase.terminal], timeout=90)
     assert r.phase is Phase.SUCCEEDED and "failed" not in [m.event for m in channel.messages]
 
 
 def test_a_long_outage_fails_with_the_reason_and_keeps_the_node_contained(fleet_with_slurm, api):
-    spec, rec, channel, slurm = fleet_with_slurm
-    rec.runtime.spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"retry_budget_seconds": 10})})
+    spec, rec, channel, slurm, rest = fleet_with_slurm
+    spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"retry_budget_seconds": 10})})
+    rec = reconciler(api, spec, channel, rest)
     slurm.stop_daemon("slurmrestd")
     try:
         Kube(api).set_condition(f"{POOL}-0", "GpuHealthy", "False", "Xid79", "off the bus")

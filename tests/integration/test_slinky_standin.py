@@ -18,7 +18,7 @@ from localenv.ports import free_ports
 from localenv.slurm import POD_TERMINATING_REASON, LocalSlurm
 from gpufleet.waiting import wait_for
 from localenv.fake_nodes import fake_node
-from reconciler.adapters.slurm.scontrol import SlurmCLI
+from reconciler.adapters.slurm.cli import SlurmCLI
 from tests.fixtures.slurm_cluster import build_slurm_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -1,9 +1,6 @@
-"""SlurmREST against a real slurmrestd and slurmctld (Slurm 26.05, JWT): no mocks.
-
-The same remediation steps as test_slurm_cli.py, through slurmrestd as Slinky's operator
-reaches it, plus what only the REST path has: data parser choice, tokens (signed, read
-from a Token's Secret file, expired, signed with the wrong key) and slurmrestd outages.
-"""
+"""What only SlurmREST has, against a real slurmrestd and slurmctld (Slurm 26.05, JWT): the data parser
+choice (and v0.0.44's requeue), tokens (signed, read from a Token's Secret file, expired, signed with the
+wrong key) and slurmrestd outages. The contract both clients keep is test_slurm_contract.py."""
 from __future__ import annotations
 
 import json
@@ -15,13 +12,12 @@ from pathlib import Path
 import jwt
 import pytest
 
-from localenv.slurm import SPARE_REASON, LocalSlurm
+from localenv.slurm import LocalSlurm
 from gpufleet.waiting import wait_for
 from reconciler.adapters.slurm import SlurmError, make_client
-from reconciler.adapters.slurm.scontrol import SlurmCLI
+from reconciler.adapters.slurm.cli import SlurmCLI
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile
-from tests.fixtures.slurm_cluster import KUBE_NODE_OF, SLURM_NODES
-from tests.integration.test_slurm_cli import GRACE_SECONDS, STEPS, events, expected_result, running, submit
+from tests.integration.test_slurm_contract import running, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -35,116 +31,17 @@ def idle(states) -> bool:
 # --------------------------------------------------------------------------- reading
 
 
-def test_newest_parser_and_nodes_with_operator_comments(slurm_rest: SlurmREST) -> None:
+def test_the_newest_data_parser_the_server_offers_is_chosen_once(slurm_rest: SlurmREST) -> None:
     t0 = time.monotonic()
-    nodes = slurm_rest.nodes()
+    slurm_rest.nodes()
     first = time.monotonic() - t0  # includes GET /openapi/v3 (the parser choice)
     assert slurm_rest.parser == "v0.0.45"
     t0 = time.monotonic()
     slurm_rest.node("gpu-a-0")
-    one = time.monotonic() - t0
-    print(f"first call (with /openapi/v3) {first * 1000:.0f} ms, GET node {one * 1000:.0f} ms")
-    assert [n.name for n in nodes] == SLURM_NODES
-    for n in nodes:
-        c = json.loads(n.comment)
-        assert c["node"] == KUBE_NODE_OF[n.name] != n.name
-        assert c["podName"] == f"slurm-worker-{n.name}" and c["nodeSetName"] == "gpu-a"
-    assert idle(nodes[0].states) and not nodes[0].drained_or_down
-    assert nodes[2].reason == SPARE_REASON and "DRAIN" in nodes[2].states
+    print(f"first call (with /openapi/v3) {first * 1000:.0f} ms, GET node {(time.monotonic() - t0) * 1000:.0f} ms")
 
 
-def test_unknown_node_and_job_are_permanent_errors_naming_them(slurm_rest: SlurmREST) -> None:
-    for call in (lambda: slurm_rest.node("gpu-z-9"), lambda: slurm_rest.drain("gpu-z-9", "x"),
-                 lambda: slurm_rest.down("gpu-z-9", "x")):
-        with pytest.raises(SlurmError) as ei:
-            call()
-        assert ei.value.temporary is False
-        assert "gpu-z-9" in str(ei.value) and "Slurm REST" in str(ei.value)
-    assert slurm_rest.jobs_on_node("gpu-z-9") == []
-    assert slurm_rest.job(987654) is None
-    for call in (lambda: slurm_rest.signal_jobs([987654]), lambda: slurm_rest.requeue([987654])):
-        with pytest.raises(SlurmError) as ei:
-            call()
-        assert ei.value.temporary is False and "987654" in str(ei.value)
-    slurm_rest.release([987654])  # nothing pending to release: not an error
-
-
-# --------------------------------------------------------------------------- node state
-
-
-def test_drain_down_resume_and_a_persons_drain_stays(slurm_rest: SlurmREST, slurm_cli: SlurmCLI) -> None:
-    rest = slurm_rest
-    slurm_cli.drain("gpu-a-0", PERSON_REASON)  # a person, with scontrol
-    rest.drain("gpu-a-1", "gpufleet: xid 79 on gpu 3")
-    n = rest.node("gpu-a-1")
-    assert "DRAIN" in n.states and n.reason == "gpufleet: xid 79 on gpu 3"
-    rest.down("gpu-a-1", "gpufleet: xid 79 on gpu 3")
-    assert "DOWN" in rest.node("gpu-a-1").states
-    rest.resume("gpu-a-1")
-    wait_for("gpu-a-1 back to IDLE", lambda: idle(rest.node("gpu-a-1").states), timeout=15)
-    rest.resume("gpu-a-1")  # a node that is up: not an error
-    # Nothing the client did touched the person's drain.
-    n0 = rest.node("gpu-a-0")
-    assert "DRAIN" in n0.states and n0.reason == PERSON_REASON
-
-
-def test_controller_restart_keeps_run_time_node_state(slurm_fresh: LocalSlurm, slurm_rest: SlurmREST) -> None:
-    """Issue 14 point 6: a slurmctld restart must not put spares back to a slurm.conf state."""
-    slurm_rest.resume("gpu-a-2")  # the spare, promoted
-    slurm_rest.drain("gpu-a-1", PERSON_REASON)
-    before = {n.name: n for n in slurm_rest.nodes()}
-    slurm_fresh.stop_daemon("slurmctld")
-    t0 = time.monotonic()
-    slurm_fresh.up()
-    print(f"slurmctld restarted in {time.monotonic() - t0:.2f}s")
-    after = {n.name: n for n in slurm_rest.nodes()}
-    assert idle(after["gpu-a-2"].states) and after["gpu-a-2"].reason == ""
-    assert "DRAIN" in after["gpu-a-1"].states and after["gpu-a-1"].reason == PERSON_REASON
-    assert {k: v.comment for k, v in after.items()} == {k: v.comment for k, v in before.items()}
-
-
-# --------------------------------------------------------------------------- the remediation flow
-
-
-def test_drain_signal_requeue_down_release_resumes_on_the_spare(
-        slurm_fresh: LocalSlurm, slurm_rest: SlurmREST, tmp_path: Path) -> None:
-    rest = slurm_rest
-    out = tmp_path / "job"
-    job_id = submit(slurm_fresh, out)
-    job = wait_for("the job to run", lambda: running(rest, job_id))
-    bad = job.nodes[0]
-    assert job.requeue is True and job.restarts == 0 and job.name == "ckpt-train"
-    wait_for("the script to start", lambda: [e for e in events(out) if e["event"] == "start"])
-    time.sleep(1.0)
-
-    rest.drain(bad, "gpufleet: test fault")
-    assert [j.job_id for j in rest.jobs_on_node(bad)] == [job_id]
-    t0 = time.monotonic()
-    rest.signal_jobs([job_id], "TERM")
-    ckpt = wait_for("the checkpoint", lambda: [e for e in events(out) if e["event"] == "checkpoint"],
-                    timeout=GRACE_SECONDS)[0]
-    assert time.monotonic() - t0 < GRACE_SECONDS and ckpt["node"] == bad
-    saved_step = int(ckpt["step"])
-    wait_for("the job to end", lambda: (j := rest.job(job_id)) and j.state == "FAILED")
-
-    rest.requeue([job_id])  # v0.0.45's requeue
-    pending = rest.job(job_id)
-    assert pending is not None and pending.state == "PENDING" and pending.restarts == 1
-    rest.requeue([job_id])  # already pending: not an error
-    assert rest.job(job_id).restarts == 1
-
-    rest.down(bad, "gpufleet: test fault")
-    rest.resume("gpu-a-2")
-    t0 = time.monotonic()
-    rest.release([job_id])
-    again = wait_for("the requeued job to run", lambda: running(rest, job_id), timeout=20)
-    assert time.monotonic() - t0 < 15
-    assert again.nodes[0] != bad and again.restarts == 1
-    rest.release([job_id])  # running: not an error
-    wait_for("the job to complete", lambda: (j := rest.job(job_id)) and j.state == "COMPLETED", timeout=60)
-    starts = [e for e in events(out) if e["event"] == "start"]
-    assert int(starts[1]["step"]) == saved_step
-    assert int((out / "result").read_text()) == expected_result(STEPS)
+# --------------------------------------------------------------------------- requeue on v0.0.44
 
 
 def test_v0_0_44_requeue_sets_the_drained_node_down_keeping_its_reason(
@@ -258,17 +155,6 @@ def test_slow_slurmrestd_times_out_as_temporary(slurm_fresh: LocalSlurm) -> None
     finally:
         os.kill(pid, signal.SIGCONT)
     assert rest.node("gpu-a-0").name == "gpu-a-0"
-
-
-def test_slurmctld_down_behind_slurmrestd_is_temporary(slurm_fresh: LocalSlurm, slurm_rest: SlurmREST) -> None:
-    slurm_fresh.stop_daemon("slurmctld")
-    try:
-        with pytest.raises(SlurmError) as ei:
-            slurm_rest.node("gpu-a-0")
-        assert ei.value.temporary is True, str(ei.value)
-    finally:
-        slurm_fresh.up()
-    assert slurm_rest.node("gpu-a-0").name == "gpu-a-0"
 
 
 # --------------------------------------------------------------------------- the factory

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from fleetspec import labels, load_stack_file
 from gpufleet import capacity_commands as C
 from gpufleet.cli import app
-from reconciler.core import ledger as L
+from fleetspec import ledger as L
+from reconciler.core import ledger as B
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = load_stack_file(ROOT / "Pulumi.local.yaml").fleet  # pools h100 (2 + 2 spares, lends) and l40s (1 + 1)
@@ -39,12 +40,12 @@ NODES = [
 
 
 def h100_ledger() -> str:
-    led = L.open_loan(L.empty(NOW), "kwok-h100-spare-0", "spare", 8, NOW - 3 * H)
-    led = L.open_loan(led, "kwok-h100-1", "idle", 8, NOW - 2 * H)
-    led = L.close_loan(led, "kwok-h100-1", NOW - H)
-    led = L.open_loan(led, "kwok-h100-1", "idle", 8, NOW - timedelta(minutes=30))
+    led = B.open_loan(L.empty(NOW), "kwok-h100-spare-0", "spare", 8, NOW - 3 * H)
+    led = B.open_loan(led, "kwok-h100-1", "idle", 8, NOW - 2 * H)
+    led = B.close_loan(led, "kwok-h100-1", NOW - H)
+    led = B.open_loan(led, "kwok-h100-1", "idle", 8, NOW - timedelta(minutes=30))
     cap = L.Capacity(active_busy=1, active_idle=0, active_lent=1, spares_lent=1, spares_unlent=1, gpus_lent=16)
-    return L.dump(L.record_capacity(led, cap, NOW - timedelta(seconds=4)))
+    return L.dump(B.record_capacity(led, cap, NOW - timedelta(seconds=4)))
 
 
 def test_nodes_alone_give_roles_and_loans_but_not_busy_or_idle():

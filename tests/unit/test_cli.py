@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from gpufleet.cli import app
 from gpufleet.commands import remediation_rows
-from reconciler.core.model import Record
+from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
 
 runner = CliRunner()
@@ -32,7 +32,7 @@ def test_remediation_rows_show_each_phase_duration():
     t0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
     times = [("Detected", 0), ("SlurmDraining", 0.2), ("Checkpointing", 0.5), ("Requeued", 3.5), ("Evicting", 3.7),
              ("Replacing", 4.0), ("Resuming", 4.1), ("Succeeded", 5.6)]
-    r = Record(name="n-xid79-1", node="h100-0", pool="h100", xid=79, message="", phase=Phase.SUCCEEDED, created=t0,
+    r = Remediation(name="n-xid79-1", node="h100-0", pool="h100", xid=79, message="", phase=Phase.SUCCEEDED, created=t0,
                phase_times=tuple((p, t0 + timedelta(seconds=s)) for p, s in times), replacement="h100-spare-0")
     (row,) = remediation_rows([r])
     assert row[:4] == ["h100-0", "79", "Succeeded", "h100-spare-0"]

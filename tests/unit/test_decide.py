@@ -7,11 +7,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fleetspec import labels, parse_fleet
-from reconciler.core.decide import admission_facts, detect, fail, plan_step, retry
+from reconciler.core.actions import (
+    DrainSlurm, EvictPods, NoteSignals, PromoteSpare, Quarantine, ReleaseJobs, RequestCapacity, RequeueJobs,
+    ResumeSlurm, ReturnToSpares, SignalJobs,
+)
+from reconciler.core.admission import admission_facts
+from reconciler.core.decide import detect, fail, needs, next_look, plan_step, retry
 from reconciler.core.model import (
-    Admission, DrainSlurm, EvictPods, Fault, JobView, NodeView, PromoteSpare, Quarantine, Record,
-    RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, SlurmNodeView,
-    record_name,
+    Admission, Fault, JobView, NodeView, PodView, Remediation, SlurmNodeView, StepFacts, remediation_name,
 )
 from reconciler.core.observe import node_view
 from reconciler.core.phases import InvalidTransition, Phase, check_transition
@@ -39,8 +42,8 @@ def node(name, pool="h100", role=labels.ROLE_ACTIVE, xid=None, since=T0, **kw):
 
 
 def rec(n: NodeView, phase=Phase.DETECTED, created=T0, **kw):
-    return Record(
-        name=record_name(n.name, n.fault), node=n.name, pool=n.pool, xid=n.fault.xid, message="m", phase=phase,
+    return Remediation(
+        name=remediation_name(n.name, n.fault), node=n.name, pool=n.pool, xid=n.fault.xid, message="m", phase=phase,
         created=created, phase_times=((phase.value, created),), **kw,
     )
 
@@ -49,63 +52,73 @@ def slurm(name, *states, reason=""):
     return SlurmNodeView(name, frozenset(states or ("IDLE",)), reason)
 
 
+def spares(*names, pool="h100", **kw):
+    """Ready spares of a pool, as the facts show the pool's nodes."""
+    return tuple(node(n, pool=pool, role=labels.ROLE_SPARE, ready=True, **kw) for n in names)
+
+
+def pod(key, node="h100-0", **labels_):
+    namespace, name = key.split("/")
+    return PodView(namespace, name, node, labels=tuple(labels_.items()))
+
+
 # --- detect ------------------------------------------------------------------------------------
 
 def test_critical_xid_starts_one_remediation():
     d = detect(node("h100-0", xid=79), [], spec(), T0)
-    r = d.record
+    r = d.remediation
     assert (r.phase, r.xid, r.pool, r.name) == (Phase.DETECTED, 79, "h100", f"h100-0-xid79-{int(T0.timestamp())}")
-    assert detect(node("h100-1"), [], spec(), T0).record is None
+    assert detect(node("h100-1"), [], spec(), T0).remediation is None
 
 
 @pytest.mark.parametrize("xid", [13, 31, 43, 45, 999])
 def test_application_or_unknown_xid_never_remediates(xid):
-    assert detect(node("h100-0", xid=xid), [], spec(), T0).record is None
+    assert detect(node("h100-0", xid=xid), [], spec(), T0).remediation is None
 
 
 def test_repeated_signal_while_in_progress_is_one_record():
     n = node("h100-0", xid=79)
     live = rec(n, Phase.CHECKPOINTING)
     again = replace(n, fault=Fault(48, "second fault", T0 + timedelta(seconds=30)))
-    assert detect(n, [live], spec(), T0 + timedelta(minutes=1)).record is None
-    assert detect(again, [live], spec(), T0 + timedelta(minutes=1)).record is None
+    assert detect(n, [live], spec(), T0 + timedelta(minutes=1)).remediation is None
+    assert detect(again, [live], spec(), T0 + timedelta(minutes=1)).remediation is None
 
 
 def test_stale_condition_after_success_does_not_start_again():
     n = node("h100-0", xid=79)
-    assert detect(n, [rec(n, Phase.SUCCEEDED)], spec(), T0 + timedelta(hours=1)).record is None
+    assert detect(n, [rec(n, Phase.SUCCEEDED)], spec(), T0 + timedelta(hours=1)).remediation is None
 
 
 def test_a_condition_without_transition_time_names_one_record_however_often_it_is_read():
     raw = {"metadata": {"name": "h100-0", "labels": {labels.POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE}},
            "status": {"conditions": [{"type": "GpuHealthy", "status": "False", "reason": "Xid79", "message": "m"}]}}
-    a = detect(node_view(raw, ["GpuHealthy"]), [], spec(), T0).record
-    b = detect(node_view(raw, ["GpuHealthy"]), [], spec(), T0 + timedelta(seconds=30)).record
+    a = detect(node_view(raw, ["GpuHealthy"]), [], spec(), T0).remediation
+    b = detect(node_view(raw, ["GpuHealthy"]), [], spec(), T0 + timedelta(seconds=30)).remediation
     assert a.name == b.name
 
 
 def test_occurrences_threshold_counts_distinct_signals_in_window():
     s = spec(occurrences=2, occurrence_window_seconds=600)
     n = node("h100-0", xid=79, since=T0 + timedelta(seconds=100))
-    assert detect(n, [], s, T0 + timedelta(seconds=100)).record is None
-    assert detect(n, [], s, T0 + timedelta(seconds=100), signals=(T0,)).record is not None
-    assert detect(n, [], s, T0 + timedelta(seconds=100), signals=(T0 - timedelta(hours=1),)).record is None
+    assert detect(n, [], s, T0 + timedelta(seconds=100)).remediation is None
+    assert detect(replace(n, signals=(T0,)), [], s, T0 + timedelta(seconds=100)).remediation is not None
+    assert detect(replace(n, signals=(T0 - timedelta(hours=1),)), [], s, T0 + timedelta(seconds=100)).remediation is None
 
 
 def test_healing_disabled_starts_nothing_and_says_so():
     d = detect(node("h100-0", xid=79), [], spec(enabled=False), T0)
-    assert d.record is None and d.gate.reason == "HealingDisabled"
+    assert d.remediation is None and d.gate.reason == "HealingDisabled"
 
 
 def test_quarantined_node_returns_to_spares_only_after_health_check():
     q = node("h100-9", role=labels.ROLE_QUARANTINED)
     assert detect(q, [], spec(), T0).actions == ()
-    assert detect(replace(q, health_check_passed=True), [], spec(), T0).actions == (ReturnToSpares("h100-9"),)
-    assert detect(node("h100-8", role=labels.ROLE_QUARANTINED, xid=79), [], spec(), T0).record is None
+    assert detect(replace(q, health_check_passed=True), [], spec(), T0).actions == (ReturnToSpares("h100-9", "h100"),)
+    assert detect(node("h100-8", role=labels.ROLE_QUARANTINED, xid=79), [], spec(), T0).remediation is None
 
 
 def test_nodes_outside_any_pool_are_ignored():
-    assert detect(node("cpu-0", pool=None, xid=79), [], spec(), T0).record is None
+    assert detect(node("cpu-0", pool=None, xid=79), [], spec(), T0).remediation is None
 
 
 # --- containment: never gated -------------------------------------------------------------------
@@ -115,104 +128,108 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
     r = rec(node("h100-0", xid=79))
     now = T0
     # Slurm names are the NodeSet pods' hostnames, not the Kubernetes node's
-    st = plan_step(r, RecordFacts(slurm_names=("gpu-3",)), s, now)
-    assert [a.kind for a in st.actions] == ["Notify", "Cordon"] and st.record.phase is Phase.SLURM_DRAINING
-    assert st.record.slurm_nodes == ("gpu-3",)
+    st = plan_step(r, StepFacts(slurm_names=("gpu-3",)), s, now)
+    assert [a.kind for a in st.actions] == ["Notify", "Cordon"] and st.remediation.phase is Phase.SLURM_DRAINING
+    assert st.remediation.slurm_nodes == ("gpu-3",)
     noted = replace(r, intents=("notify:detected",))  # begun before a crash: not sent again
-    assert [a.kind for a in plan_step(noted, RecordFacts(), s, now).actions] == ["Cordon"]
-    r = st.record
+    assert [a.kind for a in plan_step(noted, StepFacts(), s, now).actions] == ["Cordon"]
+    r = st.remediation
 
     jobs = (JobView(41, "RUNNING"), JobView(42, "PENDING"), JobView(43, "COMPLETING"))
-    st = plan_step(r, RecordFacts(slurm=(slurm("gpu-3", "MIXED"),), jobs_on_node=jobs), s, now)
+    st = plan_step(r, StepFacts(slurm=(slurm("gpu-3", "MIXED"),), jobs_on_node=jobs), s, now)
     assert st.actions == (DrainSlurm("gpu-3", st.actions[0].reason), SignalJobs((41,), "TERM"))
     assert st.actions[0].reason.startswith("gpufleet: XID 79") and r.name in st.actions[0].reason
-    r = st.record
+    r = st.remediation
     assert r.phase is Phase.CHECKPOINTING and r.jobs == (41, 43) and r.grace_deadline == now + timedelta(seconds=120)
 
-    st = plan_step(r, RecordFacts(jobs_on_node=(JobView(41, "RUNNING"),)), s, now + timedelta(seconds=5))
-    assert st.record is None and st.actions == () and st.recheck_after == 1.0
-    st = plan_step(r, RecordFacts(), s, now + timedelta(seconds=6))
+    st = plan_step(r, StepFacts(jobs_on_node=(JobView(41, "RUNNING"),)), s, now + timedelta(seconds=5))
+    assert st.remediation is None and st.actions == () and st.recheck_after == 1.0
+    st = plan_step(r, StepFacts(), s, now + timedelta(seconds=6))
     assert st.actions == (RequeueJobs((41, 43)),)  # DRAIN keeps jobs off; no DOWN (Slurm would undo it)
-    r = st.record
+    r = st.remediation
     assert r.phase is Phase.REQUEUED
 
-    st = plan_step(r, RecordFacts(admission=FREE), s, now)
-    assert st.actions == (EvictPods("h100-0"),) and st.record.phase is Phase.EVICTING
-    r = st.record
-    st = plan_step(r, RecordFacts(pods_left=("slurm/worker-0",)), s, now + timedelta(seconds=1))
-    assert st.record is None and st.actions == (EvictPods("h100-0"),)
-    r = plan_step(r, RecordFacts(), s, now + timedelta(seconds=2)).record
+    worker = pod("slurm/worker-0")
+    st = plan_step(r, StepFacts(admission=FREE, pods=(worker,)), s, now)
+    assert st.actions == (EvictPods("h100-0", ("slurm/worker-0",)),) and st.remediation.phase is Phase.EVICTING
+    r = st.remediation
+    st = plan_step(r, StepFacts(pods=(worker,)), s, now + timedelta(seconds=1))
+    assert st.remediation is None and st.actions == (EvictPods("h100-0", ("slurm/worker-0",)),)
+    leaving = replace(worker, deleting=True)  # evicted: waited for, not asked again
+    st = plan_step(r, StepFacts(pods=(leaving,)), s, now + timedelta(seconds=1))
+    assert st.remediation is None and st.actions == () and st.recheck_after == 2.0
+    r = plan_step(r, StepFacts(), s, now + timedelta(seconds=2)).remediation
     assert r.phase is Phase.REPLACING
 
-    st = plan_step(r, RecordFacts(spares=("h100-spare-0", "h100-spare-1")), s, now)
-    assert st.actions == () and st.record.replacement == "h100-spare-0"
-    r = st.record
-    st = plan_step(r, RecordFacts(spares=("h100-spare-1",)), s, now)  # the recorded choice wins
-    assert st.actions[:2] == (PromoteSpare("h100-spare-0", "h100-0"), Quarantine("h100-0", 79))
+    st = plan_step(r, StepFacts(pool_nodes=spares("h100-spare-0", "h100-spare-1")), s, now)
+    assert st.actions == () and st.remediation.replacement == "h100-spare-0"
+    r = st.remediation
+    st = plan_step(r, StepFacts(pool_nodes=spares("h100-spare-1")), s, now)  # the recorded choice wins
+    assert st.actions[:2] == (PromoteSpare("h100-spare-0", "h100-0", "h100"), Quarantine("h100-0", 79, "h100"))
     assert st.actions[2] == RequestCapacity("h100", "refill the spare used for h100-0", f"{r.name}/refill")
-    r = st.record
+    r = st.remediation
     assert r.phase is Phase.RESUMING
 
     spare = node("h100-spare-0", role=labels.ROLE_ACTIVE, ready=True)
     # the pod moved with its Slurm name onto the spare, still drained by gpufleet: resume it
-    drained = RecordFacts(replacement=spare, replacement_slurm=("gpu-3",),
+    drained = StepFacts(replacement=spare, replacement_slurm=("gpu-3",),
                           slurm=(slurm("gpu-3", "IDLE", "DRAIN", reason=f"gpufleet: XID 79 [{r.name}]"),))
     st = plan_step(r, drained, s, now)
-    assert st.actions == (ResumeSlurm("gpu-3"),) and st.record is None
+    assert st.actions == (ResumeSlurm("gpu-3"),) and st.remediation is None
     up = replace(drained, slurm=(slurm("gpu-3"),))
     st = plan_step(r, up, s, now + timedelta(seconds=30))
     assert st.actions[0] == ReleaseJobs((41, 43)) and st.actions[1].event == "succeeded"
-    assert [p for p, _ in st.record.phase_times] == [
+    assert [p for p, _ in st.remediation.phase_times] == [
         "Detected", "SlurmDraining", "Checkpointing", "Requeued", "Evicting", "Replacing", "Resuming", "Succeeded"]
 
 
 def test_a_persons_drain_survives_everything_gpufleet_does():
     person = slurm("gpu-3", "IDLE", "DRAIN", reason="hardware check by ops")
     r = rec(node("h100-0", xid=79))
-    st = plan_step(r, RecordFacts(slurm_names=("gpu-3",)), spec(), T0)
-    st = plan_step(st.record, RecordFacts(slurm=(person,)), spec(), T0)
-    assert st.record.kept_drains == ("gpu-3",)
+    st = plan_step(r, StepFacts(slurm_names=("gpu-3",)), spec(), T0)
+    st = plan_step(st.remediation, StepFacts(slurm=(person,)), spec(), T0)
+    assert st.remediation.kept_drains == ("gpu-3",)
     assert not any(isinstance(a, DrainSlurm) for a in st.actions)  # its reason is never overwritten
     resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"),
                        slurm_nodes=("gpu-3",), kept_drains=("gpu-3",))
-    facts = RecordFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(person,))
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(person,))
     st = plan_step(resuming, facts, spec(), T0)
-    assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.record.phase is Phase.SUCCEEDED
+    assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation.phase is Phase.SUCCEEDED
 
 
 def test_the_operators_drain_is_left_to_the_operator():
     op = slurm("gpu-3", "IDLE", "DRAIN", reason="slurm-operator: gpufleet: XID 79")
     r = replace(rec(node("h100-0", xid=79), Phase.SLURM_DRAINING), slurm_nodes=("gpu-3",))
-    assert not any(isinstance(a, DrainSlurm) for a in plan_step(r, RecordFacts(slurm=(op,)), spec(), T0).actions)
+    assert not any(isinstance(a, DrainSlurm) for a in plan_step(r, StepFacts(slurm=(op,)), spec(), T0).actions)
     resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-3",))
-    facts = RecordFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(op,))
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(op,))
     st = plan_step(resuming, facts, spec(), T0)
-    assert st.actions == () and st.record is None  # waits until the operator undrains it
+    assert st.actions == () and st.remediation is None  # waits until the operator undrains it
 
 
 def test_a_node_with_no_slurm_pod_heals_on_kubernetes_alone():
     r = rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0")
     assert r.slurm_nodes == ()
-    st = plan_step(r, RecordFacts(replacement=node("h100-spare-0", ready=True)), spec(), T0)
-    assert st.record.phase is Phase.SUCCEEDED
+    st = plan_step(r, StepFacts(replacement=node("h100-spare-0", ready=True)), spec(), T0)
+    assert st.remediation.phase is Phase.SUCCEEDED
     tainted = node("h100-spare-0", ready=True, taints=(labels.SPARE_TAINT,))
-    assert plan_step(r, RecordFacts(replacement=tainted), spec(), T0).record is None
+    assert plan_step(r, StepFacts(replacement=tainted), spec(), T0).remediation is None
 
 
 def test_grace_period_expires_then_requeue_kills():
     s = spec(grace_period_seconds=60)
     r = rec(node("h100-0", xid=79), Phase.CHECKPOINTING, jobs=(7,), grace_deadline=T0 + timedelta(seconds=60))
-    running = RecordFacts(jobs_on_node=(JobView(7, "RUNNING"), JobView(8, "RUNNING")))
-    assert plan_step(r, running, s, T0 + timedelta(seconds=59)).record is None
+    running = StepFacts(jobs_on_node=(JobView(7, "RUNNING"), JobView(8, "RUNNING")))
+    assert plan_step(r, running, s, T0 + timedelta(seconds=59)).remediation is None
     st = plan_step(r, running, s, T0 + timedelta(seconds=60))
-    assert st.actions[0] == RequeueJobs((7, 8)) and st.record.jobs == (7, 8)
+    assert st.actions[0] == RequeueJobs((7, 8)) and st.remediation.jobs == (7, 8)
 
 
 def test_grace_zero_sends_no_signal_and_a_begun_signal_is_never_sent_twice():
     r = replace(rec(node("h100-0", xid=79), Phase.SLURM_DRAINING), slurm_nodes=("gpu-3",))
-    jobs = RecordFacts(jobs_on_node=(JobView(3, "RUNNING"),))
+    jobs = StepFacts(jobs_on_node=(JobView(3, "RUNNING"),))
     st = plan_step(r, jobs, spec(grace_period_seconds=0), T0)
-    assert [a.kind for a in st.actions] == ["DrainSlurm"] and st.record.grace_deadline == T0
+    assert [a.kind for a in st.actions] == ["DrainSlurm"] and st.remediation.grace_deadline == T0
     begun = replace(r, intents=("signal:TERM",))
     assert [a.kind for a in plan_step(begun, jobs, spec(), T0).actions] == ["DrainSlurm"]
 
@@ -221,26 +238,28 @@ def test_grace_zero_sends_no_signal_and_a_begun_signal_is_never_sent_twice():
 
 def admit(phase=Phase.REQUEUED, **a):
     r = rec(node("h100-0", xid=79), phase)
-    return r, RecordFacts(admission=replace(FREE, **a))
+    return r, StepFacts(admission=replace(FREE, **a))
 
 
 def test_opt_out_stops_before_anything_is_replaced_and_says_what_is_true():
     r = rec(node("h100-0", xid=79), Phase.REQUEUED)
-    st = plan_step(r, RecordFacts(opted_out_pods=("ml/debug-0",), admission=FREE), spec(), T0)
-    assert st.record.phase is Phase.OPTED_OUT and "ml/debug-0" in st.record.reason
-    assert "drained in Slurm" in st.record.reason and "down in Slurm" not in st.record.reason
+    opted = pod("ml/debug-0", **{labels.DEFAULT_OPT_OUT: "true"})
+    st = plan_step(r, StepFacts(pods=(opted,), admission=FREE), spec(), T0)
+    assert st.remediation.phase is Phase.OPTED_OUT and "ml/debug-0" in st.remediation.reason
+    assert "drained in Slurm" in st.remediation.reason and "down in Slurm" not in st.remediation.reason
     assert [a.kind for a in st.actions] == ["Notify"]
-    assert plan_step(st.record, RecordFacts(spares=("h100-spare-0",)), spec(), T0).actions == ()
+    assert plan_step(st.remediation, StepFacts(pool_nodes=spares("h100-spare-0")), spec(), T0).actions == ()
 
 
 def test_the_admission_hold_waits_from_detection_writes_nothing_and_then_admits():
     r, facts = admit()
     held = plan_step(r, facts, spec(admission_hold_seconds=10), T0 + timedelta(seconds=4))
-    assert held.actions == () and held.record is None and held.recheck_after == 6.0
+    assert held.actions == () and held.remediation is None and held.recheck_after == 6.0
     st = plan_step(r, facts, spec(admission_hold_seconds=10), T0 + timedelta(seconds=10))
-    assert st.record.phase is Phase.EVICTING
-    opted = plan_step(r, replace(facts, opted_out_pods=("ml/debug-0",)), spec(admission_hold_seconds=10), T0)
-    assert opted.record.phase is Phase.OPTED_OUT  # a person's choice does not wait
+    assert st.remediation.phase is Phase.EVICTING
+    opted = plan_step(r, replace(facts, pods=(pod("ml/debug-0", **{labels.DEFAULT_OPT_OUT: "yes"}),)),
+                      spec(admission_hold_seconds=10), T0)
+    assert opted.remediation.phase is Phase.OPTED_OUT  # a person's choice does not wait
 
 
 @pytest.mark.parametrize("unhealthy,held", [(1, False), (3, False), (4, True), (8, True)])
@@ -248,26 +267,27 @@ def test_storm_brake_holds_replacement_after_containment(unhealthy, held):
     r, facts = admit(unhealthy=frozenset(f"h100-{i}" for i in range(unhealthy)))
     st = plan_step(r, facts, spec(max_concurrent=100), T0)
     if held:
-        assert st.record.phase is Phase.HELD and st.gate.reason == "TooManyUnhealthy"
-        assert f"{unhealthy} of 10" in st.record.held and st.actions == ()
+        assert st.remediation.phase is Phase.HELD and st.gate.reason == "TooManyUnhealthy"
+        assert f"{unhealthy} of 10" in st.remediation.held_message
+        assert [a.event for a in st.actions] == ["storm"]  # the page, nothing else
     else:
-        assert st.record.phase is Phase.EVICTING and st.gate is None
+        assert st.remediation.phase is Phase.EVICTING and st.gate is None
 
 
 def test_max_concurrent_holds_then_admits_when_a_slot_frees():
     r, facts = admit(in_flight=2)
     st = plan_step(r, facts, spec(), T0)
-    assert st.record.phase is Phase.HELD and st.gate.reason == "MaxConcurrent" and st.recheck_after
-    held = st.record
-    assert plan_step(held, facts, spec(), T0).record is None  # the same gate: nothing to write
+    assert st.remediation.phase is Phase.HELD and st.gate.reason == "MaxConcurrent" and st.recheck_after
+    held = st.remediation
+    assert plan_step(held, facts, spec(), T0).remediation is None  # the same gate: nothing to write
     st = plan_step(held, replace(facts, admission=replace(FREE, in_flight=1)), spec(), T0)
-    assert st.record.phase is Phase.EVICTING and st.record.held == ""
+    assert st.remediation.phase is Phase.EVICTING and st.remediation.held_message == ""
 
 
 def test_attempt_cap_escalates_after_containment_and_pages():
     r, facts = admit(attempts=2)
     st = plan_step(r, facts, spec(max_attempts_per_node=2), T0)
-    assert st.record.phase is Phase.ESCALATED and "quarantined for a human" in st.record.reason
+    assert st.remediation.phase is Phase.ESCALATED and "quarantined for a human" in st.remediation.reason
     assert [a.kind for a in st.actions] == ["Quarantine", "Notify"] and st.actions[1].severity == "critical"
 
 
@@ -294,80 +314,81 @@ def test_waiting_for_a_spare_holds_no_slot():
 
 def test_drain_timeout_moves_on_and_says_so():
     r = rec(node("h100-0", xid=79), Phase.EVICTING, drain_deadline=T0 + timedelta(seconds=60), reason="XID 79")
-    st = plan_step(r, RecordFacts(pods_left=("a/stuck",)), spec(), T0 + timedelta(seconds=61))
-    assert st.record.phase is Phase.REPLACING and "drain timed out" in st.record.reason
+    st = plan_step(r, StepFacts(pods=(pod("a/stuck"),)), spec(), T0 + timedelta(seconds=61))
+    assert st.remediation.phase is Phase.REPLACING and "drain timed out" in st.remediation.reason
 
 
 def test_a_spare_a_person_drained_is_never_promoted():
     r = rec(node("h100-0", xid=79), Phase.REPLACING)
-    facts = RecordFacts(spares=("h100-spare-0", "h100-spare-1"),
+    facts = StepFacts(pool_nodes=spares("h100-spare-0", "h100-spare-1"),
                         spare_slurm=(("h100-spare-0", (slurm("s0", "IDLE", "DRAIN", reason="hardware check by ops"),)),
                                      ("h100-spare-1", (slurm("s1", "IDLE", "DRAIN", reason="gpufleet: spare"),))))
-    assert plan_step(r, facts, spec(), T0).record.replacement == "h100-spare-1"
+    assert plan_step(r, facts, spec(), T0).remediation.replacement == "h100-spare-1"
 
 
 def test_no_spare_waits_notifies_and_asks_for_capacity_once():
     r = rec(node("a100-0", pool="a100", xid=79), Phase.REPLACING)
-    st = plan_step(r, RecordFacts(spares=()), spec(), T0)
-    assert st.record.phase is Phase.WAITING_FOR_SPARE
+    st = plan_step(r, StepFacts(pool_nodes=()), spec(), T0)
+    assert st.remediation.phase is Phase.WAITING_FOR_SPARE
     assert [a.kind for a in st.actions] == ["Notify", "RequestCapacity"] and st.actions[1].pool == "a100"
-    w = st.record
-    assert plan_step(w, RecordFacts(), spec(), T0).record is None
-    assert plan_step(w, RecordFacts(spares=("a100-spare-3",)), spec(), T0).record.phase is Phase.REPLACING
+    w = st.remediation
+    assert plan_step(w, StepFacts(), spec(), T0).remediation is None
+    assert plan_step(w, StepFacts(pool_nodes=spares("a100-spare-3", pool="a100")), spec(), T0).remediation.phase \
+        is Phase.REPLACING
 
 
 def test_no_room_to_refill_promotes_but_asks_for_nothing():
     r = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
-    st = plan_step(r, RecordFacts(can_refill=False), spec(), T0)
+    st = plan_step(r, StepFacts(can_refill=False), spec(), T0)
     assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "Notify"]
     assert st.actions[2].event == "refill-blocked"
 
 
 def test_fault_on_spare_quarantines_and_refills():
     r = rec(node("h100-spare-0", role=labels.ROLE_SPARE, xid=79), was_spare=True)
-    st = plan_step(r, RecordFacts(), spec(), T0)
+    st = plan_step(r, StepFacts(), spec(), T0)
     assert [a.kind for a in st.actions] == ["Notify", "Cordon", "EvictPods", "Quarantine", "RequestCapacity"]  # borrowers go too
-    st = plan_step(st.record, RecordFacts(), spec(), T0)
-    assert st.record.phase is Phase.SUCCEEDED and st.actions == ()
+    st = plan_step(st.remediation, StepFacts(), spec(), T0)
+    assert st.remediation.phase is Phase.SUCCEEDED and st.actions == ()
 
 
 def test_a_step_carries_only_when_its_loss_replays_the_same():
     """Carried steps are written with the next one; these must be written before anything follows."""
     s = spec(grace_period_seconds=0)
     n = node("h100-0", xid=79)
-    det = plan_step(rec(n), RecordFacts(slurm_names=("gpu-3",)), s, T0)
+    det = plan_step(rec(n), StepFacts(slurm_names=("gpu-3",)), s, T0)
     assert det.carry  # the cordon: a restart without the record detects the fault again and cordons again
-    draining = det.record
-    no_jobs = plan_step(draining, RecordFacts(slurm=(slurm("gpu-3"),)), s, T0)
-    with_jobs = plan_step(draining, RecordFacts(slurm=(slurm("gpu-3", "MIXED"),), jobs_on_node=(JobView(7, "RUNNING"),)),
+    draining = det.remediation
+    no_jobs = plan_step(draining, StepFacts(slurm=(slurm("gpu-3"),)), s, T0)
+    with_jobs = plan_step(draining, StepFacts(slurm=(slurm("gpu-3", "MIXED"),), jobs_on_node=(JobView(7, "RUNNING"),)),
                           s, T0)
     assert no_jobs.carry and not with_jobs.carry  # requeued jobs are off the node: only the record knows them
-    requeued = plan_step(no_jobs.record, RecordFacts(), s, T0)
-    assert requeued.record.phase is Phase.REQUEUED and not requeued.carry  # the end of containment is written
-    evicting = plan_step(requeued.record, RecordFacts(admission=FREE), s, T0)
-    assert evicting.record.phase is Phase.EVICTING and evicting.carry
-    replacing = plan_step(evicting.record, RecordFacts(), s, T0)
-    assert replacing.record.phase is Phase.REPLACING and replacing.carry
-    chosen = plan_step(replacing.record, RecordFacts(spares=("h100-spare-0",)), s, T0)
-    assert chosen.record.replacement == "h100-spare-0" and not chosen.carry  # a restart promotes the same spare
-    promoted = plan_step(chosen.record, RecordFacts(spares=("h100-spare-0",)), s, T0)
-    assert promoted.record.phase is Phase.RESUMING and promoted.carry
-    on_spare = plan_step(rec(node("h100-spare-0", role=labels.ROLE_SPARE, xid=79), was_spare=True), RecordFacts(), s, T0)
+    requeued = plan_step(no_jobs.remediation, StepFacts(), s, T0)
+    assert requeued.remediation.phase is Phase.REQUEUED and not requeued.carry  # the end of containment is written
+    evicting = plan_step(requeued.remediation, StepFacts(admission=FREE), s, T0)
+    assert evicting.remediation.phase is Phase.EVICTING and evicting.carry
+    replacing = plan_step(evicting.remediation, StepFacts(), s, T0)
+    assert replacing.remediation.phase is Phase.REPLACING and replacing.carry
+    chosen = plan_step(replacing.remediation, StepFacts(pool_nodes=spares("h100-spare-0")), s, T0)
+    assert chosen.remediation.replacement == "h100-spare-0" and not chosen.carry  # a restart promotes the same spare
+    promoted = plan_step(chosen.remediation, StepFacts(pool_nodes=spares("h100-spare-0")), s, T0)
+    assert promoted.remediation.phase is Phase.RESUMING and promoted.carry
+    on_spare = plan_step(rec(node("h100-spare-0", role=labels.ROLE_SPARE, xid=79), was_spare=True), StepFacts(), s, T0)
     assert not on_spare.carry  # quarantined, the node would be invisible to detect: the record goes first
-    held = plan_step(requeued.record, RecordFacts(admission=replace(FREE, in_flight=2)), s, T0)
-    assert held.record.phase is Phase.HELD and not held.carry
+    held = plan_step(requeued.remediation, StepFacts(admission=replace(FREE, in_flight=2)), s, T0)
+    assert held.remediation.phase is Phase.HELD and not held.carry
 
 
 def test_containment_needs_nothing_from_slurm():
     """Slurm down at the fault: the cordon still goes out first (the Detected step asks Slurm nothing)."""
-    st = plan_step(rec(node("h100-0", xid=79)), RecordFacts(slurm_names=("gpu-3",)), spec(), T0)
-    assert any(a.kind == "Cordon" for a in st.actions) and st.record.slurm_nodes == ("gpu-3",)
+    st = plan_step(rec(node("h100-0", xid=79)), StepFacts(slurm_names=("gpu-3",)), spec(), T0)
+    assert any(a.kind == "Cordon" for a in st.actions) and st.remediation.slurm_nodes == ("gpu-3",)
 
 
 def test_replacement_never_ready_fails_with_reason():
     r = rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0")
-    st = plan_step(r, RecordFacts(), spec(), T0 + timedelta(minutes=11))
-    assert st.record.phase is Phase.FAILED and "not taking jobs" in st.record.reason
+    st = plan_step(r, StepFacts(), spec(), T0 + timedelta(minutes=11))
+    assert st.remediation.phase is Phase.FAILED and "not taking jobs" in st.remediation.reason
     assert st.actions[0].severity == "critical"
 
 
@@ -379,27 +400,20 @@ def test_retry_backs_off_in_time_and_outlives_a_minute_long_outage():
     now = T0
     for i in range(8):
         st = retry(r, "Slurm: connection refused", s, now)
-        r = st.record
+        r = st.remediation
         assert r.phase is Phase.CHECKPOINTING and r.failing_since == T0 and r.retries == i + 1
         assert r.next_attempt == now + timedelta(seconds=min(30, 0.5 * 2 ** i))
         now = r.next_attempt
     assert (now - T0).total_seconds() > 60
     st = retry(r, "Slurm: connection refused", s, T0 + timedelta(seconds=901))
-    assert st.record.phase is Phase.FAILED and "over 901s" in st.record.reason
-    ok = plan_step(r, RecordFacts(), s, now)  # back in time: the next move clears the failure
-    assert ok.record.failing_since is None and ok.record.retries == 0
-
-
-@pytest.mark.parametrize("phase", [p for p in Phase if not p.terminal and p is not Phase.OPTED_OUT])
-def test_restart_in_any_phase_replans_the_same_step(phase):
-    r = rec(node("h100-0", xid=79), phase, jobs=(5,), grace_deadline=T0, drain_deadline=T0, replacement="h100-spare-0")
-    facts = RecordFacts(spares=("h100-spare-0",), admission=FREE, replacement=node("h100-spare-0", ready=True))
-    assert plan_step(r, facts, spec(), T0) == plan_step(r, facts, spec(), T0)
+    assert st.remediation.phase is Phase.FAILED and "over 901s" in st.remediation.reason
+    ok = plan_step(r, StepFacts(), s, now)  # back in time: the next move clears the failure
+    assert ok.remediation.failing_since is None and ok.remediation.retries == 0
 
 
 def test_fail_from_live_phase_and_transitions_are_enforced():
     r = rec(node("h100-0", xid=79), Phase.EVICTING)
-    assert fail(r, "API server gone", T0).record.phase is Phase.FAILED
+    assert fail(r, "API server gone", T0).remediation.phase is Phase.FAILED
     with pytest.raises(InvalidTransition):
         r.moved(Phase.SUCCEEDED, T0)
     with pytest.raises(InvalidTransition):
@@ -408,3 +422,78 @@ def test_fail_from_live_phase_and_transitions_are_enforced():
         check_transition(Phase.OPTED_OUT, Phase.EVICTING)
     with pytest.raises(InvalidTransition):
         check_transition(Phase.DETECTED, Phase.ESCALATED)  # containment first, always
+
+
+# --- what a step reads, and when it is looked at again ----------------------------------------------
+
+def test_the_core_says_what_each_step_reads_and_containment_asks_slurm_nothing():
+    r = rec(node("h100-0", xid=79))
+    assert needs(r).slurm_names and not needs(r).asks_slurm and not needs(r).shared
+    draining = replace(r, phase=Phase.SLURM_DRAINING, slurm_nodes=("gpu-3",))
+    assert needs(draining).slurm_nodes == ("gpu-3",) and needs(draining).jobs_on == ("gpu-3",)
+    assert needs(replace(r, phase=Phase.REQUEUED)).admission and needs(replace(r, phase=Phase.HELD)).pods
+    replacing = replace(r, phase=Phase.REPLACING)
+    assert needs(replacing).spares and needs(replacing).shared and needs(replacing).asks_slurm
+    assert not needs(replace(r, phase=Phase.WAITING_FOR_SPARE)).can_refill  # no provider call while waiting
+    assert needs(replace(r, phase=Phase.RESUMING, replacement="s")).replacement_slurm
+    assert needs(replace(r, phase=Phase.SUCCEEDED)) == needs(replace(r, phase=Phase.OPTED_OUT))
+
+
+def test_one_function_says_when_a_remediation_is_looked_at_again():
+    r = rec(node("h100-0", xid=79), Phase.CHECKPOINTING, grace_deadline=T0)
+    assert next_look(None, None, False, T0) is None
+    assert next_look(replace(r, phase=Phase.SUCCEEDED), None, True, T0) is None
+    assert next_look(replace(r, next_attempt=T0 + timedelta(seconds=4)), None, False, T0) == 4.0
+    waits = plan_step(r, StepFacts(jobs_on_node=(JobView(1, "RUNNING"),)), spec(), T0 - timedelta(seconds=5))
+    assert next_look(r, waits, False, T0) == waits.recheck_after == 1.0
+    moved = plan_step(r, StepFacts(), spec(), T0)
+    assert next_look(moved.remediation, moved, True, T0) == 0.0  # its next step follows at once
+
+
+def test_a_new_signal_is_noted_on_the_node_for_occurrences():
+    s = spec(occurrences=3, occurrence_window_seconds=600)
+    n = node("h100-0", xid=79, since=T0, signals=tuple(T0 - timedelta(seconds=i) for i in range(12, 0, -1)))
+    d = detect(n, [], s, T0)
+    (note,) = [a for a in d.actions if isinstance(a, NoteSignals)]
+    assert note.signals[-1] == T0 and len(note.signals) == 10  # the newest ten
+    assert detect(replace(n, signals=note.signals), [], s, T0).actions == ()  # noted: not again
+    assert detect(node("h100-0", xid=79), [], spec(), T0).actions == ()  # one occurrence is enough: nothing noted
+
+
+# --- the choice of a spare --------------------------------------------------------------------------
+
+def test_one_function_chooses_the_spare_from_the_pools_nodes():
+    r = rec(node("h100-0", xid=79), Phase.REPLACING)
+    pool = (node("h100-spare-0", role=labels.ROLE_SPARE, ready=False),  # not Ready
+            node("h100-spare-1", role=labels.ROLE_SPARE, xid=48),  # faulted itself
+            node("h100-spare-2", role=labels.ROLE_SPARE, unschedulable=True),  # cordoned
+            node("h100-spare-3", role=labels.ROLE_SPARE),  # another remediation's
+            node("h100-spare-4", role=labels.ROLE_SPARE, lent="spare"),  # lent: taken last
+            node("h100-spare-5", role=labels.ROLE_SPARE),
+            node("h100-1"))  # active
+    st = plan_step(r, StepFacts(pool_nodes=pool, claimed=frozenset({"h100-spare-3"})), spec(), T0)
+    assert st.remediation.replacement == "h100-spare-5"
+    st = plan_step(r, StepFacts(pool_nodes=pool, claimed=frozenset({"h100-spare-3", "h100-spare-5"})), spec(), T0)
+    assert st.remediation.replacement == "h100-spare-4"
+    st = plan_step(r, StepFacts(pool_nodes=pool, claimed=frozenset({"h100-spare-3", "h100-spare-4", "h100-spare-5"})),
+                   spec(), T0)
+    assert st.remediation.phase is Phase.WAITING_FOR_SPARE
+
+
+# --- the storm page: once per pool, kept on a remediation -------------------------------------------
+
+def test_the_storm_page_is_sent_by_one_held_remediation_and_noted_on_it():
+    storm = frozenset(f"h100-{i}" for i in range(4))
+    r, facts = admit(unhealthy=storm)
+    st = plan_step(r, facts, spec(max_concurrent=100), T0)
+    (page,) = [a for a in st.actions if a.kind == "Notify"]
+    assert page.event == "storm" and page.once == "notify:storm" and "4 of 10" in page.text
+    assert plan_step(r, replace(facts, admission=replace(facts.admission, storm_paged=True)), spec(max_concurrent=100),
+                     T0).actions == ()  # another remediation of the pool sent it
+    paged = replace(st.remediation, intents=("notify:storm",))
+    a = admission_facts(rec(node("h100-5", xid=79), Phase.REQUEUED), [], [paged], spec(), T0)
+    assert a.storm_paged
+    done = replace(paged, phase=Phase.SUCCEEDED)
+    assert not admission_facts(rec(node("h100-5", xid=79), Phase.REQUEUED), [], [done], spec(), T0).storm_paged
+    held_again = plan_step(st.remediation, facts, spec(max_concurrent=100), T0)  # held, its page not noted: it pages
+    assert [a.event for a in held_again.actions] == ["storm"] and held_again.remediation is not None

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fleetspec import labels
-from reconciler.core import ledger as L
+from fleetspec import ledger as L
+from reconciler.core import ledger as B
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 H = timedelta(hours=1)
@@ -15,11 +16,11 @@ H = timedelta(hours=1)
 
 def sample() -> L.PoolLedger:
     led = L.empty(T0)
-    led = L.open_loan(led, "kwok-h100-spare-0", labels.LENT_SPARE, 8, T0)
-    led = L.open_loan(led, "kwok-h100-1", labels.LENT_IDLE, 8, T0 + H)
-    led = L.close_loan(led, "kwok-h100-1", T0 + 2 * H)
+    led = B.open_loan(led, "kwok-h100-spare-0", labels.LENT_SPARE, 8, T0)
+    led = B.open_loan(led, "kwok-h100-1", labels.LENT_IDLE, 8, T0 + H)
+    led = B.close_loan(led, "kwok-h100-1", T0 + 2 * H)
     cap = L.Capacity(active_busy=1, active_idle=0, active_lent=0, spares_lent=1, spares_unlent=1, gpus_lent=8)
-    return L.record_capacity(led, cap, T0 + 2 * H)
+    return B.record_capacity(led, cap, T0 + 2 * H)
 
 
 def test_dump_is_the_documented_json_and_parses_back():
@@ -40,41 +41,41 @@ def test_dump_is_the_documented_json_and_parses_back():
 
 def test_times_are_utc_to_the_second():
     cet = timezone(timedelta(hours=1))
-    led = L.open_loan(L.empty(T0), "n", "idle", 4, datetime(2026, 12, 1, 13, 0, 0, 123456, tzinfo=cet))
+    led = B.open_loan(L.empty(T0), "n", "idle", 4, datetime(2026, 12, 1, 13, 0, 0, 123456, tzinfo=cet))
     assert led.loans[0].start == T0
     assert json.loads(L.dump(led))["loans"][0]["start"] == "2026-12-01T12:00:00Z"
 
 
 def test_opening_or_closing_twice_changes_nothing():
-    led = L.open_loan(L.empty(T0), "a", "spare", 8, T0)
-    assert L.open_loan(led, "a", "spare", 8, T0 + H) == led  # a replayed lend
-    assert L.open_loan(led, "a", "idle", 4, T0 + H) == led  # still one loan per node
-    closed = L.close_loan(led, "a", T0 + H)
+    led = B.open_loan(L.empty(T0), "a", "spare", 8, T0)
+    assert B.open_loan(led, "a", "spare", 8, T0 + H) == led  # a replayed lend
+    assert B.open_loan(led, "a", "idle", 4, T0 + H) == led  # still one loan per node
+    closed = B.close_loan(led, "a", T0 + H)
     assert closed.loans[0].end == T0 + H and closed.open_loan_of("a") is None
-    assert L.close_loan(closed, "a", T0 + 2 * H) == closed  # a replayed reclaim
-    assert L.close_loan(led, "never-lent", T0 + H) == led
-    again = L.open_loan(closed, "a", "idle", 8, T0 + 2 * H)  # lent anew: a second loan
+    assert B.close_loan(closed, "a", T0 + 2 * H) == closed  # a replayed reclaim
+    assert B.close_loan(led, "never-lent", T0 + H) == led
+    again = B.open_loan(closed, "a", "idle", 8, T0 + 2 * H)  # lent anew: a second loan
     assert [x.end for x in again.loans] == [T0 + H, None] and again.lent_nodes() == ("a",)
 
 
 def test_a_close_before_the_start_ends_at_the_start():
-    led = L.open_loan(L.empty(T0), "a", "spare", 8, T0)
-    assert L.close_loan(led, "a", T0 - H).loans[0].end == T0
+    led = B.open_loan(L.empty(T0), "a", "spare", 8, T0)
+    assert B.close_loan(led, "a", T0 - H).loans[0].end == T0
 
 
 def test_prune_drops_only_loans_that_ended_before_the_window():
     now = T0 + timedelta(days=10)
     led = L.empty(T0)
-    led = L.open_loan(led, "old", "idle", 8, T0)
-    led = L.close_loan(led, "old", T0 + H)                        # ended 10 days ago: dropped
-    led = L.open_loan(led, "forever", "spare", 8, T0)             # open for 10 days: kept
-    led = L.open_loan(led, "recent", "idle", 8, now - timedelta(days=3))
-    led = L.close_loan(led, "recent", now - timedelta(days=2))    # ended 2 days ago: kept
-    pruned = L.prune(led, now)
+    led = B.open_loan(led, "old", "idle", 8, T0)
+    led = B.close_loan(led, "old", T0 + H)                        # ended 10 days ago: dropped
+    led = B.open_loan(led, "forever", "spare", 8, T0)             # open for 10 days: kept
+    led = B.open_loan(led, "recent", "idle", 8, now - timedelta(days=3))
+    led = B.close_loan(led, "recent", now - timedelta(days=2))    # ended 2 days ago: kept
+    pruned = B.prune(led, now)
     assert [x.node for x in pruned.loans] == ["forever", "recent"]
-    assert L.prune(pruned, now) == pruned
-    assert [x.node for x in L.prune(led, now, keep=timedelta(days=1)).loans] == ["forever"]
-    assert [x.node for x in L.prune(led, now, keep=timedelta(days=11)).loans] == ["old", "forever", "recent"]
+    assert B.prune(pruned, now) == pruned
+    assert [x.node for x in B.prune(led, now, keep=timedelta(days=1)).loans] == ["forever"]
+    assert [x.node for x in B.prune(led, now, keep=timedelta(days=11)).loans] == ["old", "forever", "recent"]
 
 
 def test_gpu_hours_are_the_overlap_with_the_window():

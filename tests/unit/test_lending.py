@@ -2,16 +2,20 @@
 Pure core, a fake clock."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from fleetspec import labels, parse_fleet
-from reconciler.core.decide import drained_by_person, eligible_spares, plan_step, replacement_ready
-from reconciler.core.lending import RECHECK, PoolFacts, capacity, demand_nodes, lending_reason, plan_lending
+from reconciler.core.actions import (
+    DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, PromoteSpare, ResumeSlurm, StartReclaim,
+)
+from reconciler.core.decide import plan_step, replacement_ready
+from reconciler.core.drains import drained_by_person, lending_reason
+from reconciler.core.lending import RECHECK, PoolFacts, capacity, demand_nodes, plan_lending
 from reconciler.core.model import (
-    DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Fault, Lend, NodeView, PendingJob, PromoteSpare, Record,
-    RecordFacts, ResumeSlurm, SlurmNodeView, StartReclaim, record_name,
+    Fault, NodeView, PendingJob, PodView, Remediation, SlurmNodeView, StepFacts, remediation_name,
 )
 from reconciler.core.phases import Phase
 
@@ -41,7 +45,6 @@ def spare(i, **kw):
 
 
 def lent(n: NodeView, kind, reclaiming=None) -> NodeView:
-    from dataclasses import replace
     taints = tuple(t for t in n.taints if t != labels.SPARE_TAINT) + (labels.LENDING_TAINT,)
     return replace(n, lent="" if reclaiming else kind, lent_since=LONG_AGO, reclaiming=reclaiming, taints=taints)
 
@@ -50,8 +53,17 @@ def sl(name, *states, reason="", busy_at=LONG_AGO):
     return SlurmNodeView(name, frozenset(states or ("IDLE",)), reason, last_busy=busy_at)
 
 
-def pool(nodes, slurm_on=(), borrowers=(), pending=(), **kw):
-    return PoolFacts("h100", tuple(nodes), tuple(slurm_on), tuple(borrowers), tuple(pending), **kw)
+def pool(nodes, slurm_on=(), pods=(), pending=(), **kw):
+    return PoolFacts("h100", tuple(nodes), tuple(slurm_on), tuple(pods), tuple(pending), **kw)
+
+
+def borrower(key, node, **kw):
+    namespace, name = key.split("/")
+    return PodView(namespace, name, node, **kw)
+
+
+def nodeset_pod(host, node):
+    return PodView("slurm", f"slurm-worker-{host}", node, labels=((labels.SLINKY_POD_HOSTNAME, host),))
 
 
 def kinds(plan):
@@ -112,12 +124,16 @@ def test_no_spare_lends_while_a_remediation_waits_for_one():
 def test_reclaim_evicts_within_the_grace_then_forces_then_ends_the_loan():
     nodes, on = busy_fleet()
     back = lent(spare(2), labels.LENT_SPARE, reclaiming=T0)
-    facts = pool(nodes + [spare(0), spare(1), back], on, borrowers=[("kwok-h100-spare-2", ("inf/a",))])
+    a = borrower("inf/a", "kwok-h100-spare-2")
+    facts = pool(nodes + [spare(0), spare(1), back], on, pods=[("kwok-h100-spare-2", (a,))])
     s = spec(n_spares=3, spare_floor=2)  # nothing else to lend
     assert plan_lending(facts, s, T0 + timedelta(seconds=5)).actions == (
-        EvictBorrowers("kwok-h100-spare-2", 30, force=False),)
-    assert plan_lending(facts, s, T0 + timedelta(seconds=31)).actions == (
-        EvictBorrowers("kwok-h100-spare-2", 30, force=True),)
+        EvictBorrowers("kwok-h100-spare-2", ("inf/a",), 30, force=False),)
+    leaving = pool(nodes + [spare(0), spare(1), back], on, pods=[("kwok-h100-spare-2", (replace(a, deleting=True),))])
+    assert plan_lending(leaving, s, T0 + timedelta(seconds=6)).actions == (
+        EvictBorrowers("kwok-h100-spare-2", (), 30, force=False),)  # asked already: waited for
+    assert plan_lending(leaving, s, T0 + timedelta(seconds=31)).actions == (
+        EvictBorrowers("kwok-h100-spare-2", ("inf/a",), 30, force=True),)
     done = pool(nodes + [spare(0), spare(1), back], on)
     assert plan_lending(done, s, T0 + timedelta(seconds=31)).actions == (
         EndLoan("kwok-h100-spare-2", back_to_spare=True),)
@@ -141,8 +157,10 @@ def test_an_idle_node_is_drained_for_lending_then_lent_and_its_nodeset_pod_leave
     plan = plan_lending(pool(nodes, on), s, T0)
     assert plan.actions == (DrainSlurm("h100-3", lending_reason("kwok-h100-3")),)
     drained = on[:3] + [("kwok-h100-3", (sl("h100-3", "IDLE", "DRAIN", reason=lending_reason("kwok-h100-3")),))]
-    plan = plan_lending(pool(nodes, drained), s, T0)
-    assert plan.actions == (Lend("kwok-h100-3", "h100", labels.LENT_IDLE), EvictPods("kwok-h100-3"))
+    pods = [("kwok-h100-3", (nodeset_pod("h100-3", "kwok-h100-3"),))]
+    plan = plan_lending(pool(nodes, drained, pods), s, T0)
+    assert plan.actions == (Lend("kwok-h100-3", "h100", labels.LENT_IDLE),
+                            EvictPods("kwok-h100-3", ("slurm/slurm-worker-h100-3",)))
 
 
 def test_not_idle_long_enough_waits_and_asks_to_look_again_in_time():
@@ -203,7 +221,6 @@ def test_a_node_back_from_a_loan_with_its_slurm_node_drained_for_lending_is_undr
 
 
 def test_a_loan_on_a_faulted_or_quarantined_node_ends_at_once():
-    from dataclasses import replace
     nodes, on = busy_fleet()
     faulted = replace(lent(active(3), labels.LENT_IDLE), fault=Fault(79, "Xid 79", T0), unschedulable=True)
     q = replace(lent(spare(0), labels.LENT_SPARE), role=labels.ROLE_QUARANTINED)
@@ -232,47 +249,52 @@ def test_demand_counts_only_jobs_that_wait_for_nodes():
 
 def _record(**kw):
     f = Fault(79, "Xid 79", T0)
-    return Record(record_name("kwok-h100-0", f), "kwok-h100-0", "h100", 79, "m", Phase.REPLACING, T0,
-                  ((Phase.REPLACING.value, T0),), **kw)
+    return Remediation(remediation_name("kwok-h100-0", f), "kwok-h100-0", "h100", 79, "m", Phase.REPLACING, T0,
+                       ((Phase.REPLACING.value, T0),), **kw)
 
 
 def test_unlent_spares_are_chosen_first():
-    f = RecordFacts(spares=("kwok-h100-spare-0", "kwok-h100-spare-1"), lent_spares=("kwok-h100-spare-0",))
-    assert eligible_spares(f) == ("kwok-h100-spare-1", "kwok-h100-spare-0")
+    f = StepFacts(pool_nodes=(lent(spare(0), labels.LENT_SPARE), spare(1)))
+    assert plan_step(_record(), f, spec(), T0).remediation.replacement == "kwok-h100-spare-1"
+    assert plan_step(_record(), replace(f, claimed=frozenset({"kwok-h100-spare-1"})), spec(),
+                     T0).remediation.replacement == "kwok-h100-spare-0"
 
 
 def test_a_lent_spare_is_reclaimed_before_it_is_promoted_and_the_record_says_how_long():
     s = spec()
     r = _record(replacement="kwok-h100-spare-1")
-    lent_facts = RecordFacts(lent_spares=("kwok-h100-spare-1",), replacement_borrowers=("inf/a", "inf/b"))
+    on_loan = lent(spare(1), labels.LENT_SPARE)
+    lent_facts = StepFacts(replacement=on_loan, replacement_pods=(borrower("inf/a", on_loan.name),
+                                                                 borrower("inf/b", on_loan.name)))
     st = plan_step(r, lent_facts, s, T0)
     assert st.actions == (StartReclaim("kwok-h100-spare-1", "a fault on kwok-h100-0 needs it"),)
-    r = st.record
+    r = st.remediation
     assert r.reclaim_started == T0 and r.phase is Phase.REPLACING
     st = plan_step(r, lent_facts, s, T0 + timedelta(seconds=3))
-    assert st.actions == (EvictBorrowers("kwok-h100-spare-1", 30),) and st.record is None
+    assert st.actions == (EvictBorrowers("kwok-h100-spare-1", ("inf/a", "inf/b"), 30),) and st.remediation is None
     st = plan_step(r, lent_facts, s, T0 + timedelta(seconds=30))
-    assert st.actions == (EvictBorrowers("kwok-h100-spare-1", 30, force=True),)
-    assert "outlasted the 30s reclaim grace" in st.record.reason
-    r = st.record
-    st = plan_step(r, RecordFacts(), s, T0 + timedelta(seconds=32))
+    assert st.actions == (EvictBorrowers("kwok-h100-spare-1", ("inf/a", "inf/b"), 30, force=True),)
+    assert "outlasted the 30s reclaim grace" in st.remediation.reason
+    r = st.remediation
+    st = plan_step(r, StepFacts(), s, T0 + timedelta(seconds=32))
     assert st.actions[:2] == (EndLoan("kwok-h100-spare-1", back_to_spare=False),
-                              PromoteSpare("kwok-h100-spare-1", "kwok-h100-0"))
-    assert st.record.phase is Phase.RESUMING and "waited 32s for the borrowers" in st.record.reason
+                              PromoteSpare("kwok-h100-spare-1", "kwok-h100-0", "h100"))
+    assert st.remediation.phase is Phase.RESUMING and "waited 32s for the borrowers" in st.remediation.reason
 
 
 def test_a_spare_lent_without_borrowers_yet_is_still_taken_back_first():
     r = _record(replacement="kwok-h100-spare-1")
-    st = plan_step(r, RecordFacts(lent_spares=("kwok-h100-spare-1",)), spec(), T0)
+    on_loan = StepFacts(replacement=lent(spare(1), labels.LENT_SPARE))
+    st = plan_step(r, on_loan, spec(), T0)
     assert [a.kind for a in st.actions] == ["StartReclaim"]
-    st = plan_step(st.record, RecordFacts(lent_spares=("kwok-h100-spare-1",)), spec(), T0)
+    st = plan_step(st.remediation, on_loan, spec(), T0)
     assert [a.kind for a in st.actions][:2] == ["EndLoan", "PromoteSpare"]
 
 
 def test_a_replacement_still_on_loan_is_not_ready():
     r = _record(replacement="s")
     n = NodeView("s", "h100", labels.ROLE_ACTIVE, ready=True, taints=(labels.LENDING_TAINT,))
-    assert not replacement_ready(r, RecordFacts(replacement=n))
+    assert not replacement_ready(r, StepFacts(replacement=n))
 
 
 def test_a_drain_for_lending_is_not_a_persons():

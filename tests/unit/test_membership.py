@@ -118,7 +118,9 @@ def test_spares_fill_only_after_the_active_count():
 
 # --- capacity requests answered by joining nodes ---------------------------------------------------
 
-from reconciler.core.membership import FULFILS, Settlement, settle  # noqa: E402
+from reconciler.core.membership import Settlement, settle  # noqa: E402
+
+FULFILS = labels.FULFILS
 
 REQ_LABEL = "gpufleet.io/capacity-request"
 

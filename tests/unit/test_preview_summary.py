@@ -27,8 +27,14 @@ from typer.testing import CliRunner
 
 from gpufleet import preview as pv
 from gpufleet.cli import app
-from gpufleet.preview import (clean, kind_of, parse_digest, parse_events, split_output, split_urn, summarize,
-                              to_markdown, to_text)
+from gpufleet.preview import clean, kind_of, parse_digest, parse_events, split_urn, summarize, to_markdown, to_text
+
+
+def split_output(stdout: str) -> tuple[dict | None, list[dict]]:
+    """(digest, events) from `pulumi preview --json` output as these samples hold it: an event stream
+    (streaming mode) or one digest document (a CLI without streaming)."""
+    events = [e for e in parse_events(stdout) if "sequence" in e or any(k.endswith("Event") for k in e)]
+    return (None, events) if events else (parse_digest(stdout), [])
 
 
 def summary(text: str, **kw):

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from fleetspec import labels
 from fleetspec.models import HealingSpec
-from reconciler.core.model import Fault, NodeView, Record
+from reconciler.core.model import Fault, NodeView, Remediation
 from reconciler.core.phases import Phase
 from reconciler.core.retention import expired_records, keep_for
 
@@ -19,9 +19,9 @@ POOLS = {"h100"}
 
 
 def rec(name: str, node: str, phase: Phase, ended_days_ago: float, *, took: timedelta = timedelta(minutes=5),
-        pool: str = "h100") -> Record:
+        pool: str = "h100") -> Remediation:
     end = NOW - ended_days_ago * DAY
-    return Record(name=name, node=node, pool=pool, xid=79, message="m", phase=phase, created=end - took,
+    return Remediation(name=name, node=node, pool=pool, xid=79, message="m", phase=phase, created=end - took,
                   phase_times=((Phase.DETECTED.value, end - took), (phase.value, end)))
 
 
@@ -82,7 +82,7 @@ def test_an_escalated_node_keeps_its_newest_record_even_when_the_node_is_gone():
 def test_the_record_of_a_signal_still_on_its_node_stays():
     """Its name is the node and the signal: deleting it would let a stale condition start it again."""
     since = NOW - 60 * DAY
-    stale = Record(name=f"n1-xid79-{int(since.timestamp())}", node="n1", pool="h100", xid=79, message="m",
+    stale = Remediation(name=f"n1-xid79-{int(since.timestamp())}", node="n1", pool="h100", xid=79, message="m",
                    phase=Phase.SUCCEEDED, created=since, phase_times=((Phase.SUCCEEDED.value, since),))
     other = rec("n1-older", "n1", Phase.SUCCEEDED, 90)
     node = active("n1", fault=Fault(79, "off the bus", since))

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
-from reconciler.core.decide import SIGNALLABLE_STATES
+from reconciler.core import slurm_states
+from reconciler.errors import PermanentError, TemporaryError
 
 
 class SlurmError(RuntimeError):
@@ -25,7 +26,8 @@ class SlurmError(RuntimeError):
 @dataclass(frozen=True)
 class SlurmNode:
     name: str
-    # Base state and flags, upper-case, e.g. {"IDLE"}, {"MIXED", "DRAIN"}, {"DOWN", "NOT_RESPONDING"}.
+    # Base state and flags, upper-case, e.g. {"IDLE"}, {"MIXED", "DRAIN"}, {"DOWN", "NOT_RESPONDING"}
+    # (reconciler/core/slurm_states.py says what they mean).
     states: frozenset[str]
     reason: str = ""
     # What Slinky's operator writes there: JSON {"namespace","podName","node","nodeSetName","nodeSetUID"}
@@ -36,7 +38,7 @@ class SlurmNode:
 
     @property
     def drained_or_down(self) -> bool:
-        return bool(self.states & {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL"})
+        return slurm_states.drained_or_down(self.states)
 
 
 @dataclass(frozen=True)
@@ -88,16 +90,24 @@ class SlurmClient(Protocol):
 CLIENT_KINDS = ("rest", "cli", "none")
 
 
+def call(fn: Callable, *args):
+    """One Slurm call, its SlurmError as the reconciler's typed error (temporary or permanent)."""
+    try:
+        return fn(*args)
+    except SlurmError as e:
+        raise (TemporaryError if e.temporary else PermanentError)(f"Slurm: {e}") from None
+
+
 def signal_targets(job_ids: Sequence[int], job: Callable[[int], "SlurmJob | None"]) -> tuple[list[int], list[int]]:
     """(jobs a signal can reach now, ids Slurm does not know), in the order given, each id once. A
     pending or ended job is skipped: nothing runs to be signalled (and scancel would retry a pending
-    one for ~95 s). The states are the core's, so both backends and the core agree on them."""
+    one for ~95 s). The states are slurm_states', so both backends and the core agree on them."""
     targets, unknown = [], []
     for jid in dict.fromkeys(int(j) for j in job_ids):
         found = job(jid)
         if found is None:
             unknown.append(jid)
-        elif found.state in SIGNALLABLE_STATES:
+        elif found.state in slurm_states.SIGNALLABLE_JOB_STATES:
             targets.append(jid)
     return targets, unknown
 
@@ -111,7 +121,7 @@ def make_client(kind: str, *, url: str | None = None, token_file: str | Path | N
     if kind == "none":
         return None
     if kind == "cli":
-        from reconciler.adapters.slurm.scontrol import SlurmCLI
+        from reconciler.adapters.slurm.cli import SlurmCLI
 
         return SlurmCLI(env=env)
     if kind != "rest":

@@ -38,8 +38,8 @@ import jwt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
-from reconciler.adapters.slurm.scontrol import expand_hostlist
-from reconciler.core.decide import ON_NODE_STATES as _ON_NODE
+from reconciler.adapters.slurm.cli import expand_hostlist
+from reconciler.core.slurm_states import ON_NODE_JOB_STATES, PENDING
 
 __all__ = ["KNOWN_PARSERS", "SignedToken", "SlurmREST", "TokenFile", "TokenSource"]
 
@@ -374,12 +374,12 @@ class SlurmREST:
         """Jobs running (or completing, suspended...) on the node; not pending ones."""
         out = []
         for j in self._jobs():
-            if set(j.job_state) & _ON_NODE and name in expand_hostlist(j.nodes):
+            if set(j.job_state) & ON_NODE_JOB_STATES and name in expand_hostlist(j.nodes):
                 out.append(_job(j))
         return sorted(out, key=lambda j: j.job_id)
 
     def pending_jobs(self) -> list[SlurmJob]:
-        return sorted((_job(j) for j in self._jobs() if "PENDING" in j.job_state), key=lambda j: j.job_id)
+        return sorted((_job(j) for j in self._jobs() if PENDING in j.job_state), key=lambda j: j.job_id)
 
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows; None when unknown or purged."""
@@ -445,7 +445,7 @@ class SlurmREST:
                 if e.temporary:
                     raise
                 job = self.job(jid)
-                if job is not None and job.state == "PENDING":
+                if job is not None and job.state == PENDING:
                     continue
                 raise
 
@@ -454,7 +454,7 @@ class SlurmREST:
             job = self.job(jid)
             if job is None:
                 raise SlurmError(f"Slurm REST requeue (v0.0.44): unknown job {jid}", temporary=False)
-            if job.state not in _ON_NODE:
+            if job.state not in ON_NODE_JOB_STATES:
                 continue
             drained = [n for n in job.nodes if self.node(n).drained_or_down]
             if not drained:
@@ -469,7 +469,7 @@ class SlurmREST:
         lift a hold. Jobs that run or ended are left alone."""
         for jid in dict.fromkeys(int(j) for j in job_ids):
             job = self.job(jid)
-            if job is None or job.state != "PENDING":
+            if job is None or job.state != PENDING:
                 continue
             update = JobUpdate(begin_time=NoValInt(set=True, number=int(time.time())))
             if "held" in job.reason.lower():
@@ -517,7 +517,7 @@ def _node(n: NodeInfo) -> SlurmNode:
 
 
 def _job(j: JobInfo) -> SlurmJob:
-    state = next((s for s in j.job_state if s in _ON_NODE | {"PENDING"}), j.job_state[0] if j.job_state else "")
+    state = next((s for s in j.job_state if s in ON_NODE_JOB_STATES | {PENDING}), j.job_state[0] if j.job_state else "")
     reason = "" if j.state_reason in ("None", "(null)") else j.state_reason
     return SlurmJob(job_id=j.job_id, name=j.name, state=state, nodes=tuple(expand_hostlist(j.nodes)),
                     requeue=j.requeue, reason=reason, restarts=j.restart_cnt,

@@ -11,7 +11,7 @@ retries around it, guided by `SlurmError.temporary`:
 
 Error messages name the command and carry its output.
 
-What the commands do (see tests/integration/test_slurm_cli.py):
+What the commands do (see tests/integration/test_slurm_contract.py):
 
 * drain: ``scontrol update NodeName=N State=DRAIN Reason=R``; running jobs go on (the
   node shows MIXED/ALLOCATED+DRAIN, then IDLE+DRAIN).
@@ -40,7 +40,7 @@ import subprocess
 from typing import Mapping, Sequence
 
 from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
-from reconciler.core.decide import SIGNALLABLE_STATES
+from reconciler.core.slurm_states import PENDING, SIGNALLABLE_JOB_STATES
 
 __all__ = ["SlurmCLI", "expand_hostlist"]
 
@@ -283,11 +283,23 @@ class SlurmCLI:
         return jobs
 
     def jobs_on_node(self, name: str) -> list[SlurmJob]:
-        """Jobs running (or completing, suspended...) on the node; not pending ones."""
-        return self._squeue("-w", name)
+        """Jobs running (or completing, suspended...) on the node; not pending ones. A node Slurm does not
+        know runs none (as slurmrestd answers)."""
+        try:
+            return self._squeue("-w", name)
+        except SlurmError as e:
+            if e.temporary:
+                raise
+            try:
+                self.node(name)
+            except SlurmError as unknown:
+                if unknown.temporary:
+                    raise
+                return []  # Slurm does not know the node: no job runs there
+            raise
 
     def pending_jobs(self) -> list[SlurmJob]:
-        return sorted(self._squeue("-t", "PENDING"), key=lambda j: j.job_id)
+        return sorted(self._squeue("-t", PENDING), key=lambda j: j.job_id)
 
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows (finished jobs are kept for
@@ -357,7 +369,7 @@ class SlurmCLI:
                     job = self.job(jid)
                     if job is None:
                         unknown.append(jid)
-                    elif job.state in SIGNALLABLE_STATES:
+                    elif job.state in SIGNALLABLE_JOB_STATES:
                         raise error
         if unknown:
             raise SlurmError(f"signal {sig}: unknown job(s) {', '.join(map(str, unknown))}",
@@ -377,7 +389,7 @@ class SlurmCLI:
             if error.temporary:
                 raise error
             job = self.job(jid)
-            if job is not None and job.state == "PENDING":
+            if job is not None and job.state == PENDING:
                 continue
             raise error
 
@@ -385,6 +397,9 @@ class SlurmCLI:
         """Make pending jobs eligible now: clear the begin time a requeue sets, and
         release a hold. Jobs that already run or ended are left alone."""
         for jid in self._ids(job_ids):
+            job = self.job(jid)
+            if job is None or job.state != PENDING:
+                continue  # unknown, running or ended: nothing to release
             argv = [self.scontrol, "update", f"JobId={jid}", "StartTime=now"]
             rc, out, err = self._exec(argv)
             if rc != 0:
@@ -394,7 +409,7 @@ class SlurmCLI:
                     continue
                 raise error
             job = self.job(jid)
-            if job is not None and job.state == "PENDING" and "held" in job.reason.lower():
+            if job is not None and job.state == PENDING and "held" in job.reason.lower():
                 self._run([self.scontrol, "release", str(jid)])
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from fleetspec import labels
-from reconciler.core.identity import comment_node, slurm_nodes_on
+from reconciler.core.slurm_names import comment_node, slurm_nodes_on
 from reconciler.core.model import PodView, SlurmNodeView
 
 

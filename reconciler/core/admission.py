@@ -1,0 +1,113 @@
+"""Admission: a contained node is replaced now, held (storm brake, max_concurrent), left to a person
+(opt-out) or escalated (attempt cap). Pure. Containment never waits for it.
+
+The storm page is one per pool and storm, kept in durable state: the held remediation that sends it
+notes it among its intents, and no other of the pool's live remediations sends it again while that one
+lives (`Admission.storm_paged`), so a restart pages no one a second time.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Iterable
+
+from fleetspec import FleetSpec
+from fleetspec.remediation_crd import Reason
+
+from reconciler.core.actions import EvictPods, Notify, Quarantine
+from reconciler.core.model import Admission, Gate, NodeView, Remediation, Step, StepFacts
+from reconciler.core.observe import evictable_views, opted_out_views
+from reconciler.core.phases import Phase
+
+STORM_MIN_NODES = 2  # the brake needs at least this many unhealthy nodes in a pool
+HELD_RECHECK = 5.0  # seconds between admission checks of a held remediation (capacity frees wake it sooner)
+STORM_PAGE = Notify("storm", "critical", "").once  # the intent of the storm page
+
+
+def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], remediations: Iterable[Remediation],
+                    spec: FleetSpec, now: datetime) -> Admission:
+    """Count what admission weighs. Unhealthy: the pool's nodes remediated within the window (any
+    outcome: a finished remediation still counts until the window passes; a node a person holds by
+    opting out does not) and its active nodes faulted within it that have no remediation yet."""
+    policy = spec.healing
+    remediations = list(remediations)
+    storm = timedelta(seconds=policy.unhealthy_window_seconds)
+    critical = set(policy.critical_xids)
+    pool = remediation.pool
+    unhealthy = {r.node for r in remediations if r.pool == pool and not r.was_spare
+                 and r.phase is not Phase.OPTED_OUT and now - r.created <= storm}
+    opted_out = {r.node for r in remediations if r.phase is Phase.OPTED_OUT}
+    unhealthy |= {n.name for n in pool_nodes if n.is_active and n.fault and n.fault.xid in critical
+                  and now - n.fault.since <= storm and n.name not in opted_out}
+    attempts = timedelta(seconds=policy.attempts_window_seconds)
+    return Admission(
+        pool_size=spec.pool(pool).nodes,
+        unhealthy=frozenset(unhealthy),
+        in_flight=sum(1 for r in remediations
+                      if r.phase.holds_capacity and not r.was_spare and r.name != remediation.name),
+        attempts=sum(1 for r in remediations if r.node == remediation.node and r.name != remediation.name
+                     and now - r.created <= attempts and r.phase is not Phase.ESCALATED),
+        storm_paged=any(r.pool == pool and r.active and STORM_PAGE in r.intents for r in remediations),
+    )
+
+
+def gate(remediation: Remediation, a: Admission, spec: FleetSpec) -> Gate | None:
+    policy = spec.healing
+    n, size = len(a.unhealthy), a.pool_size
+    # One failure is never a storm: without this, a small pool could never heal at all.
+    if size and n >= STORM_MIN_NODES and n / size > policy.max_unhealthy_fraction:
+        return Gate(Reason.TOO_MANY_UNHEALTHY, remediation.pool,
+                    f"{n} of {size} nodes in pool {remediation.pool} unhealthy within "
+                    f"{policy.unhealthy_window_seconds}s (> {policy.max_unhealthy_fraction:.0%}): faulted nodes are "
+                    "contained (cordoned, drained in Slurm), none is replaced until a human looks")
+    if a.in_flight >= policy.max_concurrent:
+        return Gate(Reason.MAX_CONCURRENT, None,
+                    f"{a.in_flight} replacements in progress (max {policy.max_concurrent}): {remediation.node} is "
+                    "contained and waits its turn")
+    return None
+
+
+def admit(remediation: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime, once) -> Step:
+    """The node is contained; is it replaced now, held, escalated, or left to a person? `once` drops
+    the once-only actions the remediation has begun already."""
+    policy = spec.healing
+    node = remediation.node
+    opted = opted_out_views(facts.pods, policy.opt_out_label)
+    if opted:
+        why = (f"pods {list(opted)} carry the opt-out label {policy.opt_out_label}: "
+               f"{node} stays cordoned and drained in Slurm; nothing is replaced")
+        return Step(once(remediation, Notify("opted-out", "warning", f"{node}: {why}. A person decides what happens next.")),
+                    remediation.moved(Phase.OPTED_OUT, now, reason=why, held_message="", held_reason=""))
+    a = facts.admission
+    assert a is not None, "admission facts are gathered for Requeued and Held"
+    hold_until = remediation.created + timedelta(seconds=policy.admission_hold_seconds)
+    if remediation.phase is Phase.REQUEUED and now < hold_until:
+        # A burst arrives over seconds: weighed one fault at a time, its first faults would pass the brake
+        # before the rest were seen. Nothing is written: the wait is the remediation's age, so a restart keeps it.
+        return Step(recheck_after=(hold_until - now).total_seconds())
+    if a.attempts >= policy.max_attempts_per_node:
+        why = (f"{a.attempts + 1} remediations of {node} within {policy.attempts_window_seconds}s "
+               f"(max {policy.max_attempts_per_node}): contained and quarantined for a human")
+        return Step((Quarantine(node, remediation.xid, remediation.pool),)
+                    + once(remediation, Notify("escalated", "critical", why)),
+                    remediation.moved(Phase.ESCALATED, now, reason=why, held_message="", held_reason=""))
+    g = gate(remediation, a, spec)
+    if g is not None:
+        page = once(remediation, Notify("storm", "critical", g.message)) \
+            if g.reason == Reason.TOO_MANY_UNHEALTHY and not a.storm_paged else ()
+        if remediation.phase is Phase.HELD:
+            if remediation.held_message == g.message and not page:
+                return Step(recheck_after=HELD_RECHECK, gate=g)
+            return Step(page, replace(remediation, held_message=g.message, held_reason=g.reason),
+                        recheck_after=HELD_RECHECK, gate=g)
+        return Step(page, remediation.moved(Phase.HELD, now, held_message=g.message, held_reason=g.reason),
+                    recheck_after=HELD_RECHECK, gate=g)
+    deadline = now + timedelta(seconds=policy.drain_timeout_seconds)
+    return Step((evict(node, facts),),
+                remediation.moved(Phase.EVICTING, now, drain_deadline=deadline, held_message="", held_reason=""),
+                carry=True)
+
+
+def evict(node: str, facts: StepFacts) -> EvictPods:
+    """The node's pods a drain evicts that are not on their way out already."""
+    return EvictPods(node, tuple(p.key for p in evictable_views(facts.pods) if not p.deleting))

@@ -1,0 +1,71 @@
+"""A remediation's conditions (metav1.Condition, as Cluster API's health checks have them), derived
+from its phase and phase times. Pure; written with every status, never read back.
+
+Each condition's lastTransitionTime is when the remediation entered the phase that set it, so the
+same remediation always gives the same conditions (status writes do not churn).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from fleetspec.remediation_crd import ConditionType as Type
+from fleetspec.remediation_crd import Reason
+
+from reconciler.core.model import Remediation
+from reconciler.core.phases import Phase
+
+CONTAINING = frozenset({Phase.DETECTED, Phase.SLURM_DRAINING, Phase.CHECKPOINTING})
+REPLACING = {Phase.EVICTING: Reason.REPLACING, Phase.REPLACING: Reason.REPLACING,
+             Phase.WAITING_FOR_SPARE: Reason.WAITING_FOR_SPARE, Phase.RESUMING: Reason.RESUMING}
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # True | False | Unknown
+    reason: str
+    message: str
+    at: datetime
+
+
+def conditions(r: Remediation) -> tuple[Condition, ...]:
+    seen = [Phase(p) for p, _ in r.phase_times] or [r.phase]
+    at = r.entered(r.phase) or r.created
+    failed = r.phase is Phase.FAILED
+    out: list[Condition] = []
+
+    contained = next((p for p in seen if p not in CONTAINING and p is not Phase.FAILED), None)
+    if contained is not None:
+        out.append(Condition(Type.CONTAINED, "True", Reason.CONTAINED, "cordoned, drained in Slurm, jobs requeued",
+                             r.entered(contained) or r.created))
+    elif failed:
+        out.append(Condition(Type.CONTAINED, "False", Reason.FAILED, r.reason, at))
+    else:
+        out.append(Condition(Type.CONTAINED, "False", Reason.CONTAINING, r.phase.value, at))
+    if r.was_spare:
+        if r.phase is Phase.SUCCEEDED:
+            out.append(Condition(Type.REPLACED, "True", Reason.SUCCEEDED, "the spare was quarantined and a refill asked for", at))
+        return tuple(out)
+
+    if r.phase is Phase.REQUEUED:
+        out.append(Condition(Type.REMEDIATION_ALLOWED, "Unknown", Reason.ADMISSION_PENDING,
+                             "contained; admission weighs it", at))
+    elif r.phase is Phase.HELD:
+        out.append(Condition(Type.REMEDIATION_ALLOWED, "False", r.held_reason or Reason.MAX_CONCURRENT,
+                             r.held_message, at))
+    elif r.phase is Phase.OPTED_OUT:
+        out.append(Condition(Type.REMEDIATION_ALLOWED, "False", Reason.OPTED_OUT, r.reason, at))
+    elif r.phase is Phase.ESCALATED:
+        out.append(Condition(Type.REMEDIATION_ALLOWED, "False", Reason.ATTEMPTS_EXHAUSTED, r.reason, at))
+    elif Phase.EVICTING in seen:
+        out.append(Condition(Type.REMEDIATION_ALLOWED, "True", Reason.ADMITTED, "admitted for replacement",
+                             r.entered(Phase.EVICTING) or at))
+    if Phase.EVICTING in seen:
+        if r.phase is Phase.SUCCEEDED:
+            out.append(Condition(Type.REPLACED, "True", Reason.SUCCEEDED, f"replaced by {r.replacement}", at))
+        elif failed:
+            out.append(Condition(Type.REPLACED, "False", Reason.FAILED, r.reason, at))
+        elif r.phase in REPLACING:
+            out.append(Condition(Type.REPLACED, "False", REPLACING[r.phase], r.phase.value, at))
+    return tuple(out)

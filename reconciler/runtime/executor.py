@@ -1,0 +1,203 @@
+"""The only code that acts: every write to Kubernetes, Slurm, a node provider or a notification channel
+goes through `Executor`. Each is fenced (a replica that no longer holds the Lease does nothing) and
+checked against dry-run (then it is logged, never done). What was done is written through to the caches,
+so the next step sees it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import replace
+from datetime import datetime
+from typing import Callable
+
+from fleetspec import labels, remediation_crd
+from fleetspec.models import FleetSpec
+
+from reconciler.adapters.kube import Kube
+from reconciler.adapters.notify import Message, Notifier
+from reconciler.adapters.providers import NodeProvider
+from reconciler.adapters.records import RemediationStore
+from reconciler.adapters.slurm import SlurmClient, call
+from reconciler.core.actions import (
+    Action, ApplyMembership, Cordon, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend,
+    NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs, ResumeSlurm,
+    ReturnToSpares, SettleCapacityRequests, SignalJobs, StartReclaim, WriteLedger,
+)
+from reconciler.core.model import Remediation
+from reconciler.core.observe import membership_dict
+from reconciler.errors import PermanentError
+from reconciler.runtime.caches import Caches
+from reconciler.runtime.metrics import Metrics
+
+log = logging.getLogger(__name__)
+DRY_RUN_REPEAT = 60.0  # seconds: a dry run logs the same intended action at most this often
+
+
+class NotLeader(Exception):
+    """This replica does not hold the Lease (any more): act on nothing."""
+
+
+def context(r: Remediation | None) -> dict:
+    return {"remediation": r.name, "node": r.node, "phase": r.phase.value} if r else {}
+
+
+class Executor:
+    def __init__(self, spec: FleetSpec, kube: Kube, store: RemediationStore, slurm: SlurmClient | None,
+                 providers: dict[str, NodeProvider], notifier: Notifier, caches: Caches, metrics: Metrics,
+                 clock: Callable[[], datetime], fence: Callable[[], bool] = lambda: True, dry_run: bool = False,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self.spec, self.kube, self.store, self.slurm = spec, kube, store, slurm
+        self.providers, self.notifier, self.caches, self.metrics = providers, notifier, caches, metrics
+        self.clock, self.fence, self.dry_run, self.monotonic = clock, fence, dry_run, monotonic
+        self._said: dict[str, float] = {}  # dry run: what was logged, when
+
+    def fenced(self) -> None:
+        if not self.fence():
+            raise NotLeader()
+
+    def _would(self, what: str, r: Remediation | None) -> None:
+        now = self.monotonic()
+        key = f"{r.name if r else ''}|{what}"
+        if now - self._said.get(key, -DRY_RUN_REPEAT) >= DRY_RUN_REPEAT:
+            self._said[key] = now
+            log.info("dry run: would %s", what, extra=context(r))
+
+    # --- remediations --------------------------------------------------------------------------------
+
+    def create(self, r: Remediation) -> bool:
+        """Create the remediation's object; False when it exists already (another replica, or before a restart)."""
+        if self.dry_run:
+            self._would(f"create remediation {r.name} of {r.node}", r)
+            return True
+        self.fenced()
+        if not self.store.create(r):
+            return False
+        log.info("remediation started", extra=context(r))
+        self.metrics.started.labels(r.pool, str(r.xid)).inc()
+        return True
+
+    def write_status(self, r: Remediation) -> Remediation:
+        """Write the remediation's status; the remediation as written (its revision counted)."""
+        written = replace(r, revision=r.revision + 1)
+        if self.dry_run:
+            self._would(f"write remediation {r.name}: {r.phase.value}", r)
+            return written
+        self.fenced()
+        self.store.write_status(written)
+        self.caches.remediation_written(written)
+        return written
+
+    # --- actions -------------------------------------------------------------------------------------
+
+    def run(self, a: Action, r: Remediation | None = None) -> None:
+        if self.dry_run:
+            self._would(repr(a), r)
+            return
+        self.fenced()
+        self._do(a, r)
+
+    def _do(self, a: Action, r: Remediation | None) -> None:
+        match a:
+            case Notify():
+                self.notifier.send(Message(a.event, a.severity, a.text, r))
+            case NoteSignals():
+                self.caches.node_written(self.kube.patch_node(a.node, {"metadata": {"annotations": {
+                    labels.SIGNALS: json.dumps([t.isoformat() for t in a.signals])}}}))
+            case Cordon():
+                self.caches.node_written(self.kube.cordon(a.node, a.reason, remediation=a.remediation))
+                log.info("cordoned", extra={**context(r), "node": a.node})
+            case DrainSlurm():
+                self._slurm(lambda s: s.drain(a.node, a.reason))
+            case SignalJobs():
+                self._slurm(lambda s: s.signal_jobs(a.job_ids, a.signal))
+            case RequeueJobs():
+                self._slurm(lambda s: s.requeue(a.job_ids))
+            case ResumeSlurm():
+                self._slurm(lambda s: s.resume(a.node))
+            case ReleaseJobs():
+                self._slurm(lambda s: s.release(a.job_ids))
+            case EvictPods():
+                for key in a.pods:
+                    self._evict(key)
+            case PromoteSpare():
+                self.providers[a.pool].promote(a.spare, a.replaces)
+            case Quarantine():
+                self.providers[a.pool].quarantine(a.node, a.xid)
+            case RequestCapacity():
+                self.providers[a.pool].request_capacity(a.pool, a.reason, a.key)
+            case ReturnToSpares():
+                self.providers[a.pool].return_to_spares(a.node)
+            case DeleteRemediation():
+                if r is not None:
+                    self.store.delete(r)
+                self.caches.remediation_deleted(a.name)
+            case ApplyMembership():
+                self.kube.apply_membership(a.node, dict(a.labels), [dict(t) for t in a.add_taints])
+                log.info("membership: %s: %s", a.node, a.why)
+            case SettleCapacityRequests():
+                nodes = [membership_dict(v) for v in self.caches.nodes.values()]
+                for p in {type(p): p for p in self.providers.values()}.values():  # one of each kind covers its pools
+                    p.settle_capacity_requests(nodes)
+            case Report():
+                api = labels.API_VERSION if a.object_kind == remediation_crd.KIND else "v1"
+                self.kube.event({"kind": a.object_kind, "name": a.name, "apiVersion": api}, a.reason, a.message,
+                                "Warning")
+            case Lend():
+                self.kube.lend(a.node, a.pool, a.loan, self.clock().isoformat())
+                self._lending_event(a.node, "Lent", f"{a.node} lent to preemptible work ({a.loan})", "lent")
+            case StartReclaim():
+                self.kube.start_reclaim(a.node, self.clock().isoformat())
+                self._lending_event(a.node, "Reclaiming", f"taking {a.node} back: {a.why}", "reclaim")
+            case EvictBorrowers():
+                self._evict_borrowers(a)
+            case EndLoan():
+                self._end_loan(a)
+            case WriteLedger():
+                self.kube.write_ledger(self.notifier.namespace, a.pool, a.text)
+            case _:
+                raise PermanentError(f"unknown action {a!r}")
+
+    def _slurm(self, fn) -> None:
+        if self.slurm is not None:
+            call(fn, self.slurm)
+
+    def _evict(self, key: str, grace: int | None = None) -> None:
+        namespace, name = key.split("/", 1)
+        body = {"metadata": {"name": name, "namespace": namespace}}
+        if self.kube.evict(body) if grace is None else self.kube.evict(body, grace):
+            self.caches.pod_leaving(key)  # a PodDisruptionBudget's refusal leaves it as it is
+
+    def _evict_borrowers(self, a: EvictBorrowers) -> None:
+        for key in a.pods:
+            if a.force:
+                namespace, name = key.split("/", 1)
+                self.kube.delete_pod(namespace, name)
+                self.caches.pod_leaving(key)
+            else:
+                self._evict(key, a.grace_seconds)
+        if a.force and a.pods:
+            self._lending_event(a.node, "ReclaimForced", f"borrowers on {a.node} outlasted the {a.grace_seconds}s "
+                                "reclaim grace (a PodDisruptionBudget, or a slow exit): deleted", "forced", "Warning")
+
+    def _end_loan(self, a: EndLoan) -> None:
+        view = self.caches.nodes.get(a.node)
+        self.kube.end_loan(a.node, a.back_to_spare)
+        if view is None or not view.on_loan:
+            return
+        now = self.clock()
+        lent_for = (now - view.lent_since).total_seconds() if view.lent_since else 0.0
+        if view.pool:
+            self.metrics.gpu_seconds_lent.labels(view.pool).inc(max(0.0, lent_for) * view.gpus)
+            if view.reclaiming is not None:
+                self.metrics.reclaim_seconds.labels(view.pool).observe(max(0.0, (now - view.reclaiming).total_seconds()))
+        self._lending_event(a.node, "Reclaimed", f"{a.node} is back from its loan after {lent_for:.0f}s"
+                            + (" (to the spares)" if a.back_to_spare else ""), None)
+
+    def _lending_event(self, node: str, reason: str, message: str, counted: str | None, type_: str = "Normal") -> None:
+        view = self.caches.nodes.get(node)
+        if counted and view is not None and view.pool:
+            self.metrics.lending_events.labels(view.pool, counted).inc()
+        log.info("%s: %s", reason, message)
+        self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, reason, message, type_)

@@ -1,0 +1,185 @@
+"""The healing reconcile of one node: detect its fault, then take the steps of its remediation that
+follow from each other now, and end with one write.
+
+    caches ─► facts (what the core's `needs` asks) ─► core (detect | plan_step | retry) ─► executor ─┐
+        ▲── the step carries (Step.carry) and the next follows at once ◄─────────────────────────────┤
+    write the status once, with the once-only actions noted ─► run those ─► next look (decide.next_look)
+
+A slow or hanging call (Slurm, the API server, a webhook) delays only its own node. Admission and the
+choice of a spare are planned under the claims lock, with the steps being applied counted, so no slot
+and no spare is given twice. A step that carries is written with the next; one that does not ends the
+reconcile with its write. Its actions run only on top of a written remediation: when something carried
+is not written yet, that is written first and the step is planned again (level-based, from what is then
+seen). A new remediation is also written before its first Slurm call, and goes on. Once-only actions run
+after the write that notes them as begun, so a crash repeats idempotent actions at most, never a page or
+a SIGTERM. A dry run plans every step it can take now, writes and runs nothing, and logs each.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+from typing import Callable
+
+from fleetspec.models import FleetSpec
+
+from reconciler.adapters.records import Unreadable
+from reconciler.core import decide as core
+from reconciler.core.actions import Action
+from reconciler.core.model import Remediation, Step
+from reconciler.errors import PermanentError, TemporaryError
+from reconciler.runtime.alerts import Alerts
+from reconciler.runtime.caches import Caches
+from reconciler.runtime.claims import Claims
+from reconciler.runtime.executor import Executor, NotLeader, context
+from reconciler.runtime.facts import Facts
+from reconciler.runtime.metrics import Metrics
+from reconciler.runtime.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+UNSYNCED_RECHECK = 0.5
+MAX_CARRIED = 12  # steps one reconcile takes at most before it writes (a bound, not a rule: no path is this long)
+
+
+class Healing:
+    def __init__(self, spec: FleetSpec, caches: Caches, facts: Facts, claims: Claims, executor: Executor,
+                 alerts: Alerts, metrics: Metrics, queue: WorkQueue, clock: Callable[[], datetime]):
+        self.spec, self.caches, self.facts, self.claims = spec, caches, facts, claims
+        self.executor, self.alerts, self.metrics, self.queue, self.clock = executor, alerts, metrics, queue, clock
+
+    def reconcile(self, node: str) -> float | None:
+        """One node. Returns seconds until it wants another look (None: on an event, or the resync)."""
+        if not self.caches.synced():
+            return UNSYNCED_RECHECK  # a decision on a half-filled cache sees no spares and no remediations
+        mine = self.caches.remediations.by_index("node", node)
+        bad = [r for r in mine if isinstance(r, Unreadable)]
+        if bad:
+            for name, report in self.alerts.unreadable(node, bad):
+                self.executor.run(report)
+                if not self.executor.dry_run:
+                    self.alerts.reported(name)
+            return None
+        pools = {p.name for p in self.spec.pools}
+        ours = [r for r in mine if isinstance(r, Remediation) and r.pool in pools]  # others are not this fleet's
+        live = sorted((r for r in ours if r.active), key=lambda r: (r.created, r.name))
+        if not live:
+            return self._detect(node, ours)
+        r, now = live[0], self.clock()
+        if r.next_attempt and now < r.next_attempt:
+            return core.next_look(r, None, False, now)
+        return self._advance(r)
+
+    def _detect(self, node: str, remediations: list[Remediation]) -> float | None:
+        view = self.caches.nodes.get(node)
+        if view is None:
+            return None
+        d = core.detect(view, remediations, self.spec, self.clock())
+        for a in d.actions:
+            self.executor.run(a)
+        if d.gate is not None:
+            self.alerts.gate(d.gate)
+        if d.remediation is None:
+            return None
+        delay = self._advance(d.remediation, stored=False)  # contain at once: the cordon is the first step
+        if delay == 0.0:
+            self.queue.add(node, soon=True)  # its next step (admission, or containment's rest) after new faults
+        return delay
+
+    def _advance(self, first: Remediation, stored: bool = True) -> float | None:
+        """The steps of one remediation that follow from each other now, ended by one write (a new
+        remediation's containment by two: its create and first status, before the first Slurm call, and
+        the end of containment)."""
+        dry = self.executor.dry_run
+        current, once, dirty, wrote = first, [], not stored, False
+        step: Step | None = None
+        doing = "observe"
+        try:
+            for _ in range(MAX_CARRIED):
+                if not stored and core.needs(current).asks_slurm:
+                    # A new remediation is written (and its page sent) before its first Slurm call, so a Slurm
+                    # that hangs delays neither; its containment then goes on in this reconcile.
+                    written = self._flush(current, False, once)
+                    if written is None:
+                        self.claims.release(first.name)
+                        return 0.0  # made already (another replica, or before a restart): the informer brings it
+                    current, stored, dirty, once, wrote = written, True, False, [], True
+                doing = "observe"
+                step = self._plan(current)
+                if step.gate is not None:
+                    self.alerts.gate(step.gate)
+                if dirty and step.remediation is not None and not (step.carry or dry) and step.actions:
+                    self.claims.hold(current)  # not the step it will not apply now
+                    step = Step(recheck_after=0.0)  # write what was carried; this step next time
+                    break
+                doing = step.actions[0].kind if step.actions else "persist"
+                for a in step.actions:
+                    if a.once is None:
+                        self.executor.run(a, current)
+                    elif a.once not in current.intents and all(a.once != b.once for b in once):
+                        once.append(a)
+                if step.remediation is None:
+                    break
+                new = replace(step.remediation, revision=current.revision,
+                              intents=tuple(dict.fromkeys(current.intents + step.remediation.intents)))
+                if new.phase is not current.phase:
+                    self.alerts.moved(current, new)
+                current, dirty = new, True
+                self.claims.hold(current, Step(tuple(once)))
+                if not (step.carry or dry) or current.phase.terminal or current.next_attempt is not None:
+                    break
+            else:
+                step = Step(recheck_after=0.0)
+        except NotLeader:
+            self.claims.release(first.name)
+            raise
+        except (TemporaryError, PermanentError) as e:
+            kind = "temporary" if isinstance(e, TemporaryError) else "permanent"
+            self.metrics.action_errors.labels(doing, kind).inc()
+            log.warning("%s failure (%s): %s", kind, doing, e, extra=context(current))
+            step = (core.retry(current, f"{doing}: {e}", self.spec, self.clock()) if isinstance(e, TemporaryError)
+                    else core.fail(current, f"{doing}: {e}", self.clock()))
+            once += [a for a in step.actions if a.once and a.once not in current.intents]
+            if step.remediation is not None:
+                old, current, dirty = current, replace(step.remediation, revision=current.revision), True
+                if current.phase is not old.phase:
+                    self.alerts.moved(old, current)
+        try:
+            if dirty or once:
+                written = self._flush(current, stored, once)
+                if written is None:
+                    return 0.0  # made already (another replica, or before a restart): the informer brings it
+                current, wrote = written, True
+        finally:
+            self.claims.release(first.name)
+        if dry and wrote:
+            return None  # nothing was written: looked at again on an event or the resync, not in a loop
+        return core.next_look(current, step, current.phase is not first.phase, self.clock())
+
+    def _plan(self, r: Remediation) -> Step:
+        """Observe what the core asks for, then ask the core; facts counted across nodes, and the step,
+        under the claims lock (so no slot and no spare is given twice)."""
+        need = core.needs(r)
+        observed = self.facts.observe(r, need)
+        if not need.shared:
+            return core.plan_step(r, observed, self.spec, self.clock())
+        with self.claims.lock:
+            step = core.plan_step(r, self.facts.shared(r, need, observed), self.spec, self.clock())
+            if step.remediation is not None:
+                self.claims.take(step.remediation, step)
+            return step
+
+    def _flush(self, r: Remediation, stored: bool, once: list[Action]) -> Remediation | None:
+        """Write the remediation with the once-only actions noted as begun, then run those (one that fails
+        is logged, not repeated: it may have got through). The remediation as written; None when a create
+        finds it made already."""
+        r = replace(r, intents=tuple(dict.fromkeys(r.intents + tuple(a.once for a in once))))
+        if not stored and not self.executor.create(r):
+            return None
+        written = self.executor.write_status(r)
+        for a in once:
+            try:
+                self.executor.run(a, written)
+            except (TemporaryError, PermanentError) as e:
+                self.metrics.action_errors.labels(a.kind, "once-only").inc()
+                log.error("%s failed and is not repeated: %s", a.kind, e, extra=context(written))
+        return written

@@ -1,0 +1,202 @@
+"""A reconciler killed at every point of a remediation, restarted, and run to the end: what each
+once-only action guarantees, checked at every crash point.
+
+The guarantees are data (`GUARANTEES`): today every once-only action is at most once, sent exactly
+once unless the crash fell between the write that noted its intent and its send (then never: the
+restarted reconciler sees the intent). An action made at-least-once later (issue 23: the SIGTERM)
+changes its entry, not the tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable
+
+import pytest
+
+from reconciler.adapters.slurm import SlurmJob
+from reconciler.core.phases import Phase
+from tests.unit.fakes import World, fleet
+
+
+class Guarantee(Enum):
+    AT_MOST_ONCE = "at most once"  # exactly once, or never when the crash fell between intent and send
+    AT_LEAST_ONCE = "at least once"  # exactly once, or twice when the crash fell between intent and send
+
+    def counts(self, in_window: bool) -> set[int]:
+        if not in_window:
+            return {1}
+        return {0} if self is Guarantee.AT_MOST_ONCE else {1, 2}
+
+
+GUARANTEES: dict[str, Guarantee] = {
+    "signal:TERM": Guarantee.AT_MOST_ONCE,
+    "notify:detected": Guarantee.AT_MOST_ONCE,
+}
+
+
+class Crash(BaseException):
+    """The reconciler dies here (not an error it could handle)."""
+
+
+@dataclass
+class CrashPoint:
+    at: int  # the call that was not made
+    call: str = ""  # which one it was ("" when the run ended before it)
+    made: int = 0  # calls made (or refused by the crash)
+    intents: tuple[str, ...] = ()  # noted on the remediation when it died
+    sent: dict[str, int] = field(default_factory=dict)  # once-only actions made before it died
+
+    def in_window(self, key: str) -> bool:
+        """Whether the crash fell after the write that noted `key` and before its send."""
+        return key in self.intents and not self.sent.get(key)
+
+
+def crash_after(w: World, n: int, calls, seconds: float, sent: Callable[[], dict[str, int]]) -> CrashPoint:
+    """Run the world until the n-th of these calls (object, method), which kills the reconciler before it
+    is made; then restart it: fresh caches, queue and timers, the same API objects."""
+    made = {"n": 0}
+    point = CrashPoint(n)
+    originals = {}
+
+    def counting(name, fn):
+        def wrapped(*a, **kw):
+            made["n"] += 1
+            if made["n"] == n:
+                point.call = name
+                raise Crash()
+            return fn(*a, **kw)
+        return wrapped
+
+    for obj, name in calls:
+        originals[(obj, name)] = getattr(obj, name)
+        setattr(obj, name, counting(name, getattr(obj, name)))
+    try:
+        w.run(seconds=seconds)
+    except Crash:
+        pass
+    for (obj, name), fn in originals.items():
+        setattr(obj, name, fn)
+    point.made = made["n"]
+    point.intents = tuple(i for r in w.store.list() for i in r.intents)
+    point.sent = sent()
+    w.restart()
+    return point
+
+
+def assert_guarantees(point: CrashPoint, sent: dict[str, int], keys) -> None:
+    for key in keys:
+        want = GUARANTEES[key].counts(point.in_window(key))
+        assert sent[key] in want, (f"{key} sent {sent[key]} times; {GUARANTEES[key].value} with a crash at call "
+                                   f"{point.at} ({point.call or 'none'}) allows {sorted(want)}")
+
+
+SIGTERM_PATH = 7  # crash points of the first test: every call until the job is signalled
+CARRIED_PATH = 12  # of the second: every call until the promotion
+
+
+def sigterm_path(w: World) -> list:
+    return [(w.store, "write_status"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
+            (w.slurm, "signal_jobs"), (w.slurm, "requeue"), (w.notifier, "send")]
+
+
+def carried_path(w: World) -> list:
+    return [(w.store, "write_status"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
+            (w.kube, "evict"), (w.provider, "promote"), (w.provider, "quarantine"), (w.notifier, "send")]
+
+
+@pytest.mark.parametrize("crash_at", range(1, SIGTERM_PATH + 1))
+def test_one_sigterm_and_one_page_across_a_crash_at_every_point(crash_at):
+    """Kill the reconciler at its n-th write (any write: a remediation, a cordon, a Slurm call, a page),
+    restart it, and finish."""
+    w = World(fleet(grace_period_seconds=60))
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",))
+    w.fault("h100-0")
+
+    def sent():
+        return {"signal:TERM": sum(1 for c in w.slurm.calls if c[0] == "signal"),
+                "notify:detected": w.notifier.sent.count("detected")}
+
+    point = crash_after(w, crash_at, sigterm_path(w), 2, sent)
+    w.run(seconds=70)  # the job ignores the SIGTERM: the grace runs out and the requeue ends it
+    assert_guarantees(point, sent(), ("signal:TERM", "notify:detected"))
+    assert ("requeue", (7,)) in w.slurm.calls
+    assert w.remediation("h100-0").phase in (Phase.RESUMING, Phase.SUCCEEDED)
+
+
+@pytest.mark.parametrize("crash_at", range(1, CARRIED_PATH + 1))
+def test_a_crash_amid_carried_steps_repeats_no_page_and_promotes_one_spare(crash_at):
+    """Kill the reconciler at its n-th call (writes, cordon, drain, eviction, promotion, quarantine,
+    page) on the path where most steps carry, restart it, and finish."""
+    w = World(fleet(grace_period_seconds=0))
+    w.fault("h100-0")
+
+    def sent():
+        return {"notify:detected": w.notifier.sent.count("detected")}
+
+    point = crash_after(w, crash_at, carried_path(w), 4, sent)
+    w.run(seconds=6)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-0"
+    assert {c[1] for c in w.provider.calls if c[0] == "promote"} == {"h100-spare-0"}
+    assert_guarantees(point, sent(), ("notify:detected",))
+    assert ("cordon", "h100-0") in w.kube.calls
+
+
+@pytest.mark.parametrize("grace, job, path, seconds, points", [(60, True, sigterm_path, 2, SIGTERM_PATH),
+                                                               (0, False, carried_path, 4, CARRIED_PATH)])
+def test_the_crash_points_cover_every_call_of_the_path(grace, job, path, seconds, points):
+    """The ranges above crash at every call a run makes in its window, or a point would be missing."""
+    w = World(fleet(grace_period_seconds=grace))
+    if job:
+        w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",))
+    w.fault("h100-0")
+    point = crash_after(w, 10_000, path(w), seconds, lambda: {})
+    assert point.call == "" and point.made == points
+
+
+def counted_writes(w) -> list[tuple[str, str]]:
+    """The remediation writes the runtime makes, as (create | status, phase written)."""
+    made: list[tuple[str, str]] = []
+    for name in ("create", "write_status"):
+        fn = getattr(w.store, name)
+
+        def wrapped(r, _fn=fn, _name=name):
+            made.append((_name, r.phase.value))
+            return _fn(r)
+        setattr(w.store, name, wrapped)
+    return made
+
+
+def test_steps_that_carry_are_written_with_the_next_and_every_phase_stays_on_the_remediation():
+    """No job on the node, grace 0. The first reconcile cordons, creates the remediation and writes its
+    status (before any Slurm call, so its page goes out first), drains in Slurm and writes the end of
+    containment. Admission, eviction's end and the spare's choice are one more write; the promotion one
+    more (it waits for the Slurm node on the replacement). Not one write per phase."""
+    w = World(fleet(grace_period_seconds=0))
+    writes = counted_writes(w)
+    at_create = []
+    create = w.store.create
+
+    def creating(r):
+        at_create.append((list(w.notifier.sent), list(w.slurm.calls), list(w.kube.calls)))
+        return create(r)
+    w.store.create = creating
+    w.fault("h100-0")
+    w.sync()
+    node = w.manager.queue.get(timeout=0)
+    assert node == "h100-0"  # a new fault is first in line
+    w.manager.process(node)  # one reconcile
+    assert writes == [("create", "SlurmDraining"), ("write_status", "SlurmDraining"), ("write_status", "Requeued")]
+    assert at_create == [([], [], [("cordon", "h100-0")])]  # cordoned, nothing sent or asked of Slurm yet
+    assert w.notifier.sent == ["detected"] and ("drain", "h100-w0") in w.slurm.calls
+    w.run(seconds=3)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-0"
+    assert [p for p, _ in r.phase_times] == ["Detected", "SlurmDraining", "Checkpointing", "Requeued", "Evicting",
+                                             "Replacing", "Resuming"]
+    # the NodeSet pod's eviction is waited for (written), then the choice, then the promotion
+    assert [p for n, p in writes if n == "write_status"] == ["SlurmDraining", "Requeued", "Evicting", "Replacing",
+                                                              "Resuming"]
+    assert w.notifier.sent.count("detected") == 1
+    assert [c for c in w.kube.calls if c[0] == "evict"] == [("evict", "slurm-worker-h100-w0")]  # asked once
