@@ -14,7 +14,7 @@ import pytest
 from reconciler import logs
 from reconciler.adapters.notify import Message, Notifier, Webhook
 from reconciler.adapters.records import to_object
-from reconciler.core.model import Record
+from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
 from reconciler.redact import REDACTED, redact, register
 
@@ -53,14 +53,16 @@ def test_a_registered_secret_is_redacted_whatever_its_shape():
     assert redact("short text") == "short text"
 
 
-REC = Record(name="h100-0-xid79-1", node="h100-0", pool="h100", xid=79, message="off the bus",
+REC = Remediation(name="h100-0-xid79-1", node="h100-0", pool="h100", xid=79, message="off the bus",
              phase=Phase.FAILED, created=datetime(2026, 1, 1, tzinfo=timezone.utc),
-             reason=f"notify: https://hooks.slack.com/services/{TOKEN} refused")
+             reason=f"notify: https://hooks.slack.com/services/{TOKEN} refused",
+             last_error="slurmrestd: 401 for X-SLURM-USER-TOKEN=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzbHVybSJ9.c2lnbmF0dXJl")
 
 
 def test_a_record_carries_no_url_or_token():
     obj = json.dumps(to_object(REC))
     assert TOKEN not in obj and "hooks.slack.com/<redacted>" in obj
+    assert "eyJzdWIiOiJzbHVybSJ9" not in obj and "X-SLURM-USER-TOKEN=<redacted>" in obj
 
 
 class Events:
