@@ -12,7 +12,7 @@ from .alerts import prometheus_rule
 from .cluster import ClusterAccess, ClusterAccessArgs
 from .network import declare_network_policies
 from .node_pool import GpuNodePool, GpuNodePoolArgs, borrower_priority_classes
-from .reconciler import HostNetworkApi, Reconciler, ReconcilerArgs
+from .reconciler import NAME as RECONCILER_NAME, HostNetworkApi, Reconciler, ReconcilerArgs
 from .slinky import SlinkySlurm, SlinkySlurmArgs
 from .storage import SharedStorage, SharedStorageArgs
 
@@ -74,6 +74,7 @@ class GpuFleet(pulumi.ComponentResource):
                 db_password=args.secrets[db.password_secret]
                 if spec.slurm.accounting.enabled and (db := spec.slurm.accounting.database) else "",
                 reconciler_namespace=self.reconciler.namespace,
+                reconciler_account=RECONCILER_NAME,
                 operator_chart=args.operator_chart,
             ),
             k8s_opts,

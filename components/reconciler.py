@@ -26,8 +26,6 @@ from .slinky import TOKEN_KEY, TOKEN_SECRET, restapi_url
 NAME = "gpufleet-reconciler"
 METRICS_PORT = 9102
 HEALTH_PORT = 9103  # the probes' own port: a slow or hostile scrape of /metrics never fails a probe
-TOKEN_DIR = "/var/run/secrets/slurm"
-TOKEN_FILE = f"{TOKEN_DIR}/{TOKEN_KEY}"
 
 
 CONFIG_CHECKSUM = labels.CONFIG_CHECKSUM
@@ -44,14 +42,16 @@ def config_checksum(policy: str, secrets: dict[str, str]) -> str:
 
 def reconciler_args(spec: FleetSpec, slurm_url: str | None = None) -> list[str]:
     """The reconciler's command line: its policy, leader election, and Slinky's path to Slurm
-    (slurmrestd of the RestApi, with the token the Token resource keeps fresh in its Secret).
+    (slurmrestd of the RestApi, with the token the Token resource keeps fresh in its Secret, read through
+    the API server: the Secret lives in the Slurm namespace, with the JWT key the token is minted from).
     `slurm_url`: where slurmrestd is reached when not through the RestApi's Service (the local
     environment's host-network pods)."""
     dep = spec.healing.reconciler
     args = ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
             "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT), "--health-port", str(HEALTH_PORT)]
     if spec.slurm.restapi:
-        args += ["--slurm", "rest", "--slurm-url", slurm_url or restapi_url(spec), "--slurm-token-file", TOKEN_FILE,
+        args += ["--slurm", "rest", "--slurm-url", slurm_url or restapi_url(spec), "--slurm-token-secret",
+                 f"{spec.slurm.namespace}/{TOKEN_SECRET}/{TOKEN_KEY}",
                  "--slurm-user", spec.slurm.reconciler_user]
     return args
 
@@ -258,14 +258,9 @@ class Reconciler(pulumi.ComponentResource):
                             "resources": resources("100m", "128Mi", "1", "512Mi"),
                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                                 "capabilities": {"drop": ["ALL"]}},
-                            "volumeMounts": [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True}]
-                            + ([{"name": "slurm-token", "mountPath": TOKEN_DIR, "readOnly": True}]
-                               if spec.slurm.restapi else []),
+                            "volumeMounts": [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True}],
                         }],
-                        "volumes": [{"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}]
-                        + ([{"name": "slurm-token", "secret": {"secretName": TOKEN_SECRET,
-                                                               "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY}]}}]
-                           if spec.slurm.restapi else []),
+                        "volumes": [{"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}],
                     },
                 },
             },

@@ -249,8 +249,7 @@ def test_secrets_stay_secret():
     # the values reach exactly the Secrets that need them, and nothing else
     assert sorted(holders) == [("kubernetes:core/v1:Secret", "gpufleet-notifications"),
                                ("kubernetes:core/v1:Secret", "slurm-accounting-db"),
-                               ("kubernetes:core/v1:Secret", "slurm-auth-jwt"),  # for the Controller
-                               ("kubernetes:core/v1:Secret", "slurm-auth-jwt"),  # for the reconciler's Token
+                               ("kubernetes:core/v1:Secret", "slurm-auth-jwt"),  # the Controller's and the Token's
                                ("kubernetes:core/v1:Secret", "slurm-auth-slurm")]
     cm = MOCKS.named("kubernetes:core/v1:ConfigMap", "gpufleet-policy")
     assert '"url_secret": "slackWebhookUrl"' in cm.inputs["data"]["fleet.json"]
@@ -338,6 +337,7 @@ def test_prod_slinky_resources_carry_what_the_operator_needs():
     assert ctl["accountingRef"] == {"name": "accounting"}
     assert ctl["jwtKeyRef"] == {"name": "slurm-auth-jwt", "key": "jwt.key"} and "jwtHs256KeyRef" not in ctl
     assert "GresTypes=gpu" in ctl["extraConf"]
+    assert "DisableRootJobs=YES" in ctl["extraConf"].splitlines()  # slurm.conf(5) 26.05: root runs no job
     assert ctl["configFileRefs"] == [{"name": "slurm-config-files"}]
     gres = MOCKS.named("kubernetes:core/v1:ConfigMap", "slurm-config-files").inputs["data"]["gres.conf"]
     assert "AutoDetect=nvml" in gres
@@ -380,11 +380,23 @@ def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     spec = build("prod")
     restapi = _crs("RestApi")
     assert [r.inputs["metadata"]["name"] for r in restapi] == ["slurm-restapi"]
+    # The Token is minted where the key lives (slurm-operator v1.2.1 resolves jwtKeyRef and writes
+    # secretRef in the Token's namespace): no copy of the key in the reconciler's namespace.
     token = MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs
-    assert token["metadata"]["namespace"] == spec.healing.reconciler.namespace
+    assert token["metadata"]["namespace"] == spec.slurm.namespace
     assert token["spec"] == {"jwtKeyRef": {"name": "slurm-auth-jwt", "key": "jwt.key"}, "username": "slurm",
                              "lifetime": "1h", "refresh": True,
                              "secretRef": {"name": "gpufleet-reconciler-slurm-token", "key": "SLURM_JWT"}}
+    keys = [r for r in MOCKS.of_type("kubernetes:core/v1:Secret") if r.inputs["metadata"]["name"] == "slurm-auth-jwt"]
+    assert [k.inputs["metadata"]["namespace"] for k in keys] == [spec.slurm.namespace]
+    # The reconciler reads that one Secret, by name, and nothing else in the Slurm namespace.
+    role = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:Role", "gpufleet-reconciler-slurm-token").inputs
+    assert role["metadata"]["namespace"] == spec.slurm.namespace
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
+                              "resourceNames": ["gpufleet-reconciler-slurm-token"], "verbs": ["get"]}]
+    binding = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "gpufleet-reconciler-slurm-token")
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "gpufleet-reconciler",
+                                           "namespace": spec.healing.reconciler.namespace}]
     pod = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"]
     c = pod["containers"][0]
     args = c["args"]
@@ -392,10 +404,9 @@ def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     assert flag("--slurm") == "rest"
     assert flag("--slurm-url") == "http://slurm-restapi.slurm:6820"
     assert flag("--slurm-user") == "slurm"
-    mount = next(m for m in c["volumeMounts"] if m["name"] == "slurm-token")
-    vol = next(v for v in pod["volumes"] if v["name"] == "slurm-token")
-    assert vol["secret"]["secretName"] == "gpufleet-reconciler-slurm-token"
-    assert flag("--slurm-token-file") == f"{mount['mountPath']}/{vol['secret']['items'][0]['path']}"
+    assert flag("--slurm-token-secret") == "slurm/gpufleet-reconciler-slurm-token/SLURM_JWT"
+    assert "--slurm-token-file" not in args and "--slurm-jwt-key-file" not in args
+    assert [v["name"] for v in pod["volumes"]] == ["policy"]  # no Secret mounted
 
 
 def test_reconciler_and_operator_run_on_the_declared_system_pool():
