@@ -23,6 +23,13 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
   ServiceAccountTokenPodNodeInfo, on by default since 1.30 and GA, locked on, since 1.32:
   k8s.io/kubernetes v1.34.4 pkg/features/kube_features.go), and there only its kernel-log cursor and
   its GPU condition. A token without a node name writes no node.
+- `<ns>-kubelet-membership`: a kubelet (any `system:node:` user) changes no `gpufleet.io/` label or taint and
+  none of the pools' membership labels on a node that exists, its own included, so a compromised
+  kubelet cannot enrol its node as a spare or a system node, nor shed the spare taint. (NodeRestriction,
+  when the API server enables it, confines a kubelet to its own node and its
+  `node-restriction.kubernetes.io/` labels; it is not on by default, and the local API server runs
+  without it.) What a node registers with is the node bootstrap's to decide (`--node-labels`); see the
+  README's security section.
 """
 from __future__ import annotations
 
@@ -187,10 +194,34 @@ def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
                   *_maps("Annotations", "annotations")])
 
 
+KUBELET_PREFIX = "system:node:"  # a kubelet's username (k8s.io/apiserver pkg/authentication/user: NodeUserNamePrefix)
+
+
+def kubelet_membership_policy(spec: FleetSpec) -> dict:
+    membership = f"k.startsWith({json.dumps(OWN)}) || k in {_strings(pool_label_keys(spec))}"
+    own_taint = f"t.key.startsWith({json.dumps(OWN)})"
+    policy = _policy(f"{spec.healing.reconciler.namespace}-kubelet-membership", "", [
+        _rule(["nodes", "nodes/status"], ["UPDATE"])], [
+        {"expression": f"variables.newLabels.all(k, !({membership}) || "
+                       "(k in variables.oldLabels && variables.oldLabels[k] == variables.newLabels[k])) && "
+                       f"variables.oldLabels.all(k, !({membership}) || k in variables.newLabels)",
+         "messageExpression": f"'a kubelet (' + request.userInfo.username + ') changes no {OWN} or pool membership "
+                              "label of a node: the reconciler sets membership'"},
+        {"expression": f"object.spec.?taints.orValue([]).filter(t, {own_taint}) == "
+                       f"oldObject.spec.?taints.orValue([]).filter(t, {own_taint})",
+         "message": f"a kubelet changes no {OWN} taint of a node"},
+    ], variables=_maps("Labels", "labels"))
+    policy["spec"]["matchConditions"] = [{
+        "name": "is-a-kubelet",
+        "expression": f"request.userInfo.username.startsWith({json.dumps(KUBELET_PREFIX)})"}]
+    return policy
+
+
 def policies(spec: FleetSpec, reconciler: str, agent: str) -> list[dict]:
-    """Every policy, for the reconciler's and the agent's usernames."""
+    """Every policy, for the reconciler's and the agent's usernames, and the kubelets'."""
     return [reconciler_pods_policy(spec, reconciler), reconciler_nodes_policy(spec, reconciler),
-            reconciler_pod_deletion_policy(spec, reconciler), agent_nodes_policy(spec, agent)]
+            reconciler_pod_deletion_policy(spec, reconciler), agent_nodes_policy(spec, agent),
+            kubelet_membership_policy(spec)]
 
 
 def binding(policy: dict) -> dict:

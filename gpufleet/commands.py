@@ -40,8 +40,9 @@ def reconcile(
                               "cli (scontrol/squeue/scancel, plain Slurm clusters) or none."),
     slurm_url: Optional[str] = typer.Option(None, help="slurmrestd URL (the stack's RestApi Service); "
                                             "locally taken from the running local environment."),
-    slurm_token_secret: Optional[str] = typer.Option(None, help="NAMESPACE/NAME[/KEY] of a Slinky Token's Secret "
-                                                     "(key SLURM_JWT), read through the API server before expiry."),
+    slurm_token_secret: Optional[str] = typer.Option(None, help="A Slinky Token's Secret, NAMESPACE/NAME (key "
+                                                     "SLURM_JWT) or NAMESPACE/NAME/KEY, read through the API "
+                                                     "server before expiry."),
     slurm_token_file: Optional[Path] = typer.Option(None, help="File with the JWT (a Slinky Token's Secret, "
                                                     "key SLURM_JWT), re-read before expiry."),
     slurm_jwt_key_file: Optional[Path] = typer.Option(None, help="The cluster's JWT key: sign tokens here "

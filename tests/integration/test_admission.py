@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.admission import NODE_NAME_KEY, binding, policies
+from components.admission import KUBELET_PREFIX, NODE_NAME_KEY, binding, policies, pool_label_keys
 from components.agent import AGENT, agent_rules, agent_username
 from components.meta import pod_security_labels
 from components.reconciler import NAME as RECONCILER, cluster_rules, namespace_rules, reconciler_username
@@ -313,3 +313,54 @@ def test_on_its_own_node_the_agent_writes_only_its_cursor_and_condition(prod_lik
     status, why = _status(call, Kube(agents[NODE_A]))
     assert status == 403, (what, why)
     assert prod_like.core.read_node(NODE_A).metadata.resource_version == before  # nothing written
+
+
+# --- what a kubelet may change of a node's membership ---------------------------------------------------
+
+def as_kubelet(s: Setup, node: str) -> client.ApiClient:
+    """The admin's client impersonating node `node`'s kubelet: the API server authorizes (Node, RBAC) and
+    admits the request as that kubelet's (username system:node:<node>, group system:nodes)."""
+    from kubernetes import config as kconfig
+
+    from localenv.control_plane import CONTEXT_NAME
+
+    api = kconfig.new_client_from_config(config_file=str(s.kube.kubeconfig_path), context=CONTEXT_NAME)
+    api.set_default_header("Impersonate-User", f"{KUBELET_PREFIX}{node}")
+    api.set_default_header("Impersonate-Group", "system:nodes")
+    return api
+
+
+@pytest.fixture(scope="module")
+def kubelet_a(prod_like) -> client.CoreV1Api:
+    core = client.CoreV1Api(as_kubelet(prod_like, NODE_A))
+    wait_for("the kubelet membership policy in force", lambda: _status(
+        core.patch_node, NODE_A, {"metadata": {"labels": {labels.ROLE: "probe"}}}, dry_run="All")[0] == 403,
+        timeout=60)
+    return core
+
+
+def test_a_kubelet_writes_its_node_but_no_membership(prod_like, kubelet_a):
+    """A kubelet may label its node with other keys (so a refusal below is the policy, not authorization),
+    and cannot enrol it: no gpufleet.io/ label, no pool label, no gpufleet.io/ taint."""
+    assert _status(kubelet_a.patch_node, NODE_A, {"metadata": {"labels": {"example.org/kubelet-set": "yes"}}}) == (200, "")
+    before = prod_like.core.read_node(NODE_A).metadata.resource_version
+    pool_label = sorted(pool_label_keys(prod_like.spec))[0]
+    for patch in ({"metadata": {"labels": {labels.ROLE: labels.ROLE_SYSTEM}}},
+                  {"metadata": {"labels": {labels.POOL: "l40s"}}},
+                  {"metadata": {"labels": {"gpufleet.io/anything": "x"}}},
+                  {"metadata": {"labels": {pool_label: "forged"}}}):
+        status, why = _status(kubelet_a.patch_node, NODE_A, patch)
+        assert status == 403 and "kubelet-membership" in why and KUBELET_PREFIX + NODE_A in why, (patch, why)
+    node = prod_like.core.read_node(NODE_A)
+    node.spec.taints = [t for t in node.spec.taints or [] if not t.key.startswith("gpufleet.io/")] + [
+        client.V1Taint(key="gpufleet.io/forged", value="true", effect="NoSchedule")]
+    status, why = _status(kubelet_a.replace_node, NODE_A, node)
+    assert status == 403 and "taint" in why, why
+    assert prod_like.core.read_node(NODE_A).metadata.resource_version == before  # nothing written
+
+
+def test_a_kubelet_cannot_enrol_another_node(prod_like, kubelet_a):
+    """Without NodeRestriction (the local API server's default) a kubelet may write any node; the policy
+    still refuses membership there."""
+    status, why = _status(kubelet_a.patch_node, NODE_B, {"metadata": {"labels": {labels.ROLE: labels.ROLE_SYSTEM}}})
+    assert status == 403 and "kubelet-membership" in why, why

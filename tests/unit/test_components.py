@@ -550,7 +550,7 @@ def test_admission_policies_bind_each_identity():
     bindings = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in MOCKS.of_type(VAPB)}
     assert set(policies) == set(bindings) == {f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-nodes",
                                               f"{dep.namespace}-reconciler-pod-deletion",
-                                              f"{dep.agent_namespace}-agent-own-node"}
+                                              f"{dep.agent_namespace}-agent-own-node", f"{dep.namespace}-kubelet-membership"}
     for name, b in bindings.items():
         assert b == {"policyName": name, "validationActions": ["Deny"]}
         assert policies[name]["failurePolicy"] == "Fail"
@@ -559,6 +559,7 @@ def test_admission_policies_bind_each_identity():
         f'request.userInfo.username == "system:serviceaccount:{dep.agent_namespace}:gpufleet-agent"'
     assert who[f"{dep.namespace}-reconciler-nodes"] == \
         f'request.userInfo.username == "system:serviceaccount:{dep.namespace}:gpufleet-reconciler"'
+    assert who[f"{dep.namespace}-kubelet-membership"] == 'request.userInfo.username.startsWith("system:node:")'
     deletion = policies[f"{dep.namespace}-reconciler-pod-deletion"]["validations"][0]["expression"]
     assert all(f'"{c}"' in deletion for c in spec.borrower_classes())
 
