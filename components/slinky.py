@@ -6,8 +6,9 @@ cannot be pulled everywhere, e.g. the local environment), so the API server stil
 the Slurm resources (with the operator's field names and types: `slinky_schema.py`). One NodeSet
 per GPU pool, bound to the pool's nodes by selector and tolerations; partitions map to NodeSets.
 Around them: the LoginSet's sssd.conf Secret, Accounting with its database and password Secret,
-gres.conf for the pools' GPUs, the RestApi, and the reconciler's Token (in the reconciler's
-namespace, so its Secret can be mounted there). The control plane runs on the system pool.
+gres.conf for the pools' GPUs, the RestApi, and the reconciler's Token (beside the JWT key it is
+minted from, and a Role that lets the reconciler read its Secret and nothing else here). The control
+plane runs on the system pool.
 """
 from __future__ import annotations
 
