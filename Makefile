@@ -1,5 +1,5 @@
 # The two commands of the README's Quickstart, and their building blocks.
-.PHONY: demo demo-lending test bootstrap unit clean-local
+.PHONY: demo demo-lending test bootstrap unit clean-local lock
 
 demo: bootstrap
 	.venv/bin/gpufleet demo
@@ -19,3 +19,7 @@ unit:
 clean-local:
 	-.venv/bin/gpufleet local down
 	rm -rf .local
+
+# After changing a dependency in pyproject.toml: the lock files (versions and hashes), then commit them.
+lock:
+	scripts/lock.sh

@@ -10,8 +10,9 @@ from fleetspec.models import FleetSpec
 
 from .alerts import prometheus_rule
 from .cluster import ClusterAccess, ClusterAccessArgs
+from .network import declare_network_policies
 from .node_pool import GpuNodePool, GpuNodePoolArgs, borrower_priority_classes
-from .reconciler import HostNetworkApi, Reconciler, ReconcilerArgs
+from .reconciler import NAME as RECONCILER_NAME, HostNetworkApi, Reconciler, ReconcilerArgs
 from .slinky import SlinkySlurm, SlinkySlurmArgs
 from .storage import SharedStorage, SharedStorageArgs
 
@@ -73,10 +74,14 @@ class GpuFleet(pulumi.ComponentResource):
                 db_password=args.secrets[db.password_secret]
                 if spec.slurm.accounting.enabled and (db := spec.slurm.accounting.database) else "",
                 reconciler_namespace=self.reconciler.namespace,
+                reconciler_account=RECONCILER_NAME,
                 operator_chart=args.operator_chart,
             ),
             k8s_opts,
         )
+        # What each of the reconciler, the agent and slurmrestd may reach (components/network.py).
+        declare_network_policies(name, spec, pulumi.ResourceOptions.merge(
+            k8s_opts, pulumi.ResourceOptions(depends_on=[self.reconciler, self.slurm])))
         # Claims live in the Slurm namespace; taking it as an output orders them after it.
         self.storage = [
             SharedStorage(f"{name}-storage-{s.name}", SharedStorageArgs(s, self.slurm.namespace, spec.environment),

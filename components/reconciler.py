@@ -1,8 +1,10 @@
 """The reconciler and its node agent, deployed by the same stack that declares the fleet.
 
-Least privilege: named verbs on named resources only, no cluster-admin. The healing policy
-is the fleet spec itself, rendered into a ConfigMap the reconciler reads; webhook URLs
-(they carry tokens) go into a Secret, never the ConfigMap.
+Least privilege: named verbs on named resources only, no cluster-admin; the reconciler's namespace
+enforces Pod Security `restricted` (the agent has a namespace of its own: components/agent.py), and
+admission policies narrow what its verbs may touch (components/admission.py). The healing policy is
+the fleet spec itself, rendered into a ConfigMap the reconciler reads; webhook URLs (they carry
+tokens) go into a Secret, never the ConfigMap.
 """
 from __future__ import annotations
 
@@ -16,14 +18,14 @@ import pulumi_kubernetes as k8s
 from fleetspec import labels, remediation_crd
 from fleetspec.models import FleetSpec, WebhookTarget
 
-from .meta import metadata, resources
+from .admission import declare_admission
+from .agent import declare_agent
+from .meta import metadata, namespace_metadata, resources
 from .slinky import TOKEN_KEY, TOKEN_SECRET, restapi_url
 
 NAME = "gpufleet-reconciler"
-AGENT = "gpufleet-agent"
 METRICS_PORT = 9102
-TOKEN_DIR = "/var/run/secrets/slurm"
-TOKEN_FILE = f"{TOKEN_DIR}/{TOKEN_KEY}"
+HEALTH_PORT = 9103  # the probes' own port: a slow or hostile scrape of /metrics never fails a probe
 
 
 CONFIG_CHECKSUM = labels.CONFIG_CHECKSUM
@@ -40,14 +42,16 @@ def config_checksum(policy: str, secrets: dict[str, str]) -> str:
 
 def reconciler_args(spec: FleetSpec, slurm_url: str | None = None) -> list[str]:
     """The reconciler's command line: its policy, leader election, and Slinky's path to Slurm
-    (slurmrestd of the RestApi, with the token the Token resource keeps fresh in its Secret).
+    (slurmrestd of the RestApi, with the token the Token resource keeps fresh in its Secret, read through
+    the API server: the Secret lives in the Slurm namespace, with the JWT key the token is minted from).
     `slurm_url`: where slurmrestd is reached when not through the RestApi's Service (the local
     environment's host-network pods)."""
     dep = spec.healing.reconciler
     args = ["reconcile", "--policy", "/etc/gpufleet/fleet.json", "--leader-elect",
-            "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT)]
+            "--namespace", dep.namespace, "--metrics-port", str(METRICS_PORT), "--health-port", str(HEALTH_PORT)]
     if spec.slurm.restapi:
-        args += ["--slurm", "rest", "--slurm-url", slurm_url or restapi_url(spec), "--slurm-token-file", TOKEN_FILE,
+        args += ["--slurm", "rest", "--slurm-url", slurm_url or restapi_url(spec), "--slurm-token-secret",
+                 f"{spec.slurm.namespace}/{TOKEN_SECRET}/{TOKEN_KEY}",
                  "--slurm-user", spec.slurm.reconciler_user]
     return args
 
@@ -89,31 +93,16 @@ def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     return rules
 
 
-def agent_rules() -> list[dict]:
-    return [
-        # patch on nodes: the agent keeps its kernel-log cursor in an annotation on its node
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-        # a fault that needs only the job restarted is an Event on the node, which stays in service
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    ]
+def reconciler_username(spec: FleetSpec) -> str:
+    """The reconciler's identity as the API server names it (its ServiceAccount)."""
+    return f"system:serviceaccount:{spec.healing.reconciler.namespace}:{NAME}"
 
 
-AGENT_POLICY_DIR = "/etc/gpufleet"
-
-
-def agent_args() -> list[str]:
-    """The agent reads the same policy file as the reconciler (fleet.json of the policy ConfigMap): its
-    fault actions and the condition to write come from the spec, never from a copy of its own."""
-    return ["agent", "--kmsg", "/dev/kmsg", "--node", "$(NODE_NAME)", "--policy", f"{AGENT_POLICY_DIR}/fleet.json"]
-
-
-def agent_checksum(spec: FleetSpec) -> str:
-    """sha256 over what the agent reads of the policy: on the agent's pod template, a change of the
-    fault actions or the condition rolls the DaemonSet (a mounted ConfigMap changes under a running
-    process, which read it at start), and nothing else does."""
-    part = {"faults": spec.healing.faults.model_dump(mode="json"), "condition": spec.healing.condition_types[0]}
-    return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()
+def pod_security_level(args: "ReconcilerArgs") -> str:
+    """What the reconciler's namespace enforces: `restricted`, except in the local environment, whose pods
+    must use the host's network (no pod network there), which only `privileged` admits; there admission
+    policies still keep the reconciler's own pods restricted (components/admission.py)."""
+    return "privileged" if args.host_network_api is not None else "restricted"
 
 
 def notification_env(spec: FleetSpec) -> dict[str, str]:
@@ -159,7 +148,7 @@ def placement(args: ReconcilerArgs) -> Placement:
     system = args.spec.system_pool  # the system pool the spec declares (never a GPU node)
     pod = {"nodeSelector": dict(system.node_selector),
            **({"tolerations": [t.model_dump(exclude_none=True) for t in system.tolerations]} if system.tolerations else {})}
-    probe = {"path": "/healthz", "port": METRICS_PORT}
+    probe = {"path": "/healthz", "port": HEALTH_PORT}
     api = args.host_network_api
     if api is None:
         return Placement(pod, [], probe, [])
@@ -190,7 +179,8 @@ class Reconciler(pulumi.ComponentResource):
         meta = lambda n, comp="reconciler", ns=True, **kw: metadata(  # noqa: E731
             n, comp, env, self.namespace if ns else None, **kw)
 
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata=metadata(dep.namespace, "reconciler", env), opts=child)
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata=namespace_metadata(dep.namespace, "reconciler", env,
+                                                                             pod_security_level(args)), opts=child)
         self.namespace = ns.metadata.name
 
         crd = k8s.apiextensions.v1.CustomResourceDefinition(
@@ -261,20 +251,16 @@ class Reconciler(pulumi.ComponentResource):
                             "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                     *place.env],
                             "envFrom": env_from,
-                            "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+                            "ports": [{"name": "metrics", "containerPort": METRICS_PORT},
+                                      {"name": "health", "containerPort": HEALTH_PORT}],
                             "livenessProbe": {"httpGet": place.probe},
                             "readinessProbe": {"httpGet": place.probe},
                             "resources": resources("100m", "128Mi", "1", "512Mi"),
                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                                 "capabilities": {"drop": ["ALL"]}},
-                            "volumeMounts": [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True}]
-                            + ([{"name": "slurm-token", "mountPath": TOKEN_DIR, "readOnly": True}]
-                               if spec.slurm.restapi else []),
+                            "volumeMounts": [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True}],
                         }],
-                        "volumes": [{"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}]
-                        + ([{"name": "slurm-token", "secret": {"secretName": TOKEN_SECRET,
-                                                               "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY}]}}]
-                           if spec.slurm.restapi else []),
+                        "volumes": [{"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}],
                     },
                 },
             },
@@ -288,47 +274,10 @@ class Reconciler(pulumi.ComponentResource):
             spec={"selector": selector, "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}]},
             opts=child)
 
-        # The node agent: reads the kernel log for NVRM Xid lines and sets the GPU condition.
-        agent_sa = k8s.core.v1.ServiceAccount(f"{name}-agent-sa", metadata=meta(AGENT, "agent"), opts=child)
-        agent_role = k8s.rbac.v1.ClusterRole(f"{name}-agent-clusterrole", metadata=meta(AGENT, "agent", ns=False),
-                                             rules=agent_rules(), opts=child)
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{name}-agent-clusterrolebinding", metadata=meta(AGENT, "agent", ns=False),
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": agent_role.metadata.name},
-            subjects=[{"kind": "ServiceAccount", "name": agent_sa.metadata.name, "namespace": self.namespace}], opts=child)
-        agent_selector = {labels.APP_NAME: AGENT, labels.APP_INSTANCE: env}
-        tolerations = [{"operator": "Exists", "effect": "NoSchedule"}]
-        k8s.apps.v1.DaemonSet(
-            f"{name}-agent",
-            metadata=meta(AGENT, "agent"),
-            spec={
-                "selector": {"matchLabels": agent_selector},
-                "template": {
-                    "metadata": {"labels": metadata(AGENT, "agent", env)["labels"],
-                                 "annotations": {CONFIG_CHECKSUM: agent_checksum(spec)}},
-                    "spec": {
-                        "serviceAccountName": agent_sa.metadata.name,
-                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": [{"key": labels.POOL, "operator": "Exists"}]}]}}},
-                        "tolerations": tolerations,
-                        "containers": [{
-                            "name": "agent",
-                            "image": dep.agent_image,
-                            "args": agent_args(),
-                            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-                            "resources": resources("20m", "32Mi", "200m", "128Mi"),
-                            # Reading /dev/kmsg needs privilege; the agent mounts nothing else from the host.
-                            "securityContext": {"privileged": True, "readOnlyRootFilesystem": True},
-                            "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True},
-                                             {"name": "policy", "mountPath": AGENT_POLICY_DIR, "readOnly": True}],
-                        }],
-                        "volumes": [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}},
-                                    {"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}],
-                    },
-                },
-            },
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create="2m", update="2m")),
-        )
+        # The node agent (components/agent.py): a namespace of its own, its own identity.
+        self.agent = declare_agent(name, spec, self)
+        # What RBAC cannot say about both identities: admission policies (components/admission.py).
+        declare_admission(name, spec, reconciler_username(spec), self)
         self.register_outputs({
             "namespace": self.namespace,
             "policy_config_map": self.policy_config_map.metadata.name,

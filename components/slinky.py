@@ -6,8 +6,9 @@ cannot be pulled everywhere, e.g. the local environment), so the API server stil
 the Slurm resources (with the operator's field names and types: `slinky_schema.py`). One NodeSet
 per GPU pool, bound to the pool's nodes by selector and tolerations; partitions map to NodeSets.
 Around them: the LoginSet's sssd.conf Secret, Accounting with its database and password Secret,
-gres.conf for the pools' GPUs, the RestApi, and the reconciler's Token (in the reconciler's
-namespace, so its Secret can be mounted there). The control plane runs on the system pool.
+gres.conf for the pools' GPUs, the RestApi, and the reconciler's Token (beside the JWT key it is
+minted from, and a Role that lets the reconciler read its Secret and nothing else here). The control
+plane runs on the system pool.
 """
 from __future__ import annotations
 
@@ -107,9 +108,17 @@ def operator_values(spec: FleetSpec) -> dict:
             "operator": placement, "webhook": placement}
 
 
-def slurm_conf_partitions(spec: FleetSpec) -> str:
-    """Partitions for slurm.conf: each pool's NodeSet is a Slurm nodeset named after the pool."""
-    lines = ["GresTypes=gpu"] + [f"NodeSet={p.name} Feature={p.name}" for p in spec.pools]
+def token_reader_rules() -> list[dict]:
+    """What the reconciler may do in the Slurm namespace: read the Secret its Token writes, and nothing else
+    (no list: a name-limited get cannot be widened by a list)."""
+    return [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [TOKEN_SECRET], "verbs": ["get"]}]
+
+
+def extra_slurm_conf(spec: FleetSpec) -> str:
+    """slurm.conf lines the stack adds: root runs no job (DisableRootJobs, slurm.conf(5) 26.05: a token or
+    key that acts as root submits nothing), and partitions: each pool's NodeSet is a Slurm nodeset named
+    after the pool."""
+    lines = ["DisableRootJobs=YES", "GresTypes=gpu"] + [f"NodeSet={p.name} Feature={p.name}" for p in spec.pools]
     for part in spec.slurm.partitions:
         line = f"PartitionName={part.name} Nodes={','.join(part.pools)} State=UP"
         if part.default:
@@ -127,7 +136,8 @@ class SlinkySlurmArgs:
     slurm_key: pulumi.Input[str] = ""
     jwt_key: pulumi.Input[str] = ""
     db_password: pulumi.Input[str] = ""
-    reconciler_namespace: pulumi.Input[str] | None = None  # where the reconciler's Token and its Secret go
+    reconciler_namespace: pulumi.Input[str] | None = None  # the reconciler's: its account reads the Token's Secret
+    reconciler_account: str = "gpufleet-reconciler"  # the reconciler's ServiceAccount
     operator_chart: bool = True  # False: a render that leaves the operator's charts out (installed apart)
 
 
@@ -142,7 +152,7 @@ class SlinkySlurm(pulumi.ComponentResource):
         super().__init__("gpufleet:slurm:SlinkySlurm", name, None, opts)
         spec, slurm, env = args.spec, args.spec.slurm, args.spec.environment
         child = pulumi.ResourceOptions(parent=self)
-        image = lambda what: f"{slurm.image_registry}/{what}:{slurm.image_tag}"  # noqa: E731
+        image = slurm.image  # registry/name:tag, @digest where the stack file records one
 
         ns = k8s.core.v1.Namespace(f"{name}-ns", metadata=metadata(slurm.namespace, "slurm", env), opts=child)
         self.namespace = ns.metadata.name
@@ -216,7 +226,7 @@ class SlinkySlurm(pulumi.ComponentResource):
             "jwtKeyRef": jwt_key_ref,
             **({"accountingRef": {"name": "accounting"}} if accounting is not None else {}),
             "slurmctld": {"image": image("slurmctld"), "resources": resources("1", "2Gi", "4", "8Gi")},
-            "extraConf": slurm_conf_partitions(spec),
+            "extraConf": extra_slurm_conf(spec),
             "configFileRefs": [{"name": CONFIG_FILES}],
             "template": system,
         }, [*keys, files] + ([accounting] if accounting is not None else []))
@@ -271,16 +281,26 @@ class SlinkySlurm(pulumi.ComponentResource):
                 "template": system,
             }, [controller])
             if args.reconciler_namespace is not None:
-                # The Token, its key and the Secret it writes live with the reconciler: a pod mounts
-                # only Secrets of its own namespace.
-                key_copy = secret("reconciler-jwt-key", JWT_SECRET, {JWT_KEY: args.jwt_key}, args.reconciler_namespace)
+                # The Token lives with the key, in this namespace: slurm-operator v1.2.1 reads the Token's
+                # jwtKeyRef and writes its secretRef in the Token's own namespace (api/v1beta1/token_keys.go,
+                # internal/builder/common/token_secret.go), so a Token elsewhere needs a copy of the key
+                # there, and whoever reads Secrets there mints tokens for any Slurm user, root included.
+                # The reconciler reads only the minted token: `get` on that one Secret, by name.
                 self.token = cr("Token", TOKEN_NAME, {
                     "jwtKeyRef": jwt_key_ref,
                     "username": slurm.reconciler_user,
                     "lifetime": slurm.token_lifetime,
                     "refresh": True,
                     "secretRef": {"name": TOKEN_SECRET, "key": TOKEN_KEY},
-                }, [key_copy], namespace=args.reconciler_namespace)
+                }, keys)
+                reader = k8s.rbac.v1.Role(
+                    f"{name}-token-reader", metadata=metadata(TOKEN_SECRET, "slurm", env, self.namespace),
+                    rules=token_reader_rules(), opts=child)
+                k8s.rbac.v1.RoleBinding(
+                    f"{name}-token-reader", metadata=metadata(TOKEN_SECRET, "slurm", env, self.namespace),
+                    role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": reader.metadata.name},
+                    subjects=[{"kind": "ServiceAccount", "name": args.reconciler_account,
+                               "namespace": args.reconciler_namespace}], opts=child)
 
         self.login_endpoint = pulumi.Output.concat("login-slurm.", self.namespace, ".svc:22") if login \
             else pulumi.Output.from_input("")

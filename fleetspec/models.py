@@ -6,6 +6,7 @@ Secrets never appear here: fields ending in `_secret` name a Pulumi secret confi
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Literal
 
@@ -19,6 +20,7 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:]*(@sha256:[a-f0-9]{64})?$")
+_DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 
 
 class FieldError(ValueError):
@@ -66,6 +68,22 @@ def _image(v: str) -> str:
     return v
 
 
+def _digest(v: str) -> str:
+    if not _DIGEST.match(v):
+        raise ValueError(f"{v!r} is not an image digest: sha256: and 64 lower-case hex digits")
+    return v
+
+
+def _cidr(v: str) -> str:
+    try:
+        ipaddress.ip_network(v)  # strict: no host bits set
+    except ValueError:
+        raise ValueError(f"{v!r} is not a CIDR block such as 10.0.0.0/16 (network address, then /prefix)") from None
+    if "/" not in v:
+        raise ValueError(f"{v!r} is not a CIDR block: add the /prefix")
+    return v
+
+
 def _labels(v: dict[str, str]) -> dict[str, str]:
     for k, val in v.items():
         _label_key(k)
@@ -77,6 +95,8 @@ K8sName = Annotated[str, AfterValidator(_k8s_name)]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 Quantity = Annotated[str, AfterValidator(_quantity)]
 Image = Annotated[str, AfterValidator(_image)]
+Digest = Annotated[str, AfterValidator(_digest)]
+Cidr = Annotated[str, AfterValidator(_cidr)]
 Labels = Annotated[dict[str, str], AfterValidator(_labels)]
 
 
@@ -266,6 +286,23 @@ class Partition(Strict):
     max_time: str | None = Field(None, pattern=r"^(UNLIMITED|\d+(-\d{1,2})?(:\d{2}){0,2})$")
 
 
+# How each load-balancer controller reads a Service's scheme: the AWS Load Balancer Controller reads
+# aws-load-balancer-scheme (internal | internet-facing; kubernetes-sigs.github.io/aws-load-balancer-controller,
+# guide/service/nlb), the in-tree AWS cloud provider only aws-load-balancer-internal and ignores the scheme
+# annotation (a Service without it is internet-facing there). A Service that names a loadBalancerClass is
+# left to that class's controller: the in-tree one ignores it.
+LB_SCHEME = "service.beta.kubernetes.io/aws-load-balancer-scheme"
+LB_INTERNAL = "service.beta.kubernetes.io/aws-load-balancer-internal"
+
+
+def scheme_annotations(scheme: str, load_balancer_class: str | None) -> dict[str, str]:
+    """The annotations that make a LoadBalancer Service `scheme` for every controller that may serve it."""
+    out = {LB_SCHEME: scheme}
+    if load_balancer_class is None and scheme == "internal":
+        out[LB_INTERNAL] = "true"  # no class: the in-tree controller may take it, and reads only this one
+    return out
+
+
 class LoginSpec(Strict):
     replicas: int = Field(1, ge=0, le=16)
     ssh_authorized_keys: list[str] = Field(default_factory=list)
@@ -273,6 +310,12 @@ class LoginSpec(Strict):
         "ClusterIP", description="Type of the login nodes' SSH Service.")
     service_annotations: dict[str, str] = Field(
         default_factory=dict, description="Annotations of the SSH Service, e.g. an internal load balancer's.")
+    load_balancer_scheme: Literal["internal", "internet-facing"] = Field(
+        "internal", description="With service_type LoadBalancer: internal (reachable from the VPC only) or "
+                                "internet-facing (SSH open to the internet).")
+    load_balancer_class: str | None = Field(
+        None, min_length=1, description="The Service's loadBalancerClass, e.g. service.k8s.aws/nlb for the AWS Load "
+                                        "Balancer Controller; the in-tree cloud controller then leaves it alone.")
 
     @model_validator(mode="after")
     def _keys_look_like_keys(self) -> "LoginSpec":
@@ -280,6 +323,30 @@ class LoginSpec(Strict):
             if not re.match(r"^(ssh-(rsa|ed25519|dss)|ecdsa-sha2-nistp\d+|sk-\S+) \S+", k):
                 raise FieldError(f"ssh_authorized_keys[{i}]", "not an OpenSSH public key line")
         return self
+
+    @model_validator(mode="after")
+    def _scheme_is_one(self) -> "LoginSpec":
+        if self.service_type != "LoadBalancer":
+            if self.load_balancer_class:
+                raise FieldError("load_balancer_class", "only a LoadBalancer Service has a loadBalancerClass")
+            return self
+        for key, want in scheme_annotations(self.load_balancer_scheme, self.load_balancer_class).items():
+            got = self.service_annotations.get(key)
+            if got is not None and got != want:
+                raise FieldError(f"service_annotations", f"{key}: {got!r} contradicts load_balancer_scheme "
+                                 f"{self.load_balancer_scheme!r} (which sets {want!r}); remove the annotation")
+        return self
+
+    def service(self) -> dict:
+        """The LoginSet's `spec.service` (slurm-operator v1.0.1 api/v1beta1 LoginSet: Metadata and a ServiceSpec):
+        the type, the loadBalancerClass, and for a LoadBalancer the annotations saying its scheme."""
+        spec: dict = {"type": self.service_type}
+        annotations = dict(self.service_annotations)
+        if self.service_type == "LoadBalancer":
+            if self.load_balancer_class:
+                spec["loadBalancerClass"] = self.load_balancer_class
+            annotations.update(scheme_annotations(self.load_balancer_scheme, self.load_balancer_class))
+        return {"spec": spec, **({"metadata": {"annotations": annotations}} if annotations else {})}
 
 
 class ExternalDatabase(Strict):
@@ -328,12 +395,19 @@ class AccountingSpec(Strict):
         return self
 
 
+SLURM_IMAGES = ("slurmctld", "slurmd", "slurmrestd", "slurmdbd", "login")
+
+
 class SlurmSpec(Strict):
     namespace: K8sName = "slurm"
     cluster_name: K8sName = "gpufleet"
     operator: OperatorSpec = Field(default_factory=OperatorSpec)
     image_tag: str = Field("25.11-ubuntu24.04", min_length=1, description="Tag of SchedMD's Slurm images.")
     image_registry: str = "ghcr.io/slinkyproject"
+    image_digests: dict[Literal[SLURM_IMAGES], Digest] = Field(
+        default_factory=dict,
+        description="Digest of each Slurm image at image_tag (the release records them: a tag can be moved); "
+                    "an image with a digest is pulled as registry/name:tag@digest.")
     partitions: list[Partition] = Field(min_length=1)
     login: LoginSpec = Field(default_factory=LoginSpec)
     accounting: AccountingSpec = Field(default_factory=AccountingSpec)
@@ -343,6 +417,11 @@ class SlurmSpec(Strict):
     token_lifetime: str = Field("1h", pattern=r"^\d+(h|m|s)$", description="Lifetime of the reconciler's Slurm JWT.")
     munge_key_secret: str = Field("mungeKey", description="Pulumi secret config key holding the munge key.")
     jwt_key_secret: str = Field("slurmJwtKey", description="Pulumi secret config key holding the Slurm JWT key.")
+
+    def image(self, name: str) -> str:
+        """One of SchedMD's Slurm images: by tag, and by digest where the stack file records one."""
+        digest = self.image_digests.get(name)  # type: ignore[call-overload]
+        return f"{self.image_registry}/{name}:{self.image_tag}" + (f"@{digest}" if digest else "")
 
 
 # --- healing -----------------------------------------------------------------------------
@@ -363,8 +442,21 @@ class SnsTarget(Strict):
 NotificationTarget = Annotated[WebhookTarget | SnsTarget, Field(discriminator="type")]
 
 
+# The capacity-request placeholders' image: it never runs anything. Pinned by the digest of registry.k8s.io's
+# pause 3.10 (its manifest list).
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10@sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a"
+
+
 class ReconcilerDeployment(Strict):
-    namespace: K8sName = "gpufleet-system"
+    namespace: K8sName = Field("gpufleet-system", description="The reconciler's namespace (Pod Security level restricted).")
+    agent_namespace: K8sName = Field(
+        "gpufleet-agent", description="The node agent's namespace, of its own: Pod Security level privileged (it mounts "
+                                      "the host's /dev/kmsg), so the reconciler's stays restricted.")
+    placeholder_image: Image = Field(PAUSE_IMAGE, description="Image of the capacity-request placeholder pods.")
+    agent_kmsg_device: LabelKey | None = Field(
+        None, description="The extended resource a device plugin on the GPU nodes advertises for /dev/kmsg (e.g. "
+                          "squat.ai/kmsg): the agent then runs unprivileged with CAP_SYSLOG only. Without one it runs "
+                          "privileged: a container's device cgroup admits /dev/kmsg only then.")
     image: Image = "ghcr.io/gpufleet/reconciler:0.1.0"
     replicas: int = Field(2, ge=1, le=5)
     agent_image: Image = "ghcr.io/gpufleet/agent:0.1.0"
@@ -538,6 +630,23 @@ class SystemPool(Strict):
 
 # --- the whole fleet ---------------------------------------------------------------------------
 
+class NetworkSpec(Strict):
+    """What the stack's NetworkPolicies let the reconciler, the agent and slurmrestd reach (enforced where the
+    cluster's network plugin enforces NetworkPolicies)."""
+
+    policies: bool = Field(True, description="Declare the NetworkPolicies.")
+    api_server_cidrs: list[Cidr] = Field(
+        default_factory=lambda: ["0.0.0.0/0"], min_length=1,
+        description="Where the API server's endpoints are (a NetworkPolicy cannot name a Service outside the "
+                    "pod network); narrow it to the control plane's addresses where they are known.")
+    api_server_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [443, 6443], min_length=1)
+    https_egress_cidrs: list[Cidr] = Field(
+        default_factory=lambda: ["0.0.0.0/0"],
+        description="Where the reconciler may open HTTPS (port 443): webhooks, SNS, Auto Scaling. Empty: nowhere.")
+    metrics_namespaces: list[K8sName] = Field(
+        default_factory=lambda: ["monitoring"], description="Namespaces whose pods may scrape the reconciler's metrics.")
+
+
 class FleetSpec(Strict):
     """One environment's training cluster."""
 
@@ -548,6 +657,7 @@ class FleetSpec(Strict):
     slurm: SlurmSpec
     healing: HealingSpec = Field(default_factory=HealingSpec)
     system_pool: SystemPool = Field(default_factory=SystemPool)
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
 
     @model_validator(mode="after")
     def _references(self) -> "FleetSpec":
@@ -581,6 +691,11 @@ class FleetSpec(Strict):
                 raise FieldError(f"pools[{i}].lending.borrowers.priority",
                                  f"PriorityClass {b.priority_class!r} is declared once, with one value: another pool "
                                  f"gives it {declared[b.priority_class]}, this one {b.priority}")
+        dep = self.healing.reconciler
+        if dep.agent_namespace in (dep.namespace, self.slurm.namespace):
+            raise FieldError("healing.reconciler.agent_namespace",
+                             f"{dep.agent_namespace!r} is also the reconciler's or Slurm's namespace: the node agent needs "
+                             f"one of its own (Pod Security level privileged), so theirs can stay restricted")
         if self.healing.enabled and not self.slurm.restapi:
             raise FieldError("slurm.restapi", "the reconciler reaches Slurm through slurmrestd: keep restapi on "
                              "while healing is enabled")

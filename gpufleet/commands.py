@@ -40,15 +40,21 @@ def reconcile(
                               "cli (scontrol/squeue/scancel, plain Slurm clusters) or none."),
     slurm_url: Optional[str] = typer.Option(None, help="slurmrestd URL (the stack's RestApi Service); "
                                             "locally taken from the running local environment."),
+    slurm_token_secret: Optional[str] = typer.Option(None, help="A Slinky Token's Secret, NAMESPACE/NAME (key "
+                                                     "SLURM_JWT) or NAMESPACE/NAME/KEY, read through the API "
+                                                     "server before expiry."),
     slurm_token_file: Optional[Path] = typer.Option(None, help="File with the JWT (a Slinky Token's Secret, "
                                                     "key SLURM_JWT), re-read before expiry."),
     slurm_jwt_key_file: Optional[Path] = typer.Option(None, help="The cluster's JWT key: sign tokens here "
-                                                      "instead of reading --slurm-token-file."),
+                                                      "instead of reading a Token's. Refused unless the spec's "
+                                                      "cluster is local: whoever holds the key is any Slurm user."),
     slurm_user: str = typer.Option("slurm", help="Slurm user of tokens signed from --slurm-jwt-key-file "
                                    "(root or the SlurmUser: node changes need one of them)."),
     namespace: Optional[str] = typer.Option(None, help="Namespace for the Lease and Events."),
     leader_elect: bool = typer.Option(False, "--leader-elect", help="Act only while holding the Lease."),
     metrics_port: int = typer.Option(9102, help="Port for /metrics and /healthz (0: off)."),
+    health_port: int = typer.Option(0, help="A port of its own for /healthz, the probes' (0: none; /healthz "
+                                    "stays on the metrics port too)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and log each action it would take; write, page "
                                  "and signal nothing, and take no Lease."),
     once: bool = typer.Option(False, "--once", help="One pass, then exit (for cron-style runs and tests)."),
@@ -63,15 +69,23 @@ def reconcile(
     # A local cluster: what its environment recorded, where no flag (or SLURM_CONF) says otherwise.
     local = local_cluster.find() if spec.cluster.kind == "local" else None
     slurm_env = local.slurm_env() if local is not None and "SLURM_CONF" not in os.environ else None
-    if local is not None and slurm == "rest" and not (slurm_url or slurm_token_file or slurm_jwt_key_file):
+    if local is not None and slurm == "rest" and not (slurm_url or slurm_token_file or slurm_token_secret
+                                                      or slurm_jwt_key_file):
         slurm_url, slurm_jwt_key_file = local.slurm_rest_url, local.slurm_jwt_key
+    if slurm_jwt_key_file and spec.cluster.kind != "local":
+        _err(f"--slurm-jwt-key-file: refused for a {spec.cluster.kind} cluster (cluster.kind): the JWT key signs "
+             "a token for any Slurm user, root included, so it stays where slurmctld and the Token's controller "
+             "read it; give --slurm-token-secret (the stack's Token) instead")
+        raise typer.Exit(EXIT_INVALID)
+    api = _api(kubeconfig, stack)
     try:
         client = slurm_client(slurm, slurm_env, url=slurm_url, token_file=slurm_token_file,
-                              jwt_key_file=slurm_jwt_key_file, user=slurm_user)
+                              token_secret=slurm_token_secret, api=api, jwt_key_file=slurm_jwt_key_file,
+                              user=slurm_user)
     except ValueError as e:
         _err(str(e))
         raise typer.Exit(EXIT_FAILED)
-    rec = build(spec, _api(kubeconfig, stack), slurm=client, namespace=namespace,
+    rec = build(spec, api, slurm=client, namespace=namespace,
                 leader_elect=leader_elect, dry_run=dry_run)
     if once:
         rec.sync()
@@ -84,7 +98,7 @@ def reconcile(
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        rec.serve(metrics_port or None)
+        rec.serve(metrics_port or None, health_port or None)
     except KeyboardInterrupt:
         rec.stop.set()
 

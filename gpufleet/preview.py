@@ -397,9 +397,10 @@ def _plain_config(stack_yaml: Path) -> dict:
 
 @contextmanager
 def scratch_stack(stack: str, secret_keys: list[str], extra_env: dict[str, str] | None = None,
-                  stack_yaml: Path | None = None) -> Iterator[Any]:
+                  stack_yaml: Path | None = None, secret_values: dict[str, str] | None = None) -> Iterator[Any]:
     """A throwaway copy of the project for one stack: the sources linked, the stack file's plain
-    config copied, empty state in a temporary file backend, placeholder secrets."""
+    config copied, empty state in a temporary file backend, placeholder secrets (`secret_values` by key,
+    else PLACEHOLDER_SECRET)."""
     import yaml
 
     from gpufleet.stack import Stack
@@ -425,7 +426,7 @@ def scratch_stack(stack: str, secret_keys: list[str], extra_env: dict[str, str] 
         st = Stack(stack, project_dir=proj, extra_env=env)
         st.run("stack", "init", stack, "--secrets-provider", "passphrase", stack_flag=False, capture=True)
         for k in secret_keys:
-            st.run("config", "set", "--secret", k, PLACEHOLDER_SECRET, capture=True)
+            st.run("config", "set", "--secret", k, (secret_values or {}).get(k, PLACEHOLDER_SECRET), capture=True)
         yield st
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -617,21 +618,81 @@ def rendered_files(out: Path) -> list[Path]:
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
-def secret_manifests(files: Iterable[Path]) -> list[Path]:
-    """Rendered Secrets that hold a placeholder value (the provider names files
-    <apiVersion>-<kind>-<namespace>-<name>.yaml; data is base64, stringData plain)."""
+def render_placeholders(secret_keys: Iterable[str]) -> dict[str, str]:
+    """A value per secret config key for a render: unique and random, so each one found in a manifest names the
+    key it came from, and none can be mistaken for (or used as) a real secret."""
+    return {k: f"gpufleet-render-placeholder-{k}-{_secrets.token_hex(8)}" for k in secret_keys}
+
+
+@dataclass
+class SecretsFound:
+    """What the placeholders of a render reached: Secrets (left out: the platform provides them) and any
+    other manifest (a leak: the render is refused)."""
+
+    secrets: list[tuple[Path, str, dict[str, str]]] = field(default_factory=list)  # file, ns/name, key -> config key
+    leaks: list[tuple[Path, list[str]]] = field(default_factory=list)              # file, config keys
+
+
+def _decoded(value: Any) -> str:
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(str(value), validate=True).decode(errors="replace")
+    except (binascii.Error, ValueError):
+        return str(value)
+
+
+def _base64_forms(value: str) -> list[str]:
+    """The three strings one of which the base64 of any text holding `value` holds (one per alignment)."""
     import base64
 
-    marks = (PLACEHOLDER_SECRET, base64.b64encode(PLACEHOLDER_SECRET.encode()).decode())
     out = []
+    for pad in range(3):
+        enc = base64.b64encode(b"\0" * pad + value.encode()).decode()
+        out.append(enc[4 if pad else 0:-4])
+    return out
+
+
+def find_secret_values(files: Iterable[Path], placeholders: dict[str, str]) -> SecretsFound:
+    """Which rendered manifests hold a placeholder, plainly, base64-encoded (a Secret's `data`) or in any
+    other form a manifest's text shows."""
+    import yaml
+
+    found = SecretsFound()
     for f in files:
         try:
             text = f.read_text(errors="replace")
         except OSError:
             continue
-        if re.search(r"^kind:\s*Secret\s*$", text[:4000], re.M) and any(m in text for m in marks):
-            out.append(f)
-    return out
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+        except yaml.YAMLError:
+            docs = []
+        if len(docs) == 1 and docs[0].get("kind") == "Secret":
+            d = docs[0]
+            values = {k: _decoded(v) for k, v in (d.get("data") or {}).items()}
+            values.update({k: str(v) for k, v in (d.get("stringData") or {}).items()})
+            held = {k: key for k, v in values.items() for key, ph in placeholders.items() if ph in v}
+            if held:
+                meta = d.get("metadata") or {}
+                found.secrets.append((f, f"{meta.get('namespace', '')}/{meta.get('name', '')}".lstrip("/"), held))
+                continue
+        keys = sorted(k for k, ph in placeholders.items() if ph in text or any(b in text for b in _base64_forms(ph)))
+        if keys:
+            found.leaks.append((f, keys))
+    return found
+
+
+def secrets_required_text(stack: str, found: SecretsFound) -> str:
+    """SECRETS-REQUIRED.md: the Secrets a render left out, and the stack config key behind each of their keys."""
+    lines = [f"# Secrets `gpufleet render --stack {stack}` left out", "",
+             "Create each of these before the manifests are applied (an External Secrets, Sealed Secrets or "
+             "SOPS resource from your secret manager), with these keys:", ""]
+    for _, name, held in sorted(found.secrets, key=lambda x: x[1]):
+        keys = ", ".join(f"`{k}` (stack secret `{c}`)" for k, c in sorted(held.items()))
+        lines.append(f"- Secret `{name}`: {keys}")
+    return "\n".join(lines) + "\n"
 
 
 @app.command()
@@ -649,8 +710,10 @@ def render(
     """Write the stack's Kubernetes manifests to a folder instead of applying them.
 
     Runs the program with GPUFLEET_RENDER_DIR (the provider's renderYamlToDirectory) through
-    `pulumi up` on a throwaway stack: empty state, placeholder secrets, the policy pack enforced.
-    Secrets are rendered with placeholder values; supply the real ones through your secret manager."""
+    `pulumi up` on a throwaway stack: empty state, a random placeholder for each secret, the policy pack
+    enforced. No secret value is written: the Secrets that would hold one are left out and named in
+    SECRETS-REQUIRED.md (your secret manager provides them); a placeholder found in any other manifest
+    refuses the render (exit 1)."""
     from fleetspec import SpecError, load_stack_file, stack_file
 
     from gpufleet.stack import PulumiError
@@ -676,7 +739,8 @@ def render(
     if chart_left_out:
         env["GPUFLEET_WITHOUT_OPERATOR_CHART"] = "1"
     try:
-        with scratch_stack(stack, sf.fleet.secret_keys(), env) as st:
+        placeholders = render_placeholders(sf.fleet.secret_keys())
+        with scratch_stack(stack, sf.fleet.secret_keys(), env, secret_values=placeholders) as st:
             args = ["up", "--yes", "--skip-preview", "--color", "never"]
             if policies:
                 args += ["--policy-pack", str(POLICY_PACK_DIR)]
@@ -707,14 +771,28 @@ def render(
         typer.secho(f"note: the Slinky operator's charts are left out of this render: install "
                     f"{op.repository}/slurm-operator-crds and {op.repository}/slurm-operator {op.chart_version} in "
                     f"namespace {sf.fleet.slurm.namespace} with {values.name}", fg=typer.colors.YELLOW, err=True)
-    typer.echo(f"rendered stack {stack}: {len(files)} manifest(s) in {out}")
+    found = find_secret_values(files, placeholders)
+    for f, _, _ in found.secrets:
+        f.unlink()  # a Secret with a value: the platform's secret manager provides it
+    if found.leaks:
+        for f, _ in found.leaks:
+            f.unlink()
+        _err(f"refusing the render of stack {stack}: a secret reached manifests that are not Secrets, so they were "
+             f"removed and the output is incomplete: "
+             + "; ".join(f"{f.relative_to(out)} (from {', '.join(keys)})" for f, keys in found.leaks))
+        raise typer.Exit(EXIT_FAILED)
+    files = rendered_files(out)
+    if found.secrets:
+        (out / "SECRETS-REQUIRED.md").write_text(secrets_required_text(stack, found))
+        files = rendered_files(out)
+    typer.echo(f"rendered stack {stack}: {len(files)} file(s) in {out}")
     for f in files:
         typer.echo(f"  {f.relative_to(out)}")
-    secrets_ = secret_manifests(files)
-    if secrets_:
-        typer.secho(f"note: {len(secrets_)} Secret manifest(s) hold placeholder values "
-                    f"({PLACEHOLDER_SECRET!r}); provide the real ones out of band: "
-                    + ", ".join(str(f.relative_to(out)) for f in secrets_), fg=typer.colors.YELLOW, err=True)
+    if found.secrets:
+        typer.secho(f"note: {len(found.secrets)} Secret(s) hold secret values and are left out of the render; "
+                    f"provide them before applying (SECRETS-REQUIRED.md): "
+                    + ", ".join(name for _, name, _ in sorted(found.secrets, key=lambda x: x[1])),
+                    fg=typer.colors.YELLOW, err=True)
     if not files:
         _err("nothing was rendered")
         raise typer.Exit(EXIT_FAILED)

@@ -17,6 +17,6 @@ PolicyPack(
     name=PACK_NAME,
     enforcement_level=EnforcementLevel.MANDATORY,
     policies=build_policies("mandatory"),
-    description="Guard rails for self-healing GPU fleets: spares, healing, opt-outs, least privilege, "
-                "pinned images, resource limits and safe lending of idle GPUs.",
+    description="Guard rails for self-healing GPU fleets: spares, healing, opt-outs, least privilege (RBAC, host "
+                "access, capabilities), internal load balancers, pinned images, resource limits and safe lending.",
 )

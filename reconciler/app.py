@@ -37,7 +37,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
 
 
 def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmClient | None:
-    """See reconciler.adapters.slurm.make_client (rest: url, token_file, jwt_key_file, user)."""
+    """See reconciler.adapters.slurm.make_client (rest: url, token_file, token_secret and api, jwt_key_file, user)."""
     from reconciler.adapters.slurm import make_client
 
     return make_client(kind, env=env, **rest)

@@ -2,7 +2,8 @@
 
 Records go through a queue to one writer thread (the standard library's QueueHandler and
 QueueListener): a worker that logs never waits for stderr, or for another worker writing to it.
-The time of a line is when it was logged, not when it was written.
+The time of a line is when it was logged, not when it was written. On their way into the queue
+every line, traceback and extra field loses its URLs' paths and its tokens (reconciler/redact.py).
 """
 from __future__ import annotations
 
@@ -14,7 +15,23 @@ import sys
 
 from pythonjsonlogger.json import JsonFormatter
 
+from reconciler.redact import redact
+
 _listener: logging.handlers.QueueListener | None = None
+_STANDARD = set(vars(logging.makeLogRecord({})))  # a record's own attributes; the rest are `extra` fields
+
+
+class RedactingQueueHandler(logging.handlers.QueueHandler):
+    """The queue's entrance: prepare() has merged the message, its arguments and any traceback into one
+    text; that text, and every extra field, leaves here redacted."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        record = super().prepare(record)
+        record.msg = record.message = redact(record.msg)
+        for k, v in vars(record).items():
+            if k not in _STANDARD and isinstance(v, str):
+                setattr(record, k, redact(v))
+        return record
 
 
 def setup(level: str = "INFO", json_logs: bool = True) -> None:
@@ -31,7 +48,7 @@ def setup(level: str = "INFO", json_logs: bool = True) -> None:
     _listener = logging.handlers.QueueListener(records, handler)
     _listener.start()
     root = logging.getLogger()
-    root.handlers[:] = [logging.handlers.QueueHandler(records)]
+    root.handlers[:] = [RedactingQueueHandler(records)]
     root.setLevel(level)
     for noisy in ("urllib3", "kubernetes", "botocore", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

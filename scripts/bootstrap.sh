@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything gpufleet needs on this machine, idempotent and with progress:
-#   1. a Python virtualenv (.venv) with the project and its test dependencies
+#   1. a Python virtualenv (.venv) with the project and its test dependencies, from requirements/dev.lock
 #   2. a root filesystem of Debian sid with Slurm 26.05 and munge (the local Slurm runs from it)
 #   3. the Go-built tools (Pulumi CLI, language host, Kubernetes provider, kube-apiserver, kubelet, etcd, kwok)
 #   4. podman, buildah, containerd (Debian's) and gpufleet's images built from a Debian root
@@ -12,12 +12,14 @@ step() { printf '[bootstrap %3ds] %s\n' "$((SECONDS - start))" "$*"; }
 
 py=${PYTHON:-python3.11}
 command -v "$py" >/dev/null || py=python3
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-12)
+stamp=.venv/.installed-$(cat pyproject.toml requirements/dev.lock | sha256sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
-  step "python: creating .venv and installing gpufleet[test] (about a minute)"
+  # Every package at the version and hash of requirements/dev.lock (scripts/lock.sh writes it), then
+  # gpufleet itself, editable, with the locked setuptools: nothing unpinned is fetched.
+  step "python: creating .venv and installing the locked dependencies, hashes checked (about a minute)"
   [ -x .venv/bin/python ] || "$py" -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q --require-hashes --no-deps -r requirements/dev.lock
+  .venv/bin/pip install -q --no-deps --no-build-isolation -e .
   rm -f .venv/.installed-*; touch "$stamp"
 else
   step "python: .venv up to date"

@@ -5,7 +5,8 @@
 #   1. a Debian root (debootstrap, tools/containers/versions.env), cached as a tarball under
 #      ${GPUFLEET_IMAGES_CACHE:-~/.cache/gpufleet/images}/rootfs/, keyed by suite, packages and versions;
 #   2. that root committed with buildah as the base image (and as the pause image: `sleep infinity`);
-#   3. the gpufleet wheel and its dependencies (pip wheel, from PyPI through pip's cache);
+#   3. the gpufleet wheel and its dependencies at the versions and hashes of requirements/runtime.lock
+#      (pip wheel --require-hashes, from PyPI through pip's cache);
 #   4. the targets `reconciler` and `agent` of images/Containerfile built with buildah on that base
 #      (the same Containerfile a user with a registry builds on the pinned Python base);
 #   5. each image saved as an OCI archive to <cache>/<key>/, and its manifest digest recorded in
@@ -69,6 +70,8 @@ ROOTFS_TAR="$CACHE_ROOT/rootfs/debian-$DEBIAN_SUITE-$DEBIAN_VARIANT-$ROOTFS_KEY.
 SOURCE_HASH="$(cd "$ROOT" && git ls-files -co --exclude-standard -- pyproject.toml images fleetspec components \
   reconciler policies gpufleet | LC_ALL=C sort | while read -r f; do [[ -f $f ]] && printf '%s  %s\n' \
   "$(sha256sum <"$f" | cut -c1-64)" "$f"; done | sha256sum | cut -c1-10)"
+SOURCE_HASH="$(printf '%s %s\n' "$SOURCE_HASH" "$(sha256sum <"$ROOT/requirements/runtime.lock" | cut -c1-64)" \
+  | sha256sum | cut -c1-10)"  # the locked dependencies are sources of the images too
 KEY="$ROOTFS_KEY-$SOURCE_HASH"
 OUT="$CACHE_ROOT/$KEY"
 JSON="$OUT/images.json"
@@ -147,9 +150,11 @@ ctx="$OUT/context"
 rm -rf "$OUT"; mkdir -p "$ctx/wheels"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 [[ -x $PY ]] || PY=python3
-log "pip wheel: gpufleet and its dependencies ..."
-"$PY" -m pip wheel -q --disable-pip-version-check --wheel-dir "$ctx/wheels" "$ROOT" >"$OUT/pip-wheel.log" 2>&1 \
-  || { tail -20 "$OUT/pip-wheel.log" >&2; die "pip wheel failed; log: $OUT/pip-wheel.log"; }
+log "pip wheel: gpufleet and its locked dependencies (requirements/runtime.lock, hashes checked) ..."
+{ "$PY" -m pip wheel -q --disable-pip-version-check --require-hashes --no-deps --wheel-dir "$ctx/wheels" \
+    -r "$ROOT/requirements/runtime.lock" \
+  && "$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation --wheel-dir "$ctx/wheels" "$ROOT"
+} >"$OUT/pip-wheel.log" 2>&1 || { tail -20 "$OUT/pip-wheel.log" >&2; die "pip wheel failed; log: $OUT/pip-wheel.log"; }
 log "  $(find "$ctx/wheels" -name '*.whl' | wc -l) wheels"
 
 # --- 4. the images ------------------------------------------------------------------------------

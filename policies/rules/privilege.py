@@ -1,31 +1,57 @@
-"""Least privilege: RBAC without wildcards or cluster-admin, and no privileged pods but the
-node agent, which mounts nothing from the host but the kernel log.
+"""Least privilege, judged by what a resource is, never by its name:
+
+- `rbac-least-privilege`: roles list their verbs, resources and groups (no "*", no aggregation), grant no
+  verb that lifts the holder above its own rights (`escalate`, `bind`, `impersonate`, and `create` on
+  `serviceaccounts/token`, which mints another identity's token); nothing is bound to cluster-admin.
+- `pod-host-access`: a pod shares no host namespace; a privileged pod runs only in a namespace set aside
+  for it (the node agent's), with no host namespace, and only the allowed host paths, read-only; a host
+  path is mounted only there, read-only. Any DaemonSet named `gpufleet-agent` got all of that before.
+- `capabilities-allowed`: a container adds only capabilities on an allow-list (globally, or for one
+  namespace: CAP_SYSLOG for the node agent's).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from .base import Rule
-from .k8s import UNKNOWN, Resource, as_dict, as_list, config, containers, pod_specs, report
+from .k8s import UNKNOWN, Resource, as_dict, as_list, config, containers, pod_specs, pod_templates, report
 
 RBAC = "rbac-least-privilege"
-PRIVILEGED = "privileged-only-node-agent"
+HOST_ACCESS = "pod-host-access"
+CAPABILITIES = "capabilities-allowed"
 
 RBAC_SCHEMA: dict[str, dict] = {
     "forbiddenRoles": {"type": "array", "items": {"type": "string"}, "default": ["cluster-admin"],
                        "description": "ClusterRoles no binding may grant."},
 }
 
-PRIVILEGED_SCHEMA: dict[str, dict] = {
-    "allowedWorkloads": {"type": "array", "items": {"type": "string"}, "default": ["DaemonSet/gpufleet-agent"],
-                         "description": "Kind/name of the only workloads that may run privileged or mount host paths."},
+HOST_ACCESS_SCHEMA: dict[str, dict] = {
+    "privilegedNamespaces": {"type": "array", "items": {"type": "string"}, "default": ["gpufleet-agent"],
+                             "description": "Namespaces set aside for privileged pods (Pod Security level privileged)."},
     "allowedHostPaths": {"type": "array", "items": {"type": "string"}, "default": ["/dev/kmsg"],
-                         "description": "Host paths those workloads may mount."},
+                         "description": "Host paths a pod in those namespaces may mount, read-only."},
+    "hostNetworkWorkloads": {"type": "array", "items": {"type": "string"}, "default": [],
+                             "description": "namespace/Kind/name of workloads allowed the host's network (the local "
+                                            "environment's reconciler: it has no pod network)."},
+}
+
+CAPABILITIES_SCHEMA: dict[str, dict] = {
+    "allowedCapabilities": {"type": "array", "items": {"type": "string"}, "default": ["NET_BIND_SERVICE"],
+                            "description": "Capabilities any container may add (Pod Security restricted allows only "
+                                           "NET_BIND_SERVICE)."},
+    "namespaceCapabilities": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}},
+                              "default": {"gpufleet-agent": ["SYSLOG"]},
+                              "description": "Capabilities a container may add in one namespace (namespace -> list)."},
 }
 
 ROLE_KINDS = ("ClusterRole", "Role")
 BINDING_KINDS = ("ClusterRoleBinding", "RoleBinding")
 RBAC_GROUP = "rbac.authorization.k8s.io/"
+# Verbs that let a holder act above its own rights (kubernetes.io/docs/concepts/security/rbac-good-practices:
+# "escalate", "bind", "impersonate"; creating serviceaccounts/token mints any ServiceAccount's token).
+ESCALATING_VERBS = {"escalate": "grants roles it does not hold itself",
+                    "bind": "binds roles it does not hold itself",
+                    "impersonate": "acts as another user, group or ServiceAccount"}
 
 
 def check_rbac(r: Resource, cfg: dict[str, Any]) -> list[str]:
@@ -40,6 +66,15 @@ def check_rbac(r: Resource, cfg: dict[str, Any]) -> list[str]:
                                f"and tomorrow's {field} alike. Fix: list the {field} the component uses, by name.")
             if "*" in as_list(rule.get("nonResourceURLs")):
                 out.append(f"{r.ref}: rules[{i}].nonResourceURLs contains \"*\". Fix: list the URLs by path.")
+            verbs = {str(v).lower() for v in as_list(rule.get("verbs"))}
+            for verb, why in ESCALATING_VERBS.items():
+                if verb in verbs:
+                    out.append(f"{r.ref}: rules[{i}] grants {verb!r}: its holder {why}, so the role is worth every "
+                               f"role in the cluster. Fix: remove {verb!r}; grant the permissions themselves.")
+            if "create" in verbs and "serviceaccounts/token" in as_list(rule.get("resources")):
+                out.append(f"{r.ref}: rules[{i}] grants create on serviceaccounts/token: its holder mints a token "
+                           f"for any ServiceAccount in reach and acts as it. Fix: mount the token the pod needs "
+                           f"(a projected volume) instead.")
         if as_dict(r.props.get("aggregationRule")):
             out.append(f"{r.ref} aggregates other roles (aggregationRule): its permissions grow with every role "
                        f"that matches. Fix: list its rules explicitly.")
@@ -61,62 +96,108 @@ def validate_rbac(args: Any, report_violation) -> None:
         report(report_violation, None, msg)
 
 
-def check_privileged(r: Resource, cfg: dict[str, Any]) -> list[str]:
-    allowed = f"{r.kind}/{r.name}" in cfg["allowedWorkloads"]
+def _read_only_mounts(spec: dict, volume: str) -> bool:
+    """Every container of the pod that mounts `volume` mounts it read-only."""
+    for field in ("initContainers", "containers", "ephemeralContainers"):
+        for c in as_list(spec.get(field)):
+            for m in as_list(as_dict(c).get("volumeMounts")):
+                m = as_dict(m)
+                if m.get("name") == volume and m.get("readOnly") is not True:
+                    return False
+    return True
+
+
+def check_host_access(r: Resource, cfg: dict[str, Any]) -> list[str]:
+    ns = r.namespace
+    set_aside = ns in cfg["privilegedNamespaces"]
     paths = list(cfg["allowedHostPaths"])
     out = []
-    for c in containers(r):
-        sc = as_dict(c.body.get("securityContext"))
-        if sc.get("privileged") is True and not allowed:
-            out.append(f"{r.ref}: container {c.name} ({c.path}.securityContext.privileged) runs privileged: root "
-                       f"on the node. Fix: remove `privileged: true`; only {', '.join(cfg['allowedWorkloads'])} "
-                       f"may run privileged.")
-        caps = [x for x in as_list(as_dict(sc.get("capabilities")).get("add")) if x in ("SYS_ADMIN", "ALL")]
-        if caps and not allowed:
-            out.append(f"{r.ref}: container {c.name} adds capabilities {caps} ({c.path}.securityContext). "
-                       f"Fix: drop them; add only the narrow capability the process needs.")
     for path, spec in pod_specs(r):
-        for host in ("hostNetwork", "hostPID", "hostIPC"):
-            if spec.get(host) is True and not allowed:
-                out.append(f"{r.ref}: {path}.{host} is true: the pod shares the node's namespaces. Fix: remove "
-                           f"{host}.")
+        host_ns = [h for h in ("hostNetwork", "hostPID", "hostIPC") if spec.get(h) is True]
+        if host_ns and f"{ns}/{r.kind}/{r.name}" not in cfg["hostNetworkWorkloads"]:
+            out.append(f"{r.ref}: {path}.{'/'.join(host_ns)} is true: the pod shares the node's namespaces (its "
+                       f"network, processes or IPC), whatever it is called. Fix: remove {', '.join(host_ns)}.")
         for i, v in enumerate(as_list(spec.get("volumes"))):
-            hp = as_dict(as_dict(v).get("hostPath"))
-            if not hp:
+            v = as_dict(v)
+            hp = as_dict(v.get("hostPath"))
+            if not hp or hp.get("path") is UNKNOWN:
                 continue
-            hpath = hp.get("path")
-            if hpath is UNKNOWN:
-                continue
-            if not allowed:
-                out.append(f"{r.ref}: volume {as_dict(v).get('name')} ({path}.volumes[{i}]) mounts the host path "
-                           f"{hpath}. Fix: use a PersistentVolumeClaim or a ConfigMap; only "
-                           f"{', '.join(cfg['allowedWorkloads'])} may mount host paths.")
-            elif hpath not in paths:
-                out.append(f"{r.ref}: volume {as_dict(v).get('name')} ({path}.volumes[{i}]) mounts the host path "
-                           f"{hpath}; the node agent may mount only {paths}. Fix: remove the volume.")
+            where = f"volume {v.get('name')} ({path}.volumes[{i}]) mounts the host path {hp.get('path')}"
+            if not set_aside:
+                out.append(f"{r.ref}: {where} in namespace {ns or '(unknown)'}, which is not set aside for host "
+                           f"access ({cfg['privilegedNamespaces']}). Fix: use a PersistentVolumeClaim or a ConfigMap.")
+            elif hp.get("path") not in paths:
+                out.append(f"{r.ref}: {where}; only {paths} may be. Fix: remove the volume.")
+            elif not _read_only_mounts(spec, v.get("name")):
+                out.append(f"{r.ref}: {where} writable. Fix: mount it with readOnly: true.")
+    for c in containers(r):
+        if as_dict(c.body.get("securityContext")).get("privileged") is not True:
+            continue
+        if not set_aside:
+            out.append(f"{r.ref}: container {c.name} ({c.path}.securityContext.privileged) runs privileged, root on "
+                       f"the node, in namespace {ns or '(unknown)'}: only a namespace set aside for it "
+                       f"({cfg['privilegedNamespaces']}) may hold one. Fix: remove `privileged: true`; add the one "
+                       f"capability the process needs.")
     return out
 
 
-def validate_privileged(args: Any, report_violation) -> None:
+def validate_host_access(args: Any, report_violation) -> None:
+    r = Resource.of(args)
+    if not (r.is_k8s and pod_templates(r)):
+        return
+    for msg in check_host_access(r, config(args, HOST_ACCESS_SCHEMA)):
+        report(report_violation, None, msg)
+
+
+def _capability(name: Any) -> str:
+    return str(name).upper().removeprefix("CAP_")
+
+
+def check_capabilities(r: Resource, cfg: dict[str, Any]) -> list[str]:
+    allowed = {_capability(c) for c in cfg["allowedCapabilities"]}
+    allowed |= {_capability(c) for c in as_list(as_dict(cfg["namespaceCapabilities"]).get(r.namespace))}
+    out = []
+    for c in containers(r):
+        added = as_list(as_dict(as_dict(c.body.get("securityContext")).get("capabilities")).get("add"))
+        extra = [str(x) for x in added if x is not UNKNOWN and _capability(x) not in allowed]
+        if extra:
+            out.append(f"{r.ref}: container {c.name} adds capabilities {extra} ({c.path}.securityContext."
+                       f"capabilities.add); allowed in namespace {r.namespace or '(unknown)'}: {sorted(allowed)}. "
+                       f"Fix: drop them, or allow the one the process needs for this namespace "
+                       f"(namespaceCapabilities in the policy config).")
+    return out
+
+
+def validate_capabilities(args: Any, report_violation) -> None:
     r = Resource.of(args)
     if not r.is_k8s:
         return
-    for msg in check_privileged(r, config(args, PRIVILEGED_SCHEMA)):
+    for msg in check_capabilities(r, config(args, CAPABILITIES_SCHEMA)):
         report(report_violation, None, msg)
 
 
 RBAC_RULE = Rule(
     name=RBAC,
-    description="Roles name their verbs, resources and API groups (no \"*\"); nothing is bound to cluster-admin.",
+    description="Roles name their verbs, resources and API groups (no \"*\"), grant no escalate, bind, impersonate "
+                "or token minting; nothing is bound to cluster-admin.",
     validate=validate_rbac,
     config_schema=RBAC_SCHEMA,
-    remediation="List the verbs, resources and API groups the component uses.",
+    remediation="List the verbs, resources and API groups the component uses; never escalate, bind or impersonate.",
 )
 
-PRIVILEGED_RULE = Rule(
-    name=PRIVILEGED,
-    description="Only the node agent runs privileged, and it mounts only /dev/kmsg from the host.",
-    validate=validate_privileged,
-    config_schema=PRIVILEGED_SCHEMA,
-    remediation="Remove privileged/host settings from the workload.",
+HOST_ACCESS_RULE = Rule(
+    name=HOST_ACCESS,
+    description="No pod shares a host namespace; privileged pods and host paths (read-only, allowed paths) only in "
+                "namespaces set aside for them.",
+    validate=validate_host_access,
+    config_schema=HOST_ACCESS_SCHEMA,
+    remediation="Remove privileged/host settings from the workload, or move it to a namespace set aside for them.",
+)
+
+CAPABILITIES_RULE = Rule(
+    name=CAPABILITIES,
+    description="Containers add only allowed capabilities (globally, or per namespace).",
+    validate=validate_capabilities,
+    config_schema=CAPABILITIES_SCHEMA,
+    remediation="Drop added capabilities outside the allow-list.",
 )

@@ -2,8 +2,8 @@
 
 - `slinky-resources-complete`: every LoginSet names its sssd.conf Secret (the operator refuses one
   without); every Accounting names its database host and password Secret; a Controller points
-  at the Accounting when there is one; a login Service of type LoadBalancer carries annotations
-  (a bare one is public on most clouds).
+  at the Accounting when there is one. (Whether the login Service is internal: `load-balancers-internal`,
+  policies/rules/network.py.)
 - `reconciler-wiring`: the reconciler's pod template carries the config checksum (a policy change
   rolls it out); its ServiceAccount names an IAM role where the environment needs one (IRSA); with
   a RestApi declared, the reconciler reaches Slurm through it with the Token the stack declares.
@@ -23,10 +23,7 @@ WIRING = "reconciler-wiring"
 CHECKSUM = labels.CONFIG_CHECKSUM
 IRSA = "eks.amazonaws.com/role-arn"
 
-COMPLETE_SCHEMA: dict[str, dict] = {
-    "requireLoadBalancerAnnotations": {"type": "boolean", "default": True,
-                                       "description": "A LoadBalancer login Service must carry annotations."},
-}
+COMPLETE_SCHEMA: dict[str, dict] = {}
 WIRING_SCHEMA: dict[str, dict] = {
     "requireIamRole": {"type": "boolean", "default": False,
                        "description": "The reconciler's ServiceAccount must name an IAM role (eks.amazonaws.com/role-arn)."},
@@ -52,12 +49,6 @@ def check_complete(resources: list[Resource], cfg: dict[str, Any]) -> list[tuple
             if ref is not UNKNOWN and (_missing(ref) or _missing(dig(ref, "key"))):
                 out.append((r, f"{r.ref}: no spec.sssdConfRef; the operator needs the Secret holding sssd.conf. "
                                f"Fix: declare it through components.SlinkySlurm, which renders a minimal one."))
-            svc = as_dict(spec.get("service"))
-            if cfg["requireLoadBalancerAnnotations"] and dig(svc, "spec", "type") == "LoadBalancer" \
-                    and not as_dict(dig(svc, "metadata", "annotations")):
-                out.append((r, f"{r.ref}: the SSH Service is a LoadBalancer without annotations (public by default "
-                               f"on most clouds). Fix: set slurm.login.service_annotations (e.g. an internal "
-                               f"scheme) or slurm.login.service_type: ClusterIP."))
         if r.kind == "Accounting":
             sc = as_dict(spec.get("storageConfig"))
             if _missing(sc.get("host")) or _missing(dig(sc, "passwordKeyRef", "key")):

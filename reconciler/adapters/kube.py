@@ -23,6 +23,7 @@ from fleetspec import labels, remediation_crd
 from fleetspec.placement import SPARE_TAINT
 
 from reconciler.errors import Conflict, NotFound, PermanentError, TemporaryError, TooManyRequests, api_error
+from reconciler.redact import redact
 
 log = logging.getLogger(__name__)
 TIMEOUT = 20  # seconds for any single API call
@@ -311,7 +312,7 @@ class Kube:
         ts = now_rfc3339()
         body = {
             "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
-            "involvedObject": involved, "reason": reason, "message": message[:1000], "type": type_,
+            "involvedObject": involved, "reason": reason, "message": redact(message)[:1000], "type": type_,
             "source": {"component": "gpufleet-reconciler"}, "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
         }
         if self._events:

@@ -3,7 +3,8 @@
 A notification that cannot be delivered is retried, then logged, counted
 (`gpufleet_notification_failures_total`, which the stack's PrometheusRule alerts on) and raised as a
 Warning Event whose message starts with `critical:`; never a reason to stop healing: the fleet
-matters more than the message about it.
+matters more than the message about it. A webhook's URL carries its token: it is registered as a secret
+(reconciler/redact.py) and no error text about a delivery leaves here unredacted.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from fleetspec import labels, remediation_crd
 from fleetspec.models import FleetSpec, SnsTarget, WebhookTarget
 
 from reconciler.core.model import Remediation
+from reconciler.redact import redact, register
 
 log = logging.getLogger(__name__)
 EMOJI = {"info": ":white_check_mark:", "warning": ":warning:", "critical": ":rotating_light:"}
@@ -48,10 +50,14 @@ class Webhook:
 
     def __init__(self, name: str, url: str, timeout: float = 5.0, attempts: int = 3):
         self.name, self.url, self.timeout, self.attempts = name, url, timeout, attempts
+        register(url)  # it carries the token: never in a log line, an Event or an error text
+
+    def __repr__(self) -> str:
+        return f"Webhook({self.name!r})"
 
     def body(self, msg: Message) -> dict[str, Any]:
         return {
-            "text": f"{EMOJI.get(msg.severity, '')} gpufleet: {msg.text}".strip(),
+            "text": f"{EMOJI.get(msg.severity, '')} gpufleet: {redact(msg.text)}".strip(),
             "attachments": [{"color": {"info": "good", "warning": "warning", "critical": "danger"}[msg.severity],
                              "fields": [{"title": k, "value": str(v), "short": True}
                                         for k, v in msg.fields().items() if v is not None]}],
@@ -86,7 +92,7 @@ class Sns:
             self.client.publish(
                 TopicArn=self.topic_arn,
                 Subject=f"gpufleet {msg.severity}: {msg.event}"[:100],
-                Message=msg.text,
+                Message=redact(msg.text),
                 MessageAttributes={"severity": {"DataType": "String", "StringValue": msg.severity},
                                    "event": {"DataType": "String", "StringValue": msg.event}},
             )
@@ -116,20 +122,21 @@ class Notifier:
         self.on_failure = on_failure or (lambda channel: None)
 
     def send(self, msg: Message) -> None:
-        log.info("notify %s: %s", msg.event, msg.text,
+        log.info("notify %s: %s", msg.event, redact(msg.text),
                  extra={"remediation": msg.remediation.name if msg.remediation else None, "severity": msg.severity})
         if self.kube is not None and msg.remediation is not None:
             type_ = "Normal" if msg.severity == "info" else "Warning"
             reason = "GpuFleet" + "".join(w.capitalize() for w in msg.event.split("-"))
-            self.kube.event({"kind": "Node", "name": msg.remediation.node, "apiVersion": "v1"}, reason, msg.text, type_,
+            text = redact(msg.text)
+            self.kube.event({"kind": "Node", "name": msg.remediation.node, "apiVersion": "v1"}, reason, text, type_,
                             self.namespace)
             self.kube.event({"kind": remediation_crd.KIND, "name": msg.remediation.name, "apiVersion": labels.API_VERSION},
-                            reason, msg.text, type_, self.namespace)
+                            reason, text, type_, self.namespace)
         for ch in self.channels:
             try:
                 ch.send(msg)
             except Exception as e:  # noqa: BLE001 - delivery must never stop healing
-                log.error("notification to %s failed: %s", ch.name, e)
+                log.error("notification to %s failed: %s", ch.name, redact(f"{type(e).__name__}: {e}"))
                 self.on_failure(ch.name)
                 self._raise_failure(ch.name, msg, e)
 
@@ -138,7 +145,8 @@ class Notifier:
         remediation when there is one, else on the reconciler's Deployment."""
         if self.kube is None:
             return
-        text = f"critical: {msg.severity} notification {msg.event!r} to {channel} failed after retries: {err}"
+        text = redact(f"critical: {msg.severity} notification {msg.event!r} to {channel} failed after retries: "
+                      f"{type(err).__name__}: {err}")
         if msg.remediation is not None:
             involved = {"kind": remediation_crd.KIND, "name": msg.remediation.name, "apiVersion": labels.API_VERSION}
         else:

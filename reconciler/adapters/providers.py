@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fleetspec import labels
-from fleetspec.models import FleetSpec, NodePool
+from fleetspec.models import PAUSE_IMAGE, FleetSpec, NodePool
 from fleetspec.placement import SPARE_TAINT, worker_tolerations
 
 from reconciler.adapters.aws_errors import typed
@@ -69,9 +69,11 @@ def request_name(pool: str, key: str) -> str:
     return f"gpufleet-refill-{pool}"[:52] + f"-{digest}"
 
 
-def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str) -> dict:
+def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str, image: str = PAUSE_IMAGE) -> dict:
     """A pod that fits exactly one new node of the pool and nothing else: the pool's member
-    selector (what the autoscaler's node template carries), its taints tolerated, one node's GPUs."""
+    selector (what the autoscaler's node template carries), its taints tolerated, one node's GPUs.
+    It passes Pod Security `restricted` (its namespace's level) and the admission policy that limits what
+    the reconciler may create (components/admission.py): non-root, no privilege, no capability, no volume."""
     selector = dict(pool.member_selector) or {labels.POOL: pool.name}
     return {
         "apiVersion": "v1", "kind": "Pod",
@@ -86,10 +88,14 @@ def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str) -> di
             "tolerations": worker_tolerations(pool),
             "terminationGracePeriodSeconds": 0,
             "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
-                "name": "hold", "image": "registry.k8s.io/pause:3.10",
+                "name": "hold", "image": image,
                 "resources": {"requests": {"nvidia.com/gpu": str(pool.gpus_per_node)},
                               "limits": {"nvidia.com/gpu": str(pool.gpus_per_node)}},
+                "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}},
             }],
         },
     }
@@ -110,7 +116,8 @@ class KubernetesSpares:
 
     def request_capacity(self, pool: str, reason: str, key: str) -> None:
         """Declare that the pool needs one node: a pending placeholder pod (idempotent by key)."""
-        body = placeholder_pod(self.spec.pool(pool), key, reason, self.namespace)
+        body = placeholder_pod(self.spec.pool(pool), key, reason, self.namespace,
+                               self.spec.healing.reconciler.placeholder_image)
         try:
             _call(f"create capacity request {body['metadata']['name']}", self.kube.core.create_namespaced_pod,
                   self.namespace, body, _preload_content=False)

@@ -25,6 +25,7 @@ from reconciler.core.model import Remediation
 from reconciler.core.observe import parse_time
 from reconciler.core.phases import Phase
 from reconciler.errors import AlreadyExists, NotFound, PermanentError
+from reconciler.redact import redact  # no URL or token in a record: its free texts leave through here
 
 
 def _ts(dt: datetime | None) -> str | None:
@@ -36,7 +37,7 @@ def _status(r: Remediation) -> dict[str, Any]:
         "phase": r.phase.value,
         "created": _ts(r.created),
         "phases": [{"phase": p, "at": _ts(t)} for p, t in r.phase_times],
-        "reason": r.reason,
+        "reason": redact(r.reason),
         "replacement": r.replacement,
         "jobs": list(r.jobs),
         "graceDeadline": _ts(r.grace_deadline),
@@ -45,14 +46,14 @@ def _status(r: Remediation) -> dict[str, Any]:
         "retries": r.retries,
         "slurmNodes": list(r.slurm_nodes),
         "keptDrains": list(r.kept_drains),
-        "heldMessage": r.held_message,
+        "heldMessage": redact(r.held_message),
         "heldReason": r.held_reason,
         "reclaimStarted": _ts(r.reclaim_started),
         "failingSince": _ts(r.failing_since),
         "nextAttempt": _ts(r.next_attempt),
-        "lastError": r.last_error,
+        "lastError": redact(r.last_error),
         "revision": r.revision,
-        "conditions": [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message[:32768],
+        "conditions": [{"type": c.type, "status": c.status, "reason": c.reason, "message": redact(c.message)[:32768],
                         "lastTransitionTime": _ts(c.at)} for c in conditions(r)],
     }
     return {k: v for k, v in st.items() if v is not None}
@@ -67,7 +68,7 @@ def to_object(r: Remediation, resource_version: str | None = None) -> dict[str, 
         "apiVersion": labels.API_VERSION,
         "kind": remediation_crd.KIND,
         "metadata": meta,
-        "spec": {"node": r.node, "pool": r.pool, "xid": r.xid, "message": r.message, "wasSpare": r.was_spare,
+        "spec": {"node": r.node, "pool": r.pool, "xid": r.xid, "message": redact(r.message), "wasSpare": r.was_spare,
                  "fault": _fault(r)},
         "status": _status(r),
     }

@@ -99,11 +99,18 @@ def _signals(value: str | None) -> tuple[datetime, ...]:
 _POD_LABELS = (labels.SLINKY_POD_HOSTNAME, labels.POOL)
 
 
-def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT) -> PodView:
-    """The few fields of a pod the core reads; its other labels are dropped (the cache stays small)."""
+def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT, *, slurm_namespace: str) -> PodView:
+    """The few fields of a pod the core reads; its other labels are dropped (the cache stays small).
+
+    The pod-hostname label makes a pod a Slurm node's (slurm_names.py) only in the Slurm namespace, where
+    the operator makes the NodeSet pods and tenants make none: anyone may put the label on a pod of their
+    own, which must then neither steer a drain to another Slurm node nor pass for a NodeSet pod (and so
+    escape a reclaim). Elsewhere the label is dropped and the pod is like any other."""
     meta = pod.get("metadata", {})
     lab = meta.get("labels") or {}
     keep = {k: v for k, v in lab.items() if k in _POD_LABELS or k == opt_out_label}
+    if meta.get("namespace", "") != slurm_namespace:
+        keep.pop(labels.SLINKY_POD_HOSTNAME, None)
     return PodView(
         namespace=meta.get("namespace", ""), name=meta["name"], node=(pod.get("spec") or {}).get("nodeName"),
         phase=(pod.get("status") or {}).get("phase", "Pending"), labels=tuple(sorted(keep.items())),

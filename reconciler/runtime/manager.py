@@ -178,10 +178,12 @@ class Manager:
         for t in threads:
             t.join(timeout=5)
 
-    def serve(self, metrics_port: int | None = None) -> None:
-        """The process: the Lease (if elected), /metrics and /healthz, then `run` until `stop`; on the way
-        out the Events still queued are sent and the Lease is released, so the next leader starts at once."""
-        server = serve(self.metrics, metrics_port, healthy=self.caches.synced) if metrics_port else None
+    def serve(self, metrics_port: int | None = None, health_port: int | None = None) -> None:
+        """The process: the Lease (if elected), /metrics and /healthz (and /healthz alone on `health_port`, the
+        probes'), then `run` until `stop`; on the way out the Events still queued are sent and the Lease is
+        released, so the next leader starts at once."""
+        server = serve(self.metrics, metrics_port, healthy=self.caches.synced, health_port=health_port) \
+            if metrics_port else None
         leading = None
         if self.elector is not None:
             self.elector.start()

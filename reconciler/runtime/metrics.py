@@ -1,9 +1,18 @@
-"""Prometheus metrics and the /healthz endpoint, served on one port."""
+"""Prometheus metrics and the /healthz endpoint: /metrics on one port, /healthz on it and, in a pod, on a
+port of its own (the probes'), each a threaded server whose connections time out.
+
+A server of the standard library's defaults serves one connection at a time and waits for a request as
+long as the client likes: one idle TCP connection stopped /healthz, the kubelet restarted both replicas,
+healing stalled. Here each connection has a thread (up to MAX_CONNECTIONS at once; more are closed at
+once) and REQUEST_TIMEOUT seconds to send its request; the probe's port serves nothing but /healthz, so
+a scrape, slow or hostile, never holds the probe up.
+"""
 from __future__ import annotations
 
+import socketserver
 import threading
 import time
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
@@ -49,22 +58,90 @@ class Metrics:
         self.last_pass = time.monotonic()
 
 
+REQUEST_TIMEOUT = 5.0  # seconds a connection has to send its request (and between reads)
+MAX_CONNECTIONS = 64   # served at once per port; beyond that a connection is closed unanswered
+
+
 class _Quiet(WSGIRequestHandler):
     def log_message(self, *args):  # no access log on stderr
         pass
 
 
-def serve(metrics: Metrics, port: int, healthy=lambda: True, host: str = "0.0.0.0"):
-    """Serve /metrics and /healthz in a daemon thread; returns the server (call .shutdown())."""
+class _ThreadedServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most `max_connections` at once; a connection that times out or drops
+    is closed without a traceback on stderr."""
+
+    daemon_threads = True
+    block_on_close = False
+    max_connections = MAX_CONNECTIONS
+
+    def server_activate(self) -> None:
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        super().server_activate()
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # full: the client retries, the server stays up
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a client that timed out or went away: nothing to report
+
+
+def _server(host: str, port: int, app, name: str, timeout: float, max_connections: int) -> _ThreadedServer:
+    handler = type("_Handler", (_Quiet,), {"timeout": timeout})  # StreamRequestHandler applies it to the socket
+    server_class = type("_Server", (_ThreadedServer,), {"max_connections": max_connections})
+    server = make_server(host, port, app, server_class=server_class, handler_class=handler)
+    threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
+    return server
+
+
+class Servers:
+    """The running servers (one or two); shutdown() stops them all."""
+
+    def __init__(self, servers: list[_ThreadedServer]):
+        self.servers = servers
+
+    def shutdown(self) -> None:
+        for s in self.servers:
+            s.shutdown()
+            s.server_close()
+
+
+def serve(metrics: Metrics, port: int, healthy=lambda: True, host: str = "0.0.0.0", health_port: int | None = None,
+          timeout: float = REQUEST_TIMEOUT, max_connections: int = MAX_CONNECTIONS) -> Servers:
+    """Serve /metrics and /healthz on `port`, and /healthz alone on `health_port` when given, each in daemon
+    threads; returns the servers (call .shutdown())."""
     prom = make_wsgi_app(metrics.registry)
+
+    def health(environ, start_response):
+        ok = healthy()
+        start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+        return [b"ok\n" if ok else b"unhealthy\n"]
 
     def app(environ, start_response):
         if environ.get("PATH_INFO") == "/healthz":
-            ok = healthy()
-            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"ok\n" if ok else b"unhealthy\n"]
+            return health(environ, start_response)
         return prom(environ, start_response)
 
-    server = make_server(host, port, app, handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-    return server
+    def health_only(environ, start_response):
+        if environ.get("PATH_INFO") == "/healthz":
+            return health(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found: this port serves /healthz\n"]
+
+    servers = [_server(host, port, app, "metrics", timeout, max_connections)]
+    if health_port and health_port != port:
+        servers.append(_server(host, health_port, health_only, "health", timeout, max_connections))
+    return Servers(servers)

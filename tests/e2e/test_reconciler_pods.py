@@ -19,6 +19,7 @@ from localenv import netns
 from localenv.control_plane import KWOK_ANNOTATION, _http_get
 from localenv.ports import free_port
 from gpufleet.waiting import wait_for
+from reconciler.adapters.kube import Kube
 
 pytestmark = pytest.mark.e2e
 
@@ -215,31 +216,21 @@ def test_lending_through_the_pods(local_pods):
     assert all(not x.open for x in books["l40s"].loans if x.node == "kwok-l40s-spare-0")  # promoted: loan ended
 
 
-def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, built_images):
-    """The agent's image, with the agent's ServiceAccount and RBAC, on a real node, following a kernel
-    log this test writes (the GPU nodes stay kwok: it reports for kwok-l40s-0, a pool the next test leaves alone).
-    It runs as the stack's DaemonSet declares it: the same arguments and the policy ConfigMap mounted
-    (issue 21: the agent reads the effective catalogue from the policy), only the kernel log swapped.
-    The fault is an Xid 95, not a 79: the lending test before this one leaves kwok-l40s-0 quarantined
-    with GpuHealthy=False reason Xid79, and the agent rightly writes nothing over a condition that
-    already says its fault (sightings.verdict: ALREADY_SET). A quarantined node starts no remediation."""
-    drill = local_pods.env.root / "drill"
-    drill.mkdir(mode=0o755, exist_ok=True)
-    kmsg = drill / "kmsg"
-    # follows open-gpu-kernel-modules 595.45.04 kern_gpu_error_cont_ga100.c (example 3), as in kernel_lines.yaml
-    kmsg.write_text("[ 1843.451234] NVRM: Xid (PCI:0000:3b:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). "
-                    "RST: Yes, D-RST: No\n")
-    kmsg.chmod(0o644)
+def _agent_drill(local_pods, built_images, name: str, node: str, kmsg_dir) -> None:
+    """The agent's image in its namespace, with its ServiceAccount (and the token the kubelet mounts, bound to
+    this pod on system-0), run as the stack's DaemonSet declares it (its arguments, the policy ConfigMap
+    mounted: issue 21, the agent reads the effective catalogue from the policy), only the kernel log swapped
+    for one this test writes, reporting for `node`."""
     core = local_pods.env.kube.core_v1()
-    ns = local_pods.namespace
+    ns = local_pods.spec.healing.reconciler.agent_namespace
     ds = client.AppsV1Api(local_pods.env.kube.api_client()).read_namespaced_daemon_set("gpufleet-agent", ns)
     (declared,) = ds.spec.template.spec.containers
-    args = [{"/dev/kmsg": "/drill/kmsg", "$(NODE_NAME)": "kwok-l40s-0"}.get(a, a) for a in declared.args]
+    args = [{"/dev/kmsg": "/drill/kmsg", "$(NODE_NAME)": node}.get(a, a) for a in declared.args]
     assert "--policy" in args and "--condition" not in args
     policy = next(v for v in ds.spec.template.spec.volumes if v.name == "policy")
     policy_mount = next(m for m in declared.volume_mounts if m.name == "policy")
     core.create_namespaced_pod(ns, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-drill"},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
             "nodeName": "system-0", "hostNetwork": True, "serviceAccountName": "gpufleet-agent",
             "restartPolicy": "Never",
@@ -251,21 +242,50 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
                 "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
                 "volumeMounts": [{"name": "drill", "mountPath": "/drill", "readOnly": True},
                                  {"name": "policy", "mountPath": policy_mount.mount_path, "readOnly": True}],
+                # the API server cannot reach this node's kubelet for logs: a failure keeps its last lines here
+                "terminationMessagePolicy": "FallbackToLogsOnError",
             }],
-            "volumes": [{"name": "drill", "hostPath": {"path": str(drill), "type": "Directory"}},
+            "volumes": [{"name": "drill", "hostPath": {"path": str(kmsg_dir), "type": "Directory"}},
                         {"name": "policy", "configMap": {"name": policy.config_map.name}}],
         }})
 
-    def faulted():
-        conds = core.read_node("kwok-l40s-0").status.conditions or []
-        return next((c for c in conds if c.type == local_pods.spec.healing.condition_types[0]
-                     and c.status == "False" and c.reason == "Xid95"), None)
 
-    cond = wait_for("the agent pod to set the GPU condition of kwok-l40s-0", faulted, timeout=90)
+def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, built_images):
+    """The agent's image on a real node writes the GPU condition of its own node (system-0: no pool's, so the
+    reconciler leaves it alone), with the action the policy gives the fault in its header, and, with the same
+    token, cannot write a GPU node's (the stack's admission policy keys on the node name the kubelet-mounted
+    token carries)."""
+    drill = local_pods.env.root / "drill"
+    drill.mkdir(mode=0o755, exist_ok=True)
+    kmsg = drill / "kmsg"
+    # follows open-gpu-kernel-modules 595.45.04 kern_gpu_error_cont_ga100.c (example 3), as in kernel_lines.yaml
+    kmsg.write_text("[ 1843.451234] NVRM: Xid (PCI:0000:3b:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). "
+                    "RST: Yes, D-RST: No\n")
+    kmsg.chmod(0o644)
+    core = local_pods.env.kube.core_v1()
+    ns = local_pods.spec.healing.reconciler.agent_namespace
+    cond_type = local_pods.spec.healing.condition_types[0]
+    _agent_drill(local_pods, built_images, "agent-drill", "system-0", drill)
+
+    def faulted(node):
+        conds = core.read_node(node).status.conditions or []
+        return next((c for c in conds if c.type == cond_type and c.status == "False" and c.reason == "Xid95"), None)
+
+    cond = wait_for("the agent pod to set the GPU condition of system-0", lambda: faulted("system-0"), timeout=90)
     assert "LTC TAG" in cond.message and cond.message.startswith("[action=reset-gpu pci=0000:3b:00] "), cond.message
     pod = core.read_namespaced_pod("agent-drill", ns)
     assert pod.spec.containers[0].image == built_images.agent.reference
     core.delete_namespaced_pod("agent-drill", ns, grace_period_seconds=0)
+
+    before = core.read_node("kwok-l40s-0")  # (an earlier test may have faulted it: only a change counts)
+    _agent_drill(local_pods, built_images, "agent-forger", "kwok-l40s-0", drill)
+    failed = wait_for("the agent refused another node to give up", lambda: core.read_namespaced_pod(
+        "agent-forger", ns).status.phase == "Failed", timeout=90)
+    log = _termination_message(core, "agent-forger", ns)
+    assert failed and "403" in log and "only the node its token is bound to" in log, log
+    assert core.read_node("kwok-l40s-0").status.conditions == before.status.conditions
+    core.delete_namespaced_pod("agent-forger", ns, grace_period_seconds=0)
+    Kube(local_pods.env.kube.api_client()).set_condition("system-0", cond_type, "True", "DrillOver", "cleared")
 
 
 def _records(local_pods, node):
@@ -306,3 +326,51 @@ def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_g
     on_spare = core.list_namespaced_pod(local_pods.spec.slurm.namespace,
                                         field_selector=f"spec.nodeName={done.replacement}").items
     assert any(labels.SLINKY_POD_HOSTNAME in (p.metadata.labels or {}) for p in on_spare)
+
+
+def _termination_message(core, name: str, ns: str) -> str:
+    """A finished container's exit code and message (its last log lines, on failure)."""
+    t = core.read_namespaced_pod(name, ns).status.container_statuses[0].state.terminated
+    return f"exit {t.exit_code}: {t.message or ''}"
+
+
+READ_KMSG = "import os; fd = os.open('/dev/kmsg', os.O_RDONLY | os.O_NONBLOCK); os.read(fd, 8192); print('read')"
+
+
+@pytest.mark.parametrize("privileged", [True, False], ids=["privileged", "cap-syslog-host-path"])
+def test_what_the_agent_needs_to_read_dev_kmsg_on_a_real_node(local_pods, built_images, privileged):
+    """The agent's security context (components/agent.py) on a kubelet node with containerd and runc, reading
+    the host's real /dev/kmsg: privileged (as root) with a read-only mount reads it; unprivileged with CAP_SYSLOG
+    and the same host path cannot (runc's device cgroup admits /dev/kmsg only to a privileged container, or with
+    the device handed over by a device plugin, which this environment has not). (The stack's agent ran
+    privileged as the image's user 65532 before, which under this kernel's dmesg_restrict=1 read nothing.)"""
+    from components.agent import agent_pod_spec
+
+    spec = local_pods.spec
+    pod = agent_pod_spec(spec)  # without agent_kmsg_device: privileged, /dev/kmsg read-only
+    (c,) = pod["containers"]
+    if not privileged:  # the device plugin's context, with the host path instead of the device
+        c["securityContext"] = {"privileged": False, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "runAsUser": 0, "runAsNonRoot": False,
+                                "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]}}
+    name = f"kmsg-{'privileged' if privileged else 'syslog'}"
+    c.update(image=built_images.agent.reference, command=["/opt/gpufleet/bin/python", "-c", READ_KMSG], args=[],
+             terminationMessagePolicy="FallbackToLogsOnError")
+    pod.update(nodeName="system-0", restartPolicy="Never", affinity=None, hostNetwork=True)  # as the drill's
+    ns = spec.healing.reconciler.agent_namespace
+    core = local_pods.env.kube.core_v1()
+    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": pod})
+
+    def explain() -> str:
+        st = core.read_namespaced_pod(name, ns).status
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+        return f"{st.phase} {st.container_statuses} {[e.message for e in events]}"
+
+    phase = wait_for(f"{name} to finish", lambda: (p := core.read_namespaced_pod(name, ns).status.phase) in (
+        "Succeeded", "Failed") and p, timeout=120, explain=explain)
+    log = _termination_message(core, name, ns)
+    core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    if privileged:
+        assert phase == "Succeeded", log
+    else:
+        assert phase == "Failed" and "Operation not permitted" in log, log

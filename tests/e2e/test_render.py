@@ -75,7 +75,26 @@ def test_prod_slinky_manifests_fit_the_operator_schema(rendered):
     acct = find(docs, "Accounting", "accounting")["spec"]
     assert acct["storageConfig"]["passwordKeyRef"] == {"name": "slurm-accounting-db", "key": "password"}
     token = find(docs, "Token", "gpufleet-reconciler")
-    assert token["metadata"]["namespace"] == "gpufleet-system" and token["spec"]["username"] == "slurm"
+    assert token["metadata"]["namespace"] == "slurm" and token["spec"]["username"] == "slurm"  # beside its key
+    assert "DisableRootJobs=YES" in ctl["extraConf"].splitlines()
     assert find(docs, "RestApi", "slurm-restapi")
     args = find(docs, "Deployment", "gpufleet-reconciler")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--slurm-url") + 1] == "http://slurm-restapi.slurm:6820"
+    assert args[args.index("--slurm-token-secret") + 1] == "slurm/gpufleet-reconciler-slurm-token/SLURM_JWT"
+
+
+def test_prod_render_holds_no_secret_value_and_names_the_secrets_to_provide(rendered):
+    """Issue 24: a render applied as-is by a GitOps tool must not carry a placeholder for the Slurm key or the
+    JWT key. The Secrets holding a stack secret are left out and named; Secrets without one stay."""
+    out, docs = rendered
+    secrets = {f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}" for d in docs if d["kind"] == "Secret"}
+    spec = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    assert secrets == {f"{spec.slurm.namespace}/slurm-sssd-conf"}  # no stack secret in it: rendered
+    required = (out / "SECRETS-REQUIRED.md").read_text()
+    for name, config_key in [(f"{spec.slurm.namespace}/slurm-auth-slurm", spec.slurm.munge_key_secret),
+                             (f"{spec.slurm.namespace}/slurm-auth-jwt", spec.slurm.jwt_key_secret),
+                             (f"{spec.healing.reconciler.namespace}/gpufleet-notifications", "slackWebhookUrl")]:
+        assert f"Secret `{name}`" in required and f"(stack secret `{config_key}`)" in required, (name, required)
+    assert f"Secret `{spec.healing.reconciler.namespace}/slurm-auth-jwt`" not in required  # the key stays with Slurm
+    text = "".join(f.read_text() for f in out.rglob("*") if f.is_file())
+    assert "gpufleet-render-placeholder" not in text and "placeholder-not-a-real-secret" not in text

@@ -37,7 +37,8 @@ def test_local_stack_applies_its_slinky_resources(kube_cluster, pulumi_bin_dir, 
                     ("loginsets", "login"), ("nodesets", "h100"), ("nodesets", "l40s")} <= got
             login = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "slurm", "loginsets", "login")
             assert login["spec"]["sssdConfRef"] == {"name": "slurm-sssd-conf", "key": "sssd.conf"}
-            token = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "gpufleet-system", "tokens",
+            # with the key it is minted from, in the Slurm namespace (components/slinky.py)
+            token = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "slurm", "tokens",
                                                       "gpufleet-reconciler")
             assert token["spec"]["secretRef"]["name"] == "gpufleet-reconciler-slurm-token"
             dep = client.AppsV1Api(api).read_namespaced_deployment("gpufleet-reconciler", "gpufleet-system")

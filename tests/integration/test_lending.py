@@ -50,7 +50,8 @@ def lending_spec(**lending):
                    "lending": {"spares": True, "idle_nodes": True, "idle_after_seconds": 2, "spare_floor": 1,
                                "reclaim_grace_seconds": 3, "max_lent_fraction": 1.0,
                                "borrowers": {"selector": BORROWER}, **lending}}],
-        "slurm": {"partitions": [{"name": PARTITION, "pools": [POOL]}]},
+        # the stand-in's NodeSet pods are in NS: the reconciler takes Slurm nodes from that namespace only
+        "slurm": {"namespace": NS, "partitions": [{"name": PARTITION, "pools": [POOL]}]},
         "healing": {"grace_period_seconds": 0, "drain_timeout_seconds": 10, "max_unhealthy_fraction": 0.9,
                     "reconciler": {"namespace": "default"}},
     })

@@ -21,9 +21,12 @@ pytestmark = pytest.mark.integration
 POOL = "kgpu"  # Kubernetes: kgpu-0, kgpu-1, kgpu-spare-0; Slurm: gpu-a-0, gpu-a-1, gpu-a-2 (the fixture's)
 
 
+SLURM_NS = "default"  # the spec's Slurm namespace (set below): NodeSet pods count there only
+
+
 def nodeset_pod(slurm_name: str, node: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"slurm-worker-{slurm_name}", "namespace": "default",
+            "metadata": {"name": f"slurm-worker-{slurm_name}", "namespace": SLURM_NS,
                          "labels": {labels.SLINKY_POD_HOSTNAME: slurm_name, "app.kubernetes.io/name": "slurmd"}},
             "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
                      "containers": [{"name": "slurmd", "image": "ghcr.io/slinkyproject/slurmd:26.05"}]}}
@@ -33,17 +36,18 @@ def place(api, slurm_name: str, node: str) -> None:
     core = client.CoreV1Api(api)
     name = f"slurm-worker-{slurm_name}"
     try:
-        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+        core.delete_namespaced_pod(name, SLURM_NS, grace_period_seconds=0)
     except ApiException as e:
         assert e.status == 404
-    wait_for(f"{name} to be gone", lambda: name not in {p.metadata.name for p in core.list_namespaced_pod("default").items},
+    wait_for(f"{name} to be gone", lambda: name not in {p.metadata.name for p in core.list_namespaced_pod(SLURM_NS).items},
              timeout=10)
-    core.create_namespaced_pod("default", nodeset_pod(slurm_name, node))
+    core.create_namespaced_pod(SLURM_NS, nodeset_pod(slurm_name, node))
 
 
 @pytest.fixture
 def fleet_with_slurm(kube_cluster, api, slurm_fresh, slurm_rest):
     spec = fleet(POOL, nodes=2, spares=1, grace_period_seconds=5)
+    spec = spec.model_copy(update={"slurm": spec.slurm.model_copy(update={"namespace": SLURM_NS})})
     core = client.CoreV1Api(api)
     if not any(n.metadata.name == f"{POOL}-0" for n in core.list_node().items):
         make_nodes(kube_cluster, spec)

@@ -94,6 +94,24 @@ class FakeKube:
         n["metadata"]["labels"][labels.LENT] = loan
         n["metadata"].setdefault("annotations", {})[labels.LENT_SINCE] = since
 
+    def start_reclaim(self, name, at):
+        self._write("start_reclaim", name)
+        n = self.nodes[name]
+        n["metadata"]["labels"].pop(labels.LENT, None)
+        n["metadata"].setdefault("annotations", {})[labels.RECLAIMING] = at
+
+    def end_loan(self, name, back_to_spare):
+        self._write("end_loan", name)
+        n = self.nodes[name]
+        taints = [t for t in n["spec"].get("taints") or [] if t["key"] != labels.LENDING_TAINT]
+        if back_to_spare and not any(t["key"] == labels.SPARE_TAINT for t in taints):
+            taints.append({"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"})
+        n["spec"]["taints"] = taints or None
+        n["metadata"]["labels"].pop(labels.LENT, None)
+        for a in (labels.LENT_SINCE, labels.RECLAIMING):
+            n["metadata"].get("annotations", {}).pop(a, None)
+        return json.loads(json.dumps(n))
+
     def read_ledger(self, namespace):
         if self.down:
             raise TemporaryError("get the lending ledger: connection refused")

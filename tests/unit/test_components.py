@@ -95,8 +95,8 @@ def test_each_environment_declares_its_fleet(env):
     spec = build(env)
     types = [r.typ for r in MOCKS.resources]
     assert types.count("kubernetes:slinky.slurm.net/v1beta1:NodeSet") == len(spec.pools)
-    # capacity per pool, policy, gres.conf, and the lending ledger where a pool lends
-    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 2 + bool(spec.lending_pools())
+    # capacity per pool, policy (and the agent's copy), gres.conf, and the lending ledger where a pool lends
+    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 3 + bool(spec.lending_pools())
     assert types.count("kubernetes:scheduling.k8s.io/v1:PriorityClass") == len(spec.borrower_classes())
     assert types.count("kubernetes:core/v1:PersistentVolumeClaim") == len(spec.storage)
     assert types.count("pulumi:providers:kubernetes") == 1
@@ -107,8 +107,9 @@ def test_each_environment_declares_its_fleet(env):
         assert helm == 2 and crds == 1  # the operator charts; gpufleet's own Remediation CRD
     else:
         assert helm == 0 and crds == 7  # six Slinky kinds + Remediation
-    # the resource count grows with pools, never with nodes
-    assert len(MOCKS.resources) < 48 + 3 * len(spec.pools)
+    # the resource count grows with pools, never with nodes (14: the agent's namespace, 4 admission policies
+    # and their bindings, 5 NetworkPolicies)
+    assert len(MOCKS.resources) < 48 + 14 + 3 * len(spec.pools)
 
 
 
@@ -248,8 +249,7 @@ def test_secrets_stay_secret():
     # the values reach exactly the Secrets that need them, and nothing else
     assert sorted(holders) == [("kubernetes:core/v1:Secret", "gpufleet-notifications"),
                                ("kubernetes:core/v1:Secret", "slurm-accounting-db"),
-                               ("kubernetes:core/v1:Secret", "slurm-auth-jwt"),  # for the Controller
-                               ("kubernetes:core/v1:Secret", "slurm-auth-jwt"),  # for the reconciler's Token
+                               ("kubernetes:core/v1:Secret", "slurm-auth-jwt"),  # the Controller's and the Token's
                                ("kubernetes:core/v1:Secret", "slurm-auth-slurm")]
     cm = MOCKS.named("kubernetes:core/v1:ConfigMap", "gpufleet-policy")
     assert '"url_secret": "slackWebhookUrl"' in cm.inputs["data"]["fleet.json"]
@@ -337,6 +337,7 @@ def test_prod_slinky_resources_carry_what_the_operator_needs():
     assert ctl["accountingRef"] == {"name": "accounting"}
     assert ctl["jwtKeyRef"] == {"name": "slurm-auth-jwt", "key": "jwt.key"} and "jwtHs256KeyRef" not in ctl
     assert "GresTypes=gpu" in ctl["extraConf"]
+    assert "DisableRootJobs=YES" in ctl["extraConf"].splitlines()  # slurm.conf(5) 26.05: root runs no job
     assert ctl["configFileRefs"] == [{"name": "slurm-config-files"}]
     gres = MOCKS.named("kubernetes:core/v1:ConfigMap", "slurm-config-files").inputs["data"]["gres.conf"]
     assert "AutoDetect=nvml" in gres
@@ -379,11 +380,23 @@ def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     spec = build("prod")
     restapi = _crs("RestApi")
     assert [r.inputs["metadata"]["name"] for r in restapi] == ["slurm-restapi"]
+    # The Token is minted where the key lives (slurm-operator v1.2.1 resolves jwtKeyRef and writes
+    # secretRef in the Token's namespace): no copy of the key in the reconciler's namespace.
     token = MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs
-    assert token["metadata"]["namespace"] == spec.healing.reconciler.namespace
+    assert token["metadata"]["namespace"] == spec.slurm.namespace
     assert token["spec"] == {"jwtKeyRef": {"name": "slurm-auth-jwt", "key": "jwt.key"}, "username": "slurm",
                              "lifetime": "1h", "refresh": True,
                              "secretRef": {"name": "gpufleet-reconciler-slurm-token", "key": "SLURM_JWT"}}
+    keys = [r for r in MOCKS.of_type("kubernetes:core/v1:Secret") if r.inputs["metadata"]["name"] == "slurm-auth-jwt"]
+    assert [k.inputs["metadata"]["namespace"] for k in keys] == [spec.slurm.namespace]
+    # The reconciler reads that one Secret, by name, and nothing else in the Slurm namespace.
+    role = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:Role", "gpufleet-reconciler-slurm-token").inputs
+    assert role["metadata"]["namespace"] == spec.slurm.namespace
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
+                              "resourceNames": ["gpufleet-reconciler-slurm-token"], "verbs": ["get"]}]
+    binding = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "gpufleet-reconciler-slurm-token")
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "gpufleet-reconciler",
+                                           "namespace": spec.healing.reconciler.namespace}]
     pod = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"]
     c = pod["containers"][0]
     args = c["args"]
@@ -391,10 +404,9 @@ def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     assert flag("--slurm") == "rest"
     assert flag("--slurm-url") == "http://slurm-restapi.slurm:6820"
     assert flag("--slurm-user") == "slurm"
-    mount = next(m for m in c["volumeMounts"] if m["name"] == "slurm-token")
-    vol = next(v for v in pod["volumes"] if v["name"] == "slurm-token")
-    assert vol["secret"]["secretName"] == "gpufleet-reconciler-slurm-token"
-    assert flag("--slurm-token-file") == f"{mount['mountPath']}/{vol['secret']['items'][0]['path']}"
+    assert flag("--slurm-token-secret") == "slurm/gpufleet-reconciler-slurm-token/SLURM_JWT"
+    assert "--slurm-token-file" not in args and "--slurm-jwt-key-file" not in args
+    assert [v["name"] for v in pod["volumes"]] == ["policy"]  # no Secret mounted
 
 
 def test_reconciler_and_operator_run_on_the_declared_system_pool():
@@ -466,7 +478,11 @@ def test_the_agent_reads_the_policy_the_reconciler_reads_and_rolls_when_its_faul
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert mounts["policy"]["mountPath"] == "/etc/gpufleet" and mounts["policy"]["readOnly"]
     volumes = {v["name"]: v for v in ds["spec"]["volumes"]}
-    assert volumes["policy"]["configMap"]["name"] == "gpufleet-policy"
+    # the agent's copy of the policy, in its own namespace, is the reconciler's policy
+    cms = {r.inputs["metadata"]["name"]: r.inputs for r in MOCKS.of_type("kubernetes:core/v1:ConfigMap")}
+    assert cms["gpufleet-agent-policy"]["metadata"]["namespace"] == spec.healing.reconciler.agent_namespace
+    assert cms["gpufleet-agent-policy"]["data"] == cms["gpufleet-policy"]["data"]
+    assert volumes["policy"]["configMap"]["name"] == "gpufleet-agent-policy"
     before = ds["metadata"]["annotations"]["gpufleet.io/config-checksum"]
 
     doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())["config"][CONFIG_KEY]
@@ -481,3 +497,147 @@ def test_the_agent_reads_the_policy_the_reconciler_reads_and_rolls_when_its_faul
     role = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "gpufleet-agent").inputs["rules"]
     assert {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]} in role
     assert spec.healing.faults.actions.xid == {}
+# --- trust boundaries (issue 24): namespaces, the agent, admission, network ---------------------------
+
+NS_TYPE = "kubernetes:core/v1:Namespace"
+VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+VAPB = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+NETPOL = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+
+
+def _enforced(name: str) -> str:
+    return MOCKS.named(NS_TYPE, name).inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+
+
+def test_namespaces_by_trust():
+    """The reconciler's namespace is restricted; the agent has a privileged one of its own."""
+    spec = build("prod")
+    dep = spec.healing.reconciler
+    assert (_enforced(dep.namespace), _enforced(dep.agent_namespace)) == ("restricted", "privileged")
+    ds = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs
+    assert ds["metadata"]["namespace"] == dep.agent_namespace
+    sa = MOCKS.named("kubernetes:core/v1:ServiceAccount", "gpufleet-agent").inputs
+    assert sa["metadata"]["namespace"] == dep.agent_namespace
+    # nothing privileged, no host path and no host namespace in the reconciler's namespace
+    for r in MOCKS.resources:
+        if r.inputs.get("metadata", {}).get("namespace") == dep.namespace and "template" in r.inputs.get("spec", {}):
+            pod = r.inputs["spec"]["template"]["spec"]
+            assert not any(pod.get(h) for h in ("hostNetwork", "hostPID", "hostIPC")), r.name
+            assert not any("hostPath" in v for v in pod.get("volumes", [])), r.name
+
+
+def test_locally_the_reconcilers_namespace_admits_the_host_network_its_pods_need():
+    from components.reconciler import HostNetworkApi
+
+    spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
+    MOCKS.resources.clear()
+
+    @pulumi.runtime.test
+    def program():
+        secrets = {k: pulumi.Output.secret("x") for k in spec.secret_keys()}
+        GpuFleet("local", GpuFleetArgs(spec, secrets, local_kubeconfig="/tmp/kubeconfig",
+                                       host_network_api=HostNetworkApi("127.0.0.1", 6443)))
+
+    program()
+    ns = MOCKS.named(NS_TYPE, spec.healing.reconciler.namespace).inputs["metadata"]["labels"]
+    assert ns["pod-security.kubernetes.io/enforce"] == "privileged"  # hostNetwork: only privileged admits it
+    assert ns["pod-security.kubernetes.io/warn"] == "restricted"     # ... and says what restricted would refuse
+
+
+def test_the_agent_without_a_kmsg_device_is_privileged_with_kmsg_read_only_and_nothing_else():
+    from components.agent import agent_pod_spec
+
+    spec = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    pod = agent_pod_spec(spec)
+    (c,) = pod["containers"]
+    # root: a non-root process holds none of a privileged container's capabilities (no CAP_SYSLOG)
+    assert c["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True, "runAsUser": 0,
+                                    "runAsNonRoot": False}
+    assert pod["volumes"] == [{"name": "policy", "configMap": {"name": "gpufleet-agent-policy"}},
+                              {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}]
+    assert c["volumeMounts"] == [{"name": "policy", "mountPath": "/etc/gpufleet", "readOnly": True},
+                                 {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}]
+    assert not any(pod.get(h) for h in ("hostNetwork", "hostPID", "hostIPC"))
+
+
+def test_the_agent_with_a_kmsg_device_runs_unprivileged_with_cap_syslog_only():
+    from components.agent import agent_pod_spec
+
+    doc = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json")
+    doc["healing"]["reconciler"]["agent_kmsg_device"] = "squat.ai/kmsg"
+    from fleetspec.models import FleetSpec
+
+    pod = agent_pod_spec(FleetSpec.model_validate(doc))
+    (c,) = pod["containers"]
+    assert c["securityContext"]["privileged"] is False and c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert c["resources"]["limits"]["squat.ai/kmsg"] == "1"
+    assert [v["name"] for v in pod["volumes"]] == [m["name"] for m in c["volumeMounts"]] == ["policy"]  # no host path
+
+
+def test_admission_policies_bind_each_identity():
+    spec = build("prod")
+    dep = spec.healing.reconciler
+    policies = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in MOCKS.of_type(VAP)}
+    bindings = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in MOCKS.of_type(VAPB)}
+    assert set(policies) == set(bindings) == {f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-nodes",
+                                              f"{dep.namespace}-reconciler-pod-deletion",
+                                              f"{dep.agent_namespace}-agent-own-node", f"{dep.namespace}-kubelet-membership"}
+    for name, b in bindings.items():
+        assert b == {"policyName": name, "validationActions": ["Deny"]}
+        assert policies[name]["failurePolicy"] == "Fail"
+    who = {n: p["matchConditions"][0]["expression"] for n, p in policies.items()}
+    assert who[f"{dep.agent_namespace}-agent-own-node"] == \
+        f'request.userInfo.username == "system:serviceaccount:{dep.agent_namespace}:gpufleet-agent"'
+    assert who[f"{dep.namespace}-reconciler-nodes"] == \
+        f'request.userInfo.username == "system:serviceaccount:{dep.namespace}:gpufleet-reconciler"'
+    assert who[f"{dep.namespace}-kubelet-membership"] == 'request.userInfo.username.startsWith("system:node:")'
+    deletion = policies[f"{dep.namespace}-reconciler-pod-deletion"]["validations"][0]["expression"]
+    assert all(f'"{c}"' in deletion for c in spec.borrower_classes())
+
+
+def test_network_policies_for_the_reconciler_the_agent_and_slurmrestd():
+    spec = build("prod")
+    dep = spec.healing.reconciler
+    pols = {(r.inputs["metadata"]["namespace"], r.inputs["metadata"]["name"]): r.inputs["spec"]
+            for r in MOCKS.of_type(NETPOL)}
+    assert set(pols) == {(dep.namespace, "gpufleet-default-deny"), (dep.namespace, "gpufleet-reconciler"),
+                         (dep.agent_namespace, "gpufleet-default-deny"), (dep.agent_namespace, "gpufleet-agent"),
+                         (spec.slurm.namespace, "slurmrestd")}
+    rec = pols[(dep.namespace, "gpufleet-reconciler")]
+    ports = {p["port"] for e in rec["egress"] for p in e["ports"]}
+    assert ports == {53, 443, 6443, 6820}  # DNS, the API server (and HTTPS), slurmrestd
+    assert rec["ingress"] == [{"from": [{"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["monitoring"]}]}}],
+        "ports": [{"protocol": "TCP", "port": 9102}]}]
+    agent = pols[(dep.agent_namespace, "gpufleet-agent")]
+    assert agent["ingress"] == [] and {p["port"] for e in agent["egress"] for p in e["ports"]} == {53, 443, 6443}
+    rest = pols[(spec.slurm.namespace, "slurmrestd")]
+    assert rest["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "slurmrestd"}}
+    (only,) = rest["ingress"]
+    assert only["from"] == [{"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [dep.namespace]}]},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gpufleet-reconciler"}}}]
+    assert {p["port"] for e in rest["egress"] for p in e["ports"]} == {53, 6817, 6819}
+
+
+def test_the_probes_have_a_port_of_their_own():
+    build("prod")
+    c = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"][
+        "containers"][0]
+    assert c["livenessProbe"]["httpGet"]["port"] == c["readinessProbe"]["httpGet"]["port"] == 9103
+    assert c["args"][c["args"].index("--health-port") + 1] == "9103"
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9102, "health": 9103}
+
+
+def test_slurm_images_are_pinned_by_the_digests_the_stack_file_records():
+    doc = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json")
+    digest = "sha256:" + "cd" * 32
+    doc["slurm"]["image_digests"] = {"slurmctld": digest}
+    from fleetspec.models import FleetSpec
+
+    build_spec(FleetSpec.model_validate(doc), "prod")
+    (ctl,) = MOCKS.of_type(CR + "Controller")
+    assert ctl.inputs["spec"]["slurmctld"]["image"].endswith(f":{doc['slurm']['image_tag']}@{digest}")
+    (rest,) = MOCKS.of_type(CR + "RestApi")
+    assert "@" not in rest.inputs["spec"]["slurmrestd"]["image"]  # no digest recorded for it: by tag

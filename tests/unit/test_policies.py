@@ -87,7 +87,7 @@ def workload(name="app", containers=None, pod_labels=None, pod_annotations=None,
 
 def test_pack_declares_every_rule_once_with_a_schema_that_matches_the_configs():
     names = [r.name for r in RULES]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 14
     policies = build_policies()
     assert [p.name for p in policies] == names
     assert {type(p).__name__ for p in policies} == {"ResourceValidationPolicy", "StackValidationPolicy"}
@@ -315,20 +315,97 @@ def test_no_binding_to_cluster_admin():
     assert len(msgs) == 1 and "cluster-admin" in msgs[0] and "RoleBinding gpufleet-system/b" in msgs[0]
 
 
-def test_only_the_node_agent_is_privileged_and_mounts_only_kmsg():
-    kmsg = [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}]
-    agent = workload("gpufleet-agent", [container(securityContext={"privileged": True})], volumes=kmsg)
-    assert run("privileged-only-node-agent", DS, agent) == []
-    other = workload("sneaky", [container(securityContext={"privileged": True})], volumes=kmsg)
-    msgs = run("privileged-only-node-agent", DS, other)
-    assert len(msgs) == 2 and any("privileged" in m for m in msgs) and any("/dev/kmsg" in m for m in msgs)
-    wider = workload("gpufleet-agent", [container(securityContext={"privileged": True})],
-                     volumes=kmsg + [{"name": "root", "hostPath": {"path": "/"}}])
-    msgs = run("privileged-only-node-agent", DS, wider)
-    assert len(msgs) == 1 and "mounts the host path /" in msgs[0]
-    # the same name as a Deployment is not the agent
-    assert len(run("privileged-only-node-agent", DEP, agent)) == 2
-    assert len(run("privileged-only-node-agent", DEP, workload("x", hostNetwork=True))) == 1
+def test_rbac_that_escalates_binds_impersonates_or_mints_tokens_fails():
+    for verb in ("escalate", "bind", "impersonate"):
+        role = {"metadata": meta("r"), "rules": [{"apiGroups": ["rbac.authorization.k8s.io"],
+                                                  "resources": ["clusterroles", "users"], "verbs": ["get", verb]}]}
+        msgs = run("rbac-least-privilege", CLUSTER_ROLE, role)
+        assert len(msgs) == 1 and f"grants {verb!r}" in msgs[0], msgs
+    mint = {"metadata": meta("r"), "rules": [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                                              "verbs": ["create"]}]}
+    assert "mints a token" in run("rbac-least-privilege", ROLE, mint)[0]
+    read = {"metadata": meta("r"), "rules": [{"apiGroups": ["rbac.authorization.k8s.io"],
+                                              "resources": ["clusterroles"], "verbs": ["get", "list"]}]}
+    assert run("rbac-least-privilege", CLUSTER_ROLE, read) == []
+
+
+KMSG = [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}]
+RO_KMSG = [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}]
+
+
+def in_ns(body: dict, namespace: str) -> dict:
+    return {**body, "metadata": {**body["metadata"], "namespace": namespace}}
+
+
+def test_privileged_pods_only_in_a_namespace_set_aside_whatever_their_name():
+    agent = workload("gpufleet-agent", [container(securityContext={"privileged": True}, volumeMounts=RO_KMSG)],
+                     volumes=KMSG)
+    assert run("pod-host-access", DS, in_ns(agent, "gpufleet-agent")) == []
+    # the same DaemonSet, same name, in any other namespace: judged by what it is
+    msgs = run("pod-host-access", DS, in_ns(agent, "default"))
+    assert len(msgs) == 2 and any("runs privileged" in m for m in msgs) and any("/dev/kmsg" in m for m in msgs)
+    assert len(run("pod-host-access", DEP, in_ns(workload("x", [container(securityContext={"privileged": True})]),
+                                                  "gpufleet-system"))) == 1
+
+
+def test_host_namespaces_fail_whatever_the_name_and_namespace():
+    for host in ("hostNetwork", "hostPID", "hostIPC"):
+        agent = in_ns(workload("gpufleet-agent", **{host: True}), "gpufleet-agent")
+        msgs = run("pod-host-access", DS, agent)
+        assert len(msgs) == 1 and host in msgs[0], msgs
+    local = {"hostNetworkWorkloads": ["gpufleet-system/Deployment/gpufleet-reconciler"]}
+    rec = workload("gpufleet-reconciler", hostNetwork=True)
+    assert run("pod-host-access", DEP, rec, local) == []  # the local environment's, by namespace/kind/name
+    assert len(run("pod-host-access", DEP, in_ns(rec, "default"), local)) == 1
+
+
+def test_host_paths_only_allowed_ones_and_read_only():
+    writable = workload("a", [container(securityContext={"privileged": True},
+                                        volumeMounts=[{"name": "kmsg", "mountPath": "/dev/kmsg"}])], volumes=KMSG)
+    msgs = run("pod-host-access", DS, in_ns(writable, "gpufleet-agent"))
+    assert len(msgs) == 1 and "writable" in msgs[0] and "readOnly" in msgs[0]
+    wider = workload("a", [container(volumeMounts=RO_KMSG)], volumes=KMSG + [{"name": "root", "hostPath": {"path": "/"}}])
+    msgs = run("pod-host-access", DS, in_ns(wider, "gpufleet-agent"))
+    assert len(msgs) == 1 and "mounts the host path /;" in msgs[0]
+
+
+def test_added_capabilities_outside_the_allow_list_fail():
+    def caps(*add):
+        return workload("a", [container(securityContext={"capabilities": {"drop": ["ALL"], "add": list(add)}})])
+
+    assert run("capabilities-allowed", DEP, caps("NET_BIND_SERVICE")) == []
+    for bad in ("SYS_ADMIN", "ALL", "NET_ADMIN", "SYS_PTRACE", "CAP_BPF", "syslog"):
+        msgs = run("capabilities-allowed", DEP, caps(bad))
+        assert len(msgs) == 1 and bad in msgs[0], (bad, msgs)
+    # CAP_SYSLOG in the agent's namespace only (per-namespace allow-list), however it is spelt
+    assert run("capabilities-allowed", DS, in_ns(caps("SYSLOG"), "gpufleet-agent")) == []
+    assert run("capabilities-allowed", DS, in_ns(caps("CAP_SYSLOG"), "gpufleet-agent")) == []
+    assert len(run("capabilities-allowed", DS, in_ns(caps("SYSLOG", "NET_RAW"), "gpufleet-agent"))) == 1
+
+
+SERVICE = "kubernetes:core/v1:Service"
+
+
+def test_load_balancers_are_internal_for_the_controller_that_serves_them():
+    from fleetspec.models import LB_INTERNAL, LB_SCHEME
+
+    def svc(annotations, cls=None):
+        spec = {"type": "LoadBalancer", "ports": [{"port": 22}], **({"loadBalancerClass": cls} if cls else {})}
+        return {"metadata": meta("login", annotations=annotations), "spec": spec}
+
+    both = {LB_SCHEME: "internal", LB_INTERNAL: "true"}
+    assert run("load-balancers-internal", SERVICE, svc(both)) == []
+    # only the scheme the AWS Load Balancer Controller reads: the in-tree controller opens it to the internet
+    msgs = run("load-balancers-internal", SERVICE, svc({LB_SCHEME: "internal"}))
+    assert len(msgs) == 1 and LB_INTERNAL in msgs[0]
+    assert run("load-balancers-internal", SERVICE, svc({LB_SCHEME: "internal"}, "service.k8s.aws/nlb")) == []
+    assert len(run("load-balancers-internal", SERVICE, svc({LB_SCHEME: "internet-facing"}, "service.k8s.aws/nlb"))) == 1
+    assert "does not know" in run("load-balancers-internal", SERVICE, svc(both, "example.com/lb"))[0]
+    assert run("load-balancers-internal", SERVICE, svc({}), {"internetFacing": ["gpufleet-system/Service/login"]}) == []
+    login = {"metadata": meta("login"), "spec": {"service": svc({LB_SCHEME: "internal"})}}
+    assert len(run("load-balancers-internal", LOGINSET, login)) == 1  # a LoginSet's SSH Service alike
+    cluster_ip = {"metadata": meta("login"), "spec": {"type": "ClusterIP"}}
+    assert run("load-balancers-internal", SERVICE, cluster_ip) == []
 
 
 # --- supply chain -----------------------------------------------------------------------------
@@ -349,13 +426,17 @@ def test_images_pinned(image, ok):
         assert "Deployment gpufleet-system/r" in msgs[0] and image in msgs[0] and "Fix:" in msgs[0]
 
 
-def test_prod_requires_digests_except_slinky_images():
+def test_prod_requires_digests_the_slurm_images_too():
     prod = env_config("prod")["images-pinned"]
     tagged = workload("r", [container(image="ghcr.io/gpufleet/reconciler:0.1.0")])
     msgs = run("images-pinned", DEP, tagged, prod)
     assert len(msgs) == 1 and "requires a digest" in msgs[0]
     ctl = {"metadata": meta("slurm"), "spec": {"slurmctld": {"image": "ghcr.io/slinkyproject/slurmctld:25.11"}}}
-    assert run("images-pinned", CONTROLLER, ctl, prod) == []
+    assert "requires a digest" in run("images-pinned", CONTROLLER, ctl, prod)[0]  # no exemption for SchedMD's
+    assert run("images-pinned", CONTROLLER, ctl, {**prod, "digestExemptPrefixes": ["ghcr.io/slinkyproject/"]}) == []
+    pinned = {"metadata": meta("slurm"), "spec": {"slurmctld": {
+        "image": f"ghcr.io/slinkyproject/slurmctld:25.11@{DIGEST}"}}}
+    assert run("images-pinned", CONTROLLER, pinned, prod) == []
     ctl_latest = {"metadata": meta("slurm"), "spec": {"slurmctld": {"image": "ghcr.io/slinkyproject/slurmctld"}}}
     assert len(run("images-pinned", CONTROLLER, ctl_latest, prod)) == 1
 
@@ -450,9 +531,11 @@ def evaluate(resources: list[pulumi.runtime.MockResourceArgs], env: str) -> dict
     return out
 
 
-# What the release workflow (.github/workflows/release.yml) records in Pulumi.prod.yaml.
+# What the release workflow (.github/workflows/release.yml) records in Pulumi.prod.yaml: gpufleet's images by
+# digest, and the digest of each Slurm image at the stack's tag.
 RELEASED = {"healing__reconciler__image": f"ghcr.io/gpufleet/reconciler@{DIGEST}",
-            "healing__reconciler__agent_image": f"ghcr.io/gpufleet/agent@{DIGEST}"}
+            "healing__reconciler__agent_image": f"ghcr.io/gpufleet/agent@{DIGEST}",
+            "slurm__image_digests": {n: DIGEST for n in ("slurmctld", "slurmd", "slurmrestd", "slurmdbd", "login")}}
 
 
 def prod_spec(released: bool = True, **changes) -> FleetSpec:
@@ -479,7 +562,11 @@ def test_shipped_prod_passes_every_mandatory_rule(recorder):
 def test_prod_before_a_release_is_blocked_by_its_unpinned_images_only(recorder):
     result = evaluate(declare(recorder, prod_spec(released=False)), "prod")
     assert {n for n, m in result.items() if m} == {"images-pinned"}
-    assert len(result["images-pinned"]) == 2 and all("requires a digest" in m for m in result["images-pinned"])
+    # gpufleet's two and every Slurm image of prod (slurmd per pool): a tag can be moved
+    pinned = result["images-pinned"]
+    assert all("requires a digest" in m for m in pinned)
+    assert {m.split("image '")[1].split(":")[0].rsplit("/", 1)[1] for m in pinned} == {
+        "reconciler", "agent", "slurmctld", "slurmd", "login", "slurmrestd", "slurmdbd"}
 
 
 @pytest.mark.parametrize("env", ["local", "staging"])
@@ -496,7 +583,10 @@ def test_other_shipped_environments_are_clean_too(recorder, env):
     ({"pools__0__spares": 2}, "gpu-pool-spares", "needs 7"),
     ({"healing__enabled": False}, "healing-enabled", "healing is disabled"),
     ({"healing__grace_period_seconds": 3000}, "healing-enabled", "grace_period_seconds"),
-    ({"slurm__login__service_annotations": {}}, "slinky-resources-complete", "LoadBalancer without annotations"),
+    ({"slurm__login__service_annotations": {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"}},
+     "load-balancers-internal", "aws-load-balancer-internal"),
+    ({"slurm__image_digests": {}}, "images-pinned", "slurmctld"),
+    ({"healing__reconciler__agent_namespace": "kube-system"}, "pod-host-access", "runs privileged"),
     ({"pools__3__member_selector": {}}, "pool-membership-declared", "'l40s' (kubernetes-spares) declares no"),
     ({"pools__0__lending__spare_floor": 0}, "lending-safe", "pools[0].lending.spare_floor: 0"),
     ({"pools__0__lending__reclaim_grace_seconds": 120}, "lending-safe", "reclaim_grace_seconds is 120"),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -204,14 +205,83 @@ def test_render_refuses_to_mix_with_old_manifests(tmp_path):
     assert res.exit_code == 2 and "--force" in res.output
 
 
-def test_secret_manifests_are_found(tmp_path):
+def test_rendered_secret_values_are_found_in_secrets_and_anywhere_else(tmp_path):
     import base64
 
-    held = base64.b64encode(pv.PLACEHOLDER_SECRET.encode()).decode()
-    (tmp_path / "a.yaml").write_text(f"apiVersion: v1\ndata:\n  k: {held}\nkind: Secret\nmetadata:\n  name: s\n")
+    ph = pv.render_placeholders(["mungeKey", "slurmJwtKey", "slackWebhookUrl"])
+    assert len(set(ph.values())) == 3 and all(k in v for k, v in ph.items())
+    held = base64.b64encode(ph["mungeKey"].encode()).decode()
+    (tmp_path / "a.yaml").write_text(f"apiVersion: v1\ndata:\n  slurm.key: {held}\nkind: Secret\nmetadata:\n"
+                                     f"  name: slurm-auth-slurm\n  namespace: slurm\n")
     (tmp_path / "b.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n")
     (tmp_path / "c.yaml").write_text("apiVersion: v1\ndata:\n  sssd.conf: W3Nzc2Rd\nkind: Secret\nmetadata:\n  name: t\n")
-    assert pv.secret_manifests(pv.rendered_files(tmp_path)) == [tmp_path / "a.yaml"]  # c holds real content
+    (tmp_path / "d.yaml").write_text(f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: n\n  namespace: x\n"
+                                     f"stringData:\n  URL: {ph['slackWebhookUrl']}\n")
+    found = pv.find_secret_values(pv.rendered_files(tmp_path), ph)
+    assert [(f.name, name, keys) for f, name, keys in found.secrets] == [
+        ("a.yaml", "slurm/slurm-auth-slurm", {"slurm.key": "mungeKey"}), ("d.yaml", "x/n", {"URL": "slackWebhookUrl"})]
+    assert found.leaks == []  # c holds real content, b nothing
+    # a value in a manifest that is no Secret (plain, or base64 inside a longer value) is a leak
+    inner = base64.b64encode(("token: " + ph["slurmJwtKey"] + "\n").encode()).decode()
+    (tmp_path / "e.yaml").write_text(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: e\nbinaryData:\n  f: {inner}\n")
+    (tmp_path / "f.yaml").write_text(f"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: f\n"
+                                     f"spec: {{env: {ph['mungeKey']}}}\n")
+    found = pv.find_secret_values(pv.rendered_files(tmp_path), ph)
+    assert [(f.name, keys) for f, keys in found.leaks] == [("e.yaml", ["slurmJwtKey"]), ("f.yaml", ["mungeKey"])]
+    text = pv.secrets_required_text("prod", found)
+    assert "Secret `slurm/slurm-auth-slurm`: `slurm.key` (stack secret `mungeKey`)" in text
+
+
+def test_render_leaves_secrets_out_names_them_and_refuses_a_leak(monkeypatch, tmp_path):
+    """The command end to end with the engine replaced: what it would write, then what the command leaves."""
+    import base64
+
+    state = {}
+
+    @contextmanager
+    def scratch(stack, secret_keys, extra_env=None, stack_yaml=None, secret_values=None):
+        state["values"] = secret_values
+        yield FakeStack(Path(extra_env["GPUFLEET_RENDER_DIR"]), secret_values, state)
+
+    monkeypatch.setattr(pv, "scratch_stack", scratch)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["render", "--stack", "prod", "--out", str(out), "--without-operator-chart"])
+    assert res.exit_code == 0, res.output
+    assert not (out / "1-manifest" / "v1-secret-slurm-slurm-auth-slurm.yaml").exists()  # left out
+    assert (out / "1-manifest" / "v1-configmap-x.yaml").exists()
+    required = (out / "SECRETS-REQUIRED.md").read_text()
+    assert "Secret `slurm/slurm-auth-slurm`: `slurm.key` (stack secret `mungeKey`)" in required
+    assert "left out of the render" in res.output
+    every = "".join(f.read_text() for f in out.rglob("*") if f.is_file())
+    for v in state["values"].values():
+        assert v not in every and base64.b64encode(v.encode()).decode() not in every
+
+    state["leak"] = True
+    res = CliRunner().invoke(app, ["render", "--stack", "prod", "--out", str(out), "--force",
+                                   "--without-operator-chart"])
+    assert res.exit_code == 1 and "refusing the render" in res.output and "v1-configmap-x.yaml" in res.output
+    assert not (out / "1-manifest" / "v1-configmap-x.yaml").exists()
+
+
+class FakeStack:
+    """Writes what the Kubernetes provider would: a Secret holding the munge key, a ConfigMap (holding the JWT
+    key when the test wants a leak)."""
+
+    def __init__(self, out: Path, values: dict[str, str], state: dict):
+        self.out, self.values, self.state = out, values, state
+
+    def run(self, *args, **kw):
+        import base64
+
+        d = self.out / "1-manifest"
+        d.mkdir(parents=True, exist_ok=True)
+        key = base64.b64encode(self.values["mungeKey"].encode()).decode()
+        (d / "v1-secret-slurm-slurm-auth-slurm.yaml").write_text(
+            f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: slurm-auth-slurm\n  namespace: slurm\n"
+            f"data:\n  slurm.key: {key}\n")
+        cm = f"  jwt: {self.values['slurmJwtKey']}\n" if self.state.get("leak") else "  a: b\n"
+        (d / "v1-configmap-x.yaml").write_text(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n{cm}")
+        return subprocess.CompletedProcess(["pulumi"], 0, "", "")
 
 
 # --- captured output (see the module docstring) ------------------------------------------------------

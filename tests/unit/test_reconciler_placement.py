@@ -24,16 +24,16 @@ def test_locally_the_host_network_and_the_api_server_on_loopback():
     assert p.pod["nodeSelector"] == {"gpufleet.io/role": "system"}
     assert {e["name"]: e["value"] for e in p.env} == {"KUBERNETES_SERVICE_HOST": "127.0.0.1",
                                                       "KUBERNETES_SERVICE_PORT": "31443"}
-    assert p.probe == {"path": "/healthz", "port": 9102, "host": "127.0.0.1"}
+    assert p.probe == {"path": "/healthz", "port": 9103, "host": "127.0.0.1"}  # the probes' own port
     # one pod per node (hostPort): a rollout replaces, it cannot surge
     assert p.strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 
 
 def test_locally_the_pods_reach_the_local_slurmrestd_with_the_tokens_secret():
-    from components.reconciler import TOKEN_FILE, reconciler_args
+    from components.reconciler import reconciler_args
 
     spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
     p = placement(ReconcilerArgs(spec, host_network_api=HostNetworkApi("127.0.0.1", 31443, "http://127.0.0.1:26820")))
     args = [*reconciler_args(spec, slurm_url=p.slurm_url), *p.args]
     assert args[args.index("--slurm-url") + 1] == "http://127.0.0.1:26820" and "none" not in args
-    assert args[args.index("--slurm-token-file") + 1] == TOKEN_FILE
+    assert args[args.index("--slurm-token-secret") + 1] == f"{spec.slurm.namespace}/gpufleet-reconciler-slurm-token/SLURM_JWT"

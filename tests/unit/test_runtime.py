@@ -38,6 +38,55 @@ def test_a_fault_heals_with_slurm_names_from_the_nodeset_pods():
     assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-0"
 
 
+def test_a_pod_that_forges_the_pod_hostname_label_names_no_slurm_node():
+    """A tenant's pod outside the Slurm namespace carrying `pod-hostname` of another node's Slurm node: the
+    fault drains only the faulted node's own Slurm node; the forged pod is evicted like any other pod."""
+    w = World(fleet(grace_period_seconds=0))
+    w.kube.pods["tenant/squatter"] = {
+        "metadata": {"name": "squatter", "namespace": "tenant", "uid": "uid-squatter",
+                     "labels": {labels.SLINKY_POD_HOSTNAME: "h100-w5"}},
+        "spec": {"nodeName": "h100-3"}, "status": {"phase": "Running"}}
+    w.fault("h100-3")
+    w.run()
+    r = w.remediation("h100-3")
+    assert r.slurm_nodes == ("h100-w3",)
+    assert ("drain", "h100-w5") not in w.slurm.calls and ("drain", "h100-w3") in w.slurm.calls
+    assert any(c[0] == "evict" and "squatter" in str(c) for c in w.kube.calls), w.kube.calls
+    # and the same pod in the Slurm namespace is a NodeSet pod: its Slurm node is drained with the node's
+    w = World(fleet(grace_period_seconds=0))
+    w.kube.pods["slurm/slurm-worker-extra"] = {**w.kube.pods.pop("slurm/slurm-worker-h100-w3")}
+    w.kube.pods["slurm/slurm-worker-extra"]["metadata"] = {
+        "name": "slurm-worker-extra", "namespace": "slurm", "uid": "uid-extra",
+        "labels": {labels.SLINKY_POD_HOSTNAME: "h100-w5"}}
+    w.fault("h100-3")
+    w.run()
+    assert ("drain", "h100-w5") in w.slurm.calls
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_a_squatter_on_an_unlent_spare_is_evicted_before_the_promotion(forged):
+    """A pod that tolerates the spare taint sits on a spare nobody lent: the promotion waits until it is gone.
+    Carrying a forged pod-hostname label (outside the Slurm namespace) does not make it a NodeSet pod."""
+    w = World(fleet(grace_period_seconds=0))
+    w.kube.pods["tenant/squatter"] = {
+        "metadata": {"name": "squatter", "namespace": "tenant", "uid": "uid-squatter",
+                     "labels": {labels.SLINKY_POD_HOSTNAME: "h100-spare-0"} if forged else {}},
+        "spec": {"nodeName": "h100-spare-0"}, "status": {"phase": "Running"}}
+    squatter_at_promotion = []
+    promote = w.provider.promote
+
+    def watched(spare, replaces):
+        squatter_at_promotion.append("tenant/squatter" in w.kube.pods)
+        return promote(spare, replaces)
+
+    w.provider.promote = watched
+    w.fault("h100-3")
+    w.run()
+    assert ("evict", "squatter") in w.kube.calls and "tenant/squatter" not in w.kube.pods, w.kube.calls
+    assert w.remediation("h100-3").replacement == "h100-spare-0"
+    assert squatter_at_promotion == [False]  # promoted once, with the squatter gone
+
+
 def test_containment_under_the_brake_cordons_and_drains_every_fault_and_replaces_none():
     w = World(fleet(nodes=10, max_unhealthy_fraction=0.2, grace_period_seconds=0))
     for i in range(5):

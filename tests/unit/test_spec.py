@@ -125,6 +125,25 @@ CASES = [
     ("lending idle after negative", lend(0, idle_nodes=True, idle_after_seconds=-1),
      "pools[0].lending.idle_after_seconds", "greater than or equal to 0"),
     ("lending not a mapping", lambda d: d["pools"][0].__setitem__("lending", "yes"), "pools[0].lending", "dictionary"),
+    # trust boundaries (issue 24)
+    ("agent shares the reconciler's namespace", lambda d: d["healing"].setdefault("reconciler", {}).__setitem__(
+        "agent_namespace", "gpufleet-system"), "healing.reconciler.agent_namespace", "one of its own"),
+    ("login scheme contradicted", lambda d: d["slurm"]["login"]["service_annotations"].__setitem__(
+        "service.beta.kubernetes.io/aws-load-balancer-scheme", "internet-facing"),
+     "slurm.login.service_annotations", "contradicts"),
+    ("login scheme unknown", lambda d: d["slurm"]["login"].__setitem__("load_balancer_scheme", "public"),
+     "slurm.login.load_balancer_scheme", "internal"),
+    ("class without a load balancer", lambda d: d["slurm"]["login"].update(service_type="ClusterIP",
+                                                                          load_balancer_class="service.k8s.aws/nlb"),
+     "slurm.login.load_balancer_class", "LoadBalancer"),
+    ("slurm digest malformed", lambda d: d["slurm"].__setitem__("image_digests", {"slurmctld": "sha256:abc"}),
+     "slurm.image_digests.slurmctld", "digest"),
+    ("slurm digest of no image", lambda d: d["slurm"].__setitem__("image_digests", {"slurmx": "sha256:" + "a" * 64}),
+     "slurm.image_digests.slurmx.[key]", "slurmctld"),
+    ("api server cidr", lambda d: d.__setitem__("network", {"api_server_cidrs": ["10.0.0.1/16"]}),
+     "network.api_server_cidrs[0]", "CIDR"),
+    ("kmsg device not a resource name", lambda d: d["healing"].setdefault("reconciler", {}).__setitem__(
+        "agent_kmsg_device", "not a name!"), "healing.reconciler.agent_kmsg_device", "label key"),
 ]
 
 
@@ -187,3 +206,25 @@ def test_cli_spec_schema_is_json_schema():
     schema = json.loads(out.stdout)
     assert schema["title"] == "FleetSpec" and "pools" in schema["properties"]
     assert schema["additionalProperties"] is False
+
+
+def test_the_login_service_says_its_scheme_to_every_controller_that_may_serve_it():
+    from fleetspec.models import LB_INTERNAL, LB_SCHEME, LoginSpec
+
+    plain = LoginSpec(service_type="LoadBalancer").service()
+    assert plain["metadata"]["annotations"] == {LB_SCHEME: "internal", LB_INTERNAL: "true"}
+    assert "loadBalancerClass" not in plain["spec"]
+    classed = LoginSpec(service_type="LoadBalancer", load_balancer_class="service.k8s.aws/nlb").service()
+    assert classed == {"spec": {"type": "LoadBalancer", "loadBalancerClass": "service.k8s.aws/nlb"},
+                       "metadata": {"annotations": {LB_SCHEME: "internal"}}}
+    public = LoginSpec(service_type="LoadBalancer", load_balancer_scheme="internet-facing").service()
+    assert public["metadata"]["annotations"] == {LB_SCHEME: "internet-facing"}
+    assert LoginSpec().service() == {"spec": {"type": "ClusterIP"}}
+
+
+def test_slurm_images_by_tag_and_by_digest_where_recorded():
+    f = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    digest = "sha256:" + "e" * 64
+    slurm = f.slurm.model_copy(update={"image_digests": {"slurmd": digest}})
+    assert slurm.image("slurmd") == f"{slurm.image_registry}/slurmd:{slurm.image_tag}@{digest}"
+    assert slurm.image("slurmctld") == f"{slurm.image_registry}/slurmctld:{slurm.image_tag}"

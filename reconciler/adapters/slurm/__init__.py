@@ -113,10 +113,12 @@ def signal_targets(job_ids: Sequence[int], job: Callable[[int], "SlurmJob | None
 
 
 def make_client(kind: str, *, url: str | None = None, token_file: str | Path | None = None,
+                token_secret: str | None = None, api=None,
                 jwt_key_file: str | Path | None = None, user: str = "slurm",
                 env: Mapping[str, str] | None = None, timeout: float = 10.0) -> SlurmClient | None:
     """The SlurmClient for the reconciler's `--slurm` flag: "rest" (slurmrestd at `url`, with
-    the token in `token_file` or one signed from `jwt_key_file` for `user`), "cli" (Slurm's
+    the token in `token_file`, in the Secret `token_secret` (NAMESPACE/NAME[/KEY], read with the
+    Kubernetes client `api`) or one signed from `jwt_key_file` for `user`), "cli" (Slurm's
     tools, with `env`) or "none". Bad combinations raise ValueError naming the flag."""
     if kind == "none":
         return None
@@ -126,12 +128,23 @@ def make_client(kind: str, *, url: str | None = None, token_file: str | Path | N
         return SlurmCLI(env=env)
     if kind != "rest":
         raise ValueError(f"--slurm: unknown backend {kind!r} (one of {', '.join(CLIENT_KINDS)})")
-    from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile
+    from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile, TokenSource
 
     if not url:
         raise ValueError("--slurm rest needs --slurm-url (slurmrestd, e.g. http://slurm-restapi.slurm:6820)")
-    if bool(token_file) == bool(jwt_key_file):
-        raise ValueError("--slurm rest needs exactly one of --slurm-token-file (a Slinky Token's Secret) "
-                         "and --slurm-jwt-key-file (the cluster's JWT key)")
-    tokens = TokenFile(token_file) if token_file else SignedToken(jwt_key_file, user=user)  # type: ignore[arg-type]
+    if sum(map(bool, (token_file, token_secret, jwt_key_file))) != 1:
+        raise ValueError("--slurm rest needs exactly one of --slurm-token-secret (a Slinky Token's Secret, read "
+                         "through the API server), --slurm-token-file (the same, mounted) and "
+                         "--slurm-jwt-key-file (the cluster's JWT key: the local environment only)")
+    tokens: TokenSource
+    if token_secret:
+        from reconciler.adapters.slurm.token_secret import SecretRef, SecretToken
+
+        if api is None:
+            raise ValueError("--slurm-token-secret needs a Kubernetes client")
+        tokens = SecretToken(api, SecretRef.parse(token_secret))
+    elif token_file:
+        tokens = TokenFile(token_file)
+    else:
+        tokens = SignedToken(jwt_key_file, user=user)  # type: ignore[arg-type]
     return SlurmREST(url, tokens, timeout=timeout)

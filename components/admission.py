@@ -1,0 +1,246 @@
+"""Admission policies the stack ships: what the reconciler's and the agent's tokens may do beyond what
+RBAC can say (RBAC names verbs on resources; it cannot say "this node only", "these fields only").
+
+ValidatingAdmissionPolicy, admissionregistration.k8s.io/v1 (GA since Kubernetes 1.30; the API as
+k8s.io/api v0.34 admissionregistration/v1 types.go defines it): CEL over `object`, `oldObject` and
+`request` (the AdmissionRequest, whose `userInfo.extra` carries what the token says), one binding per
+policy with `validationActions: [Deny]`. Each policy matches one identity by its username, so nothing
+else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
+
+- `<ns>-reconciler-pods`: the reconciler creates only its capacity-request placeholders
+  (reconciler/adapters/providers.py placeholder_pod): in its namespace, the placeholder image, no host
+  namespace, volume, privilege or capability, non-root. So a stolen token starts no privileged pod,
+  even where the namespace's Pod Security level would let one in (the local environment's).
+- `<ns>-reconciler-nodes`: on a node it may change its own marks (`gpufleet.io/` labels, annotations and
+  taints), Slinky's cordon reason and topology annotation, the cordon itself, and add the pool's labels
+  and taints that membership sets; nothing else of a node.
+- `<ns>-reconciler-pod-deletion`: it deletes (with any grace, force included) only borrowers (a pod of
+  a borrower PriorityClass) and its own placeholders. Evictions go through PodDisruptionBudgets and
+  are not limited here.
+- `<agent ns>-agent-own-node`: the agent writes only the node its token is bound to (the user's extra
+  `authentication.kubernetes.io/node-name`: k8s.io/apiserver pkg/authentication/serviceaccount/util.go
+  NodeNameKey, which the API server puts in a token bound to a pod that runs on a node; feature
+  ServiceAccountTokenPodNodeInfo, on by default since 1.30 and GA, locked on, since 1.32:
+  k8s.io/kubernetes v1.34.4 pkg/features/kube_features.go), and there only its kernel-log cursor and
+  its GPU condition. A token without a node name writes no node.
+- `<ns>-kubelet-membership`: a kubelet (any `system:node:` user) changes no `gpufleet.io/` label or taint and
+  none of the pools' membership labels on a node that exists, its own included, so a compromised
+  kubelet cannot enrol its node as a spare or a system node, nor shed the spare taint. (NodeRestriction,
+  when the API server enables it, confines a kubelet to its own node and its
+  `node-restriction.kubernetes.io/` labels; it is not on by default, and the local API server runs
+  without it.) What a node registers with is the node bootstrap's to decide (`--node-labels`); see the
+  README's security section.
+"""
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from fleetspec import labels
+from fleetspec.models import FleetSpec
+
+from .agent import agent_username
+from .meta import metadata
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
+OWN = f"{labels.GROUP}/"  # the prefix of gpufleet's own labels, annotations and taints
+# Slinky's annotations the reconciler writes on a node: the cordon reason, and the Slurm topology membership
+# sets for slurm-operator 1.2.1 (api/v1beta1/well_known.go AnnotationNodeTopologySpec).
+SLINKY_NODE_ANNOTATIONS = (labels.SLINKY_CORDON_REASON, "topology.slinky.slurm.net/spec")
+
+
+def _strings(values) -> str:
+    """A CEL list literal of strings."""
+    return "[" + ", ".join(json.dumps(v) for v in sorted(set(values))) + "]"
+
+
+def _rule(resources: list[str], operations: list[str]) -> dict:
+    return {"apiGroups": [""], "apiVersions": ["v1"], "operations": operations, "resources": resources}
+
+
+def _policy(name: str, username: str, rules: list[dict], validations: list[dict],
+            variables: list[dict] | None = None) -> dict:
+    spec: dict = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": rules},
+        "matchConditions": [{"name": "is-the-identity", "expression": f"request.userInfo.username == {json.dumps(username)}"}],
+        "validations": [{"reason": "Forbidden", **v} for v in validations],
+    }
+    if variables:
+        spec["variables"] = variables
+    return {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name}, "spec": spec}
+
+
+def _changed_only(old: str, new: str, allowed: str) -> str:
+    """CEL: between two string maps, only keys for which `allowed` (an expression of `k`) holds were
+    added, changed or removed."""
+    return (f"variables.{new}.all(k, ({allowed}) || (k in variables.{old} && variables.{old}[k] == variables.{new}[k]))"
+            f" && variables.{old}.all(k, ({allowed}) || k in variables.{new})")
+
+
+def _maps(prefix: str, path: str) -> list[dict]:
+    return [{"name": f"old{prefix}", "expression": f"oldObject.metadata.?{path}.orValue({{}})"},
+            {"name": f"new{prefix}", "expression": f"object.metadata.?{path}.orValue({{}})"}]
+
+
+def reconciler_pods_policy(spec: FleetSpec, username: str) -> dict:
+    dep = spec.healing.reconciler
+    capacity = f"{labels.GROUP}/capacity-request"
+    return _policy(f"{dep.namespace}-reconciler-pods", username, [_rule(["pods"], ["CREATE"])], [
+        {"expression": f"request.namespace == {json.dumps(dep.namespace)}",
+         "message": f"the reconciler creates pods only in {dep.namespace}"},
+        {"expression": f"object.metadata.?labels[?{json.dumps(capacity)}].hasValue()",
+         "message": f"the reconciler creates only capacity-request placeholders (label {capacity})"},
+        {"expression": "!object.spec.?hostNetwork.orValue(false) && !object.spec.?hostPID.orValue(false) && "
+                       "!object.spec.?hostIPC.orValue(false)",
+         "message": "a placeholder shares no host namespace"},
+        {"expression": "object.spec.?volumes.orValue([]).size() == 0 && "
+                       "object.spec.?automountServiceAccountToken.orValue(true) == false",
+         "message": "a placeholder mounts nothing, not even a ServiceAccount token"},
+        {"expression": "object.spec.?initContainers.orValue([]).size() == 0 && "
+                       "object.spec.?ephemeralContainers.orValue([]).size() == 0 && object.spec.containers.size() == 1",
+         "message": "a placeholder has one container"},
+        {"expression": f"object.spec.containers.all(c, c.image == {json.dumps(dep.placeholder_image)} && "
+                       "!c.?securityContext.?privileged.orValue(false) && "
+                       "c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false && "
+                       "c.?securityContext.?capabilities.?add.orValue([]).size() == 0 && "
+                       "c.?ports.orValue([]).size() == 0)",
+         "message": f"a placeholder runs {dep.placeholder_image}, unprivileged, without capabilities or ports"},
+        {"expression": "object.spec.?securityContext.?runAsNonRoot.orValue(false) == true",
+         "message": "a placeholder runs as non-root"},
+    ])
+
+
+def pool_label_keys(spec: FleetSpec) -> set[str]:
+    """Labels membership sets on a pool's nodes (fleetspec/placement.py node_labels) outside gpufleet's prefix."""
+    keys = {labels.GPU_MODEL, labels.GPU_COUNT}
+    for p in spec.pools:
+        keys |= set(p.labels)
+    return {k for k in keys if not k.startswith(OWN)}
+
+
+def pool_taint_keys(spec: FleetSpec) -> set[str]:
+    return {t.key for p in spec.pools for t in p.taints if not t.key.startswith(OWN)}
+
+
+def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
+    dep = spec.healing.reconciler
+    own = f"k.startsWith({json.dumps(OWN)})"
+    pool_labels, pool_taints = _strings(pool_label_keys(spec)), _strings(pool_taint_keys(spec))
+    same = lambda f: f"object.spec.?{f} == oldObject.spec.?{f}"  # noqa: E731
+    # a taint is the same when key, value and effect are (timeAdded is the API server's)
+    taint_in = lambda t, where: (f"variables.{where}.exists(x, x.key == {t}.key && x.?value == {t}.?value && "  # noqa: E731
+                                 f"x.effect == {t}.effect)")
+    return _policy(f"{dep.namespace}-reconciler-nodes", username, [_rule(["nodes"], ["UPDATE"])], [
+        {"expression": _changed_only("oldLabels", "newLabels", f"{own} || (k in {pool_labels} && k in variables.newLabels)"),
+         "message": f"the reconciler changes only {OWN} labels, and adds the pool labels membership sets"},
+        {"expression": _changed_only("oldAnnotations", "newAnnotations",
+                                     f"{own} || k in {_strings(SLINKY_NODE_ANNOTATIONS)}"),
+         "message": f"the reconciler changes only {OWN} annotations and Slinky's {', '.join(SLINKY_NODE_ANNOTATIONS)}"},
+        {"expression": f"variables.oldTaints.filter(t, !t.key.startsWith({json.dumps(OWN)})).all(t, {taint_in('t', 'newTaints')})"
+                       f" && variables.newTaints.filter(t, !t.key.startsWith({json.dumps(OWN)}))"
+                       f".all(t, {taint_in('t', 'oldTaints')} || t.key in {pool_taints})",
+         "message": f"the reconciler changes only {OWN} taints, and adds the pool's taints"},
+        {"expression": " && ".join(same(f) for f in ("podCIDR", "podCIDRs", "providerID", "externalID", "configSource")),
+         "message": "the reconciler changes no node spec field but the cordon and taints"},
+        {"expression": "object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && "
+                       "object.metadata.?finalizers == oldObject.metadata.?finalizers",
+         "message": "the reconciler changes no owner or finalizer of a node"},
+    ], variables=[*_maps("Labels", "labels"), *_maps("Annotations", "annotations"),
+                  {"name": "oldTaints", "expression": "oldObject.spec.?taints.orValue([])"},
+                  {"name": "newTaints", "expression": "object.spec.?taints.orValue([])"}])
+
+
+def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
+    dep = spec.healing.reconciler
+    capacity = f"{labels.GROUP}/capacity-request"
+    borrowers = _strings(spec.borrower_classes())
+    return _policy(f"{dep.namespace}-reconciler-pod-deletion", username, [_rule(["pods"], ["DELETE"])], [
+        {"expression": f"(request.namespace == {json.dumps(dep.namespace)} && "
+                       f"oldObject.metadata.?labels[?{json.dumps(capacity)}].hasValue()) || "
+                       f"oldObject.spec.?priorityClassName.orValue('') in {borrowers}",
+         "messageExpression": "'the reconciler deletes only borrowers (PriorityClass " + ", ".join(
+             sorted(spec.borrower_classes())) + ") and its own capacity requests, not ' + request.namespace + '/' "
+                              "+ request.name"},
+    ])
+
+
+def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
+    types = _strings(spec.healing.condition_types)
+    kmsg = json.dumps(labels.KMSG_REPORTED)
+    others = lambda o: f"{o}.status.?conditions.orValue([]).filter(c, !(c.type in {types}))"  # noqa: E731
+    status_same = " && ".join(f"object.status.?{f} == oldObject.status.?{f}"
+                              for f in ("capacity", "allocatable", "addresses", "nodeInfo", "daemonEndpoints"))
+    return _policy(f"{spec.healing.reconciler.agent_namespace}-agent-own-node", username,
+                   [_rule(["nodes", "nodes/status"], ["UPDATE"])], [
+        {"expression": "variables.tokenNode.size() == 1 && variables.tokenNode[0] == object.metadata.name",
+         "messageExpression": "'the node agent writes only the node its token is bound to (' + "
+                              "(variables.tokenNode.size() == 1 ? variables.tokenNode[0] : 'none: not a pod-bound "
+                              "token') + '), not ' + object.metadata.name"},
+        {"expression": "variables.subResource == 'status' || (object.metadata.?labels == oldObject.metadata.?labels && "
+                       "object.?spec == oldObject.?spec && "
+                       + _changed_only("oldAnnotations", "newAnnotations", f"k == {kmsg}") + ")",
+         "message": f"on its node the agent changes only its kernel-log cursor ({labels.KMSG_REPORTED})"},
+        {"expression": f"variables.subResource != 'status' || ({others('object')} == {others('oldObject')} && "
+                       f"{status_same})",
+         "message": f"in its node's status the agent changes only its condition ({', '.join(spec.healing.condition_types)})"},
+    ], variables=[{"name": "tokenNode",
+                   "expression": f"request.userInfo.extra[?{json.dumps(NODE_NAME_KEY)}].orValue([])"},
+                  # absent, not empty, on a request for the object itself
+                  {"name": "subResource", "expression": "request.?subResource.orValue('')"},
+                  *_maps("Annotations", "annotations")])
+
+
+KUBELET_PREFIX = "system:node:"  # a kubelet's username (k8s.io/apiserver pkg/authentication/user: NodeUserNamePrefix)
+
+
+def kubelet_membership_policy(spec: FleetSpec) -> dict:
+    membership = f"k.startsWith({json.dumps(OWN)}) || k in {_strings(pool_label_keys(spec))}"
+    own_taint = f"t.key.startsWith({json.dumps(OWN)})"
+    policy = _policy(f"{spec.healing.reconciler.namespace}-kubelet-membership", "", [
+        _rule(["nodes", "nodes/status"], ["UPDATE"])], [
+        {"expression": f"variables.newLabels.all(k, !({membership}) || "
+                       "(k in variables.oldLabels && variables.oldLabels[k] == variables.newLabels[k])) && "
+                       f"variables.oldLabels.all(k, !({membership}) || k in variables.newLabels)",
+         "messageExpression": f"'a kubelet (' + request.userInfo.username + ') changes no {OWN} or pool membership "
+                              "label of a node: the reconciler sets membership'"},
+        {"expression": f"object.spec.?taints.orValue([]).filter(t, {own_taint}) == "
+                       f"oldObject.spec.?taints.orValue([]).filter(t, {own_taint})",
+         "message": f"a kubelet changes no {OWN} taint of a node"},
+    ], variables=_maps("Labels", "labels"))
+    policy["spec"]["matchConditions"] = [{
+        "name": "is-a-kubelet",
+        "expression": f"request.userInfo.username.startsWith({json.dumps(KUBELET_PREFIX)})"}]
+    return policy
+
+
+def policies(spec: FleetSpec, reconciler: str, agent: str) -> list[dict]:
+    """Every policy, for the reconciler's and the agent's usernames, and the kubelets'."""
+    return [reconciler_pods_policy(spec, reconciler), reconciler_nodes_policy(spec, reconciler),
+            reconciler_pod_deletion_policy(spec, reconciler), agent_nodes_policy(spec, agent),
+            kubelet_membership_policy(spec)]
+
+
+def binding(policy: dict) -> dict:
+    name = policy["metadata"]["name"]
+    return {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]}}
+
+
+def declare_admission(name: str, spec: FleetSpec, reconciler: str, parent: pulumi.Resource) -> list[pulumi.Resource]:
+    """The policies and their bindings, children of `parent`."""
+    out: list[pulumi.Resource] = []
+    env = spec.environment
+    for p in policies(spec, reconciler, agent_username(spec)):
+        pname = p["metadata"]["name"]
+        pol = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-vap-{pname}", metadata=metadata(pname, "admission", env), spec=p["spec"],
+            opts=pulumi.ResourceOptions(parent=parent))
+        b = binding(p)
+        out += [pol, k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-vapb-{pname}", metadata=metadata(pname, "admission", env), spec=b["spec"],
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=[pol]))]
+    return out

@@ -1,0 +1,87 @@
+"""The reconciler's Slurm token, read from its Secret through the API server.
+
+A Slinky ``Token`` mints its JWT where the signing key lives: slurm-operator v1.2.1 resolves the
+Token's ``jwtKeyRef`` and writes its ``secretRef`` in the Token's own namespace
+(api/v1beta1/token_keys.go, internal/builder/common/token_secret.go). The stack keeps both in the
+Slurm namespace, so the key is never copied to the reconciler's; a pod mounts only Secrets of its
+own namespace, so the reconciler reads the minted token with `get` on that one Secret
+(components/slinky.py token_reader_rules) and nothing else there.
+"""
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from dataclasses import dataclass
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from reconciler.adapters.slurm import SlurmError
+from reconciler.adapters.slurm.rest import RENEW_BEFORE_S, token_expiry
+
+__all__ = ["SecretRef", "SecretToken"]
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    namespace: str
+    name: str
+    key: str = "SLURM_JWT"
+
+    @classmethod
+    def parse(cls, text: str) -> "SecretRef":
+        """`NAMESPACE/NAME[/KEY]`, as the `--slurm-token-secret` flag takes it; ValueError names the flag."""
+        parts = text.split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ValueError(f"--slurm-token-secret: {text!r} is not NAMESPACE/NAME[/KEY]")
+        return cls(*parts)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class SecretToken:
+    """The token in a Secret that someone else keeps fresh (the Token's controller). Read again when
+    the one in hand is within RENEW_BEFORE_S of its expiry, and on `refresh()` (a rejected token)."""
+
+    def __init__(self, api: client.ApiClient, ref: SecretRef, clock=time.time):
+        self.core = client.CoreV1Api(api)
+        self.ref = ref
+        self._clock = clock
+        self._token: str | None = None
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        return f"Secret {self.ref} key {self.ref.key}"
+
+    def _read(self) -> str:
+        try:
+            secret = self.core.read_namespaced_secret(self.ref.name, self.ref.namespace, _request_timeout=10)
+        except ApiException as e:
+            # 404: the Token's controller has not written it yet; 403: the Role is missing. Both are
+            # the platform's to fix and may be fixed while we wait, so neither ends the remediation.
+            raise SlurmError(f"Slurm REST: cannot read the token's {self.describe()}: HTTP {e.status} "
+                             f"{e.reason}", temporary=True) from None
+        except Exception as e:  # noqa: BLE001 - the API server unreachable or slow
+            raise SlurmError(f"Slurm REST: cannot read the token's {self.describe()}: {type(e).__name__}",
+                             temporary=True) from None
+        raw = (secret.data or {}).get(self.ref.key)
+        text = base64.b64decode(raw).decode(errors="replace").strip() if raw else ""
+        if not text:
+            raise SlurmError(f"Slurm REST: the token's {self.describe()} is empty", temporary=True)
+        self._token = text
+        return text
+
+    def token(self) -> str:
+        with self._lock:
+            if self._token is None:
+                return self._read()
+            exp = token_expiry(self._token)
+            if exp is not None and exp - self._clock() < RENEW_BEFORE_S:
+                return self._read()
+            return self._token
+
+    def refresh(self) -> str:
+        with self._lock:
+            return self._read()

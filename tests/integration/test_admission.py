@@ -1,0 +1,366 @@
+"""The trust boundaries of issue 24, enforced by a real API server: Pod Security levels, RBAC and the
+admission policies the stack ships (components/admission.py), with tokens the API server mints for the
+reconciler's and the agent's ServiceAccounts.
+
+- the reconciler's token creates its capacity-request placeholders and nothing else: no privileged pod, in
+  its restricted namespace (prod) nor in a namespace whose level admits one (the local environment's);
+- it changes its own marks on a node (cordon, gpufleet.io labels, taints and annotations, the pool's labels)
+  through the reconciler's own adapter code, and no other field;
+- it deletes borrowers and its placeholders, no other pod;
+- the agent's token, bound to a pod on node A, writes A's GPU condition and kernel-log cursor, and nothing
+  of node B; a token bound to no pod writes no node.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from components.admission import KUBELET_PREFIX, NODE_NAME_KEY, binding, policies, pool_label_keys
+from components.agent import AGENT, agent_rules, agent_username
+from components.meta import pod_security_labels
+from components.reconciler import NAME as RECONCILER, cluster_rules, namespace_rules, reconciler_username
+from fleetspec import labels, load_stack_file
+from fleetspec.models import FleetSpec
+from gpufleet.waiting import wait_for
+from reconciler.adapters.kube import Kube
+from reconciler.adapters.providers import placeholder_pod
+from reconciler.errors import PermanentError
+from tests.integration.test_reconciler_rbac import ROOT
+
+pytestmark = pytest.mark.integration
+
+NODE_A, NODE_B = "gf-sec-node-a", "gf-sec-node-b"
+OTHER_NS = "gf-sec-tenant"
+
+
+def spec_for(system_ns: str, agent_ns: str) -> FleetSpec:
+    """The local stack's spec (it lends, so it has borrower classes), in namespaces of this test's own."""
+    doc = load_stack_file(ROOT / "Pulumi.local.yaml").fleet.model_dump(mode="json")
+    doc["healing"]["reconciler"].update(namespace=system_ns, agent_namespace=agent_ns)
+    return FleetSpec.model_validate(doc)
+
+
+def _create(fn, *args) -> None:
+    try:
+        fn(*args)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def _status(fn, *args, **kw) -> tuple[int, str]:
+    try:
+        fn(*args, **kw)
+        return 200, ""
+    except ApiException as e:
+        return e.status, e.body or ""
+    except PermanentError as e:  # the Kube adapter's typed error (403 included)
+        return (403 if " 403 " in f" {e} " else 0), str(e)
+
+
+def token_client(kube, token: str) -> client.ApiClient:
+    cfg = client.Configuration()
+    cfg.host = kube.server_url
+    cfg.ssl_ca_cert = str(kube.pki.ca_cert)
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(cfg)
+
+
+class Setup:
+    """One spec's namespaces (at the level the stack gives them), identities, RBAC and admission policies."""
+
+    def __init__(self, kube, spec: FleetSpec, system_level: str):
+        self.kube, self.spec = kube, spec
+        self.admin = kube.api_client()
+        self.core = client.CoreV1Api(self.admin)
+        rbac = client.RbacAuthorizationV1Api(self.admin)
+        adm = client.AdmissionregistrationV1Api(self.admin)
+        dep = spec.healing.reconciler
+        self.ns, self.agent_ns = dep.namespace, dep.agent_namespace
+        for ns, level in ((self.ns, system_level), (self.agent_ns, "privileged")):
+            _create(self.core.create_namespace, {"metadata": {"name": ns, "labels": pod_security_labels(level)}})
+        for ns, sa, rules, ns_rules in ((self.ns, RECONCILER, cluster_rules(spec), namespace_rules(spec)),
+                                        (self.agent_ns, AGENT, agent_rules(), None)):
+            name = f"{ns}-{sa}"
+            subject = [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+            ref = lambda kind, n=name: {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": n}  # noqa: E731
+            _create(self.core.create_namespaced_service_account, ns, {"metadata": {"name": sa}})
+            _create(rbac.create_cluster_role, {"metadata": {"name": name}, "rules": rules})
+            _create(rbac.create_cluster_role_binding, {"metadata": {"name": name}, "roleRef": ref("ClusterRole"),
+                                                       "subjects": subject})
+            if ns_rules:
+                _create(rbac.create_namespaced_role, ns, {"metadata": {"name": name}, "rules": ns_rules})
+                _create(rbac.create_namespaced_role_binding, ns, {"metadata": {"name": name}, "roleRef": ref("Role"),
+                                                                  "subjects": subject})
+        self.policies = policies(spec, reconciler_username(spec), agent_username(spec))
+        for p in self.policies:
+            _create(adm.create_validating_admission_policy, p)
+            _create(adm.create_validating_admission_policy_binding, binding(p))
+
+    def token(self, ns: str, sa: str, bound_pod: dict | None = None) -> client.ApiClient:
+        body: dict = {"spec": {"expirationSeconds": 600}}
+        if bound_pod is not None:
+            body["spec"]["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": bound_pod.metadata.name,
+                                              "uid": bound_pod.metadata.uid}
+        token = self.core.create_namespaced_service_account_token(sa, ns, body).status.token
+        return token_client(self.kube, token)
+
+    def reconciler(self) -> client.ApiClient:
+        return self.token(self.ns, RECONCILER)
+
+
+def _nodes(core: client.CoreV1Api) -> None:
+    for name in (NODE_A, NODE_B):
+        try:
+            core.delete_node(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        wait_for(f"{name} gone", lambda n=name: _status(core.read_node, n)[0] == 404, timeout=30)
+        core.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, labels.POOL: "h100",
+                                                                 labels.ROLE: labels.ROLE_SPARE}},
+                          "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+                                              {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}]}})
+
+
+@pytest.fixture(scope="module")
+def prod_like(kube_cluster) -> Iterator[Setup]:
+    """The reconciler's namespace at `restricted`, as on a cluster."""
+    s = Setup(kube_cluster, spec_for("gf-sec-system", "gf-sec-agent"), "restricted")
+    _nodes(s.core)
+    _create(s.core.create_namespace, {"metadata": {"name": OTHER_NS}})
+    # the policies act once the API server's admission has loaded them: a dry run is refused then
+    rec = s.reconciler()
+    wait_for("the reconciler's node policy in force", lambda: _status(
+        client.CoreV1Api(rec).patch_node, NODE_A, {"metadata": {"labels": {"kubernetes.io/hostname": "x"}}},
+        dry_run="All")[0] == 403, timeout=60)
+    yield s
+
+
+@pytest.fixture(scope="module")
+def local_like(kube_cluster, prod_like) -> Setup:
+    """The reconciler's namespace at `privileged`, as the local environment's (its pods need the host network)."""
+    s = Setup(kube_cluster, spec_for("gf-sec-local-system", "gf-sec-local-agent"), "privileged")
+    rec = s.reconciler()
+    wait_for("the reconciler's pod policy in force", lambda: _status(
+        client.CoreV1Api(rec).create_namespaced_pod, s.ns, _pod("probe"), dry_run="All")[0] == 403, timeout=60)
+    return s
+
+
+def _pod(name: str, **spec) -> dict:
+    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                                                  **spec}}
+
+
+def _privileged_placeholder(s: Setup, name: str) -> dict:
+    """A placeholder in every way but one: its container runs privileged."""
+    body = placeholder_pod(s.spec.pools[0], name, "test", s.ns, s.spec.healing.reconciler.placeholder_image)
+    body["metadata"]["name"] = name
+    body["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    return body
+
+
+# --- what the reconciler may create -----------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["prod_like", "local_like"])
+def test_the_reconciler_creates_its_placeholders_and_no_privileged_pod(where, request):
+    s: Setup = request.getfixturevalue(where)
+    core = client.CoreV1Api(s.reconciler())
+    where = where.replace("_", "-")  # a pod's name
+    ok = placeholder_pod(s.spec.pools[0], f"{where}-key", "a fault took the last spare", s.ns,
+                         s.spec.healing.reconciler.placeholder_image)
+    assert _status(core.create_namespaced_pod, s.ns, ok) == (200, "")  # restricted-compliant and a placeholder
+    status, why = _status(core.create_namespaced_pod, s.ns, _privileged_placeholder(s, f"{where}-priv"))
+    assert status == 403, why
+    if where == "local_like":  # the namespace admits privileged pods: the admission policy alone refuses it
+        assert "unprivileged" in why and f"{s.ns}-reconciler-pods" in why, why
+    else:
+        assert "violates PodSecurity" in why or "reconciler-pods" in why, why
+    for name, spec in (("host", {"hostPID": True}), ("plain", {})):  # not a placeholder: no label
+        status, why = _status(core.create_namespaced_pod, s.ns, _pod(f"{where}-{name}", **spec))
+        assert status == 403, why
+
+
+# --- which node fields it may change -----------------------------------------------------------------
+
+def test_the_reconciler_changes_its_own_marks_on_a_node(prod_like):
+    """Through the reconciler's own adapter (reconciler/adapters/kube.py), with its token."""
+    kube = Kube(prod_like.reconciler())
+    kube.cordon(NODE_A, "gpufleet: Xid 79", "gf-sec-node-a-xid79-1")
+    kube.set_node_role(NODE_A, labels.ROLE_ACTIVE, remove_taints=[labels.SPARE_TAINT],
+                       annotations={labels.PROMOTED_FOR: NODE_B})
+    kube.apply_membership(NODE_A, {labels.GPU_MODEL: "H100-SXM5-80GB", labels.TOPOLOGY_BLOCK: "b1"})
+    kube.lend(NODE_A, "h100", labels.LENT_SPARE, "2026-12-01T00:00:00Z")
+    kube.start_reclaim(NODE_A, "2026-12-01T00:01:00Z")
+    kube.end_loan(NODE_A, back_to_spare=True)
+    node = prod_like.core.read_node(NODE_A)
+    assert node.spec.unschedulable and node.metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE
+    assert node.metadata.labels[labels.GPU_MODEL] == "H100-SXM5-80GB"
+    assert node.metadata.annotations[labels.SLINKY_CORDON_REASON] == "gpufleet: Xid 79"
+    # (node.kubernetes.io/ taints are the node lifecycle controller's: no kubelet runs these nodes)
+    assert {t.key for t in node.spec.taints if not t.key.startswith("node.kubernetes.io/")} == {
+        "dedicated", labels.SPARE_TAINT}
+
+
+@pytest.mark.parametrize("what,patch", [
+    ("a Kubernetes label", {"metadata": {"labels": {"kubernetes.io/hostname": "elsewhere"}}}),
+    ("a control-plane label", {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}),
+    ("a label removed", {"metadata": {"labels": {"kubernetes.io/hostname": None}}}),
+    ("another annotation", {"metadata": {"annotations": {"example.com/owner": "me"}}}),
+    ("a finalizer", {"metadata": {"finalizers": ["example.com/hold"]}}),
+    ("another taint", {"spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+                                           {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"},
+                                           {"key": "example.com/evil", "effect": "NoExecute"}]}}),
+    ("a taint removed", {"spec": {"taints": [{"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}]}}),
+    ("the provider id", {"spec": {"providerID": "aws:///us-east-1a/i-0123456789"}}),
+    ("the pod CIDR", {"spec": {"podCIDR": "10.9.0.0/24", "podCIDRs": ["10.9.0.0/24"]}}),
+])
+def test_the_reconciler_cannot_change_unrelated_node_fields(prod_like, what, patch):
+    before = prod_like.core.read_node(NODE_B)
+    status, why = _status(client.CoreV1Api(prod_like.reconciler()).patch_node, NODE_B, patch)
+    assert status == 403 and "reconciler-nodes" in why, (what, why)
+    after = prod_like.core.read_node(NODE_B)
+    assert after.metadata.resource_version == before.metadata.resource_version  # nothing written
+
+
+# --- which pods it may delete --------------------------------------------------------------------------
+
+def test_the_reconciler_deletes_borrowers_and_its_placeholders_only(prod_like):
+    s = prod_like
+    classes = s.spec.borrower_classes()
+    assert classes  # the local stack lends
+    sched = client.SchedulingV1Api(s.admin)
+    for name, value in classes.items():
+        _create(sched.create_priority_class, {"metadata": {"name": name}, "value": value,
+                                              "preemptionPolicy": "Never"})
+    borrower = _pod("gf-sec-borrower", priorityClassName=next(iter(classes)))
+    tenant = _pod("gf-sec-tenant-job")
+    for body in (borrower, tenant):
+        _create(s.core.create_namespaced_pod, OTHER_NS, body)
+    kube = Kube(s.reconciler())
+    assert _status(kube.delete_pod, OTHER_NS, "gf-sec-tenant-job", 0)[0] == 403  # a force-delete of a tenant's pod
+    assert _status(kube.delete_pod, OTHER_NS, "gf-sec-tenant-job", 30)[0] == 403  # any delete
+    assert _status(kube.delete_pod, OTHER_NS, "gf-sec-borrower", 0) == (200, "")
+    placeholder = placeholder_pod(s.spec.pools[0], "deleted-again", "test", s.ns, s.spec.healing.reconciler.placeholder_image)
+    assert _status(client.CoreV1Api(s.reconciler()).create_namespaced_pod, s.ns, placeholder)[0] in (200, 409)
+    assert _status(kube.delete_pod, s.ns, placeholder["metadata"]["name"], 0) == (200, "")
+    assert s.core.read_namespaced_pod("gf-sec-tenant-job", OTHER_NS).metadata.deletion_timestamp is None
+
+
+# --- what the agent may write -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def agents(prod_like) -> dict[str, client.ApiClient]:
+    """An agent pod on each node (bound by spec.nodeName; no kubelet runs them) and a token bound to each."""
+    s = prod_like
+    out = {}
+    for node in (NODE_A, NODE_B):
+        name = f"agent-{node}"
+        _create(s.core.create_namespaced_pod, s.agent_ns, _pod(name, nodeName=node, serviceAccountName=AGENT))
+        out[node] = s.token(s.agent_ns, AGENT, s.core.read_namespaced_pod(name, s.agent_ns))
+    out["unbound"] = s.token(s.agent_ns, AGENT)
+    return out
+
+
+def test_a_pod_bound_token_names_its_node(prod_like, agents):
+    """What the policy keys on, as this API server says it (k8s.io/apiserver serviceaccount NodeNameKey)."""
+    token = agents[NODE_A].configuration.api_key["authorization"].split(" ", 1)[1]
+    review = client.AuthenticationV1Api(prod_like.admin).create_token_review({"spec": {"token": token}})
+    assert review.status.authenticated and review.status.user.extra[NODE_NAME_KEY] == [NODE_A]
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    assert claims["kubernetes.io"]["node"]["name"] == NODE_A
+
+
+def test_the_agent_writes_its_own_node(prod_like, agents):
+    kube = Kube(agents[NODE_A])
+    kube.set_condition(NODE_A, labels.GPU_CONDITION, "False", "Xid79", "NVRM: Xid 79 (test)")
+    kube.patch_node(NODE_A, {"metadata": {"annotations": {labels.KMSG_REPORTED: "boot:42"}}})
+    node = prod_like.core.read_node(NODE_A)
+    assert node.metadata.annotations[labels.KMSG_REPORTED] == "boot:42"
+    assert any(c.type == labels.GPU_CONDITION and c.reason == "Xid79" for c in node.status.conditions)
+
+
+@pytest.mark.parametrize("who", [NODE_A, "unbound"])
+def test_the_agent_cannot_write_another_node(prod_like, agents, who):
+    """Root on node A holds A's agent token: it cannot fault node B. A token bound to no pod writes nothing."""
+    kube = Kube(agents[who])
+    before = prod_like.core.read_node(NODE_B)
+    status, why = _status(kube.set_condition, NODE_B, labels.GPU_CONDITION, "False", "Xid79", "forged")
+    assert status == 403 and "only the node its token is bound to" in why, why
+    status, why = _status(kube.patch_node, NODE_B, {"metadata": {"annotations": {labels.KMSG_REPORTED: "x:1"}}})
+    assert status == 403, why
+    assert prod_like.core.read_node(NODE_B).metadata.resource_version == before.metadata.resource_version
+
+
+def _flip_cordon(kube: Kube) -> None:
+    node = kube.get_node(NODE_A)
+    kube.patch_node(NODE_A, {"spec": {"unschedulable": not node["spec"].get("unschedulable", False)}})
+
+
+@pytest.mark.parametrize("what,call", [
+    ("a label", lambda k: k.patch_node(NODE_A, {"metadata": {"labels": {labels.ROLE: "forged-by-the-agent"}}})),
+    ("a cordon", _flip_cordon),
+    ("another annotation", lambda k: k.patch_node(NODE_A, {"metadata": {"annotations": {labels.REMEDIATION: "forged"}}})),
+    ("another condition", lambda k: k.set_condition(NODE_A, "Ready", "False", "Forged", "forged")),
+])
+def test_on_its_own_node_the_agent_writes_only_its_cursor_and_condition(prod_like, agents, what, call):
+    before = prod_like.core.read_node(NODE_A).metadata.resource_version
+    status, why = _status(call, Kube(agents[NODE_A]))
+    assert status == 403, (what, why)
+    assert prod_like.core.read_node(NODE_A).metadata.resource_version == before  # nothing written
+
+
+# --- what a kubelet may change of a node's membership ---------------------------------------------------
+
+def as_kubelet(s: Setup, node: str) -> client.ApiClient:
+    """The admin's client impersonating node `node`'s kubelet: the API server authorizes (Node, RBAC) and
+    admits the request as that kubelet's (username system:node:<node>, group system:nodes)."""
+    from kubernetes import config as kconfig
+
+    from localenv.control_plane import CONTEXT_NAME
+
+    api = kconfig.new_client_from_config(config_file=str(s.kube.kubeconfig_path), context=CONTEXT_NAME)
+    api.set_default_header("Impersonate-User", f"{KUBELET_PREFIX}{node}")
+    api.set_default_header("Impersonate-Group", "system:nodes")
+    return api
+
+
+@pytest.fixture(scope="module")
+def kubelet_a(prod_like) -> client.CoreV1Api:
+    core = client.CoreV1Api(as_kubelet(prod_like, NODE_A))
+    wait_for("the kubelet membership policy in force", lambda: _status(
+        core.patch_node, NODE_A, {"metadata": {"labels": {labels.ROLE: "probe"}}}, dry_run="All")[0] == 403,
+        timeout=60)
+    return core
+
+
+def test_a_kubelet_writes_its_node_but_no_membership(prod_like, kubelet_a):
+    """A kubelet may label its node with other keys (so a refusal below is the policy, not authorization),
+    and cannot enrol it: no gpufleet.io/ label, no pool label, no gpufleet.io/ taint."""
+    assert _status(kubelet_a.patch_node, NODE_A, {"metadata": {"labels": {"example.org/kubelet-set": "yes"}}}) == (200, "")
+    before = prod_like.core.read_node(NODE_A).metadata.resource_version
+    pool_label = sorted(pool_label_keys(prod_like.spec))[0]
+    for patch in ({"metadata": {"labels": {labels.ROLE: labels.ROLE_SYSTEM}}},
+                  {"metadata": {"labels": {labels.POOL: "l40s"}}},
+                  {"metadata": {"labels": {"gpufleet.io/anything": "x"}}},
+                  {"metadata": {"labels": {pool_label: "forged"}}}):
+        status, why = _status(kubelet_a.patch_node, NODE_A, patch)
+        assert status == 403 and "kubelet-membership" in why and KUBELET_PREFIX + NODE_A in why, (patch, why)
+    node = prod_like.core.read_node(NODE_A)
+    node.spec.taints = [t for t in node.spec.taints or [] if not t.key.startswith("gpufleet.io/")] + [
+        client.V1Taint(key="gpufleet.io/forged", value="true", effect="NoSchedule")]
+    status, why = _status(kubelet_a.replace_node, NODE_A, node)
+    assert status == 403 and "taint" in why, why
+    assert prod_like.core.read_node(NODE_A).metadata.resource_version == before  # nothing written
+
+
+def test_a_kubelet_cannot_enrol_another_node(prod_like, kubelet_a):
+    """Without NodeRestriction (the local API server's default) a kubelet may write any node; the policy
+    still refuses membership there."""
+    status, why = _status(kubelet_a.patch_node, NODE_B, {"metadata": {"labels": {labels.ROLE: labels.ROLE_SYSTEM}}})
+    assert status == 403 and "kubelet-membership" in why, why
