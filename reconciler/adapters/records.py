@@ -19,6 +19,7 @@ from kubernetes import client
 from fleetspec import labels, remediation_crd
 
 from reconciler.adapters.kube import _call, _json
+from reconciler.adapters.repair_records import read_repair, read_request, repair_status
 from reconciler.core.conditions import conditions
 from reconciler.core.model import Remediation
 from reconciler.core.observe import parse_time
@@ -51,6 +52,8 @@ def _status(r: Remediation) -> dict[str, Any]:
         "nextAttempt": _ts(r.next_attempt),
         "lastError": r.last_error,
         "revision": r.revision,
+        "repair": repair_status(r.repair),
+        "requestsDone": list(r.requests_done) or None,
         "conditions": [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message[:32768],
                         "lastTransitionTime": _ts(c.at)} for c in conditions(r)],
     }
@@ -104,6 +107,8 @@ def from_object(obj: dict[str, Any]) -> Remediation:
             held_message=st.get("heldMessage") or st.get("held") or "", held_reason=st.get("heldReason") or "",
             reclaim_started=opt("reclaimStarted"), failing_since=opt("failingSince"), next_attempt=opt("nextAttempt"),
             last_error=st.get("lastError") or "", revision=int(st.get("revision") or 0),
+            repair=read_repair(st.get("repair")), request=read_request(obj.get("metadata") or {}),
+            requests_done=tuple(st.get("requestsDone") or ()),
         )
     except (KeyError, ValueError, TypeError) as e:
         raise CorruptRemediation(f"remediation {name} is unreadable ({e!r}): fix or delete it; the reconciler will "

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from fleetspec import labels
+from fleetspec.node_repair import parse_check, parse_request, parse_result
 
 from reconciler.core.model import Fault, NodeView, PodView
 
@@ -63,6 +64,10 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
         lent=lab.get(labels.LENT, ""),
         lent_since=_time(ann.get(labels.LENT_SINCE)),
         reclaiming=_time(ann.get(labels.RECLAIMING)),
+        boot_id=str((status.get("nodeInfo") or {}).get("bootID") or ""),
+        check=parse_check(ann.get(labels.HEALTH_CHECK)),
+        repair_request=parse_request(ann.get(labels.REPAIR_REQUEST)),
+        repair_result=parse_result(ann.get(labels.REPAIR_RESULT)),
     )
 
 

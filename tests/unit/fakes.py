@@ -6,6 +6,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from fleetspec import labels, parse_fleet
+from fleetspec.node_repair import PASSED, HealthCheckRecord
 from fleetspec.models import FleetSpec, NodePool
 from fleetspec.placement import node_labels, node_taints
 from reconciler.adapters.records import MemoryRemediationStore
@@ -15,6 +16,9 @@ from reconciler.errors import TemporaryError
 from reconciler.runtime.manager import Manager
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+BOOT = "boot-1"
+# A spare that passed its health check on its current boot (issue 25: only such a spare is promoted or lent).
+PROVEN = HealthCheckRecord("gpufleet-check-fixture", BOOT, PASSED, T0, "fixture")
 
 
 class Clock:
@@ -31,11 +35,13 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
-def pool_node(pool: NodePool, name: str, role: str) -> dict:
-    """A Ready node of the pool in a role, as the API server would send it."""
-    return {"metadata": {"name": name, "labels": node_labels(pool, role)},
+def pool_node(pool: NodePool, name: str, role: str, proven: bool = True) -> dict:
+    """A Ready node of the pool in a role, as the API server would send it; a spare `proven` by a passed
+    health check on its boot."""
+    annotations = {labels.HEALTH_CHECK: PROVEN.dumps()} if role == labels.ROLE_SPARE and proven else {}
+    return {"metadata": {"name": name, "labels": node_labels(pool, role), "annotations": annotations},
             "spec": {"taints": node_taints(pool, role) or None},
-            "status": {"capacity": {"nvidia.com/gpu": str(pool.gpus_per_node)},
+            "status": {"capacity": {"nvidia.com/gpu": str(pool.gpus_per_node)}, "nodeInfo": {"bootID": BOOT},
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
