@@ -63,6 +63,7 @@ REQUEST_REASON = f"{GROUP}/reason"              # annotation: why, for a person
 # Tags on AWS resources (aws-asg pools)
 QUARANTINED_TAG = f"{GROUP}/quarantined"            # EC2 instance kept for a human: value xid-<N>
 QUARANTINED_FROM_TAG = f"{GROUP}/quarantined-from"  # EC2 instance: the group it left
+REPAIRING_TAG = f"{GROUP}/repairing"                # EC2 instance out of its group while repaired: value xid-<N>
 NODE_TAG = f"{GROUP}/node"                          # EC2 instance: its Kubernetes node
 REFILL_TAG_PREFIX = f"{GROUP}/refill/"              # Auto Scaling group: one per remediation's refill
 

@@ -116,6 +116,7 @@ def repair_schema() -> dict:
             "rungs": _strings(),
             "resent": {"type": "boolean"},
             "inPlace": {"type": "boolean"},
+            "error": {"type": "string", "description": "Stopped by an error a person must fix (then gpufleet return)."},
         },
     }
 

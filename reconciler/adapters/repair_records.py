@@ -40,6 +40,7 @@ def repair_status(rep: Repair | None) -> dict[str, Any] | None:
         "rungs": list(rep.rungs),
         "resent": rep.resent,
         "inPlace": rep.in_place,
+        "error": rep.error,
     }
     return {k: v for k, v in out.items() if v not in (None, "", [])}
 
@@ -57,7 +58,7 @@ def read_repair(st: dict[str, Any] | None) -> Repair | None:
         history=tuple(RepairEvent(e["step"], e["outcome"], parse_time(e["at"]), e.get("message") or "")
                       for e in st.get("history") or []),
         stopped_from=st.get("stoppedFrom") or "", gpus=tuple(st.get("gpus") or ()), rungs=tuple(st.get("rungs") or ()),
-        resent=bool(st.get("resent")), in_place=bool(st.get("inPlace")),
+        resent=bool(st.get("resent")), in_place=bool(st.get("inPlace")), error=st.get("error") or "",
     )
 
 

@@ -101,7 +101,7 @@ def _signals(value: str | None) -> tuple[datetime, ...]:
         return ()  # an unreadable annotation counts as no earlier signal
 
 
-_POD_LABELS = (labels.SLINKY_POD_HOSTNAME, labels.POOL)
+_POD_LABELS = (labels.SLINKY_POD_HOSTNAME, labels.POOL, labels.HEALTH_CHECK_NODE)
 
 
 def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT) -> PodView:

@@ -105,7 +105,7 @@ def plan_ended(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetim
     attempt = (rep.attempt if rep else 0) + 1
     job = job_name(r.node, f"{r.name}/{attempt}")
     why = f"returned by {req.by}: checked before it serves"
-    fields = dict(step="validate", attempt=attempt, job=job, request="", reason=why,
+    fields = dict(step="validate", attempt=attempt, job=job, request="", reason=why, error="",
                   deadline=now + timedelta(seconds=spec.healing.repair.health_check.timeout_seconds) + SLACK)
     new = rep.moved(RepairPhase.VALIDATING, now, **fields) if rep else begin(RepairPhase.VALIDATING, now, **fields)
     new = new.noted(RepairEvent("return", "asked", now, why))

@@ -199,6 +199,8 @@ def plan_repair(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: dateti
     if rep is None:
         return _start(r, facts, spec, now, stop)
     if rep.phase is RepairPhase.STOPPED:
+        if rep.error:
+            return Step()  # an error a person must fix: their `gpufleet return` (or retire) goes on from here
         return Step(recheck_after=RECHECK_STOPPED) if stop else _resume(r, facts, spec, now)
     if stop:
         new = rep.moved(RepairPhase.STOPPED, now, stopped_from=rep.phase.value, reason=f"stopped: {stop}")
@@ -230,8 +232,18 @@ def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, s
     if back is not None:
         rung, why = back
         floor = _above(rung) if rung in RUNGS else floor
-        if floor is None:
-            return retire(r, None, now, why + "; a reboot did not hold either")
+    step = _first_step(r, node, spec, now, floor, why, stop)
+    if back is None or step.remediation is None or step.remediation.repair is None:
+        return step
+    rep = step.remediation.repair  # the relapse heads the new repair's history (and counts in the metrics)
+    rep = replace(rep, history=(RepairEvent("relapse", "relapsed", now, why),) + rep.history)
+    return replace(step, remediation=replace(step.remediation, repair=rep))
+
+
+def _first_step(r: Remediation, node: NodeView, spec: FleetSpec, now: datetime, floor: str | None, why: str,
+                stop: str) -> Step:
+    if floor is None:
+        return retire(r, None, now, why + "; a reboot did not hold either")
     in_place = r.phase is Phase.WAITING_FOR_SPARE
     if stop:
         first = begin(RepairPhase.STOPPED, now, reason=f"stopped before it began: {stop}", in_place=in_place)
@@ -361,6 +373,23 @@ def _resume(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime) 
     if rung is None:
         return retire(r, rep, now, f"pool {r.pool} allows no rung for {fault_needs(r)}")
     return _begin_rung(r, rep, rung, node, spec, now, "resumed: asked again")
+
+
+def stopped_by_error(r: Remediation, now: datetime, error: str) -> Step:
+    """A step failed in a way retrying cannot fix (a refused call, a node the provider does not know): the
+    loop stops there and pages, instead of timing out up the ladder to a retirement the node did not earn."""
+    rep = r.repair
+    why = f"stopped by an error: {error}"
+    if rep is not None and rep.phase is RepairPhase.STOPPED:
+        new = replace(rep, reason=why, error=error[:500])
+    elif rep is not None and rep.active:
+        new = rep.moved(RepairPhase.STOPPED, now, stopped_from=rep.phase.value, reason=why, error=error[:500])
+    else:
+        new = begin(RepairPhase.STOPPED, now, reason=why, error=error[:500])
+    return Step((NodeEvent(r.node, "RepairStopped", f"repair of {r.node} {why}", "Warning"),
+                 Notify("repair-stopped", "critical", f"the repair of {r.node} ({r.pool}) {why}. Fix it, then "
+                        f"`gpufleet return {r.node}` (or `gpufleet retire {r.node}`).")),
+                replace(r, repair=new.noted(RepairEvent(rep.step if rep else "start", "error", now, error))))
 
 
 # --- the ends -------------------------------------------------------------------------------------------

@@ -94,6 +94,7 @@ class Repair:
     rungs: tuple[str, ...] = ()  # the rungs tried so far, in order (reset-gpu, reboot)
     resent: bool = False  # this rung's request was asked again once (no sign of it: the first may never have gone)
     in_place: bool = False  # repaired while its remediation waits for a spare: the node takes its job back
+    error: str = ""  # Stopped by an error retrying cannot fix: only a person's command goes on from there
 
     def moved(self, phase: RepairPhase, now: datetime, **changes) -> "Repair":
         check_repair_transition(self.phase, phase)

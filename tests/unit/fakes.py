@@ -112,6 +112,15 @@ class FakeKube:
     def flush_events(self, timeout=5.0):
         return True
 
+    def get_node(self, name):
+        return json.loads(json.dumps(self.nodes[name]))
+
+    def set_condition(self, name, ctype, status, reason, message):
+        self._write("condition", name, status)
+        conds = [c for c in self.nodes[name]["status"]["conditions"] if c["type"] != ctype]
+        self.nodes[name]["status"]["conditions"] = conds + [
+            {"type": ctype, "status": status, "reason": reason, "message": message}]
+
 
 class FakeSlurm:
     """Slurm nodes and jobs; every change recorded in `calls` (reads are not)."""
@@ -182,9 +191,24 @@ class Provider:
         self.calls.append(("promote", spare))
         self._role(spare, labels.ROLE_ACTIVE)
 
-    def quarantine(self, node, xid):
+    def quarantine(self, node, xid, repair=False):
         self.calls.append(("quarantine", node))
         self._role(node, labels.ROLE_QUARANTINED, {"key": labels.QUARANTINE_TAINT, "effect": "NoSchedule"})
+
+    def request_repair(self, node, request):
+        """What the kubernetes-spares provider does: the request on the node, for its agent."""
+        self.calls.append(("repair", node, request.action))
+        self.kube.nodes[node]["metadata"].setdefault("annotations", {})[labels.REPAIR_REQUEST] = request.dumps()
+
+    def retire(self, node, reason, refill=None):
+        self.calls.append(("retire", node))
+        self._role(node, labels.ROLE_RETIRED, {"key": labels.QUARANTINE_TAINT, "effect": "NoSchedule"})
+        if refill:
+            self.calls.append(("capacity", refill))
+
+    def back_in_service(self, node):
+        self.calls.append(("back", node))
+        self._role(node, labels.ROLE_ACTIVE)
 
     def request_capacity(self, pool, reason, key):
         self.calls.append(("capacity", key))
@@ -199,6 +223,8 @@ class Provider:
         if self.fail_return:
             raise TemporaryError("return to spares: conflict")
         self.calls.append(("return", node))
+        self._role(node, labels.ROLE_SPARE, {"key": labels.SPARE_TAINT, "effect": "NoSchedule"})
+        self.kube.nodes[node]["spec"]["unschedulable"] = None
 
 
 class Notifier:
