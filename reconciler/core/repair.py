@@ -348,14 +348,14 @@ def _climb(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: da
            check_says: str = "") -> Step:
     """The step failed: the next rung the pool allows, at least what the health check says the node needs;
     none left: retired."""
+    failed = replace(rep, history=rep.history + (RepairEvent(rep.step, "failed", now, why),))
     if check_says == REPLACE:
-        return retire(r, rep, now, why + "; the check says it needs the vendor")
+        return retire(r, failed, now, why + "; the check says it needs the vendor")
     tried = rep.rungs[-1] if rep.rungs else None
     floor = _above(tried) if tried else RUNGS[0]
     if check_says in RUNGS and floor is not None and RUNGS.index(check_says) > RUNGS.index(floor):
         floor = check_says
     rung = _first_allowed(spec, r.pool, floor) if floor else None
-    failed = replace(rep, history=rep.history + (RepairEvent(rep.step, "failed", now, why),))
     if rung is None:
         return retire(r, failed, now, f"{why}; nothing left to try ({' -> '.join(rep.rungs) or 'no rung'} tried)")
     return _begin_rung(r, failed, rung, node, spec, now, why)

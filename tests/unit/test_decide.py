@@ -18,10 +18,10 @@ from reconciler.core.model import (
 )
 from reconciler.core.observe import node_view
 from reconciler.core.phases import InvalidTransition, Phase, check_transition
+from tests.unit.fakes import PROVEN
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 FREE = Admission(pool_size=10, unhealthy=frozenset({"h100-0"}), in_flight=0, attempts=0)
-from tests.unit.fakes import PROVEN
 
 
 def spec(**healing):

@@ -18,10 +18,10 @@ from reconciler.core.model import (
     Fault, NodeView, PendingJob, PodView, Remediation, SlurmNodeView, StepFacts, remediation_name,
 )
 from reconciler.core.phases import Phase
+from tests.unit.fakes import PROVEN
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 LONG_AGO = T0 - timedelta(hours=1)
-from tests.unit.fakes import PROVEN
 
 
 def spec(n_spares=3, **lending):
