@@ -51,6 +51,7 @@ def job_manifest(spec: FleetSpec, pool: NodePool, node: str, name: str, namespac
                         "name": "check",
                         "image": image,
                         "command": check.argv(),
+                        "env": [{"name": "GPUFLEET_EXPECTED_GPUS", "value": gpus}],
                         "resources": {"requests": {"nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}},
                         "terminationMessagePath": "/dev/termination-log",
                         "terminationMessagePolicy": "File",
