@@ -60,7 +60,11 @@ def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
     pod_verbs = ["list", "watch"]
     if spec is not None and spec.lending_pools():
         pod_verbs.append("delete")  # a borrower still there after the reclaim grace is deleted (lending)
-    return [
+    repairs = []
+    if spec is None or spec.healing.repair.enabled:
+        # issue 25: a repaired, proven node's GPU condition is set back to healthy (kube.set_condition)
+        repairs.append({"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]})
+    return repairs + [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": node_verbs},
         {"apiGroups": [""], "resources": ["pods"], "verbs": pod_verbs},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
@@ -86,7 +90,17 @@ def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     if lends:
         rules.append({"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [labels.LENDING_LEDGER],
                       "verbs": ["get", "patch"]})
+    if spec is None or spec.healing.repair.enabled:
+        # issue 25: the health-check Jobs (reconciler/adapters/health_checks.py): made and read here, never
+        # deleted (their TTL does); their pods are read with the cluster-wide pods list above
+        rules.append({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]})
     return rules
+
+
+def agent_repairs(spec: FleetSpec) -> bool:
+    """Whether the agent carries out the resets and reboots asked of its node (reconciler/agent/repairs.py):
+    a reset is always asked of the node, and so is a reboot on every provider but aws-asg (EC2 reboots)."""
+    return spec.healing.repair.enabled
 
 
 def agent_rules() -> list[dict]:
@@ -278,6 +292,7 @@ class Reconciler(pulumi.ComponentResource):
             role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": agent_role.metadata.name},
             subjects=[{"kind": "ServiceAccount", "name": agent_sa.metadata.name, "namespace": self.namespace}], opts=child)
         agent_selector = {labels.APP_NAME: AGENT, labels.APP_INSTANCE: env}
+        repairs = agent_repairs(spec)
         tolerations = [{"operator": "Exists", "effect": "NoSchedule"}]
         k8s.apps.v1.DaemonSet(
             f"{name}-agent",
@@ -288,6 +303,9 @@ class Reconciler(pulumi.ComponentResource):
                     "metadata": {"labels": metadata(AGENT, "agent", env)["labels"]},
                     "spec": {
                         "serviceAccountName": agent_sa.metadata.name,
+                        # issue 25: the agent resets GPUs and reboots its node through the host's own tools
+                        # (nsenter into PID 1: reconciler/agent/repairs.py)
+                        **({"hostPID": True} if repairs else {}),
                         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                             "nodeSelectorTerms": [{"matchExpressions": [{"key": labels.POOL, "operator": "Exists"}]}]}}},
                         "tolerations": tolerations,
@@ -295,11 +313,14 @@ class Reconciler(pulumi.ComponentResource):
                             "name": "agent",
                             "image": dep.agent_image,
                             "args": ["agent", "--kmsg", "/dev/kmsg", "--node", "$(NODE_NAME)",
-                                     "--condition", spec.healing.condition_types[0]],
+                                     "--condition", spec.healing.condition_types[0],
+                                     *(["--repairs"] if repairs else [])],
                             "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
                             "resources": resources("20m", "32Mi", "200m", "128Mi"),
-                            # Reading /dev/kmsg needs privilege; the agent mounts nothing else.
-                            "securityContext": {"privileged": True, "readOnlyRootFilesystem": True},
+                            # Reading /dev/kmsg needs privilege; the agent mounts nothing else. Repairs: nsenter
+                            # into the host's PID 1 needs root (CAP_SYS_ADMIN, CAP_SYS_PTRACE), not the image's user.
+                            "securityContext": {"privileged": True, "readOnlyRootFilesystem": True,
+                                                **({"runAsUser": 0, "runAsGroup": 0} if repairs else {})},
                             "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}],
                         }],
                         "volumes": [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}],

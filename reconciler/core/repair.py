@@ -80,13 +80,18 @@ def repair_needs(r: Remediation) -> RepairNeeds:
 
 # --- the fault, as the repair reads it ------------------------------------------------------------------
 
+def first_step(action: str | None) -> str:
+    """The repair's first rung for a fault's action (the fault catalogue's: none, restart-app, reset-gpu,
+    reboot, replace): reset-gpu, reboot or replace as given; anything else, or none known, a reboot (the
+    catalogue's most common answer for a node taken out of service)."""
+    return action if action in (RESET_GPU, REBOOT, REPLACE) else REBOOT
+
+
 def fault_needs(r: Remediation) -> str:
-    """What the remediation's fault needs: reset-gpu, reboot or replace (issue 21's action on the record).
-    Until issue 21's fields reach this branch, the record has no action: a reboot (the catalogue's most
-    common answer for a node taken out) is assumed."""
+    """What the remediation's fault needs. Merge point with branch `xid`: its record keeps the action in
+    spec.fault.action; until then the record has none, and first_step(None) is a reboot."""
     action = getattr(r, "action", None)
-    value = getattr(action, "value", action) or REBOOT
-    return value if value in (RESET_GPU, REBOOT, REPLACE) else REBOOT
+    return first_step(getattr(action, "value", action))
 
 
 def fault_gpus(r: Remediation) -> tuple[str, ...]:

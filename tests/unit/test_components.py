@@ -238,6 +238,22 @@ def test_reconciler_deployment_policy_and_bindings():
 
 
 
+def test_the_agent_gets_what_its_repairs_need_only_when_the_repair_loop_is_on():
+    """Resets and reboots run in the host's namespaces (nsenter into PID 1: hostPID, root); off, none of it."""
+    spec = build("prod")
+    assert spec.healing.repair.enabled
+    pod = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["hostPID"] is True and "--repairs" in c["args"]
+    assert c["securityContext"]["runAsUser"] == 0 and c["securityContext"]["privileged"] is True
+    off = spec.model_copy(update={"healing": spec.healing.model_copy(update={
+        "repair": spec.healing.repair.model_copy(update={"enabled": False})})})
+    build_spec(off, "off")
+    pod = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert "hostPID" not in pod and "--repairs" not in c["args"] and "runAsUser" not in c["securityContext"]
+
+
 def test_secrets_stay_secret():
     build("prod")
     holders = []

@@ -9,6 +9,8 @@ import json
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from fleetspec import labels
 from fleetspec.node_repair import parse_check
 from fleetspec.oncall import MARK_HEALTHY, RELEASE, RETIRE, RETURN, PersonRequest
@@ -388,3 +390,12 @@ def test_the_core_asks_for_a_reset_or_a_reboot_through_a_once_only_action():
     (req,) = [a for a in step.actions if isinstance(a, RequestRepair)]
     assert req.once == f"repair:{req.request.id}" and req.request.id == "r/1-reboot"
     assert step.remediation.repair.request == req.request.id  # written before it is sent
+
+
+@pytest.mark.parametrize("action, step", [("reset-gpu", "reset-gpu"), ("reboot", "reboot"), ("replace", "replace"),
+                                          ("restart-app", "reboot"), ("none", "reboot"), (None, "reboot"),
+                                          ("", "reboot")])
+def test_the_first_rung_follows_the_faults_action(action, step):
+    """The fault catalogue's action (branch xid: spec.fault.action) picks the first rung; a node taken out for a
+    fault whose action needs no repair of the machine is rebooted, the catalogue's commonest answer."""
+    assert repair.first_step(action) == step
