@@ -50,6 +50,9 @@ REPAIR_RESULT = f"{GROUP}/repair-result"    # node annotation, by whoever acts o
 HEALTH_CHECK = f"{GROUP}/health-check"      # node annotation, by the reconciler: its last check (Job, boot, verdict)
 RETIRED = f"{GROUP}/retired"                # node annotation: why it was retired, and when
 HEALTH_CHECK_NODE = f"{GROUP}/health-check-node"  # label on a health-check Job and its pod: the node it checks
+# The local environment only (localenv/gpu_hardware_standin.py): a kwok node's simulated GPU hardware, set by
+# tests and demos (healthy | reset-fixes | reboot-fixes | broken; absent: healthy). Nothing in the reconciler reads it.
+SIMULATED_GPU_STATE = "localenv.gpufleet.io/gpu-state"
 ONCALL_REQUEST = f"{GROUP}/request"         # Remediation annotation, by a person (gpufleet release|return|retire|mark-healthy)
 
 # Remediation objects: the node they are about (a label, so a corrupt object still names its node)
