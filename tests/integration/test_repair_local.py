@@ -66,7 +66,7 @@ def test_a_reboot_fixable_node_is_replaced_then_rebooted_validated_and_returned_
     node = core.read_node("rpr-0")
     assert node.status.node_info.boot_id != boot, "rebooted: a new boot id"
     answer = parse_result(node.metadata.annotations[labels.REPAIR_RESULT])
-    assert answer.ok and answer.id == r.repair.request
+    assert answer.ok and answer.id == f"{r.name}/1-reboot"  # answered, once, for the request the record named
     assert node.metadata.labels[labels.ROLE] == labels.ROLE_SPARE and proven(core, "rpr-0")
     assert {c.type: c.status for c in node.status.conditions}["GpuHealthy"] == "True"
     assert node.metadata.annotations[labels.SIMULATED_GPU_STATE] == "healthy"
