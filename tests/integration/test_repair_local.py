@@ -102,3 +102,37 @@ def test_a_node_nothing_fixes_is_retired_with_a_page_and_a_bad_spare_is_never_pr
     node = core.read_node("rtr-0")
     assert node.metadata.labels[labels.ROLE] == labels.ROLE_RETIRED and node.spec.unschedulable
     assert [m for m in rec.notifier.channels[0].messages if m.event == "retired" and "rtr-0" in m.text]
+
+
+def test_a_kwok_nodes_reset_is_answered_once_per_id_as_the_agent_answers(kube_cluster, api):
+    """The reset rung on the local environment (the loop asks for it once the fault's action is on the record:
+    branch xid): the stand-in answers as reconciler/agent/repairs.py does, from the simulated hardware."""
+    from datetime import datetime, timezone
+
+    from fleetspec.node_repair import RepairRequest
+    from localenv.gpu_hardware_standin import RESET_FIXES
+    spec = fleet("rst", nodes=2, spares=0)
+    make_nodes(kube_cluster, spec)
+    core = client.CoreV1Api(api)
+
+    def ask(node, rid):
+        req = RepairRequest(rid, "reset-gpu", datetime.now(timezone.utc), ("00000000:3B:00.0",))
+        core.patch_node(node, {"metadata": {"annotations": {labels.REPAIR_REQUEST: req.dumps()}}})
+        return wait_for(f"the answer to {rid}", lambda: (a := parse_result(annotations(core, node).get(
+            labels.REPAIR_RESULT))) and a.id == rid and a, timeout=30)
+
+    simulate(core, "rst-0", RESET_FIXES)
+    simulate(core, "rst-1", REBOOT_FIXES)
+    boot = core.read_node("rst-0").status.node_info.boot_id
+    fixed, lost = ask("rst-0", "t/1-reset-gpu"), ask("rst-1", "t/1-reset-gpu")
+    assert fixed.ok and annotations(core, "rst-0")[labels.SIMULATED_GPU_STATE] == "healthy"
+    assert fixed.boot == boot == core.read_node("rst-0").status.node_info.boot_id, "a reset is no reboot"
+    assert not lost.ok and "Unable to reset" in lost.message
+    assert annotations(core, "rst-1")[labels.SIMULATED_GPU_STATE] == REBOOT_FIXES
+    # the same request written again (a reconciler that crashed before noting it) is not acted on again: once a
+    # later request on another node is answered, the stand-in has seen it, and the first answer stands
+    simulate(core, "rst-0", RESET_FIXES)
+    ask("rst-0", "t/1-reset-gpu")  # the same id: its answer is there already
+    ask("rst-1", "t/2-reset-gpu")
+    assert parse_result(annotations(core, "rst-0")[labels.REPAIR_RESULT]).at == fixed.at
+    assert annotations(core, "rst-0")[labels.SIMULATED_GPU_STATE] == RESET_FIXES
