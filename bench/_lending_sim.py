@@ -21,6 +21,7 @@ from typing import Callable
 
 from fleetspec import labels
 from fleetspec.models import FleetSpec
+from fleetspec.node_repair import PASSED, HealthCheckRecord
 from reconciler.core import decide, lending
 from reconciler.core.actions import (
     Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, Notify, PromoteSpare, Quarantine, ReleaseJobs,
@@ -31,6 +32,7 @@ from reconciler.core.model import Fault, NodeView, PendingJob, PodView, Remediat
 from reconciler.core.phases import Phase
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+PROVEN_HERE = HealthCheckRecord("bench", "", PASSED, T0)
 XID = 79
 
 
@@ -206,9 +208,10 @@ class Sim:
         return None if s is None else T0 + timedelta(seconds=s)
 
     def view(self, n: SNode) -> NodeView:
+        # Spares here have passed their health check (validation before service is bench/repair_month.py's).
         return NodeView(n.name, self.pool.name, n.role, ready=True, unschedulable=n.unschedulable, fault=n.fault,
                         taints=tuple(sorted(n.taints)), gpus=n.gpus, lent=n.lent, lent_since=n.lent_since,
-                        reclaiming=n.reclaiming)
+                        reclaiming=n.reclaiming, check=PROVEN_HERE)
 
     def sview(self, s: SSlurm) -> SlurmNodeView:
         states = {"ALLOCATED"} if s.job is not None else {"IDLE"}

@@ -170,7 +170,7 @@ def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
 
 def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
     types = _strings(spec.healing.condition_types)
-    kmsg = json.dumps(labels.KMSG_REPORTED)
+    own = _strings({labels.KMSG_REPORTED, labels.REPAIR_RESULT})
     others = lambda o: f"{o}.status.?conditions.orValue([]).filter(c, !(c.type in {types}))"  # noqa: E731
     status_same = " && ".join(f"object.status.?{f} == oldObject.status.?{f}"
                               for f in ("capacity", "allocatable", "addresses", "nodeInfo", "daemonEndpoints"))
@@ -182,8 +182,9 @@ def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
                               "token') + '), not ' + object.metadata.name"},
         {"expression": "variables.subResource == 'status' || (object.metadata.?labels == oldObject.metadata.?labels && "
                        "object.?spec == oldObject.?spec && "
-                       + _changed_only("oldAnnotations", "newAnnotations", f"k == {kmsg}") + ")",
-         "message": f"on its node the agent changes only its kernel-log cursor ({labels.KMSG_REPORTED})"},
+                       + _changed_only("oldAnnotations", "newAnnotations", f"k in {own}") + ")",
+         "message": f"on its node the agent changes only its kernel-log cursor ({labels.KMSG_REPORTED}) and the "
+                    f"answer to a repair ({labels.REPAIR_RESULT})"},
         {"expression": f"variables.subResource != 'status' || ({others('object')} == {others('oldObject')} && "
                        f"{status_same})",
          "message": f"in its node's status the agent changes only its condition ({', '.join(spec.healing.condition_types)})"},

@@ -19,6 +19,11 @@ capabilities, so a process of the image's own user (65532) holds none, privilege
 `dmesg_restrict=1` reads nothing (tests/e2e/test_reconciler_pods.py saw exactly that on a real node). Both: read-only root filesystem, no host namespaces,
 seccomp RuntimeDefault; RBAC get/patch on nodes and patch on nodes/status, confined
 by admission (components/admission.py) to the node the pod's token names.
+
+With the repair loop on (`healing.repair.enabled`, issue 25) the agent also resets GPUs and reboots its
+node when the reconciler asks (reconciler/agent/repairs.py), with the host's own tools through nsenter
+into PID 1: that needs the host's PID namespace and privilege, so the pod is privileged with hostPID
+whatever `agent_kmsg_device` says.
 """
 from __future__ import annotations
 
@@ -64,6 +69,12 @@ def agent_checksum(spec: FleetSpec) -> str:
     return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()
 
 
+def agent_repairs(spec: FleetSpec) -> bool:
+    """Whether the agent carries out the resets and reboots asked of its node (reconciler/agent/repairs.py):
+    a reset is always asked of the node, and so is a reboot on every provider but aws-asg (EC2 reboots)."""
+    return spec.healing.repair.enabled
+
+
 def agent_username(spec: FleetSpec) -> str:
     """The agent's identity as the API server names it (its ServiceAccount)."""
     return f"system:serviceaccount:{spec.healing.reconciler.agent_namespace}:{AGENT}"
@@ -72,10 +83,11 @@ def agent_username(spec: FleetSpec) -> str:
 def agent_pod_spec(spec: FleetSpec, service_account: str = AGENT) -> dict:
     """The agent's pod spec: on every node of a pool, with the least /dev/kmsg needs (see the module doc)."""
     dep = spec.healing.reconciler
+    repairs = agent_repairs(spec)
     container: dict = {
         "name": "agent",
         "image": dep.agent_image,
-        "args": agent_args(),
+        "args": agent_args() + (["--repairs"] if repairs else []),
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         "resources": resources("20m", "32Mi", "200m", "128Mi"),
     }
@@ -89,7 +101,11 @@ def agent_pod_spec(spec: FleetSpec, service_account: str = AGENT) -> dict:
         "volumes": [{"name": "policy", "configMap": {"name": POLICY_CONFIG_MAP}}],
     }
     container["volumeMounts"] = [{"name": "policy", "mountPath": POLICY_DIR, "readOnly": True}]
-    if dep.agent_kmsg_device:
+    if repairs:
+        # issue 25: the agent resets GPUs and reboots its node with the host's own tools (nsenter into the
+        # host's PID 1: reconciler/agent/repairs.py), which needs the host's PID namespace and privilege.
+        pod["hostPID"] = True
+    if dep.agent_kmsg_device and not repairs:
         # The device plugin puts /dev/kmsg in the container (and its cgroup); CAP_SYSLOG opens it under
         # dmesg_restrict=1, and a non-root user would not hold it.
         limit = {dep.agent_kmsg_device: "1"}
@@ -102,7 +118,7 @@ def agent_pod_spec(spec: FleetSpec, service_account: str = AGENT) -> dict:
         # uid 0 as well: the image runs as 65532, and a non-root process holds none of a privileged container's
         # capabilities, so under dmesg_restrict=1 it could not open /dev/kmsg (found on a real node here).
         container["securityContext"] = {"privileged": True, "readOnlyRootFilesystem": True, "runAsUser": 0,
-                                        "runAsNonRoot": False}
+                                        "runAsNonRoot": False, **({"runAsGroup": 0} if repairs else {})}
         container["volumeMounts"].append({"name": "kmsg", "mountPath": KMSG, "readOnly": True})
         pod["volumes"].append({"name": "kmsg", "hostPath": {"path": KMSG, "type": "CharDevice"}})
     return pod

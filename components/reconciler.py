@@ -64,7 +64,11 @@ def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
     pod_verbs = ["list", "watch"]
     if spec is not None and spec.lending_pools():
         pod_verbs.append("delete")  # a borrower still there after the reclaim grace is deleted (lending)
-    return [
+    repairs = []
+    if spec is None or spec.healing.repair.enabled:
+        # issue 25: a repaired, proven node's GPU condition is set back to healthy (kube.set_condition)
+        repairs.append({"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]})
+    return repairs + [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": node_verbs},
         {"apiGroups": [""], "resources": ["pods"], "verbs": pod_verbs},
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
@@ -90,6 +94,10 @@ def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     if lends:
         rules.append({"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [labels.LENDING_LEDGER],
                       "verbs": ["get", "patch"]})
+    if spec is None or spec.healing.repair.enabled:
+        # issue 25: the health-check Jobs (reconciler/adapters/health_checks.py): made and read here, never
+        # deleted (their TTL does); their pods are read with the cluster-wide pods list above
+        rules.append({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]})
     return rules
 
 

@@ -16,6 +16,7 @@ ROLE_ACTIVE = "active"
 ROLE_SPARE = "spare"
 ROLE_QUARANTINED = "quarantined"
 ROLE_SYSTEM = "system"
+ROLE_RETIRED = "retired"  # out for good: quarantined for the vendor (RMA), never returned by gpufleet
 TOPOLOGY_BLOCK = f"{GROUP}/topology-block"
 GPU_MODEL = "nvidia.com/gpu.product"
 GPU_COUNT = "nvidia.com/gpu.count"
@@ -42,6 +43,18 @@ FULFILS = f"{GROUP}/fulfils"               # the capacity request (placeholder p
 SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
 KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>:<kernel-log record>" reported up to
 
+# The repair loop (issue 25): what is asked of a node, what it answered, what its last health check said.
+# JSON, read and written through fleetspec/node_repair.py.
+REPAIR_REQUEST = f"{GROUP}/repair-request"  # node annotation, by the reconciler: reset its GPU(s) or reboot (once per id)
+REPAIR_RESULT = f"{GROUP}/repair-result"    # node annotation, by whoever acts on the node (the agent): how it went
+HEALTH_CHECK = f"{GROUP}/health-check"      # node annotation, by the reconciler: its last check (Job, boot, verdict)
+RETIRED = f"{GROUP}/retired"                # node annotation: why it was retired, and when
+HEALTH_CHECK_NODE = f"{GROUP}/health-check-node"  # label on a health-check Job and its pod: the node it checks
+# The local environment only (localenv/gpu_hardware_standin.py): a kwok node's simulated GPU hardware, set by
+# tests and demos (healthy | reset-fixes | reboot-fixes | broken; absent: healthy). Nothing in the reconciler reads it.
+SIMULATED_GPU_STATE = "localenv.gpufleet.io/gpu-state"
+ONCALL_REQUEST = f"{GROUP}/request"         # Remediation annotation, by a person (gpufleet release|return|retire|mark-healthy)
+
 # Remediation objects: the node they are about (a label, so a corrupt object still names its node)
 REMEDIATION_NODE = f"{GROUP}/node"
 
@@ -53,6 +66,7 @@ REQUEST_REASON = f"{GROUP}/reason"              # annotation: why, for a person
 # Tags on AWS resources (aws-asg pools)
 QUARANTINED_TAG = f"{GROUP}/quarantined"            # EC2 instance kept for a human: value xid-<N>
 QUARANTINED_FROM_TAG = f"{GROUP}/quarantined-from"  # EC2 instance: the group it left
+REPAIRING_TAG = f"{GROUP}/repairing"                # EC2 instance out of its group while repaired: value xid-<N>
 NODE_TAG = f"{GROUP}/node"                          # EC2 instance: its Kubernetes node
 REFILL_TAG_PREFIX = f"{GROUP}/refill/"              # Auto Scaling group: one per remediation's refill
 

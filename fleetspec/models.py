@@ -185,6 +185,10 @@ class LendingSpec(Strict):
         return self
 
 
+# The repair loop's spec (issue 25) lives in its own module, which builds on Strict, Image and FieldError above.
+from .repair import PoolRepair, RepairSpec  # noqa: E402
+
+
 class NodePool(Strict):
     name: K8sName
     node_type: str = Field(min_length=1, description="Instance or machine type, e.g. p5.48xlarge.")
@@ -207,6 +211,7 @@ class NodePool(Strict):
         "default: the pool label itself.",
     )
     lending: LendingSpec | None = Field(None, description="Lend idle GPUs to preemptible workloads (issue 13).")
+    repair: PoolRepair = Field(default_factory=PoolRepair, description="How its broken nodes are repaired (issue 25).")
 
     @model_validator(mode="after")
     def _provider_settings(self) -> "NodePool":
@@ -587,6 +592,7 @@ class HealingSpec(Strict):
         False, description="The cluster runs the Prometheus operator: ship gpufleet's alert rules as a PrometheusRule "
         "(a page that could not be delivered, the storm brake, failed remediations).")
     reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)
+    repair: RepairSpec = Field(default_factory=RepairSpec, description="The repair loop after a heal (issue 25).")
 
     @model_validator(mode="before")
     @classmethod

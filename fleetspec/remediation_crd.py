@@ -32,6 +32,8 @@ NAME = f"{PLURAL}.{labels.GROUP}"
 # The phases of a remediation (the reconciler's state machine, reconciler/core/phases.py, uses these words).
 PHASES = ("Detected", "SlurmDraining", "Checkpointing", "Requeued", "Held", "OptedOut", "Evicting", "Replacing",
           "WaitingForSpare", "Resuming", "Succeeded", "Escalated", "Failed")
+# The phases of the node's repair once its heal is over (reconciler/core/repair_phases.py, issue 25).
+REPAIR_PHASES = ("Repairing", "Validating", "Returned", "Retired", "Stopped")
 
 
 class ConditionType(StrEnum):
@@ -86,6 +88,40 @@ def condition_schema() -> dict:
     }
 
 
+def repair_schema() -> dict:
+    """`status.repair`: the node's repair, with its history (reconciler/adapters/repair_records.py writes it)."""
+    time = _time()
+    return {
+        "type": "object",
+        "description": "The node's repair once its heal is over: reset, reboot, health check, back or retired.",
+        "required": ["phase", "started"],
+        "properties": {
+            "phase": {"type": "string", "enum": list(REPAIR_PHASES)},
+            "started": time,
+            "step": {"type": "string", "description": "The rung being climbed (reset-gpu, reboot), or validate."},
+            "phases": {"type": "array", "items": {"type": "object", "required": ["phase", "at"],
+                                                  "properties": {"phase": {"type": "string"}, "at": time}}},
+            "attempt": {"type": "integer", "minimum": 0},
+            "request": {"type": "string", "description": "The id of the reset or reboot asked for (acted on once)."},
+            "requestedAt": time,
+            "bootID": {"type": "string", "description": "The node's boot id when the step began."},
+            "deadline": time,
+            "job": {"type": "string", "description": "The health-check Job of this attempt."},
+            "reason": {"type": "string"},
+            "history": {"type": "array", "description": "Every step tried, and how it went.", "items": {
+                "type": "object", "required": ["step", "outcome", "at"],
+                "properties": {"step": {"type": "string"}, "outcome": {"type": "string"}, "at": time,
+                               "message": {"type": "string"}}}},
+            "stoppedFrom": {"type": "string"},
+            "gpus": _strings(),
+            "rungs": _strings(),
+            "resent": {"type": "boolean"},
+            "inPlace": {"type": "boolean"},
+            "error": {"type": "string", "description": "Stopped by an error a person must fix (then gpufleet return)."},
+        },
+    }
+
+
 def status_schema() -> dict:
     return {
         "type": "object",
@@ -113,6 +149,9 @@ def status_schema() -> dict:
             "lastError": {"type": "string"},
             "revision": {"type": "integer", "minimum": 0,
                          "description": "The reconciler's writes: a cache never takes an older copy over a newer one."},
+            "repair": repair_schema(),
+            "requestsDone": {**_strings(), "description": "A person's requests (the gpufleet.io/request annotation) "
+                             "carried out, by id."},
             "conditions": {"type": "array", "items": condition_schema(),
                            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         },
@@ -142,6 +181,8 @@ def manifest() -> dict:
                     column("Phase", ".status.phase"),
                     column("Admission", allowed),
                     column("Replacement", ".status.replacement"),
+                    column("Repair", ".status.repair.phase"),
+                    column("Step", ".status.repair.step", priority=1),
                     column("Age", ".metadata.creationTimestamp", "date"),
                     column("Message", ".status.heldMessage", priority=1),
                 ],

@@ -116,6 +116,9 @@ def agent(
     from_start: bool = typer.Option(False, help="Read a file from its start instead of its end "
                                                 "(/dev/kmsg is always read from its oldest record)."),
     max_backoff: float = typer.Option(30.0, help="Longest wait, in seconds, between retries of the API server."),
+    repairs: bool = typer.Option(False, "--repairs", help="Also carry out the GPU resets and reboots the reconciler "
+                                 "asks of this node (needs hostPID and root: the DaemonSet sets them when "
+                                 "healing.repair is on)."),
 ) -> None:
     """Node agent: follow the kernel log for GPU and NVSwitch faults and report what each needs.
 
@@ -152,8 +155,13 @@ def agent(
         raise typer.Exit(EXIT_INVALID)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ag = Agent(Kube(_api(kubeconfig)), node, kernel_log, condition=condition or "GpuHealthy", policy=faults,
+    kube = Kube(_api(kubeconfig))
+    ag = Agent(kube, node, kernel_log, condition=condition or "GpuHealthy", policy=faults,
                stop=stop, max_backoff=max_backoff)
+    if repairs:
+        from reconciler.agent.repairs import Repairs
+
+        threading.Thread(target=Repairs(kube, node).loop, args=(stop,), name="agent-repairs", daemon=True).start()
     try:
         ag.run()
     except AgentFailed as e:

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -64,6 +65,9 @@ DEFAULT_PORTS = {
 KUBELET_CLIENT_BINDING = "gpufleet-local:apiserver-kubelet-client"
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# kwok's nodes' GPU hardware (localenv/gpu_hardware_standin.py): a process of ours, no binary to build
+GPU_HARDWARE = "gpu-hardware-standin"
+PROCESSES = (*COMPONENTS, GPU_HARDWARE)
 
 
 class LocalKubeError(SupervisorError):
@@ -145,6 +149,7 @@ class LocalKube:
         self._ensure([comps["etcd"]])
         self._ensure([comps["kube-apiserver"]])
         self._ensure([comps["kube-controller-manager"], comps["kube-scheduler"], comps["kwok"]])
+        self._ensure([comps[GPU_HARDWARE]])
         self._wait_bootstrapped()
         self._authorize_kubelet_client()
         self._say(f"[local] control plane ready in {time.monotonic() - t0:.1f}s; "
@@ -153,7 +158,8 @@ class LocalKube:
 
     def down(self) -> None:
         """Stop every component (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
-        for group in (("kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",), ("etcd",)):
+        for group in ((GPU_HARDWARE, "kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",),
+                      ("etcd",)):
             try:
                 self.supervisor.stop(group)
             except SupervisorError as e:
@@ -181,7 +187,7 @@ class LocalKube:
             "server": self.server_url,
             "components": {},
         }
-        for name in COMPONENTS:
+        for name in PROCESSES:
             out["components"][name] = self.supervisor.status(comps[name])
         out["ready"] = all(v["healthy"] for v in out["components"].values())
         return out
@@ -451,6 +457,7 @@ class LocalKube:
         kcm_url = f"https://127.0.0.1:{self.controller_manager_port}/healthz"
         sched_url = f"https://127.0.0.1:{self.scheduler_port}/healthz"
         kwok_url = f"http://127.0.0.1:{self.kwok_port}/healthz"
+        hw_ready = wd / "run" / "gpu-hardware.ready"  # touched after each pass of the stand-in
         return {
             "etcd": Proc("etcd", etcd_argv, etcd_health, f"{self.etcd_url}/health",
                          ports=(self.etcd_port, self.etcd_peer_port), cwd=wd),
@@ -463,6 +470,10 @@ class LocalKube:
                                    sched_url, ports=(self.scheduler_port,), cwd=wd),
             "kwok": Proc("kwok", kwok_argv, lambda: _http_get(kwok_url) == "ok", kwok_url, ports=(self.kwok_port,),
                          cwd=wd, before_start=self._release_kwok_leases),
+            GPU_HARDWARE: Proc(GPU_HARDWARE, [sys.executable, "-m", "localenv.gpu_hardware_standin", f"--kubeconfig={kc}",
+                                              f"--ready-file={hw_ready}"],
+                               lambda: _fresh(hw_ready, 10.0), str(hw_ready), cwd=PROJECT_DIR,
+                               before_start=lambda: hw_ready.unlink(missing_ok=True)),
         }
 
     def _admin_ssl(self) -> ssl.SSLContext:
@@ -554,6 +565,14 @@ class LocalKube:
             f"last lines of the kube-controller-manager log:\n"
             f"{tail(self.log_path('kube-controller-manager'))}"
         )
+
+
+def _fresh(path: Path, seconds: float) -> bool:
+    """`path` was touched within `seconds` (a process of ours that writes no port: its passes)."""
+    try:
+        return time.time() - path.stat().st_mtime < seconds
+    except OSError:
+        return False
 
 
 def _http_get(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -> str | None:

@@ -11,6 +11,7 @@ from kubernetes import client, config
 
 from fleetspec import FleetSpec, parse_fleet
 
+from reconciler.adapters.health_checks import HealthChecks
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.notify import Notifier, channels_from_spec
 from reconciler.adapters.providers import provider_for
@@ -63,4 +64,4 @@ def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, 
         elector = LeaseElector(api, namespace, LEASE, identity)
     fence = elector.holds if elector else (lambda: True)
     return Manager(spec, kube, KubeRemediationStore(api), slurm, providers, notifier, metrics, dry_run=dry_run,
-                   fence=fence, elector=elector)
+                   fence=fence, elector=elector, checks=HealthChecks(api, spec))

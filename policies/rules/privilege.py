@@ -4,8 +4,9 @@
   verb that lifts the holder above its own rights (`escalate`, `bind`, `impersonate`, and `create` on
   `serviceaccounts/token`, which mints another identity's token); nothing is bound to cluster-admin.
 - `pod-host-access`: a pod shares no host namespace; a privileged pod runs only in a namespace set aside
-  for it (the node agent's), with no host namespace, and only the allowed host paths, read-only; a host
-  path is mounted only there, read-only. Any DaemonSet named `gpufleet-agent` got all of that before.
+  for it (the node agent's), with no host namespace but the host's PIDs (a privileged container is root on
+  the node already; the agent's repairs enter the host's PID 1 to reset a GPU or reboot), and only the
+  allowed host paths, read-only; a host path is mounted only there, read-only. Any DaemonSet named `gpufleet-agent` got all of that before.
 - `capabilities-allowed`: a container adds only capabilities on an allow-list (globally, or for one
   namespace: CAP_SYSLOG for the node agent's).
 """
@@ -107,13 +108,20 @@ def _read_only_mounts(spec: dict, volume: str) -> bool:
     return True
 
 
+def _all_privileged(spec: dict) -> bool:
+    """Every container of the pod is privileged (root on the node already: the host's PIDs add nothing)."""
+    cs = [as_dict(c) for f in ("initContainers", "containers") for c in as_list(spec.get(f))]
+    return bool(cs) and all(as_dict(c.get("securityContext")).get("privileged") is True for c in cs)
+
+
 def check_host_access(r: Resource, cfg: dict[str, Any]) -> list[str]:
     ns = r.namespace
     set_aside = ns in cfg["privilegedNamespaces"]
     paths = list(cfg["allowedHostPaths"])
     out = []
     for path, spec in pod_specs(r):
-        host_ns = [h for h in ("hostNetwork", "hostPID", "hostIPC") if spec.get(h) is True]
+        host_ns = [h for h in ("hostNetwork", "hostPID", "hostIPC") if spec.get(h) is True
+                   and not (h == "hostPID" and set_aside and _all_privileged(spec))]
         if host_ns and f"{ns}/{r.kind}/{r.name}" not in cfg["hostNetworkWorkloads"]:
             out.append(f"{r.ref}: {path}.{'/'.join(host_ns)} is true: the pod shares the node's namespaces (its "
                        f"network, processes or IPC), whatever it is called. Fix: remove {', '.join(host_ns)}.")

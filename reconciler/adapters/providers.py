@@ -13,6 +13,18 @@ One interface, three providers:
 
 The local environment's pools are `kubernetes-spares` too: a stand-in for the cluster autoscaler there
 (localenv/autoscaler_standin.py) answers the capacity requests.
+
+Repairs (issue 25), per provider:
+- a GPU reset, and a reboot on `kubernetes-spares`, are asked of the node itself: a request annotation
+  (`gpufleet.io/repair-request`, fleetspec/node_repair.py) that the node agent, already privileged on the
+  node, carries out once per request id and answers in `gpufleet.io/repair-result`. The reconciler needs no
+  privilege on the node for it (and no grant beyond the node patch it has).
+- `aws-asg` reboots through EC2 (RebootInstances); a node it will repair leaves its group the way a
+  quarantined one does (detached, the desired capacity decremented), so the group does not replace it
+  while it reboots, and is attached again when it returns (the desired capacity grows back by one).
+- retiring: `kubernetes-spares` labels the node `gpufleet.io/role=retired` for a person or an autoscaler
+  and asks for a node when nothing replaced it yet; `aws-asg` terminates it, or keeps it tagged for the
+  vendor, as `aws.on_fault` says.
 """
 from __future__ import annotations
 
@@ -24,6 +36,7 @@ from typing import Any, Protocol
 
 from fleetspec import labels
 from fleetspec.models import PAUSE_IMAGE, FleetSpec, NodePool
+from fleetspec.node_repair import REBOOT, RepairRequest
 from fleetspec.placement import SPARE_TAINT, worker_tolerations
 
 from reconciler.adapters.aws_errors import typed
@@ -55,7 +68,10 @@ class Capacity:
 
 class NodeProvider(Protocol):
     def promote(self, spare: str, replaces: str) -> None: ...
-    def quarantine(self, node: str, xid: int) -> None: ...
+    def quarantine(self, node: str, xid: int, repair: bool = False) -> None: ...
+    def request_repair(self, node: str, request: RepairRequest) -> None: ...
+    def retire(self, node: str, reason: str, refill: str | None = None) -> None: ...
+    def back_in_service(self, node: str) -> None: ...
     def request_capacity(self, pool: str, reason: str, key: str) -> None: ...
     def can_refill(self, pool: str) -> bool: ...
     def return_to_spares(self, node: str) -> None: ...
@@ -110,9 +126,33 @@ class KubernetesSpares:
         self.kube.set_node_role(spare, labels.ROLE_ACTIVE, remove_taints=[labels.SPARE_TAINT],
                                 annotations={labels.PROMOTED_FOR: replaces}, schedulable=True)
 
-    def quarantine(self, node: str, xid: int) -> None:
+    def quarantine(self, node: str, xid: int, repair: bool = False) -> None:
         self.kube.set_node_role(node, labels.ROLE_QUARANTINED, add_taints=[quarantine_taint(xid)],
                                 remove_taints=[labels.SPARE_TAINT], schedulable=False)
+
+    def request_repair(self, node: str, request: RepairRequest) -> None:
+        """Ask the node (its agent) for a reset or a reboot: acted on once per request id."""
+        self.kube.patch_node(node, {"metadata": {"annotations": {labels.REPAIR_REQUEST: request.dumps()}}})
+
+    def retire(self, node: str, reason: str, refill: str | None = None) -> None:
+        """Out for good: `retired`, cordoned, tainted, why in an annotation; a node asked for when none
+        replaced it yet (`refill`: the request's key)."""
+        view = self.kube.get_node(node)
+        xid_taint = next((t for t in (view.get("spec") or {}).get("taints") or []
+                          if t.get("key") == labels.QUARANTINE_TAINT), None)
+        self.kube.set_node_role(node, labels.ROLE_RETIRED,
+                                add_taints=[xid_taint or {"key": labels.QUARANTINE_TAINT, "value": "retired",
+                                                          "effect": "NoSchedule"}],
+                                remove_taints=[labels.SPARE_TAINT], schedulable=False,
+                                annotations={labels.RETIRED: reason[:1000], labels.REPAIR_REQUEST: None})
+        pool = (view["metadata"].get("labels") or {}).get(labels.POOL)
+        if refill and pool:
+            self.request_capacity(pool, f"{node} retired", refill)
+
+    def back_in_service(self, node: str) -> None:
+        """Back to work where it is (its Slurm node still runs there): active, schedulable, untainted."""
+        self.kube.set_node_role(node, labels.ROLE_ACTIVE, remove_taints=[labels.QUARANTINE_TAINT, labels.SPARE_TAINT],
+                                schedulable=True, annotations={labels.REMEDIATION: None, labels.REPAIR_REQUEST: None})
 
     def request_capacity(self, pool: str, reason: str, key: str) -> None:
         """Declare that the pool needs one node: a pending placeholder pod (idempotent by key)."""
@@ -180,7 +220,8 @@ class KubernetesSpares:
     def return_to_spares(self, node: str) -> None:
         self.kube.set_node_role(node, labels.ROLE_SPARE, add_taints=[SPARE_TAINT],
                                 remove_taints=[labels.QUARANTINE_TAINT], schedulable=True,
-                                annotations={labels.PROMOTED_FOR: None, labels.REMEDIATION: None})
+                                annotations={labels.PROMOTED_FOR: None, labels.REMEDIATION: None,
+                                             labels.REPAIR_REQUEST: None, labels.RETIRED: None})
 
 
 class AwsAsgProvider(KubernetesSpares):
@@ -240,14 +281,21 @@ class AwsAsgProvider(KubernetesSpares):
         """Whether the group can take one more instance now (a refill with no instance leaving)."""
         return self.capacity(pool).can_add
 
-    def quarantine(self, node: str, xid: int) -> None:
-        super().quarantine(node, xid)
+    def _instance(self, node: str) -> tuple[dict, NodePool, str]:
         obj = self.kube.get_node(node)
         pool = self._pool_of(obj)
         iid = instance_id(obj)
         if not iid:
-            raise PermanentError(f"node {node} has no AWS providerID; cannot take it out of {pool.aws.asg_name}")
+            raise PermanentError(f"node {node} has no AWS providerID; cannot act on it in {pool.aws.asg_name}")
+        return obj, pool, iid
+
+    def quarantine(self, node: str, xid: int, repair: bool = False) -> None:
+        super().quarantine(node, xid)
+        obj, pool, iid = self._instance(node)
         asg, name = self._asg(pool), pool.aws.asg_name
+        if repair:
+            self._hold_for_repair(node, pool, iid, xid)
+            return
         if pool.aws.on_fault == "quarantine":
             # Tag first: an instance that left the group is never untagged and forgotten.
             ec2 = self._client("ec2", pool.aws.region)
@@ -266,6 +314,66 @@ class AwsAsgProvider(KubernetesSpares):
                       AutoScalingGroupName=name, ShouldDecrementDesiredCapacity=True)
             what = f"{iid} detached from {name} and tagged {labels.QUARANTINED_TAG}=xid-{xid} for a human; still running"
         self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceQuarantined", what, "Warning")
+
+    # --- repairs (issue 25) -------------------------------------------------------------------------
+
+    def _hold_for_repair(self, node: str, pool: NodePool, iid: str, xid: int) -> None:
+        """Out of the group while it is repaired (as a quarantine is), so the group neither counts nor
+        replaces it; tagged first, so an instance out of its group is never forgotten."""
+        ec2, name = self._client("ec2", pool.aws.region), pool.aws.asg_name
+        self._aws(f"create-tags {iid}", ec2.create_tags, Resources=[iid], Tags=[
+            {"Key": labels.REPAIRING_TAG, "Value": f"xid-{xid}"}, {"Key": labels.QUARANTINED_FROM_TAG, "Value": name},
+            {"Key": labels.NODE_TAG, "Value": node}])
+        if iid in {i["InstanceId"] for i in self.group(pool)["Instances"]}:
+            self._aws(f"detach-instances {iid} from {name}", self._asg(pool).detach_instances, InstanceIds=[iid],
+                      AutoScalingGroupName=name, ShouldDecrementDesiredCapacity=True)
+            self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceHeldForRepair",
+                            f"{iid} detached from {name} while it is repaired", "Normal")
+
+    def request_repair(self, node: str, request: RepairRequest) -> None:
+        """A reboot through EC2 (RebootInstances: AWS reboots it, hard after a few minutes if the OS does not
+        shut down); a GPU reset through the node agent, as on any provider."""
+        if request.action != REBOOT:
+            super().request_repair(node, request)
+            return
+        _, pool, iid = self._instance(node)
+        ec2 = self._client("ec2", pool.aws.region)
+        self._aws(f"reboot-instances {iid}", ec2.reboot_instances, InstanceIds=[iid])
+        self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceRebooted",
+                        f"{iid} rebooted through EC2 ({request.id})", "Normal")
+
+    def return_to_spares(self, node: str) -> None:
+        """Back in its group (AttachInstances: the desired capacity grows by one), then a spare."""
+        _, pool, iid = self._instance(node)
+        name = pool.aws.asg_name
+        if iid not in {i["InstanceId"] for i in self.group(pool)["Instances"]}:
+            self._aws(f"attach-instances {iid} to {name}", self._asg(pool).attach_instances, InstanceIds=[iid],
+                      AutoScalingGroupName=name)
+        ec2 = self._client("ec2", pool.aws.region)
+        self._aws(f"delete-tags {iid}", ec2.delete_tags, Resources=[iid], Tags=[
+            {"Key": labels.REPAIRING_TAG}, {"Key": labels.QUARANTINED_TAG}, {"Key": labels.QUARANTINED_FROM_TAG}])
+        super().return_to_spares(node)
+
+    def retire(self, node: str, reason: str, refill: str | None = None) -> None:
+        """Terminated, or kept out of its group tagged for the vendor, as `aws.on_fault` says."""
+        super().retire(node, reason, None)
+        _, pool, iid = self._instance(node)
+        asg, name, ec2 = self._asg(pool), pool.aws.asg_name, self._client("ec2", pool.aws.region)
+        if iid in {i["InstanceId"] for i in self.group(pool)["Instances"]}:
+            self._aws(f"detach-instances {iid} from {name}", asg.detach_instances, InstanceIds=[iid],
+                      AutoScalingGroupName=name, ShouldDecrementDesiredCapacity=True)
+        if pool.aws.on_fault == "terminate":
+            self._aws(f"terminate-instances {iid}", ec2.terminate_instances, InstanceIds=[iid])
+            what = f"{iid} terminated"
+        else:
+            self._aws(f"create-tags {iid}", ec2.create_tags, Resources=[iid], Tags=[
+                {"Key": labels.QUARANTINED_TAG, "Value": "retired"}, {"Key": labels.QUARANTINED_FROM_TAG, "Value": name},
+                {"Key": labels.NODE_TAG, "Value": node}])
+            what = f"{iid} kept out of {name}, tagged {labels.QUARANTINED_TAG}=retired for the vendor"
+        self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceRetired", f"{what}: {reason}",
+                        "Warning")
+        if refill:
+            self.request_capacity(pool.name, f"{node} retired", refill)
 
     def request_capacity(self, pool_name: str, reason: str, key: str) -> None:
         """Raise the desired capacity by exactly one, once per key: the key is a group tag whose

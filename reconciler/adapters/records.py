@@ -20,6 +20,7 @@ from fleetspec import labels, remediation_crd
 from fleetspec.faults import FaultAction, Kind
 
 from reconciler.adapters.kube import _call, _json
+from reconciler.adapters.repair_records import read_repair, read_request, repair_status
 from reconciler.core.conditions import conditions
 from reconciler.core.model import Remediation
 from reconciler.core.observe import parse_time
@@ -53,6 +54,8 @@ def _status(r: Remediation) -> dict[str, Any]:
         "nextAttempt": _ts(r.next_attempt),
         "lastError": redact(r.last_error),
         "revision": r.revision,
+        "repair": repair_status(r.repair),
+        "requestsDone": list(r.requests_done) or None,
         "conditions": [{"type": c.type, "status": c.status, "reason": c.reason, "message": redact(c.message)[:32768],
                         "lastTransitionTime": _ts(c.at)} for c in conditions(r)],
     }
@@ -131,6 +134,8 @@ def from_object(obj: dict[str, Any]) -> Remediation:
             reclaim_started=opt("reclaimStarted"), failing_since=opt("failingSince"), next_attempt=opt("nextAttempt"),
             last_error=st.get("lastError") or "", revision=int(st.get("revision") or 0),
             **_fault_fields(spec.get("fault") or {}),
+            repair=read_repair(st.get("repair")), request=read_request(obj.get("metadata") or {}),
+            requests_done=tuple(st.get("requestsDone") or ()),
         )
     except (KeyError, ValueError, TypeError) as e:
         raise CorruptRemediation(f"remediation {name} is unreadable ({e!r}): fix or delete it; the reconciler will "

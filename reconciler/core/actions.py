@@ -94,6 +94,7 @@ class Quarantine(Action):
     node: str
     xid: int
     pool: str
+    repair: bool = False  # the repair loop takes it next (issue 25): a provider keeps the machine for it
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Per node, as the work queue hands it over (level-based: the same answer for the same facts, so a
 missed event or a restart heals itself):
-- `detect`: does this node's fault start a remediation now (or return a healed node to the spares)?
+- `detect`: does this node's fault start a remediation now? (What happens to the node once its heal is
+  over is the repair loop's: `repair.py`, `oncall.py`.)
 - `needs`: what must be seen for a live remediation's next step (the runtime gathers that, no more);
 - `plan_step`: for its live remediation, what is the one next step? Containment (cordon, drain in
   Slurm, checkpoint, requeue) is never gated; admission (`admission.py`: attempt cap, storm brake,
@@ -30,7 +31,7 @@ from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
     Action, Cordon, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs,
-    RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, StartReclaim,
+    RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
 from reconciler.core.admission import admit, evict
 from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, slurm_reason
@@ -39,7 +40,9 @@ from reconciler.core.model import Gate, Needs, NodeView, Remediation, SlurmNodeV
 from reconciler.core.observe import borrower_views, evictable_views
 from reconciler.core.phases import Phase
 from reconciler.core.slurm_states import ON_NODE_JOB_STATES, SIGNALLABLE_JOB_STATES
+from reconciler.core.repair import will_repair
 from reconciler.core.spares import free_spares, replacement_view
+from reconciler.core.validation import nodes_checking, required as proof_required
 
 RESUME_TIMEOUT = timedelta(minutes=10)
 MAX_BACKOFF = 30.0
@@ -68,9 +71,6 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
         noted = (NoteSignals(node.name, signals),)
     live = [r for r in remediations if r.active]
     pools = {p.name for p in spec.pools}
-    if (node.role == labels.ROLE_QUARANTINED and node.health_check_passed and not live and f is None
-            and node.pool in pools):
-        return Detection(actions=noted + (ReturnToSpares(node.name, node.pool or ""),))
     if f is None or not f.needs.remediates or node.pool not in pools:
         return Detection(actions=noted)
     if node.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) or live:
@@ -148,7 +148,8 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
             return Step(
                 _once(r, Notify("spare-quarantined", "warning",
                                 f"spare {node} reported {describe(r.xid, r.kind)}: quarantined, refill requested"))
-                + (cordon, evict(node, facts), Quarantine(node, r.xid, r.pool)) + _once(r, refill),
+                + (cordon, evict(node, facts), Quarantine(node, r.xid, r.pool, will_repair(r, spec)))
+                + _once(r, refill),
                 r.moved(Phase.REPLACING, now, slurm_nodes=names),
             )
         return Step(
@@ -201,7 +202,7 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         return _replace(r, facts, spec, now)
 
     if phase is Phase.WAITING_FOR_SPARE:
-        if free_spares(facts):
+        if free_spares(facts, proof_required(spec)):
             return Step((), r.moved(Phase.REPLACING, now), carry=True)
         return Step(recheck_after=10.0)
 
@@ -238,6 +239,9 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
     borrowers = borrower_views(facts.replacement_pods)
     if r.replacement and ((lent and r.reclaim_started is None) or borrowers):
         return _reclaim_replacement(r, facts, spec, now)
+    if r.replacement == node:
+        # Repaired in place while it waited (repair.py): the node takes its own job back; nothing to refill.
+        return Step((PromoteSpare(node, node, r.pool),), r.moved(Phase.RESUMING, now), carry=True)
     if r.replacement:
         refill = (RequestCapacity(r.pool, f"refill the spare used for {node}", f"{r.name}/refill")
                   if facts.can_refill else
@@ -250,14 +254,16 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
             reason += f"; waited {took:.0f}s for the borrowers on {r.replacement} to leave"
         end_loan = (EndLoan(r.replacement, back_to_spare=False),) if lent or r.reclaim_started else ()
         return Step(
-            end_loan + (PromoteSpare(r.replacement, node, r.pool), Quarantine(node, r.xid, r.pool))
+            end_loan + (PromoteSpare(r.replacement, node, r.pool), Quarantine(node, r.xid, r.pool, will_repair(r, spec)))
             + _once(r, refill),
             r.moved(Phase.RESUMING, now, reason=reason), carry=True,
         )
-    spares = free_spares(facts)
+    spares = free_spares(facts, proof_required(spec))
     if spares:
         # Write the choice down before acting on it, so a restart promotes the same spare.
         return Step((), replace(r, replacement=spares[0]), recheck_after=0)
+    if proof_required(spec) and nodes_checking(n for n in facts.pool_nodes if n.name not in facts.claimed):
+        return Step(recheck_after=2.0)  # a spare is being health-checked (validation.py): it serves once it passes
     ask = (RequestCapacity(r.pool, f"no spare for {node}", f"{r.name}/no-spare"),) if facts.can_refill else ()
     return Step(
         _once(r, Notify("no-spare", "critical",

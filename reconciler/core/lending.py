@@ -34,6 +34,7 @@ from reconciler.core.actions import (
 from reconciler.core.drains import drained_by_gpufleet, drained_by_person, drained_for_lending, lending_reason
 from reconciler.core.model import NodeView, PendingJob, PodView, SlurmNodeView
 from reconciler.core.observe import borrower_views, evictable_views
+from reconciler.core.validation import serves
 
 RECHECK = 1.0  # seconds between lending passes (each asks Slurm for its nodes and its queue)
 RECLAIM_RECHECK = 0.5  # while borrowers are being evicted
@@ -91,7 +92,7 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
             actions.append(EndLoan(n.name, back_to_spare=n.is_spare))
     live = [n for n in facts.nodes if not out_of_service(n) and n.name not in facts.claimed]
 
-    spares = [n for n in live if n.is_spare]
+    spares = [n for n in live if n.is_spare and serves(n, spec)]  # an unproven spare is checked first, never lent
     active = [n for n in live if n.is_active]
     lent_spares = [n for n in spares if n.on_loan and n.reclaiming is None]
     back_spares = [n for n in spares if n.reclaiming is not None]

@@ -10,9 +10,12 @@ from datetime import datetime
 
 from fleetspec import labels
 from fleetspec.faults import FaultAction, Kind, default_action
+from fleetspec.node_repair import HealthCheckRecord, RepairRequest, RepairResult
+from fleetspec.oncall import PersonRequest
 
 from reconciler.core import slurm_states
 from reconciler.core.phases import Phase, check_transition
+from reconciler.core.repair_phases import Repair
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,18 @@ class NodeView:
     lent: str = ""  # the lent label's value (spare | idle): open to borrowers
     lent_since: datetime | None = None
     reclaiming: datetime | None = None  # borrowers are being evicted since then
+    boot_id: str = ""  # status.nodeInfo.bootID: a reboot changes it
+    check: HealthCheckRecord | None = None  # its last health check (issue 25)
+    repair_request: RepairRequest | None = None  # the reset or reboot asked of it
+    repair_result: RepairResult | None = None  # how the last one went, as whoever acted on the node said
+
+    @property
+    def proven(self) -> bool:
+        """Passed a health check on its current boot."""
+        return self.check is not None and self.check.proves(self.boot_id)
+
+    def label(self, key: str) -> str | None:
+        return dict(self.labels).get(key)
 
     @property
     def on_loan(self) -> bool:
@@ -163,6 +178,9 @@ class Remediation:
     gpu_instance: int | None = None
     compute_instance: int | None = None
     source: str = ""
+    repair: Repair | None = None  # the node's repair once its heal is over (issue 25)
+    request: PersonRequest | None = None  # a person's decision (an annotation, not the status)
+    requests_done: tuple[str, ...] = ()  # the ids of the person's requests carried out
 
     def moved(self, phase: Phase, now: datetime, **changes) -> "Remediation":
         """This remediation in a new phase. Rejects moves the phase table does not allow."""

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from fleetspec import labels
+from fleetspec.node_repair import parse_check, parse_request, parse_result
 
 from reconciler.core.faults import FaultReader
 from reconciler.core.model import NodeView, PodView
@@ -63,6 +64,10 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
         lent=lab.get(labels.LENT, ""),
         lent_since=_time(ann.get(labels.LENT_SINCE)),
         reclaiming=_time(ann.get(labels.RECLAIMING)),
+        boot_id=str((status.get("nodeInfo") or {}).get("bootID") or ""),
+        check=parse_check(ann.get(labels.HEALTH_CHECK)),
+        repair_request=parse_request(ann.get(labels.REPAIR_REQUEST)),
+        repair_result=parse_result(ann.get(labels.REPAIR_RESULT)),
     )
 
 
@@ -96,7 +101,7 @@ def _signals(value: str | None) -> tuple[datetime, ...]:
         return ()  # an unreadable annotation counts as no earlier signal
 
 
-_POD_LABELS = (labels.SLINKY_POD_HOSTNAME, labels.POOL)
+_POD_LABELS = (labels.SLINKY_POD_HOSTNAME, labels.POOL, labels.HEALTH_CHECK_NODE)
 
 
 def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT, *, slurm_namespace: str) -> PodView:

@@ -10,6 +10,10 @@
         └──► (a fault on a spare) Replacing: quarantine it and refill
     Any non-terminal phase ──► Failed, with the reason.
 
+A person's decision (fleetspec/oncall.py, reconciler/core/oncall.py) goes past a gate: `release` moves
+Held, OptedOut or Escalated on to Evicting; `mark-healthy` ends Held, OptedOut or Escalated as Succeeded
+(the node back in service where it is). Escalated is terminal for the reconciler, not for a person.
+
 Containment (cordon, drain in Slurm, checkpoint, requeue) happens for every critical fault at once;
 only what follows (evicting, promoting a spare) waits for admission.
 
@@ -55,8 +59,9 @@ _ALLOWED: dict[Phase, frozenset[Phase]] = {
     Phase.SLURM_DRAINING: frozenset({Phase.CHECKPOINTING}),
     Phase.CHECKPOINTING: frozenset({Phase.REQUEUED}),
     Phase.REQUEUED: frozenset({Phase.OPTED_OUT, Phase.EVICTING, Phase.HELD, Phase.ESCALATED}),
-    Phase.HELD: frozenset({Phase.OPTED_OUT, Phase.EVICTING, Phase.ESCALATED}),
-    Phase.OPTED_OUT: frozenset(),
+    Phase.HELD: frozenset({Phase.OPTED_OUT, Phase.EVICTING, Phase.ESCALATED, Phase.SUCCEEDED}),
+    Phase.OPTED_OUT: frozenset({Phase.EVICTING, Phase.SUCCEEDED}),  # a person's release or mark-healthy
+    Phase.ESCALATED: frozenset({Phase.EVICTING, Phase.SUCCEEDED}),  # likewise (terminal for the reconciler)
     Phase.EVICTING: frozenset({Phase.REPLACING}),
     Phase.REPLACING: frozenset({Phase.RESUMING, Phase.WAITING_FOR_SPARE, Phase.SUCCEEDED}),
     Phase.WAITING_FOR_SPARE: frozenset({Phase.REPLACING}),
@@ -69,7 +74,10 @@ class InvalidTransition(ValueError):
 
 
 def check_transition(src: Phase, dst: Phase) -> None:
-    """Raise unless src -> dst is drawn above. Failed is reachable from any live phase."""
+    """Raise unless src -> dst is drawn above. Failed is reachable from any live phase; a terminal phase
+    is left only where the table says (a person's decision)."""
+    if src.terminal and dst in _ALLOWED.get(src, frozenset()):
+        return
     if src.terminal:
         raise InvalidTransition(f"{src.value} is terminal; cannot move to {dst.value}")
     if dst is Phase.FAILED or dst in _ALLOWED[src]:

@@ -4,10 +4,11 @@ when no rule reads it any more.
 A record may go when all of these hold:
 
 * it is finished (Succeeded, Escalated, Failed): a live one is a remediation in progress;
-* it ended (its last phase change) longer ago than ``healing.record_retention_days``, and longer ago
-  than the attempts and unhealthy windows, so the attempt cap and the storm brake still count it;
-* it is not the newest record of a node that is quarantined or whose newest record is Escalated:
-  that one says why a human must look;
+* it ended (its last phase change, its repair's included) longer ago than ``healing.record_retention_days``,
+  and longer ago than the attempts, unhealthy and retirement windows, so the attempt cap, the storm brake
+  and the lemon rule still count it;
+* it is not the newest record of a node that is quarantined, retired, or whose newest record is
+  Escalated: that one says why a human must look; and its node's repair is over (issue 25);
 * its signal is not still on its node: the record's name is the node and signal, and it is what
   stops a stale condition from starting the same remediation again.
 
@@ -30,12 +31,14 @@ def keep_for(policy: HealingSpec) -> timedelta:
     """How long a finished record is kept at least: the retention, or a window that counts it if longer."""
     return max(timedelta(days=policy.record_retention_days),
                timedelta(seconds=policy.attempts_window_seconds),
-               timedelta(seconds=policy.unhealthy_window_seconds))
+               timedelta(seconds=policy.unhealthy_window_seconds),
+               timedelta(seconds=policy.repair.retire_window_seconds))
 
 
 def ended(record: Remediation) -> datetime:
-    """When it last changed phase (its creation if no phase time was kept)."""
-    return max([record.created, *(at for _, at in record.phase_times)])
+    """When it last changed phase, or its repair did (its creation if no phase time was kept)."""
+    repaired = record.repair.phase_times if record.repair else ()
+    return max([record.created, *(at for _, at in record.phase_times), *(at for _, at in repaired)])
 
 
 def expired_records(records: Iterable[Remediation], nodes: Iterable[NodeView], policy: HealingSpec,
@@ -50,10 +53,12 @@ def expired_records(records: Iterable[Remediation], nodes: Iterable[NodeView], p
     for node, mine in by_node.items():
         newest = max(mine, key=lambda r: (r.created, r.name))
         view = views.get(node)
-        if newest.phase is Phase.ESCALATED or (view is not None and view.role == labels.ROLE_QUARANTINED):
+        if newest.phase is Phase.ESCALATED or (view is not None and view.role in (labels.ROLE_QUARANTINED,
+                                                                                 labels.ROLE_RETIRED)):
             kept.add(newest.name)
         if view is not None and view.fault is not None:
             kept.add(remediation_name(node, view.fault))
     horizon = now - keep_for(policy)
-    out = [r for r in records if r.phase.terminal and ended(r) < horizon and r.name not in kept]
+    out = [r for r in records if r.phase.terminal and not (r.repair and r.repair.active) and ended(r) < horizon
+           and r.name not in kept]
     return tuple(sorted(out, key=lambda r: (ended(r), r.name)))

@@ -14,6 +14,7 @@ from reconciler.adapters.records import Unreadable
 from reconciler.core.actions import Report
 from reconciler.core.model import Gate, Remediation
 from reconciler.core.phases import Phase
+from reconciler.core.repair_phases import RepairPhase
 from reconciler.runtime.caches import Caches
 from reconciler.runtime.executor import context
 from reconciler.runtime.metrics import Metrics
@@ -50,6 +51,24 @@ class Alerts:
             if new.phase is Phase.SUCCEEDED:
                 self.metrics.time_to_healthy.observe((now - new.created).total_seconds())
 
+    def repair_moved(self, old: Remediation, new: Remediation) -> None:
+        """Metrics and a log line for a repair's step (issue 25)."""
+        was, rep = old.repair, new.repair
+        if rep is None:
+            return
+        for e in rep.history[len(was.history) if was else 0:]:
+            self.metrics.repair_steps.labels(e.step, e.outcome).inc()
+            if e.outcome == "relapsed":
+                self.metrics.repairs.labels(new.pool, "relapsed").inc()
+        if was is not None and was.phase is rep.phase:
+            return
+        log.info("repair %s -> %s (%s)", was.phase.value if was else "-", rep.phase.value, rep.reason,
+                 extra=context(new))
+        if rep.phase.terminal or rep.phase is RepairPhase.STOPPED:
+            self.metrics.repairs.labels(new.pool, rep.phase.value.lower()).inc()
+        if rep.phase is RepairPhase.RETURNED:
+            self.metrics.time_to_return.observe((self.clock() - new.created).total_seconds())
+
     def unreadable(self, node: str, bad: list[Unreadable]) -> tuple[tuple[str, Report], ...]:
         """(name, Warning Event) for each unreadable remediation not reported yet; its node is left alone.
         `reported(name)` once the Event is sent."""
@@ -79,6 +98,14 @@ class Alerts:
                 held[reason] = held.get(reason, 0) + 1
         for reason in GATES:
             self.metrics.held.labels(reason).set(held.get(reason, 0))
+        repairing: dict[tuple[str, str], int] = {}
+        for r in remediations:
+            if r.repair is not None and (r.repair.active or r.repair.phase is RepairPhase.RETIRED):
+                key = (r.pool, r.repair.phase.value)
+                repairing[key] = repairing.get(key, 0) + 1
+        for pool in {r.pool for r in remediations}:
+            for phase in (RepairPhase.REPAIRING, RepairPhase.VALIDATING, RepairPhase.STOPPED, RepairPhase.RETIRED):
+                self.metrics.repairing.labels(pool, phase.value).set(repairing.get((pool, phase.value), 0))
         pools = {r.pool for r in remediations if r.phase is Phase.HELD and r.held_reason == Reason.TOO_MANY_UNHEALTHY}
         with self._lock:
             self._logged = {k for k in self._logged

@@ -26,6 +26,9 @@ from reconciler.core.actions import (
     ReturnToSpares, SettleCapacityRequests, SignalJobs, StartReclaim, WriteLedger,
 )
 from reconciler.core.model import Remediation
+from reconciler.core.repair_actions import (
+    BackInService, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
+)
 from reconciler.core.observe import membership_dict
 from reconciler.errors import PermanentError
 from reconciler.runtime.caches import Caches
@@ -47,8 +50,9 @@ class Executor:
     def __init__(self, spec: FleetSpec, kube: Kube, store: RemediationStore, slurm: SlurmClient | None,
                  providers: dict[str, NodeProvider], notifier: Notifier, caches: Caches, metrics: Metrics,
                  clock: Callable[[], datetime], fence: Callable[[], bool] = lambda: True, dry_run: bool = False,
-                 monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic, checks=None):
         self.spec, self.kube, self.store, self.slurm = spec, kube, store, slurm
+        self.checks = checks  # adapters/health_checks.HealthChecks: the health-check Jobs
         self.providers, self.notifier, self.caches, self.metrics = providers, notifier, caches, metrics
         self.clock, self.fence, self.dry_run, self.monotonic = clock, fence, dry_run, monotonic
         self._said: dict[str, float] = {}  # dry run: what was logged, when
@@ -124,7 +128,7 @@ class Executor:
             case PromoteSpare():
                 self.providers[a.pool].promote(a.spare, a.replaces)
             case Quarantine():
-                self.providers[a.pool].quarantine(a.node, a.xid)
+                self.providers[a.pool].quarantine(a.node, a.xid, repair=a.repair)
             case RequestCapacity():
                 self.providers[a.pool].request_capacity(a.pool, a.reason, a.key)
             case ReturnToSpares():
@@ -156,6 +160,26 @@ class Executor:
                 self._end_loan(a)
             case WriteLedger():
                 self.kube.write_ledger(self.notifier.namespace, a.pool, a.text)
+            # --- the repair loop and validation before service (issue 25) ---
+            case RequestRepair():
+                self.providers[a.pool].request_repair(a.node, a.request)
+                log.info("%s asked of %s (%s)", a.request.action, a.node, a.request.id, extra=context(r))
+            case StartHealthCheck():
+                if self.checks is None:
+                    raise PermanentError("no health-check adapter: cannot check a node")
+                self.checks.start(a.node, a.pool, a.job)
+            case RecordCheck():
+                self.caches.node_written(self.kube.patch_node(a.node, {"metadata": {"annotations": {
+                    labels.HEALTH_CHECK: a.record.dumps()}}}))
+            case MarkHealthy():
+                self.kube.set_condition(a.node, self.spec.healing.condition_types[0], "True", "HealthCheckPassed",
+                                        a.message)
+            case BackInService():
+                self.providers[a.pool].back_in_service(a.node)
+            case Retire():
+                self.providers[a.pool].retire(a.node, a.reason, a.refill)
+            case NodeEvent():
+                self.kube.event({"kind": "Node", "name": a.node, "apiVersion": "v1"}, a.reason, a.message, a.type)
             case _:
                 raise PermanentError(f"unknown action {a!r}")
 

@@ -124,6 +124,10 @@ class Facts:
 
     # --- Slurm and the providers ---------------------------------------------------------------------
 
+    def slurm_views(self, names: Iterable[str]) -> tuple[SlurmNodeView, ...]:
+        """Slurm's view of these nodes (the repair loop reads where they run); unknown ones are not seen."""
+        return self._slurm_views(names)
+
     def _slurm_views(self, names: Iterable[str]) -> tuple[SlurmNodeView, ...]:
         out = []
         for name in sorted(set(names)):

@@ -25,8 +25,9 @@ from fleetspec.models import FleetSpec
 
 from reconciler.adapters.records import Unreadable
 from reconciler.core import decide as core
+from reconciler.core import oncall
 from reconciler.core.actions import Action
-from reconciler.core.model import Remediation, Step
+from reconciler.core.model import Needs, Remediation, Step
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.alerts import Alerts
 from reconciler.runtime.caches import Caches
@@ -43,9 +44,10 @@ MAX_CARRIED = 12  # steps one reconcile takes at most before it writes (a bound,
 
 class Healing:
     def __init__(self, spec: FleetSpec, caches: Caches, facts: Facts, claims: Claims, executor: Executor,
-                 alerts: Alerts, metrics: Metrics, queue: WorkQueue, clock: Callable[[], datetime]):
+                 alerts: Alerts, metrics: Metrics, queue: WorkQueue, clock: Callable[[], datetime], repairs=None):
         self.spec, self.caches, self.facts, self.claims = spec, caches, facts, claims
         self.executor, self.alerts, self.metrics, self.queue, self.clock = executor, alerts, metrics, queue, clock
+        self.repairs = repairs  # runtime/repairs.py: what follows a heal (issue 25)
 
     def reconcile(self, node: str) -> float | None:
         """One node. Returns seconds until it wants another look (None: on an event, or the resync)."""
@@ -62,12 +64,18 @@ class Healing:
         pools = {p.name for p in self.spec.pools}
         ours = [r for r in mine if isinstance(r, Remediation) and r.pool in pools]  # others are not this fleet's
         live = sorted((r for r in ours if r.active), key=lambda r: (r.created, r.name))
+        repairs = self.repairs is not None and self.repairs.wants(node)
         if not live:
-            return self._detect(node, ours)
+            return self.repairs.reconcile(node) if repairs else self._detect(node, ours)
         r, now = live[0], self.clock()
         if r.next_attempt and now < r.next_attempt:
-            return core.next_look(r, None, False, now)
-        return self._advance(r)
+            delay = core.next_look(r, None, False, now)
+        else:
+            delay = self._advance(r)
+        if repairs:  # repaired in place while its heal waits for a spare (the repair reads the heal's write)
+            later = self.repairs.reconcile(node)
+            delay = later if delay is None else delay if later is None else min(delay, later)
+        return delay
 
     def _detect(self, node: str, remediations: list[Remediation]) -> float | None:
         view = self.caches.nodes.get(node)
@@ -158,6 +166,11 @@ class Healing:
     def _plan(self, r: Remediation) -> Step:
         """Observe what the core asks for, then ask the core; facts counted across nodes, and the step,
         under the claims lock (so no slot and no spare is given twice)."""
+        if oncall.pending(r) is not None:  # a person's decision first (issue 23, item 7)
+            seen = self.facts.observe(r, Needs(pods=True, slurm_nodes=r.slurm_nodes))
+            step = oncall.plan_live(r, seen, self.spec, self.clock())
+            if step is not None:
+                return step
         need = core.needs(r)
         observed = self.facts.observe(r, need)
         if not need.shared:

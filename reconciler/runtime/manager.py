@@ -2,7 +2,7 @@
 metrics server; one of each, wired here.
 
     informers ─► triggers ─► WorkQueue[node name] ─► N workers ─► healing.reconcile(node)
-    timers: membership, lending, retention (each its own loop) ─► their passes
+    timers: membership, lending, retention, validation (each its own loop) ─► their passes
     every action of either ─► executor (fenced by the Lease; nothing in a dry run)
 
 The resync (at start, every RESYNC_SECONDS, and when this replica starts leading) queues every node with
@@ -23,6 +23,7 @@ from reconciler.adapters.kube import Kube
 from reconciler.adapters.notify import Notifier
 from reconciler.adapters.providers import NodeProvider
 from reconciler.adapters.records import RemediationStore, Unreadable
+from reconciler.core.model import Remediation
 from reconciler.adapters.slurm import SlurmClient
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.alerts import Alerts
@@ -35,7 +36,9 @@ from reconciler.runtime.leader import LeaseElector
 from reconciler.runtime.lending_pass import LendingPass
 from reconciler.runtime.membership_pass import MembershipPass
 from reconciler.runtime.metrics import Metrics, serve
+from reconciler.runtime.repairs import Repairs
 from reconciler.runtime.retention_pass import RetentionPass
+from reconciler.runtime.validation_pass import ValidationPass
 from reconciler.runtime.timers import Timer
 from reconciler.runtime.triggers import Triggers
 from reconciler.runtime.workqueue import ShutDown, WorkQueue
@@ -53,7 +56,7 @@ class Manager:
                  providers: dict[str, NodeProvider], notifier: Notifier, metrics: Metrics | None = None, *,
                  clock: Callable[[], datetime] = utcnow, monotonic: Callable[[], float] = time.monotonic,
                  dry_run: bool = False, fence: Callable[[], bool] = lambda: True,
-                 elector: LeaseElector | None = None):
+                 elector: LeaseElector | None = None, checks=None):
         self.spec, self.kube, self.store, self.slurm = spec, kube, store, slurm
         self.providers, self.notifier, self.elector = providers, notifier, elector
         self.metrics = metrics or Metrics()
@@ -61,22 +64,26 @@ class Manager:
         self.stop = threading.Event()
         self.workers = spec.healing.reconciler.workers
         self.queue = WorkQueue(clock=monotonic)
-        self.triggers = Triggers(self.queue, place=lambda after: self.timers["membership"].poke(after))
+        self.triggers = Triggers(self.queue, place=lambda after: self.timers["membership"].poke(after),
+                                 check=lambda after: self.timers["validation"].poke(after))
         self.caches = Caches(spec, kube, store, self.triggers.node_changed, self.triggers.pod_changed,
                              self.triggers.remediation_changed)
         self.triggers.caches = self.caches
         self.claims = Claims(monotonic)
         self.facts = Facts(spec, self.caches, slurm, providers, self.claims, clock)
         self.executor = Executor(spec, kube, store, slurm, providers, notifier, self.caches, self.metrics, clock,
-                                 fence, self.dry_run, monotonic)
+                                 fence, self.dry_run, monotonic, checks=checks)
         self.alerts = Alerts(self.metrics, self.caches, clock)
+        self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks)
         self.healing = Healing(spec, self.caches, self.facts, self.claims, self.executor, self.alerts, self.metrics,
-                               self.queue, clock)
+                               self.queue, clock, repairs=self.repairs)
         self.passes: dict[str, Callable[[], float]] = {
             "membership": MembershipPass(spec, self.caches, providers, self.executor, self.metrics),
             "lending": LendingPass(spec, self.caches, self.facts, self.claims, self.executor, kube, self.metrics,
                                    notifier.namespace, clock, monotonic),
             "retention": RetentionPass(spec, self.caches, self.executor, clock),
+            "validation": ValidationPass(spec, self.caches, self.claims, self.executor, self.metrics, self.queue, clock,
+                                         checks),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
 
@@ -97,6 +104,9 @@ class Manager:
         for n in self.caches.nodes.values():
             if n.fault is not None or n.role == labels.ROLE_QUARANTINED:
                 self.queue.add(n.name)
+        for r in self.caches.remediations.values():
+            if isinstance(r, Remediation) and r.node and r.repair is not None and r.repair.active:
+                self.queue.add(r.node)  # a repair in place runs on an active node
         for r in self.caches.remediations.values():
             if r.node and (isinstance(r, Unreadable) or r.active):
                 self.queue.add(r.node)

@@ -17,6 +17,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+RETURN_BUCKETS = (10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400)
 
 
 class Metrics:
@@ -55,6 +56,19 @@ class Metrics:
         self.heal_reclaim_wait = Histogram("gpufleet_heal_reclaim_wait_seconds",
                                            "What a lent spare added to a heal: waiting for its borrowers to leave",
                                            buckets=BUCKETS, registry=r)
+        # The repair loop and validation before service (issue 25)
+        self.repairs = Counter("gpufleet_repairs_total", "Repairs that ended, by pool and outcome (returned, retired, "
+                               "stopped; relapsed: a returned node that faulted within min_healthy_seconds)",
+                               ["pool", "outcome"], registry=r)
+        self.repair_steps = Counter("gpufleet_repair_steps_total", "Steps of repairs, by step (reset-gpu, reboot, "
+                                    "validate) and outcome (asked, ok, failed, ...)", ["step", "outcome"], registry=r)
+        self.time_to_return = Histogram("gpufleet_time_to_return_seconds",
+                                        "From a node's fault to the node back among the spares, proven healthy",
+                                        buckets=RETURN_BUCKETS, registry=r)
+        self.repairing = Gauge("gpufleet_nodes_repairing", "Nodes by pool and repair phase (Repairing, Validating, "
+                               "Stopped) and retired nodes (Retired)", ["pool", "phase"], registry=r)
+        self.health_checks = Counter("gpufleet_health_checks_total", "Health checks of spares before they serve, by "
+                                     "pool and outcome (passed, failed)", ["pool", "outcome"], registry=r)
         self.last_pass = time.monotonic()
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from fleetspec import labels
+
 from reconciler.core.model import NodeView, PodView, Remediation
 from reconciler.core.phases import Phase
 from reconciler.runtime.caches import Caches
@@ -28,8 +30,9 @@ def needs_placing(old: NodeView | None, new: NodeView | None) -> bool:
 
 
 class Triggers:
-    def __init__(self, queue: WorkQueue, place: Callable[[float], None]):
-        self.queue, self.place = queue, place
+    def __init__(self, queue: WorkQueue, place: Callable[[float], None],
+                 check: Callable[[float], None] = lambda after: None):
+        self.queue, self.place, self.check = queue, place, check
         self.caches: Caches | None = None  # set once built: the callbacks read its indexes
 
     def _replaced_by(self, node: str) -> list:
@@ -39,6 +42,8 @@ class Triggers:
         self.queue.add(name, front=new is not None and new.fault is not None and (old is None or old.fault != new.fault))
         if needs_placing(old, new):
             self.place(PLACE_SOON)
+        if new is not None and new.is_spare and not new.proven and (old is None or old.proven or not old.is_spare):
+            self.check(PLACE_SOON)  # a spare to prove (it joined, came back, or rebooted)
         for r in self._replaced_by(name):
             self.queue.add(r.node)
         if new is not None and new.is_spare and new.ready and new.pool:
@@ -50,6 +55,8 @@ class Triggers:
                 self.queue.add(p.node)
                 for r in self._replaced_by(p.node):
                     self.queue.add(r.node)
+        if any(p is not None and p.label(labels.HEALTH_CHECK_NODE) for p in (old, new)):
+            self.check(PLACE_SOON)  # a health check's pod moved on: the validation pass reads its verdict
 
     def remediation_changed(self, name: str, old, new) -> None:
         for r in (old, new):

@@ -92,7 +92,7 @@ def test_api_server_answers(kube_cluster: LocalKube) -> None:
     status = kube_cluster.status()
     assert status["ready"], status
     assert set(status["components"]) == {
-        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "gpu-hardware-standin"}
     assert Path(status["kubeconfig"]) == kube_cluster.kubeconfig_path
 
     # A second up() reuses the running processes.

@@ -78,6 +78,9 @@ CALLS = [
     Call("", "nodes", "patch", False,
          lambda a: client.CoreV1Api(a).patch_node(NODE, {"metadata": {"annotations": {"gpufleet.io/rbac": "x"}}})),
     Call("", "nodes", "update", False, _update_node),
+    # a repaired node's GPU condition back to healthy (kube.set_condition, issue 25)
+    Call("", "nodes/status", "patch", False, lambda a: client.CoreV1Api(a).patch_node_status(NODE, {"status": {
+        "conditions": [{"type": "GpuHealthy", "status": "True", "reason": "HealthCheckPassed", "message": "m"}]}})),
     Call("", "pods", "list", False, lambda a: client.CoreV1Api(a).list_pod_for_all_namespaces(
         field_selector=f"spec.nodeName={NODE}")),
     Call("", "pods", "watch", False, lambda a: _watch_once(client.CoreV1Api(a).list_pod_for_all_namespaces)),
@@ -108,6 +111,12 @@ CALLS = [
     # (cluster-wide: that covers the placeholders too)
     Call("", "pods", "delete", False, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
         "no-such-pod", "default")),  # 404: allowed
+    # the health-check Jobs (reconciler/adapters/health_checks.py start, verdict; issue 25)
+    Call("batch", "jobs", "create", True, lambda a: client.BatchV1Api(a).create_namespaced_job(NS, {
+        "metadata": {"name": "rbac-health-check"}, "spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}})),
+    Call("batch", "jobs", "get", True, lambda a: client.BatchV1Api(a).read_namespaced_job(
+        "no-such-job", NS)),  # 404: allowed
     # the lending ledger (reconciler/adapters/kube.py read_ledger, write_ledger)
     Call("", "configmaps", "get", True, lambda a: client.CoreV1Api(a).read_namespaced_config_map(
         labels.LENDING_LEDGER, NS)),  # 404: allowed

@@ -6,15 +6,20 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from fleetspec import labels, parse_fleet
+from fleetspec.node_repair import PASSED, REBOOT, RESET_GPU, HealthCheckRecord, RepairResult, parse_request
 from fleetspec.models import FleetSpec, NodePool
 from fleetspec.placement import node_labels, node_taints
 from reconciler.adapters.records import MemoryRemediationStore
 from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
 from reconciler.core.membership import MembershipFacts
+from reconciler.core.validation import Verdict
 from reconciler.errors import TemporaryError
 from reconciler.runtime.manager import Manager
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+BOOT = "boot-1"
+# A spare that passed its health check on its current boot (issue 25: only such a spare is promoted or lent).
+PROVEN = HealthCheckRecord("gpufleet-check-fixture", BOOT, PASSED, T0, "fixture")
 
 
 class Clock:
@@ -31,11 +36,13 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
-def pool_node(pool: NodePool, name: str, role: str) -> dict:
-    """A Ready node of the pool in a role, as the API server would send it."""
-    return {"metadata": {"name": name, "labels": node_labels(pool, role)},
+def pool_node(pool: NodePool, name: str, role: str, proven: bool = True) -> dict:
+    """A Ready node of the pool in a role, as the API server would send it; a spare `proven` by a passed
+    health check on its boot."""
+    annotations = {labels.HEALTH_CHECK: PROVEN.dumps()} if role == labels.ROLE_SPARE and proven else {}
+    return {"metadata": {"name": name, "labels": node_labels(pool, role), "annotations": annotations},
             "spec": {"taints": node_taints(pool, role) or None},
-            "status": {"capacity": {"nvidia.com/gpu": str(pool.gpus_per_node)},
+            "status": {"capacity": {"nvidia.com/gpu": str(pool.gpus_per_node)}, "nodeInfo": {"bootID": BOOT},
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
@@ -44,6 +51,7 @@ class FakeKube:
 
     def __init__(self, store: MemoryRemediationStore):
         self.store, self.nodes, self.pods, self.calls = store, {}, {}, []
+        self.evicted: list[dict] = []
         self.down = False
         self.ledger: dict[str, str] = {}
 
@@ -80,7 +88,9 @@ class FakeKube:
 
     def evict(self, pod, grace_seconds=None):
         self._write("evict", pod["metadata"]["name"])
-        self.pods.pop(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", None)
+        gone = self.pods.pop(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", None)
+        if gone is not None and labels.SLINKY_POD_HOSTNAME in gone["metadata"].get("labels", {}):
+            self.evicted.append(gone)  # its NodeSet makes it again (World.slinky places it)
         return True
 
     def event(self, involved, reason, message, type_="Normal", namespace="default"):
@@ -123,6 +133,15 @@ class FakeKube:
 
     def flush_events(self, timeout=5.0):
         return True
+
+    def get_node(self, name):
+        return json.loads(json.dumps(self.nodes[name]))
+
+    def set_condition(self, name, ctype, status, reason, message):
+        self._write("condition", name, status)
+        conds = [c for c in self.nodes[name]["status"]["conditions"] if c["type"] != ctype]
+        self.nodes[name]["status"]["conditions"] = conds + [
+            {"type": ctype, "status": status, "reason": reason, "message": message}]
 
 
 class FakeSlurm:
@@ -194,9 +213,24 @@ class Provider:
         self.calls.append(("promote", spare))
         self._role(spare, labels.ROLE_ACTIVE)
 
-    def quarantine(self, node, xid):
+    def quarantine(self, node, xid, repair=False):
         self.calls.append(("quarantine", node))
         self._role(node, labels.ROLE_QUARANTINED, {"key": labels.QUARANTINE_TAINT, "effect": "NoSchedule"})
+
+    def request_repair(self, node, request):
+        """What the kubernetes-spares provider does: the request on the node, for its agent."""
+        self.calls.append(("repair", node, request.action))
+        self.kube.nodes[node]["metadata"].setdefault("annotations", {})[labels.REPAIR_REQUEST] = request.dumps()
+
+    def retire(self, node, reason, refill=None):
+        self.calls.append(("retire", node))
+        self._role(node, labels.ROLE_RETIRED, {"key": labels.QUARANTINE_TAINT, "effect": "NoSchedule"})
+        if refill:
+            self.calls.append(("capacity", refill))
+
+    def back_in_service(self, node):
+        self.calls.append(("back", node))
+        self._role(node, labels.ROLE_ACTIVE)
 
     def request_capacity(self, pool, reason, key):
         self.calls.append(("capacity", key))
@@ -211,6 +245,89 @@ class Provider:
         if self.fail_return:
             raise TemporaryError("return to spares: conflict")
         self.calls.append(("return", node))
+        self._role(node, labels.ROLE_SPARE, {"key": labels.SPARE_TAINT, "effect": "NoSchedule"})
+        self.kube.nodes[node]["spec"]["unschedulable"] = None
+
+
+class FakeNodes:
+    """What stands in for each node's agent and GPUs in these tests: a node is healthy, or broken in a way a
+    reset fixes, a reboot fixes, or nothing fixes (`state`, set by a test). It acts on a repair request once
+    per id, as the agent does: a reset answers at once; a reboot takes the node NotReady for `reboot_seconds`,
+    then Ready with a new boot id."""
+
+    HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN = "healthy", "reset-fixes", "reboot-fixes", "broken"
+
+    def __init__(self, kube: "FakeKube", clock: "Clock", reboot_seconds: float = 60.0):
+        self.kube, self.clock, self.reboot_seconds = kube, clock, reboot_seconds
+        self.state: dict[str, str] = {}
+        self.acted: dict[str, str] = {}  # node -> the last request id acted on
+        self.resets: list[tuple[str, str]] = []  # (node, request id), each reset done
+        self.reboots: list[tuple[str, str]] = []
+        self.rebooting: dict[str, datetime] = {}  # node -> Ready again then
+        self.boots = 1
+
+    def healthy(self, node: str) -> bool:
+        return self.state.get(node, self.HEALTHY) == self.HEALTHY
+
+    def tick(self) -> None:
+        now = self.clock.now
+        for name, n in self.kube.nodes.items():
+            req = parse_request((n["metadata"].get("annotations") or {}).get(labels.REPAIR_REQUEST))
+            if req is None or self.acted.get(name) == req.id:
+                continue
+            self.acted[name] = req.id
+            if req.action == RESET_GPU:
+                self.resets.append((name, req.id))
+                fixed = self.state.get(name, self.HEALTHY) in (self.HEALTHY, self.RESET_FIXES)
+                if fixed:
+                    self.state[name] = self.HEALTHY
+                result = RepairResult(req.id, fixed, "GPU reset" if fixed else "Unable to reset GPU: GPU is lost", now,
+                                      n["status"].get("nodeInfo", {}).get("bootID", ""))
+                n["metadata"]["annotations"][labels.REPAIR_RESULT] = result.dumps()
+            elif req.action == REBOOT:
+                self.reboots.append((name, req.id))
+                self._ready(n, False)
+                self.rebooting[name] = now + timedelta(seconds=self.reboot_seconds)
+        for name, until in list(self.rebooting.items()):
+            if now >= until:
+                del self.rebooting[name]
+                n = self.kube.nodes[name]
+                self.boots += 1
+                n["status"].setdefault("nodeInfo", {})["bootID"] = f"boot-{self.boots}"
+                self._ready(n, True)
+                if self.state.get(name) in (self.RESET_FIXES, self.REBOOT_FIXES):
+                    self.state[name] = self.HEALTHY
+
+    @staticmethod
+    def _ready(n: dict, ready: bool) -> None:
+        for c in n["status"]["conditions"]:
+            if c["type"] == "Ready":
+                c["status"] = "True" if ready else "False"
+
+
+class FakeChecks:
+    """Health-check Jobs: each runs `seconds`, then passes when its node's GPUs are healthy (FakeNodes)."""
+
+    def __init__(self, nodes: FakeNodes, clock: "Clock", seconds: float = 30.0):
+        self.nodes, self.clock, self.seconds = nodes, clock, seconds
+        self.jobs: dict[str, tuple[str, datetime]] = {}
+        self.started: list[str] = []  # every create asked for (a second create of a name finds it made)
+
+    def start(self, node, pool, name):
+        self.started.append(name)
+        self.jobs.setdefault(name, (node, self.clock.now))
+
+    def verdict(self, name):
+        if name not in self.jobs:
+            return Verdict("missing")
+        node, at = self.jobs[name]
+        if (self.clock.now - at).total_seconds() < self.seconds:
+            return Verdict("running")
+        if self.nodes.healthy(node):
+            return Verdict("passed", "nvidia-smi: pass")
+        needs = {FakeNodes.RESET_FIXES: "reset-gpu", FakeNodes.REBOOT_FIXES: "reboot"}.get(
+            self.nodes.state.get(node), "replace")
+        return Verdict("failed", f"nvidia-smi: fail (remapping pending on 0000:3b:00.0)", needs)
 
 
 class Notifier:
@@ -236,8 +353,10 @@ def fleet(nodes=10, spares=2, pools=("h100",), **healing) -> FleetSpec:
 class World:
     """A fleet whose pools' nodes each run one NodeSet pod named as Slinky names them (`<pool>-w<i>`)."""
 
-    def __init__(self, spec, fence=lambda: True, dry_run=False):
-        self.spec, self.clock, self.dry_run = spec, Clock(), dry_run
+    def __init__(self, spec, fence=lambda: True, dry_run=False, operator=False):
+        """`operator`: evicted NodeSet pods are made again and placed as Slinky's operator would (`slinky`), so
+        a heal reaches Succeeded and the repair loop (issue 25) follows."""
+        self.spec, self.clock, self.dry_run, self.operator = spec, Clock(), dry_run, operator
         self.store = MemoryRemediationStore()
         self.kube, self.slurm, self.notifier = FakeKube(self.store), FakeSlurm(), Notifier()
         self.provider = Provider(self.kube)
@@ -253,13 +372,15 @@ class World:
             for name in pool.spare_names():
                 self.kube.nodes[name] = pool_node(pool, name, labels.ROLE_SPARE)
         self.fence = fence
+        self.hardware = FakeNodes(self.kube, self.clock)
+        self.checks = FakeChecks(self.hardware, self.clock)
         self.manager = self.start()
 
     def start(self) -> Manager:
         """A (re)started reconciler: fresh caches, queue and timers; the same API objects."""
         return Manager(self.spec, self.kube, self.store, self.slurm, {p.name: self.provider for p in self.spec.pools},
                        self.notifier, clock=self.clock, monotonic=self.clock.mono, fence=lambda: self.fence(),
-                       dry_run=self.dry_run)
+                       dry_run=self.dry_run, checks=self.checks)
 
     def restart(self) -> None:
         self.manager = self.start()
@@ -278,12 +399,35 @@ class World:
         end = self.clock.now + timedelta(seconds=seconds)
         while True:
             for _ in range(50):
+                self.hardware.tick()
+                if self.operator:
+                    self.slinky()
                 self.sync()
                 if not self.manager.process_due():
                     break
             if self.clock.now >= end:
                 return
             self.clock.advance(step)
+
+    def slinky(self) -> None:
+        """What Slinky's operator does with an evicted NodeSet pod (StatefulSet mode): made again under the
+        same name, it runs on a node that takes it (active, schedulable, untainted, no NodeSet pod there), and
+        its slurmd registers with that node in its comment (the drain gpufleet set stays until resumed)."""
+        for pod in list(self.kube.evicted):
+            host = pod["metadata"]["labels"][labels.SLINKY_POD_HOSTNAME]
+            taken = {p["spec"]["nodeName"] for p in self.kube.pods.values()}
+            to = next((name for name, n in sorted(self.kube.nodes.items())
+                       if n["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_ACTIVE and not n["spec"].get("unschedulable")
+                       and not n["spec"].get("taints") and name not in taken), None)
+            if to is None:
+                continue
+            self.kube.evicted.remove(pod)
+            pod = json.loads(json.dumps(pod))
+            pod["spec"]["nodeName"] = to
+            self.kube.pods[f"slurm/{pod['metadata']['name']}"] = pod
+            old = self.slurm.table.get(host)
+            self.slurm.table[host] = SlurmNode(host, old.states if old else frozenset({"IDLE"}), old.reason if old else "",
+                                               comment=json.dumps({"node": to}))
 
     def remediation(self, node):
         (r,) = [r for r in self.store.list() if r.node == node]

@@ -239,6 +239,22 @@ def test_reconciler_deployment_policy_and_bindings():
 
 
 
+def test_the_agent_gets_what_its_repairs_need_only_when_the_repair_loop_is_on():
+    """Resets and reboots run in the host's namespaces (nsenter into PID 1: hostPID, root); off, none of it."""
+    spec = build("prod")
+    assert spec.healing.repair.enabled
+    pod = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["hostPID"] is True and "--repairs" in c["args"]
+    assert c["securityContext"]["runAsUser"] == 0 and c["securityContext"]["privileged"] is True
+    off = spec.model_copy(update={"healing": spec.healing.model_copy(update={
+        "repair": spec.healing.repair.model_copy(update={"enabled": False})})})
+    build_spec(off, "off")
+    pod = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert "hostPID" not in pod and "--repairs" not in c["args"] and "runAsGroup" not in c["securityContext"]
+
+
 def test_secrets_stay_secret():
     build("prod")
     holders = []
@@ -544,11 +560,18 @@ def test_locally_the_reconcilers_namespace_admits_the_host_network_its_pods_need
     assert ns["pod-security.kubernetes.io/warn"] == "restricted"     # ... and says what restricted would refuse
 
 
+def _without_repairs(doc: dict) -> dict:
+    """The agent's kernel-log reading alone: the repair loop (on by default) adds hostPID and privilege."""
+    doc["healing"].setdefault("repair", {})["enabled"] = False
+    return doc
+
+
 def test_the_agent_without_a_kmsg_device_is_privileged_with_kmsg_read_only_and_nothing_else():
     from components.agent import agent_pod_spec
+    from fleetspec.models import FleetSpec
 
-    spec = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
-    pod = agent_pod_spec(spec)
+    doc = _without_repairs(load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json"))
+    pod = agent_pod_spec(FleetSpec.model_validate(doc))
     (c,) = pod["containers"]
     # root: a non-root process holds none of a privileged container's capabilities (no CAP_SYSLOG)
     assert c["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True, "runAsUser": 0,
@@ -563,7 +586,7 @@ def test_the_agent_without_a_kmsg_device_is_privileged_with_kmsg_read_only_and_n
 def test_the_agent_with_a_kmsg_device_runs_unprivileged_with_cap_syslog_only():
     from components.agent import agent_pod_spec
 
-    doc = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json")
+    doc = _without_repairs(load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json"))
     doc["healing"]["reconciler"]["agent_kmsg_device"] = "squat.ai/kmsg"
     from fleetspec.models import FleetSpec
 

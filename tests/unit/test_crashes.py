@@ -16,15 +16,19 @@ import pytest
 
 from reconciler.adapters.slurm import SlurmJob
 from reconciler.core.phases import Phase
-from tests.unit.fakes import World, fleet
+from reconciler.core.repair_phases import RepairPhase
+from tests.unit.fakes import FakeNodes, World, fleet
 
 
 class Guarantee(Enum):
     AT_MOST_ONCE = "at most once"  # exactly once, or never when the crash fell between intent and send
     AT_LEAST_ONCE = "at least once"  # exactly once, or twice when the crash fell between intent and send
+    # exactly once: acted on once per request id, and a request lost between intent and send is asked again
+    # (a new id) once nothing shows it went out (issue 25: a reset, a reboot)
+    EXACTLY_ONCE = "exactly once"
 
     def counts(self, in_window: bool) -> set[int]:
-        if not in_window:
+        if not in_window or self is Guarantee.EXACTLY_ONCE:
             return {1}
         return {0} if self is Guarantee.AT_MOST_ONCE else {1, 2}
 
@@ -32,6 +36,8 @@ class Guarantee(Enum):
 GUARANTEES: dict[str, Guarantee] = {
     "signal:TERM": Guarantee.AT_MOST_ONCE,
     "notify:detected": Guarantee.AT_MOST_ONCE,
+    "repair:reboot": Guarantee.EXACTLY_ONCE,  # also repair:reset-gpu: the same request path
+    "notify:retired": Guarantee.AT_MOST_ONCE,
 }
 
 
@@ -200,3 +206,62 @@ def test_steps_that_carry_are_written_with_the_next_and_every_phase_stays_on_the
                                                               "Resuming"]
     assert w.notifier.sent.count("detected") == 1
     assert [c for c in w.kube.calls if c[0] == "evict"] == [("evict", "slurm-worker-h100-w0")]  # asked once
+
+
+# --- the repair loop (issue 25): a reconciler killed in each repair phase ----------------------------------
+
+
+
+def repair_path(w: World) -> list:
+    """Every call a repair makes after the heal: its writes, the request to the node, the health-check Job,
+    the check noted on the node, the fault condition cleared, the return to the spares."""
+    return [(w.store, "write_status"), (w.provider, "request_repair"), (w.checks, "start"), (w.kube, "patch_node"),
+            (w.kube, "set_condition"), (w.provider, "return_to_spares")]
+
+
+def faulted_world(state: str) -> World:
+    """A node whose GPUs a reboot fixes (or nothing does), faulted: its heal, then its repair, follow."""
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0), operator=True)
+    w.hardware.state["h100-0"] = getattr(FakeNodes, state)
+    w.fault("h100-0")
+    return w
+
+
+REPAIR_CALLS = 14  # of repair_path's calls from the fault to the node back among the spares
+
+
+def test_the_repair_crash_points_cover_every_call():
+    """The test below crashes at each call a run makes, or a point would be missing."""
+    w = faulted_world("REBOOT_FIXES")
+    point = crash_after(w, 10_000, repair_path(w), 300, lambda: {})
+    assert point.call == "" and point.made == REPAIR_CALLS
+    assert w.remediation("h100-0").repair.phase is RepairPhase.RETURNED
+
+
+@pytest.mark.parametrize("crash_at", range(1, REPAIR_CALLS + 1))
+def test_a_reconciler_killed_in_each_repair_phase_resumes_without_repeating_a_reboot(crash_at):
+    """Killed at its n-th call from the fault on (the heal's writes, then the repair's in each phase: asking
+    for the reboot, waiting for it, starting the health check, reading it, returning the node), restarted,
+    and run to the end: one reboot, one health check however often its create was asked, the node back
+    among the spares."""
+    w = faulted_world("REBOOT_FIXES")
+    point = crash_after(w, crash_at, repair_path(w), 300, lambda: {})
+    w.run(seconds=900, step=5)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETURNED, (point, r.repair)
+    in_window = any(i.startswith("repair:") for i in point.intents)  # noted; maybe not sent
+    assert len(w.hardware.reboots) in GUARANTEES["repair:reboot"].counts(in_window), (point.call, w.hardware.reboots)
+    assert w.hardware.resets == []
+    assert len(set(w.checks.jobs)) == 1  # one health check, however often its create was asked for
+
+
+@pytest.mark.parametrize("crash_at", range(1, 8))
+def test_a_reconciler_killed_while_retiring_pages_at_most_once_and_retires(crash_at):
+    w = faulted_world("BROKEN")
+    calls = repair_path(w) + [(w.provider, "retire"), (w.notifier, "send")]
+    point = crash_after(w, crash_at, calls, 300, lambda: {"notify:retired": w.notifier.sent.count("retired")})
+    w.run(seconds=900, step=5)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETIRED and len(w.hardware.reboots) == 1
+    in_window = "notify:retired" in point.intents and not point.sent.get("notify:retired")
+    assert w.notifier.sent.count("retired") in GUARANTEES["notify:retired"].counts(in_window)

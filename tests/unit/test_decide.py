@@ -18,6 +18,7 @@ from reconciler.core.model import (
 )
 from reconciler.core.observe import node_view
 from reconciler.core.phases import InvalidTransition, Phase, check_transition
+from tests.unit.fakes import PROVEN
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 FREE = Admission(pool_size=10, unhealthy=frozenset({"h100-0"}), in_flight=0, attempts=0)
@@ -37,7 +38,11 @@ def spec(**healing):
 
 
 def node(name, pool="h100", role=labels.ROLE_ACTIVE, xid=None, since=T0, **kw):
+    """A node; a spare has passed its health check on its boot unless `check` says otherwise."""
     fault = Fault(xid, f"Xid {xid}", since) if xid is not None else None
+    if role == labels.ROLE_SPARE:
+        kw.setdefault("check", PROVEN)
+        kw.setdefault("boot_id", PROVEN.boot)
     return NodeView(name=name, pool=pool, role=role, fault=fault, **kw)
 
 
@@ -110,10 +115,12 @@ def test_healing_disabled_starts_nothing_and_says_so():
     assert d.remediation is None and d.gate.reason == "HealingDisabled"
 
 
-def test_quarantined_node_returns_to_spares_only_after_health_check():
+def test_detect_never_returns_a_quarantined_node_the_repair_loop_does():
+    """Issue 23 item 6: a node goes back to the spares only when nothing of the pool runs on it, which
+    detect cannot see; returning is the repair loop's and the on-call commands' (tests/unit/test_repair.py)."""
     q = node("h100-9", role=labels.ROLE_QUARANTINED)
     assert detect(q, [], spec(), T0).actions == ()
-    assert detect(replace(q, health_check_passed=True), [], spec(), T0).actions == (ReturnToSpares("h100-9", "h100"),)
+    assert detect(replace(q, health_check_passed=True), [], spec(), T0).actions == ()
     assert detect(node("h100-8", role=labels.ROLE_QUARANTINED, xid=79), [], spec(), T0).remediation is None
 
 
@@ -165,7 +172,8 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
     assert st.actions == () and st.remediation.replacement == "h100-spare-0"
     r = st.remediation
     st = plan_step(r, StepFacts(pool_nodes=spares("h100-spare-1")), s, now)  # the recorded choice wins
-    assert st.actions[:2] == (PromoteSpare("h100-spare-0", "h100-0", "h100"), Quarantine("h100-0", 79, "h100"))
+    # quarantined for the repair loop that takes the node next (issue 25)
+    assert st.actions[:2] == (PromoteSpare("h100-spare-0", "h100-0", "h100"), Quarantine("h100-0", 79, "h100", True))
     assert st.actions[2] == RequestCapacity("h100", "refill the spare used for h100-0", f"{r.name}/refill")
     r = st.remediation
     assert r.phase is Phase.RESUMING
@@ -419,7 +427,7 @@ def test_fail_from_live_phase_and_transitions_are_enforced():
     with pytest.raises(InvalidTransition):
         check_transition(Phase.SUCCEEDED, Phase.FAILED)
     with pytest.raises(InvalidTransition):
-        check_transition(Phase.OPTED_OUT, Phase.EVICTING)
+        check_transition(Phase.OPTED_OUT, Phase.REPLACING)  # only a person moves it on, to Evicting
     with pytest.raises(InvalidTransition):
         check_transition(Phase.DETECTED, Phase.ESCALATED)  # containment first, always
 

@@ -18,6 +18,7 @@ from reconciler.core.model import (
     Fault, NodeView, PendingJob, PodView, Remediation, SlurmNodeView, StepFacts, remediation_name,
 )
 from reconciler.core.phases import Phase
+from tests.unit.fakes import PROVEN
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 LONG_AGO = T0 - timedelta(hours=1)
@@ -40,6 +41,9 @@ def active(i, **kw):
 
 
 def spare(i, **kw):
+    """A spare that passed its health check on its boot (an unproven one is never lent: issue 25)."""
+    kw.setdefault("check", PROVEN)
+    kw.setdefault("boot_id", PROVEN.boot)
     return NodeView(f"kwok-h100-spare-{i}", "h100", labels.ROLE_SPARE, ready=True, gpus=8,
                     taints=kw.pop("taints", (labels.SPARE_TAINT,)), **kw)
 

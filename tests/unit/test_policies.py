@@ -353,6 +353,11 @@ def test_host_namespaces_fail_whatever_the_name_and_namespace():
         agent = in_ns(workload("gpufleet-agent", **{host: True}), "gpufleet-agent")
         msgs = run("pod-host-access", DS, agent)
         assert len(msgs) == 1 and host in msgs[0], msgs
+    # the host's PIDs for a privileged pod in the namespace set aside (the agent's repairs), and only there
+    repairs = workload("gpufleet-agent", [container(securityContext={"privileged": True})], hostPID=True)
+    assert run("pod-host-access", DS, in_ns(repairs, "gpufleet-agent")) == []
+    msgs = run("pod-host-access", DS, in_ns(repairs, "default"))
+    assert any("hostPID" in m for m in msgs) and any("runs privileged" in m for m in msgs)
     local = {"hostNetworkWorkloads": ["gpufleet-system/Deployment/gpufleet-reconciler"]}
     rec = workload("gpufleet-reconciler", hostNetwork=True)
     assert run("pod-host-access", DEP, rec, local) == []  # the local environment's, by namespace/kind/name

@@ -57,13 +57,20 @@ def test_age_counts_from_the_end_not_the_start():
 
 
 def test_a_window_longer_than_the_retention_keeps_what_it_counts():
-    """The attempt cap and the storm brake count records within their windows: none of those goes."""
-    policy = HealingSpec(record_retention_days=1, attempts_window_seconds=10 * 86400, unhealthy_window_seconds=900)
+    """The attempt cap, the storm brake and the lemon rule count records within their windows: none of those
+    goes."""
+    short_lemons = {"retire_window_seconds": 3600}
+    policy = HealingSpec(record_retention_days=1, attempts_window_seconds=10 * 86400, unhealthy_window_seconds=900,
+                         repair=short_lemons)
     assert keep_for(policy) == timedelta(days=10)
     records = [rec("counted", "n1", Phase.SUCCEEDED, 9), rec("old", "n2", Phase.SUCCEEDED, 11)]
     assert names(expired_records(records, [active("n1"), active("n2")], policy, POOLS, NOW)) == ["old"]
-    policy = HealingSpec(record_retention_days=1, attempts_window_seconds=3600, unhealthy_window_seconds=3 * 86400)
+    policy = HealingSpec(record_retention_days=1, attempts_window_seconds=3600, unhealthy_window_seconds=3 * 86400,
+                         repair=short_lemons)
     assert keep_for(policy) == timedelta(days=3)
+    policy = HealingSpec(record_retention_days=1, attempts_window_seconds=3600, unhealthy_window_seconds=900,
+                         repair={"retire_window_seconds": 14 * 86400})
+    assert keep_for(policy) == timedelta(days=14)
 
 
 def test_the_newest_record_of_a_quarantined_or_escalated_node_stays():

@@ -1,0 +1,92 @@
+"""The spec of the repair loop (issue 25): what happens to a node after a heal replaced it.
+
+A broken node climbs a ladder, mildest rung first: reset its GPU(s), reboot it, retire it. Which rungs
+a pool allows, and how long each may take, are the pool's (`pools[].repair`); the health check every
+node passes before it serves (a repaired node, a refill, a node that joins), the lemon rule and
+`min_healthy_seconds` are the fleet's (`healing.repair`). Pydantic only, like the rest of the spec.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .faults.catalogue import FaultAction
+from .models import FieldError, Image, Strict  # defined before models.py imports this module
+
+# the repair's rungs are the fault catalogue's actions (one name, one thing)
+RESET_GPU = FaultAction.RESET_GPU.value
+REBOOT = FaultAction.REBOOT.value
+REPLACE = FaultAction.REPLACE.value
+RUNGS = (RESET_GPU, REBOOT)  # the ladder's order; retiring tops it and is always allowed
+RepairAction = Literal["reset-gpu", "reboot"]
+
+DEFAULT_CHECK_COMMAND = ("gpufleet", "health-check")
+
+
+class PoolRepair(Strict):
+    """How one pool's broken nodes are repaired."""
+
+    enabled: bool = Field(True, description="Repair this pool's broken nodes; off: they stay quarantined for a person.")
+    actions: list[RepairAction] = Field(
+        default_factory=lambda: list(RUNGS),
+        description="The rungs of the ladder this pool allows (reset-gpu, reboot); retiring is always allowed.")
+    reset_timeout_seconds: int = Field(300, ge=30, le=3600, description="How long a GPU reset may take.")
+    reboot_timeout_seconds: int = Field(1200, ge=60, le=7200,
+                                        description="How long a reboot may take, until the node is Ready again.")
+    in_place: bool = Field(
+        False, description="When no spare is free and the fault allows a reset or a reboot, the node is repaired at "
+        "once and takes its own job back (the job waits for the repair, not for a refill).")
+
+    @model_validator(mode="after")
+    def _rungs(self) -> "PoolRepair":
+        dupes = sorted({a for a in self.actions if self.actions.count(a) > 1})
+        if dupes:
+            raise FieldError("actions", f"{dupes} listed twice")
+        if self.in_place and not self.actions:
+            raise FieldError("in_place", "repairing in place needs a rung to repair with: allow reset-gpu or reboot")
+        return self
+
+    def allows(self, action: str) -> bool:
+        return self.enabled and action in self.actions
+
+    def timeout(self, action: str) -> int:
+        return self.reset_timeout_seconds if action == RESET_GPU else self.reboot_timeout_seconds
+
+
+class HealthCheckSpec(Strict):
+    """The health check a node passes before it serves: a Job on that node, its result read from the Job."""
+
+    image: Image | None = Field(None, description="Default: the node agent's image (gpufleet health-check).")
+    command: list[str] | None = Field(
+        None, min_length=1, description="Default: gpufleet health-check with the options below. A command of your own "
+        "writes its result to the termination log (fleetspec/health_report.py's JSON) and exits 0 only when it passed.")
+    dcgm_level: int | None = Field(
+        2, ge=1, le=4, description="DCGM's diagnostic level (dcgmi diag -r), when DCGM is on the node; null: skip it.")
+    all_reduce: bool = Field(True, description="A short all-reduce across the node's GPUs (nccl-tests), when present.")
+    timeout_seconds: int = Field(1200, ge=60, le=4 * 3600, description="The Job's deadline: then it failed.")
+    before_service: bool = Field(
+        True, description="A spare serves only once it passed the check on its current boot (a spare that joins or "
+        "comes back from a repair is checked first); off: spares are trusted as they come.")
+
+    def argv(self) -> list[str]:
+        if self.command:
+            return list(self.command)
+        out = [*DEFAULT_CHECK_COMMAND, "--termination-log", "/dev/termination-log"]
+        if self.dcgm_level is not None:
+            out += ["--dcgm-level", str(self.dcgm_level)]
+        if not self.all_reduce:
+            out.append("--no-all-reduce")
+        return out
+
+
+class RepairSpec(Strict):
+    """The repair loop, fleet-wide: a node out of service is repaired, proven healthy, and returned (or retired)."""
+
+    enabled: bool = Field(True, description="Off: a healed node stays quarantined for a person, as before issue 25.")
+    health_check: HealthCheckSpec = Field(default_factory=HealthCheckSpec)
+    min_healthy_seconds: int = Field(
+        3600, ge=0, le=30 * 86400, description="A repaired node that faults within this long of serving again "
+        "counts against the node: its repair did not hold, and the next starts a rung higher.")
+    retire_after_faults: int = Field(3, ge=1, le=100, description="Faults of one node within the window that retire it.")
+    retire_window_seconds: int = Field(7 * 86400, ge=3600, le=365 * 86400)

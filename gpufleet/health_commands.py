@@ -1,0 +1,32 @@
+"""`gpufleet health-check`: what the health-check Job runs on a node before it serves (issue 25)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpufleet.console import EXIT_FAILED, app
+
+EXPECTED_GPUS = "GPUFLEET_EXPECTED_GPUS"  # set by the Job (reconciler/adapters/health_checks.py)
+
+
+@app.command("health-check")
+def health_check(
+    termination_log: Optional[Path] = typer.Option(None, help="Write the verdict (JSON) here: the container's "
+                                                               "terminationMessagePath."),
+    dcgm_level: Optional[int] = typer.Option(None, min=1, max=4, help="Run DCGM's diagnostic at this level, "
+                                                                       "when dcgmi is on the node."),
+    all_reduce: bool = typer.Option(True, help="A short all-reduce across the GPUs, when nccl-tests is there."),
+    gpus: Optional[int] = typer.Option(None, help=f"GPUs the node should have (default: ${EXPECTED_GPUS})."),
+) -> None:
+    """Check this node's GPUs (nvidia-smi ECC and row-remap state, DCGM, an all-reduce); exit 0 when it passed."""
+    from reconciler.healthcheck.run import run_checks, write
+
+    expected = gpus if gpus is not None else (int(os.environ[EXPECTED_GPUS]) if os.environ.get(EXPECTED_GPUS) else None)
+    report = run_checks(dcgm_level, all_reduce, expected)
+    write(report, termination_log)
+    typer.echo(("passed: " if report.passed else f"failed (needs {report.action}): ") + report.summary())
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,158 @@
+"""Stand-in for the GPU hardware of the local environment's kwok nodes (issue 25), and for what the node agent
+and the health check do to it on a real machine. kwok fakes a node's kubelet; it has no GPUs to reset, no
+machine to reboot and nothing to check, so this does, from each node's simulated state (annotation
+`localenv.gpufleet.io/gpu-state`, set by a test or a demo): healthy, or broken in a way a reset fixes
+(`reset-fixes`), a reboot fixes (`reboot-fixes`), or nothing fixes (`broken`). Absent: healthy.
+
+What it follows, and nothing more:
+- a repair request on the node (fleetspec/node_repair.py) is acted on once per id and answered on the node,
+  as reconciler/agent/repairs.py does on a real node: a reset is answered with how `nvidia-smi -r` went (a GPU
+  a reset cannot bring back answers as the driver does, "Unable to reset"); a reboot is answered first, then
+  the node goes NotReady with a new `status.nodeInfo.bootID` (a real kubelet reports the new boot's id when it
+  registers again: kubernetes v1.34 pkg/kubelet/nodestatus/setters.go MachineInfo). kwok's node-initialize
+  stage (tools/kube/kwok/stages) makes a NotReady kwok node Ready at once and keeps the boot id, so a reboot
+  here takes about a second where hardware takes minutes;
+- a health-check pod (label `gpufleet.io/health-check-node`) that kwok made Running on a kwok node ends as
+  the real check's container does (reconciler's `gpufleet health-check`, gpufleet/health_commands.py): its
+  report in the termination message (fleetspec/health_report.py), exit 0 when it passed, 1 when not, with
+  the action the failure needs. kwok's pod-complete stage leaves these pods to it (its selector skips them).
+
+The reconciler runs unchanged against it: nothing in the reconciler knows the node is fake.
+Run: ``python -m localenv.gpu_hardware_standin --kubeconfig FILE`` (LocalKube supervises it).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kubernetes import client, config
+
+from fleetspec import labels
+from fleetspec.health_report import CheckOutcome, HealthReport
+from fleetspec.node_repair import REBOOT, RESET_GPU, RepairResult, parse_request, parse_result
+
+log = logging.getLogger("gpu-hardware-standin")
+HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN = "healthy", "reset-fixes", "reboot-fixes", "broken"
+STATES = (HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN)
+NEEDS = {RESET_FIXES: "reset-gpu", REBOOT_FIXES: "reboot", BROKEN: "replace"}  # what a failed check says
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def state_of(node: dict) -> str:
+    value = ((node.get("metadata") or {}).get("annotations") or {}).get(labels.SIMULATED_GPU_STATE) or HEALTHY
+    return value if value in STATES else BROKEN  # a state it does not know: nothing it knows fixes it
+
+
+def report(state: str) -> HealthReport:
+    """What the health check finds on a node in `state` (its nvidia-smi check; DCGM and nccl-tests absent)."""
+    skipped = (CheckOutcome("dcgm", "skip", "dcgmi not on the node"),
+               CheckOutcome("all-reduce", "skip", "all_reduce_perf not on the node"))
+    if state == HEALTHY:
+        return HealthReport((CheckOutcome("nvidia-smi", "pass", "local GPU hardware stand-in: healthy"), *skipped))
+    return HealthReport((CheckOutcome("nvidia-smi", "fail", f"local GPU hardware stand-in: {state}",
+                                      ("00000000:3B:00.0",), NEEDS[state]), *skipped))
+
+
+class GpuHardware:
+    """One pass (`once`) over the kwok nodes' repair requests and the health-check pods on them."""
+
+    def __init__(self, api: client.ApiClient, clock=_now):
+        self.core = client.CoreV1Api(api)
+        self.clock = clock
+
+    def once(self) -> None:
+        nodes = {n["metadata"]["name"]: n for n in self._json(self.core.list_node(_preload_content=False))["items"]
+                 if ((n["metadata"].get("annotations") or {}).get(KWOK_ANNOTATION))}
+        for name, node in nodes.items():
+            self._repair(name, node)
+        pods = self._json(self.core.list_pod_for_all_namespaces(
+            label_selector=labels.HEALTH_CHECK_NODE, field_selector="status.phase=Running",
+            _preload_content=False))["items"]
+        for pod in pods:
+            node = nodes.get(pod["spec"].get("nodeName") or "")
+            if node is not None and not pod["metadata"].get("deletionTimestamp"):
+                self._finish_check(pod, node)
+
+    def _repair(self, name: str, node: dict) -> None:
+        ann = node["metadata"].get("annotations") or {}
+        req, done = parse_request(ann.get(labels.REPAIR_REQUEST)), parse_result(ann.get(labels.REPAIR_RESULT))
+        if req is None or (done is not None and done.id == req.id):
+            return
+        state, boot = state_of(node), ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
+        if req.action == RESET_GPU:
+            fixed = state in (HEALTHY, RESET_FIXES)
+            message = ("GPU 00000000:3B:00.0 was successfully reset." if fixed else
+                       "Unable to reset GPU 00000000:3B:00.0: GPU is lost (local GPU hardware stand-in)")
+            self._answer(name, RepairResult(req.id, fixed, message, self.clock(), boot),
+                         {labels.SIMULATED_GPU_STATE: HEALTHY} if state == RESET_FIXES else {})
+        elif req.action == REBOOT:
+            self._answer(name, RepairResult(req.id, True, "rebooting", self.clock(), boot),
+                         {labels.SIMULATED_GPU_STATE: HEALTHY} if state in (RESET_FIXES, REBOOT_FIXES) else {})
+            new_boot = str(uuid.uuid4())
+            self.core.patch_node_status(name, {"status": {
+                "nodeInfo": {"bootID": new_boot},
+                "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                                "message": "rebooting (local GPU hardware stand-in)",
+                                "lastHeartbeatTime": self.clock().isoformat(),
+                                "lastTransitionTime": self.clock().isoformat()}]}})
+            log.warning("node %s rebooted for %s: boot id %s -> %s", name, req.id, boot[:8], new_boot[:8])
+
+    def _answer(self, name: str, result: RepairResult, state: dict[str, str]) -> None:
+        self.core.patch_node(name, {"metadata": {"annotations": {labels.REPAIR_RESULT: result.dumps(), **state}}})
+        log.warning("node %s: %s %s", name, result.id, "done" if result.ok else f"failed: {result.message}")
+
+    def _finish_check(self, pod: dict, node: dict) -> None:
+        found = report(state_of(node))
+        now = self.clock().isoformat()
+        exit_code = 0 if found.passed else 1
+        statuses = [{"name": c["name"], "image": c["image"], "imageID": "", "ready": False, "restartCount": 0,
+                     "started": False, "state": {"terminated": {
+                         "exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                         "message": found.dumps(), "startedAt": now, "finishedAt": now}}}
+                    for c in pod["spec"]["containers"]]
+        self.core.patch_namespaced_pod_status(pod["metadata"]["name"], pod["metadata"]["namespace"], {"status": {
+            "phase": "Succeeded" if exit_code == 0 else "Failed", "containerStatuses": statuses}})
+        log.warning("health check %s on %s: %s (%s)", pod["metadata"]["name"], node["metadata"]["name"],
+                    "passed" if found.passed else "failed", found.summary())
+
+    @staticmethod
+    def _json(resp) -> dict:
+        import json
+        return json.loads(resp.data)
+
+    def loop(self, stop: threading.Event, every: float = 0.5, ready: Path | None = None) -> None:
+        while not stop.is_set():
+            try:
+                self.once()
+                if ready is not None:
+                    ready.touch()
+            except Exception as e:  # noqa: BLE001 - the API server away: tried again next pass
+                log.warning("pass failed: %s", e)
+            stop.wait(every)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kubeconfig", required=True)
+    ap.add_argument("--ready-file", type=Path, help="touched after each pass that reached the API server")
+    ap.add_argument("--every", type=float, default=0.5)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    GpuHardware(config.new_client_from_config(config_file=args.kubeconfig)).loop(stop, args.every, args.ready_file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""A node's repair as the Remediation object keeps it (`status.repair`, issue 25), and a person's
+request (`metadata.annotations[gpufleet.io/request]`, issue 23), read and written for records.py."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fleetspec import labels
+from fleetspec.oncall import PersonRequest, parse
+
+from reconciler.core.observe import parse_time
+from reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase
+
+KEEP_HISTORY = 40  # lines of a repair's history kept on the object
+
+
+def _ts(dt: datetime | None) -> str | None:
+    return dt.isoformat() if dt else None
+
+
+def repair_status(rep: Repair | None) -> dict[str, Any] | None:
+    if rep is None:
+        return None
+    out = {
+        "phase": rep.phase.value,
+        "started": _ts(rep.started),
+        "step": rep.step,
+        "phases": [{"phase": p, "at": _ts(t)} for p, t in rep.phase_times],
+        "attempt": rep.attempt,
+        "request": rep.request,
+        "requestedAt": _ts(rep.requested_at),
+        "bootID": rep.boot,
+        "deadline": _ts(rep.deadline),
+        "job": rep.job,
+        "reason": rep.reason,
+        "history": [{"step": e.step, "outcome": e.outcome, "at": _ts(e.at), "message": e.message[:500]}
+                    for e in rep.history[-KEEP_HISTORY:]],
+        "stoppedFrom": rep.stopped_from,
+        "gpus": list(rep.gpus),
+        "rungs": list(rep.rungs),
+        "resent": rep.resent,
+        "inPlace": rep.in_place,
+        "error": rep.error,
+    }
+    return {k: v for k, v in out.items() if v not in (None, "", [])}
+
+
+def read_repair(st: dict[str, Any] | None) -> Repair | None:
+    """The repair in a status (raises KeyError/ValueError/TypeError on a malformed one: records.py reports)."""
+    if not st:
+        return None
+    opt = lambda k: parse_time(st[k]) if st.get(k) else None  # noqa: E731
+    return Repair(
+        phase=RepairPhase(st["phase"]), started=parse_time(st["started"]), step=st.get("step") or "",
+        phase_times=tuple((p["phase"], parse_time(p["at"])) for p in st.get("phases") or []),
+        attempt=int(st.get("attempt") or 0), request=st.get("request") or "", requested_at=opt("requestedAt"),
+        boot=st.get("bootID") or "", deadline=opt("deadline"), job=st.get("job") or "", reason=st.get("reason") or "",
+        history=tuple(RepairEvent(e["step"], e["outcome"], parse_time(e["at"]), e.get("message") or "")
+                      for e in st.get("history") or []),
+        stopped_from=st.get("stoppedFrom") or "", gpus=tuple(st.get("gpus") or ()), rungs=tuple(st.get("rungs") or ()),
+        resent=bool(st.get("resent")), in_place=bool(st.get("inPlace")), error=st.get("error") or "",
+    )
+
+
+def read_request(meta: dict[str, Any]) -> PersonRequest | None:
+    return parse((meta.get("annotations") or {}).get(labels.ONCALL_REQUEST))

@@ -1,0 +1,146 @@
+"""The repair reconcile of one node (issue 25), through the same node queue as its heal: once the heal is
+over (or, repairing in place, while it waits for a spare), the node's newest remediation carries its repair.
+
+    caches (+ Slurm, + the health-check Job) ─► core (oncall.plan_ended | repair.plan_repair) ─► executor
+    idempotent actions, then one write with the once-only ones noted as begun, then those (a reset or a
+    reboot asked through the cloud's API, a page) ─► next look
+
+One step per reconcile: every step of a repair waits for the world (a node to answer, a reboot, a Job), so
+nothing carries. A temporary failure backs off on the node's queue key; an error retrying cannot fix stops
+the repair there with a page (`repair.stopped_by_error`), rather than timing out up the ladder.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Callable
+
+from fleetspec import labels
+from fleetspec.models import FleetSpec
+
+from reconciler.core import oncall, repair
+from reconciler.core.actions import Action
+from reconciler.core.model import Remediation, Step
+from reconciler.core.phases import Phase
+from reconciler.core.repair import RepairFacts
+from reconciler.core.slurm_names import slurm_nodes_on
+from reconciler.errors import PermanentError, TemporaryError
+from reconciler.runtime.alerts import Alerts
+from reconciler.runtime.caches import Caches
+from reconciler.runtime.executor import Executor, context
+from reconciler.runtime.facts import Facts
+from reconciler.runtime.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class Repairs:
+    def __init__(self, spec: FleetSpec, caches: Caches, facts: Facts, executor: Executor, alerts: Alerts,
+                 metrics: Metrics, clock: Callable, checks=None):
+        self.spec, self.caches, self.facts, self.executor = spec, caches, facts, executor
+        self.alerts, self.metrics, self.clock, self.checks = alerts, metrics, clock, checks
+
+    # --- which nodes are the loop's ------------------------------------------------------------------
+
+    def newest(self, node: str) -> Remediation | None:
+        pools = {p.name for p in self.spec.pools}
+        mine = [r for r in self.caches.remediations.by_index("node", node)
+                if isinstance(r, Remediation) and r.pool in pools]
+        return max(mine, key=lambda r: (r.created, r.name)) if mine else None
+
+    def wants(self, node: str) -> bool:
+        """Whether the repair loop (or a person's request on an ended heal) has work on this node now."""
+        r, view = self.newest(node), self.caches.nodes.get(node)
+        if r is None:
+            return self._marked_healthy(view)
+        if oncall.pending(r) is not None and r.phase.terminal:
+            return True
+        return repair.wants(r, view, self.spec) or (self._marked_healthy(view) and not (r.repair and r.repair.active)
+                                                    and r.phase.terminal)
+
+    def _marked_healthy(self, view) -> bool:
+        """A quarantined node whose GPU condition a person set back to healthy by hand (the condition only)."""
+        return view is not None and view.role == labels.ROLE_QUARANTINED and view.health_check_passed \
+            and view.fault is None and view.pool in {p.name for p in self.spec.pools}
+
+    # --- one reconcile -------------------------------------------------------------------------------
+
+    def reconcile(self, node: str) -> float | None:
+        r = self.newest(node)
+        now = self.clock()
+        if r is None or (self._marked_healthy(self.caches.nodes.get(node)) and oncall.pending(r) is None
+                         and not (r.repair and r.repair.active)):
+            return self._orphan(node)
+        facts = self.observe(r)
+        step = oncall.plan_ended(r, facts, self.spec, now) if r.phase.terminal else None
+        if step is None:
+            step = repair.plan_repair(r, facts, self.spec, now)
+        try:
+            return self._apply(r, step)
+        except PermanentError as e:
+            log.error("repair of %s: %s", node, e, extra=context(r))
+            self.metrics.action_errors.labels("repair", "permanent").inc()
+            return self._apply(r, repair.stopped_by_error(r, self.clock(), str(e)))
+
+    def observe(self, r: Remediation) -> RepairFacts:
+        """What `repair_needs` asks for: the node and its pods from the caches, Slurm's view of the
+        remediation's Slurm nodes, the health-check Job's verdict, the node's remediations."""
+        need = repair.repair_needs(r)
+        c = self.caches
+        history = tuple(x for x in c.remediations.by_index("node", r.node) if isinstance(x, Remediation))
+        promoted = tuple(at for x in c.remediations.by_index("replacement", r.node)
+                         if isinstance(x, Remediation) and (at := x.entered(Phase.RESUMING)) is not None)
+        verdict = None
+        if need.verdict:
+            if self.checks is None:
+                raise PermanentError("no health-check adapter: cannot read a health check")
+            verdict = self.checks.verdict(need.verdict)
+        return RepairFacts(node=c.nodes.get(r.node), pods=tuple(c.pods_on(r.node)) if need.pods else (),
+                           slurm=self.facts.slurm_views(need.slurm), verdict=verdict, history=history,
+                           promotions=promoted)
+
+    def _apply(self, r: Remediation, step: Step) -> float | None:
+        """Idempotent actions, then the write with the once-only ones noted, then those."""
+        once: list[Action] = []
+        for a in step.actions:
+            if a.once is None:
+                self.executor.run(a, r)
+            elif a.once not in r.intents:
+                once.append(a)
+        if step.remediation is None:
+            return step.recheck_after
+        new = replace(step.remediation, revision=r.revision,
+                      intents=tuple(dict.fromkeys(r.intents + tuple(a.once for a in once))))
+        if new.phase is not r.phase:
+            self.alerts.moved(r, new)
+        self.alerts.repair_moved(r, new)
+        written = self.executor.write_status(new)
+        for a in once:
+            try:
+                self.executor.run(a, written)
+            except (TemporaryError, PermanentError) as e:
+                self.metrics.action_errors.labels(a.kind, "once-only").inc()
+                log.error("%s failed and is not repeated: %s", a.kind, e, extra=context(written))
+        if self.executor.dry_run:
+            return None
+        rep = written.repair
+        moved = (rep.phase if rep else None) is not (r.repair.phase if r.repair else None) or \
+            (rep is not None and r.repair is not None and rep.attempt != r.repair.attempt)
+        if written.phase is not r.phase and not written.phase.terminal:
+            return 0.0  # a person's release: the heal goes on now
+        return 0.0 if moved and rep is not None and rep.active else step.recheck_after
+
+    def _orphan(self, node: str) -> float | None:
+        """A quarantined node marked healthy by the condition alone, with no remediation to end: back to the
+        spares once nothing of the pool runs there."""
+        view = self.caches.nodes.get(node)
+        if view is None:
+            return None
+        here = slurm_nodes_on(node, self.caches.pods_on(node)).names
+        left = f"NodeSet pod(s) of {list(here)} still run there" if here else ""
+        for a in oncall.orphan_marked_healthy(view, left):
+            self.executor.run(a)
+        if left:
+            log.warning("%s was marked healthy, but %s: it stays out until they leave", node, left)
+            return 10.0
+        return None

@@ -1,0 +1,138 @@
+"""The repair loop end to end on the local control plane (issue 25): a real API server, scheduler, Job
+controller and kwok nodes, the reconciler as built for a cluster, and the GPU hardware stand-in the local
+control plane runs (localenv/gpu_hardware_standin.py) doing to a kwok node what the node agent and the health
+check do to a real one. Replace first, repair after: the job's node is replaced by a proven spare at once, then
+rebooted (a new boot id), checked by a Job on the node, and returned to the spares; a node nothing fixes is
+retired with a page; a bad spare is caught by its check and never promoted."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+
+from fleetspec import labels
+from fleetspec.node_repair import parse_check, parse_result
+from gpufleet.waiting import wait_for
+from localenv.gpu_hardware_standin import BROKEN, REBOOT_FIXES
+from reconciler.adapters.kube import Kube
+from reconciler.core.repair_phases import RepairPhase
+from tests.integration.test_reconciler_kube import api, fleet, make_nodes, reconciler, records_for, run_until, step  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+
+def simulate(core: client.CoreV1Api, node: str, state: str) -> None:
+    """What a test sets and the reconciler never reads: the kwok node's GPU hardware."""
+    core.patch_node(node, {"metadata": {"annotations": {labels.SIMULATED_GPU_STATE: state}}})
+
+
+def annotations(core, node):
+    return core.read_node(node).metadata.annotations or {}
+
+
+def proven(core, node) -> bool:
+    n = core.read_node(node)
+    check = parse_check((n.metadata.annotations or {}).get(labels.HEALTH_CHECK))
+    return check is not None and check.proves(n.status.node_info.boot_id)
+
+
+def check_pods(core, node):
+    return core.list_namespaced_pod("default", label_selector=f"{labels.HEALTH_CHECK_NODE}={node}").items
+
+
+def test_a_reboot_fixable_node_is_replaced_then_rebooted_validated_and_returned_to_the_spares(kube_cluster, api):
+    spec = fleet("rpr", nodes=2, spares=1)
+    make_nodes(kube_cluster, spec)
+    core, kube = client.CoreV1Api(api), Kube(api)
+    rec = reconciler(api, spec)
+    # the spare is proven before anything may use it: a health-check Job on it, passed
+    run_until(rec, lambda: proven(core, "rpr-spare-0"))
+    boot = core.read_node("rpr-0").status.node_info.boot_id
+
+    simulate(core, "rpr-0", REBOOT_FIXES)
+    kube.set_condition("rpr-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rpr-0") if r.phase.terminal])
+    assert r.replacement == "rpr-spare-0", "replaced first: the job's node gets the proven spare"
+    assert core.read_node("rpr-spare-0").metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE
+
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rpr-0")
+                                   if r.repair is not None and r.repair.phase.terminal], timeout=120)
+    assert r.repair.phase is RepairPhase.RETURNED, r.repair
+    assert r.repair.rungs == ("reboot",)  # until the fault's action is on the record (branch xid): a reboot
+    assert [(e.step, e.outcome) for e in r.repair.history] == [("reboot", "asked"), ("reboot", "ok"), ("return", "ok")]
+    assert f"passed its health check ({r.repair.job})" in r.repair.history[-1].message
+    assert "nvidia-smi: pass" in r.repair.history[-1].message  # the stand-in's report, read from the Job's pod
+    node = core.read_node("rpr-0")
+    assert node.status.node_info.boot_id != boot, "rebooted: a new boot id"
+    answer = parse_result(node.metadata.annotations[labels.REPAIR_RESULT])
+    assert answer.ok and answer.id == f"{r.name}/1-reboot"  # answered, once, for the request the record named
+    assert node.metadata.labels[labels.ROLE] == labels.ROLE_SPARE and proven(core, "rpr-0")
+    assert {c.type: c.status for c in node.status.conditions}["GpuHealthy"] == "True"
+    assert node.metadata.annotations[labels.SIMULATED_GPU_STATE] == "healthy"
+    # its verdict came from the Job on the node, after the reboot: the pod's termination message
+    pod = next(p for p in check_pods(core, "rpr-0") if p.metadata.labels.get("batch.kubernetes.io/job-name") == r.repair.job)
+    assert pod.status.phase == "Succeeded" and pod.spec.node_name == "rpr-0"
+    report = json.loads(pod.status.container_statuses[0].state.terminated.message)
+    assert report["passed"] is True
+    for _ in range(3):  # more passes change nothing: no second reboot
+        step(rec)
+    assert core.read_node("rpr-0").status.node_info.boot_id == node.status.node_info.boot_id
+
+
+def test_a_node_nothing_fixes_is_retired_with_a_page_and_a_bad_spare_is_never_promoted(kube_cluster, api):
+    spec = fleet("rtr", nodes=2, spares=2)
+    make_nodes(kube_cluster, spec)
+    core, kube = client.CoreV1Api(api), Kube(api)
+    simulate(core, "rtr-spare-0", BROKEN)
+    rec = reconciler(api, spec)
+    # the bad spare's check fails: it leaves the spares (a remediation of its own); the good one is proven
+    run_until(rec, lambda: records_for(rec, "rtr-spare-0") and proven(core, "rtr-spare-1"))
+    simulate(core, "rtr-0", BROKEN)
+    kube.set_condition("rtr-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rtr-0") if r.phase.terminal])
+    assert r.replacement == "rtr-spare-1"
+    assert core.read_node("rtr-spare-0").metadata.labels[labels.ROLE] != labels.ROLE_ACTIVE, "a bad spare never serves"
+
+    run_until(rec, lambda: all(x.repair is not None and x.repair.phase is RepairPhase.RETIRED
+                               for x in records_for(rec, "rtr-0")), timeout=180)
+    (r,) = records_for(rec, "rtr-0")
+    steps = [(e.step, e.outcome) for e in r.repair.history]
+    assert r.repair.rungs == ("reboot",) and ("validate", "failed") in steps, steps
+    node = core.read_node("rtr-0")
+    assert node.metadata.labels[labels.ROLE] == labels.ROLE_RETIRED and node.spec.unschedulable
+    assert [m for m in rec.notifier.channels[0].messages if m.event == "retired" and "rtr-0" in m.text]
+
+
+def test_a_kwok_nodes_reset_is_answered_once_per_id_as_the_agent_answers(kube_cluster, api):
+    """The reset rung on the local environment (the loop asks for it once the fault's action is on the record:
+    branch xid): the stand-in answers as reconciler/agent/repairs.py does, from the simulated hardware."""
+    from datetime import datetime, timezone
+
+    from fleetspec.node_repair import RepairRequest
+    from localenv.gpu_hardware_standin import RESET_FIXES
+    spec = fleet("rst", nodes=2, spares=0)
+    make_nodes(kube_cluster, spec)
+    core = client.CoreV1Api(api)
+
+    def ask(node, rid):
+        req = RepairRequest(rid, "reset-gpu", datetime.now(timezone.utc), ("00000000:3B:00.0",))
+        core.patch_node(node, {"metadata": {"annotations": {labels.REPAIR_REQUEST: req.dumps()}}})
+        return wait_for(f"the answer to {rid}", lambda: (a := parse_result(annotations(core, node).get(
+            labels.REPAIR_RESULT))) and a.id == rid and a, timeout=30)
+
+    simulate(core, "rst-0", RESET_FIXES)
+    simulate(core, "rst-1", REBOOT_FIXES)
+    boot = core.read_node("rst-0").status.node_info.boot_id
+    fixed, lost = ask("rst-0", "t/1-reset-gpu"), ask("rst-1", "t/1-reset-gpu")
+    assert fixed.ok and annotations(core, "rst-0")[labels.SIMULATED_GPU_STATE] == "healthy"
+    assert fixed.boot == boot == core.read_node("rst-0").status.node_info.boot_id, "a reset is no reboot"
+    assert not lost.ok and "Unable to reset" in lost.message
+    assert annotations(core, "rst-1")[labels.SIMULATED_GPU_STATE] == REBOOT_FIXES
+    # the same request written again (a reconciler that crashed before noting it) is not acted on again: once a
+    # later request on another node is answered, the stand-in has seen it, and the first answer stands
+    simulate(core, "rst-0", RESET_FIXES)
+    ask("rst-0", "t/1-reset-gpu")  # the same id: its answer is there already
+    ask("rst-1", "t/2-reset-gpu")
+    assert parse_result(annotations(core, "rst-0")[labels.REPAIR_RESULT]).at == fixed.at
+    assert annotations(core, "rst-0")[labels.SIMULATED_GPU_STATE] == RESET_FIXES
