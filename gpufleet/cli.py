@@ -7,7 +7,7 @@ so `gpufleet --help` and `gpufleet validate` stay fast.
 from __future__ import annotations
 
 from gpufleet import (  # noqa: F401  (each registers its commands)
-    capacity_commands, commands, local_commands, preview, spec_commands)
+    capacity_commands, commands, local_commands, preflight, preview, spec_commands)
 from gpufleet.console import EXIT_FAILED, EXIT_INVALID, app, load_spec
 
 __all__ = ["app", "load_spec", "EXIT_FAILED", "EXIT_INVALID"]
