@@ -39,6 +39,10 @@ REMEDIATION = f"{GROUP}/remediation"       # name of the Remediation record in p
 PROMOTED_FOR = f"{GROUP}/promoted-for"     # on a promoted spare: the node it replaced
 SIGNALS = f"{GROUP}/fault-signals"          # when the node's faults were signalled (JSON list), for `occurrences`
 SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
+# On a faulted machine: the drains people had set on its Slurm nodes (JSON {slurm node: reason}), carried
+# here before its NodeSet pods left (their preStop and the operator's IDLE after the move clear them on the
+# Slurm node). The machine does not return to the spares while it carries one: a person removes it.
+CARRIED_DRAIN = f"{GROUP}/person-drain"
 KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>:<kernel-log record>" reported up to
 
 # Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)

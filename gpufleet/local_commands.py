@@ -123,12 +123,9 @@ def demo(
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s", help="The environment."),
-           skip_preflight: bool = typer.Option(False, "--skip-preflight",
-                                               help="`up` of a non-local stack without `gpufleet preflight` first.")) -> None:
+def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s", help="The environment.")) -> None:
     """Run the pulumi CLI for a stack with gpufleet's environment (built tools, PULUMI_HOME, the local
-    backend and passphrase for `local`): `gpufleet pulumi -s local up`. `up` of a stack on a real
-    cluster runs `gpufleet preflight` first and stops when the cluster lacks a prerequisite."""
+    backend and passphrase for `local`): `gpufleet pulumi -s local up`."""
     import os
 
     from gpufleet.stack import PulumiError, Stack, pulumi_binary
@@ -140,8 +137,6 @@ def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s
         raise typer.Exit(EXIT_FAILED)
     st = Stack(stack)
     args = list(ctx.args)
-    if args[:1] == ["up"] and not skip_preflight:
-        _preflight_before_up(stack)
     if args and args[0] not in ("stack", "login", "logout", "plugin", "version", "whoami", "about"):
         args += ["--stack", stack]
     try:
@@ -150,22 +145,3 @@ def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s
         _err(str(e))
         raise typer.Exit(EXIT_INVALID)
     os.execve(binary, [binary, *args, "--cwd", str(st.project_dir)], env)
-
-
-def _preflight_before_up(stack: str) -> None:
-    """`gpufleet preflight` for a stack on a real cluster (a local one is made by `gpufleet local up`)."""
-    from gpufleet.preflight import cluster_of, report, run_preflight
-
-    spec = load_spec(stack, None)
-    if spec.cluster.kind == "local":
-        return
-    path, context = cluster_of(spec, None)
-    typer.echo(f"preflight of stack {stack} (gpufleet preflight -s {stack}; --skip-preflight to go on without):")
-    try:
-        ok = report(run_preflight(spec, path, context))
-    except Exception as e:  # noqa: BLE001 - an unreachable cluster stops `up` as clearly as a missing prerequisite
-        _err(f"preflight: cluster unreachable or refusing ({path}): {e}")
-        raise typer.Exit(EXIT_FAILED)
-    if not ok:
-        _err(f"stack {stack}: the cluster lacks what the stack needs (above); `pulumi up` not run")
-        raise typer.Exit(EXIT_FAILED)

@@ -222,6 +222,24 @@ def cluster_of(spec: FleetSpec, kubeconfig: Optional[Path]) -> tuple[Path, str |
     return Path(spec.cluster.kubeconfig or "~/.kube/config").expanduser(), spec.cluster.context
 
 
+def preflight_before_up(stack: str) -> None:
+    """What `gpufleet pulumi up` runs first for a stack on a real cluster (a local one is made by
+    `gpufleet local up`): exit 1, `pulumi up` not run, when the cluster lacks a prerequisite."""
+    spec = load_spec(stack, None)
+    if spec.cluster.kind == "local":
+        return
+    path, context = cluster_of(spec, None)
+    typer.echo(f"preflight of stack {stack} (gpufleet preflight -s {stack}; --skip-preflight to go on without):")
+    try:
+        ok = report(run_preflight(spec, path, context))
+    except Exception as e:  # noqa: BLE001 - an unreachable cluster stops `up` as clearly as a missing prerequisite
+        _err(f"preflight: cluster unreachable or refusing ({path}): {e}")
+        raise typer.Exit(EXIT_FAILED)
+    if not ok:
+        _err(f"stack {stack}: the cluster lacks what the stack needs (above); `pulumi up` not run")
+        raise typer.Exit(EXIT_FAILED)
+
+
 def report(findings: list[Finding], out=typer.echo) -> bool:
     for f in findings:
         out(f"{'ok     ' if f.ok else 'MISSING'}  {f.check:26} {f.detail}")

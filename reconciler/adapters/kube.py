@@ -147,6 +147,23 @@ class Kube:
                     raise
         raise TemporaryError(f"update node {name}: conflict after {attempts} attempts")
 
+    def carry_drain(self, name: str, drains: dict[str, str]) -> None:
+        """Add people's Slurm drains to the node's labels.CARRIED_DRAIN annotation (JSON {slurm node: reason});
+        an entry already there is kept as it was."""
+        def mutate(node: dict) -> bool:
+            ann = node["metadata"].setdefault("annotations", {})
+            try:
+                have = json.loads(ann.get(labels.CARRIED_DRAIN) or "{}")
+            except ValueError:
+                have = {}
+            new = {k: v for k, v in drains.items() if k not in have}
+            if not new:
+                return False
+            ann[labels.CARRIED_DRAIN] = json.dumps({**have, **new}, sort_keys=True)
+            return True
+
+        self.update_node(name, mutate)
+
     def cordon(self, name: str, reason: str, remediation: str | None = None) -> None:
         """One patch: the cordon, the reason Slinky's operator copies into its Slurm drain (it must be
         there before the cordon is seen, hence the same write), and the record in progress."""

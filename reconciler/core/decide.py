@@ -27,7 +27,8 @@ from fleetspec import FleetSpec, labels, xids
 from fleetspec.models import LendingSpec, NodePool
 
 from reconciler.core.model import (
-    Action, Admission, Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Gate, NodeView, Notify, PromoteSpare,
+    Action, Admission, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Gate, NodeView,
+    Notify, PromoteSpare,
     Quarantine, Record, RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs,
     SlurmNodeView, StartReclaim, Step, record_name,
 )
@@ -83,7 +84,7 @@ def detect(node: NodeView, records: Sequence[Record], spec: FleetSpec, now: date
     policy = spec.healing
     live = [r for r in records if r.active]
     if (node.role == labels.ROLE_QUARANTINED and node.health_check_passed and not live and node.fault is None
-            and node.pool in {p.name for p in spec.pools}):
+            and node.pool in {p.name for p in spec.pools} and not node.carried_drain):
         return Detection(actions=(ReturnToSpares(node.name),))
     f = node.fault
     if f is None or f.xid not in set(policy.critical_xids) or node.pool not in {p.name for p in spec.pools}:
@@ -199,6 +200,7 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
         actions: tuple[Action, ...] = drains
         if signal and policy.grace_period_seconds > 0:
             actions += _once(record, SignalJobs(signal, "TERM"))
+        actions += carry_person_drains(record, kept, slurm)
         deadline = now + timedelta(seconds=policy.grace_period_seconds)
         # With jobs, the record is what remembers them once they are requeued off the node: written first.
         return Step(actions, record.moved(Phase.CHECKPOINTING, now, jobs=jobs, grace_deadline=deadline,
@@ -218,10 +220,7 @@ def plan_step(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime
     if phase is Phase.EVICTING:
         if facts.pods_left and now < (record.drain_deadline or now):
             return Step((EvictPods(node),), recheck_after=2.0)
-        reason = record.reason
-        if facts.pods_left:
-            reason += f"; drain timed out after {policy.drain_timeout_seconds}s with pods left: {list(facts.pods_left)}"
-        return Step((), record.moved(Phase.REPLACING, now, reason=reason), carry=True)
+        return end_eviction(record, facts, spec, now)
 
     if phase is Phase.REPLACING:
         if record.was_spare:
@@ -374,8 +373,50 @@ def replacement_ready(record: Record, facts: RecordFacts) -> bool:
     if not record.slurm_nodes:
         return True
     slurm = _slurm(facts)
-    ours = [n for n in facts.replacement_slurm if n not in record.kept_drains]  # a person's drain is theirs to lift
-    return bool(facts.replacement_slurm) and all(n in slurm and slurm[n].takes_jobs for n in ours)
+    # A person's drain went with the faulted machine (`carry_person_drains`): every Slurm node that moved takes jobs.
+    return bool(facts.replacement_slurm) and all(n in slurm and slurm[n].takes_jobs for n in facts.replacement_slurm)
+
+
+def carry_person_drains(record: Record, kept: tuple[str, ...], slurm: dict[str, SlurmNodeView]) -> tuple[Action, ...]:
+    """A person's drain on a faulted node's Slurm node goes with the faulted machine, and is reported.
+
+    It cannot stay on the Slurm node: with slurm-operator 1.2.1 the NodeSet pod's preStop sets the node
+    DOWN with its own reason (workerbuilder/worker_app.go), and when the pod comes up on the replacement
+    the operator sets the node IDLE (nodeset/slurmcontrol UpdateNodeWithPodInfo), which clears DRAIN
+    (Slurm 26.05 node_mgr.c update_node); Slurm schedules on that very update (proc_req.c
+    _slurm_rpc_update_node -> queue_job_scheduler), so a drain set again after it would come too late for
+    a waiting job. What a person drains a node for is the machine it ran on, the one that just faulted:
+    the drain is noted on that machine (annotation labels.CARRIED_DRAIN), which stays quarantined until
+    a person removes it (`detect` never returns it to the spares), and the person is told."""
+    drains = tuple((n, slurm[n].reason) for n in kept if n in slurm)
+    if not drains:
+        return ()
+    said = "; ".join(f"{n}: {reason!r}" for n, reason in drains)
+    return (CarryDrain(record.node, drains),) + _once(record, Notify(
+        "person-drain-carried", "warning",
+        f"{record.node} faulted while a person had drained its Slurm node(s) ({said}). The drain is carried to "
+        f"{record.node} (annotation {labels.CARRIED_DRAIN}), which stays quarantined until a person removes it; "
+        "the Slurm node moves to a spare and takes jobs there."))
+
+
+def end_eviction(record: Record, facts: RecordFacts, spec: FleetSpec, now: datetime) -> Step:
+    """Eviction is over: nothing left, or the drain timeout passed. NodeSet pods still there then are the
+    ones slurm-operator's PodDisruptionBudget protects (label nodeset.slinky.slurm.net/pod-protect while
+    their Slurm node was busy: workerbuilder/worker_pdb.go, relabelled at its next NodeSet sync, at most
+    30 s apart: nodeset_sync.go): when no job runs on the record's Slurm nodes (requeued), the label is
+    stale and they are deleted, so the Slurm node still moves. The time it took is the Evicting phase's."""
+    policy = spec.healing
+    reason = record.reason
+    actions: tuple[Action, ...] = ()
+    stale = facts.nodeset_pods_left if not any(j.state in ON_NODE_STATES for j in facts.jobs_on_node) else ()
+    if stale:
+        actions = (DeletePods(tuple(stale)),)
+        reason += (f"; NodeSet pod(s) {list(stale)} still refused eviction after {policy.drain_timeout_seconds}s "
+                   "(slurm-operator's PodDisruptionBudget) with no job left on their Slurm nodes: deleted")
+    rest = [p for p in facts.pods_left if p not in stale]
+    if rest:
+        reason += f"; drain timed out after {policy.drain_timeout_seconds}s with pods left: {rest}"
+    return Step(actions, record.moved(Phase.REPLACING, now, reason=reason), carry=not actions)
 
 
 # --- failures -------------------------------------------------------------------------------------

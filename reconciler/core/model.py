@@ -43,6 +43,7 @@ class NodeView:
     lent: str = ""  # the lent label's value (spare | idle): open to borrowers
     lent_since: datetime | None = None
     reclaiming: datetime | None = None  # borrowers are being evicted since then
+    carried_drain: str = ""  # a person's Slurm drain carried to this machine (annotation labels.CARRIED_DRAIN)
 
     @property
     def on_loan(self) -> bool:
@@ -206,6 +207,7 @@ class RecordFacts:
     slurm: tuple[SlurmNodeView, ...] = ()  # the record's Slurm nodes, and the replacement's
     opted_out_pods: tuple[str, ...] = ()
     pods_left: tuple[str, ...] = ()
+    nodeset_pods_left: tuple[str, ...] = ()  # of those, Slinky NodeSet pods (a busy one's PDB refuses eviction)
     spares: tuple[str, ...] = ()  # eligible spares of the record's pool (Ready, unclaimed), sorted
     spare_slurm: tuple[tuple[str, tuple[SlurmNodeView, ...]], ...] = ()  # Slurm nodes on each spare
     admission: Admission | None = None
@@ -273,6 +275,22 @@ class RequeueJobs(Action):
 @dataclass(frozen=True)
 class EvictPods(Action):
     node: str
+
+
+@dataclass(frozen=True)
+class DeletePods(Action):
+    """Delete pods whatever their PodDisruptionBudget says: NodeSet pods whose Slurm nodes run no job, still
+    refused eviction when the drain timeout passed (the operator relabels a pod that stopped being busy
+    on its next NodeSet sync; a stale label must not keep the Slurm node on the faulted machine)."""
+    pods: tuple[str, ...]  # namespace/name
+
+
+@dataclass(frozen=True)
+class CarryDrain(Action):
+    """Note on the faulted machine the drains people had set on its Slurm nodes (idempotent: an entry
+    already there is kept)."""
+    node: str
+    drains: tuple[tuple[str, str], ...]  # (Slurm node, the person's reason)
 
 
 @dataclass(frozen=True)

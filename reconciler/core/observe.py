@@ -64,6 +64,7 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
         lent=lab.get(labels.LENT, ""),
         lent_since=_time(ann.get(labels.LENT_SINCE)),
         reclaiming=_time(ann.get(labels.RECLAIMING)),
+        carried_drain=ann.get(labels.CARRIED_DRAIN, ""),
     )
 
 

@@ -33,7 +33,7 @@ from reconciler.runtime.informers import Informer
 from reconciler.adapters.kube import Kube
 from reconciler.runtime.metrics import Metrics
 from reconciler.core.model import (
-    Action, Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Gate, JobView, Lend, NodeView, Notify,
+    Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Gate, JobView, Lend, NodeView, Notify,
     PendingJob, PodView, PromoteSpare, Quarantine, Record, RecordFacts, ReleaseJobs, RequestCapacity, RequeueJobs,
     ResumeSlurm, ReturnToSpares, SignalJobs, SlurmNodeView, StartReclaim, Step,
 )
@@ -424,7 +424,12 @@ class Runtime:
         if phase in (Phase.REQUEUED, Phase.HELD):
             return RecordFacts(opted_out_pods=opted_out_views(self._pods_on(r.node), self.spec.healing.opt_out_label))
         if phase is Phase.EVICTING:
-            return RecordFacts(pods_left=tuple(sorted(p.key for p in evictable_views(self._pods_on(r.node)))))
+            left = evictable_views(self._pods_on(r.node))
+            nodeset = tuple(sorted(p.key for p in left if p.label(labels.SLINKY_POD_HOSTNAME) is not None))
+            # Jobs only once the drain timeout passed with NodeSet pods left (decide.end_eviction).
+            late = bool(nodeset) and r.drain_deadline is not None and self.clock() >= r.drain_deadline
+            return RecordFacts(pods_left=tuple(sorted(p.key for p in left)), nodeset_pods_left=nodeset,
+                               jobs_on_node=self._jobs(r.slurm_nodes) if late else ())
         if phase in (Phase.REPLACING, Phase.WAITING_FOR_SPARE):
             spares = self._ready_spares(r.pool)
             on_spare = tuple((s, self._slurm_views(slurm_nodes_on(s, self._pods_on(s)).names)) for s in spares)
@@ -517,6 +522,15 @@ class Runtime:
                                         "Warning")
             case EndLoan():
                 self._end_loan(a)
+            case DeletePods():
+                for key in a.pods:
+                    namespace, _, name = key.partition("/")
+                    self.kube.delete_pod(namespace, name, grace_seconds=30)
+                log.info("deleted pods a stale PodDisruptionBudget protected", extra={**self._ctx(r), "pods": a.pods})
+            case CarryDrain():
+                self.kube.carry_drain(a.node, dict(a.drains))
+                log.info("a person's Slurm drain carried to the faulted machine",
+                         extra={**self._ctx(r), "node": a.node, "drains": dict(a.drains)})
             case ReturnToSpares():
                 view = self.nodes.get(a.node)
                 self.providers[view.pool].return_to_spares(a.node)  # type: ignore[union-attr]
