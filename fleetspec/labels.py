@@ -45,6 +45,12 @@ SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
 CARRIED_DRAIN = f"{GROUP}/person-drain"
 KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>:<kernel-log record>" reported up to
 
+# On a Kubernetes node: its Slurm dynamic topology ("<topology>:<unit>"), which slurm-operator 1.2.1 gives the
+# Slurm node of each NodeSet pod there (api/v1beta1/well_known.go AnnotationNodeTopologySpec). gpufleet's
+# membership sets it from the pool's topology_block: "default:<block>" (components/slinky.py topology_yaml).
+SLINKY_TOPOLOGY_SPEC = "topology.slinky.slurm.net/spec"
+SLURM_TOPOLOGY = "default"
+
 # Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)
 SLINKY_POD_HOSTNAME = "nodeset.slinky.slurm.net/pod-hostname"
 

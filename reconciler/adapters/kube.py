@@ -244,14 +244,19 @@ class Kube:
 
         return self.update_node(name, mutate)
 
-    def apply_membership(self, name: str, set_labels: dict[str, str], add_taints: list[dict] | tuple = ()) -> dict:
-        """Set labels and add taints a membership plan asks for (reconciler/core/membership.py); never
-        removes anything, writes nothing when nothing is missing."""
+    def apply_membership(self, name: str, set_labels: dict[str, str], add_taints: list[dict] | tuple = (),
+                         set_annotations: dict[str, str] | None = None) -> dict:
+        """Set labels (and annotations) and add taints a membership plan asks for
+        (reconciler/core/membership.py); never removes anything, writes nothing when nothing is missing."""
         def mutate(node: dict) -> bool:
             meta, spec = node["metadata"], node.setdefault("spec", {})
             have = meta.setdefault("labels", {})
             changed = {k: v for k, v in set_labels.items() if have.get(k) != v}
             have.update(changed)
+            ann = meta.setdefault("annotations", {}) if set_annotations else {}
+            new_ann = {k: v for k, v in (set_annotations or {}).items() if ann.get(k) != v}
+            ann.update(new_ann)
+            changed = {**changed, **new_ann}
             taints = list(spec.get("taints") or [])
             new = [dict(t) for t in add_taints if not any(x["key"] == t["key"] for x in taints)]
             if new:

@@ -378,7 +378,7 @@ def reconcile_membership(kube: Kube, spec: FleetSpec, providers: dict[str, NodeP
     once = list({type(p): p for p in providers.values()}.values())  # one of each kind covers all its pools
     result = plan_membership(nodes, spec, merge_facts(p.membership_facts() for p in once))
     for c in result.changes:
-        kube.apply_membership(c.node, dict(c.labels), list(c.add_taints))
+        kube.apply_membership(c.node, dict(c.labels), list(c.add_taints), dict(c.annotations))
         log.info("membership: %s: %s", c.node, c.why)
     for p in once:
         p.settle_capacity_requests(nodes)

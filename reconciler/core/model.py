@@ -44,6 +44,7 @@ class NodeView:
     lent_since: datetime | None = None
     reclaiming: datetime | None = None  # borrowers are being evicted since then
     carried_drain: str = ""  # a person's Slurm drain carried to this machine (annotation labels.CARRIED_DRAIN)
+    topology: str = ""  # annotation labels.SLINKY_TOPOLOGY_SPEC
 
     @property
     def on_loan(self) -> bool:

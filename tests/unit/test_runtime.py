@@ -60,10 +60,11 @@ class FakeKube:
         self._write("cordon", name)
         self.nodes[name]["spec"]["unschedulable"] = True
 
-    def apply_membership(self, name, set_labels, add_taints=()):
+    def apply_membership(self, name, set_labels, add_taints=(), set_annotations=None):
         self._write("membership", name)
         n = self.nodes[name]
         n["metadata"]["labels"].update(set_labels)
+        n["metadata"].setdefault("annotations", {}).update(set_annotations or {})
         n["spec"]["taints"] = (n["spec"].get("taints") or []) + [dict(t) for t in add_taints]
 
     def patch_node(self, name, body):
