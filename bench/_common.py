@@ -273,8 +273,8 @@ def write_policy(spec: FleetSpec, path: Path) -> Path:
 # --- a private control plane --------------------------------------------------------------------
 
 def new_kube(workdir: Path, progress: Callable[[str], None] | None = None):
-    from gpufleet.localenv.control_plane import DEFAULT_PORTS, LocalKube
-    from gpufleet.localenv.slurm import free_ports
+    from localenv.control_plane import DEFAULT_PORTS, LocalKube
+    from localenv.slurm import free_ports
     from gpufleet.paths import TOOLS_BIN
 
     ports = dict(zip(DEFAULT_PORTS, free_ports(len(DEFAULT_PORTS))))
@@ -629,7 +629,7 @@ def request_delta(before: dict, after: dict) -> dict[str, float]:
 
 
 def free_port() -> int:
-    from gpufleet.localenv.slurm import free_port as fp
+    from localenv.slurm import free_port as fp
 
     return fp()
 

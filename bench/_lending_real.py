@@ -23,7 +23,7 @@ from pathlib import Path
 
 from _common import Table, install_crd_and_namespace, load, machine, new_kube, pct, say, teardown
 
-from gpufleet.localenv.slurm import LocalSlurmError
+from localenv.slurm import LocalSlurmError
 from tests.integration import test_lending as lt
 
 
@@ -187,7 +187,7 @@ def heal_round(w: Bench, lent: bool, pdb: bool = False) -> dict:
 
 
 def run(a: argparse.Namespace) -> tuple[list[Table], dict]:
-    from gpufleet.localenv.slurm import LocalSlurm, free_ports
+    from localenv.slurm import LocalSlurm, free_ports
     from tests.fixtures.slurm_cluster import build_slurm_root
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-lending-"))

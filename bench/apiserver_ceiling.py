@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", default="1,4,16", help="client thread counts, comma-separated")
     ap.add_argument("--seconds", type=float, default=10.0, help="per kind and thread count")
     a, out = parse_bench_args(ap, argv, "apiserver_ceiling")
-    from gpufleet.localenv import fake_nodes
+    from localenv import fake_nodes
 
     threads = [int(x) for x in a.threads.split(",") if x.strip()]
     spec = make_spec([pool_doc("gpu", nodes=a.nodes, spares=0)])

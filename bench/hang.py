@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.faults < 2:
         ap.error("--faults must be at least 2 (one hung node and others)")
 
-    from gpufleet.localenv.env import LocalEnv
+    from localenv.env import LocalEnv
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-hang-"))
     (root / "checkpoints").mkdir(parents=True, exist_ok=True)

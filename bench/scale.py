@@ -50,7 +50,7 @@ def component_pids(kube) -> dict[str, int]:
 
 
 def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str], a, watcher) -> dict:
-    from gpufleet.localenv import fake_nodes
+    from localenv import fake_nodes
     from reconciler.adapters.kube import Kube
     from reconciler.adapters.records import KubeRecordStore
 

@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     a.tier_max_concurrent = [int(x) for x in a.tier_max_concurrent.split(",") if x.strip()]
 
     from _common import new_kube
-    from gpufleet.localenv import fake_nodes
+    from localenv import fake_nodes
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-storm-"))
     pools, _ = fleet(a)

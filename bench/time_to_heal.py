@@ -2,7 +2,7 @@
 and Ready, requeued job running again. Real Slurm, real API server (kwok nodes), the real
 reconciler as a host process (`gpufleet reconcile`, Slurm CLI backend), exactly like `make demo`.
 
-For each fault: submit a training job (gpufleet.localenv.train, 1 node), wait until it runs and
+For each fault: submit a training job (localenv.train, 1 node), wait until it runs and
 has checkpointed, set GpuHealthy=False reason Xid79 on its node, then watch:
   detected    the Remediation record exists (its `created`, the reconciler's clock)
   cordoned    the Kubernetes node is unschedulable (seen by this script's own node watch)
@@ -39,7 +39,7 @@ from _common import (  # noqa: E402
 )
 
 from fleetspec import labels  # noqa: E402
-from gpufleet.demo import kube_node_of  # noqa: E402
+from demos.demo import kube_node_of  # noqa: E402
 
 POOL = "gpu"
 MILESTONES = ["detected", "cordoned", "slurm_drain", "requeued", "slurm_down", "drained", "healed", "job_again"]
@@ -62,7 +62,7 @@ def scontrol_fields(env, *args: str) -> dict[str, str]:
 
 
 def submit(env, run_dir: Path) -> int:
-    from gpufleet.demo import submit_training
+    from demos.demo import submit_training
 
     run_dir.mkdir(parents=True, exist_ok=True)
     return submit_training(env, POOL, 1, run_dir, steps=1_000_000, every=10, delay=0.05)
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     a, out = parse_bench_args(ap, argv, "time_to_heal")
     graces = [int(g) for g in a.grace.split(",") if g.strip()]
 
-    from gpufleet.localenv.env import LocalEnv
+    from localenv.env import LocalEnv
     from reconciler.adapters.kube import Kube
     from reconciler.adapters.records import KubeRecordStore
 

@@ -52,7 +52,7 @@ def reconcile(
     logs.setup(json_logs=json_logs)
     spec = load_policy(policy) if policy else load_spec(stack, None)
     if any(p.provider == "local" for p in spec.pools):
-        from .localenv import fake_nodes  # noqa: F401  (registers the local environment's node provider)
+        from localenv import fake_nodes  # noqa: F401  (registers the local environment's node provider)
     slurm_env = local_slurm_env() if spec.cluster.kind == "local" else None
     if spec.cluster.kind == "local" and slurm == "rest" and not (slurm_url or slurm_token_file or slurm_jwt_key_file):
         local = local_slurm_rest()  # the local environment's slurmrestd and JWT key
@@ -225,3 +225,33 @@ def remediations(
         pass
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s", help="The environment."),
+           skip_preflight: bool = typer.Option(False, "--skip-preflight",
+                                               help="`up` of a stack on a real cluster without `gpufleet preflight` first.")) -> None:
+    """Run the pulumi CLI for a stack with gpufleet's environment (built tools, PULUMI_HOME, the local
+    backend and passphrase for `local`): `gpufleet pulumi -s local up`. `up` of a stack on a real cluster
+    runs `gpufleet preflight` first and stops when the cluster lacks a prerequisite."""
+    import os
+
+    from gpufleet.preflight import preflight_before_up
+    from gpufleet.stack import PulumiError, Stack, pulumi_binary
+
+    if ctx.args[:1] == ["up"] and not skip_preflight:
+        preflight_before_up(stack)
+
+    try:
+        binary = pulumi_binary()
+    except PulumiError as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_FAILED)
+    st = Stack(stack)
+    args = list(ctx.args)
+    if args and args[0] not in ("stack", "login", "logout", "plugin", "version", "whoami", "about"):
+        args += ["--stack", stack]
+    try:
+        env = st.env()
+    except PulumiError as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_INVALID)
+    os.execve(binary, [binary, *args, "--cwd", str(st.project_dir)], env)

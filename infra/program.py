@@ -28,7 +28,7 @@ def with_built_images(spec):
     """The local stack deploys the images scripts/build-images.sh built here, by the digests its output
     records (never typed by hand); an image the stack file names explicitly is kept. Other stacks take
     theirs from their stack config (recorded by the release workflow)."""
-    from gpufleet.localenv.images import ImagesError, load
+    from localenv.images import ImagesError, load
 
     dep = spec.healing.reconciler
     wanted = {"image", "agent_image"} - dep.model_fields_set
@@ -51,7 +51,7 @@ def local_api(kubeconfig: str) -> HostNetworkApi:
 
     import yaml
 
-    from gpufleet.localenv.control_plane import DEFAULT_PORTS
+    from localenv.control_plane import DEFAULT_PORTS
 
     from gpufleet.paths import local_slurm_rest
 

@@ -22,6 +22,9 @@ if [ ! -f "$stamp" ]; then
 else
   step "python: .venv up to date"
 fi
+# The checkout on the venv's path: the development packages the wheel does not ship (localenv/, demos/)
+# become importable, so the CLI's plugin hook (gpufleet/cli.py) adds `gpufleet local` and `gpufleet demo`.
+.venv/bin/python -c 'import sys, sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "gpufleet-checkout.pth").write_text(sys.argv[1] + "\n")' "$root"
 
 step "slurm: Debian sid root with Slurm 26.05 (cached; about 3 minutes when cold)"
 scripts/build-slurm-root.sh

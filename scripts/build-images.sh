@@ -11,7 +11,7 @@
 #   5. each image saved as an OCI archive to <cache>/<key>/, and its manifest digest recorded in
 #      <cache>/<key>/images.json, linked from .tools/images.json; the JSON is printed on stdout.
 # The local stack deploys the digests of .tools/images.json (infra/program.py); the local kubelet node
-# imports the archives into its containerd (gpufleet/localenv/node.py).
+# imports the archives into its containerd (localenv/node.py).
 #
 # Usage: scripts/build-images.sh [--force] [--check] [--print-json] [--quiet]
 #   --force       rebuild the images (the Debian root is kept; delete <cache>/rootfs to redo it)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the root filesystem the local Slurm runs from: Debian's unstable suite (sid)
 # with Slurm 26.05 (slurmctld, slurmd, slurmrestd, the JWT plugin, munge) and python3
-# (the demo job gpufleet/localenv/train.py runs as a Slurm batch job inside it).
+# (the demo job localenv/train.py runs as a Slurm batch job inside it).
 # No Debian suite but sid has the Slurm that Slinky 1.x needs (>= 25.11).
 #
 # The root goes to a cache folder outside the clone, keyed by the suite and the

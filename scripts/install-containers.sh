@@ -9,7 +9,7 @@
 # APT::Get::Upgrade-By-Source-Package=false keeps apt from upgrading unrelated installed packages
 # (without it, installing podman also upgrades `login` and `passwd`). No daemon is started:
 # the local environment runs its own containerd with its own root, state and socket, and podman /
-# buildah read the project's own configuration (tools/containers/, see gpufleet/localenv/containers.py).
+# buildah read the project's own configuration (tools/containers/, see localenv/containers.py).
 set -euo pipefail
 
 CHECK=0

@@ -11,7 +11,7 @@ One interface, three providers:
   for a human, as the spec says); a refill raises the desired capacity by exactly one, once per
   remediation (the key is recorded as a group tag, so a replay changes nothing).
 - `local`: the local environment's fake nodes (kwok); it lives with the local environment
-  (`gpufleet/localenv/`) and registers itself here.
+  (`localenv/`) and registers itself here.
 """
 from __future__ import annotations
 

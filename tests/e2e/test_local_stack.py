@@ -12,8 +12,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels, load_stack_file
-from gpufleet import demo
-from gpufleet.localenv.env import LocalEnv
+from demos import demo
+from localenv.env import LocalEnv
 from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
 from reconciler.adapters.kube import Kube

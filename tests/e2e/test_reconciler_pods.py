@@ -7,7 +7,7 @@ import pytest
 from kubernetes import client
 
 from fleetspec import labels
-from gpufleet.localenv.control_plane import KWOK_ANNOTATION
+from localenv.control_plane import KWOK_ANNOTATION
 from gpufleet.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +61,7 @@ def test_local_status_shows_the_pods_and_the_lease_holder(local_pods, monkeypatc
 
     from typer.testing import CliRunner
 
-    from gpufleet import local_commands
+    from localenv import commands as local_commands
     from gpufleet.cli import app
 
     local_pods.wait_ready()
@@ -74,13 +74,13 @@ def test_local_status_shows_the_pods_and_the_lease_holder(local_pods, monkeypatc
 
 
 def test_lending_through_the_pods(local_pods):
-    """The lending demo's story (gpufleet/lending_demo.py) with the reconciler as these pods (their RBAC,
+    """The lending demo's story (demos/lending_demo.py) with the reconciler as these pods (their RBAC,
     their REST client): spares and the idle L40S node lend, inference runs on them, a training job takes
     its node back, and a fault on it takes the lent spare after its borrowers leave."""
     from reconciler.adapters.kube import Kube
     from reconciler.core import ledger
 
-    from gpufleet.lending_demo import show_lending
+    from demos.lending_demo import show_lending
 
     local_pods.wait_ready()  # (no wait for every Slurm node: the idle L40S one may be lent already)
     kube = Kube(local_pods.env.kube.api_client())

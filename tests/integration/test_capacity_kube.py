@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from fleetspec import labels
 from gpufleet.cli import app
-from gpufleet.localenv.control_plane import CONTEXT_NAME
+from localenv.control_plane import CONTEXT_NAME
 from reconciler.core import ledger as L
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from gpufleet.localenv.images import archive_digest
+from localenv.images import archive_digest
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels, parse_fleet
 from fleetspec.placement import borrower_placement
-from gpufleet.localenv.fake_nodes import fake_node
+from localenv.fake_nodes import fake_node
 from gpufleet.waiting import wait_for
-from gpufleet.localenv.slinky_standin import NodeSetDef, SlinkyStandIn
-from gpufleet.localenv.slurm import LocalSlurm, free_ports
+from localenv.slinky_standin import NodeSetDef, SlinkyStandIn
+from localenv.slurm import LocalSlurm, free_ports
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from reconciler.app import build

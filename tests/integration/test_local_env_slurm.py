@@ -11,8 +11,8 @@ from kubernetes.client.exceptions import ApiException
 from components.slinky import API_VERSION, GROUP, VERSION, crd_manifest
 from fleetspec import labels, load_stack_file
 from fleetspec.placement import worker_selector, worker_tolerations
-from gpufleet.localenv.env import LocalEnv
-from gpufleet.localenv.slinky_standin import POD_HOSTNAME_LABEL
+from localenv.env import LocalEnv
+from localenv.slinky_standin import POD_HOSTNAME_LABEL
 from gpufleet.paths import PROJECT_DIR, local_slurm_rest
 from gpufleet.waiting import wait_for
 from reconciler.adapters.slurm import make_client

@@ -1,4 +1,4 @@
-"""The local control plane (gpufleet.localenv.control_plane) against real kube binaries and kwok.
+"""The local control plane (localenv.control_plane) against real kube binaries and kwok.
 
 Needs the ``kube_cluster`` fixture (tests/fixtures/kube_cluster.py), which builds
 the tools with scripts/build-kube.sh when they are not cached yet.
@@ -15,7 +15,7 @@ from gpufleet.waiting import wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpufleet.localenv.control_plane import COMPONENTS, DEFAULT_PORTS, KWOK_ANNOTATION, LocalKube, LocalKubeError
+from localenv.control_plane import COMPONENTS, DEFAULT_PORTS, KWOK_ANNOTATION, LocalKube, LocalKubeError
 from tests.fixtures.kube_cluster import free_ports
 
 pytestmark = pytest.mark.integration

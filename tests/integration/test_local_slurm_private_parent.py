@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.localenv.slurm import LocalSlurm, free_ports
+from localenv.slurm import LocalSlurm, free_ports
 from gpufleet.waiting import wait_for
 from tests.fixtures.slurm_cluster import build_slurm_root
 

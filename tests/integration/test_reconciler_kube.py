@@ -11,7 +11,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels, parse_fleet, remediation_crd
-from gpufleet.localenv import fake_nodes
+from localenv import fake_nodes
 from gpufleet.waiting import wait_for
 from reconciler.app import build
 from reconciler.adapters.kube import Kube

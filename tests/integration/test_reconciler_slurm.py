@@ -3,7 +3,7 @@ slurmrestd with a JWT, named as Slinky names it: Slurm nodes are the NodeSet pod
 (gpu-a-0, ...), the Kubernetes nodes are kgpu-0, ...; nothing assumes the two are equal.
 
 Here the test plays the part of Slinky's operator (it places the NodeSet pods); the local
-environment does the same with `gpufleet.localenv.slinky_standin`."""
+environment does the same with `localenv.slinky_standin`."""
 from __future__ import annotations
 
 import time

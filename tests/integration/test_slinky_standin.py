@@ -12,11 +12,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels
-from gpufleet.localenv.slinky_standin import (CORDON_REASON_ANNOTATION, POD_HOSTNAME_LABEL, PREFIX, NodeSetDef,
+from localenv.slinky_standin import (CORDON_REASON_ANNOTATION, POD_HOSTNAME_LABEL, PREFIX, NodeSetDef,
                                               SlinkyStandIn)
-from gpufleet.localenv.slurm import POD_TERMINATING_REASON, LocalSlurm, free_ports
+from localenv.slurm import POD_TERMINATING_REASON, LocalSlurm, free_ports
 from gpufleet.waiting import wait_for
-from gpufleet.localenv.fake_nodes import fake_node
+from localenv.fake_nodes import fake_node
 from reconciler.adapters.slurm.scontrol import SlurmCLI
 from tests.fixtures.slurm_cluster import build_slurm_root
 

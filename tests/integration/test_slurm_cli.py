@@ -19,7 +19,7 @@ import pytest
 
 from gpufleet.waiting import wait_for
 
-from gpufleet.localenv.slurm import SPARE_REASON, LocalSlurm
+from localenv.slurm import SPARE_REASON, LocalSlurm
 from reconciler.adapters.slurm import SlurmError, SlurmJob
 from reconciler.adapters.slurm.scontrol import SlurmCLI, expand_hostlist
 from tests.fixtures.slurm_cluster import KUBE_NODE_OF
@@ -27,7 +27,7 @@ from tests.fixtures.slurm_cluster import KUBE_NODE_OF
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-JOB_SCRIPT = REPO_ROOT / "gpufleet" / "localenv" / "jobs" / "checkpoint_job.sh"
+JOB_SCRIPT = REPO_ROOT / "localenv" / "jobs" / "checkpoint_job.sh"
 
 STEPS = 40
 STEP_SECONDS = 0.1

@@ -15,7 +15,7 @@ from pathlib import Path
 import jwt
 import pytest
 
-from gpufleet.localenv.slurm import SPARE_REASON, LocalSlurm
+from localenv.slurm import SPARE_REASON, LocalSlurm
 from gpufleet.waiting import wait_for
 from reconciler.adapters.slurm import SlurmError, make_client
 from reconciler.adapters.slurm.scontrol import SlurmCLI
@@ -294,7 +294,7 @@ def test_demo_training_job_runs_inside_the_slurm_root(slurm_fresh: LocalSlurm, s
                                                       tmp_path: Path) -> None:
     """The demo's train.py (stdlib only) runs with the root's python3 as a batch job and gets the
     same weights as the host's reference run."""
-    from gpufleet.localenv import train
+    from localenv import train
 
     run = tmp_path / "run"
     run.mkdir()

@@ -10,7 +10,7 @@ import pytest
 
 from fleetspec import labels, parse_fleet
 from reconciler.errors import TemporaryError
-from gpufleet.localenv.fake_nodes import pool_node
+from localenv.fake_nodes import pool_node
 from reconciler.core.phases import Phase
 from reconciler.adapters.records import MemoryRecordStore, to_object
 from reconciler.runtime.controller import Runtime

@@ -9,7 +9,7 @@ import httpx
 import jwt
 import pytest
 
-from gpufleet.localenv.slinky_standin import POD_HOSTNAME_LABEL, NodeSetDef, pod_manifest
+from localenv.slinky_standin import POD_HOSTNAME_LABEL, NodeSetDef, pod_manifest
 from reconciler.adapters.slurm import SlurmError
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile, token_expiry
 

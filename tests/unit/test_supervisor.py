@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from gpufleet.localenv.supervisor import Proc, Supervisor, SupervisorError
+from localenv.supervisor import Proc, Supervisor, SupervisorError
 
 # Listens on PORT (its health); on SIGTERM closes the socket at once but takes 1.5 s to exit, like an
 # API server draining; with CHILD=1 it first starts a grandchild in a session of its own that ignores TERM.

@@ -3,7 +3,7 @@
 and runs a slurmd for each (`slinky_standin.py`), the checkpoint folder, and the system pool.
 
 The system pool is real kubelet nodes (``kubelet_nodes`` > 0, what `gpufleet local up` starts: one
-per reconciler replica, :mod:`gpufleet.localenv.node`), on which `pulumi up` of the local stack runs
+per reconciler replica, :mod:`localenv.node`), on which `pulumi up` of the local stack runs
 the reconciler's Deployment as real pods from the project's image; or one kwok node per replica
 (``kubelet_nodes=0``), with the reconciler as a host process (:meth:`LocalEnv.start_reconciler`, a
 developer's option) using the same code and the policy the stack rendered.
@@ -22,14 +22,14 @@ from kubernetes.client.exceptions import ApiException
 
 from fleetspec.models import FleetSpec
 from fleetspec.placement import worker_selector, worker_tolerations
-from gpufleet.localenv import fake_nodes
+from localenv import fake_nodes
 
 from gpufleet.paths import PROJECT_DIR, TOOLS_BIN, local_dir
-from gpufleet.localenv.control_plane import DEFAULT_PORTS, LocalKube
-from gpufleet.localenv.node import SystemNodes
-from gpufleet.localenv.slinky_standin import NodeSetDef, StandInConfig
-from gpufleet.localenv.slurm import LocalSlurm, free_port_block
-from gpufleet.localenv.supervisor import Proc, Supervisor, SupervisorError
+from localenv.control_plane import DEFAULT_PORTS, LocalKube
+from localenv.node import SystemNodes
+from localenv.slinky_standin import NodeSetDef, StandInConfig
+from localenv.slurm import LocalSlurm, free_port_block
+from localenv.supervisor import Proc, Supervisor, SupervisorError
 
 SLURM_PORTS = {"ctld": 26817, "rest": 26820}
 RECONCILER, STANDIN = "reconciler", "slinky-standin"  # host processes: <root>/<name>.pid and .log
@@ -201,7 +201,7 @@ class LocalEnv:
 
     def reconciler_pods(self) -> list[dict]:
         """The reconciler's pods as the API server sees them (empty when it does not answer)."""
-        from gpufleet.localenv.pods import reconciler_pods
+        from localenv.pods import reconciler_pods
 
         try:
             return reconciler_pods(self.kube.core_v1(), self.spec.healing.reconciler.namespace)
@@ -249,7 +249,7 @@ class LocalEnv:
                    "cpus_per_node": slurm.cpus_per_node, "real_memory_mb": slurm.real_memory_mb,
                    "cluster_name": slurm.cluster_name},
         ).write(self.standin_config)
-        argv = [sys.executable, "-m", "gpufleet.localenv.slinky_standin", "--config", str(self.standin_config)]
+        argv = [sys.executable, "-m", "localenv.slinky_standin", "--config", str(self.standin_config)]
         return self._start_host(Proc(STANDIN, argv, _up, cwd=PROJECT_DIR))
 
     def standin_running(self) -> bool:

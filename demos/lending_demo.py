@@ -16,8 +16,8 @@ from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
 from fleetspec.placement import borrower_placement
 
-from gpufleet.demo import bring_up, say, submit_training
-from gpufleet.localenv.env import LocalEnv
+from demos.demo import bring_up, say, submit_training
+from localenv.env import LocalEnv
 from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
 
@@ -216,7 +216,7 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
         if record.phase.value != "Succeeded":
             raise RuntimeError(f"the heal ended {record.phase.value}: {record.reason}")
         if job is not None and record.jobs:
-            from gpufleet.demo import kube_node_of
+            from demos.demo import kube_node_of
 
             again = wait_for("the requeued job to run again", running, timeout,
                              explain=lambda: state_of(env, kube, spare_pool, part.name, job))

@@ -1,4 +1,8 @@
-"""`gpufleet local up | down | status`: the embedded default environment on this machine."""
+"""The local environment's commands: `gpufleet local up | down | status` and `gpufleet demo`.
+
+They reach the CLI through its one plugin hook (:func:`gpufleet.cli.load_plugins` calls :func:`register`),
+and only where this package is importable: a development checkout. The wheel and the images ship neither
+this package nor these commands."""
 from __future__ import annotations
 
 import json
@@ -7,16 +11,21 @@ from typing import Optional
 
 import typer
 
-from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
+from gpufleet.console import EXIT_FAILED, _err, load_spec
 
 local = typer.Typer(help="The local environment: control plane, fake GPU nodes (kwok), real Slurm.",
                     no_args_is_help=True)
-app.add_typer(local, name="local")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `gpufleet local` and `gpufleet demo` to the CLI (the plugin hook's entry)."""
+    app.add_typer(local, name="local")
+    app.command()(demo)
 
 
 def make_env(stack: str = "local", file: Optional[Path] = None, kubelet: bool = False):
     """The environment; with ``kubelet`` its system pool is real kubelet nodes, one per reconciler replica."""
-    from gpufleet.localenv.env import LocalEnv
+    from localenv.env import LocalEnv
 
     spec = load_spec(stack, file)
     if spec.cluster.kind != "local":
@@ -33,8 +42,8 @@ def local_up(stack: str = typer.Option("local", "--stack", "-s"),
                                                "reconciler as a host process.")) -> None:
     """Start etcd, the API server, controller manager, scheduler, kwok, the fake GPU nodes, the kubelet nodes
     and Slurm (idempotent)."""
-    from gpufleet.localenv.supervisor import SupervisorError
-    from gpufleet.localenv.slurm import LocalSlurmError
+    from localenv.supervisor import SupervisorError
+    from localenv.slurm import LocalSlurmError
 
     env = make_env(stack, kubelet=kubelet)
     try:
@@ -93,7 +102,7 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
     if not healthy:
         raise typer.Exit(EXIT_FAILED)
 
-@app.command()
+
 def demo(
     keep: bool = typer.Option(False, "--keep", help="Reuse the running environment instead of starting clean."),
     xid: int = typer.Option(79, help="XID to inject."),
@@ -105,8 +114,8 @@ def demo(
 ) -> None:
     """The main job: local up, pulumi up, a training job, an XID 79, and the fleet healing itself
     (`--lending`: idle spares and nodes serving inference, and taken back)."""
-    from gpufleet.demo import run_demo
-    from gpufleet.lending_demo import run_lending_demo
+    from demos.demo import run_demo
+    from demos.lending_demo import run_lending_demo
     from gpufleet.stack import PulumiError, Stack
 
     env = make_env("local", kubelet=kubelet)
@@ -120,28 +129,3 @@ def demo(
         raise typer.Exit(EXIT_FAILED)
     if tl.outcome != "Succeeded":
         raise typer.Exit(EXIT_FAILED)
-
-
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s", help="The environment.")) -> None:
-    """Run the pulumi CLI for a stack with gpufleet's environment (built tools, PULUMI_HOME, the local
-    backend and passphrase for `local`): `gpufleet pulumi -s local up`."""
-    import os
-
-    from gpufleet.stack import PulumiError, Stack, pulumi_binary
-
-    try:
-        binary = pulumi_binary()
-    except PulumiError as e:
-        _err(str(e))
-        raise typer.Exit(EXIT_FAILED)
-    st = Stack(stack)
-    args = list(ctx.args)
-    if args and args[0] not in ("stack", "login", "logout", "plugin", "version", "whoami", "about"):
-        args += ["--stack", stack]
-    try:
-        env = st.env()
-    except PulumiError as e:
-        _err(str(e))
-        raise typer.Exit(EXIT_INVALID)
-    os.execve(binary, [binary, *args, "--cwd", str(st.project_dir)], env)

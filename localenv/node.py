@@ -15,9 +15,9 @@ Measured on this machine kind (Debian 12, root without CAP_SYS_RESOURCE, cgroup 
 * pods use their node's network (hostNetwork): no pod network is set up; the CNI configuration is a
   loopback-only network so that the runtime reports its network ready. Probes name ``host: 127.0.0.1``.
 
-Each node has a network namespace of its own (:mod:`gpufleet.localenv.netns`: its own loopback, so the
+Each node has a network namespace of its own (:mod:`localenv.netns`: its own loopback, so the
 two reconciler replicas can both bind the metrics port, as on two machines), where the API server
-answers on 127.0.0.1 through :mod:`gpufleet.localenv.loopback_bridge`. The local environment runs one
+answers on 127.0.0.1 through :mod:`localenv.loopback_bridge`. The local environment runs one
 node per reconciler replica.
 """
 from __future__ import annotations
@@ -38,11 +38,11 @@ import yaml
 
 from fleetspec import labels
 
-from gpufleet.localenv import netns
-from gpufleet.localenv.certs import ensure_client_cert
-from gpufleet.localenv.images import BuiltImages
-from gpufleet.localenv.control_plane import LocalKube, _http_get
-from gpufleet.localenv.supervisor import Proc, Supervisor, SupervisorError, port_free, tail
+from localenv import netns
+from localenv.certs import ensure_client_cert
+from localenv.images import BuiltImages
+from localenv.control_plane import LocalKube, _http_get
+from localenv.supervisor import Proc, Supervisor, SupervisorError, port_free, tail
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -108,7 +108,7 @@ class KubeletNode:
         ns = netns.prefix(self.netns)
         api_port = self.kube.apiserver_port
         bridge = Proc(self.bridge_name,
-                      [sys.executable, "-m", "gpufleet.localenv.loopback_bridge", "--netns", self.netns,
+                      [sys.executable, "-m", "localenv.loopback_bridge", "--netns", self.netns,
                        "--port", str(api_port), *(a for p in self.relay_ports for a in ("--port", str(p)))],
                       lambda: netns.run_in(self.netns, lambda: not port_free(api_port)),
                       f"127.0.0.1:{api_port} in netns {self.netns}", env=env, cwd=self.workdir)
@@ -209,7 +209,7 @@ class KubeletNode:
                     "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
                     "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
         cri = 'plugins."io.containerd.grpc.v1.cri"'
-        (wd / "containerd.toml").write_text(f'''# Written by gpufleet/localenv/node.py: this node's own containerd.
+        (wd / "containerd.toml").write_text(f'''# Written by localenv/node.py: this node's own containerd.
 version = 2
 root = "{ctd / 'root'}"
 state = "{ctd / 'state'}"
@@ -378,7 +378,7 @@ class SystemNodes:
         if shutil.which("containerd") is None:
             raise NodeError("containerd is missing: run scripts/install-containers.sh")
         if self.images is None:
-            from gpufleet.localenv.images import ImagesError, build
+            from localenv.images import ImagesError, build
 
             if self.progress:
                 self.progress("[local] images: scripts/build-images.sh (seconds when this tree's images are built)")

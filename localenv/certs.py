@@ -1,4 +1,4 @@
-"""PKI for the local Kubernetes control plane (see :mod:`gpufleet.localenv.kube`).
+"""PKI for the local Kubernetes control plane (see :mod:`localenv.kube`).
 
 Everything is generated once with ``cryptography`` and reused on later runs:
 

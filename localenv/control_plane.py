@@ -2,13 +2,13 @@
 
 :class:`LocalKube` runs etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok as detached background processes on 127.0.0.1 through
-the local environment's :class:`~gpufleet.localenv.supervisor.Supervisor` (pid
+the local environment's :class:`~localenv.supervisor.Supervisor` (pid
 files in ``<workdir>/run/``, logs in ``<workdir>/logs/``), so :meth:`LocalKube.up`
 returns while they run and a later :meth:`LocalKube.down` (from this or another
 process) stops them.
 
 The binaries come from ``scripts/build-kube.sh`` (linked into ``.tools/bin``).
-Certificates are generated once (:mod:`gpufleet.localenv.certs`) and reused;
+Certificates are generated once (:mod:`localenv.certs`) and reused;
 the admin kubeconfig is ``<workdir>/kubeconfig`` with context ``gpufleet-local``.
 
 Nodes are fake: :meth:`LocalKube.create_fake_node` creates a Node annotated
@@ -18,7 +18,7 @@ pods bound to it to Running (and deletes them when they are deleted).
 
 Command line (workdir defaults to ``<repo>/.local/kube``)::
 
-    python -m gpufleet.localenv.control_plane up|down|status [--workdir DIR] [--bin-dir DIR]
+    python -m localenv.control_plane up|down|status [--workdir DIR] [--bin-dir DIR]
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ from typing import Any
 
 import yaml
 
-from gpufleet.localenv.certs import PKI, ensure_pki
-from gpufleet.localenv.supervisor import Proc, Supervisor, SupervisorError, tail
+from localenv.certs import PKI, ensure_pki
+from localenv.supervisor import Proc, Supervisor, SupervisorError, tail
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BIN_DIR = REPO_ROOT / ".tools" / "bin"
 DEFAULT_WORKDIR = REPO_ROOT / ".local" / "kube"
 DEFAULT_STAGES_DIR = REPO_ROOT / "tools" / "kube" / "kwok" / "stages"
@@ -524,7 +524,7 @@ def _http_get(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpufleet.localenv.control_plane", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m localenv.control_plane", description=__doc__.split("\n")[0])
     ap.add_argument("action", choices=["up", "down", "status"])
     ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     ap.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN_DIR)

@@ -17,8 +17,8 @@ from typing import Callable
 
 from fleetspec.models import FleetSpec
 
-from gpufleet.localenv import train
-from gpufleet.localenv.env import LocalEnv
+from localenv import train
+from localenv.env import LocalEnv
 from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
 
@@ -61,7 +61,7 @@ def bring_up(spec: FleetSpec, env: LocalEnv, stack: Stack, *, total: int, fresh:
     Kube adapter, a liveness check of the reconciler, and where its log is."""
     from reconciler.adapters.kube import Kube
 
-    from gpufleet.localenv.pods import reconciler_pods, wait_reconciler_pods_ready
+    from localenv.pods import reconciler_pods, wait_reconciler_pods_ready
 
     out(f"[1/{total}] local environment: control plane, {sum(p.nodes + p.spares for p in spec.pools)} fake GPU "
         f"nodes, Slurm")

@@ -31,7 +31,7 @@ Level-based: each pass compares what is with what should be, so a missed event h
 Never imported by ``reconciler/``: the reconciler meets the operator only through Kubernetes
 and Slurm, as in production.
 
-Run as a process: ``python -m gpufleet.localenv.slinky_standin --config FILE`` (LocalEnv writes
+Run as a process: ``python -m localenv.slinky_standin --config FILE`` (LocalEnv writes
 the file and supervises the process).
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.localenv.slurm import LocalSlurm
+from localenv.slurm import LocalSlurm
 
 log = logging.getLogger("slinky-standin")
 

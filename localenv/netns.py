@@ -3,7 +3,7 @@
 Pods on a node share the node's network (hostNetwork), and the reconciler's replicas each bind the
 metrics port, so two nodes on one host cannot share the host's network. Each node gets a namespace
 with loopback only (plus, on it, the address its kubelet reports; nothing is sent to it), and
-:mod:`gpufleet.localenv.loopback_bridge` makes the control plane's loopback ports (the API server)
+:mod:`localenv.loopback_bridge` makes the control plane's loopback ports (the API server)
 answer on the node's loopback, as they would on a control-plane node.
 """
 from __future__ import annotations

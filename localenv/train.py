@@ -5,8 +5,8 @@ requeue), and resumes from the last checkpoint when started again. Every step is
 function of the step number and the weights, so an interrupted-and-resumed run ends with
 exactly the same weights as an uninterrupted one: that is how the demo proves no step was lost.
 
-    python -m gpufleet.localenv.train --dir /checkpoints/run1 [--steps 300] [--every 10] [--delay 0.05]
-    python -m gpufleet.localenv.train --reference --steps 300   # the uninterrupted result, in-process
+    python -m localenv.train --dir /checkpoints/run1 [--steps 300] [--every 10] [--delay 0.05]
+    python -m localenv.train --reference --steps 300   # the uninterrupted result, in-process
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Stands in for the network between a local kubelet node and the control plane.
 
 On a cluster, a node reaches the API server over the network. A local node lives in a network
-namespace of its own (:mod:`gpufleet.localenv.netns`), and the API server listens on the host's
+namespace of its own (:mod:`localenv.netns`), and the API server listens on the host's
 loopback only, so this process listens on the node's 127.0.0.1:PORT and relays each connection to the
 host's 127.0.0.1:PORT. No address outside loopback is used.
 
-    python -m gpufleet.localenv.loopback_bridge --netns NAME --port 26443 [--port ...]
+    python -m localenv.loopback_bridge --netns NAME --port 26443 [--port ...]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 
-from gpufleet.localenv.netns import CLONE_NEWNET, path
+from localenv.netns import CLONE_NEWNET, path
 
 
 def listen_in_netns(name: str, port: int) -> socket.socket:
@@ -80,7 +80,7 @@ async def serve(name: str, ports: list[int]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpufleet.localenv.loopback_bridge", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m localenv.loopback_bridge", description=__doc__.split("\n")[0])
     ap.add_argument("--netns", required=True)
     ap.add_argument("--port", type=int, action="append", required=True)
     args = ap.parse_args(argv)
