@@ -237,8 +237,6 @@ def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s
     from gpufleet.preflight import preflight_before_up
     from gpufleet.stack import PulumiError, Stack, pulumi_binary
 
-    if ctx.args[:1] == ["up"] and not skip_preflight:
-        preflight_before_up(stack)
 
     try:
         binary = pulumi_binary()
@@ -254,4 +252,6 @@ def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s
     except PulumiError as e:
         _err(str(e))
         raise typer.Exit(EXIT_INVALID)
+    if ctx.args[:1] == ["up"] and not skip_preflight:
+        preflight_before_up(stack)
     os.execve(binary, [binary, *args, "--cwd", str(st.project_dir)], env)

@@ -97,6 +97,7 @@ def test_pulumi_up_of_a_real_stack_stops_when_preflight_fails(monkeypatch):
     monkeypatch.setattr(pf, "run_preflight", lambda spec, path, ctx: pf.evaluate(spec, pf.ClusterFacts()))
     monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("pulumi ran despite a failed preflight"))
     monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("PULUMI_BACKEND_URL", "s3://example-state")
     r = CliRunner().invoke(app, ["pulumi", "-s", "prod", "up", "--yes"])
     assert r.exit_code == 1, r.output
     assert "MISSING  cert-manager" in r.output and "`pulumi up` not run" in r.output
