@@ -97,10 +97,12 @@ def topology_yaml(spec: FleetSpec) -> str | None:
 def config_files(spec: FleetSpec) -> dict[str, str]:
     """The files of the Controller's configFileRefs ConfigMap. The operator's webhook refuses
     slurm.conf and slurmdbd.conf there and warns for a file Slurm does not know."""
-    files = {"gres.conf": gres_conf(spec)}
+    files = {"gres.conf": spec.slurm.gres_conf if spec.slurm.gres_conf is not None else gres_conf(spec)}
     topo = topology_yaml(spec)
     if topo:
         files["topology.yaml"] = topo
+    if spec.slurm.cgroup_conf is not None:  # the operator then writes none (controller_config.go hasCgroupConfFile)
+        files["cgroup.conf"] = spec.slurm.cgroup_conf
     bad = [f for f in files if f in RESERVED_CONFIG_FILES or f not in KNOWN_CONFIG_FILES]
     if bad:
         raise ValueError(f"config files {bad} are reserved for the operator or unknown to Slurm")

@@ -415,6 +415,12 @@ class SlurmSpec(Strict):
         2, description="slurm.conf ReturnToService, declared by the stack (the operator sets none since 1.2.0, and "
         "Slurm's default is 0). 2: a DOWN node whose slurmd registers again takes jobs, so a NodeSet pod that comes "
         "back to the same node (a loan taken back, a rolling update) is usable; a DRAIN stays.")
+    gres_conf: str | None = Field(
+        None, description="gres.conf among the Controller's config files; default: gpufleet's, `AutoDetect=nvidia` "
+        "(slurmd finds the GPUs itself). A cluster without GPU devices declares its own.")
+    cgroup_conf: str | None = Field(
+        None, description="cgroup.conf among the Controller's config files; default: the operator's own "
+        "(CgroupPlugin=cgroup/v2, IgnoreSystemd=yes). `CgroupPlugin=disabled` where nodes have no cgroup2 mount.")
     extra_conf: list[SlurmConfLine] = Field(
         default_factory=list, description="More slurm.conf lines (`Key=Value`), appended to the Controller's "
         "extraConf in every environment that declares them.")
