@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from fleetspec import labels
 from fleetspec.models import FleetSpec, MariaDbDatabase
 
 from .meta import metadata, resources
@@ -40,7 +41,7 @@ RESTAPI_NAME = CLUSTER
 RESTAPI_SERVICE = f"{RESTAPI_NAME}-restapi"
 RESTAPI_PORT = 6820
 LOGIN_PORT = 22
-TOPOLOGY = "default"  # the block topology of topology.yaml; nodes join it as `default:<block>`
+TOPOLOGY = labels.SLURM_TOPOLOGY  # the block topology of topology.yaml; nodes join it as `blocks:<block>`
 TOKEN_NAME = "gpufleet-reconciler"
 TOKEN_SECRET = "gpufleet-reconciler-slurm-token"
 TOKEN_KEY = "SLURM_JWT"
@@ -79,17 +80,24 @@ def gres_conf(spec: FleetSpec) -> str:
 
 
 def topology_yaml(spec: FleetSpec) -> str | None:
-    """topology.yaml (Slurm 26.05 topology.yaml(5)): one block topology whose blocks are the pools'
-    `topology_block`s, empty: the nodes join at run time. slurm-operator v1.2.1 copies a Kubernetes
-    node's `topology.slinky.slurm.net/spec` annotation (`default:<block>`, which gpufleet's membership
-    sets on a pool's nodes) to the Slurm node of each NodeSet pod there (nodeset_sync.go
-    syncSlurmTopology); Slurm's topology/block accepts only blocks declared here. None when no pool
-    declares a block."""
-    blocks = sorted({p.topology_block for p in spec.pools if p.topology_block})
+    """topology.yaml (Slurm 26.05 topology.yaml(5)): a flat default, and a block topology whose blocks are
+    the pools' `topology_block`s, empty: the nodes join at run time. slurm-operator v1.2.1 copies a
+    Kubernetes node's `topology.slinky.slurm.net/spec` annotation (`blocks:<block>`, which gpufleet's
+    membership sets on a pool's nodes) to the Slurm node of each NodeSet pod there (nodeset_sync.go
+    syncSlurmTopology); Slurm's topology/block accepts only blocks declared here
+    (plugins/topology/block topology_p_add_rm_node). A partition whose pools all sit in blocks uses
+    it (`Topology=blocks`); the others stay flat. The base block size is the smallest block's node count
+    (slurmctld refuses empty blocks without one). None when no pool declares a block."""
+    sizes: dict[str, int] = {}
+    for p in spec.pools:
+        if p.topology_block:
+            sizes[p.topology_block] = sizes.get(p.topology_block, 0) + p.nodes
+    blocks = sorted(sizes)
     if not blocks:
         return None
-    lines = ["# gpufleet: the pools' network blocks; nodes join them at run time (Topology=default:<block>)",
-             f"- topology: {TOPOLOGY}", "  cluster_default: true", "  block:", "    blocks:"]
+    lines = ["# gpufleet: the pools' network blocks; nodes join them at run time (Topology=blocks:<block>)",
+             "- topology: flat", "  cluster_default: true", "  flat: true",
+             f"- topology: {TOPOLOGY}", "  block:", f"    block_sizes: [{max(1, min(sizes.values()))}]", "    blocks:"]
     lines += [f"      - block: {b}" for b in blocks]
     return "\n".join(lines) + "\n"
 
@@ -138,6 +146,8 @@ def controller_extra_conf(spec: FleetSpec) -> str:
             line += " Default=YES"
         if part.max_time:
             line += f" MaxTime={part.max_time}"
+        if all(spec.pool(p).topology_block for p in part.pools):
+            line += f" Topology={TOPOLOGY}"  # topology.yaml's blocks
         lines.append(line)
     lines += slurm.extra_conf
     return "\n".join(lines) + "\n"

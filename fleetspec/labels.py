@@ -47,9 +47,9 @@ KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>
 
 # On a Kubernetes node: its Slurm dynamic topology ("<topology>:<unit>"), which slurm-operator 1.2.1 gives the
 # Slurm node of each NodeSet pod there (api/v1beta1/well_known.go AnnotationNodeTopologySpec). gpufleet's
-# membership sets it from the pool's topology_block: "default:<block>" (components/slinky.py topology_yaml).
+# membership sets it from the pool's topology_block: "blocks:<block>" (components/slinky.py topology_yaml).
 SLINKY_TOPOLOGY_SPEC = "topology.slinky.slurm.net/spec"
-SLURM_TOPOLOGY = "default"
+SLURM_TOPOLOGY = "blocks"
 
 # Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)
 SLINKY_POD_HOSTNAME = "nodeset.slinky.slurm.net/pod-hostname"

@@ -186,8 +186,12 @@ def test_gres_and_topology_files_are_ones_the_webhook_knows():
     assert set(data) == {"gres.conf", "topology.yaml"}
     assert "AutoDetect=nvidia" in data["gres.conf"] and "nvml" not in data["gres.conf"]
     topo = yaml.safe_load(data["topology.yaml"])
-    assert topo == [{"topology": "default", "cluster_default": True,
-                     "block": {"blocks": [{"block": "block-a"}, {"block": "block-b"}]}}]
+    assert topo == [{"topology": "flat", "cluster_default": True, "flat": True},
+                    {"topology": "blocks", "block": {"block_sizes": [128],
+                                                      "blocks": [{"block": "block-a"}, {"block": "block-b"}]}}]
+    extra = MOCKS.named(CR + "Controller", "slurm").inputs["spec"]["extraConf"]
+    assert "PartitionName=train Nodes=h100-a,h100-b State=UP Default=YES Topology=blocks" in extra
+    assert "PartitionName=infer Nodes=l40s State=UP MaxTime=1-00:00:00\n" in extra  # no block: flat
     doc = _spec_doc("staging")
     for pool in doc["pools"]:
         pool.pop("topology_block", None)
