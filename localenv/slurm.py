@@ -215,6 +215,7 @@ class NodeSpec:
     drained_reason: str | None = None
     wanted: bool = True  # False once stop_node() ran
     conf: str = ""  # the slurmd --conf the operator gives the NodeSet's pods (slinky_conf.slurmd_conf)
+    host: str = ""  # the Kubernetes node of the pod this slurmd stands for (the stand-in's note)
 
 
 class LocalSlurm:
@@ -722,7 +723,7 @@ class LocalSlurm:
             time.sleep(0.2)
 
     def start_node(self, name: str, nodeset: str, comment: Mapping | None = None,
-                   drained_reason: str | None = None, conf: str = "") -> None:
+                   drained_reason: str | None = None, conf: str = "", host: str = "") -> None:
         """Start a slurmd for Slurm node `name` in `nodeset` (as a NodeSet pod does), wait until
         it registered, then write `comment` (JSON, as the operator does) and, with
         `drained_reason`, drain it with that reason. For a node whose slurmd runs already only a
@@ -731,12 +732,14 @@ class LocalSlurm:
         if nodeset not in self.nodesets:
             raise ValueError(f"nodeset {nodeset!r} is in no partition ({self.nodesets})")
         old = self.node_spec(name)
-        spec = NodeSpec(name, nodeset, old.port if old else free_port(), dict(comment or {}), drained_reason, conf=conf)
+        spec = NodeSpec(name, nodeset, old.port if old else free_port(), dict(comment or {}), drained_reason, conf=conf,
+                        host=host)
         if old is not None and old.wanted and self._running(self._slurmd(old)) is not None:
             # Runs already: only a new comment is written (its drain is Slurm's business now).
             if comment is not None and dict(comment) != old.comment:
                 self.scontrol("update", f"NodeName={name}", f"Comment={json.dumps(comment, separators=(',', ':'))}")
-                self._save_spec(NodeSpec(name, old.nodeset, old.port, dict(comment), old.drained_reason, conf=old.conf))
+                self._save_spec(NodeSpec(name, old.nodeset, old.port, dict(comment), old.drained_reason, conf=old.conf,
+                                         host=old.host))
             return
         self._save_spec(spec)
         (self.node_dir(name) / "spool").mkdir(parents=True, exist_ok=True)
