@@ -181,7 +181,7 @@ def test_gpu_pools_update_one_node_at_a_time(env):
 
 
 def test_gres_and_topology_files_are_ones_the_webhook_knows():
-    spec = build("prod")
+    build("prod")
     data = MOCKS.named("kubernetes:core/v1:ConfigMap", "slurm-config-files").inputs["data"]
     assert set(data) == {"gres.conf", "topology.yaml"}
     assert "AutoDetect=nvidia" in data["gres.conf"] and "nvml" not in data["gres.conf"]
