@@ -19,7 +19,6 @@ from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
 from localenv.env import LocalEnv
 from localenv.slinky_standin import POD_PROTECT_LABEL, TERMINATING_REASON
-from reconciler.adapters.kube import Kube
 from reconciler.adapters.records import KubeRecordStore
 from reconciler.adapters.slurm.scontrol import SlurmCLI
 from reconciler.core.phases import Phase
