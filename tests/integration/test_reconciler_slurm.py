@@ -24,7 +24,7 @@ POOL = "kgpu"  # Kubernetes: kgpu-0, kgpu-1, kgpu-spare-0; Slurm: gpu-a-0, gpu-a
 
 def nodeset_pod(slurm_name: str, node: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"slurm-worker-{slurm_name}", "namespace": "default",
+            "metadata": {"name": slurm_name, "namespace": "default",
                          "labels": {labels.SLINKY_POD_HOSTNAME: slurm_name, "app.kubernetes.io/name": "slurmd"}},
             "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
                      "containers": [{"name": "slurmd", "image": "ghcr.io/slinkyproject/slurmd:26.05"}]}}
@@ -33,9 +33,9 @@ def nodeset_pod(slurm_name: str, node: str) -> dict:
 def place(api, slurm_name: str, node: str) -> None:
     core = client.CoreV1Api(api)
     try:
-        core.delete_namespaced_pod(f"slurm-worker-{slurm_name}", "default", grace_period_seconds=0)
+        core.delete_namespaced_pod(slurm_name, "default", grace_period_seconds=0)
         for _ in range(50):
-            core.read_namespaced_pod(f"slurm-worker-{slurm_name}", "default")
+            core.read_namespaced_pod(slurm_name, "default")
             time.sleep(0.1)
     except ApiException as e:
         assert e.status == 404
