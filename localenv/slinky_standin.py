@@ -26,7 +26,7 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
   (namespace, podName, node, nodeSetName, nodeSetUID); when it changes and the old one named a
   Kubernetes node, the Slurm node is set IDLE (which clears DRAIN and DOWN). A pod back on the same
   node with the same name changes nothing, so a DOWN stays (ReturnToService is the stack's business).
-* **Cordon** (nodeset_sync.go syncCordon, slurmcontrol.go MakeNodeDrain/MakeNodeUndrain,
+* **Cordon** (nodeset_sync.go syncCordon and syncPodUncordon, slurmcontrol.go MakeNodeDrain/MakeNodeUndrain,
   IsNodeReasonOurs, IsNodeDownForUnresponsive): nothing when the Slurm node's reason is someone
   else's (not empty, not `slurm-operator: `) or it is DOWN for `Not responding`; else a cordoned
   Kubernetes node cordons the pod (annotation nodeset.slinky.slurm.net/pod-cordon) and drains the
@@ -403,7 +403,16 @@ class SlinkyStandIn:
             if node is None or st is None:
                 continue
             self._sync_cordon(pod, node, st)
-            self._sync_topology(pod, node, st)
+        slurm = self._slurm_nodes()
+        for name, (_, pod) in sorted(running.items()):  # syncNodeSetPods -> doPodProcessing -> syncPodUncordon
+            node = nodes.get(pod.spec.node_name)
+            if node is not None and name in slurm:
+                self._sync_pod_uncordon(pod, node, slurm[name])
+        slurm = self._slurm_nodes()
+        for name, (_, pod) in sorted(running.items()):
+            node = nodes.get(pod.spec.node_name)
+            if node is not None and name in slurm:
+                self._sync_topology(pod, node, slurm[name])
         slurm = self._slurm_nodes()
         for name, (nsr, pod) in sorted(running.items()):
             if name in slurm and self._ready(pod):
@@ -441,11 +450,24 @@ class SlinkyStandIn:
         elif cordoned:
             self._drain(name, st, f"Pod ({ref}) was cordoned", override=False)
         else:
-            if (pod.metadata.annotations or {}).get(POD_CORDON_ANNOTATION):
-                self._annotate_pod(pod, POD_CORDON_ANNOTATION, None)
-            if "DRAIN" in states and "UNDRAIN" not in states:
-                log.info("Slurm node %s: undrain (pod %s uncordoned, reason was %r)", name, ref, reason)
-                self.slurm.set_node_state(name, "UNDRAIN", PREFIX + f"Pod ({ref}) was uncordoned")
+            self._uncordon_and_undrain(pod, st, f"Pod ({ref}) was uncordoned")
+
+    def _sync_pod_uncordon(self, pod: Any, node: Any, st: dict) -> None:
+        """syncPodUncordon() (for the pods an update keeps): on a schedulable node, with an empty or own
+        reason, the pod is uncordoned and its Slurm node undrained."""
+        if node.spec.unschedulable or not reason_is_ours(st.get("reason", "")):
+            return
+        self._uncordon_and_undrain(pod, st, "")
+
+    def _uncordon_and_undrain(self, pod: Any, st: dict, reason: str) -> None:
+        """makePodUncordonAndUndrain(); MakeNodeUndrain(): UNDRAIN only a DRAIN, its reason prefixed (or empty)."""
+        if (pod.metadata.annotations or {}).get(POD_CORDON_ANNOTATION):
+            self._annotate_pod(pod, POD_CORDON_ANNOTATION, None)
+            pod.metadata.annotations.pop(POD_CORDON_ANNOTATION, None)
+        states = set(st.get("state", []))
+        if "DRAIN" in states and "UNDRAIN" not in states:
+            log.info("Slurm node %s: undrain (was %r)", pod.metadata.name, st.get("reason", ""))
+            self.slurm.set_node_state(pod.metadata.name, "UNDRAIN", PREFIX + reason if reason else None)
 
     def _drain(self, name: str, st: dict, reason: str, override: bool) -> None:
         """MakeNodeDrain(): the operator's prefix; a reason already there is kept unless `override`."""

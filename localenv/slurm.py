@@ -74,9 +74,10 @@ MUNGE_SOCKET_IN_ROOT = "/run/munge/munge.socket.2"
 # Client tools wrapped in <workdir>/bin.
 TOOLS = ("scontrol", "squeue", "sinfo", "sbatch", "scancel", "srun", "sacct", "sprio", "sdiag")
 
-# sinfo %T long states of a node whose slurmd registered and answers.
+# sinfo %T long states of a node whose slurmd registered and answers ("down" without "*": a DOWN node
+# whose slurmd answers, e.g. registered again under ReturnToService=0).
 _UP_STATES = {"idle", "allocated", "mixed", "completing", "drained", "draining",
-              "reserved", "planned"}
+              "reserved", "planned", "down"}
 
 
 class LocalSlurmError(RuntimeError):
