@@ -41,7 +41,8 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
 * **Topology** (nodeset_sync.go syncSlurmTopology): the Kubernetes node's topology.slinky.slurm.net/spec
   annotation onto the pod and the Slurm node's topology.
 * **When**: like the operator's NodeSet controller, the steps that read Slurm run when a NodeSet's
-  objects (the NodeSet, its pods, their nodes) change, or `RESYNC_SECONDS` after its last sync
+  objects change (the NodeSet, any update of its pods, a cordon or a metadata change of their nodes:
+  eventhandler/eventhandler_pod.go, eventhandler_node.go), or `RESYNC_SECONDS` after its last sync
   (nodeset_sync.go: every NodeSet is requeued 30 s later); Slurm changes alone trigger nothing sooner.
 * **Tokens** (controller/token): the Secret `spec.secretRef` holding a JWT for `spec.username`,
   signed with the key slurmctld uses, renewed when a fifth of its `lifetime` is left (`refresh`).
@@ -385,8 +386,10 @@ class SlinkyStandIn:
                      if (p.metadata.labels or {}).get(INSTANCE_LABEL) == ns["metadata"]["name"])
         hosts = sorted({p.spec.node_name for p in pods.values() if p.spec.node_name
                         and (p.metadata.labels or {}).get(INSTANCE_LABEL) == ns["metadata"]["name"]})
+        # Node updates count only for a cordon or metadata change (eventhandler_node.go Update), not status heartbeats.
         data = [ns["metadata"].get("resourceVersion"), own,
-                [(h, nodes[h].metadata.resource_version) for h in hosts if h in nodes]]
+                [(h, bool(nodes[h].spec.unschedulable), nodes[h].metadata.annotations or {}, nodes[h].metadata.labels or {})
+                 for h in hosts if h in nodes]]
         return hashlib.sha256(json.dumps(data).encode()).hexdigest()
 
     def _maybe_sync_slurm(self, ns: dict, running: dict[str, tuple[dict, Any]], pods: dict[str, Any],

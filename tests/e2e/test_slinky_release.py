@@ -71,8 +71,11 @@ def test_a_loan_taken_back_ends_with_the_job_running(world):
     wait_for("the idle L40S node lent", lambda: (kube.get_node(node)["metadata"].get("labels") or {}).get(
         labels.LENT) == labels.LENT_IDLE, pool.lending.idle_after_seconds + 120, interval=1)
     wait_for("its NodeSet pod gone (the lending taint)", lambda: _pod_of(kube, "l40s-0") is None, 60, interval=0.5)
-    n = cli.node("l40s-0")
-    assert "DOWN" in n.states and n.reason == TERMINATING_REASON  # the preStop
+    # Its preStop set it DOWN with the operator's reason; under ReturnToService=2 a ping answered before slurmd
+    # exits may return it (Slurm 26.05 node_mgr.c node_did_resp), still drained for the loan: no job lands.
+    wait_for("the preStop's DOWN", lambda: (n := cli.node("l40s-0")) and n.reason in (TERMINATING_REASON,) or
+             "DOWN" in cli.node("l40s-0").states, 30, interval=0.5)
+    assert cli.node("l40s-0").drained_or_down
     job = env.slurm.sbatch("--partition=infer", "--nodes=1", "--wrap", "sleep 300")
     t0 = time.monotonic()
     nodes = wait_for("the job running on the node taken back", lambda: job_running(env, job), 180, interval=1)
@@ -114,7 +117,9 @@ def test_an_eviction_meets_the_busy_pod_pdb_and_still_heals(world):
     env.start_reconciler(policy)
     slurm_name = "h100-0"
     machine = _pod_of(kube, slurm_name).spec.node_name
-    job = env.slurm.sbatch("--partition=train", f"--nodelist={slurm_name}", "--requeue", "--wrap", "sleep 600")
+    # A job that uses its whole grace period (it ignores SIGTERM, as one still writing a checkpoint would).
+    job = env.slurm.sbatch("--partition=train", f"--nodelist={slurm_name}", "--requeue", "--wrap",
+                           "trap '' TERM; sleep 600")
     wait_for("the job running", lambda: job_running(env, job), 60, interval=0.5)
     wait_for("the pod protected", lambda: (_pod_of(kube, slurm_name).metadata.labels or {}).get(POD_PROTECT_LABEL)
              == "true", 60, interval=0.5)
