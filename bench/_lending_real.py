@@ -21,8 +21,10 @@ import threading
 import time
 from pathlib import Path
 
-from _common import Table, install_crd_and_namespace, load, machine, new_kube, pct, say, teardown
+from _output import load, machine, pct, say, Table  # noqa: E402
+from _cluster import install_crd_and_namespace, new_kube, teardown  # noqa: E402
 
+from gpufleet.waiting import wait_for
 from localenv.slurm import LocalSlurmError
 from tests.integration import test_lending as lt
 
@@ -44,14 +46,13 @@ class Bench(lt.World):
     def slurm_state(self, name: str) -> str:
         """As the test's, but waits for the Slurm node to register: here the stand-in starts its slurmd
         on its own pass, after the pod shows Running."""
-        deadline = time.monotonic() + 30
-        while True:
+        def registered() -> str | None:
             try:
-                return super().slurm_state(name)
+                return super(Bench, self).slurm_state(name)
             except LocalSlurmError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+                return None
+
+        return wait_for(f"Slurm node {name} registered", registered, 30, interval=0.2)
 
     def until(self, what: str, cond, timeout: float = 90.0):
         if not what.startswith("NodeSet pods back"):
@@ -89,17 +90,17 @@ class Bench(lt.World):
             except lt.ApiException as e:
                 if e.status != 404:
                     raise
-        deadline = time.monotonic() + 60
-        while self.core.list_namespaced_pod("default", label_selector="app.kubernetes.io/name=inference").items:
-            for p in self.core.list_namespaced_pod("default", label_selector="app.kubernetes.io/name=inference").items:
+        def gone() -> bool:
+            pods = self.core.list_namespaced_pod("default", label_selector="app.kubernetes.io/name=inference").items
+            for p in pods:
                 try:
                     self.core.delete_namespaced_pod(p.metadata.name, "default", grace_period_seconds=0)
                 except lt.ApiException as e:
                     if e.status != 404:
                         raise
-            if time.monotonic() > deadline:
-                raise TimeoutError("borrower pods still there after 60 s")
-            time.sleep(0.2)
+            return not pods
+
+        wait_for("the borrower pods gone", gone, 60, interval=0.2)
         super().reset()
 
     def reclaims_since(self, t: float) -> list[str]:
@@ -137,19 +138,21 @@ def reclaim_round(w: Bench) -> dict:
     jid = w.slurm.sbatch("-p", lt.PARTITION, "-N", "1", "--output=/dev/null", "--wrap", "sleep 600")
     t0, t_wall = time.monotonic(), time.time()
     taken = None
-    while time.monotonic() - t0 < 120:
+
+    def running() -> list[str] | None:
+        nonlocal taken
         if taken is None and len([n for n in lt.ACTIVE if w.loans().get(n) == lt.labels.LENT_IDLE]) < 2:
             taken = time.monotonic() - t0  # the lent label gone from one: the reclaim began
         out = w.slurm.run(["squeue", "-h", "-j", str(jid), "-o", "%T %N"]).stdout.split()
-        if out and out[0] == "RUNNING":
-            took = time.monotonic() - t0
-            host = w.nodeset_pods().get(out[1])
-            time.sleep(3)  # a few more passes: does a second loan go for the same one-node job?
-            return {"pending_to_running_s": took, "reclaim_began_s": taken, "slurm_node": out[1], "node": host,
-                    "idle_loans_taken_back": len(set(w.reclaims_since(t_wall))),
-                    "reclaiming_events": w.reclaims_since(t_wall), "load": load()}
-        time.sleep(0.1)
-    raise TimeoutError(f"job {jid} not running within 120 s; loans {w.loans()}")
+        return out if out and out[0] == "RUNNING" else None
+
+    out = wait_for(f"job {jid} running", running, 120, interval=0.1, explain=lambda: f"loans {w.loans()}")
+    took = time.monotonic() - t0
+    host = w.nodeset_pods().get(out[1])
+    time.sleep(3)  # a few more passes: does a second loan go for the same one-node job?
+    return {"pending_to_running_s": took, "reclaim_began_s": taken, "slurm_node": out[1], "node": host,
+            "idle_loans_taken_back": len(set(w.reclaims_since(t_wall))),
+            "reclaiming_events": w.reclaims_since(t_wall), "load": load()}
 
 
 def heal_round(w: Bench, lent: bool, pdb: bool = False) -> dict:
@@ -168,26 +171,23 @@ def heal_round(w: Bench, lent: bool, pdb: bool = False) -> dict:
         assert not w.loans(), w.loans()
     t0 = time.time()
     lt.Kube(w.api).set_condition("kwok-lend-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        rs = [r for r in w.rec.runtime.store.list() if r.node == "kwok-lend-0" and r.phase.terminal]
-        if rs:
-            r = rs[0]
-            if r.phase is not lt.Phase.SUCCEEDED:
-                raise RuntimeError(f"{r.name} ended {r.phase.value}: {r.reason}")
-            times = dict(r.phase_times)
-            m = re.search(r"waited (\d+)s for the borrowers", r.reason)
-            reclaim = (times["Resuming"] - r.reclaim_started).total_seconds() if r.reclaim_started else None
-            return {"fault_to_healthy_s": times["Succeeded"].timestamp() - t0, "record_s":
-                    (times["Succeeded"] - r.created).total_seconds(), "reclaim_wait_s": reclaim,
-                    "reason_waited_s": int(m.group(1)) if m else None, "replacement": r.replacement,
-                    "forced": "outlasted" in r.reason, "load": load()}
-        time.sleep(0.1)
-    raise TimeoutError(f"the fault was not healed within 120 s: {w.state()}")
+    r = wait_for("the fault healed", lambda: next((r for r in w.rec.runtime.store.list()
+                                                   if r.node == "kwok-lend-0" and r.phase.terminal), None),
+                 120, interval=0.1, explain=lambda: str(w.state()))
+    if r.phase is not lt.Phase.SUCCEEDED:
+        raise RuntimeError(f"{r.name} ended {r.phase.value}: {r.reason}")
+    times = dict(r.phase_times)
+    m = re.search(r"waited (\d+)s for the borrowers", r.reason)
+    reclaim = (times["Resuming"] - r.reclaim_started).total_seconds() if r.reclaim_started else None
+    return {"fault_to_healthy_s": times["Succeeded"].timestamp() - t0, "record_s":
+            (times["Succeeded"] - r.created).total_seconds(), "reclaim_wait_s": reclaim,
+            "reason_waited_s": int(m.group(1)) if m else None, "replacement": r.replacement,
+            "forced": "outlasted" in r.reason, "load": load()}
 
 
 def run(a: argparse.Namespace) -> tuple[list[Table], dict]:
-    from localenv.slurm import LocalSlurm, free_ports
+    from localenv.ports import free_ports
+    from localenv.slurm import LocalSlurm
     from tests.fixtures.slurm_cluster import build_slurm_root
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-lending-"))

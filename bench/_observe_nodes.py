@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def main(kubeconfig: str, out: str) -> int:
     from kubernetes import config
 
-    from _common import follow_nodes
+    from _watch import node_informer
 
     fault: dict[str, float] = {}
     cordon: dict[str, float] = {}
@@ -27,22 +27,29 @@ def main(kubeconfig: str, out: str) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
-    def listed(items: list[dict]) -> None:
-        before.update(n["metadata"]["name"] for n in items if (n.get("spec") or {}).get("unschedulable"))
-        print("synced", flush=True)
+    def view(node: dict) -> tuple[bool, bool]:  # (GPU fault condition, cordoned)
+        return (any(c.get("type") == "GpuHealthy" and c.get("status") == "False"
+                    for c in (node.get("status") or {}).get("conditions") or []),
+                bool((node.get("spec") or {}).get("unschedulable")))
 
-    def see(kind: str, node: dict) -> None:
-        if kind not in ("ADDED", "MODIFIED"):
+    def changed(name, old, new) -> None:
+        if new is None:
             return
-        name, now = node["metadata"]["name"], time.time()
-        if name not in fault and any(c.get("type") == "GpuHealthy" and c.get("status") == "False"
-                                     for c in (node.get("status") or {}).get("conditions") or []):
+        faulted, cordoned = new
+        if not informer.synced.is_set():  # the first list: what was cordoned before
+            if cordoned:
+                before.add(name)
+            return
+        now = time.time()
+        if faulted and name not in fault:
             fault[name] = now
-        if (node.get("spec") or {}).get("unschedulable") and name not in cordon and name not in before:
+        if cordoned and name not in cordon and name not in before:
             cordon[name] = now
 
-    api = config.new_client_from_config(config_file=kubeconfig)
-    threading.Thread(target=follow_nodes, args=(api, stop, listed, see), daemon=True).start()
+    informer = node_informer(config.new_client_from_config(config_file=kubeconfig), "observer", view, changed)
+    informer.start(stop)
+    informer.synced.wait()
+    print("synced", flush=True)
     stop.wait()
     with open(out, "w") as f:
         json.dump({"fault": fault, "cordon": cordon}, f)

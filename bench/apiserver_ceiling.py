@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    Table, create_nodes, install_crd_and_namespace, load, machine, make_spec, new_kube, pool_doc,
-    proc_cpu_seconds, say, teardown, wait_all_ready, parse_bench_args,
-)
+from _output import load, machine, parse_bench_args, say, Table  # noqa: E402
+from _fleets import make_spec, pool_doc  # noqa: E402
+from _procstats import cpu_seconds  # noqa: E402
+from _cluster import create_nodes, install_crd_and_namespace, new_kube, teardown, wait_all_ready  # noqa: E402
 
 from fleetspec import labels, remediation_crd  # noqa: E402
 
@@ -124,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(5)  # the nodes' first heartbeats settle
         for kind in KINDS:
             for t in threads:
-                cpu0 = {c: proc_cpu_seconds(p) or 0.0 for c, p in pids.items()}
+                cpu0 = {c: cpu_seconds(p) or 0.0 for c, p in pids.items()}
                 t0 = time.monotonic()
                 n = one_kind(kube.kubeconfig_path, kind, t, a.seconds, names)
                 took = time.monotonic() - t0
-                cpu = {c: ((proc_cpu_seconds(p) or 0.0) - cpu0[c]) / took for c, p in pids.items()}
+                cpu = {c: ((cpu_seconds(p) or 0.0) - cpu0[c]) / took for c, p in pids.items()}
                 rate = n / a.seconds
                 say(f"  {kind:<16} {t:>3} threads: {rate:7.1f}/s (load {load():.2f})")
                 rows.append([kind, t, round(rate, 1), round(1000 * a.seconds * t / n, 1) if n else None,

@@ -29,11 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    teardown, HostReconciler, NodeWatcher, Table, free_port, install_crd_and_namespace, load, machine,
-    make_spec, pct, pool_doc, release_lease, say, wait_for, wait_leading, write_policy,
-    start_standin_for_the_spec, parse_bench_args,
-)
+from _output import load, machine, parse_bench_args, pct, say, Table  # noqa: E402
+from _fleets import make_spec, pool_doc, write_policy  # noqa: E402
+from _cluster import install_crd_and_namespace, release_lease, start_standin_for_the_spec, teardown  # noqa: E402
+from _watch import NodeWatcher  # noqa: E402
+from _reconciler import HostReconciler, wait_leading  # noqa: E402
+from gpufleet.waiting import wait_for  # noqa: E402
+from localenv.ports import free_port  # noqa: E402
 from _slow_link import SlowLink  # noqa: E402
 from time_to_heal import slurm_state_times  # noqa: E402
 
@@ -43,7 +45,7 @@ POOL = "gpu"
 
 
 def spec_for(faults: int):
-    return make_spec([pool_doc(POOL, nodes=faults, spares=faults, provider="local")],
+    return make_spec([pool_doc(POOL, nodes=faults, spares=faults)],
                      {"grace_period_seconds": 0, "max_concurrent": 1000, "max_unhealthy_fraction": 1.0,
                       "drain_timeout_seconds": 30, "max_attempts_per_node": 1000})
 
@@ -97,12 +99,11 @@ def run(env, root: Path, a) -> dict:
     watcher = NodeWatcher(env.kube.kubeconfig_path).start()
     with SlowLink(env.slurm.rest_url, {names[hung]}, a.hang, hang_calls=a.hang_calls) as link:
         rec = HostReconciler(env.kube.kubeconfig_path, policy, log, slurm="rest", metrics_port=free_port(),
-                             env=env.slurm.env(), local_dir=env.root,
+                             env=env.slurm.env(),
                              extra_args=["--slurm-url", link.url, "--slurm-jwt-key-file", str(env.slurm.jwt_key_path)])
         try:
             wait_leading(log, 60)
-            wait_for(lambda: rec.check() or (rec.metric("gpufleet_nodes_watched") or 0) >= 2 * a.faults, 120,
-                     "the reconciler's caches", every=0.2)
+            wait_for("the reconciler's caches", lambda: rec.check() or (rec.metric("gpufleet_nodes_watched") or 0) >= 2 * a.faults, 120, interval=0.2)
             watcher.arm()
             say(f"{a.faults} faults at once; the Slurm calls naming {names[hung]} (on {hung}) hang {a.hang:.0f}s "
                 f"(the first {a.hang_calls}) ...")
@@ -113,7 +114,7 @@ def run(env, root: Path, a) -> dict:
                 rs = {r.node: r for r in store.list() if r.node in at and r.created.timestamp() >= at[r.node] - 1}
                 return rs if len(rs) == len(victims) and all(r.phase.terminal for r in rs.values()) else None
 
-            records = wait_for(done, a.timeout, "every remediation to end", every=0.3)
+            records = wait_for("every remediation to end", done, a.timeout, interval=0.3)
         finally:
             rec.stop()
             watcher.close()

@@ -19,7 +19,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from _common import REPO, Output, Table, add_json_option, exit_on_sigterm, load, machine, pct, say  # noqa: E402
+from _repo import REPO  # noqa: E402
+from _output import add_json_option, exit_on_sigterm, load, machine, Output, pct, say, Table  # noqa: E402
 
 from fleetspec import parse_fleet  # noqa: E402
 from fleetspec.load import load_stack_file  # noqa: E402

@@ -26,10 +26,9 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    Output, Table, TreeSampler, add_json_option, exit_on_sigterm, fleet_doc, load, machine, make_spec, pct,
-    pool_doc, say,
-)
+from _output import add_json_option, exit_on_sigterm, load, machine, Output, pct, say, Table  # noqa: E402
+from _fleets import fleet_doc, make_spec, pool_doc  # noqa: E402
+from _procstats import TreeSampler  # noqa: E402
 
 STACK = "bench"
 

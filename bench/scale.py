@@ -23,11 +23,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    teardown, HostReconciler, NodeWatcher, Table, create_nodes, free_port, install_crd_and_namespace,
-    list_nodes_raw, load, machine, make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib, release_lease, say,
-    wait_all_ready, wait_for, wait_leading, write_policy, parse_bench_args,
+from _output import load, machine, parse_bench_args, pct, say, Table  # noqa: E402
+from _fleets import make_spec, pool_doc, write_policy  # noqa: E402
+from _procstats import cpu_seconds, rss_kib  # noqa: E402
+from _cluster import (  # noqa: E402
+    create_nodes, install_crd_and_namespace, list_nodes_raw, release_lease, teardown, wait_all_ready,
 )
+from _watch import NodeWatcher  # noqa: E402
+from _reconciler import HostReconciler, wait_leading  # noqa: E402
+from gpufleet.waiting import wait_for  # noqa: E402
+from localenv.ports import free_port  # noqa: E402
 
 POOL = "gpu"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -71,27 +76,26 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
     port = free_port()
     release_lease(api)
     t0 = time.monotonic()
-    rec = HostReconciler(kube.kubeconfig_path, policy, log, slurm="none", metrics_port=port, local_dir=root,
+    rec = HostReconciler(kube.kubeconfig_path, policy, log, slurm="none", metrics_port=port,
                          count_calls=root / f"calls-{n}.json")
     try:
         wait_leading(log, 60)
-        wait_for(lambda: rec.check() or rec.metric("gpufleet_nodes_watched") == total, 300,
-                 f"the reconciler to see {total} nodes", every=0.2)
+        wait_for(f"the reconciler to see {total} nodes", lambda: rec.check() or rec.metric("gpufleet_nodes_watched") == total, 300, interval=0.2)
         startup = time.monotonic() - t0
-        rss_start = proc_rss_kib(rec.pid)
+        rss_start = rss_kib(rec.pid)
         say(f"[{n}] reconciler up, first pass over {total} nodes after {startup:.1f}s; RSS {rss_start / 1024:.0f} MiB; "
             f"settling {a.settle:.0f}s, then {a.window:.0f}s at rest ...")
         time.sleep(a.settle)
         pids = component_pids(kube)
-        c0 = {k: proc_cpu_seconds(p) or 0.0 for k, p in pids.items()}
-        r0, w0, l0 = proc_cpu_seconds(rec.pid), time.monotonic(), load()
+        c0 = {k: cpu_seconds(p) or 0.0 for k, p in pids.items()}
+        r0, w0, l0 = cpu_seconds(rec.pid), time.monotonic(), load()
         time.sleep(a.window)
-        r1, w1, l1 = proc_cpu_seconds(rec.pid), time.monotonic(), load()
-        c1 = {k: proc_cpu_seconds(p) or 0.0 for k, p in pids.items()}
+        r1, w1, l1 = cpu_seconds(rec.pid), time.monotonic(), load()
+        c1 = {k: cpu_seconds(p) or 0.0 for k, p in pids.items()}
         rec.check()
         wall = w1 - w0
         rest_cpu = 100 * (r1 - r0) / wall
-        rss_rest = proc_rss_kib(rec.pid)
+        rss_rest = rss_kib(rec.pid)
         env_cpu = {k: 100 * (c1[k] - c0[k]) / wall for k in pids}
         say(f"[{n}] at rest: reconciler CPU {rest_cpu:.2f}% of a core, RSS {rss_rest / 1024:.0f} MiB; control plane "
             + ", ".join(f"{k} {v:.0f}%" for k, v in env_cpu.items()))
@@ -110,7 +114,7 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
         calls0 = rec.calls()
         for v in victims:
             watcher.arm()
-            cpu0 = proc_cpu_seconds(rec.pid)
+            cpu0 = cpu_seconds(rec.pid)
             fault_at = time.time()
             kube_api.set_condition(v, "GpuHealthy", "False", "Xid79", "Xid 79: GPU has fallen off the bus.")
 
@@ -119,8 +123,8 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
                 rs = [r for r in store.list() if r.node == v and r.created.timestamp() >= fault_at - 1]
                 return rs[0] if rs and rs[0].phase.terminal and v in watcher.cordoned_at else None
 
-            r = wait_for(done, 120, f"the remediation of {v}", every=0.1)
-            cpu = (proc_cpu_seconds(rec.pid) - cpu0) - (time.time() - fault_at) * rest_cpu / 100
+            r = wait_for(f"the remediation of {v}", done, 120, interval=0.1)
+            cpu = (cpu_seconds(rec.pid) - cpu0) - (time.time() - fault_at) * rest_cpu / 100
             times = {p: at.timestamp() for p, at in r.phase_times}
             row = {"node": v, "record": r.created.timestamp() - fault_at, "cordon": watcher.cordoned_at[v] - fault_at,
                    "succeeded": times.get("Succeeded", float("nan")) - fault_at, "phase": r.phase.value,
@@ -129,7 +133,7 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
             say(f"[{n}] fault on {v}: record {row['record']:.3f}s, cordoned {row['cordon']:.3f}s, "
                 f"{r.phase.value} {row['succeeded']:.3f}s; reconciler CPU {row['cpu_ms']:.0f} ms (load {load():.2f})")
             time.sleep(a.pause)
-        rss_end = proc_rss_kib(rec.pid)
+        rss_end = rss_kib(rec.pid)
         time.sleep(1.2)  # the call counts are written every second
         calls = {k: v - calls0.get(k, 0) for k, v in rec.calls().items() if v - calls0.get(k, 0) > 0}
         relists = sum(1 for line in log.read_text(errors="replace").splitlines() if "listing again" in line)
@@ -195,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--sizes must be ascending (nodes are added to one control plane)")
     spares = a.faults * len(sizes) + 5
 
-    from _common import new_kube
+    from _cluster import new_kube
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-scale-"))
     say(f"scale: {machine()}; sizes {sizes}; work folder {root}")

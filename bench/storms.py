@@ -31,12 +31,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    PYTHON, teardown, HostReconciler, NodeWatcher, Table, apiserver_requests, create_nodes, free_port,
-    install_crd_and_namespace, load, machine, make_spec, pct, pool_doc, proc_cpu_seconds, proc_rss_kib,
-    release_lease, request_delta, say, wait_all_ready, wait_for, wait_leading, write_policy, parse_bench_args,
-    json_lines,
+from _repo import PYTHON  # noqa: E402
+from _output import load, machine, parse_bench_args, pct, say, Table  # noqa: E402
+from _fleets import make_spec, pool_doc, write_policy  # noqa: E402
+from _procstats import cpu_seconds, rss_kib  # noqa: E402
+from _cluster import (  # noqa: E402
+    apiserver_requests, create_nodes, install_crd_and_namespace, release_lease, request_delta, teardown,
+    wait_all_ready,
 )
+from _watch import NodeWatcher  # noqa: E402
+from _reconciler import HostReconciler, json_lines, wait_leading  # noqa: E402
+from gpufleet.waiting import wait_for  # noqa: E402
+from localenv.ports import free_port  # noqa: E402
 
 TIERS = (1, 5, 20)
 
@@ -83,10 +89,10 @@ def start_reconciler(kube, api, root: Path, spec, tag: str, total: int, profile:
     policy = write_policy(spec, root / f"policy-{tag}.json")
     log = root / f"reconciler-{tag}.log"
     release_lease(api)
-    rec = HostReconciler(kube.kubeconfig_path, policy, log, slurm="none", metrics_port=free_port(), local_dir=root,
+    rec = HostReconciler(kube.kubeconfig_path, policy, log, slurm="none", metrics_port=free_port(),
                          profile=profile, count_calls=root / f"calls-{tag}.json")
     wait_leading(log, 60)
-    wait_for(lambda: rec.check() or rec.metric("gpufleet_nodes_watched") == total, 300, "the first pass", every=0.2)
+    wait_for("the first pass", lambda: rec.check() or rec.metric("gpufleet_nodes_watched") == total, 300, interval=0.2)
     return rec
 
 
@@ -153,7 +159,7 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
     seen = None
     try:
         watcher.arm()
-        cpu0, calls0, own0 = proc_cpu_seconds(rec.pid), apiserver_requests(api), rec.calls()
+        cpu0, calls0, own0 = cpu_seconds(rec.pid), apiserver_requests(api), rec.calls()
         say(f"storm: {len(victims)} faults at once on a {a.storm_nodes}-node pool ({a.inject_threads} threads) ...")
         took: dict[str, float] = {}
         at = inject(kube.kubeconfig_path, victims, a.inject_threads, took)
@@ -168,13 +174,13 @@ def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
                 pass
             return rs if len(ended) == len(victims) else None
 
-        records = wait_for(all_done, a.timeout, "the storm's remediations to end", every=0.5)
-        cpu, calls = proc_cpu_seconds(rec.pid) - cpu0, request_delta(calls0, apiserver_requests(api))
+        records = wait_for("the storm's remediations to end", all_done, a.timeout, interval=0.5)
+        cpu, calls = cpu_seconds(rec.pid) - cpu0, request_delta(calls0, apiserver_requests(api))
         time.sleep(1.5)  # the counts are written every second
         own = {k: v - own0.get(k, 0) for k, v in sorted(rec.calls().items(), key=lambda kv: -kv[1])
                if v - own0.get(k, 0) > 0}
-        held = rec.metric("gpufleet_nodes_held", 'reason="MaxConcurrent"')
-        rss = (proc_rss_kib(rec.pid) or 0) / 1024
+        held = rec.metric("gpufleet_nodes_held", {"reason": "MaxConcurrent"})
+        rss = (rss_kib(rec.pid) or 0) / 1024
     finally:
         rec.stop()
         if observer is not None:
@@ -252,7 +258,7 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
             contained = ("Requeued", "Held", "Evicting", "Replacing", "WaitingForSpare", "Resuming", "OptedOut")
             return rs if all(r.phase.terminal or r.phase.value in contained for r in rs.values()) else None
 
-        records = wait_for(contained, a.timeout, "every fault of the prod storm to be contained", every=0.5)
+        records = wait_for("every fault of the prod storm to be contained", contained, a.timeout, interval=0.5)
         time.sleep(3 + prod.admission_hold_seconds)  # anything replaced after containment (and the hold) shows now
         records = {r.node: r for r in store.list() if r.node in at}
         pages = len(gate_lines(rec.log, "TooManyUnhealthy", "prodstorm"))
@@ -309,7 +315,7 @@ def tiers(kube, api, root: Path, a, total: int, mc: int) -> list[dict]:
                     return {"records": rs}
                 return None
 
-            rs = wait_for(settled, a.timeout, f"tier {p}% to settle", every=0.3)["records"]
+            rs = wait_for(f"tier {p}% to settle", settled, a.timeout, interval=0.3)["records"]
             t0 = min(at.values())
             ok = [r for r in rs if r.phase.value == "Succeeded"]
             heal = [dict(r.phase_times)["Succeeded"].timestamp() - at[r.node] for r in ok]
@@ -404,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     a, out = parse_bench_args(ap, argv, "storms")
     a.tier_max_concurrent = [int(x) for x in a.tier_max_concurrent.split(",") if x.strip()]
 
-    from _common import new_kube
+    from _cluster import new_kube
     from localenv import fake_nodes
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-storm-"))

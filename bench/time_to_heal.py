@@ -32,11 +32,12 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    teardown, NodeWatcher, Table, install_crd_and_namespace, load, machine, make_spec, pct, pool_doc,
-    release_lease, say, wait_for, wait_leading, write_policy, start_standin_for_the_spec, parse_bench_args,
-    json_lines,
-)
+from _output import load, machine, parse_bench_args, pct, say, Table  # noqa: E402
+from _fleets import make_spec, pool_doc, write_policy  # noqa: E402
+from _cluster import install_crd_and_namespace, release_lease, start_standin_for_the_spec, teardown  # noqa: E402
+from _watch import NodeWatcher  # noqa: E402
+from _reconciler import json_lines, wait_leading  # noqa: E402
+from gpufleet.waiting import wait_for  # noqa: E402
 
 from fleetspec import labels  # noqa: E402
 from demos.demo import kube_node_of  # noqa: E402
@@ -102,16 +103,18 @@ def slurm_state_times(env, node: str, after: float) -> dict[str, float]:
 def one_fault(env, kube, store, watcher, i: int, grace: int, run_root: Path, timeout: float) -> dict:
     run_dir = run_root / f"g{grace}-{i:03d}"
     job = submit(env, run_dir)
-    host = wait_for(lambda: batch_host(env, job), 60, f"job {job} to run")  # a Slurm name (a NodeSet pod's hostname)
+    host = wait_for(f"job {job} to run", lambda: batch_host(env, job), 60)  # a Slurm name (a NodeSet pod's hostname)
     node = kube_node_of(kube, env.spec.slurm.namespace, host)  # the Kubernetes node that pod runs on
-    wait_for(lambda: any(e["event"] == "checkpoint" for e in events(run_dir)), 60, "the first checkpoint")
+    wait_for("the first checkpoint", lambda: any(e["event"] == "checkpoint" for e in events(run_dir)), 60)
     watcher.arm()
     fault_at = time.time()
     kube.set_condition(node, "GpuHealthy", "False", "Xid79", "Xid 79 on PCI:0000:3b:00: GPU has fallen off the bus.")
     t: dict[str, float | None] = {m: None for m in MILESTONES}
     record = None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    resumed_step = resumed_on = None
+
+    def every_milestone() -> bool:
+        nonlocal record, resumed_step, resumed_on
         t["cordoned"] = watcher.cordoned_at.get(node)
         t.update(slurm_state_times(env, host, fault_at - 0.01))
         recs = [r for r in store.list() if r.node == node and r.created.timestamp() >= fault_at - 1]
@@ -129,21 +132,18 @@ def one_fault(env, kube, store, watcher, i: int, grace: int, run_root: Path, tim
             if restart:
                 t["job_again"] = restart["time"]
                 resumed_step, resumed_on = restart["step"], restart["host"]
-        if all(v is not None for v in t.values()):
-            break
-        time.sleep(0.2)
-    else:
-        raise TimeoutError(f"fault {i} on {node} (Slurm {host}): not healed within {timeout:.0f}s: {t} (record {record})")
+        return all(v is not None for v in t.values())
+
+    wait_for(f"fault {i} on {node} (Slurm {host}) healed", every_milestone, timeout, interval=0.2,
+             explain=lambda: f"{t} (record {record})")
     sigterm = any(e["event"] == "checkpoint-on-sigterm" for e in events(run_dir))
 
     # reset for the next fault: end the job, repair the node (it goes back to the spares)
     subprocess.run(["scancel", str(job)], env=env.slurm.env(), capture_output=True, timeout=15)
-    wait_for(lambda: scontrol_fields(env, "job", str(job)).get("JobState") not in ("RUNNING", "COMPLETING", "PENDING"),
-             60, f"job {job} to end")
+    wait_for(f"job {job} to end", lambda: scontrol_fields(env, "job", str(job)).get("JobState") not in ("RUNNING", "COMPLETING", "PENDING"), 60)
     repaired_at = time.time()
     kube.set_condition(node, "GpuHealthy", "True", "HealthCheckPassed", "GPU health check passed")
-    wait_for(lambda: (kube.get_node(node)["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_SPARE,
-             60, f"{node} to return to the spares")
+    wait_for(f"{node} to return to the spares", lambda: (kube.get_node(node)["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_SPARE, 60)
     returned = time.time() - repaired_at
     row = {m: (t[m] - fault_at) for m in MILESTONES}
     row.update(node=node, slurm_node=host, replacement=record.replacement, resumed_step=resumed_step, resumed_on=resumed_on,
@@ -172,7 +172,7 @@ def run_grace(env, kube, store, watcher, grace: int, faults: int, root: Path, ti
 
 
 def spec_args(root: Path, grace: int):
-    pools = [pool_doc(POOL, nodes=2, spares=1, provider="local")]
+    pools = [pool_doc(POOL, nodes=2, spares=1)]
     # The brake is storms.py's question: here one fault at a time, and the window (15 min) remembers the
     # earlier ones, so with 2 nodes a second fault would look like half the pool failing.
     healing = {"grace_period_seconds": grace, "max_concurrent": 2, "max_unhealthy_fraction": 1.0,

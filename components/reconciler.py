@@ -53,12 +53,10 @@ def reconciler_args(spec: FleetSpec, slurm_url: str | None = None) -> list[str]:
 
 
 def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
-    """What the reconciler may do cluster-wide: exactly the calls of reconciler/adapters/kube.py, records.py and
-    (for `local` pools, which add fake spares) fake_nodes.py; tests/integration/test_reconciler_rbac.py
-    makes each call with the reconciler's token and checks that each verb less is refused."""
+    """What the reconciler may do cluster-wide: exactly the calls of reconciler/adapters/kube.py and records.py;
+    tests/integration/test_reconciler_rbac.py makes each call with the reconciler's token and checks that each
+    verb less is refused."""
     node_verbs = ["get", "list", "watch", "patch", "update"]
-    if spec is not None and any(p.provider == "local" for p in spec.pools):
-        node_verbs.append("create")  # the local provider joins reserve nodes as spares
     pod_verbs = ["list", "watch"]
     if spec is not None and spec.lending_pools():
         pod_verbs.append("delete")  # a borrower still there after the reclaim grace is deleted (lending)

@@ -134,24 +134,27 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
     store = KubeRecordStore(api)
     tl = Timeline(fault_at=fault_at, node=node)
     seen: set[str] = set()
-    deadline = time.monotonic() + timeout
-    record = None
-    while time.monotonic() < deadline:
+
+    def finished():  # prints each phase as it is entered
         if not alive():
             raise RuntimeError(f"the reconciler is not running; see {where}")
         recs = [r for r in store.list() if r.node == node]
-        if recs:
-            record = max(recs, key=lambda r: r.created)
-            for phase, at in record.phase_times:
-                if phase not in seen:
-                    seen.add(phase)
-                    extra = f" -> {record.replacement}" if phase == "Resuming" and record.replacement else ""
-                    out(f"      +{at.timestamp() - fault_at:5.1f}s  {phase}{extra}")
-            if record.phase.terminal or record.phase.value == "OptedOut":
-                break
-        time.sleep(0.2)
-    if record is None or not record.phase.terminal:
-        raise RuntimeError(f"no finished remediation within {timeout}s; see {where}")
+        if not recs:
+            return None
+        record = max(recs, key=lambda r: r.created)
+        for phase, at in record.phase_times:
+            if phase not in seen:
+                seen.add(phase)
+                extra = f" -> {record.replacement}" if phase == "Resuming" and record.replacement else ""
+                out(f"      +{at.timestamp() - fault_at:5.1f}s  {phase}{extra}")
+        return record if record.phase.terminal or record.phase.value == "OptedOut" else None
+
+    try:
+        record = wait_for("a finished remediation", finished, timeout, interval=0.2)
+    except TimeoutError:
+        raise RuntimeError(f"no finished remediation within {timeout}s; see {where}") from None
+    if not record.phase.terminal:
+        raise RuntimeError(f"the remediation ended {record.phase.value}, not finished; see {where}")
     tl.phases = [(p, at.timestamp()) for p, at in record.phase_times]
     tl.replacement, tl.outcome = record.replacement, record.phase.value
     if record.phase.value == "Succeeded":

@@ -176,7 +176,7 @@ class NodePool(Strict):
     labels: Labels = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     topology_block: K8sName | None = Field(None, description="Network block (Slurm topology/block) the pool sits in.")
-    provider: Literal["kubernetes-spares", "aws-asg", "local"] = Field(
+    provider: Literal["kubernetes-spares", "aws-asg"] = Field(
         "kubernetes-spares", description="Who owns the nodes and refills spares."
     )
     aws: AwsNodeGroup | None = None

@@ -225,14 +225,19 @@ class KubeSource:
 
 
 def _source(spec: FleetSpec, kubeconfig: Optional[Path]) -> ClusterSource:
-    """The stack's cluster: --kubeconfig, else the local cluster's, else the spec's kubeconfig and context."""
-    from gpufleet.paths import local_kubeconfig
+    """The stack's cluster: --kubeconfig, else the running local environment's (a local cluster), else the
+    spec's kubeconfig and context."""
+    from gpufleet import local_cluster
     from reconciler.app import api_client
 
     context = None
     if kubeconfig is None:
         if spec.cluster.kind == "local":
-            kubeconfig = local_kubeconfig()
+            local = local_cluster.find()
+            if local is None:
+                raise Unreachable(f"cluster unreachable: no local environment is up (none recorded in the file "
+                                  f"{local_cluster.STATE_ENV} names; `gpufleet local up` starts one)")
+            kubeconfig = local.kubeconfig
         else:
             kubeconfig = Path(spec.cluster.kubeconfig or "~/.kube/config").expanduser()
             context = spec.cluster.context

@@ -1,6 +1,7 @@
 """Commands for the reconciler, the node agent, drills and on-call."""
 from __future__ import annotations
 
+import os
 import signal
 import time
 from datetime import datetime, timezone
@@ -10,7 +11,14 @@ from typing import Optional
 import typer
 
 from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
-from gpufleet.paths import default_kubeconfig, local_slurm_env, local_slurm_rest
+from gpufleet import local_cluster
+
+
+def default_kubeconfig(stack: Optional[str]) -> Path | None:
+    """For the local stack (or no stack): the running local environment's kubeconfig, else None (the
+    user's default kubeconfig, or the service account in a pod)."""
+    cluster = local_cluster.find() if stack in (None, "local") else None
+    return cluster.kubeconfig if cluster is not None else None
 
 
 def _api(kubeconfig: Optional[Path], stack: Optional[str] = None):
@@ -51,13 +59,11 @@ def reconcile(
 
     logs.setup(json_logs=json_logs)
     spec = load_policy(policy) if policy else load_spec(stack, None)
-    if any(p.provider == "local" for p in spec.pools):
-        from localenv import fake_nodes  # noqa: F401  (registers the local environment's node provider)
-    slurm_env = local_slurm_env() if spec.cluster.kind == "local" else None
-    if spec.cluster.kind == "local" and slurm == "rest" and not (slurm_url or slurm_token_file or slurm_jwt_key_file):
-        local = local_slurm_rest()  # the local environment's slurmrestd and JWT key
-        if local:
-            slurm_url, slurm_jwt_key_file = local
+    # A local cluster: what its environment recorded, where no flag (or SLURM_CONF) says otherwise.
+    local = local_cluster.find() if spec.cluster.kind == "local" else None
+    slurm_env = local.slurm_env() if local is not None and "SLURM_CONF" not in os.environ else None
+    if local is not None and slurm == "rest" and not (slurm_url or slurm_token_file or slurm_jwt_key_file):
+        slurm_url, slurm_jwt_key_file = local.slurm_rest_url, local.slurm_jwt_key
     try:
         client = slurm_client(slurm, slurm_env, url=slurm_url, token_file=slurm_token_file,
                               jwt_key_file=slurm_jwt_key_file, user=slurm_user)
@@ -229,9 +235,10 @@ def remediations(
 def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s", help="The environment."),
            skip_preflight: bool = typer.Option(False, "--skip-preflight",
                                                help="`up` of a stack on a real cluster without `gpufleet preflight` first.")) -> None:
-    """Run the pulumi CLI for a stack with gpufleet's environment (built tools, PULUMI_HOME, the local
-    backend and passphrase for `local`): `gpufleet pulumi -s local up`. `up` of a stack on a real cluster
-    runs `gpufleet preflight` first and stops when the cluster lacks a prerequisite."""
+    """Run the pulumi CLI for a stack with gpufleet's environment (built tools, PULUMI_HOME; for `local`
+    the local environment's backend, passphrase and stack configuration): `gpufleet pulumi -s local up`.
+    `up` of a stack on a real cluster runs `gpufleet preflight` first and stops when the cluster lacks a
+    prerequisite."""
     import os
 
     from gpufleet.preflight import preflight_before_up
@@ -254,4 +261,4 @@ def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s
         raise typer.Exit(EXIT_INVALID)
     if ctx.args[:1] == ["up"] and not skip_preflight:
         preflight_before_up(stack)
-    os.execve(binary, [binary, *args, "--cwd", str(st.project_dir)], env)
+    os.execve(binary, [binary, *args, *st.config_args(args), "--cwd", str(st.project_dir)], env)

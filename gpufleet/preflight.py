@@ -213,12 +213,14 @@ def run_preflight(spec: FleetSpec, kubeconfig: Path, context: str | None) -> lis
 
 
 def cluster_of(spec: FleetSpec, kubeconfig: Optional[Path]) -> tuple[Path, str | None]:
-    from gpufleet.paths import local_kubeconfig
+    """--kubeconfig, else the running local environment's (a local stack), else the spec's kubeconfig and context."""
+    from gpufleet import local_cluster
 
     if kubeconfig is not None:
         return kubeconfig, None
     if spec.cluster.kind == "local":
-        return local_kubeconfig(), None
+        local = local_cluster.find()
+        return (Path(local.kubeconfig) if local else Path("/nonexistent/no-local-environment-is-up")), None
     return Path(spec.cluster.kubeconfig or "~/.kube/config").expanduser(), spec.cluster.context
 
 

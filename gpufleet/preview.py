@@ -15,7 +15,6 @@ GPUFLEET_RENDER_DIR set, so the Kubernetes provider writes manifests instead of 
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets as _secrets
 import shutil
@@ -497,7 +496,9 @@ def run_preview(st: Any, policy_config: Path | None, timeout: float = 3600) -> t
     out: list[str] = []
     stack = automation_stack(st)
     try:
+        config_file = st.stack_config_file()
         res = stack.preview(diff=True, color="never", policy_packs=[str(POLICY_PACK_DIR)],
+                            config_file=str(config_file) if config_file is not None else None,
                             policy_pack_configs=[str(policy_config.resolve())] if policy_config is not None else None,
                             on_event=lambda ev: events.append(event_dict(ev)), on_output=out.append)
         run = EngineRun(0, res.stdout, res.stderr, events)
@@ -568,10 +569,10 @@ def preview(
         _err(f"no such policy config: {policy_config}")
         raise typer.Exit(EXIT_INVALID)
     if not scratch:
-        from gpufleet.stack import NoBackendError, require_backend
+        from gpufleet.stack import NoBackendError
 
         try:
-            require_backend(stack, dict(os.environ))
+            Stack(stack).env()
         except NoBackendError as e:
             _err(f"{e}; or preview with --scratch (empty throwaway state)")
             raise typer.Exit(EXIT_INVALID)

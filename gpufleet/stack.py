@@ -1,9 +1,11 @@
 """Run the Pulumi CLI for one stack of this project, with the environment it needs.
 
-The `local` stack keeps its state in a file backend under the local folder and encrypts
-its secrets with a passphrase (default `gpufleet-local`, documented in the README; set
-PULUMI_CONFIG_PASSPHRASE to use another). Any other stack needs PULUMI_BACKEND_URL: it never
-falls back to the local file backend, where a prod `up` would start from an empty state.
+The `local` stack runs against a local environment: its state backend and its generated stack
+configuration (the tracked Pulumi.local.yaml plus what the environment supplies, such as the image
+digests and the API address) are what that environment recorded (:mod:`gpufleet.local_cluster`), and its
+secrets use a passphrase (default `gpufleet-local`, documented in the README; set
+PULUMI_CONFIG_PASSPHRASE to use another). Any other stack needs PULUMI_BACKEND_URL: it never falls back
+to a local file backend, where a prod `up` would start from an empty state.
 """
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from gpufleet.paths import PROJECT_DIR, TOOLS_BIN, local_dir
+from gpufleet import local_cluster
+from gpufleet.local_cluster import LOCAL_PASSPHRASE
+from gpufleet.paths import PROJECT_DIR, TOOLS_BIN
 
-LOCAL_PASSPHRASE = "gpufleet-local"
+# The pulumi commands that read a stack's configuration (and so take --config-file).
+CONFIG_COMMANDS = frozenset({"up", "preview", "destroy", "refresh", "config", "import", "watch"})
 
 
 class PulumiError(RuntimeError):
@@ -33,7 +38,11 @@ BACKEND_VAR = "PULUMI_BACKEND_URL"
 
 
 def require_backend(stack: str, env: dict[str, str]) -> None:
-    if stack != "local" and not env.get(BACKEND_VAR):
+    if stack == "local" and not env.get(BACKEND_VAR):
+        raise NoBackendError(
+            f"stack local has no state backend: no local environment is up (`gpufleet local up` records its "
+            f"backend in the file {local_cluster.STATE_ENV} names)")
+    if not env.get(BACKEND_VAR):
         raise NoBackendError(
             f"stack {stack} has no explicit state backend: set {BACKEND_VAR} (e.g. s3://<bucket>/gpufleet or "
             f"https://api.pulumi.com); gpufleet never uses the local file backend for a stack other than local, "
@@ -55,6 +64,7 @@ class Stack:
     name: str
     project_dir: Path = PROJECT_DIR
     extra_env: dict[str, str] = field(default_factory=dict)
+    config_file: Path | None = None  # instead of Pulumi.<name>.yaml (for `local`: the environment's)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -64,17 +74,32 @@ class Stack:
         if (TOOLS_BIN.parent / "pulumi-home").exists():
             env.setdefault("PULUMI_HOME", str(TOOLS_BIN.parent / "pulumi-home"))
         env.update(self.extra_env)
-        if self.name == "local" and BACKEND_VAR not in self.extra_env:
-            state = local_dir() / "state"
-            state.mkdir(parents=True, exist_ok=True)
-            env[BACKEND_VAR] = f"file://{state}"
+        if self.name == "local":
+            if BACKEND_VAR not in self.extra_env:  # local stays local: never another backend
+                env.pop(BACKEND_VAR, None)
+                cluster = local_cluster.find()
+                if cluster is not None:
+                    env[BACKEND_VAR] = cluster.pulumi_backend_url
             env.setdefault("PULUMI_CONFIG_PASSPHRASE", LOCAL_PASSPHRASE)
         require_backend(self.name, env)
         return env
 
+    def stack_config_file(self) -> Path | None:
+        """The configuration file pulumi reads for this stack: `config_file`, else for `local` the one the
+        local environment generated; None: Pulumi.<name>.yaml."""
+        if self.config_file is not None or self.name != "local" or BACKEND_VAR in self.extra_env:
+            return self.config_file
+        cluster = local_cluster.find()
+        return cluster.pulumi_config_file if cluster is not None else None
+
+    def config_args(self, args: Sequence[str]) -> list[str]:
+        """`--config-file` for the commands that read the stack's configuration, when it is not the default."""
+        cf = self.stack_config_file()
+        return ["--config-file", str(cf)] if cf is not None and args and args[0] in CONFIG_COMMANDS else []
+
     def run(self, *args: str, capture: bool = False, check: bool = True, timeout: float | None = 1800,
             stack_flag: bool = True) -> subprocess.CompletedProcess:
-        argv = [pulumi_binary(), *args, "--cwd", str(self.project_dir), "--non-interactive"]
+        argv = [pulumi_binary(), *args, *self.config_args(args), "--cwd", str(self.project_dir), "--non-interactive"]
         if stack_flag:
             argv += ["--stack", self.name]
         proc = subprocess.run(argv, env=self.env(), text=True, timeout=timeout,

@@ -5,6 +5,8 @@ import os
 from pathlib import Path
 
 import pulumi
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
 
 from components import GpuFleet, GpuFleetArgs, pool_summaries
 from components.cluster import local_kubeconfig_path
@@ -24,49 +26,69 @@ def load_spec():
         raise pulumi.RunError(str(e)) from None
 
 
-def with_built_images(spec):
-    """The local stack deploys the images scripts/build-images.sh built here, by the digests its output
-    records (never typed by hand); an image the stack file names explicitly is kept. Other stacks take
-    theirs from their stack config (recorded by the release workflow)."""
-    from localenv.images import ImagesError, load
+class ApiServer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    host: str
+    port: int = Field(ge=1, le=65535)
 
+
+class LocalEnvironment(BaseModel):
+    """`gpufleet:localEnvironment`: what the local stack needs from the local environment on this machine.
+    The environment writes it into the stack configuration it generates for the local stack
+    (localenv/stack_config.py); nothing here reads the environment itself."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    kubeconfig: str
+    api_server: ApiServer                      # where its API server listens (the pods' host network)
+    slurm_rest_url: str | None = None          # its slurmrestd on loopback (the RestApi's Service has no DNS there)
+    images: dict[str, str] = Field(default_factory=dict)  # reconciler, agent: the images built here, by digest
+
+
+def local_environment(spec) -> LocalEnvironment | None:
+    """The local environment's part of the stack configuration (a local cluster only)."""
+    doc = pulumi.Config(PROJECT).get_object("localEnvironment")
+    if spec.cluster.kind != "local" or doc is None:
+        return None
+    try:
+        return LocalEnvironment.model_validate(doc)
+    except ValidationError as e:
+        raise pulumi.RunError(f"stack {pulumi.get_stack()}: {PROJECT}:localEnvironment: {e}") from None
+
+
+def with_local_images(spec, local: LocalEnvironment | None):
+    """The local stack deploys the images built on this machine, by the digests the environment passed in
+    (never typed by hand); an image the stack file names explicitly is kept. Other stacks take theirs
+    from their stack config (recorded by the release workflow)."""
     dep = spec.healing.reconciler
     wanted = {"image", "agent_image"} - dep.model_fields_set
     if spec.cluster.kind != "local" or not wanted:
         return spec
-    try:
-        built = load()
-    except ImagesError as e:
-        raise pulumi.RunError(f"stack {pulumi.get_stack()}: {e}") from None
-    refs = {"image": built.reconciler.reference, "agent_image": built.agent.reference}
+    refs = {"image": (local.images if local else {}).get("reconciler"),
+            "agent_image": (local.images if local else {}).get("agent")}
+    if not all(refs[k] for k in wanted):
+        msg = (f"stack {pulumi.get_stack()}: no built images from the local environment ({PROJECT}:localEnvironment."
+               f"images): run scripts/build-images.sh, then pulumi through the local environment (`gpufleet local up`, "
+               f"then `gpufleet pulumi -s local up`)")
+        if not pulumi.runtime.is_dry_run():
+            raise pulumi.RunError(msg)
+        pulumi.log.warn(msg + "; previewing with the spec's images")
+        return spec
     new_dep = dep.model_copy(update={k: refs[k] for k in wanted})
     healing = spec.healing.model_copy(update={"reconciler": new_dep})
     return spec.model_copy(update={"healing": healing})
 
 
-def local_api(kubeconfig: str) -> HostNetworkApi:
-    """Where the local environment's API server listens (its kubeconfig's server; the default port of
-    `gpufleet local up` before one is written): the host-network pods of the local stack go there."""
-    from urllib.parse import urlparse
-
-    import yaml
-
-    from localenv.control_plane import DEFAULT_PORTS
-
-    from gpufleet.paths import local_slurm_rest
-
-    rest = local_slurm_rest()  # the local slurmrestd on loopback (the RestApi's Service has no DNS here)
-    slurm_url = rest[0] if rest else None
-    try:
-        server = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
-        url = urlparse(server)
-        return HostNetworkApi(url.hostname or "127.0.0.1", url.port or 443, slurm_url)
-    except (OSError, KeyError, IndexError, TypeError):
-        return HostNetworkApi("127.0.0.1", DEFAULT_PORTS["apiserver"], slurm_url)
+def host_network_api(local: LocalEnvironment | None) -> HostNetworkApi | None:
+    """Where the local stack's host-network pods reach the API server and slurmrestd."""
+    if local is None:
+        return None
+    return HostNetworkApi(local.api_server.host, local.api_server.port, local.slurm_rest_url)
 
 
 def build() -> GpuFleet:
-    spec = with_built_images(load_spec())
+    spec = load_spec()
+    local = local_environment(spec)
+    spec = with_local_images(spec, local)
     config = pulumi.Config(PROJECT)
     secrets = {k: v for k in spec.secret_keys() if (v := config.get_secret(k)) is not None}
     missing = [k for k in spec.secret_keys() if k not in secrets]
@@ -75,8 +97,12 @@ def build() -> GpuFleet:
             "secrets not set for stack " + pulumi.get_stack() + ": "
             + ", ".join(f"`pulumi config set --secret {k} ...`" for k in missing)
         )
-    local = spec.cluster.kind == "local"
-    kubeconfig = local_kubeconfig_path(PROJECT_DIR) if local else None
+    kubeconfig = None
+    if spec.cluster.kind == "local":
+        if local is None:
+            pulumi.log.warn(f"stack {pulumi.get_stack()}: no {PROJECT}:localEnvironment (the local environment "
+                            f"supplies it); the reconciler's pods are placed as on a cluster")
+        kubeconfig = local.kubeconfig if local else local_kubeconfig_path(PROJECT_DIR)
     fleet = GpuFleet(
         spec.environment,
         GpuFleetArgs(
@@ -84,7 +110,7 @@ def build() -> GpuFleet:
             local_kubeconfig=kubeconfig,
             render_dir=os.environ.get("GPUFLEET_RENDER_DIR") or None,
             operator_chart=not os.environ.get("GPUFLEET_WITHOUT_OPERATOR_CHART"),
-            host_network_api=local_api(kubeconfig) if kubeconfig else None,
+            host_network_api=host_network_api(local),
         ),
     )
     pulumi.export("environment", spec.environment)

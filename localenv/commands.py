@@ -18,7 +18,12 @@ local = typer.Typer(help="The local environment: control plane, fake GPU nodes (
 
 
 def register(app: typer.Typer) -> None:
-    """Add `gpufleet local` and `gpufleet demo` to the CLI (the plugin hook's entry)."""
+    """Add `gpufleet local` and `gpufleet demo` to the CLI (the plugin hook's entry), and tell the product's
+    commands where this checkout's environment records itself (unless GPUFLEET_LOCAL_STATE says otherwise)."""
+    from gpufleet import local_cluster
+    from localenv.paths import state_file
+
+    local_cluster.set_default_state(state_file)
     app.add_typer(local, name="local")
     app.command()(demo)
 
@@ -67,7 +72,8 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
     st = env.status()
     # A kubelet node is whole or stopped (`up --no-kubelet` after a kubelet run leaves stopped ones).
     nodes_ok = all(bool(n["containerd"]["pid"]) == bool(n["kubelet"]["pid"]) for n in st["nodes"].values())
-    healthy = bool(st["kube"].get("ready")) and env.slurm.healthy() and env.standin_running() and nodes_ok
+    healthy = (bool(st["kube"].get("ready")) and env.slurm.healthy() and env.standin_running()
+               and env.autoscaler_running() and nodes_ok)
     if as_json:
         typer.echo(json.dumps({**st, "healthy": healthy}, indent=2, default=str))
     else:
@@ -87,6 +93,7 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
             t.add_row("slurm nodes", ", ".join(sorted({v for v in nodes.values()})),
                       f"{len(nodes)} nodes: {', '.join(sorted(nodes))}")
         t.add_row("slinky stand-in", st["slinky_standin"], str(env.standin_log))
+        t.add_row("cluster autoscaler stand-in", st["autoscaler_standin"], str(env.autoscaler_log))
         for node, procs in st["nodes"].items():
             for proc, p in procs.items():
                 t.add_row(f"{proc} {node}", "running" if p["pid"] else "stopped",
@@ -116,14 +123,14 @@ def demo(
     (`--lending`: idle spares and nodes serving inference, and taken back)."""
     from demos.demo import run_demo
     from demos.lending_demo import run_lending_demo
-    from gpufleet.stack import PulumiError, Stack
+    from gpufleet.stack import PulumiError
 
     env = make_env("local", kubelet=kubelet)
     try:
         if lending:
-            run_lending_demo(env.spec, env, Stack("local"), fresh=not keep)
+            run_lending_demo(env.spec, env, env.stack(), fresh=not keep)
             return
-        tl = run_demo(env.spec, env, Stack("local"), fresh=not keep, xid=xid, grace=grace)
+        tl = run_demo(env.spec, env, env.stack(), fresh=not keep, xid=xid, grace=grace)
     except (PulumiError, RuntimeError, TimeoutError) as e:
         _err(f"demo failed: {e}\n  reconciler log: {env.reconciler_log}")
         raise typer.Exit(EXIT_FAILED)

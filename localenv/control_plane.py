@@ -16,20 +16,16 @@ Nodes are fake: :meth:`LocalKube.create_fake_node` creates a Node annotated
 ``tools/kube/kwok/stages``) makes it Ready, keeps its lease fresh, and drives
 pods bound to it to Running (and deletes them when they are deleted).
 
-Command line (workdir defaults to ``<repo>/.local/kube``)::
-
-    python -m localenv.control_plane up|down|status [--workdir DIR] [--bin-dir DIR]
+The command line is `gpufleet local up | down | status` (the whole environment).
 """
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import json
 import logging
 import os
 import ssl
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -40,15 +36,15 @@ from typing import Any
 
 import yaml
 
+from gpufleet.waiting import wait_for
 from localenv.certs import PKI, ensure_pki
+from localenv.paths import PROJECT_DIR, TOOLS_BIN
 from localenv.supervisor import Proc, Supervisor, SupervisorError, tail
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BIN_DIR = REPO_ROOT / ".tools" / "bin"
-DEFAULT_WORKDIR = REPO_ROOT / ".local" / "kube"
-DEFAULT_STAGES_DIR = REPO_ROOT / "tools" / "kube" / "kwok" / "stages"
+DEFAULT_BIN_DIR = TOOLS_BIN
+DEFAULT_STAGES_DIR = PROJECT_DIR / "tools" / "kube" / "kwok" / "stages"
 
 CONTEXT_NAME = "gpufleet-local"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -254,14 +250,18 @@ class LocalKube:
 
     def wait_node_ready(self, name: str, timeout: float = 60.0):
         core = self.core_v1()
-        deadline = time.monotonic() + timeout
         node = None
-        while time.monotonic() < deadline:
+
+        def ready():
+            nonlocal node
             node = core.read_node(name)
-            for cond in (node.status.conditions or []) if node.status else []:
-                if cond.type == "Ready" and cond.status == "True":
-                    return node
-            time.sleep(0.25)
+            conds = (node.status.conditions or []) if node.status else []
+            return node if any(c.type == "Ready" and c.status == "True" for c in conds) else None
+
+        try:
+            return wait_for(f"node {name} Ready", ready, timeout, interval=0.25)
+        except TimeoutError:
+            pass
         conds = [(c.type, c.status, c.reason) for c in ((node.status.conditions or []) if node and node.status else [])]
         raise LocalKubeError(
             f"node {name} did not become Ready within {timeout:.0f}s (conditions: {conds}); "
@@ -496,17 +496,24 @@ class LocalKube:
         t0 = time.monotonic()
         core = self.core_v1()
         last: Exception | None = None
-        while time.monotonic() - t0 < self.start_timeout:
+
+        def present() -> bool:
+            nonlocal last
             try:
                 core.read_namespaced_service_account("default", "default")
-                self._say(f"[local] cluster bootstrapped: default service account present "
-                          f"({time.monotonic() - t0:.1f}s)")
-                return
+                return True
             except ApiException as e:
                 last = e
                 if e.status != 404:
                     raise
-            time.sleep(0.25)
+                return False
+
+        try:
+            wait_for("the default ServiceAccount", present, self.start_timeout, interval=0.25)
+            self._say(f"[local] cluster bootstrapped: default service account present ({time.monotonic() - t0:.1f}s)")
+            return
+        except TimeoutError:
+            pass
         raise LocalKubeError(
             f"default/default ServiceAccount not created within {self.start_timeout:.0f}s ({last}); "
             f"last lines of the kube-controller-manager log:\n"
@@ -521,34 +528,3 @@ def _http_get(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0)
             return r.read().decode(errors="replace").strip() if r.status == 200 else None
     except (urllib.error.URLError, OSError, ssl.SSLError, ValueError):
         return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m localenv.control_plane", description=__doc__.split("\n")[0])
-    ap.add_argument("action", choices=["up", "down", "status"])
-    ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
-    ap.add_argument("--bin-dir", type=Path, default=DEFAULT_BIN_DIR)
-    for key, port in DEFAULT_PORTS.items():
-        ap.add_argument(f"--{key.replace('_', '-')}-port", type=int, default=port)
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    kube = LocalKube(
-        args.workdir, args.bin_dir,
-        **{f"{k}_port": getattr(args, f"{k}_port") for k in DEFAULT_PORTS},
-    )
-    try:
-        if args.action == "up":
-            kube.up()
-            print(f"export KUBECONFIG={kube.kubeconfig_path}")
-        elif args.action == "down":
-            kube.down()
-        else:
-            print(json.dumps(kube.status(), indent=2))
-    except LocalKubeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,10 +7,15 @@ per reconciler replica, :mod:`localenv.node`), on which `pulumi up` of the local
 the reconciler's Deployment as real pods from the project's image; or one kwok node per replica
 (``kubelet_nodes=0``), with the reconciler as a host process (:meth:`LocalEnv.start_reconciler`, a
 developer's option) using the same code and the policy the stack rendered.
+
+The stand-in for a cluster autoscaler (:mod:`localenv.autoscaler_standin`) joins a pool's next kwok
+node when the reconciler asks for capacity, as a cloud's node group would. What the product's commands
+need to reach this environment is recorded in its state file (:class:`gpufleet.local_cluster.LocalCluster`)
+and the local stack's configuration is generated beside it (:mod:`localenv.stack_config`).
 """
 from __future__ import annotations
 
-import json
+import os
 import signal
 import sys
 import time
@@ -22,18 +27,23 @@ from kubernetes.client.exceptions import ApiException
 
 from fleetspec.models import FleetSpec
 from fleetspec.placement import worker_selector, worker_tolerations
-from localenv import fake_nodes
-
-from gpufleet.paths import PROJECT_DIR, TOOLS_BIN, local_dir
+from gpufleet.local_cluster import LOCAL_PASSPHRASE, LocalCluster
+from gpufleet.stack import Stack
+from gpufleet.waiting import wait_for
+from localenv import fake_nodes, stack_config
+from localenv.autoscaler_standin import AutoscalerConfig
 from localenv.control_plane import DEFAULT_PORTS, LocalKube
+from localenv.host_reconciler import reconciler_proc
 from localenv.node import SystemNodes
+from localenv.paths import PROJECT_DIR, TOOLS_BIN, local_dir, state_file
+from localenv.ports import free_ports
 from localenv.slinky_standin import NodeSetDef, StandInConfig
-from localenv.slurm import LocalSlurm, free_port_block
+from localenv.slurm import LocalSlurm
 from localenv.supervisor import Proc, Supervisor, SupervisorError
 
 SLURM_PORTS = {"ctld": 26817, "rest": 26820}
-RECONCILER, STANDIN = "reconciler", "slinky-standin"  # host processes: <root>/<name>.pid and .log
-KUBELET_FIRST_PORT = 20260  # kubelet, healthz, next node's kubelet, ... (the default environment)
+# Host processes: <root>/<name>.pid and .log
+RECONCILER, STANDIN, AUTOSCALER = "reconciler", "slinky-standin", "autoscaler-standin"
 
 
 @dataclass
@@ -69,6 +79,9 @@ class LocalEnv:
         self.reconciler_log = self.host.log_path(RECONCILER)
         self.standin_log = self.host.log_path(STANDIN)
         self.standin_config = self.root / "slinky-standin.json"
+        self.autoscaler_log = self.host.log_path(AUTOSCALER)
+        self.autoscaler_config = self.root / "autoscaler-standin.json"
+        self.stack_config_file = self.root / "pulumi" / "Pulumi.local.yaml"
 
     def storage_paths(self) -> list[Path]:
         paths = [Path(s.host_path) for s in self.spec.storage if s.host_path]
@@ -89,10 +102,7 @@ class LocalEnv:
         """Ports nobody listens on, for a second environment beside the default one (tests)."""
         names = ["etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok", "slurm_ctld",
                  "slurm_rest"]
-        base = free_port_block(len(names))
-        out = {n: base + i for i, n in enumerate(names)}
-        out["kubelet"] = free_port_block(2 * spec.healing.reconciler.replicas)
-        return out
+        return dict(zip(names, free_ports(len(names))))
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -109,11 +119,9 @@ class LocalEnv:
         # The stand-in acts on the NodeSets the stack declares: Slurm nodes appear after `pulumi up`
         # (wait_slurm_nodes), as with the operator in a real cluster.
         self.start_standin()
-        self.state_file.write_text(json.dumps({
-            "kubeconfig": str(self.kube.kubeconfig_path), "slurm_conf": str(self.slurm.conf_path),
-            "slurm_rest_url": self.slurm.rest_url, "slurm_jwt_key": str(self.slurm.jwt_key_path),
-            "environment": self.spec.environment,
-        }, indent=2))
+        self.start_autoscaler()
+        self.write_stack_config()
+        self.cluster().write(self.state_file)
         self.progress(f"[local] up in {time.monotonic() - t0:.1f}s: kubeconfig {self.kube.kubeconfig_path}, "
                       f"slurmrestd {self.slurm.rest_url}")
         return self
@@ -122,25 +130,47 @@ class LocalEnv:
         """Until every NodeSet pod's slurmd has registered (after `pulumi up` declared the NodeSets,
         the stand-in places the pods and starts their slurmd)."""
         names = self.slurm_node_names() if names is None else names
-        deadline = time.monotonic() + timeout
 
         def ready() -> bool:  # registered, and the stand-in wrote the operator's comment
+            if not self.standin_running():
+                raise RuntimeError(f"the Slinky stand-in exited; log tail:\n{self.standin_log_tail()}")
             if not self.slurm.nodes_up(names):
                 return False
             info = self.slurm.node_info()
             return all(info.get(n, {}).get("comment") for n in names)
 
-        while not ready():
-            if not self.standin_running():
-                raise RuntimeError(f"the Slinky stand-in exited; log tail:\n{self.standin_log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Slurm nodes {names} not all up after {timeout:.0f}s "
-                                   f"(sinfo: {self.slurm.node_states()}); stand-in log tail:\n{self.standin_log_tail()}")
-            time.sleep(0.5)
+        wait_for(f"Slurm nodes {names} up", ready, timeout, interval=0.5,
+                 explain=lambda: f"sinfo: {self.slurm.node_states()}; stand-in log tail:\n{self.standin_log_tail()}")
+
+    # --- what the product and the stack are told --------------------------------------------------
 
     @property
     def state_file(self) -> Path:
-        return self.root / "env.json"
+        return state_file(self.root)
+
+    def cluster(self) -> LocalCluster:
+        """This environment as the product's commands read it (the state file's content)."""
+        return LocalCluster(
+            environment=self.spec.environment, kubeconfig=self.kube.kubeconfig_path,
+            slurm_conf=self.slurm.conf_path, slurm_bin_dir=self.slurm.bin_dir, slurm_rest_url=self.slurm.rest_url,
+            slurm_jwt_key=self.slurm.jwt_key_path, pulumi_backend_url=f"file://{self.root / 'state'}",
+            pulumi_config_file=self.stack_config_file)
+
+    def write_stack_config(self, require_images: bool = False) -> Path:
+        """The local stack's configuration with this environment's part (images, API address, slurmrestd)."""
+        (self.root / "state").mkdir(parents=True, exist_ok=True)
+        local = stack_config.local_environment(self.kube.kubeconfig_path, self.kube.apiserver_port,
+                                               self.slurm.rest_url, require_images=require_images)
+        return stack_config.write(self.stack_config_file, PROJECT_DIR / "Pulumi.local.yaml", local)
+
+    def stack(self) -> Stack:
+        """The local stack, run against this environment: its backend, passphrase and configuration (written
+        again, so images built since `up` are the ones deployed; ImagesError when none are built)."""
+        self.write_stack_config(require_images=True)
+        return Stack("local", extra_env={"PULUMI_BACKEND_URL": self.cluster().pulumi_backend_url,
+                                         "PULUMI_CONFIG_PASSPHRASE": os.environ.get("PULUMI_CONFIG_PASSPHRASE",
+                                                                                    LOCAL_PASSPHRASE)},
+                     config_file=self.stack_config_file)
 
     def ensure_nodes(self) -> list[str]:
         """Create the spec's fake nodes that do not exist yet (never touches ones that do: the
@@ -188,6 +218,7 @@ class LocalEnv:
 
     def down(self) -> None:
         self.stop_reconciler()
+        self.stop_autoscaler()
         self.stop_standin()
         self.nodes.down()
         self.slurm.down()
@@ -197,7 +228,8 @@ class LocalEnv:
 
     def status(self) -> dict:
         return {"kube": self.kube.status(), "slurm": self.slurm.status(), "reconciler": self.reconciler_status(),
-                "slinky_standin": self.standin_status(), "nodes": self.nodes.status(), "pods": self.reconciler_pods()}
+                "slinky_standin": self.standin_status(), "autoscaler_standin": _state(self.host.pid(AUTOSCALER)),
+                "nodes": self.nodes.status(), "pods": self.reconciler_pods()}
 
     def reconciler_pods(self) -> list[dict]:
         """The reconciler's pods as the API server sees them (empty when it does not answer)."""
@@ -215,12 +247,11 @@ class LocalEnv:
 
     def start_reconciler(self, policy: Path, extra_env: dict[str, str] | None = None,
                          metrics_port: int = 0) -> int:
-        """Start `gpufleet reconcile` in the background (idempotent); returns its pid."""
-        argv = [sys.executable, "-m", "gpufleet", "reconcile", "--policy", str(policy),
-                "--kubeconfig", str(self.kube.kubeconfig_path), "--leader-elect",
-                "--metrics-port", str(metrics_port)]
-        env = {**self.slurm.env(), **(extra_env or {}), "GPUFLEET_LOCAL_DIR": str(self.root)}
-        return self._start_host(Proc(RECONCILER, argv, _up, env=env))
+        """Start `gpufleet reconcile` in the background (idempotent); returns its pid. Everything it needs of
+        this environment is on its command line (and SLURM_CONF for the CLI backend)."""
+        return self._start_host(reconciler_proc(
+            RECONCILER, self.kube.kubeconfig_path, policy, self.state_file, slurm_url=self.slurm.rest_url,
+            jwt_key=self.slurm.jwt_key_path, metrics_port=metrics_port, env={**self.slurm.env(), **(extra_env or {})}))
 
     def reconciler_running(self) -> bool:
         return self.host.pid(RECONCILER) is not None
@@ -264,6 +295,20 @@ class LocalEnv:
     def stop_standin(self, timeout: float = 10.0) -> None:
         """Stop the stand-in only: the slurmds it started run on, as NodeSet pods outlive the operator."""
         self.host.stop([STANDIN], timeout, tree=False)
+
+    # --- the stand-in for a cluster autoscaler, as a host process ----------------------------------
+
+    def start_autoscaler(self) -> int:
+        """Start the cluster autoscaler's stand-in in the background (idempotent); returns its pid."""
+        AutoscalerConfig.of(self.kube.kubeconfig_path, self.spec).write(self.autoscaler_config)
+        argv = [sys.executable, "-m", "localenv.autoscaler_standin", "--config", str(self.autoscaler_config)]
+        return self._start_host(Proc(AUTOSCALER, argv, _up, cwd=PROJECT_DIR))
+
+    def autoscaler_running(self) -> bool:
+        return self.host.pid(AUTOSCALER) is not None
+
+    def stop_autoscaler(self, timeout: float = 10.0) -> None:
+        self.host.stop([AUTOSCALER], timeout)
 
     def _start_host(self, proc: Proc) -> int:
         self.host.ensure([proc])

@@ -1,23 +1,19 @@
-"""The local environment's fake GPU nodes (kwok): their manifests, the reserve that refills spares,
-and the `local` node provider that joins them (registered with the reconciler's providers).
+"""The local environment's fake GPU nodes (kwok): their manifests, and each pool's node group (the
+template of a node that joins it, and the names it has room for).
 
 Each pool gets `nodes` active nodes and `spares` spares, named `kwok-<pool>-<i>` and
-`kwok-<pool>-spare-<i>` in the local environment; a refill joins one of RESERVE more spare names.
+`kwok-<pool>-spare-<i>` in the local environment. Its node group has room for RESERVE nodes more: the
+cluster autoscaler's stand-in (:mod:`localenv.autoscaler_standin`) joins them, named
+`kwok-<pool>-spare-<i>` after the spares, as a refill's capacity request asks.
 """
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
 from fleetspec.placement import node_labels, node_taints
 
-from reconciler.errors import TemporaryError
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.providers import KubernetesSpares, register_provider
-
-log = logging.getLogger(__name__)
 RESERVE = 2
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 SYSTEM_NODE = "local-system-0"
@@ -45,9 +41,30 @@ def fake_node(name: str, node_labels: dict[str, str], taints: list[dict], *, cpu
     }
 
 
+def group_labels(pool: NodePool) -> dict[str, str]:
+    """What a node of the pool's node group carries when it joins, before gpufleet's membership pass: the
+    pool's own labels, its member selector (the node group's label; the pool label where it has none, as
+    the capacity request's node selector asks) and the GPU labels the GPU feature discovery sets."""
+    return {**pool.labels, **(dict(pool.member_selector) or {labels.POOL: pool.name}),
+            labels.GPU_MODEL: pool.gpu_model, labels.GPU_COUNT: str(pool.gpus_per_node)}
+
+
 def pool_node(pool: NodePool, name: str, role: str) -> dict[str, Any]:
-    return fake_node(name, node_labels(pool, role), node_taints(pool, role), cpus=pool.cpus_per_node,
+    """A node of the pool already in a role (the environment's first nodes)."""
+    return fake_node(name, {**group_labels(pool), **node_labels(pool, role)}, node_taints(pool, role),
+                     cpus=pool.cpus_per_node, memory=pool.memory_per_node, gpus=pool.gpus_per_node)
+
+
+def joining_node(pool: NodePool, name: str) -> dict[str, Any]:
+    """A node of the pool's node group as it joins: the group's labels and the pool's taints, no role
+    and no spare taint (membership gives it those)."""
+    return fake_node(name, group_labels(pool), [t.model_dump() for t in pool.taints], cpus=pool.cpus_per_node,
                      memory=pool.memory_per_node, gpus=pool.gpus_per_node)
+
+
+def reserve_names(pool: NodePool, prefix: str = KWOK_PREFIX) -> list[str]:
+    """The names the pool's node group has room for beyond its active nodes: its spares, then RESERVE more."""
+    return [f"{prefix}{pool.name}-spare-{i}" for i in range(pool.spares + RESERVE)]
 
 
 def fleet_nodes(spec: FleetSpec, prefix: str = "") -> list[dict[str, Any]]:
@@ -57,38 +74,3 @@ def fleet_nodes(spec: FleetSpec, prefix: str = "") -> list[dict[str, Any]]:
         out += [pool_node(pool, prefix + n, labels.ROLE_ACTIVE) for n in pool.node_names()]
         out += [pool_node(pool, prefix + n, labels.ROLE_SPARE) for n in pool.spare_names()]
     return out
-
-
-REFILL_KEY = "gpufleet.io/refill-for"
-
-
-def join_reserve_spare(kube: Kube, pool: NodePool, key: str = "", prefix: str = KWOK_PREFIX) -> str | None:
-    """Join the next reserved fake node of the pool as a spare, once per `key`; None when the reserve
-    is used up. The node carries the key, so a replayed request joins nothing more."""
-    nodes = kube.core.list_node(label_selector=f"{labels.POOL}={pool.name}").items
-    if key and any((n.metadata.annotations or {}).get(REFILL_KEY) == key for n in nodes):
-        return None
-    existing = {n.metadata.name for n in nodes}
-    for i in range(pool.spares + RESERVE):
-        name = f"{prefix}{pool.name}-spare-{i}"
-        if name not in existing:
-            node = pool_node(pool, name, labels.ROLE_SPARE)
-            if key:
-                node["metadata"]["annotations"][REFILL_KEY] = key
-            try:
-                kube.core.create_node(node)
-            except Exception as e:  # noqa: BLE001 - surfaced as a retryable error
-                raise TemporaryError(f"join {name}: {e}") from None
-            return name
-    return None
-
-
-class LocalProvider(KubernetesSpares):
-    """Spares as the `kubernetes-spares` provider keeps them; a refill joins the next reserved fake node."""
-
-    def request_capacity(self, pool: str, reason: str, key: str = "") -> None:
-        joined = join_reserve_spare(self.kube, self.spec.pool(pool), key)
-        log.info("local refill for pool %s (%s): %s", pool, reason, joined or "reserve exhausted")
-
-
-register_provider("local", LocalProvider)

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.paths import PROJECT_DIR
+from localenv.paths import PROJECT_DIR
 
 BUILD_SCRIPT = PROJECT_DIR / "scripts" / "build-images.sh"
 INSTALL_SCRIPT = PROJECT_DIR / "scripts" / "install-containers.sh"

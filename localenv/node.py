@@ -37,12 +37,14 @@ from pathlib import Path
 import yaml
 
 from fleetspec import labels
+from gpufleet.waiting import wait_for
 
 from localenv import netns
 from localenv.certs import ensure_client_cert
 from localenv.images import BuiltImages
 from localenv.control_plane import LocalKube, _http_get
-from localenv.supervisor import Proc, Supervisor, SupervisorError, port_free, tail
+from localenv.ports import port_free
+from localenv.supervisor import Proc, Supervisor, SupervisorError, tail
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -401,21 +403,25 @@ class SystemNodes:
         from kubernetes.client.exceptions import ApiException
 
         core = self.kube.core_v1()
-        deadline = time.monotonic() + max(timeout, 5)
         conds: list = []
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
+            nonlocal conds
             try:
                 n = core.read_node(node.name)
-                conds = [(c.type, c.status, c.reason) for c in (n.status.conditions or [])]
-                if ("Ready", "True") in [(t, s) for t, s, _ in conds]:
-                    return
             except ApiException as e:
                 if e.status != 404:
                     raise
-            time.sleep(0.5)
-        raise NodeError(f"node {node.name} did not become Ready within {timeout:.0f}s (conditions: {conds}); "
-                        f"last lines of {self.supervisor.log_path(node.kubelet_name)}:\n"
-                        f"{tail(self.supervisor.log_path(node.kubelet_name), 30)}")
+                return False
+            conds = [(c.type, c.status, c.reason) for c in (n.status.conditions or [])]
+            return ("Ready", "True") in [(t, s) for t, s, _ in conds]
+
+        try:
+            wait_for(f"node {node.name} Ready", ready, max(timeout, 5), interval=0.5)
+        except TimeoutError:
+            raise NodeError(f"node {node.name} did not become Ready within {timeout:.0f}s (conditions: {conds}); "
+                            f"last lines of {self.supervisor.log_path(node.kubelet_name)}:\n"
+                            f"{tail(self.supervisor.log_path(node.kubelet_name), 30)}") from None
 
     def down(self) -> None:
         for node in self.nodes():

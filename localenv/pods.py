@@ -2,10 +2,11 @@
 tests wait for (Ready replicas, the one holding the Lease)."""
 from __future__ import annotations
 
-import time
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from gpufleet.waiting import wait_for
 
 SELECTOR = "app.kubernetes.io/name=gpufleet-reconciler"
 LEASE = "gpufleet-reconciler"
@@ -40,12 +41,10 @@ def reconciler_pods(core: client.CoreV1Api, namespace: str) -> list[dict]:
 def wait_reconciler_pods_ready(core: client.CoreV1Api, namespace: str, replicas: int,
                                timeout: float = 180.0) -> list[dict]:
     """Wait until ``replicas`` pods are Ready and one of them holds the Lease; return the pods."""
-    deadline = time.monotonic() + timeout
-    pods: list[dict] = []
-    while time.monotonic() < deadline:
+    def ready() -> list[dict] | None:
         pods = [p for p in reconciler_pods(core, namespace) if not p["deleting"]]
-        if sum(p["ready"] for p in pods) >= replicas and any(p["leader"] for p in pods):
-            return pods
-        time.sleep(0.5)
-    raise TimeoutError(f"reconciler pods not Ready with a Lease holder within {timeout:.0f}s: {pods}; "
-                       f"Lease holder: {lease_holder(core.api_client, namespace)}")
+        return pods if sum(p["ready"] for p in pods) >= replicas and any(p["leader"] for p in pods) else None
+
+    return wait_for("reconciler pods Ready with a Lease holder", ready, timeout, interval=0.5,
+                    explain=lambda: f"pods: {reconciler_pods(core, namespace)}; "
+                                    f"Lease holder: {lease_holder(core.api_client, namespace)}")

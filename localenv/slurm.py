@@ -27,9 +27,10 @@ In the work directory:
 Node state set at run time (drains, reasons, comments) lives in slurmctld's saved state,
 never in slurm.conf, so restarting slurmctld keeps it.
 
-Everything runs detached with pid files and logs in the work directory; a later ``up()``
-(even from another process) finds and reuses the running daemons and restarts the
-slurmds of the nodes that were started and not stopped.
+Every daemon runs under the local environment's one supervisor (:class:`localenv.supervisor.Supervisor`:
+detached, pid files in ``run/`` and output in ``log/`` of the work directory); a later ``up()`` (even
+from another process) finds and reuses the running daemons and restarts the slurmds of the nodes that
+were started and not stopped.
 
 Host-side tools: ``env()`` puts ``<workdir>/bin`` first on PATH, where ``scontrol``,
 ``squeue``, ``sbatch``... are small wrappers that run the root's tool the same way, so
@@ -39,18 +40,19 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-from gpufleet.paths import PROJECT_DIR
+from gpufleet.waiting import wait_for
+from localenv.paths import PROJECT_DIR
+from localenv.ports import free_port
+from localenv.supervisor import Proc, Supervisor, SupervisorError
 
 BUILD_ROOT_SCRIPT = PROJECT_DIR / "scripts" / "build-slurm-root.sh"
 
@@ -84,46 +86,6 @@ class LocalSlurmError(RuntimeError):
     """The local cluster could not be started or is unhealthy."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now (for tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """`n` distinct free TCP ports (held open together while picking them)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def free_port_block(n: int, lo: int = 20000, hi: int = 60000) -> int:
-    """The first port of `n` consecutive free TCP ports."""
-    rnd = random.Random()
-    for _ in range(200):
-        start = rnd.randrange(lo, hi - n)
-        ok = True
-        for p in range(start, start + n):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind(("0.0.0.0", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return start
-    raise LocalSlurmError(f"no block of {n} free ports found")
-
-
 def local_stack_slurm():
     """The local stack's Slurm section (Pulumi.local.yaml): the slurm.conf lines and the cgroup.conf the
     local Slurm needs beyond the operator's, declared where a stack declares them."""
@@ -155,33 +117,6 @@ def _root_user(root: Path, name: str) -> tuple[int, int]:
     raise LocalSlurmError(f"user {name} not in {root}/etc/passwd: rebuild with {BUILD_ROOT_SCRIPT} --force")
 
 
-# Daemons this process started: polled so that exited ones do not linger as zombies.
-_CHILDREN: dict[int, subprocess.Popen] = {}
-
-
-def _alive(pid: int, must_contain: Iterable[str] = ()) -> bool:
-    """Whether `pid` runs (not a zombie) and its command line contains all of `must_contain`
-    (guards against pid reuse)."""
-    if pid <= 0:
-        return False
-    proc = _CHILDREN.get(pid)
-    if proc is not None:
-        if proc.poll() is None:
-            return True
-        del _CHILDREN[pid]
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-            return False
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return all(s in cmdline for s in must_contain)
-
-
 def _is_up(state: str) -> bool:
     """A sinfo long state of a node whose slurmd registered and responds (no trouble suffix
     such as "*" not responding or "~" powered off)."""
@@ -198,11 +133,12 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 @dataclass(frozen=True)
 class _Daemon:
-    name: str          # "munged", "slurmctld", "slurmrestd", "slurmd:NAME"
-    argv: list[str]    # inside the root
-    pidfile: Path
-    logs: tuple[Path, ...]
-    marker: str        # its command line contains this (a path in our work dir)
+    name: str                    # "munged", "slurmctld", "slurmrestd", "slurmd:NAME"
+    argv: list[str]              # inside the root
+    health: Callable[[], bool]   # it answers
+    what: str                    # what answering means, for messages
+    logs: tuple[Path, ...]       # its own log files (the supervisor keeps its output)
+    ports: tuple[int, ...] = ()  # must be free before it starts
     env: tuple[tuple[str, str], ...] = ()
 
 
@@ -284,6 +220,9 @@ class LocalSlurm:
         self.nodes_dir = d / "nodes"
         if len(str(self.munge_socket)) > 100:
             raise ValueError(f"workdir too long for a Unix socket path: {self.munge_socket}")
+        self.supervisor = Supervisor(d / "run", d / "log", start_timeout=start_timeout, stop_timeout=10.0,
+                                     prefix="[slurm]")
+        self._states: tuple[float, dict[str, str]] = (0.0, {})
 
     # ------------------------------------------------------------------ paths / env
 
@@ -501,34 +440,27 @@ class LocalSlurm:
             ["/usr/sbin/slurmd", "-D", "-Z", "-N", spec.name,
              "--conf-server", f"127.0.0.1:{self.ctld_port}", "--conf", conf,
              "-L", str(self.node_log(spec.name))],
-            self.node_dir(spec.name) / "gpufleet.pid",
-            (self.node_log(spec.name), self.node_dir(spec.name) / "slurmd.out"),
-            str(self.node_log(spec.name)),
+            lambda: _is_up(self._node_states_now().get(spec.name, "")), f"node {spec.name} up in sinfo",
+            (self.node_log(spec.name), self.ctld_log), (spec.port,),
             (("GPUFLEET_SLURMD_NODE", spec.name),),  # inherited by its slurmstepds
         )
 
     def _daemons(self, with_nodes: bool = True) -> list[_Daemon]:
         conf = str(self.daemon_conf)  # they read it as slurm / slurmrest
-        # Their marker: the host path of slurm.conf, part of `conf` and of the path daemons started
-        # before DAEMON_VIEW were given, so an up() after an upgrade still finds (and restarts) those.
-        marker = str(self.conf_path)
         ds = [
             _Daemon("munged",
                     ["/usr/sbin/munged", "-F", "--force", f"--socket={self.munge_socket}",
                      f"--key-file={self.munge_key}", f"--pid-file={self.munge_dir / 'munged.pid'}",
                      f"--log-file={self.munge_dir / 'munged.log'}",
                      f"--seed-file={self.munge_dir / 'munged.seed'}", "--num-threads=10"],
-                    self.munge_dir / "gpufleet.pid",
-                    (self.munge_dir / "munged.log", self.munge_dir / "munged.out"),
-                    str(self.munge_socket)),
-            _Daemon("slurmctld", ["/usr/sbin/slurmctld", "-D", "-f", conf],
-                    self.ctld_dir / "gpufleet.pid", (self.ctld_log, self.ctld_dir / "slurmctld.out"),
-                    marker, (("SLURM_CONF", conf),)),
+                    self._munge_ok, "its socket to answer", (self.munge_dir / "munged.log",)),
+            _Daemon("slurmctld", ["/usr/sbin/slurmctld", "-D", "-f", conf], self._ctld_ok,
+                    "`scontrol ping` to report it UP", (self.ctld_log,), (self.ctld_port,), (("SLURM_CONF", conf),)),
             _Daemon("slurmrestd",
                     ["/usr/sbin/slurmrestd", "-f", conf, "-u", REST_USER, "-g", REST_USER,
                      "-a", "rest_auth/jwt", f"127.0.0.1:{self.rest_port}"],
-                    self.rest_dir / "gpufleet.pid", (self.rest_dir / "slurmrestd.out",),
-                    marker, (("SLURM_CONF", conf), ("SLURM_JWT", "daemon"))),
+                    self.rest_ok, f"slurmrestd to answer on {self.rest_url}", (), (self.rest_port,),
+                    (("SLURM_CONF", conf), ("SLURM_JWT", "daemon"))),
         ]
         if with_nodes:
             ds += [self._slurmd(s) for s in self._specs() if s.wanted]
@@ -545,52 +477,38 @@ class LocalSlurm:
                 return d
         raise KeyError(name)
 
-    @staticmethod
-    def _pid(d: _Daemon) -> int | None:
-        try:
-            return int(d.pidfile.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
+    def _proc(self, d: _Daemon) -> Proc:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update(d.env)
+        env["GPUFLEET_LOCAL_SLURM"] = str(self.workdir)  # inherited by slurmstepd: see _kill_leftover_jobs
+        return Proc(d.name, [*self._inroot, *d.argv], d.health, url=d.what, ports=d.ports, env=env, cwd=Path("/"))
 
     def _running(self, d: _Daemon) -> int | None:
-        pid = self._pid(d)
-        if pid is not None and _alive(pid, [Path(d.argv[0]).name, d.marker]):
-            return pid
-        return None
+        return self.supervisor.pid(d.name)
 
-    def _start(self, d: _Daemon) -> int:
-        pid = self._running(d)
-        if pid is not None:
-            return pid
-        argv = [*self._inroot, *d.argv]
-        d.pidfile.parent.mkdir(parents=True, exist_ok=True)
-        with open(d.logs[-1], "ab") as f:
-            f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {shlex.join(d.argv)}\n".encode())
-            f.flush()
-            env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-            env.update(d.env)
-            env["GPUFLEET_LOCAL_SLURM"] = str(self.workdir)  # inherited by slurmstepd: see _kill_leftover_jobs
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                    cwd="/", env=env, start_new_session=True, close_fds=True)
-        d.pidfile.write_text(f"{proc.pid}\n")
-        _CHILDREN[proc.pid] = proc
-        return proc.pid
+    def _ensure(self, ds: Sequence[_Daemon]) -> None:
+        """Start those not running and wait until all answer; a failure names the daemon with the tails of
+        its own logs."""
+        try:
+            self.supervisor.ensure([self._proc(d) for d in ds])
+        except SupervisorError as e:
+            failed = next((d for d in sorted(ds, key=lambda d: -len(d.name)) if str(e).startswith(d.name)), None)
+            tails = "".join(f"\n--- {p} (tail)\n{_tail(p)}" for p in (failed.logs if failed else ()))
+            raise LocalSlurmError(f"{e}{tails}") from None
 
-    def _fail(self, d: _Daemon, what: str) -> LocalSlurmError:
-        tails = "\n".join(f"--- {p} (tail)\n{_tail(p)}" for p in d.logs)
-        return LocalSlurmError(f"{d.name}: {what}\n{tails}")
+    def _stop(self, ds: Sequence[_Daemon], grace: float = 10.0) -> None:
+        self.supervisor.stop([d.name for d in ds], grace)
 
-    def _wait(self, d: _Daemon, ready, what: str, timeout: float | None = None) -> None:
-        timeout = timeout or self.start_timeout
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._running(d) is None:
-                raise self._fail(d, f"exited while waiting for {what}")
-            if ready():
-                return
-            if time.monotonic() > deadline:
-                raise self._fail(d, f"timed out after {timeout:.0f}s waiting for {what}")
-            time.sleep(0.2)
+    def _node_states_now(self, max_age: float = 0.2) -> dict[str, str]:
+        """sinfo's states, read at most every `max_age` s (one read answers the health of every slurmd)."""
+        at, states = self._states
+        if time.monotonic() - at > max_age:
+            try:
+                states = self.node_states()
+            except (LocalSlurmError, subprocess.TimeoutExpired):
+                states = {}
+            self._states = (time.monotonic(), states)
+        return states
 
     def run(self, argv: Sequence[str], *, timeout: float = 30, check: bool = False,
             input: str | None = None) -> subprocess.CompletedProcess:
@@ -684,44 +602,11 @@ class LocalSlurm:
         changed = self._write_files()
         daemons = {d.name: d for d in self._daemons()}
         if changed:
-            for name, d in daemons.items():
-                if name != "munged":
-                    self._stop(d)
-        munged = daemons["munged"]
-        self._start(munged)
-        self._wait(munged, self._munge_ok, "its socket to answer")
-        ctld = daemons["slurmctld"]
-        self._start(ctld)
-        self._wait(ctld, self._ctld_ok, "`scontrol ping` to report it UP")
-        rest = daemons["slurmrestd"]
-        self._start(rest)
-        self._wait(rest, self.rest_ok, f"slurmrestd to answer on {self.rest_url}")
-        specs = [s for s in self._specs() if s.wanted]
-        for s in specs:
-            self._start(self._slurmd(s))
-        self._wait_nodes_up([s.name for s in specs])
+            self._stop([d for name, d in daemons.items() if name != "munged"])
+        for name in ("munged", "slurmctld", "slurmrestd"):  # each answers before the next starts
+            self._ensure([daemons[name]])
+        self._ensure([self._slurmd(s) for s in self._specs() if s.wanted])
         return self
-
-    def _wait_nodes_up(self, names: Sequence[str]) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        states: dict[str, str] = {}
-        while True:
-            for n in names:
-                d = self._daemon(f"slurmd:{n}")
-                if self._running(d) is None:
-                    raise self._fail(d, f"exited while waiting for node {n} to be up (sinfo: {states.get(n, '?')})")
-            try:
-                states = self.node_states()
-            except (LocalSlurmError, subprocess.TimeoutExpired) as e:
-                states = {"error": str(e)}
-            waiting = [n for n in names if not _is_up(states.get(n, ""))]
-            if not waiting:
-                return
-            if time.monotonic() > deadline:
-                raise self._fail(self._daemon(f"slurmd:{waiting[0]}"),
-                                 f"timed out after {self.start_timeout:.0f}s waiting for node {waiting[0]} "
-                                 f"to be up (sinfo: {states}); slurmctld log tail:\n{_tail(self.ctld_log, 15)}")
-            time.sleep(0.2)
 
     def start_node(self, name: str, nodeset: str, comment: Mapping | None = None,
                    drained_reason: str | None = None, conf: str = "", host: str = "") -> None:
@@ -744,8 +629,7 @@ class LocalSlurm:
             return
         self._save_spec(spec)
         (self.node_dir(name) / "spool").mkdir(parents=True, exist_ok=True)
-        self._start(self._slurmd(spec))
-        self._wait_nodes_up([name])
+        self._ensure([self._slurmd(spec)])
         args = ["update", f"NodeName={name}"]
         if comment is not None:
             args.append(f"Comment={json.dumps(comment, separators=(',', ':'))}")
@@ -766,36 +650,15 @@ class LocalSlurm:
                       f"Reason={POD_TERMINATING_REASON}"], timeout=15)
         spec.wanted = False
         self._save_spec(spec)
-        self._stop(self._slurmd(spec))
+        self._stop([self._slurmd(spec)])
         self._kill_leftover_jobs(node=name)
         if delete:
             self.run(["scontrol", "delete", f"NodeName={name}"], timeout=15)
 
-    def _stop(self, d: _Daemon, grace: float = 10.0) -> None:
-        pid = self._running(d)
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and _alive(pid):
-                time.sleep(0.1)
-            if _alive(pid):
-                for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-                    try:
-                        kill()
-                    except (ProcessLookupError, PermissionError):
-                        pass
-                deadline = time.monotonic() + 5
-                while time.monotonic() < deadline and _alive(pid):
-                    time.sleep(0.1)
-        d.pidfile.unlink(missing_ok=True)
-
     def stop_daemon(self, name: str) -> None:
         """Stop one daemon: "munged", "slurmctld", "slurmrestd" or "slurmd:NODE" (to test an
         outage; the node stays wanted). `up()` starts it again."""
-        self._stop(self._daemon(name))
+        self._stop([self._daemon(name)])
 
     def down(self, *, cancel_jobs: bool = True) -> None:
         """Stop every daemon (slurmds, slurmrestd, slurmctld, munged). Started nodes stay
@@ -808,8 +671,10 @@ class LocalSlurm:
                 self._cancel_all_jobs(timeout=KILL_WAIT + 5)
             except (LocalSlurmError, subprocess.TimeoutExpired, OSError):
                 pass
-        for d in reversed(self._daemons()):
-            self._stop(d)
+        daemons = self._daemons()
+        self._stop(daemons[3:])  # the slurmds, then slurmrestd, slurmctld and munged
+        for d in reversed(daemons[:3]):
+            self._stop([d])
         self._kill_leftover_jobs()
 
     def _cancel_all_jobs(self, timeout: float) -> None:
@@ -819,12 +684,12 @@ class LocalSlurm:
         if not ids:
             return
         self.run(["scancel", *ids], timeout=10)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def gone() -> bool:
             r = self.run(["squeue", "-h", "-t", active, "-o", "%i"], timeout=10)
-            if r.returncode != 0 or not r.stdout.strip():
-                return
-            time.sleep(0.2)
+            return r.returncode != 0 or not r.stdout.strip()
+
+        wait_for("the cancelled jobs to end", gone, timeout, interval=0.2)  # TimeoutError: the caller goes on
 
     def _kill_leftover_jobs(self, node: str | None = None) -> int:
         """A stopped slurmd leaves its slurmstepds and their jobs running. Kill this cluster's
@@ -923,16 +788,19 @@ class LocalSlurm:
                 self.set_node_state(s.name, "DRAIN", s.drained_reason)
             elif any(x in st for x in ("drain", "down", "fail")):
                 self.set_node_state(s.name, "RESUME")
-        deadline = time.monotonic() + timeout
-        while True:
-            left = self.run(["squeue", "-h", "-o", "%i %T"], timeout=15).stdout.strip()
-            if not left and self.nodes_up():
-                states = self.node_states()
-                if all(("drain" in states.get(s.name, "")) == bool(s.drained_reason) for s in specs):
-                    return
-            if time.monotonic() > deadline:
-                raise LocalSlurmError(f"reset: still jobs {left!r} or nodes {self.node_states()}")
-            time.sleep(0.2)
+
+        def settled() -> bool:
+            if self.run(["squeue", "-h", "-o", "%i %T"], timeout=15).stdout.strip() or not self.nodes_up():
+                return False
+            states = self.node_states()
+            return all(("drain" in states.get(s.name, "")) == bool(s.drained_reason) for s in specs)
+
+        try:
+            wait_for("no job left and every node up", settled, timeout, interval=0.2,
+                     explain=lambda: f"jobs {self.run(['squeue', '-h', '-o', '%i %T'], timeout=15).stdout.strip()!r}, "
+                                     f"nodes {self.node_states()}")
+        except TimeoutError as e:
+            raise LocalSlurmError(f"reset: {e}") from None
 
     def sbatch(self, *args: str, timeout: float = 15) -> int:
         """Submit a batch job (`sbatch --parsable ARGS` in the root); returns the job id."""

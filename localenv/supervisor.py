@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from localenv.ports import port_free
 
 log = logging.getLogger(__name__)
 
@@ -312,13 +313,3 @@ def tail(path: Path, lines: int = 25) -> str:
     except FileNotFoundError:
         return f"  (no log file {path})"
     return "\n".join("  | " + line for line in data[-lines:])
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False

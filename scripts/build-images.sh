@@ -195,8 +195,8 @@ tmp = Path(sys.argv[1] + ".tmp")
 tmp.write_text(json.dumps(doc, indent=2) + "\n")
 tmp.replace(sys.argv[1])
 EOF
-# Keep the newest three builds of this root: older ones go from the cache and the image storage.
-for old in $(ls -1dt "$CACHE_ROOT/$ROOTFS_KEY"-* 2>/dev/null | tail -n +4); do
+# Keep the newest eight builds of this root (several checkouts share the cache): older ones go from the cache and the image storage.
+for old in $(ls -1dt "$CACHE_ROOT/$ROOTFS_KEY"-* 2>/dev/null | tail -n +9); do
   k="$(basename "$old")"
   for img in "${IMAGES[@]}"; do buildah rmi "localhost/gpufleet/$img:$k" >/dev/null 2>&1 || true; done
   rm -rf "$old"; log "pruned the old build $k"

@@ -10,8 +10,9 @@ One interface, three providers:
   leaves the group with the desired capacity decremented (terminated, or detached and tagged
   for a human, as the spec says); a refill raises the desired capacity by exactly one, once per
   remediation (the key is recorded as a group tag, so a replay changes nothing).
-- `local`: the local environment's fake nodes (kwok); it lives with the local environment
-  (`localenv/`) and registers itself here.
+
+The local environment's pools are `kubernetes-spares` too: a stand-in for the cluster autoscaler there
+(localenv/autoscaler_standin.py) answers the capacity requests.
 """
 from __future__ import annotations
 
@@ -355,16 +356,10 @@ def _refill_state(value: str | None) -> tuple[str | None, int]:
 PROVIDERS: dict[str, Any] = {"kubernetes-spares": KubernetesSpares, "aws-asg": AwsAsgProvider}
 
 
-def register_provider(name: str, factory: Any) -> None:
-    """Providers that live outside this package (the local environment's) register here."""
-    PROVIDERS[name] = factory
-
-
 def provider_for(pool: NodePool, kube: Kube, spec: FleetSpec, slurm: SlurmClient | None, **kw) -> NodeProvider:
     factory = PROVIDERS.get(pool.provider)
     if factory is None:
-        raise PermanentError(f"pool {pool.name}: no node provider {pool.provider!r} in this process "
-                             f"(known: {sorted(PROVIDERS)}); the `local` one comes with gpufleet's local environment")
+        raise PermanentError(f"pool {pool.name}: no node provider {pool.provider!r} (known: {sorted(PROVIDERS)})")
     return factory(kube, spec, slurm, **kw) if pool.provider == "aws-asg" else factory(kube, spec, slurm)
 
 

@@ -32,7 +32,7 @@ def local(tmp_path_factory, kube_bin_dir, slurm_root, pulumi_bin_dir):
     spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
     env = LocalEnv(spec, root=root, bin_dir=kube_bin_dir, ports=LocalEnv.free_ports(spec), progress=print)
     env.up()
-    stack = Stack("local")
+    stack = env.stack()
     stack.ensure()
     stack.ensure_secrets(spec.secret_keys())
     try:
@@ -80,10 +80,6 @@ def _records(env, node):
     return [r for r in KubeRecordStore(env.kube.api_client()).list() if r.node == node]
 
 
-def _wait(fn, timeout=120, what="condition"):
-    return wait_for(what, fn, timeout, interval=0.2)
-
-
 def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):
     spec, env, stack = local
     kube = Kube(env.kube.api_client())
@@ -98,8 +94,8 @@ def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):
                     if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_ACTIVE
                     and n["metadata"]["labels"].get(labels.POOL) == "h100")[0]
     kube.set_condition(victim, "GpuHealthy", "False", "Xid48", "Double bit ECC error")
-    _wait(lambda: [r for r in _records(env, victim) if r.phase not in (Phase.DETECTED,)],
-          what="a phase past Detected")
+    wait_for("a phase past Detected", lambda: [r for r in _records(env, victim) if r.phase not in (Phase.DETECTED,)],
+             120)
     env.stop_reconciler(signal.SIGKILL)  # killed mid-remediation
     (mid,) = [r for r in _records(env, victim) if r.xid == 48]
     assert not mid.phase.terminal
@@ -110,8 +106,8 @@ def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):
     doc["healing"]["max_unhealthy_fraction"] = 1.0
     policy.write_text(json.dumps(doc))
     env.start_reconciler(policy)
-    (done,) = _wait(lambda: [r for r in _records(env, victim) if r.xid == 48 and r.phase.terminal],
-                    what="the remediation to end")
+    (done,) = wait_for("the remediation to end",
+                       lambda: [r for r in _records(env, victim) if r.xid == 48 and r.phase.terminal], 120)
     assert done.phase is Phase.SUCCEEDED and done.replacement == spare_before[0]
     phases = [p for p, _ in done.phase_times]
     assert len(phases) == len(set(phases))  # no phase done twice
@@ -125,8 +121,8 @@ def test_opt_out_label_means_nothing_is_replaced(local):
     # The L40S pool lends its node while Slurm leaves it idle: a job on it takes it back (and keeps it), so
     # its NodeSet pod runs there when the fault comes.
     job = env.slurm.sbatch("--partition=infer", "--nodes=1", "--requeue", "--output=/dev/null", "--wrap", "sleep 900")
-    _wait(lambda: "RUNNING" in env.slurm.run(["squeue", "-h", "-j", str(job), "-o", "%T"]).stdout,
-          what="a job running on the L40S node")
+    wait_for("a job running on the L40S node",
+             lambda: "RUNNING" in env.slurm.run(["squeue", "-h", "-j", str(job), "-o", "%T"]).stdout, 120)
     core.create_namespaced_pod("default", {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "debug-session", "labels": {labels.DEFAULT_OPT_OUT: "true"},
@@ -134,7 +130,7 @@ def test_opt_out_label_means_nothing_is_replaced(local):
         "spec": {"nodeName": "kwok-l40s-0", "tolerations": [{"operator": "Exists"}],
                  "containers": [{"name": "c", "image": "registry.example/debug:1.0"}]}})
     Kube(env.kube.api_client()).set_condition("kwok-l40s-0", "GpuHealthy", "False", "Xid79", "off the bus")
-    (r,) = _wait(lambda: [r for r in _records(env, "kwok-l40s-0") if r.phase is Phase.OPTED_OUT], what="OptedOut")
+    (r,) = wait_for("OptedOut", lambda: [r for r in _records(env, "kwok-l40s-0") if r.phase is Phase.OPTED_OUT], 120)
     assert "default/debug-session" in r.reason and "drained in Slurm" in r.reason
     assert r.slurm_nodes == ("l40s-0",)  # the NodeSet pod's hostname, not the Kubernetes node's name
     time.sleep(2)

@@ -4,23 +4,28 @@ reconciler's ServiceAccount, checksum and token mount arrive as declared."""
 from __future__ import annotations
 
 import pytest
+import yaml
 from kubernetes import client
 
 from fleetspec import labels, load_stack_file
 from gpufleet.paths import PROJECT_DIR
 from gpufleet.preview import scratch_stack
+from localenv import stack_config
 
 pytestmark = pytest.mark.e2e
 
 
 def test_local_stack_applies_its_slinky_resources(kube_cluster, pulumi_bin_dir, tmp_path):
-    local = tmp_path / "local"
-    (local / "kube").mkdir(parents=True)
-    (local / "kube" / "kubeconfig").symlink_to(kube_cluster.kubeconfig_path)
     spec = load_stack_file(PROJECT_DIR / "Pulumi.local.yaml").fleet
     for i in range(spec.healing.reconciler.replicas):  # one per replica: the replicas' hostPort takes a node each
         kube_cluster.create_fake_node(f"apply-system-{i}", labels={labels.ROLE: labels.ROLE_SYSTEM})
-    with scratch_stack("local", spec.secret_keys(), {"GPUFLEET_LOCAL_DIR": str(local)}) as st:
+    with scratch_stack("local", spec.secret_keys()) as st:
+        # What the local environment supplies: this control plane's kubeconfig and address, the built images.
+        cfg = st.project_dir / "Pulumi.local.yaml"
+        doc = yaml.safe_load(cfg.read_text())
+        doc["config"][stack_config.KEY] = stack_config.local_environment(
+            kube_cluster.kubeconfig_path, kube_cluster.apiserver_port, None)
+        cfg.write_text(yaml.safe_dump(doc))
         try:
             proc = st.run("up", "--yes", "--skip-preview", "--color", "never", capture=True, check=False, timeout=600)
             assert proc.returncode == 0, (proc.stdout or "")[-4000:] + (proc.stderr or "")[-2000:]

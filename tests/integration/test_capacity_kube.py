@@ -68,7 +68,7 @@ def test_capacity_reads_the_nodes_then_the_ledger(kube_cluster, tmp_path, monkey
 
 
 def test_an_unreachable_cluster_exits_1(kube_cluster, tmp_path, monkeypatch):
-    from tests.fixtures.kube_cluster import free_ports
+    from localenv.ports import free_ports
 
     doc = yaml.safe_load(kube_cluster.kubeconfig_path.read_text())
     for c in doc["clusters"]:

@@ -21,7 +21,8 @@ from fleetspec.placement import borrower_placement
 from localenv.fake_nodes import fake_node
 from gpufleet.waiting import wait_for
 from localenv.slinky_standin import NodeSetDef, SlinkyStandIn
-from localenv.slurm import LocalSlurm, free_ports
+from localenv.ports import free_ports
+from localenv.slurm import LocalSlurm
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from reconciler.app import build

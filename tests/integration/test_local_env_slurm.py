@@ -13,7 +13,8 @@ from fleetspec import labels, load_stack_file
 from fleetspec.placement import worker_selector, worker_tolerations
 from localenv.env import LocalEnv
 from localenv.slinky_standin import POD_HOSTNAME_LABEL
-from gpufleet.paths import PROJECT_DIR, local_slurm_rest
+from gpufleet import local_cluster
+from gpufleet.paths import PROJECT_DIR
 from gpufleet.waiting import wait_for
 from reconciler.adapters.slurm import make_client
 
@@ -31,12 +32,14 @@ def nodeset(pool) -> dict:
 
 def test_local_env_runs_slurm_nodes_for_the_nodeset_pods(kube_bin_dir, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("GPUFLEET_LOCAL_DIR", str(tmp_path))
+    monkeypatch.setenv(local_cluster.STATE_ENV, str(tmp_path / "env.json"))
     spec = load_stack_file(PROJECT_DIR / "Pulumi.local.yaml").fleet
     env = LocalEnv(spec, root=tmp_path, bin_dir=kube_bin_dir, ports=LocalEnv.free_ports(spec), progress=print)
     try:
         env.up()
         st = env.status()
         assert st["slinky_standin"].startswith("running") and st["slurm"]["rest"] is True
+        assert st["autoscaler_standin"].startswith("running")
         assert st["slurm"]["nodes"] == {}  # no NodeSet declared yet: no Slurm node, as with the operator
         api = env.kube.api_client()
         client.ApiextensionsV1Api(api).create_custom_resource_definition(crd_manifest("NodeSet"))
@@ -63,8 +66,9 @@ def test_local_env_runs_slurm_nodes_for_the_nodeset_pods(kube_bin_dir, tmp_path,
             assert kube_node.metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE  # never on a spare
             assert pod.spec.node_name.startswith("kwok-") and pod.spec.node_name != name  # two names, two things
         # The reconciler's default path: --slurm rest with the URL and key the environment recorded.
-        url, key = local_slurm_rest()
-        rest = make_client("rest", url=url, jwt_key_file=key)
+        recorded = local_cluster.find()
+        assert recorded is not None and recorded.kubeconfig == env.kube.kubeconfig_path
+        rest = make_client("rest", url=recorded.slurm_rest_url, jwt_key_file=recorded.slurm_jwt_key)
         seen = {n.name: json.loads(n.comment) for n in rest.nodes()}
         assert {k: v["node"] for k, v in seen.items()} == {k: p.spec.node_name for k, p in pods.items()}
         assert all(v["nodeSetUID"] for v in seen.values())

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from localenv.control_plane import COMPONENTS, DEFAULT_PORTS, KWOK_ANNOTATION, LocalKube, LocalKubeError
-from tests.fixtures.kube_cluster import free_ports
+from localenv.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from localenv.slurm import LocalSlurm, free_ports
+from localenv.ports import free_ports
+from localenv.slurm import LocalSlurm
 from gpufleet.waiting import wait_for
 from tests.fixtures.slurm_cluster import build_slurm_root
 

@@ -1,8 +1,7 @@
 """The reconciler's RBAC is exactly what it uses, enforced by a real API server.
 
-Each call the reconciler makes (reconciler/adapters/kube.py, records.py, leader.py; fake_nodes.py for `local`
-pools) is made here with a ServiceAccount token minted for a ServiceAccount bound to the stack's rules
-(components/reconciler.py): every call is allowed, and for each granted verb a ServiceAccount bound to
+Each call the reconciler makes (reconciler/adapters/kube.py, records.py, leader.py, providers.py) is made
+here with a ServiceAccount token minted for a ServiceAccount bound to the stack's rules (components/reconciler.py): every call is allowed, and for each granted verb a ServiceAccount bound to
 the rules minus that one verb is refused (403) the call that needs it. A verb the reconciler stopped
 using, or a call that needs a verb not granted, fails here before a pod finds out.
 """
@@ -78,8 +77,6 @@ CALLS = [
     Call("", "nodes", "patch", False,
          lambda a: client.CoreV1Api(a).patch_node(NODE, {"metadata": {"annotations": {"gpufleet.io/rbac": "x"}}})),
     Call("", "nodes", "update", False, _update_node),
-    Call("", "nodes", "create", False,
-         lambda a: client.CoreV1Api(a).create_node({"metadata": {"name": NODE}})),  # 409: allowed, exists
     Call("", "pods", "list", False, lambda a: client.CoreV1Api(a).list_pod_for_all_namespaces(
         field_selector=f"spec.nodeName={NODE}")),
     Call("", "pods", "watch", False, lambda a: _watch_once(client.CoreV1Api(a).list_pod_for_all_namespaces)),

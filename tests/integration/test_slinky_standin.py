@@ -22,7 +22,8 @@ from localenv.slinky_standin import (
     CORDON_REASON_ANNOTATION, POD_CORDON_ANNOTATION, POD_HOSTNAME_LABEL, POD_PROTECT_LABEL, PREFIX,
     TERMINATING_REASON, NodeSetDef, SlinkyStandIn,
 )
-from localenv.slurm import LocalSlurm, free_ports
+from localenv.ports import free_ports
+from localenv.slurm import LocalSlurm
 from reconciler.adapters.slurm.scontrol import SlurmCLI
 from tests.fixtures.slurm_cluster import build_slurm_root
 

@@ -19,7 +19,7 @@ def bench():
     sys.path.insert(0, str(BENCH))
     try:
         yield {name: importlib.import_module(name)
-               for name in ("_common", "storms", "scale", "time_to_heal", "preview_cost")}
+               for name in ("_output", "_watch", "storms", "scale", "time_to_heal", "preview_cost")}
     finally:
         sys.path.remove(str(BENCH))
 
@@ -41,7 +41,7 @@ ARGS = Namespace(tier_nodes=200, fraction=0.1)
 
 def test_storms_json_parses_and_has_the_tables_keys(bench, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["storms.py", "--json"])
-    storms, common = bench["storms"], bench["_common"]
+    storms, common = bench["storms"], bench["_output"]
     out = common.Output("storms", "-")
     common.say("progress goes to stderr")
     print("a stray print during the run")  # sent to stderr too, while JSON is on stdout
@@ -62,7 +62,7 @@ def test_storms_json_parses_and_has_the_tables_keys(bench, capsys, monkeypatch):
 
 
 def test_without_json_the_same_tables_print_as_markdown(bench, capsys, tmp_path):
-    storms, common = bench["storms"], bench["_common"]
+    storms, common = bench["storms"], bench["_output"]
     saved = tmp_path / "storms.json"
     tables = storms.result_tables(STORM, [TIER], ARGS)
     common.Output("storms", str(saved)).emit(tables, raw={"storm": STORM})
@@ -78,7 +78,7 @@ def test_every_script_has_the_json_option(bench):
             bench[name].main(["--help"])
         assert e.value.code == 0
     ap = argparse.ArgumentParser()
-    bench["_common"].add_json_option(ap)
+    bench["_output"].add_json_option(ap)
     assert ap.parse_args(["--json"]).json == "-" and ap.parse_args(["--json", "x.json"]).json == "x.json"
     assert ap.parse_args([]).json is None
 
@@ -111,19 +111,18 @@ def test_the_storm_reads_when_each_cordon_was_written_from_the_reconcilers_log(b
 def test_the_node_watch_counts_a_node_cordoned_again_after_it_was_uncordoned(bench):
     """Its watch is filtered (only cordoned nodes): an uncordon arrives once, as DELETED, and may come
     before the next arm(); the node's next cordon must still count (time_to_heal faults a node twice)."""
-    w = bench["_common"].NodeWatcher.__new__(bench["_common"].NodeWatcher)
+    w = bench["_watch"].NodeWatcher.__new__(bench["_watch"].NodeWatcher)
     import threading
 
     w.cordoned_at, w.cordoned_before, w.cordoned_now, w.lock = {}, set(), set(), threading.Lock()
-    cordoned = {"metadata": {"name": "n0"}, "spec": {"unschedulable": True}}
     w.arm()
-    w._see(cordoned)
+    w._changed("n0", None, True)  # the informer: n0 entered the selector (cordoned)
     assert "n0" in w.cordoned_at
-    w._left("n0")  # uncordoned: the filtered watch says DELETED
+    w._changed("n0", True, None)  # uncordoned: the filtered watch says DELETED
     w.arm()
     assert w.cordoned_before == set()
-    w._see(cordoned)
+    w._changed("n0", None, True)
     assert "n0" in w.cordoned_at
     w.arm()  # still cordoned when armed: not counted until it is uncordoned and cordoned again
-    w._see(cordoned)
+    w._changed("n0", True, True)
     assert w.cordoned_at == {}

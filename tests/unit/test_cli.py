@@ -52,12 +52,44 @@ def test_a_non_local_stack_without_a_backend_is_refused(cmd, monkeypatch, tmp_pa
     assert "PULUMI_BACKEND_URL" in r.output and "has no explicit state backend" in r.output
 
 
-def test_the_local_stack_and_an_explicit_backend_are_allowed(monkeypatch, tmp_path):
-    from gpufleet.stack import Stack
+def _local_state(tmp_path):
+    from gpufleet.local_cluster import LocalCluster
+
+    state = LocalCluster(environment="local", kubeconfig=tmp_path / "kc", slurm_conf=tmp_path / "slurm.conf",
+                         slurm_bin_dir=tmp_path / "bin", slurm_rest_url="http://127.0.0.1:1",
+                         slurm_jwt_key=tmp_path / "jwt", pulumi_backend_url=f"file://{tmp_path / 'state'}",
+                         pulumi_config_file=tmp_path / "Pulumi.local.yaml")
+    state.write(tmp_path / "env.json")
+    return state
+
+
+def test_the_local_stack_runs_against_the_recorded_environment_and_an_explicit_backend_is_allowed(
+        monkeypatch, tmp_path):
+    from gpufleet.stack import NoBackendError, Stack
 
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
-    monkeypatch.setenv("GPUFLEET_LOCAL_DIR", str(tmp_path))
-    assert Stack("local").env()["PULUMI_BACKEND_URL"].startswith("file://")
+    monkeypatch.setenv("GPUFLEET_LOCAL_STATE", str(tmp_path / "env.json"))
+    with pytest.raises(NoBackendError, match="gpufleet local up"):  # no environment recorded
+        Stack("local").env()
+    state = _local_state(tmp_path)
+    assert Stack("local").env()["PULUMI_BACKEND_URL"] == state.pulumi_backend_url
+    assert Stack("local").config_args(["up", "--yes"]) == ["--config-file", str(state.pulumi_config_file)]
+    assert Stack("local").config_args(["stack", "ls"]) == []  # commands that read no stack config
     monkeypatch.setenv("PULUMI_BACKEND_URL", "s3://bucket/gpufleet")
     assert Stack("prod").env()["PULUMI_BACKEND_URL"] == "s3://bucket/gpufleet"
-    assert Stack("local").env()["PULUMI_BACKEND_URL"].startswith("file://")  # local stays local
+    assert Stack("prod").config_args(["up"]) == []
+    assert Stack("local").env()["PULUMI_BACKEND_URL"] == state.pulumi_backend_url  # local stays local
+
+
+def test_an_unreadable_state_file_says_so(monkeypatch, tmp_path):
+    from gpufleet import local_cluster
+
+    (tmp_path / "env.json").write_text('{"kubeconfig": "/x"}')
+    monkeypatch.setenv("GPUFLEET_LOCAL_STATE", str(tmp_path / "env.json"))
+    with pytest.raises(local_cluster.LocalClusterError, match="gpufleet local up"):
+        local_cluster.find()
+
+
+def test_the_local_slurm_env_points_at_its_cluster(tmp_path):
+    env = _local_state(tmp_path).slurm_env({"PATH": "/usr/bin", "SLURM_CONF": "/elsewhere", "HOME": "/h"})
+    assert env == {"PATH": f"{tmp_path / 'bin'}:/usr/bin", "SLURM_CONF": str(tmp_path / "slurm.conf"), "HOME": "/h"}

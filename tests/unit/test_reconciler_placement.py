@@ -6,7 +6,6 @@ from pathlib import Path
 
 from components.reconciler import HostNetworkApi, ReconcilerArgs, placement
 from fleetspec import load_stack_file
-from infra.program import local_api
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,14 +27,6 @@ def test_locally_the_host_network_and_the_api_server_on_loopback():
     assert p.probe == {"path": "/healthz", "port": 9102, "host": "127.0.0.1"}
     # one pod per node (hostPort): a rollout replaces, it cannot surge
     assert p.strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
-
-
-def test_local_api_comes_from_the_kubeconfig(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUFLEET_LOCAL_DIR", str(tmp_path / "no-env"))
-    kc = tmp_path / "kubeconfig"
-    kc.write_text("clusters:\n- name: x\n  cluster: {server: 'https://127.0.0.1:40123'}\n")
-    assert local_api(str(kc)) == HostNetworkApi("127.0.0.1", 40123)
-    assert local_api(str(tmp_path / "none")).port == 26443  # gpufleet local up's default
 
 
 def test_locally_the_pods_reach_the_local_slurmrestd_with_the_tokens_secret():

@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 
+from localenv.ports import free_port
 from localenv.supervisor import Proc, Supervisor, SupervisorError
 
 # Listens on PORT (its health); on SIGTERM closes the socket at once but takes 1.5 s to exit, like an
@@ -29,12 +30,6 @@ print("listening", flush=True)
 while True:
     time.sleep(1)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listening(port: int) -> bool:

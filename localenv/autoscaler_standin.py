@@ -1,0 +1,308 @@
+"""Stand-in for the Kubernetes cluster autoscaler in the local environment: scale-up for a pending pod.
+
+What it does follows cluster-autoscaler 1.32.0 (kubernetes/autoscaler, tag cluster-autoscaler-1.32.0),
+the part gpufleet meets when a `kubernetes-spares` pool asks for a node (a placeholder pod that fits one
+node of the pool, reconciler/adapters/providers.py):
+
+* **Which pods.** A pod is unschedulable when it is not bound, not being deleted, and its
+  ``PodScheduled`` condition is ``False`` with reason ``Unschedulable`` (utils/kubernetes/listers.go,
+  ``isUnschedulable``). Only those start a scale-up (FAQ.md, "How does scale-up work?").
+* **Node groups and templates.** All nodes of a group are alike; a scale-up adds one more like them.
+  A pod starts one when it would fit a group's template node: node selector, required node affinity,
+  taints tolerated, resource requests within the template's allocatable (FAQ.md, same section). A group
+  at its maximum size is not grown (core/scaleup/orchestrator/orchestrator.go).
+* **Where the template comes from: the one deviation.** Upstream builds a group's template from an
+  existing Ready, schedulable node of the group when there is one (its labels kept, only the hostname
+  replaced and some taints dropped: processors/nodeinfosprovider/mixed_nodeinfos_processor.go,
+  simulator/node_info_utils.go), and from the cloud provider's node-group template only when there is
+  none. This stand-in always uses the node group's own template (the node as it joins, before gpufleet
+  labels it). On a real cluster a template made from one of the pool's labelled nodes carries
+  `gpufleet.io/role`, which the capacity request's `role DoesNotExist` affinity refuses: there the
+  request starts no scale-up while the pool has a Ready node (reported to the lead, not hidden here).
+* **Upcoming nodes.** A node asked for a pod counts for that pod until it joins; the pod does not grow
+  the group again meanwhile.
+* **Events.** ``TriggeredScaleUp`` on a pod that grew a group, ``NotTriggerScaleUp`` on one that fits no
+  group (processors/status/eventing_scale_up_processor.go), once per pod here.
+
+Local: the node groups are the spec's pools (:mod:`localenv.fake_nodes`: the template is the pool's node
+as it joins: its node group's labels and taints, no gpufleet role, no spare taint); joining a node is
+creating the next reserved kwok node of the pool. The reconciler's membership pass then makes it a
+spare and settles the request, exactly as on a real cluster. Nothing more: no scale-down, no expanders
+(the pools' templates are disjoint, so at most one group fits), no node-provision timeout.
+
+Run as a process: ``python -m localenv.autoscaler_standin --config FILE`` (LocalEnv writes the file and
+supervises the process).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from kubernetes import client, config
+from kubernetes.utils import parse_quantity
+
+from fleetspec.models import FleetSpec
+from localenv import fake_nodes
+
+log = logging.getLogger("autoscaler-standin")
+COMPONENT = "cluster-autoscaler-standin"
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """A pool's node group: the node a scale-up adds (without its name), the names of its nodes (its
+    size is how many exist), and the names a scale-up may give (in order)."""
+
+    name: str
+    template: dict[str, Any]
+    members: tuple[str, ...]
+    reserve: tuple[str, ...]
+
+    @property
+    def max_size(self) -> int:
+        return len(self.members)
+
+    def node(self, name: str) -> dict[str, Any]:
+        node = json.loads(json.dumps(self.template))
+        node["metadata"]["name"] = name
+        node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+        return node
+
+    @staticmethod
+    def of_pool(pool, prefix: str = fake_nodes.KWOK_PREFIX) -> "NodeGroup":
+        reserve = fake_nodes.reserve_names(pool, prefix)
+        template = fake_nodes.joining_node(pool, "")
+        return NodeGroup(pool.name, template, tuple(prefix + n for n in pool.node_names()) + tuple(reserve),
+                         tuple(reserve))
+
+
+def node_groups(spec: FleetSpec) -> list[NodeGroup]:
+    return [NodeGroup.of_pool(p) for p in spec.pools]
+
+
+# ---------------------------------------------------------------------- pure: which pod, which group
+
+def unschedulable(pod: Mapping[str, Any]) -> bool:
+    """Not bound, not being deleted, and the scheduler found no node for it (listers.go isUnschedulable)."""
+    if (pod.get("spec") or {}).get("nodeName") or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled":
+            return c.get("status") == "False" and c.get("reason") == "Unschedulable"
+    return False
+
+
+def _expression_holds(expr: Mapping[str, Any], values: Mapping[str, str]) -> bool:
+    key, op, want = expr.get("key"), expr.get("operator"), list(expr.get("values") or [])
+    have = values.get(key)
+    if op == "In":
+        return have is not None and have in want
+    if op == "NotIn":
+        return have is None or have not in want
+    if op == "Exists":
+        return have is not None
+    if op == "DoesNotExist":
+        return have is None
+    if op in ("Gt", "Lt") and have is not None and want:
+        try:
+            return int(have) > int(want[0]) if op == "Gt" else int(have) < int(want[0])
+        except ValueError:
+            return False
+    return False
+
+
+def _affinity_holds(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    required = ((((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("requiredDuringSchedulingIgnoredDuringExecution")) or {})
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return True
+    node_labels = node["metadata"].get("labels") or {}
+    fields = {"metadata.name": node["metadata"].get("name", "")}
+    return any(all(_expression_holds(e, node_labels) for e in t.get("matchExpressions") or [])
+               and all(_expression_holds(e, fields) for e in t.get("matchFields") or []) for t in terms)
+
+
+def _tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:
+    for t in tolerations:
+        op = t.get("operator") or "Equal"
+        if t.get("key") and t.get("key") != taint.get("key"):
+            continue
+        if not t.get("key") and op != "Exists":
+            continue
+        if op == "Equal" and (t.get("value") or "") != (taint.get("value") or ""):
+            continue
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        return True
+    return False
+
+
+def _requests(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's requests, summed over its containers (a limit stands for a missing request, as the API
+    server defaults it)."""
+    out: dict[str, Any] = {}
+    for c in pod_spec.get("containers") or []:
+        res = c.get("resources") or {}
+        for name, q in {**(res.get("limits") or {}), **(res.get("requests") or {})}.items():
+            out[name] = out.get(name, 0) + parse_quantity(q)
+    return out
+
+
+def misfit(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    """Why the pod would not fit the node; None when it would."""
+    spec = pod.get("spec") or {}
+    node_labels = node["metadata"].get("labels") or {}
+    wrong = {k: v for k, v in (spec.get("nodeSelector") or {}).items() if node_labels.get(k) != v}
+    if wrong:
+        return f"node(s) didn't match Pod's node selector {wrong}"
+    if not _affinity_holds(spec, node):
+        return "node(s) didn't match Pod's node affinity"
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, spec.get("tolerations") or []):
+            return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    for name, want in _requests(spec).items():
+        if want > parse_quantity(allocatable.get(name, "0")):
+            return f"Insufficient {name}"
+    return None
+
+
+def choose(pod: Mapping[str, Any], groups: Iterable[NodeGroup]) -> tuple[NodeGroup | None, dict[str, str]]:
+    """The first group whose template the pod would fit, and why each other group was rejected."""
+    why: dict[str, str] = {}
+    for g in groups:
+        reason = misfit(pod, g.node("template"))
+        if reason is None:
+            return g, why
+        why[g.name] = reason
+    return None, why
+
+
+# ---------------------------------------------------------------------- I/O
+
+class AutoscalerStandIn:
+    def __init__(self, api: client.ApiClient, groups: list[NodeGroup]):
+        self.core = client.CoreV1Api(api)
+        self.groups = groups
+        self.upcoming: dict[str, str] = {}  # pod uid -> the node asked for it
+        self.told: set[str] = set()         # pods told NotTriggerScaleUp
+
+    def _pending(self) -> list[dict]:
+        resp = self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName=,status.phase=Pending",
+                                                     _preload_content=False)
+        return [p for p in json.loads(resp.data)["items"] if unschedulable(p)]
+
+    def scale_up_once(self) -> list[str]:
+        """One pass: a node for each unschedulable pod that fits a group with room; the nodes joined."""
+        pods = self._pending()
+        pending = {p["metadata"]["uid"] for p in pods}
+        self.upcoming = {uid: n for uid, n in self.upcoming.items() if uid in pending}  # placed, or gone
+        if not pods:
+            return []
+        existing = {n.metadata.name for n in self.core.list_node().items}
+        joined = []
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            if uid in self.upcoming:
+                continue  # its node was asked for; the scheduler places it once it joined
+            group, why = choose(pod, self.groups)
+            if group is None:
+                self._tell_once(pod, "pod didn't trigger scale-up: " + "; ".join(f"{g}: {r}" for g, r in why.items()))
+                continue
+            free = [n for n in group.reserve if n not in existing]
+            size = sum(1 for n in group.members if n in existing)
+            if not free or size >= group.max_size:
+                self._tell_once(pod, f"pod didn't trigger scale-up: max node group size reached ({group.name})")
+                continue
+            name = free[0]
+            self.core.create_node(group.node(name))
+            existing.add(name)
+            self.upcoming[uid] = name
+            joined.append(name)
+            msg = f"pod triggered scale-up: [{{{group.name} {size}->{size + 1} (max: {group.max_size})}}]"
+            log.info("%s/%s: %s; node %s joins", pod["metadata"]["namespace"], pod["metadata"]["name"], msg, name)
+            self._event(pod, "TriggeredScaleUp", msg)
+        return joined
+
+    def _tell_once(self, pod: dict, message: str) -> None:
+        uid = pod["metadata"]["uid"]
+        if uid not in self.told:
+            self.told.add(uid)
+            log.info("%s/%s: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], message)
+            self._event(pod, "NotTriggerScaleUp", message)
+
+    def _event(self, pod: dict, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        now = datetime.now(timezone.utc)
+        try:
+            self.core.create_namespaced_event(meta["namespace"], {
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": meta["namespace"],
+                                   "name": meta["name"], "uid": meta["uid"]},
+                "reason": reason, "message": message, "type": "Normal", "source": {"component": COMPONENT},
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1})
+        except client.ApiException as e:  # an event is for people; its loss stops nothing
+            log.warning("event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)
+
+    def run(self, stop: threading.Event, interval: float = 1.0) -> None:
+        while not stop.is_set():
+            try:
+                self.scale_up_once()
+            except Exception as e:  # noqa: BLE001 - a failing pass is logged and tried again
+                log.warning("pass failed: %s", e)
+            stop.wait(interval)
+
+
+# ---------------------------------------------------------------------- process
+
+@dataclass
+class AutoscalerConfig:
+    """What LocalEnv hands the process (JSON)."""
+
+    kubeconfig: str
+    groups: list[dict[str, Any]] = field(default_factory=list)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+    @staticmethod
+    def read(path: Path) -> "AutoscalerConfig":
+        return AutoscalerConfig(**json.loads(path.read_text()))
+
+    @staticmethod
+    def of(kubeconfig: Path, spec: FleetSpec) -> "AutoscalerConfig":
+        return AutoscalerConfig(str(kubeconfig), [asdict(g) for g in node_groups(spec)])
+
+    def node_groups(self) -> list[NodeGroup]:
+        return [NodeGroup(g["name"], g["template"], tuple(g["members"]), tuple(g["reserve"])) for g in self.groups]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Stand-in for the cluster autoscaler's scale-up (local environment).")
+    ap.add_argument("--config", type=Path, required=True)
+    ap.add_argument("--scan-interval", type=float, default=1.0, help="Seconds between passes (upstream: 10).")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cfg = AutoscalerConfig.read(a.config)
+    standin = AutoscalerStandIn(config.new_client_from_config(config_file=cfg.kubeconfig), cfg.node_groups())
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    log.info("node groups: %s", ", ".join(f"{g.name} (max {g.max_size})" for g in standin.groups))
+    try:
+        standin.run(stop, a.scan_interval)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
