@@ -15,7 +15,6 @@ from kubernetes import client
 from demos import demo
 from demos.lending_demo import job_running
 from fleetspec import labels, load_stack_file
-from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
 from localenv.env import LocalEnv
 from localenv.slinky_standin import POD_PROTECT_LABEL, TERMINATING_REASON
@@ -34,8 +33,9 @@ def world(tmp_path_factory, kube_bin_dir, slurm_root, pulumi_bin_dir):
     mp.setenv("GPUFLEET_LOCAL_DIR", str(root))
     spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
     env = LocalEnv(spec, root=root, bin_dir=kube_bin_dir, ports=LocalEnv.free_ports(spec), progress=print)
-    stack = Stack("local")
     try:
+        env.up()
+        stack = env.stack()  # the local environment's backend and stack configuration
         kube, _alive, _where = demo.bring_up(spec, env, stack, total=3, fresh=False, grace=5, out=print)
         yield spec, env, kube, SlurmCLI(env=env.slurm.env(), timeout=20)
     finally:
