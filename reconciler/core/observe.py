@@ -63,6 +63,8 @@ def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
         lent=lab.get(labels.LENT, ""),
         lent_since=_time(ann.get(labels.LENT_SINCE)),
         reclaiming=_time(ann.get(labels.RECLAIMING)),
+        carried_drain=ann.get(labels.CARRIED_DRAIN, ""),
+        topology=ann.get(labels.SLINKY_TOPOLOGY_SPEC, ""),
     )
 
 
@@ -84,7 +86,8 @@ def membership_dict(v: NodeView) -> dict[str, Any]:
     """The part of a node that pool membership and the settling of capacity requests read
     (`reconciler/core/membership.py`), rebuilt from the cached view instead of holding whole node objects."""
     return {"metadata": {"name": v.name, "labels": dict(v.labels), "creationTimestamp": v.created or None,
-                         "annotations": {labels.FULFILS: v.fulfils} if v.fulfils else {}},
+                         "annotations": {**({labels.FULFILS: v.fulfils} if v.fulfils else {}),
+                                         **({labels.SLINKY_TOPOLOGY_SPEC: v.topology} if v.topology else {})}},
             "spec": {"providerID": v.provider_id, "taints": [{"key": k} for k in v.taints]},
             "status": {"capacity": {"nvidia.com/gpu": str(v.gpus)}}}
 

@@ -23,7 +23,7 @@ POOL = "kgpu"  # Kubernetes: kgpu-0, kgpu-1, kgpu-spare-0; Slurm: gpu-a-0, gpu-a
 
 def nodeset_pod(slurm_name: str, node: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"slurm-worker-{slurm_name}", "namespace": "default",
+            "metadata": {"name": slurm_name, "namespace": "default",
                          "labels": {labels.SLINKY_POD_HOSTNAME: slurm_name, "app.kubernetes.io/name": "slurmd"}},
             "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
                      "containers": [{"name": "slurmd", "image": "ghcr.io/slinkyproject/slurmd:26.05"}]}}
@@ -31,7 +31,7 @@ def nodeset_pod(slurm_name: str, node: str) -> dict:
 
 def place(api, slurm_name: str, node: str) -> None:
     core = client.CoreV1Api(api)
-    name = f"slurm-worker-{slurm_name}"
+    name = slurm_name  # a NodeSet pod is named as its Slurm node: <nodeset>-<ordinal>
     try:
         core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
     except ApiException as e:

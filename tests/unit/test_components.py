@@ -321,25 +321,25 @@ def test_prod_slinky_resources_carry_what_the_operator_needs():
     spec = build("prod")
     rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "prod-slurm-operator")
     assert rel.inputs["values"]["certManager"] == {"enabled": True}
-    assert rel.inputs["values"]["operator"]["affinity"]["nodeAffinity"]
+    assert rel.inputs["values"]["operator"]["nodeSelector"] == dict(spec.system_pool.node_selector)
     login = MOCKS.named(CR + "LoginSet", "login").inputs["spec"]
     assert login["sssdConfRef"] == {"name": "slurm-sssd-conf", "key": "sssd.conf"}
     sssd = _secret_data("slurm-sssd-conf")["sssd.conf"]
     assert "[sssd]" in sssd and "domains = local" in sssd
     assert login["service"]["spec"]["type"] == "LoadBalancer"
     assert login["service"]["metadata"]["annotations"] == dict(spec.slurm.login.service_annotations)
-    acct = MOCKS.named(CR + "Accounting", "accounting").inputs["spec"]
+    acct = MOCKS.named(CR + "Accounting", "slurm").inputs["spec"]
     db = spec.slurm.accounting.database
     assert acct["storageConfig"] == {"host": db.host, "port": 3306, "database": "slurm_acct_db", "username": "slurm",
                                      "passwordKeyRef": {"name": "slurm-accounting-db", "key": "password"}}
     assert _secret_data("slurm-accounting-db")["password"] == f"{SECRET_VALUE}-slurmDbPassword"
     ctl = MOCKS.named(CR + "Controller", "slurm").inputs["spec"]
-    assert ctl["accountingRef"] == {"name": "accounting"}
+    assert ctl["accountingRef"] == {"name": "slurm"}
     assert ctl["jwtKeyRef"] == {"name": "slurm-auth-jwt", "key": "jwt.key"} and "jwtHs256KeyRef" not in ctl
     assert "GresTypes=gpu" in ctl["extraConf"]
     assert ctl["configFileRefs"] == [{"name": "slurm-config-files"}]
     gres = MOCKS.named("kubernetes:core/v1:ConfigMap", "slurm-config-files").inputs["data"]["gres.conf"]
-    assert "AutoDetect=nvml" in gres
+    assert "AutoDetect=nvidia" in gres
     for pool in spec.pools:
         ns = MOCKS.named(CR + "NodeSet", pool.name).inputs["spec"]
         assert f"Gres=gpu:{pool.gpus_per_node}" in ns["extraConf"]
@@ -371,14 +371,14 @@ def test_a_mariadb_the_stack_deploys_backs_accounting():
     env = {e["name"]: e for e in sts["template"]["spec"]["containers"][0]["env"]}
     assert env["MARIADB_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "slurm-accounting-db", "key": "password"}
     assert MOCKS.named("kubernetes:core/v1:Service", "mariadb").inputs["spec"]["ports"][0]["port"] == 3306
-    acct = MOCKS.named(CR + "Accounting", "accounting").inputs["spec"]
+    acct = MOCKS.named(CR + "Accounting", "slurm").inputs["spec"]
     assert acct["storageConfig"]["host"] == "mariadb"
 
 
 def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     spec = build("prod")
     restapi = _crs("RestApi")
-    assert [r.inputs["metadata"]["name"] for r in restapi] == ["slurm-restapi"]
+    assert [r.inputs["metadata"]["name"] for r in restapi] == ["slurm"]  # its Service: slurm-restapi
     token = MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs
     assert token["metadata"]["namespace"] == spec.healing.reconciler.namespace
     assert token["spec"] == {"jwtKeyRef": {"name": "slurm-auth-jwt", "key": "jwt.key"}, "username": "slurm",
@@ -402,10 +402,8 @@ def test_reconciler_and_operator_run_on_the_declared_system_pool():
     pod = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-prod-system"} == spec.system_pool.node_selector
     rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "prod-slurm-operator")
-    (term,) = rel.inputs["values"]["operator"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert term["matchExpressions"] == [{"key": "eks.amazonaws.com/nodegroup", "operator": "In",
-                                         "values": ["gpu-prod-system"]}]
+    for part in ("operator", "webhook"):
+        assert rel.inputs["values"][part]["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-prod-system"}
 
 
 def _checksum(spec, webhook: str = "https://hooks.example.com/a") -> str:
