@@ -57,9 +57,9 @@ def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
     tests/integration/test_reconciler_rbac.py makes each call with the reconciler's token and checks that each
     verb less is refused."""
     node_verbs = ["get", "list", "watch", "patch", "update"]
-    pod_verbs = ["list", "watch"]
-    if spec is not None and spec.lending_pools():
-        pod_verbs.append("delete")  # a borrower still there after the reclaim grace is deleted (lending)
+    # delete: a NodeSet pod a stale busy-pod PodDisruptionBudget still keeps at the drain timeout (healing,
+    # decide.end_eviction), and a borrower still there after the reclaim grace (lending)
+    pod_verbs = ["list", "watch", "delete"]
     return [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": node_verbs},
         {"apiGroups": [""], "resources": ["pods"], "verbs": pod_verbs},
@@ -78,9 +78,8 @@ def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     pool lends, the lending ledger: the stack declares it, the reconciler only reads and patches it."""
     lends = spec is not None and bool(spec.lending_pools())
     rules = [
-        # (listing them is the cluster-wide pods list the informers need already; so is deleting them, when a
-        # pool lends: no second grant of the same verb here)
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"] if lends else ["create", "delete"]},
+        # (listing and deleting them are the cluster-wide grants healing needs already: no second grant here)
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
     if lends:

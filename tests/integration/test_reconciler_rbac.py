@@ -104,8 +104,8 @@ CALLS = [
     Call("", "pods", "create", True, lambda a: client.CoreV1Api(a).create_namespaced_pod(NS, {
         "metadata": {"name": "rbac-capacity-request"},
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})),  # 409 after the first
-    # ... deleted again; and, since the local stack lends, any borrower still there after the reclaim grace
-    # (cluster-wide: that covers the placeholders too)
+    # ... deleted again; a NodeSet pod a stale busy-pod PDB keeps at the drain timeout (healing), and any
+    # borrower still there after the reclaim grace (lending) (cluster-wide: that covers the placeholders too)
     Call("", "pods", "delete", False, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
         "no-such-pod", "default")),  # 404: allowed
     # the lending ledger (reconciler/adapters/kube.py read_ledger, write_ledger)
