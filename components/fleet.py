@@ -77,6 +77,7 @@ class GpuFleet(pulumi.ComponentResource):
             ),
             k8s_opts,
         )
+        self.reconciler.grant_in_slurm_namespace(self.slurm.namespace)  # after the namespace: its output
         # Claims live in the Slurm namespace; taking it as an output orders them after it.
         self.storage = [
             SharedStorage(f"{name}-storage-{s.name}", SharedStorageArgs(s, self.slurm.namespace, spec.environment),

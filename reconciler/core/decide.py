@@ -332,12 +332,14 @@ def end_eviction(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetim
     their Slurm node was busy: workerbuilder/worker_pdb.go, relabelled at its next NodeSet sync, at most
     30 s apart: nodeset_sync.go): when no job runs on the remediation's Slurm nodes (requeued), the label
     is stale and they are deleted, so the Slurm node still moves. The time it took is the Evicting phase's.
-    The jobs are read only once the drain timeout passed (`needs`)."""
+    The jobs are read only once the drain timeout passed (`needs`). Only the Slurm namespace's NodeSet pods:
+    the one namespace where the reconciler may delete pods (components/reconciler.py slurm_namespace_rules)."""
     policy = spec.healing
     left = evictable_views(facts.pods)
     reason = r.reason
     actions: tuple[Action, ...] = ()
-    nodeset = tuple(sorted(p.key for p in left if p.label(labels.SLINKY_POD_HOSTNAME) is not None))
+    nodeset = tuple(sorted(p.key for p in left if p.label(labels.SLINKY_POD_HOSTNAME) is not None
+                           and p.namespace == spec.slurm.namespace))
     stale = nodeset if not any(j.state in ON_NODE_JOB_STATES for j in facts.jobs_on_node) else ()
     if stale:
         actions = (DeletePods(r.node, stale),)

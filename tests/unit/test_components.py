@@ -36,7 +36,7 @@ MOCKS = Mocks()
 pulumi.runtime.set_mocks(MOCKS, preview=False)
 
 from components import GpuFleet, GpuFleetArgs  # noqa: E402  (mocks first, then the code under test)
-from components.reconciler import cluster_rules, namespace_rules  # noqa: E402
+from components.reconciler import cluster_rules, namespace_rules, slurm_namespace_rules  # noqa: E402
 from fleetspec import labels, load_stack_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,31 +161,63 @@ def _verbs(rules: list[dict]) -> dict[tuple[str, str], set[str]]:
 
 def test_reconciler_rbac_is_least_privilege():
     for spec in (None, load_stack_file(ROOT / "Pulumi.staging.yaml").fleet, lending_spec()):
-        for rule in cluster_rules(spec) + namespace_rules(spec):
+        for rule in cluster_rules(spec) + namespace_rules(spec) + slurm_namespace_rules(spec):
             assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
         verbs = _verbs(cluster_rules(spec))
         assert verbs[("", "pods/eviction")] == {"create"}
         assert "delete" not in verbs[("", "nodes")]
         assert ("", "secrets") not in verbs and ("", "configmaps") not in verbs
-        # pods: listed and watched, deleted (a NodeSet pod a stale busy-pod PDB keeps at the drain timeout;
-        # a borrower past its reclaim grace), never created or changed cluster-wide
-        assert verbs[("", "pods")] == {"list", "watch", "delete"}
+        # pods: listed and watched, never created or changed cluster-wide; deleted cluster-wide only when a
+        # pool lends (a borrower past its reclaim grace, in whatever namespace it runs)
+        lends = spec is not None and bool(spec.lending_pools())
+        assert verbs[("", "pods")] == ({"list", "watch", "delete"} if lends else {"list", "watch"})
+        # without lending, a pod is deleted only in the Slurm namespace (a NodeSet pod a stale busy-pod PDB
+        # keeps at the drain timeout) and the reconciler's own (its capacity placeholders)
+        assert _verbs(slurm_namespace_rules(spec)) == ({} if lends else {("", "pods"): {"delete"}})
 
 
 def test_lending_adds_exactly_its_calls_to_the_reconcilers_rules():
-    """Get/patch of the one ledger ConfigMap in its namespace; nothing of it without a lending pool. (Pod
-    delete, which lending needs for a borrower past its reclaim grace, healing needs already.)"""
+    """Pod delete (a borrower past its reclaim grace) cluster-wide, and get/patch of the one ledger ConfigMap
+    in its namespace; nothing of either without a lending pool."""
     plain = lending_spec(lend=())
     assert not plain.lending_pools()
     lends = lending_spec()
-    assert cluster_rules(lends) == cluster_rules(plain) == cluster_rules()
+    cluster_before, cluster_after = _verbs(cluster_rules(plain)), _verbs(cluster_rules(lends))
+    assert cluster_after[("", "pods")] - cluster_before[("", "pods")] == {"delete"}
+    assert {k: v for k, v in cluster_after.items() if k != ("", "pods")} == \
+        {k: v for k, v in cluster_before.items() if k != ("", "pods")}
+    assert cluster_before == _verbs(cluster_rules())
     ns_before, ns_after = namespace_rules(plain), namespace_rules(lends)
     assert [r for r in ns_after if r["resources"] == ["configmaps"]] == [
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpufleet-lending"], "verbs": ["get", "patch"]}]
-    # the namespaced pod delete (capacity placeholders) is the cluster-wide one: granted once
-    assert _verbs(ns_before)[("", "pods")] == _verbs(ns_after)[("", "pods")] == {"create"}
-    assert [r for r in ns_after if r["resources"] != ["configmaps"]] == ns_before
+    # the namespaced pod deletes (capacity placeholders; NodeSet pods in the Slurm namespace) are the
+    # cluster-wide one when a pool lends: granted once
+    assert _verbs(ns_before)[("", "pods")] == {"create", "delete"} and _verbs(ns_after)[("", "pods")] == {"create"}
+    assert {k: v for k, v in _verbs(ns_after).items() if k not in {("", "pods"), ("", "configmaps")}} == \
+        {k: v for k, v in _verbs(ns_before).items() if k != ("", "pods")}
     assert ns_before == namespace_rules()
+    assert slurm_namespace_rules(plain) == slurm_namespace_rules() == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
+    assert slurm_namespace_rules(lends) == []
+
+
+def test_the_reconciler_deletes_nodeset_pods_through_a_role_in_the_slurm_namespace():
+    """Bound to the reconciler's ServiceAccount, declared after the Slurm namespace (its output); no such
+    Role when a pool lends (the cluster-wide delete covers it)."""
+    spec = build("staging")
+    assert not spec.lending_pools()
+    role = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:Role", "gpufleet-reconciler-nodeset-pods")
+    assert role.inputs["metadata"]["namespace"] == spec.slurm.namespace != spec.healing.reconciler.namespace
+    assert role.inputs["rules"] == slurm_namespace_rules(spec)
+    binding = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "gpufleet-reconciler-nodeset-pods")
+    assert binding.inputs["metadata"]["namespace"] == spec.slurm.namespace
+    assert binding.inputs["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                         "name": "gpufleet-reconciler-nodeset-pods"}
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "gpufleet-reconciler",
+                                           "namespace": spec.healing.reconciler.namespace}]
+    build_spec(lending_spec(), "lend")
+    assert not [r for r in MOCKS.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+                if r.inputs["metadata"]["name"] == "gpufleet-reconciler-nodeset-pods"]
 
 
 def test_borrowers_get_one_priority_class_per_class_name():

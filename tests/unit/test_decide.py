@@ -238,6 +238,11 @@ def test_a_stale_pod_protection_delays_eviction_until_the_drain_timeout_then_the
     assert st.actions == (DeletePods("h100-0", ("slurm/h100-3",)),) and st.remediation.phase is Phase.REPLACING
     assert "still refused eviction after 60s" in st.remediation.reason and "['team/debug']" in st.remediation.reason
     assert not st.carry  # the deletion is written before it is forgotten
+    # Only the Slurm namespace's: a pod elsewhere with the NodeSet label is no pod the reconciler may delete
+    # (its one namespaced pod delete is in the Slurm namespace, components/reconciler.py slurm_namespace_rules).
+    lookalike = replace(left, pods=left.pods + (pod("team/h100-4", **{labels.SLINKY_POD_HOSTNAME: "gpu-4"}),))
+    st = plan_step(r, lookalike, s, T0 + timedelta(seconds=60))
+    assert st.actions == (DeletePods("h100-0", ("slurm/h100-3",)),) and "team/h100-4" in st.remediation.reason
     busy = replace(left, jobs_on_node=(JobView(41, "RUNNING"),))
     st = plan_step(r, busy, s, T0 + timedelta(seconds=60))
     assert st.actions == () and "drain timed out after 60s" in st.remediation.reason
