@@ -161,10 +161,13 @@ def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
     return _policy(f"{dep.namespace}-reconciler-pod-deletion", username, [_rule(["pods"], ["DELETE"])], [
         {"expression": f"(request.namespace == {json.dumps(dep.namespace)} && "
                        f"oldObject.metadata.?labels[?{json.dumps(capacity)}].hasValue()) || "
+                       # a NodeSet pod a stale busy-pod PDB keeps at the drain timeout (decide.py end_eviction)
+                       f"(request.namespace == {json.dumps(spec.slurm.namespace)} && "
+                       f"oldObject.metadata.?labels[?{json.dumps(labels.SLINKY_POD_HOSTNAME)}].hasValue()) || "
                        f"oldObject.spec.?priorityClassName.orValue('') in {borrowers}",
          "messageExpression": "'the reconciler deletes only borrowers (PriorityClass " + ", ".join(
-             sorted(spec.borrower_classes())) + ") and its own capacity requests, not ' + request.namespace + '/' "
-                              "+ request.name"},
+             sorted(spec.borrower_classes())) + "), its own capacity requests and the Slurm namespace\'s NodeSet "
+                              "pods, not ' + request.namespace + '/' + request.name"},
     ])
 
 

@@ -79,6 +79,7 @@ class GpuFleet(pulumi.ComponentResource):
             ),
             k8s_opts,
         )
+        self.reconciler.grant_in_slurm_namespace(self.slurm.namespace)  # after the namespace: its output
         # What each of the reconciler, the agent and slurmrestd may reach (components/network.py).
         declare_network_policies(name, spec, pulumi.ResourceOptions.merge(
             k8s_opts, pulumi.ResourceOptions(depends_on=[self.reconciler, self.slurm])))

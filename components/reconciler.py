@@ -56,14 +56,18 @@ def reconciler_args(spec: FleetSpec, slurm_url: str | None = None) -> list[str]:
     return args
 
 
+def lends(spec: FleetSpec | None) -> bool:
+    return spec is not None and bool(spec.lending_pools())
+
+
 def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
     """What the reconciler may do cluster-wide: exactly the calls of reconciler/adapters/kube.py and records.py;
     tests/integration/test_reconciler_rbac.py makes each call with the reconciler's token and checks that each
     verb less is refused."""
     node_verbs = ["get", "list", "watch", "patch", "update"]
     pod_verbs = ["list", "watch"]
-    if spec is not None and spec.lending_pools():
-        pod_verbs.append("delete")  # a borrower still there after the reclaim grace is deleted (lending)
+    if lends(spec):
+        pod_verbs.append("delete")  # a borrower still there after the reclaim grace, in whatever namespace (lending)
     repairs = []
     if spec is None or spec.healing.repair.enabled:
         # issue 25: a repaired, proven node's GPU condition is set back to healthy (kube.set_condition)
@@ -84,14 +88,13 @@ def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     """In its own namespace: the leader-election Lease, the placeholder pods that declare a
     kubernetes-spares refill (the policy is a mounted file, not read through the API), and, when a
     pool lends, the lending ledger: the stack declares it, the reconciler only reads and patches it."""
-    lends = spec is not None and bool(spec.lending_pools())
     rules = [
         # (listing them is the cluster-wide pods list the informers need already; so is deleting them, when a
         # pool lends: no second grant of the same verb here)
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"] if lends else ["create", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"] if lends(spec) else ["create", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
     ]
-    if lends:
+    if lends(spec):
         rules.append({"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [labels.LENDING_LEDGER],
                       "verbs": ["get", "patch"]})
     if spec is None or spec.healing.repair.enabled:
@@ -111,6 +114,13 @@ def pod_security_level(args: "ReconcilerArgs") -> str:
     must use the host's network (no pod network there), which only `privileged` admits; there admission
     policies still keep the reconciler's own pods restricted (components/admission.py)."""
     return "privileged" if args.host_network_api is not None else "restricted"
+
+
+def slurm_namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
+    """In the Slurm namespace: delete of the NodeSet pods a stale busy-pod PodDisruptionBudget still keeps at
+    the drain timeout (healing, reconciler/core/decide.py end_eviction, which picks only this namespace's).
+    None when a pool lends: the cluster-wide pod delete covers them then (no second grant of the same verb)."""
+    return [] if lends(spec) else [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
 
 
 def notification_env(spec: FleetSpec) -> dict[str, str]:
@@ -198,6 +208,7 @@ class Reconciler(pulumi.ComponentResource):
         # IRSA: the role the spec names gives the Auto Scaling and SNS calls their credentials.
         irsa = {IRSA_ANNOTATION: dep.iam_role_arn} if dep.iam_role_arn else None
         sa = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=meta(NAME, annotations=irsa), opts=child)
+        self._name, self._spec, self.service_account = name, spec, sa
         role = k8s.rbac.v1.ClusterRole(f"{name}-clusterrole", metadata=meta(NAME, ns=False), rules=cluster_rules(spec),
                                        opts=child)
         k8s.rbac.v1.ClusterRoleBinding(
@@ -292,3 +303,19 @@ class Reconciler(pulumi.ComponentResource):
             "deployment": self.deployment.metadata.name,
             "lending_ledger": self.lending_ledger.metadata.name if self.lending_ledger else None,
         })
+
+    def grant_in_slurm_namespace(self, slurm_namespace: pulumi.Input[str]) -> k8s.rbac.v1.Role | None:
+        """The Role in the Slurm namespace (slurm_namespace_rules), bound to the reconciler's ServiceAccount.
+        Declared once that namespace exists (it is the Slurm component's, which comes after this one)."""
+        rules = slurm_namespace_rules(self._spec)
+        if not rules:
+            return None
+        env, child = self._spec.environment, pulumi.ResourceOptions(parent=self)
+        meta = metadata(f"{NAME}-nodeset-pods", "reconciler", env, slurm_namespace)
+        role = k8s.rbac.v1.Role(f"{self._name}-slurm-role", metadata=meta, rules=rules, opts=child)
+        k8s.rbac.v1.RoleBinding(
+            f"{self._name}-slurm-rolebinding", metadata=meta,
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role.metadata.name},
+            subjects=[{"kind": "ServiceAccount", "name": self.service_account.metadata.name,
+                       "namespace": self.namespace}], opts=child)
+        return role

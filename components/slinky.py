@@ -1,14 +1,18 @@
 """Slurm on Kubernetes through SchedMD's Slinky: the operator and the Slurm custom resources.
 
-`operator.mode: helm` installs the slurm-operator-crds and slurm-operator charts;
-`crds-only` installs gpufleet's own definitions of the Slinky kinds instead (the chart
-cannot be pulled everywhere, e.g. the local environment), so the API server still accepts
-the Slurm resources (with the operator's field names and types: `slinky_schema.py`). One NodeSet
-per GPU pool, bound to the pool's nodes by selector and tolerations; partitions map to NodeSets.
+One slurm-operator release for every environment (`fleetspec.models.SLINKY_RELEASE`, 1.2.1).
+`operator.mode: helm` installs its slurm-operator-crds and slurm-operator charts; `crds-only`
+installs gpufleet's own copy of that release's definitions instead (`slinky_schema.py`; the chart
+cannot be pulled everywhere, e.g. the local environment), so the API server accepts and refuses
+exactly what it would with the operator. One NodeSet per GPU pool, bound to the pool's nodes by
+selector and tolerations, replaced one node at a time by default (`slurm.nodeset_update`).
+Partitions are gpufleet's (the Controller's extraConf) over the operator's nodesets, which it
+names after the NodeSets (`NodeSet=<pool> Feature=<pool>`, controllerbuilder/controller_config.go);
+the operator's own partition per NodeSet stays off, so every job meets gpufleet's limits.
 Around them: the LoginSet's sssd.conf Secret, Accounting with its database and password Secret,
-gres.conf for the pools' GPUs, the RestApi, and the reconciler's Token (beside the JWT key it is
-minted from, and a Role that lets the reconciler read its Secret and nothing else here). The control
-plane runs on the system pool.
+gres.conf and topology.yaml for the pools, slurmctld's state on a claim the spec sizes, the RestApi,
+and the reconciler's Token (beside the JWT key it is minted from, and a Role that lets the reconciler
+read its Secret and nothing else here). The control plane runs on the system pool.
 """
 from __future__ import annotations
 
@@ -17,46 +21,27 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from fleetspec import labels
 from fleetspec.models import FleetSpec, MariaDbDatabase
 
 from .meta import metadata, resources
 from .node_pool import GpuNodePool
-from .slinky_schema import open_api_schema
+from .slinky_schema import GROUP, KINDS, KNOWN_CONFIG_FILES, RESERVED_CONFIG_FILES, VERSION, crd_manifest
 
-GROUP = "slinky.slurm.net"
-VERSION = "v1beta1"
+__all__ = ["API_VERSION", "GROUP", "KINDS", "SlinkySlurm", "SlinkySlurmArgs", "VERSION", "crd_manifest"]
+
 API_VERSION = f"{GROUP}/{VERSION}"
-KINDS = ("Controller", "NodeSet", "LoginSet", "RestApi", "Accounting", "Token")
 
-
-def _plural(kind: str) -> str:
-    return kind.lower() + "s"
-
-
-def crd_manifest(kind: str) -> dict:
-    """gpufleet's definition of one Slinky kind (crds-only mode), with the operator's field names
-    and types for everything the stack sets."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{_plural(kind)}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "gpufleet",
-                                                                  "gpufleet.io/slinky-definitions": "crds-only"}},
-        "spec": {
-            "group": GROUP,
-            "names": {"kind": kind, "plural": _plural(kind), "singular": kind.lower(), "listKind": f"{kind}List"},
-            "scope": "Namespaced",
-            "versions": [{
-                "name": VERSION, "served": True, "storage": True,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": open_api_schema(kind)},
-            }],
-        },
-    }
-
-
-# Names other components need before the Slurm resources exist (no dependency cycle).
-RESTAPI_NAME = "slurm-restapi"
+# Names other components need before the Slurm resources exist (no dependency cycle). The operator
+# names each Service after its CR (api/v1beta1/*_keys.go at v1.2.1): a Controller's `<name>-controller`,
+# a RestApi's `<name>-restapi`, an Accounting's `<name>-accounting`, a LoginSet's `<name>`.
+CLUSTER = "slurm"  # the Controller, the RestApi and the Accounting: Services slurm-controller, -restapi, -accounting
+LOGIN = "login"  # the LoginSet: Service login
+RESTAPI_NAME = CLUSTER
+RESTAPI_SERVICE = f"{RESTAPI_NAME}-restapi"
 RESTAPI_PORT = 6820
+LOGIN_PORT = 22
+TOPOLOGY = labels.SLURM_TOPOLOGY  # the block topology of topology.yaml; nodes join it as `blocks:<block>`
 TOKEN_NAME = "gpufleet-reconciler"
 TOKEN_SECRET = "gpufleet-reconciler-slurm-token"
 TOKEN_KEY = "SLURM_JWT"
@@ -68,8 +53,14 @@ CONFIG_FILES = "slurm-config-files"
 
 
 def restapi_url(spec: FleetSpec) -> str:
-    """Where the reconciler reaches slurmrestd: the Service the operator creates for the RestApi."""
-    return f"http://{RESTAPI_NAME}.{spec.slurm.namespace}:{RESTAPI_PORT}"
+    """Where the reconciler reaches slurmrestd: the Service the operator creates for the RestApi
+    (restapibuilder/restapi_service.go: named `<RestApi>-restapi`)."""
+    return f"http://{RESTAPI_SERVICE}.{spec.slurm.namespace}:{RESTAPI_PORT}"
+
+
+def login_service(spec: FleetSpec) -> str:
+    """The LoginSet's SSH Service (loginbuilder/login_service.go: named after the LoginSet)."""
+    return f"{LOGIN}.{spec.slurm.namespace}.svc:{LOGIN_PORT}"
 
 
 def minimal_sssd_conf() -> str:
@@ -81,10 +72,49 @@ def minimal_sssd_conf() -> str:
 
 
 def gres_conf(spec: FleetSpec) -> str:
-    """gres.conf for every pool: slurmd finds the GPUs through NVML; each NodeSet registers its
+    """gres.conf for every pool: slurmd finds the GPUs itself (`AutoDetect=nvidia`: Slinky's images
+    are built without NVML, its docs and helm/slurm/_vendor use this); each NodeSet registers its
     count (`Gres=gpu:N` in its slurmd --conf), so a node with fewer working GPUs does not register."""
     counts = ", ".join(f"{p.name} gpu:{p.gpus_per_node}" for p in spec.pools)
-    return f"# gpufleet: GPUs per node by pool: {counts}\nAutoDetect=nvml\n"
+    return f"# gpufleet: GPUs per node by pool: {counts}\nAutoDetect=nvidia\n"
+
+
+def topology_yaml(spec: FleetSpec) -> str | None:
+    """topology.yaml (Slurm 26.05 topology.yaml(5)): a flat default, and a block topology whose blocks are
+    the pools' `topology_block`s, empty: the nodes join at run time. slurm-operator v1.2.1 copies a
+    Kubernetes node's `topology.slinky.slurm.net/spec` annotation (`blocks:<block>`, which gpufleet's
+    membership sets on a pool's nodes) to the Slurm node of each NodeSet pod there (nodeset_sync.go
+    syncSlurmTopology); Slurm's topology/block accepts only blocks declared here
+    (plugins/topology/block topology_p_add_rm_node). A partition whose pools all sit in blocks uses
+    it (`Topology=blocks`); the others stay flat. The base block size is the smallest block's node count
+    (slurmctld refuses empty blocks without one). None when no pool declares a block."""
+    sizes: dict[str, int] = {}
+    for p in spec.pools:
+        if p.topology_block:
+            sizes[p.topology_block] = sizes.get(p.topology_block, 0) + p.nodes
+    blocks = sorted(sizes)
+    if not blocks:
+        return None
+    lines = ["# gpufleet: the pools' network blocks; nodes join them at run time (Topology=blocks:<block>)",
+             "- topology: flat", "  cluster_default: true", "  flat: true",
+             f"- topology: {TOPOLOGY}", "  block:", f"    block_sizes: [{max(1, min(sizes.values()))}]", "    blocks:"]
+    lines += [f"      - block: {b}" for b in blocks]
+    return "\n".join(lines) + "\n"
+
+
+def config_files(spec: FleetSpec) -> dict[str, str]:
+    """The files of the Controller's configFileRefs ConfigMap. The operator's webhook refuses
+    slurm.conf and slurmdbd.conf there and warns for a file Slurm does not know."""
+    files = {"gres.conf": spec.slurm.gres_conf if spec.slurm.gres_conf is not None else gres_conf(spec)}
+    topo = topology_yaml(spec)
+    if topo:
+        files["topology.yaml"] = topo
+    if spec.slurm.cgroup_conf is not None:  # the operator then writes none (controller_config.go hasCgroupConfFile)
+        files["cgroup.conf"] = spec.slurm.cgroup_conf
+    bad = [f for f in files if f in RESERVED_CONFIG_FILES or f not in KNOWN_CONFIG_FILES]
+    if bad:
+        raise ValueError(f"config files {bad} are reserved for the operator or unknown to Slurm")
+    return files
 
 
 def system_placement(spec: FleetSpec) -> dict:
@@ -94,16 +124,11 @@ def system_placement(spec: FleetSpec) -> dict:
             "tolerations": [t.model_dump(exclude_none=True) for t in sp.tolerations]}
 
 
-def system_affinity(spec: FleetSpec) -> dict:
-    """The system pool as node affinity (the operator chart takes affinity, not a nodeSelector)."""
-    terms = [{"key": k, "operator": "In", "values": [v]} for k, v in spec.system_pool.node_selector.items()]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": terms}]}}}
-
-
 def operator_values(spec: FleetSpec) -> dict:
-    """Values of the slurm-operator chart: cert-manager or not as the spec says, on the system pool."""
-    placement = {"affinity": system_affinity(spec), "tolerations": system_placement(spec)["tolerations"]}
+    """Values of the slurm-operator chart (v1.2.1 helm/slurm-operator/values.yaml): cert-manager or not
+    as the spec says, operator and webhook on the system pool."""
+    placement = {"nodeSelector": dict(spec.system_pool.node_selector),
+                 "tolerations": system_placement(spec)["tolerations"]}
     return {"certManager": {"enabled": spec.slurm.operator.cert_manager},
             "operator": placement, "webhook": placement}
 
@@ -114,19 +139,43 @@ def token_reader_rules() -> list[dict]:
     return [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [TOKEN_SECRET], "verbs": ["get"]}]
 
 
-def extra_slurm_conf(spec: FleetSpec) -> str:
-    """slurm.conf lines the stack adds: root runs no job (DisableRootJobs, slurm.conf(5) 26.05: a token or
-    key that acts as root submits nothing), and partitions: each pool's NodeSet is a Slurm nodeset named
-    after the pool."""
-    lines = ["DisableRootJobs=YES", "GresTypes=gpu"] + [f"NodeSet={p.name} Feature={p.name}" for p in spec.pools]
-    for part in spec.slurm.partitions:
+def controller_extra_conf(spec: FleetSpec) -> str:
+    """What gpufleet adds to the operator's slurm.conf (the Controller's extraConf). The operator writes
+    neither GresTypes nor ReturnToService since 1.2.0 (controller_config.go, "prune all non-required
+    Slurm config options"), and `NodeSet=<pool> Feature=<pool>` for every NodeSet itself; the partitions
+    are gpufleet's, over those nodesets. Root runs no job (DisableRootJobs, slurm.conf(5) 26.05: a token
+    or key that acts as root submits nothing)."""
+    slurm = spec.slurm
+    lines = ["DisableRootJobs=YES"] if slurm.disable_root_jobs else []
+    lines += ["GresTypes=gpu", f"ReturnToService={slurm.return_to_service}"]
+    for part in slurm.partitions:
         line = f"PartitionName={part.name} Nodes={','.join(part.pools)} State=UP"
         if part.default:
             line += " Default=YES"
         if part.max_time:
             line += f" MaxTime={part.max_time}"
+        if all(spec.pool(p).topology_block for p in part.pools):
+            line += f" Topology={TOPOLOGY}"  # topology.yaml's blocks
         lines.append(line)
+    lines += slurm.extra_conf
     return "\n".join(lines) + "\n"
+
+
+def controller_persistence(spec: FleetSpec) -> dict:
+    """Controller.spec.persistence: the claim of slurmctld's saved state (enabled by default since 1.1.0;
+    without access modes and a size Kubernetes refuses it and slurmctld never starts)."""
+    st = spec.slurm.controller_storage
+    out: dict = {"enabled": True, "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": st.size}}}
+    if st.storage_class:
+        out["storageClassName"] = st.storage_class
+    return out
+
+
+def nodeset_update_strategy(spec: FleetSpec) -> dict:
+    u = spec.slurm.nodeset_update
+    if u.type == "OnDelete":
+        return {"type": "OnDelete"}
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": u.max_unavailable}}
 
 
 @dataclass
@@ -190,7 +239,7 @@ class SlinkySlurm(pulumi.ComponentResource):
         jwt_key_ref = {"name": JWT_SECRET, "key": JWT_KEY}
         files = k8s.core.v1.ConfigMap(
             f"{name}-config-files", metadata=metadata(CONFIG_FILES, "slurm", env, self.namespace),
-            data={"gres.conf": gres_conf(spec)}, opts=child)
+            data=config_files(spec), opts=child)
         system = {"spec": system_placement(spec)}
 
         def cr(kind: str, cr_name: str, body: dict, depends: list | None = None,
@@ -211,7 +260,7 @@ class SlinkySlurm(pulumi.ComponentResource):
             depends = [db_secret, *keys]
             if isinstance(db, MariaDbDatabase):
                 depends.append(self._mariadb(name, spec, db, env, child))
-            accounting = cr("Accounting", "accounting", {
+            accounting = cr("Accounting", CLUSTER, {
                 "slurmKeyRef": slurm_key_ref,
                 "jwtKeyRef": jwt_key_ref,
                 "slurmdbd": {"image": image("slurmdbd"), "resources": resources("500m", "1Gi", "2", "4Gi")},
@@ -220,17 +269,18 @@ class SlinkySlurm(pulumi.ComponentResource):
                 "template": system,
             }, depends)
 
-        controller = cr("Controller", "slurm", {
+        controller = cr("Controller", CLUSTER, {
             "clusterName": slurm.cluster_name,
             "slurmKeyRef": slurm_key_ref,
             "jwtKeyRef": jwt_key_ref,
-            **({"accountingRef": {"name": "accounting"}} if accounting is not None else {}),
+            **({"accountingRef": {"name": CLUSTER}} if accounting is not None else {}),
             "slurmctld": {"image": image("slurmctld"), "resources": resources("1", "2Gi", "4", "8Gi")},
-            "extraConf": extra_slurm_conf(spec),
+            "persistence": controller_persistence(spec),
+            "extraConf": controller_extra_conf(spec),
             "configFileRefs": [{"name": CONFIG_FILES}],
             "template": system,
         }, [*keys, files] + ([accounting] if accounting is not None else []))
-        controller_ref = {"name": "slurm"}
+        controller_ref = {"name": CLUSTER}
 
         # Claims are named after the storage (SharedStorage creates them in this namespace).
         volumes = [{"name": s.name, "persistentVolumeClaim": {"claimName": s.name}} for s in spec.storage]
@@ -247,8 +297,10 @@ class SlinkySlurm(pulumi.ComponentResource):
                     "resources": {"limits": {"nvidia.com/gpu": pool.gpus_per_node}},
                     "volumeMounts": mounts,
                 },
-                "extraConf": f"Features={pool.name} Gres=gpu:{pool.gpus_per_node}",
-                "partition": {"enabled": True},
+                # The operator adds Features=<NodeSet> itself (workerbuilder/worker_app.go slurmdConfArgs).
+                "extraConf": f"Gres=gpu:{pool.gpus_per_node}",
+                "partition": {"enabled": False},  # gpufleet's partitions only: each carries its limits
+                "updateStrategy": nodeset_update_strategy(spec),
                 "template": {"spec": {
                     "nodeSelector": p.selector,
                     "tolerations": p.tolerations,
@@ -262,7 +314,7 @@ class SlinkySlurm(pulumi.ComponentResource):
             service: dict = {"spec": {"type": slurm.login.service_type}}
             if slurm.login.service_annotations:
                 service["metadata"] = {"annotations": dict(slurm.login.service_annotations)}
-            login = cr("LoginSet", "login", {
+            login = cr("LoginSet", LOGIN, {
                 "controllerRef": controller_ref,
                 "replicas": slurm.login.replicas,
                 "login": {"image": image("login"), "volumeMounts": mounts,
@@ -302,7 +354,7 @@ class SlinkySlurm(pulumi.ComponentResource):
                     subjects=[{"kind": "ServiceAccount", "name": args.reconciler_account,
                                "namespace": args.reconciler_namespace}], opts=child)
 
-        self.login_endpoint = pulumi.Output.concat("login-slurm.", self.namespace, ".svc:22") if login \
+        self.login_endpoint = pulumi.Output.concat(LOGIN, ".", self.namespace, f".svc:{LOGIN_PORT}") if login \
             else pulumi.Output.from_input("")
         self.register_outputs({
             "namespace": self.namespace,

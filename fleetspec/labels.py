@@ -41,6 +41,10 @@ PROMOTED_FOR = f"{GROUP}/promoted-for"     # on a promoted spare: the node it re
 SIGNALS = f"{GROUP}/fault-signals"          # when the node's faults were signalled (JSON list), for `occurrences`
 FULFILS = f"{GROUP}/fulfils"               # the capacity request (placeholder pod) this node answered
 SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
+# On a faulted machine: the drains people had set on its Slurm nodes (JSON {slurm node: reason}), carried
+# here before its NodeSet pods left (their preStop and the operator's IDLE after the move clear them on the
+# Slurm node). The machine does not return to the spares while it carries one: a person removes it.
+CARRIED_DRAIN = f"{GROUP}/person-drain"
 KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>:<kernel-log record>" reported up to
 
 # The repair loop (issue 25): what is asked of a node, what it answered, what its last health check said.
@@ -72,6 +76,12 @@ REFILL_TAG_PREFIX = f"{GROUP}/refill/"              # Auto Scaling group: one pe
 
 # The stack's own marks
 CONFIG_CHECKSUM = f"{GROUP}/config-checksum"  # pod template annotation: a config change rolls the pods
+
+# On a Kubernetes node: its Slurm dynamic topology ("<topology>:<unit>"), which slurm-operator 1.2.1 gives the
+# Slurm node of each NodeSet pod there (api/v1beta1/well_known.go AnnotationNodeTopologySpec). gpufleet's
+# membership sets it from the pool's topology_block: "blocks:<block>" (components/slinky.py topology_yaml).
+SLINKY_TOPOLOGY_SPEC = "topology.slinky.slurm.net/spec"
+SLURM_TOPOLOGY = "blocks"
 
 # Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)
 SLINKY_POD_HOSTNAME = "nodeset.slinky.slurm.net/pod-hostname"

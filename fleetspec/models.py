@@ -271,17 +271,90 @@ class StorageSpec(Strict):
 
 # --- Slurm on Kubernetes (Slinky) ------------------------------------------------------------
 
+# The one slurm-operator release every environment runs (its charts, its CRDs: components/slinky_schema.py,
+# the local stand-in of it: localenv), the Slurm images it ships and the REST data parser gpufleet speaks to
+# them. slurm-operator v1.2.1 helm/slurm/values.yaml: `26.05-ubuntu26.04`; Slurm 26.05's slurmrestd: v0.0.45.
+# Upgrading is this pin and components/slinky_schema.py, changed together.
+SLINKY_RELEASE = "1.2.1"
+SLURM_VERSION = "26.05"
+SLURM_IMAGE_TAG = f"{SLURM_VERSION}-ubuntu26.04"
+SLURM_REST_VERSION = "v0.0.45"
+# The validating webhook refuses a Controller whose ClusterName is longer (slurm-operator v1.2.1
+# internal/webhook/controller_webhook.go; slurm.conf's ClusterName).
+CLUSTER_NAME_MAX = 40
+# slurm.conf keys gpufleet renders itself (components/slinky.py) or the operator writes
+# (internal/builder/controllerbuilder/controller_config.go): `slurm.extra_conf` may not set them again.
+MANAGED_SLURM_KEYS = frozenset({
+    "clustername", "slurmuser", "slurmctldhost", "slurmctldport", "statesavelocation", "slurmduser", "slurmdport",
+    "slurmdspooldir", "maxnodecount", "slurmctldlogfile", "slurmschedlogfile", "slurmdlogfile", "authtype", "credtype",
+    "authalttypes", "authaltparameters", "authinfo", "accountingstoragetype", "accountingstoragehost",
+    "accountingstorageport", "nodeset", "partitionname", "nodename", "grestypes", "returntoservice", "include",
+})
+
+
 class OperatorSpec(Strict):
     mode: Literal["helm", "crds-only"] = Field(
         "helm",
         description="`helm`: install SchedMD's slurm-operator and CRD charts; `crds-only`: only gpufleet's "
         "definitions of the Slinky kinds (for clusters that cannot pull the chart, like the local one).",
     )
-    chart_version: str = Field("1.0.1", pattern=r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
+    chart_version: str = Field(
+        SLINKY_RELEASE, description=f"The slurm-operator release: {SLINKY_RELEASE}, the one gpufleet's Slinky schema, "
+        "its stand-in and its tests follow (an upgrade changes it and components/slinky_schema.py together).")
     repository: str = "oci://ghcr.io/slinkyproject/charts"
     cert_manager: bool = Field(
         True, description="The cluster runs cert-manager (the operator's webhook certificate comes from it); "
         "false sets the chart's certManager.enabled=false.")
+
+    @model_validator(mode="after")
+    def _pinned(self) -> "OperatorSpec":
+        if self.chart_version != SLINKY_RELEASE:
+            raise FieldError("chart_version", f"{self.chart_version!r}: gpufleet pins slurm-operator {SLINKY_RELEASE} for "
+                             "every environment (its CRDs, webhook and behaviour are what gpufleet is built and tested "
+                             f"against); set {SLINKY_RELEASE} or leave it out")
+        return self
+
+
+class ControllerStorage(Strict):
+    """slurmctld's saved state (jobs, node states, reasons) on a PersistentVolumeClaim the operator makes
+    from `Controller.spec.persistence` (slurm-operator v1.2.1 controllerbuilder/controller_app.go): a
+    restart of slurmctld keeps the jobs that healing just requeued."""
+
+    size: Quantity = Field("4Gi", description="Size of the claim (the operator's chart default).")
+    storage_class: str | None = Field(None, description="StorageClass of the claim; default: the cluster's default class.")
+
+
+class NodeSetUpdate(Strict):
+    """How the operator replaces NodeSet pods after their template changes (a new image): each replaced
+    pod's Slurm node is drained first, so on a GPU pool this is how many nodes stop taking jobs at once."""
+
+    type: Literal["RollingUpdate", "OnDelete"] = Field(
+        "RollingUpdate", description="`RollingUpdate`: the operator replaces pods itself; `OnDelete`: only when "
+        "someone deletes a pod.")
+    max_unavailable: int | str = Field(
+        1, description="RollingUpdate: pods (of each NodeSet) replaced at once, a count >= 1 or a percentage "
+        "such as '10%' (the operator's default, 25%, would drain a quarter of a GPU pool).")
+
+    @model_validator(mode="after")
+    def _max_unavailable(self) -> "NodeSetUpdate":
+        v = self.max_unavailable
+        if isinstance(v, int) and v < 1:
+            raise FieldError("max_unavailable", f"{v}: at least 1 (the operator's webhook refuses 0)")
+        if isinstance(v, str) and not re.fullmatch(r"([1-9]\d?|100)%", v):
+            raise FieldError("max_unavailable", f"{v!r}: a count such as 1 or a percentage from 1% to 100%")
+        return self
+
+
+def _slurm_conf_line(v: str) -> str:
+    key, sep, value = v.partition("=")
+    if not sep or not key.strip() or not value.strip() or "\n" in v or key != key.strip():
+        raise ValueError(f"{v!r} is not one slurm.conf line `Key=Value`")
+    if key.lower() in MANAGED_SLURM_KEYS:
+        raise ValueError(f"{key} is set by gpufleet or the Slinky operator; it may not be set again in extra_conf")
+    return v
+
+
+SlurmConfLine = Annotated[str, AfterValidator(_slurm_conf_line)]
 
 
 class Partition(Strict):
@@ -405,9 +478,31 @@ SLURM_IMAGES = ("slurmctld", "slurmd", "slurmrestd", "slurmdbd", "login")
 
 class SlurmSpec(Strict):
     namespace: K8sName = "slurm"
-    cluster_name: K8sName = "gpufleet"
+    cluster_name: K8sName = Field("gpufleet", max_length=CLUSTER_NAME_MAX,
+                                  description=f"Slurm's ClusterName (at most {CLUSTER_NAME_MAX} characters: the "
+                                  "operator's webhook refuses more).")
     operator: OperatorSpec = Field(default_factory=OperatorSpec)
-    image_tag: str = Field("25.11-ubuntu24.04", min_length=1, description="Tag of SchedMD's Slurm images.")
+    image_tag: str = Field(SLURM_IMAGE_TAG, min_length=1,
+                           description=f"Tag of SchedMD's Slurm images: Slurm {SLURM_VERSION}, as the pinned operator "
+                           "release ships it (the reconciler speaks its REST API, " + SLURM_REST_VERSION + ").")
+    controller_storage: ControllerStorage = Field(default_factory=ControllerStorage)
+    nodeset_update: NodeSetUpdate = Field(default_factory=NodeSetUpdate)
+    return_to_service: Literal[0, 1, 2] = Field(
+        2, description="slurm.conf ReturnToService, declared by the stack (the operator sets none since 1.2.0, and "
+        "Slurm's default is 0). 2: a DOWN node whose slurmd registers again takes jobs, so a NodeSet pod that comes "
+        "back to the same node (a loan taken back, a rolling update) is usable; a DRAIN stays.")
+    disable_root_jobs: bool = Field(
+        True, description="slurm.conf DisableRootJobs=YES, declared by the stack: root runs no job, so a token or key "
+        "that acts as root submits nothing. Off only for the local cluster, whose tests and demos submit as root.")
+    gres_conf: str | None = Field(
+        None, description="gres.conf among the Controller's config files; default: gpufleet's, `AutoDetect=nvidia` "
+        "(slurmd finds the GPUs itself). A cluster without GPU devices declares its own.")
+    cgroup_conf: str | None = Field(
+        None, description="cgroup.conf among the Controller's config files; default: the operator's own "
+        "(CgroupPlugin=cgroup/v2, IgnoreSystemd=yes). `CgroupPlugin=disabled` where nodes have no cgroup2 mount.")
+    extra_conf: list[SlurmConfLine] = Field(
+        default_factory=list, description="More slurm.conf lines (`Key=Value`), appended to the Controller's "
+        "extraConf in every environment that declares them.")
     image_registry: str = "ghcr.io/slinkyproject"
     image_digests: dict[Literal[SLURM_IMAGES], Digest] = Field(
         default_factory=dict,
@@ -427,6 +522,13 @@ class SlurmSpec(Strict):
         """One of SchedMD's Slurm images: by tag, and by digest where the stack file records one."""
         digest = self.image_digests.get(name)  # type: ignore[call-overload]
         return f"{self.image_registry}/{name}:{self.image_tag}" + (f"@{digest}" if digest else "")
+    @model_validator(mode="after")
+    def _slurm_release(self) -> "SlurmSpec":
+        if not (self.image_tag == SLURM_VERSION or self.image_tag.startswith(SLURM_VERSION + "-")):
+            raise FieldError("image_tag", f"{self.image_tag!r}: the pinned slurm-operator {SLINKY_RELEASE} ships Slurm "
+                             f"{SLURM_VERSION} ({SLURM_IMAGE_TAG}), whose REST API ({SLURM_REST_VERSION}) the "
+                             f"reconciler speaks; use a {SLURM_VERSION}-* tag")
+        return self
 
 
 # --- healing -----------------------------------------------------------------------------
@@ -680,6 +782,8 @@ class FleetSpec(Strict):
                 )
         if sum(p.default for p in self.slurm.partitions) > 1:
             raise FieldError("slurm.partitions", "at most one partition may be the default")
+        if not self.slurm.disable_root_jobs and self.cluster.kind != "local":
+            raise FieldError("slurm.disable_root_jobs", "root's jobs may be allowed only on the local cluster")
         for i, s in enumerate(self.storage):
             if s.host_path and self.cluster.kind != "local":
                 raise FieldError(f"storage[{i}].host_path", "host_path is only for the local cluster")

@@ -292,10 +292,18 @@ def remediations(
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s", help="The environment.")) -> None:
+def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s", help="The environment."),
+           skip_preflight: bool = typer.Option(False, "--skip-preflight",
+                                               help="`up` of a stack on a real cluster without `gpufleet preflight` first.")) -> None:
     """Run the pulumi CLI for a stack with gpufleet's environment (built tools, PULUMI_HOME; for `local`
-    the local environment's backend, passphrase and stack configuration): `gpufleet pulumi -s local up`."""
+    the local environment's backend, passphrase and stack configuration): `gpufleet pulumi -s local up`.
+    `up` of a stack on a real cluster runs `gpufleet preflight` first and stops when the cluster lacks a
+    prerequisite."""
+    import os
+
+    from gpufleet.preflight import preflight_before_up
     from gpufleet.stack import PulumiError, Stack, pulumi_binary
+
 
     try:
         binary = pulumi_binary()
@@ -311,4 +319,6 @@ def pulumi(ctx: typer.Context, stack: str = typer.Option("local", "--stack", "-s
     except PulumiError as e:
         _err(str(e))
         raise typer.Exit(EXIT_INVALID)
+    if ctx.args[:1] == ["up"] and not skip_preflight:
+        preflight_before_up(stack)
     os.execve(binary, [binary, *args, *st.config_args(args), "--cwd", str(st.project_dir)], env)

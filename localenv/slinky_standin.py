@@ -1,143 +1,231 @@
-"""Stand-in for SchedMD Slinky's slurm-operator in the local environment (its chart cannot be had here).
+"""Stand-in for SchedMD's slurm-operator v1.2.1 in the local environment (its images cannot run here).
 
-It does, for the local environment's NodeSets, the part of the operator that gpufleet meets:
+It does, for the Slinky resources the stack applied, what that release does and nothing else; each
+behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1.2.1):
 
-* **NodeSet pods, StatefulSet scaling mode.** For each NodeSet resource the stack declares
-  (``slinky.slurm.net/v1beta1``, one per pool, named after it; or a list given for tests that
-  apply no stack) it keeps ``spec.replicas`` pods ``slurm-worker-<nodeset>-<i>`` with
-  hostname ``<nodeset>-<i>`` (the Slurm node name) and the label
-  ``nodeset.slinky.slurm.net/pod-hostname``, the pool's node selector and tolerations and one
-  pod's worth of GPUs. The real kube-scheduler places them: never on a spare while the spare
-  taint is there, nor on a cordoned or quarantined node. A pod that is gone is made again with
-  the same name, so it keeps its Slurm name wherever it lands. Pods beyond ``replicas`` (or of a
-  NodeSet no longer declared) are deleted and their Slurm nodes removed (scale-in).
-* **slurmd per pod.** Pods do not run under kwok, so for each Running pod it starts a slurmd
-  (a dynamic node, :meth:`LocalSlurm.start_node`) and writes the operator's JSON comment
-  (``node`` = the Kubernetes node). When a pod terminates or is gone it does the pod's
-  preStop: the Slurm node DOWN with ``slurm-operator: Pod is terminating``, then slurmd stops.
-  (kwok deletes a pod at once, so this runs right after, not before.)
-* **Cordon.** A cordoned Kubernetes node: the Slurm node of each NodeSet pod on it is drained
-  with ``slurm-operator: `` + the node's ``nodeset.slinky.slurm.net/node-cordon-reason``
-  annotation (else ``slurm-operator: Node cordoned``). On a schedulable node, a Slurm node
-  drained with a reason that carries the ``slurm-operator: `` prefix is undrained; no other
-  reason is ever changed.
+* **slurm.conf** (internal/builder/controllerbuilder/controller_config.go, via `slinky_conf.py`): rendered
+  from the Controller, its Accounting, its NodeSets and its configFileRefs ConfigMaps, and given to the
+  local Slurm (`LocalSlurm.apply_operator_files`), which restarts slurmctld when it changes, as the
+  operator recreates the controller pod (`inplaceReconfigure: false`).
+* **NodeSet pods** (controller/nodeset/utils/utils.go NewNodeSetStatefulSetPod, GetOrdinalPodName,
+  initIdentity; builder/labels/labels.go; workerbuilder/worker_app.go): `replicas` pods named
+  `<nodeset>-<ordinal>`, hostname the pod name (the Slurm node name), labels app.kubernetes.io/name
+  slurmd, instance <nodeset>, component worker, slinky.slurm.net/cluster <controller>, and
+  nodeset.slinky.slurm.net/pod-name, pod-index, pod-hostname, scaling-mode; the pod template's
+  nodeSelector and tolerations plus the operator's worker toleration, the slurmd container's
+  resources, anti-affinity to other slurmd pods. kube-scheduler places them. A failed or finished pod
+  is deleted and made again (nodeset_sync.go processNodeSetPod); a pod beyond `replicas` is drained in
+  Slurm first and deleted once drained (processCondemned). Slurm node records are never deleted
+  (pruneSlurmNodeRecords applies to DaemonSet NodeSets only).
+* **slurmd** per Running pod (kwok runs no container): started with the NodeSet's `--conf`
+  (`slinky_conf.slurmd_conf`); when the pod terminates, its **preStop**: the Slurm node DOWN with
+  `slurm-operator: Pod is terminating` (worker_app.go), then slurmd stops. (kwok deletes a pod at
+  once, so this runs right after, not before.)
+* **Pod info and IDLE on migration** (controller/nodeset/slurmcontrol/slurmcontrol.go
+  UpdateNodeWithPodInfo, for healthy pods): the Slurm node's comment is the pod's JSON
+  (namespace, podName, node, nodeSetName, nodeSetUID); when it changes and the old one named a
+  Kubernetes node, the Slurm node is set IDLE (which clears DRAIN and DOWN). A pod back on the same
+  node with the same name changes nothing, so a DOWN stays (ReturnToService is the stack's business).
+* **Cordon** (nodeset_sync.go syncCordon and syncPodUncordon, slurmcontrol.go MakeNodeDrain/MakeNodeUndrain,
+  IsNodeReasonOurs, IsNodeDownForUnresponsive): nothing when the Slurm node's reason is someone
+  else's (not empty, not `slurm-operator: `) or it is DOWN for `Not responding`; else a cordoned
+  Kubernetes node cordons the pod (annotation nodeset.slinky.slurm.net/pod-cordon) and drains the
+  Slurm node with `slurm-operator: ` + the node's node-cordon-reason annotation (sanitized) or
+  `Node (<node>) was cordoned, Pod (<ns>/<pod>) must be cordoned`, keeping a reason already there; a
+  cordoned pod drains it `Pod (<ns>/<pod>) was cordoned`; otherwise the pod is uncordoned and a DRAIN
+  undone (UNDRAIN).
+* **Busy-pod PDB** (workerbuilder/worker_pdb.go, nodeset_sync_status.go updateNodeSetPodPDBLabels,
+  pkg/conditions IsNodeBusy): one PodDisruptionBudget `slurm-workers-pdb-<controller>` selecting
+  pod-protect=true and the cluster label, maxUnavailable 0; a pod is labelled pod-protect while its
+  Slurm node is ALLOCATED, MIXED or COMPLETING (workloadDisruptionProtection, default true).
+* **Topology** (nodeset_sync.go syncSlurmTopology): the Kubernetes node's topology.slinky.slurm.net/spec
+  annotation onto the pod and the Slurm node's topology.
+* **When**: like the operator's NodeSet controller, the steps that read Slurm run when a NodeSet's
+  objects change (the NodeSet, any update of its pods, a cordon or a metadata change of their nodes:
+  eventhandler/eventhandler_pod.go, eventhandler_node.go), or `RESYNC_SECONDS` after its last sync
+  (nodeset_sync.go: every NodeSet is requeued 30 s later); Slurm changes alone trigger nothing sooner.
+* **Tokens** (controller/token): the Secret `spec.secretRef` holding a JWT for `spec.username`,
+  signed with the key slurmctld uses, renewed when a fifth of its `lifetime` is left (`refresh`).
 
-* **Tokens.** For each ``Token`` resource (any namespace) it keeps the Secret ``spec.secretRef``
-  holding a JWT for ``spec.username``, signed HS256 with the key slurmctld really uses (the local
-  Slurm's; the stack's ``jwtKeyRef`` names the key the operator would take), renewed when a fifth of
-  its ``lifetime`` is left, as the operator's token controller does with ``refresh: true``.
+Level-based: each pass compares what is with what should be. Never imported by `reconciler/`: the
+reconciler meets the operator only through Kubernetes and Slurm, as in production.
 
-Level-based: each pass compares what is with what should be, so a missed event heals itself.
-Never imported by ``reconciler/``: the reconciler meets the operator only through Kubernetes
-and Slurm, as in production.
-
-Run as a process: ``python -m localenv.slinky_standin --config FILE`` (LocalEnv writes
-the file and supervises the process).
+Run as a process: ``python -m localenv.slinky_standin --config FILE`` (LocalEnv writes the file).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import signal
 import sys
 import threading
 import time
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from localenv import slinky_conf
 from localenv.slurm import LocalSlurm
 
 log = logging.getLogger("slinky-standin")
 
-PREFIX = "slurm-operator: "
+GROUP, VERSION = "slinky.slurm.net", "v1beta1"
+NODESET_GROUP, NODESET_VERSION = GROUP, VERSION
+PREFIX = "slurm-operator: "  # slurmcontrol.go nodeReasonPrefix
+TERMINATING_REASON = PREFIX + "Pod is terminating"  # workerbuilder/worker_app.go preStop
+RESYNC_SECONDS = 30.0  # nodeset_sync.go: durationStore.Push(key, 30*time.Second)
+MAX_REASON = 256  # nodeset_sync.go maxSlurmReasonLength
+# api/v1beta1/well_known.go, builder/labels/labels.go, pkg/taints/taints.go
+APP_LABEL, INSTANCE_LABEL, COMPONENT_LABEL = "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"
+CLUSTER_LABEL = "slinky.slurm.net/cluster"
+POD_NAME_LABEL = "nodeset.slinky.slurm.net/pod-name"
+POD_INDEX_LABEL = "nodeset.slinky.slurm.net/pod-index"
 POD_HOSTNAME_LABEL = "nodeset.slinky.slurm.net/pod-hostname"
+SCALING_MODE_LABEL = "nodeset.slinky.slurm.net/scaling-mode"
+POD_PROTECT_LABEL = "nodeset.slinky.slurm.net/pod-protect"
+POD_CORDON_ANNOTATION = "nodeset.slinky.slurm.net/pod-cordon"
 CORDON_REASON_ANNOTATION = "nodeset.slinky.slurm.net/node-cordon-reason"
-NODESET_LABEL = "app.kubernetes.io/instance"  # slurm-worker-<nodeset>, as the chart labels workers
-COMPONENT_LABEL = "app.kubernetes.io/component"
-DEFAULT_CORDON_REASON = "Node cordoned"
-NODESET_GROUP, NODESET_VERSION = "slinky.slurm.net", "v1beta1"
+TOPOLOGY_ANNOTATION = "topology.slinky.slurm.net/spec"
+WORKER_TOLERATION = {"key": "nodeset.slinky.slurm.net/worker", "operator": "Equal", "effect": "NoExecute"}
+BUSY = {"ALLOCATED", "MIXED", "COMPLETING"}
 
 
 @dataclass(frozen=True)
 class NodeSetDef:
-    """A NodeSet as the stack declares it (components/slinky.py): what the stand-in acts on."""
+    """A NodeSet for a run without a stack (benchmarks, tests): the stand-in makes it a NodeSet resource."""
     name: str
     replicas: int
     node_selector: dict[str, str]
     tolerations: list[dict[str, str]] = field(default_factory=list)
     gpus: int = 0
     uid: str = ""
+    controller: str = "slurm"
 
     def hostname(self, i: int) -> str:
         return f"{self.name}-{i}"
 
     def pod_name(self, i: int) -> str:
-        return f"slurm-worker-{self.name}-{i}"
+        return f"{self.name}-{i}"
+
+    def resource(self, namespace: str) -> dict[str, Any]:
+        """As components/slinky.py declares a pool's NodeSet."""
+        limits = {"nvidia.com/gpu": self.gpus} if self.gpus else {}
+        return {"metadata": {"name": self.name, "namespace": namespace, "uid": self.uid or f"standin-{self.name}"},
+                "spec": {"controllerRef": {"name": self.controller}, "replicas": self.replicas,
+                         "extraConf": f"Gres=gpu:{self.gpus}" if self.gpus else "",
+                         "slurmd": {"resources": {"limits": limits}},
+                         "template": {"spec": {"nodeSelector": dict(self.node_selector),
+                                               "tolerations": list(self.tolerations)}}}}
 
 
-def operator_comment(namespace: str, pod: str, kube_node: str, nodeset: str, uid: str) -> dict[str, str]:
-    """The JSON the operator writes into a Slurm node's comment."""
-    return {"namespace": namespace, "podName": pod, "node": kube_node, "nodeSetName": nodeset, "nodeSetUID": uid}
+def _spec(r: dict) -> dict:
+    return r.get("spec") or {}
 
 
-def pod_manifest(ns: NodeSetDef, i: int, namespace: str) -> dict[str, Any]:
-    resources = {"limits": {"nvidia.com/gpu": str(ns.gpus)}} if ns.gpus else {}
+def ordinal_name(nodeset: dict, i: int) -> str:
+    """GetOrdinalPodName(): `<nodeset>-<ordinal>`, zero-padded to `ordinalPadding` digits."""
+    return f"{nodeset['metadata']['name']}-{i:0{int(_spec(nodeset).get('ordinalPadding') or 0)}d}"
+
+
+def pod_manifest(nodeset: dict, i: int, namespace: str) -> dict[str, Any]:
+    """A NodeSet pod as the operator builds it (the parts that matter here)."""
+    meta, spec = nodeset["metadata"], _spec(nodeset)
+    name = ordinal_name(nodeset, i)
+    template = spec.get("template") or {}
+    tmeta, tspec = template.get("metadata") or {}, template.get("spec") or {}
+    controller = (spec.get("controllerRef") or {}).get("name", "")
+    pod_labels = {**(meta.get("labels") or {}), **(tmeta.get("labels") or {}),
+                  APP_LABEL: "slurmd", INSTANCE_LABEL: meta["name"], COMPONENT_LABEL: "worker", CLUSTER_LABEL: controller,
+                  POD_NAME_LABEL: name, POD_INDEX_LABEL: name.rsplit("-", 1)[1], POD_HOSTNAME_LABEL: name,
+                  SCALING_MODE_LABEL: "StatefulSet"}
+    slurmd = spec.get("slurmd") or {}
+    resources = {k: {r: str(v) for r, v in (slurmd.get("resources") or {}).get(k, {}).items()}
+                 for k in ("limits", "requests") if (slurmd.get("resources") or {}).get(k)}
+    owner = [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeSet", "name": meta["name"], "uid": meta["uid"],
+              "controller": True, "blockOwnerDeletion": True}] if meta.get("uid", "").count("-") >= 4 else []
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": ns.pod_name(i), "namespace": namespace,
-            "labels": {"app.kubernetes.io/name": "slurmd", COMPONENT_LABEL: "worker",
-                       NODESET_LABEL: f"slurm-worker-{ns.name}", POD_HOSTNAME_LABEL: ns.hostname(i)},
-            "annotations": {"gpufleet.io/made-by": "slinky-standin (local environment)"},
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": pod_labels, "ownerReferences": owner,
+                     "annotations": {**(tmeta.get("annotations") or {}),
+                                     "kubectl.kubernetes.io/default-container": "slurmd"}},
         "spec": {
-            "hostname": ns.hostname(i),
-            "nodeSelector": ns.node_selector,
-            "tolerations": ns.tolerations,
-            "containers": [{"name": "slurmd", "image": "slurmd", "resources": resources}],
+            "hostname": name,
+            "nodeSelector": dict(tspec.get("nodeSelector") or {}),
+            "tolerations": list(tspec.get("tolerations") or []) + [WORKER_TOLERATION],
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchExpressions": [{"key": APP_LABEL, "operator": "In", "values": ["slurmd"]}]}}]}},
+            "containers": [{"name": "slurmd", "image": slurmd.get("image") or "slurmd", "resources": resources}],
             "terminationGracePeriodSeconds": 30,
         },
     }
 
 
-def nodeset_from_resource(obj: dict[str, Any]) -> NodeSetDef:
-    """A NodeSet resource (as components/slinky.py declares it) as the stand-in uses it."""
-    spec = obj.get("spec") or {}
-    pod = (spec.get("template") or {}).get("spec") or {}
-    limits = ((spec.get("slurmd") or {}).get("resources") or {}).get("limits") or {}
-    return NodeSetDef(obj["metadata"]["name"], int(spec.get("replicas") or 0), dict(pod.get("nodeSelector") or {}),
-                      list(pod.get("tolerations") or []), int(limits.get("nvidia.com/gpu") or 0),
-                      obj["metadata"].get("uid", ""))
+def pod_info(pod: Any, nodeset: dict) -> str:
+    """podinfo.PodInfo as JSON (internal/utils/podinfo/podinfo.go: field order, omitempty)."""
+    info: dict[str, str] = {"namespace": pod.metadata.namespace, "podName": pod.metadata.name,
+                            "node": pod.spec.node_name or ""}
+    if nodeset["metadata"]["name"]:
+        info["nodeSetName"] = nodeset["metadata"]["name"]
+    if nodeset["metadata"].get("uid"):
+        info["nodeSetUID"] = nodeset["metadata"]["uid"]
+    return json.dumps(info, separators=(",", ":"))
+
+
+def sanitize_reason(reason: str) -> str:
+    """sanitizeSlurmReason(): tabs and newlines to spaces, other control characters dropped, trimmed,
+    at most 256 characters."""
+    out = "".join(" " if c in "\t\n\r" else c for c in reason if c in "\t\n\r" or unicodedata.category(c) != "Cc")
+    return out.strip()[:MAX_REASON].strip()
+
+
+def reason_is_ours(reason: str) -> bool:
+    """IsNodeReasonOurs(): empty, or the operator's prefix."""
+    return not reason or reason.startswith(PREFIX)
+
+
+def unresponsive(states: set[str], reason: str) -> bool:
+    """IsNodeDownForUnresponsive(): DOWN with "Not responding" in the reason."""
+    return "DOWN" in states and "Not responding" in reason
 
 
 class SlinkyStandIn:
-    """Args: `nodesets` None to act on the NodeSet resources in `namespace` (what the operator
-    does), or a fixed list (tests without a stack; the namespace is then made if missing)."""
+    """Args: `nodesets` None to act on the Slinky resources in `namespace` (what the operator does), or
+    a fixed list (runs without a stack; the namespace is then made if missing, and the local Slurm
+    keeps the configuration it was started with)."""
 
     def __init__(self, api: client.ApiClient, slurm: LocalSlurm, nodesets: list[NodeSetDef] | None = None,
-                 namespace: str = "slurm"):
+                 namespace: str = "slurm", resync: float = RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic):
         self.core = client.CoreV1Api(api)
+        self.policy = client.PolicyV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.slurm = slurm
-        self.fixed = None if nodesets is None else {ns.name: ns for ns in nodesets}
+        self.fixed = None if nodesets is None else list(nodesets)
         self.namespace = namespace
+        self.resync = resync
+        self.clock = clock
+        self._synced: dict[str, tuple[str, float]] = {}  # NodeSet -> (fingerprint, when) of its last Slurm sync
 
-    def nodesets(self) -> dict[str, NodeSetDef]:
-        if self.fixed is not None:
-            return self.fixed
+    # ------------------------------------------------------------------ reading
+
+    def _list(self, plural: str) -> list[dict]:
         try:
-            items = self.custom.list_namespaced_custom_object(
-                NODESET_GROUP, NODESET_VERSION, self.namespace, "nodesets")["items"]
+            return self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, plural)["items"]
         except ApiException as e:
-            if e.status == 404:  # no NodeSet kind or no namespace yet: the stack is not applied
-                return {}
+            if e.status == 404:  # no such kind or namespace yet: the stack is not applied
+                return []
             raise
-        return {ns.name: ns for ns in map(nodeset_from_resource, items)}
+
+    def nodesets(self) -> list[dict]:
+        if self.fixed is not None:
+            return [ns.resource(self.namespace) for ns in self.fixed]
+        return self._list("nodesets")
 
     # ------------------------------------------------------------------ one pass
 
@@ -149,39 +237,98 @@ class SlinkyStandIn:
         nodesets = self.nodesets()
         if self.fixed is not None:
             self._ensure_namespace()
-        elif not nodesets:
-            self._sync_slurmds({}, remove=set(self.slurm.wanted_nodes()))
-            return
+        else:
+            self._sync_config(nodesets)
         pods = {p.metadata.name: p for p in self.core.list_namespaced_pod(
             self.namespace, label_selector=f"{COMPONENT_LABEL}=worker").items}
         nodes = {n.metadata.name: n for n in self.core.list_node().items}
-        running: dict[str, tuple[NodeSetDef, Any]] = {}  # Slurm name -> (nodeset, pod)
-        declared = set()
-        for ns in nodesets.values():
-            for i in range(ns.replicas):
-                declared.add(ns.pod_name(i))
-                pod = pods.get(ns.pod_name(i))
+        slurm = self._slurm_nodes()
+        running: dict[str, tuple[dict, Any]] = {}  # Slurm name -> (nodeset, pod)
+        mine: set[str] = set()
+        for ns in nodesets:
+            controller = (_spec(ns).get("controllerRef") or {}).get("name", "")
+            self._sync_pdb(controller)
+            own = {n: p for n, p in pods.items() if (p.metadata.labels or {}).get(INSTANCE_LABEL) == ns["metadata"]["name"]}
+            mine |= set(own)
+            replicas = int(_spec(ns).get("replicas") if _spec(ns).get("replicas") is not None else 1)
+            wanted = {ordinal_name(ns, i): i for i in range(replicas)}
+            for name, i in wanted.items():
+                pod = own.get(name)
                 if pod is None:
                     self._create_pod(ns, i)
-                elif pod.metadata.deletion_timestamp is None and pod.status.phase == "Running" \
-                        and pod.spec.node_name:
-                    running[ns.hostname(i)] = (ns, pod)
-        removed = set()
-        for name, pod in pods.items():
-            if name not in declared:  # scale-in
-                removed.add(pod.metadata.labels.get(POD_HOSTNAME_LABEL, ""))
-                if pod.metadata.deletion_timestamp is None:
-                    log.info("pod %s is beyond its NodeSet's replicas: deleting it", name)
-                    self._delete_pod(name)
-        self._sync_slurmds(running, remove=removed - {""})
-        self._sync_cordons(running, nodes)
+                elif pod.metadata.deletion_timestamp is None and pod.status.phase in ("Failed", "Succeeded"):
+                    self._delete_pod(name, "failed or finished: made again")
+                elif pod.metadata.deletion_timestamp is None and pod.status.phase == "Running" and pod.spec.node_name:
+                    running[name] = (ns, pod)
+            for name, pod in own.items():
+                if name not in wanted:
+                    self._condemn(pod, slurm.get(name))
+        for name, pod in pods.items():  # pods of a NodeSet no longer declared (garbage collection)
+            if name not in mine and pod.metadata.deletion_timestamp is None:
+                self._delete_pod(name, "its NodeSet is gone")
+        self._sync_slurmds(running)
+        for ns in nodesets:
+            self._maybe_sync_slurm(ns, {n: rp for n, rp in running.items() if rp[0] is ns}, pods, nodes)
 
-    def _delete_pod(self, name: str) -> None:
+    # ------------------------------------------------------------------ config (controller_config.go)
+
+    def _sync_config(self, nodesets: list[dict]) -> None:
+        controllers = self._list("controllers")
+        if not controllers:
+            return
+        controller = controllers[0]
+        spec = _spec(controller)
+        accounting = None
+        if spec.get("accountingRef"):
+            accounting = next((a for a in self._list("accountings")
+                               if a["metadata"]["name"] == spec["accountingRef"].get("name")), None)
+        files: dict[str, str] = {}
+        for ref in spec.get("configFileRefs") or []:
+            try:
+                files.update(self.core.read_namespaced_config_map(ref["name"], self.namespace).data or {})
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                log.warning("configFileRefs: ConfigMap %s not found yet", ref["name"])
+                return  # the operator fails the sync until it exists
+        files["slurm.conf"] = slinky_conf.slurm_conf(controller, accounting, slinky_conf.nodesets_of(controller, nodesets))
+        files.setdefault("cgroup.conf", slinky_conf.cgroup_conf())
+        if self.slurm.apply_operator_files(files):
+            log.info("controller %s: slurm.conf and config files changed: slurmctld restarted with them",
+                     controller["metadata"]["name"])
+
+    # ------------------------------------------------------------------ pods (nodeset_sync.go)
+
+    def _create_pod(self, ns: dict, i: int) -> None:
+        try:
+            self.core.create_namespaced_pod(self.namespace, pod_manifest(ns, i, self.namespace))
+            log.info("created pod %s", ordinal_name(ns, i))
+        except ApiException as e:
+            if e.status != 409:  # still terminating, or made meanwhile
+                raise
+
+    def _delete_pod(self, name: str, why: str) -> None:
+        log.info("deleting pod %s: %s", name, why)
         try:
             self.core.delete_namespaced_pod(name, self.namespace)
         except ApiException as e:
             if e.status != 404:
                 raise
+
+    def _condemn(self, pod: Any, node: dict | None) -> None:
+        """processCondemned(): drain the Slurm node (overriding the reason), delete the pod once drained."""
+        if pod.metadata.deletion_timestamp is not None:
+            return
+        name = pod.metadata.name
+        if node is not None:
+            states = set(node.get("state", []))
+            drained = "DRAIN" in states and "UNDRAIN" not in states and not states & BUSY
+            if not drained:
+                self._cordon_pod(pod)
+                self._drain(name, node, f"Pod ({self.namespace}/{name}) is pending termination for scale-in",
+                            override=True)
+                return
+        self._delete_pod(name, "beyond its NodeSet's replicas, drained")
 
     def _ensure_namespace(self) -> None:
         try:
@@ -195,55 +342,198 @@ class SlinkyStandIn:
                 if e2.status != 409:
                     raise
 
-    def _create_pod(self, ns: NodeSetDef, i: int) -> None:
+    def _sync_pdb(self, controller: str) -> None:
+        """BuildClusterWorkerPodDisruptionBudget(): one per cluster (Controller)."""
+        name = f"slurm-workers-pdb-{controller}"
+        body = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": {"selector": {"matchLabels": {POD_PROTECT_LABEL: "true", CLUSTER_LABEL: controller}},
+                         "maxUnavailable": 0}}
         try:
-            self.core.create_namespaced_pod(self.namespace, pod_manifest(ns, i, self.namespace))
-            log.info("created pod %s (Slurm node %s)", ns.pod_name(i), ns.hostname(i))
+            self.policy.read_namespaced_pod_disruption_budget(name, self.namespace)
         except ApiException as e:
-            if e.status != 409:  # still terminating, or made meanwhile
+            if e.status != 404:
                 raise
+            try:
+                self.policy.create_namespaced_pod_disruption_budget(self.namespace, body)
+            except ApiException as e2:
+                if e2.status != 409:
+                    raise
 
-    def _sync_slurmds(self, running: dict[str, tuple[NodeSetDef, Any]], remove: set[str] = frozenset()) -> None:
+    # ------------------------------------------------------------------ slurmd per pod
+
+    def _sync_slurmds(self, running: dict[str, tuple[dict, Any]]) -> None:
         wanted = set(self.slurm.wanted_nodes())
         for name in sorted(wanted - set(running)):
-            log.info("pod of Slurm node %s is terminating or gone: preStop (DOWN), stop slurmd", name)
+            log.info("pod of Slurm node %s terminating or gone: preStop (DOWN, %r), slurmd stops", name,
+                     TERMINATING_REASON)
             self.slurm.stop_node(name)
-        known = set(self.slurm.node_names()) if remove else set()
-        for name in sorted(remove & known):
-            log.info("Slurm node %s left its NodeSet: deleting it from Slurm", name)
-            self.slurm.run(["scontrol", "delete", f"NodeName={name}"], timeout=15)
         for name, (ns, pod) in sorted(running.items()):
-            comment = operator_comment(self.namespace, pod.metadata.name, pod.spec.node_name, ns.name,
-                                       ns.uid or pod.metadata.uid)
             spec = self.slurm.node_spec(name)
-            if name in wanted and spec is not None and spec.comment.get("node") != pod.spec.node_name:
-                # The pod moved while we looked away: preStop for the old one, then start anew.
-                self.slurm.stop_node(name)
-            if name not in wanted or spec is None or spec.comment != comment:
-                log.info("pod %s Running on %s: slurmd for Slurm node %s", pod.metadata.name,
-                         pod.spec.node_name, name)
-                self.slurm.start_node(name, ns.name, comment)
+            moved = spec is not None and spec.host not in ("", pod.spec.node_name)
+            if name in wanted and moved:
+                self.slurm.stop_node(name)  # the pod moved while we looked away: the old one's preStop first
+            if name not in wanted or moved:
+                log.info("pod %s Running on %s: slurmd for Slurm node %s", name, pod.spec.node_name, name)
+                # The Slurm comment is the status sync's (UpdateNodeWithPodInfo), not the slurmd's start.
+                self.slurm.start_node(name, ns["metadata"]["name"], None, conf=slinky_conf.slurmd_conf(ns),
+                                      host=pod.spec.node_name)
 
-    def _sync_cordons(self, running: dict[str, tuple[NodeSetDef, Any]], nodes: dict[str, Any]) -> None:
-        if not running:
+    # ------------------------------------------------------------------ what reads Slurm, when it would run
+
+    def _fingerprint(self, ns: dict, pods: dict[str, Any], nodes: dict[str, Any]) -> str:
+        own = sorted((p.metadata.name, p.metadata.resource_version) for p in pods.values()
+                     if (p.metadata.labels or {}).get(INSTANCE_LABEL) == ns["metadata"]["name"])
+        hosts = sorted({p.spec.node_name for p in pods.values() if p.spec.node_name
+                        and (p.metadata.labels or {}).get(INSTANCE_LABEL) == ns["metadata"]["name"]})
+        # Node updates count only for a cordon or metadata change (eventhandler_node.go Update), not status heartbeats.
+        data = [ns["metadata"].get("resourceVersion"), own,
+                [(h, bool(nodes[h].spec.unschedulable), nodes[h].metadata.annotations or {}, nodes[h].metadata.labels or {})
+                 for h in hosts if h in nodes]]
+        return hashlib.sha256(json.dumps(data).encode()).hexdigest()
+
+    def _maybe_sync_slurm(self, ns: dict, running: dict[str, tuple[dict, Any]], pods: dict[str, Any],
+                          nodes: dict[str, Any]) -> None:
+        key = ns["metadata"]["name"]
+        fp, now = self._fingerprint(ns, pods, nodes), self.clock()
+        last = self._synced.get(key)
+        if last is not None and last[0] == fp and now - last[1] < self.resync:
             return
-        states = self._slurm_nodes()
-        for name, (_ns, pod) in sorted(running.items()):
+        slurm = self._slurm_nodes()
+        for name, (_, pod) in sorted(running.items()):
             node = nodes.get(pod.spec.node_name)
-            st = states.get(name)
+            st = slurm.get(name)
             if node is None or st is None:
                 continue
-            drained = "DRAIN" in st["state"]
-            if node.spec.unschedulable:
-                ann = (node.metadata.annotations or {}).get(CORDON_REASON_ANNOTATION) or DEFAULT_CORDON_REASON
-                reason = PREFIX + ann
-                if not drained:
-                    log.info("node %s cordoned: drain Slurm node %s (%s)", node.metadata.name, name, reason)
-                    self.slurm.set_node_state(name, "DRAIN", reason)
-            elif drained and st["reason"].startswith(PREFIX):
-                log.info("node %s schedulable: undrain Slurm node %s (was %r)", node.metadata.name, name,
-                         st["reason"])
-                self.slurm.set_node_state(name, "UNDRAIN")
+            self._sync_cordon(pod, node, st)
+        slurm = self._slurm_nodes()
+        for name, (_, pod) in sorted(running.items()):  # syncNodeSetPods -> doPodProcessing -> syncPodUncordon
+            node = nodes.get(pod.spec.node_name)
+            if node is not None and name in slurm:
+                self._sync_pod_uncordon(pod, node, slurm[name])
+        slurm = self._slurm_nodes()
+        for name, (_, pod) in sorted(running.items()):
+            node = nodes.get(pod.spec.node_name)
+            if node is not None and name in slurm:
+                self._sync_topology(pod, node, slurm[name])
+        slurm = self._slurm_nodes()
+        for name, (nsr, pod) in sorted(running.items()):
+            if name in slurm and self._ready(pod):
+                self._sync_pod_info(pod, nsr, slurm[name])
+        slurm = self._slurm_nodes()
+        protect = _spec(ns).get("workloadDisruptionProtection", True) is not False
+        for name, (_, pod) in sorted(running.items()):
+            busy = bool(set(slurm.get(name, {}).get("state", [])) & BUSY)
+            self._label_pod(pod, POD_PROTECT_LABEL, "true" if busy and protect else None)
+        self._synced[key] = (self._fingerprint(ns, self._pods_now(), nodes), self.clock())
+
+    def _pods_now(self) -> dict[str, Any]:
+        return {p.metadata.name: p for p in self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{COMPONENT_LABEL}=worker").items}
+
+    @staticmethod
+    def _ready(pod: Any) -> bool:
+        """IsHealthy(): Running and Ready, not terminating."""
+        conds = {c.type: c.status for c in (pod.status.conditions or [])}
+        return pod.status.phase == "Running" and conds.get("Ready") == "True" and pod.metadata.deletion_timestamp is None
+
+    def _sync_cordon(self, pod: Any, node: Any, st: dict) -> None:
+        """syncCordon()."""
+        reason, states = st.get("reason", ""), set(st.get("state", []))
+        if not reason_is_ours(reason) or unresponsive(states, reason):
+            return
+        name, ref = pod.metadata.name, f"{pod.metadata.namespace}/{pod.metadata.name}"
+        cordoned = (pod.metadata.annotations or {}).get(POD_CORDON_ANNOTATION) == "true"
+        if node.spec.unschedulable:
+            ann = (node.metadata.annotations or {})
+            why = (sanitize_reason(ann[CORDON_REASON_ANNOTATION]) if CORDON_REASON_ANNOTATION in ann
+                   else f"Node ({node.metadata.name}) was cordoned, Pod ({ref}) must be cordoned")
+            self._cordon_pod(pod)
+            self._drain(name, st, why, override=False)
+        elif cordoned:
+            self._drain(name, st, f"Pod ({ref}) was cordoned", override=False)
+        else:
+            self._uncordon_and_undrain(pod, st, f"Pod ({ref}) was uncordoned")
+
+    def _sync_pod_uncordon(self, pod: Any, node: Any, st: dict) -> None:
+        """syncPodUncordon() (for the pods an update keeps): on a schedulable node, with an empty or own
+        reason, the pod is uncordoned and its Slurm node undrained."""
+        if node.spec.unschedulable or not reason_is_ours(st.get("reason", "")):
+            return
+        self._uncordon_and_undrain(pod, st, "")
+
+    def _uncordon_and_undrain(self, pod: Any, st: dict, reason: str) -> None:
+        """makePodUncordonAndUndrain(); MakeNodeUndrain(): UNDRAIN only a DRAIN, its reason prefixed (or empty)."""
+        if (pod.metadata.annotations or {}).get(POD_CORDON_ANNOTATION):
+            self._annotate_pod(pod, POD_CORDON_ANNOTATION, None)
+            pod.metadata.annotations.pop(POD_CORDON_ANNOTATION, None)
+        states = set(st.get("state", []))
+        if "DRAIN" in states and "UNDRAIN" not in states:
+            log.info("Slurm node %s: undrain (was %r)", pod.metadata.name, st.get("reason", ""))
+            self.slurm.set_node_state(pod.metadata.name, "UNDRAIN", PREFIX + reason if reason else None)
+
+    def _drain(self, name: str, st: dict, reason: str, override: bool) -> None:
+        """MakeNodeDrain(): the operator's prefix; a reason already there is kept unless `override`."""
+        have = st.get("reason", "")
+        new = PREFIX + (reason or "unknown")
+        if not override and have:
+            new = have
+        if "DRAIN" in set(st.get("state", [])) and have == new:
+            return
+        log.info("Slurm node %s: drain (%s)", name, new)
+        self.slurm.set_node_state(name, "DRAIN", new)
+
+    def _cordon_pod(self, pod: Any) -> None:
+        if (pod.metadata.annotations or {}).get(POD_CORDON_ANNOTATION) != "true":
+            self._annotate_pod(pod, POD_CORDON_ANNOTATION, "true")
+
+    def _sync_topology(self, pod: Any, node: Any, st: dict) -> None:
+        """syncSlurmTopology(): the node's topology annotation onto the pod and the Slurm node."""
+        spec = (node.metadata.annotations or {}).get(TOPOLOGY_ANNOTATION, "")
+        if (pod.metadata.annotations or {}).get(TOPOLOGY_ANNOTATION) != spec:
+            self._annotate_pod(pod, TOPOLOGY_ANNOTATION, spec)
+        if (st.get("topology") or "") != spec:
+            log.info("Slurm node %s: topology %r", pod.metadata.name, spec)
+            self.slurm.run(["scontrol", "update", f"NodeName={pod.metadata.name}", f"Topology={spec}"], timeout=15)
+
+    def _sync_pod_info(self, pod: Any, ns: dict, st: dict) -> None:
+        """UpdateNodeWithPodInfo(): the comment; IDLE when a pod info naming a node was there before."""
+        new = pod_info(pod, ns)
+        try:
+            old = json.loads(st.get("comment") or "{}")
+        except ValueError:
+            old = {}
+        if isinstance(old, dict) and json.dumps(old, separators=(",", ":")) == new:
+            return
+        name = pod.metadata.name
+        log.info("Slurm node %s: comment %s", name, new)
+        self.slurm.scontrol("update", f"NodeName={name}", f"Comment={new}")
+        if isinstance(old, dict) and old.get("node"):
+            log.info("Slurm node %s: IDLE (its pod moved from %s to %s)", name, old.get("node"), pod.spec.node_name)
+            self.slurm.set_node_state(name, "IDLE")
+
+    def _annotate_pod(self, pod: Any, key: str, value: str | None) -> None:
+        self._patch_pod(pod, {"metadata": {"annotations": {key: value}}})
+
+    def _label_pod(self, pod: Any, key: str, value: str | None) -> None:
+        if (pod.metadata.labels or {}).get(key) != value:
+            log.info("pod %s: label %s=%s", pod.metadata.name, key, value)
+            self._patch_pod(pod, {"metadata": {"labels": {key: value}}})
+
+    def _patch_pod(self, pod: Any, body: dict) -> None:
+        try:
+            self.core.patch_namespaced_pod(pod.metadata.name, self.namespace, body)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def _slurm_nodes(self) -> dict[str, dict[str, Any]]:
+        """Slurm name -> {"state", "reason", "comment", "topology"}."""
+        return {name: {"state": list(n.get("state", [])), "reason": n.get("reason", ""),
+                       "comment": n.get("comment", ""), "topology": n.get("topology", "")}
+                for name, n in self.slurm.node_info().items()}
+
+    # ------------------------------------------------------------------ tokens (controller/token)
 
     def _sync_tokens(self) -> None:
         """Write each Token's Secret, and renew it before it expires."""
@@ -252,7 +542,7 @@ class SlinkyStandIn:
         import jwt
 
         try:
-            tokens = self.custom.list_cluster_custom_object(NODESET_GROUP, NODESET_VERSION, "tokens")["items"]
+            tokens = self.custom.list_cluster_custom_object(GROUP, VERSION, "tokens")["items"]
         except ApiException as e:
             if e.status == 404:
                 return
@@ -286,11 +576,6 @@ class SlinkyStandIn:
             log.info("token %s/%s: wrote Secret %s for Slurm user %s (%ss)", meta["namespace"], meta["name"],
                      name, spec["username"], lifetime)
 
-    def _slurm_nodes(self) -> dict[str, dict[str, Any]]:
-        """Slurm name -> {"state": set, "reason": str}."""
-        return {name: {"state": set(n.get("state", [])), "reason": n.get("reason", "")}
-                for name, n in self.slurm.node_info().items()}
-
     # ------------------------------------------------------------------ loop
 
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
@@ -321,6 +606,7 @@ class StandInConfig:
     namespace: str
     nodesets: list[dict[str, Any]] | None  # None: the NodeSet resources in the namespace
     slurm: dict[str, Any]  # LocalSlurm's arguments
+    resync: float = RESYNC_SECONDS
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -336,7 +622,7 @@ def local_slurm(args: dict[str, Any]) -> LocalSlurm:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Stand-in for Slinky's slurm-operator (local environment).")
+    ap = argparse.ArgumentParser(description="Stand-in for Slinky's slurm-operator v1.2.1 (local environment).")
     ap.add_argument("--config", type=Path, required=True)
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--once", action="store_true")
@@ -345,14 +631,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = StandInConfig.read(a.config)
     nodesets = None if cfg.nodesets is None else [NodeSetDef(**n) for n in cfg.nodesets]
     standin = SlinkyStandIn(config.new_client_from_config(config_file=cfg.kubeconfig), local_slurm(cfg.slurm),
-                            nodesets, cfg.namespace)
+                            nodesets, cfg.namespace, resync=cfg.resync)
     if a.once:
         standin.reconcile_once()
         return 0
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    log.info("running for %s in namespace %s", "the NodeSet resources" if nodesets is None
-             else "NodeSets " + ", ".join(standin.fixed or {}), cfg.namespace)
+    log.info("running for %s in namespace %s", "the Slinky resources" if nodesets is None
+             else "NodeSets " + ", ".join(n.name for n in nodesets), cfg.namespace)
     try:
         standin.run(stop, a.interval)
     except KeyboardInterrupt:

@@ -148,6 +148,23 @@ class Kube:
                     raise
         raise TemporaryError(f"update node {name}: conflict after {attempts} attempts")
 
+    def carry_drain(self, name: str, drains: dict[str, str]) -> dict:
+        """Add people's Slurm drains to the node's labels.CARRIED_DRAIN annotation (JSON {slurm node: reason});
+        an entry already there is kept as it was. The node as written."""
+        def mutate(node: dict) -> bool:
+            ann = node["metadata"].setdefault("annotations", {})
+            try:
+                have = json.loads(ann.get(labels.CARRIED_DRAIN) or "{}")
+            except ValueError:
+                have = {}
+            new = {k: v for k, v in drains.items() if k not in have}
+            if not new:
+                return False
+            ann[labels.CARRIED_DRAIN] = json.dumps({**have, **new}, sort_keys=True)
+            return True
+
+        return self.update_node(name, mutate)
+
     def cordon(self, name: str, reason: str, remediation: str | None = None) -> dict:
         """One patch: the cordon, the reason Slinky's operator copies into its Slurm drain (it must be
         there before the cordon is seen, hence the same write), and the record in progress."""
@@ -228,14 +245,19 @@ class Kube:
 
         return self.update_node(name, mutate)
 
-    def apply_membership(self, name: str, set_labels: dict[str, str], add_taints: list[dict] | tuple = ()) -> dict:
-        """Set labels and add taints a membership plan asks for (reconciler/core/membership.py); never
-        removes anything, writes nothing when nothing is missing."""
+    def apply_membership(self, name: str, set_labels: dict[str, str], add_taints: list[dict] | tuple = (),
+                         set_annotations: dict[str, str] | None = None) -> dict:
+        """Set labels (and annotations) and add taints a membership plan asks for
+        (reconciler/core/membership.py); never removes anything, writes nothing when nothing is missing."""
         def mutate(node: dict) -> bool:
             meta, spec = node["metadata"], node.setdefault("spec", {})
             have = meta.setdefault("labels", {})
             changed = {k: v for k, v in set_labels.items() if have.get(k) != v}
             have.update(changed)
+            ann = meta.setdefault("annotations", {}) if set_annotations else {}
+            new_ann = {k: v for k, v in (set_annotations or {}).items() if ann.get(k) != v}
+            ann.update(new_ann)
+            changed = {**changed, **new_ann}
             taints = list(spec.get("taints") or [])
             new = [dict(t) for t in add_taints if not any(x["key"] == t["key"] for x in taints)]
             if new:

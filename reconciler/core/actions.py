@@ -8,7 +8,7 @@ idempotent: repeating one after a crash changes nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 
@@ -83,6 +83,26 @@ class EvictPods(Action):
 
 
 @dataclass(frozen=True)
+class DeletePods(Action):
+    """Delete these pods (namespace/name) of the node whatever their PodDisruptionBudget says: NodeSet pods
+    whose Slurm nodes run no job, still refused eviction when the drain timeout passed (the operator
+    relabels a pod that stopped being busy on its next NodeSet sync; a stale label must not keep the Slurm
+    node on the faulted machine)."""
+
+    node: str
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CarryDrain(Action):
+    """Note on the faulted machine the drains people had set on its Slurm nodes (idempotent: an entry
+    already there is kept)."""
+
+    node: str
+    drains: tuple[tuple[str, str], ...]  # (Slurm node, the person's reason)
+
+
+@dataclass(frozen=True)
 class PromoteSpare(Action):
     spare: str
     replaces: str
@@ -135,12 +155,14 @@ class DeleteRemediation(Action):
 
 @dataclass(frozen=True)
 class ApplyMembership(Action):
-    """Set these labels and add these taints on a node (only what is missing; nothing is removed)."""
+    """Set these labels (and annotations) and add these taints on a node (only what is missing; nothing is
+    removed)."""
 
     node: str
     labels: Mapping[str, str]
     add_taints: tuple[Mapping[str, str], ...]
     why: str
+    annotations: Mapping[str, str] = field(default_factory=dict)  # the Slinky topology spec
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from fleetspec.faults import describe
 from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
-    Action, Cordon, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs,
-    RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
+    Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine,
+    ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
 from reconciler.core.admission import admit, evict
 from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, slurm_reason
@@ -96,9 +96,10 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
 
 # --- what a step must see -------------------------------------------------------------------------
 
-def needs(r: Remediation) -> Needs:
+def needs(r: Remediation, now: datetime) -> Needs:
     """What the next step of `r` reads. Containment's first step asks Slurm nothing, so the cordon never
-    waits for it."""
+    waits for it; an eviction asks for the jobs on its Slurm nodes only once the drain timeout passed
+    (`end_eviction`)."""
     match r.phase:
         case Phase.DETECTED:
             return Needs(slurm_names=True, pods=r.was_spare, can_refill=r.was_spare)
@@ -107,7 +108,8 @@ def needs(r: Remediation) -> Needs:
         case Phase.REQUEUED | Phase.HELD:
             return Needs(pods=True, admission=True)
         case Phase.EVICTING:
-            return Needs(pods=True)
+            late = r.drain_deadline is not None and now >= r.drain_deadline
+            return Needs(pods=True, jobs_on=r.slurm_nodes if late else ())
         case Phase.REPLACING:
             return Needs(spares=True, replacement=r.replacement is not None, can_refill=True)
         case Phase.WAITING_FOR_SPARE:
@@ -172,6 +174,7 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         actions: tuple[Action, ...] = drains
         if signal and policy.grace_period_seconds > 0:
             actions += _once(r, SignalJobs(signal, "TERM"))
+        actions += carry_person_drains(r, kept, slurm)
         deadline = now + timedelta(seconds=policy.grace_period_seconds)
         # With jobs, the remediation is what remembers them once they are requeued off the node: written first.
         return Step(actions, r.moved(Phase.CHECKPOINTING, now, jobs=jobs, grace_deadline=deadline, kept_drains=kept),
@@ -193,10 +196,7 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         if left and now < (r.drain_deadline or now):
             eviction = evict(node, facts)  # those already leaving are waited for, not asked again
             return Step((eviction,) if eviction.pods else (), recheck_after=2.0)
-        reason = r.reason
-        if left:
-            reason += f"; drain timed out after {policy.drain_timeout_seconds}s with pods left: {list(left)}"
-        return Step((), r.moved(Phase.REPLACING, now, reason=reason), carry=True)
+        return end_eviction(r, facts, spec, now)
 
     if phase is Phase.REPLACING:
         return _replace(r, facts, spec, now)
@@ -311,8 +311,55 @@ def replacement_ready(r: Remediation, facts: StepFacts) -> bool:
     if not r.slurm_nodes:
         return True
     slurm = _slurm(facts)
-    ours = [n for n in facts.replacement_slurm if n not in r.kept_drains]  # a person's drain is theirs to lift
-    return bool(facts.replacement_slurm) and all(n in slurm and slurm[n].takes_jobs for n in ours)
+    # A person's drain went with the faulted machine (`carry_person_drains`): every Slurm node that moved takes jobs.
+    return bool(facts.replacement_slurm) and all(n in slurm and slurm[n].takes_jobs for n in facts.replacement_slurm)
+
+
+def carry_person_drains(r: Remediation, kept: tuple[str, ...], slurm: dict[str, SlurmNodeView]) -> tuple[Action, ...]:
+    """A person's drain on a faulted node's Slurm node goes with the faulted machine, and is reported.
+
+    It cannot stay on the Slurm node: with slurm-operator 1.2.1 the NodeSet pod's preStop sets the node
+    DOWN with its own reason (workerbuilder/worker_app.go), and when the pod comes up on the replacement
+    the operator sets the node IDLE (nodeset/slurmcontrol UpdateNodeWithPodInfo), which clears DRAIN
+    (Slurm 26.05 node_mgr.c update_node); Slurm schedules on that very update (proc_req.c
+    _slurm_rpc_update_node -> queue_job_scheduler), so a drain set again after it would come too late for
+    a waiting job. What a person drains a node for is the machine it ran on, the one that just faulted:
+    the drain is noted on that machine (annotation labels.CARRIED_DRAIN), which stays quarantined until
+    a person removes it (`detect` never returns it to the spares), and the person is told."""
+    drains = tuple((n, slurm[n].reason) for n in kept if n in slurm)
+    if not drains:
+        return ()
+    said = "; ".join(f"{n}: {reason!r}" for n, reason in drains)
+    return (CarryDrain(r.node, drains),) + _once(r, Notify(
+        "person-drain-carried", "warning",
+        f"{r.node} faulted while a person had drained its Slurm node(s) ({said}). The drain is carried to "
+        f"{r.node} (annotation {labels.CARRIED_DRAIN}), which stays quarantined until a person removes it; "
+        "the Slurm node moves to a spare and takes jobs there."))
+
+
+def end_eviction(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -> Step:
+    """Eviction is over: nothing left, or the drain timeout passed. NodeSet pods still there then are the
+    ones slurm-operator's PodDisruptionBudget protects (label nodeset.slinky.slurm.net/pod-protect while
+    their Slurm node was busy: workerbuilder/worker_pdb.go, relabelled at its next NodeSet sync, at most
+    30 s apart: nodeset_sync.go): when no job runs on the remediation's Slurm nodes (requeued), the label
+    is stale and they are deleted, so the Slurm node still moves. The time it took is the Evicting phase's.
+    The jobs are read only once the drain timeout passed (`needs`). Only the Slurm namespace's NodeSet pods:
+    the one namespace where the reconciler may delete pods (components/reconciler.py slurm_namespace_rules)."""
+    policy = spec.healing
+    left = evictable_views(facts.pods)
+    reason = r.reason
+    actions: tuple[Action, ...] = ()
+    nodeset = tuple(sorted(p.key for p in left if p.label(labels.SLINKY_POD_HOSTNAME) is not None
+                           and p.namespace == spec.slurm.namespace))
+    stale = nodeset if not any(j.state in ON_NODE_JOB_STATES for j in facts.jobs_on_node) else ()
+    if stale:
+        actions = (DeletePods(r.node, stale),)
+        reason += (f"; NodeSet pod(s) {list(stale)} still refused eviction after {policy.drain_timeout_seconds}s "
+                   "(slurm-operator's PodDisruptionBudget) with no job left on their Slurm nodes: deleted")
+    rest = sorted(p.key for p in left if p.key not in stale)
+    if rest:
+        reason += f"; drain timed out after {policy.drain_timeout_seconds}s with pods left: {rest}"
+    return Step(actions, r.moved(Phase.REPLACING, now, reason=reason), carry=not actions)
 
 
 # --- failures -------------------------------------------------------------------------------------

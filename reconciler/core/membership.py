@@ -42,6 +42,7 @@ class NodeChange:
     labels: Mapping[str, str]
     add_taints: tuple[Mapping[str, str], ...]
     why: str
+    annotations: Mapping[str, str] = field(default_factory=dict)  # the Slinky topology spec
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,17 @@ def pool_labels(pool: NodePool) -> dict[str, str]:
     return out
 
 
+def topology_annotation(pool: NodePool, node: Mapping) -> dict[str, str]:
+    """The Slurm topology of a pool's node for slurm-operator 1.2.1 (it copies a node's
+    topology.slinky.slurm.net/spec to the Slurm node of each NodeSet pod there: nodeset_sync.go
+    syncSlurmTopology): the pool's block in the stack's topology.yaml. Empty when set already or no block."""
+    if not pool.topology_block:
+        return {}
+    want = f"{labels.SLURM_TOPOLOGY}:{pool.topology_block}"
+    have = (node["metadata"].get("annotations") or {}).get(labels.SLINKY_TOPOLOGY_SPEC)
+    return {} if have == want else {labels.SLINKY_TOPOLOGY_SPEC: want}
+
+
 def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = MembershipFacts()) -> MembershipPlan:
     nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
     pools = {p.name: p for p in spec.pools}
@@ -159,15 +171,19 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
             why.append(f"labels of pool {pool.name}: {sorted(set_labels)}")
         if add:
             why.append(f"taints {[t['key'] for t in add]}")
-        if set_labels or add:
-            changes.append(NodeChange(name, pool.name, set_labels, add, "; ".join(why)))
+        topo = topology_annotation(pool, node)
+        if topo:
+            why.append(f"Slurm topology {topo[labels.SLINKY_TOPOLOGY_SPEC]}")
+        if set_labels or add or topo:
+            changes.append(NodeChange(name, pool.name, set_labels, add, "; ".join(why), topo))
     return MembershipPlan(tuple(changes), tuple(unlabelled), tuple(conflicts))
 
 
 def membership_actions(result: MembershipPlan, reported: frozenset[str] = frozenset()) -> tuple[Action, ...]:
     """The plan as actions: its label and taint changes, the settling of answered capacity requests, and
     one Warning Event per GPU node of no pool not `reported` yet."""
-    changes = tuple(ApplyMembership(c.node, dict(c.labels), tuple(c.add_taints), c.why) for c in result.changes)
+    changes = tuple(ApplyMembership(c.node, dict(c.labels), tuple(c.add_taints), c.why,
+                                    dict(c.annotations)) for c in result.changes)
     reports = tuple(Report("Node", n, "NodeInNoPool", "a GPU node no pool claims: gpufleet does not heal it")
                     for n in result.unlabelled_gpu_nodes if n not in reported)
     return changes + (SettleCapacityRequests(),) + reports

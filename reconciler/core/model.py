@@ -59,6 +59,8 @@ class NodeView:
     lent: str = ""  # the lent label's value (spare | idle): open to borrowers
     lent_since: datetime | None = None
     reclaiming: datetime | None = None  # borrowers are being evicted since then
+    carried_drain: str = ""  # a person's Slurm drain carried to this machine (annotation labels.CARRIED_DRAIN)
+    topology: str = ""  # annotation labels.SLINKY_TOPOLOGY_SPEC
     boot_id: str = ""  # status.nodeInfo.bootID: a reboot changes it
     check: HealthCheckRecord | None = None  # its last health check (issue 25)
     repair_request: RepairRequest | None = None  # the reset or reboot asked of it

@@ -68,6 +68,8 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
         check=parse_check(ann.get(labels.HEALTH_CHECK)),
         repair_request=parse_request(ann.get(labels.REPAIR_REQUEST)),
         repair_result=parse_result(ann.get(labels.REPAIR_RESULT)),
+        carried_drain=ann.get(labels.CARRIED_DRAIN, ""),
+        topology=ann.get(labels.SLINKY_TOPOLOGY_SPEC, ""),
     )
 
 
@@ -89,7 +91,8 @@ def membership_dict(v: NodeView) -> dict[str, Any]:
     """The part of a node that pool membership and the settling of capacity requests read
     (`reconciler/core/membership.py`), rebuilt from the cached view instead of holding whole node objects."""
     return {"metadata": {"name": v.name, "labels": dict(v.labels), "creationTimestamp": v.created or None,
-                         "annotations": {labels.FULFILS: v.fulfils} if v.fulfils else {}},
+                         "annotations": {**({labels.FULFILS: v.fulfils} if v.fulfils else {}),
+                                         **({labels.SLINKY_TOPOLOGY_SPEC: v.topology} if v.topology else {})}},
             "spec": {"providerID": v.provider_id, "taints": [{"key": k} for k in v.taints]},
             "status": {"capacity": {"nvidia.com/gpu": str(v.gpus)}}}
 

@@ -174,6 +174,8 @@ def stop_reason(r: Remediation, facts: RepairFacts, spec: FleetSpec) -> str:
     opted = opted_out_views(facts.pods, key)
     if opted:
         return f"pods {list(opted)} on the node carry {key}"
+    if node is not None and node.carried_drain:  # slurm-operator 1.2.1 cleared it on the Slurm node (decide.py)
+        return f"a person's Slurm drain was carried to it ({labels.CARRIED_DRAIN}: {node.carried_drain})"
     held = [s for s in facts.slurm if s.comment_node == r.node and drained_by_person(s)]
     if held:
         return f"Slurm node {held[0].name} on it was drained by a person ({held[0].reason!r})"

@@ -21,9 +21,9 @@ from reconciler.adapters.providers import NodeProvider
 from reconciler.adapters.records import RemediationStore
 from reconciler.adapters.slurm import SlurmClient, call
 from reconciler.core.actions import (
-    Action, ApplyMembership, Cordon, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend,
-    NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs, ResumeSlurm,
-    ReturnToSpares, SettleCapacityRequests, SignalJobs, StartReclaim, WriteLedger,
+    Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
+    EvictPods, Lend, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
+    ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SignalJobs, StartReclaim, WriteLedger,
 )
 from reconciler.core.model import Remediation
 from reconciler.core.repair_actions import (
@@ -125,6 +125,16 @@ class Executor:
             case EvictPods():
                 for key in a.pods:
                     self._evict(key)
+            case DeletePods():
+                for key in a.pods:
+                    namespace, name = key.split("/", 1)
+                    self.kube.delete_pod(namespace, name, grace_seconds=30)
+                    self.caches.pod_leaving(key)
+                log.info("deleted pods a stale PodDisruptionBudget protected", extra={**context(r), "pods": a.pods})
+            case CarryDrain():
+                self.caches.node_written(self.kube.carry_drain(a.node, dict(a.drains)))
+                log.info("a person's Slurm drain carried to the faulted machine",
+                         extra={**context(r), "node": a.node, "drains": dict(a.drains)})
             case PromoteSpare():
                 self.providers[a.pool].promote(a.spare, a.replaces)
             case Quarantine():
@@ -138,7 +148,8 @@ class Executor:
                     self.store.delete(r)
                 self.caches.remediation_deleted(a.name)
             case ApplyMembership():
-                self.kube.apply_membership(a.node, dict(a.labels), [dict(t) for t in a.add_taints])
+                self.kube.apply_membership(a.node, dict(a.labels), [dict(t) for t in a.add_taints],
+                                           dict(a.annotations))
                 log.info("membership: %s: %s", a.node, a.why)
             case SettleCapacityRequests():
                 nodes = [membership_dict(v) for v in self.caches.nodes.values()]

@@ -103,7 +103,7 @@ class Healing:
         doing = "observe"
         try:
             for _ in range(MAX_CARRIED):
-                if not stored and core.needs(current).asks_slurm:
+                if not stored and core.needs(current, self.clock()).asks_slurm:
                     # A new remediation is written (and its page sent) before its first Slurm call, so a Slurm
                     # that hangs delays neither; its containment then goes on in this reconcile.
                     written = self._flush(current, False, once)
@@ -165,18 +165,20 @@ class Healing:
 
     def _plan(self, r: Remediation) -> Step:
         """Observe what the core asks for, then ask the core; facts counted across nodes, and the step,
-        under the claims lock (so no slot and no spare is given twice)."""
+        under the claims lock (so no slot and no spare is given twice). One time for both: what was read
+        for a deadline (`needs`) is what the step decides by."""
+        now = self.clock()
         if oncall.pending(r) is not None:  # a person's decision first (issue 23, item 7)
             seen = self.facts.observe(r, Needs(pods=True, slurm_nodes=r.slurm_nodes))
-            step = oncall.plan_live(r, seen, self.spec, self.clock())
+            step = oncall.plan_live(r, seen, self.spec, now)
             if step is not None:
                 return step
-        need = core.needs(r)
+        need = core.needs(r, now)
         observed = self.facts.observe(r, need)
         if not need.shared:
-            return core.plan_step(r, observed, self.spec, self.clock())
+            return core.plan_step(r, observed, self.spec, now)
         with self.claims.lock:
-            step = core.plan_step(r, self.facts.shared(r, need, observed), self.spec, self.clock())
+            step = core.plan_step(r, self.facts.shared(r, need, observed), self.spec, now)
             if step.remediation is not None:
                 self.claims.take(step.remediation, step)
             return step

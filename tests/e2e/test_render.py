@@ -66,18 +66,20 @@ def test_prod_slinky_manifests_fit_the_operator_schema(rendered):
         if d["apiVersion"] == "slinky.slurm.net/v1beta1":
             assert d["kind"] in KINDS
             schema = crd_manifest(d["kind"])["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-            jsonschema.validate({"spec": d["spec"]}, strict_json_schema(schema))
+            jsonschema.validate({"apiVersion": d["apiVersion"], "kind": d["kind"], "spec": d["spec"]},
+                                strict_json_schema(schema))  # slurm-operator 1.2.1's CRDs
     login = find(docs, "LoginSet", "login")["spec"]
     assert login["sssdConfRef"] == {"name": "slurm-sssd-conf", "key": "sssd.conf"}
     assert login["service"]["spec"]["type"] == "LoadBalancer"
     ctl = find(docs, "Controller", "slurm")["spec"]
-    assert ctl["accountingRef"] == {"name": "accounting"} and "GresTypes=gpu" in ctl["extraConf"]
-    acct = find(docs, "Accounting", "accounting")["spec"]
+    assert ctl["accountingRef"] == {"name": "slurm"} and "GresTypes=gpu" in ctl["extraConf"]
+    assert ctl["persistence"]["resources"] == {"requests": {"storage": "20Gi"}}
+    acct = find(docs, "Accounting", "slurm")["spec"]
     assert acct["storageConfig"]["passwordKeyRef"] == {"name": "slurm-accounting-db", "key": "password"}
     token = find(docs, "Token", "gpufleet-reconciler")
     assert token["metadata"]["namespace"] == "slurm" and token["spec"]["username"] == "slurm"  # beside its key
     assert "DisableRootJobs=YES" in ctl["extraConf"].splitlines()
-    assert find(docs, "RestApi", "slurm-restapi")
+    assert find(docs, "RestApi", "slurm")  # its Service: slurm-restapi (restapi_keys.go)
     args = find(docs, "Deployment", "gpufleet-reconciler")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--slurm-url") + 1] == "http://slurm-restapi.slurm:6820"
     assert args[args.index("--slurm-token-secret") + 1] == "slurm/gpufleet-reconciler-slurm-token/SLURM_JWT"

@@ -33,7 +33,7 @@ def test_local_stack_applies_its_slinky_resources(kube_cluster, pulumi_bin_dir, 
             objs = client.CustomObjectsApi(api)
             got = {(kind, o["metadata"]["name"]) for kind in ("nodesets", "loginsets", "controllers", "restapis", "tokens")
                    for o in objs.list_cluster_custom_object("slinky.slurm.net", "v1beta1", kind)["items"]}
-            assert {("tokens", "gpufleet-reconciler"), ("restapis", "slurm-restapi"), ("controllers", "slurm"),
+            assert {("tokens", "gpufleet-reconciler"), ("restapis", "slurm"), ("controllers", "slurm"),
                     ("loginsets", "login"), ("nodesets", "h100"), ("nodesets", "l40s")} <= got
             login = objs.get_namespaced_custom_object("slinky.slurm.net", "v1beta1", "slurm", "loginsets", "login")
             assert login["spec"]["sssdConfRef"] == {"name": "slurm-sssd-conf", "key": "sssd.conf"}

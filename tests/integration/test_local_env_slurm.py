@@ -61,7 +61,7 @@ def test_local_env_runs_slurm_nodes_for_the_nodeset_pods(kube_bin_dir, tmp_path,
         assert set(pods) == set(names)
         nodes = {n.metadata.name: n for n in client.CoreV1Api(api).list_node().items}
         for name, pod in pods.items():
-            assert pod.metadata.name == f"slurm-worker-{name}"
+            assert pod.metadata.name == name  # <nodeset>-<ordinal> (utils.go GetOrdinalPodName)
             kube_node = nodes[pod.spec.node_name]
             assert kube_node.metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE  # never on a spare
             assert pod.spec.node_name.startswith("kwok-") and pod.spec.node_name != name  # two names, two things

@@ -1,9 +1,11 @@
 """The reconciler's RBAC is exactly what it uses, enforced by a real API server.
 
-Each call the reconciler makes (reconciler/adapters/kube.py, records.py, leader.py, providers.py) is made
-here with a ServiceAccount token minted for a ServiceAccount bound to the stack's rules (components/reconciler.py): every call is allowed, and for each granted verb a ServiceAccount bound to
-the rules minus that one verb is refused (403) the call that needs it. A verb the reconciler stopped
-using, or a call that needs a verb not granted, fails here before a pod finds out.
+Each call the reconciler makes (reconciler/adapters/kube.py, records.py, leader.py, providers.py,
+runtime/executor.py) is made here with a ServiceAccount token minted for a ServiceAccount bound to the stack's
+rules (components/reconciler.py: cluster-wide, in its own namespace, in the Slurm namespace), for a stack that
+lends (Pulumi.local.yaml) and one that does not (Pulumi.staging.yaml): every call is allowed, and for each
+granted verb a ServiceAccount bound to the rules minus that one verb is refused (403) a call that needs it.
+A verb the reconciler stopped using, or a call that needs a verb not granted, fails here before a pod finds out.
 """
 from __future__ import annotations
 
@@ -15,14 +17,18 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from components.reconciler import cluster_rules, namespace_rules
+from components.reconciler import cluster_rules, namespace_rules, slurm_namespace_rules
 from fleetspec import labels, load_stack_file, remediation_crd
 from gpufleet.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-NS = "gpufleet-rbac"
+NS = "gpufleet-rbac"              # the reconciler's namespace
+SLURM_NS = "gpufleet-rbac-slurm"  # the Slurm namespace (its NodeSet pods)
+CLUSTER = "*"                     # a grant's scope: cluster-wide (a ClusterRole)
+SPECS = {"lends": load_stack_file(ROOT / "Pulumi.local.yaml").fleet,
+         "plain": load_stack_file(ROOT / "Pulumi.staging.yaml").fleet}
 NODE = "rbac-target"
 GROUP, VERSION, PLURAL = labels.GROUP, remediation_crd.manifest()["spec"]["versions"][0]["name"], remediation_crd.PLURAL
 
@@ -32,7 +38,7 @@ class Call:
     group: str
     resource: str
     verb: str
-    namespaced: bool
+    namespace: str  # where the call acts: CLUSTER for cluster-scoped objects and lists over all namespaces
     run: Callable[[client.ApiClient], object]
 
 
@@ -72,65 +78,87 @@ def _update_lease(api: client.ApiClient) -> None:
 
 
 CALLS = [
-    Call("", "nodes", "get", False, lambda a: client.CoreV1Api(a).read_node(NODE)),
-    Call("", "nodes", "list", False, lambda a: client.CoreV1Api(a).list_node(limit=1)),
-    Call("", "nodes", "watch", False, lambda a: _watch_once(client.CoreV1Api(a).list_node)),
-    Call("", "nodes", "patch", False,
+    Call("", "nodes", "get", CLUSTER, lambda a: client.CoreV1Api(a).read_node(NODE)),
+    Call("", "nodes", "list", CLUSTER, lambda a: client.CoreV1Api(a).list_node(limit=1)),
+    Call("", "nodes", "watch", CLUSTER, lambda a: _watch_once(client.CoreV1Api(a).list_node)),
+    Call("", "nodes", "patch", CLUSTER,
          lambda a: client.CoreV1Api(a).patch_node(NODE, {"metadata": {"annotations": {"gpufleet.io/rbac": "x"}}})),
-    Call("", "nodes", "update", False, _update_node),
+    Call("", "nodes", "update", CLUSTER, _update_node),
     # a repaired node's GPU condition back to healthy (kube.set_condition, issue 25)
-    Call("", "nodes/status", "patch", False, lambda a: client.CoreV1Api(a).patch_node_status(NODE, {"status": {
+    Call("", "nodes/status", "patch", CLUSTER, lambda a: client.CoreV1Api(a).patch_node_status(NODE, {"status": {
         "conditions": [{"type": "GpuHealthy", "status": "True", "reason": "HealthCheckPassed", "message": "m"}]}})),
-    Call("", "pods", "list", False, lambda a: client.CoreV1Api(a).list_pod_for_all_namespaces(
+    Call("", "pods", "list", CLUSTER, lambda a: client.CoreV1Api(a).list_pod_for_all_namespaces(
         field_selector=f"spec.nodeName={NODE}")),
-    Call("", "pods", "watch", False, lambda a: _watch_once(client.CoreV1Api(a).list_pod_for_all_namespaces)),
-    Call("", "pods/eviction", "create", False, lambda a: client.CoreV1Api(a).create_namespaced_pod_eviction(
+    Call("", "pods", "watch", CLUSTER, lambda a: _watch_once(client.CoreV1Api(a).list_pod_for_all_namespaces)),
+    Call("", "pods/eviction", "create", "default", lambda a: client.CoreV1Api(a).create_namespaced_pod_eviction(
         "no-such-pod", "default", {"metadata": {"name": "no-such-pod", "namespace": "default"}})),  # 404: allowed
-    Call("", "events", "create", False, lambda a: client.CoreV1Api(a).create_namespaced_event("default", {
+    Call("", "events", "create", "default", lambda a: client.CoreV1Api(a).create_namespaced_event("default", {
         "metadata": {"generateName": "rbac-"}, "involvedObject": {"kind": "Node", "name": NODE},
         "reason": "RbacTest", "message": "m", "type": "Normal"})),
-    Call(GROUP, PLURAL, "list", False, lambda a: client.CustomObjectsApi(a).list_cluster_custom_object(
+    Call(GROUP, PLURAL, "list", CLUSTER, lambda a: client.CustomObjectsApi(a).list_cluster_custom_object(
         GROUP, VERSION, PLURAL)),
-    Call(GROUP, PLURAL, "watch", False, lambda a: _watch_once(
+    Call(GROUP, PLURAL, "watch", CLUSTER, lambda a: _watch_once(
         client.CustomObjectsApi(a).list_cluster_custom_object, GROUP, VERSION, PLURAL)),
-    Call(GROUP, PLURAL, "create", False, lambda a: client.CustomObjectsApi(a).create_cluster_custom_object(
+    Call(GROUP, PLURAL, "create", CLUSTER, lambda a: client.CustomObjectsApi(a).create_cluster_custom_object(
         GROUP, VERSION, PLURAL, _remediation("rbac-existing"))),  # 409 after the first: allowed
-    Call(GROUP, f"{PLURAL}/status", "update", False, _write_remediation_status),
-    Call(GROUP, PLURAL, "delete", False, lambda a: client.CustomObjectsApi(a).delete_cluster_custom_object(
+    Call(GROUP, f"{PLURAL}/status", "update", CLUSTER, _write_remediation_status),
+    Call(GROUP, PLURAL, "delete", CLUSTER, lambda a: client.CustomObjectsApi(a).delete_cluster_custom_object(
         GROUP, VERSION, PLURAL, "no-such-remediation")),  # 404: allowed (retention, records.py)
-    Call("coordination.k8s.io", "leases", "get", True,
+    Call("coordination.k8s.io", "leases", "get", NS,
          lambda a: client.CoordinationV1Api(a).read_namespaced_lease("rbac-existing", NS)),
-    Call("coordination.k8s.io", "leases", "create", True, lambda a: client.CoordinationV1Api(a).create_namespaced_lease(
+    Call("coordination.k8s.io", "leases", "create", NS, lambda a: client.CoordinationV1Api(a).create_namespaced_lease(
         NS, {"metadata": {"name": "rbac-existing"}, "spec": {"holderIdentity": "x"}})),  # 409: allowed
-    Call("coordination.k8s.io", "leases", "update", True, _update_lease),
+    Call("coordination.k8s.io", "leases", "update", NS, _update_lease),
     # kubernetes-spares refills: placeholder pods in the reconciler's namespace (reconciler/adapters/providers.py)
-    Call("", "pods", "create", True, lambda a: client.CoreV1Api(a).create_namespaced_pod(NS, {
+    Call("", "pods", "create", NS, lambda a: client.CoreV1Api(a).create_namespaced_pod(NS, {
         "metadata": {"name": "rbac-capacity-request"},
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})),  # 409 after the first
-    # ... deleted again; and, since the local stack lends, any borrower still there after the reclaim grace
-    # (cluster-wide: that covers the placeholders too)
-    Call("", "pods", "delete", False, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
+    # ... deleted again (providers.py)
+    Call("", "pods", "delete", NS, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
+        "no-such-pod", NS)),  # 404: allowed
+    # a NodeSet pod a stale busy-pod PodDisruptionBudget keeps at the drain timeout (decide.end_eviction)
+    Call("", "pods", "delete", SLURM_NS, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
+        "no-such-pod", SLURM_NS)),  # 404: allowed
+]
+# When a pool lends (reconciler/runtime/executor.py _evict_borrowers, reconciler/adapters/kube.py read_ledger,
+# write_ledger): a borrower still there after the reclaim grace, in whatever namespace it runs; the ledger.
+LENDING_CALLS = [
+    Call("", "pods", "delete", "default", lambda a: client.CoreV1Api(a).delete_namespaced_pod(
         "no-such-pod", "default")),  # 404: allowed
     # the health-check Jobs (reconciler/adapters/health_checks.py start, verdict; issue 25)
-    Call("batch", "jobs", "create", True, lambda a: client.BatchV1Api(a).create_namespaced_job(NS, {
+    Call("batch", "jobs", "create", NS, lambda a: client.BatchV1Api(a).create_namespaced_job(NS, {
         "metadata": {"name": "rbac-health-check"}, "spec": {"template": {"spec": {
             "restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}})),
-    Call("batch", "jobs", "get", True, lambda a: client.BatchV1Api(a).read_namespaced_job(
+    Call("batch", "jobs", "get", NS, lambda a: client.BatchV1Api(a).read_namespaced_job(
         "no-such-job", NS)),  # 404: allowed
     # the lending ledger (reconciler/adapters/kube.py read_ledger, write_ledger)
-    Call("", "configmaps", "get", True, lambda a: client.CoreV1Api(a).read_namespaced_config_map(
+    Call("", "configmaps", "get", NS, lambda a: client.CoreV1Api(a).read_namespaced_config_map(
         labels.LENDING_LEDGER, NS)),  # 404: allowed
-    Call("", "configmaps", "patch", True, lambda a: client.CoreV1Api(a).patch_namespaced_config_map(
+    Call("", "configmaps", "patch", NS, lambda a: client.CoreV1Api(a).patch_namespaced_config_map(
         labels.LENDING_LEDGER, NS, {"data": {"rbac": "x"}})),  # 404: allowed
 ]
 
 
-def granted(spec) -> set[tuple[str, str, str, bool]]:
-    out = set()
-    for rules, namespaced in ((cluster_rules(spec), False), (namespace_rules(spec), True)):
-        for r in rules:
-            out |= {(g, res, v, namespaced) for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
-    return out
+def calls(spec) -> list[Call]:
+    return CALLS + (LENDING_CALLS if spec.lending_pools() else [])
+
+
+def rules(spec) -> dict[str, list[dict]]:
+    """The stack's rules by where they are granted."""
+    return {CLUSTER: cluster_rules(spec), NS: namespace_rules(spec), SLURM_NS: slurm_namespace_rules(spec)}
+
+
+def granted(spec) -> set[tuple[str, str, str, str]]:
+    return {(scope, g, res, v) for scope, rs in rules(spec).items()
+            for r in rs for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
+
+
+def covers(grant: tuple[str, str, str, str], call: Call) -> bool:
+    scope, group, resource, verb = grant
+    return (group, resource, verb) == (call.group, call.resource, call.verb) and scope in (CLUSTER, call.namespace)
+
+
+GRANTS = [(name, g) for name, spec in SPECS.items() for g in sorted(granted(spec))]
 
 
 def without(rules: list[dict], group: str, resource: str, verb: str) -> list[dict]:
@@ -146,13 +174,8 @@ def without(rules: list[dict], group: str, resource: str, verb: str) -> list[dic
 
 
 @pytest.fixture(scope="module")
-def spec():
-    return load_stack_file(ROOT / "Pulumi.local.yaml").fleet
-
-
-@pytest.fixture(scope="module")
-def cluster(kube_cluster, spec):
-    """The Remediation CRD, a node, a namespace with a Lease and a Remediation to act on (as admin)."""
+def cluster(kube_cluster):
+    """The Remediation CRD, a node, the two namespaces, a Lease and a Remediation to act on (as admin)."""
     global _admin_node, _admin_lease
     api = kube_cluster.api_client()
     core = client.CoreV1Api(api)
@@ -164,6 +187,7 @@ def cluster(kube_cluster, spec):
             raise
     wait_for("remediation CRD served", lambda: _served(api), timeout=30)
     for create in (lambda: core.create_namespace({"metadata": {"name": NS}}),
+                   lambda: core.create_namespace({"metadata": {"name": SLURM_NS}}),
                    lambda: core.create_node({"metadata": {"name": NODE}}),
                    lambda: client.CoordinationV1Api(api).create_namespaced_lease(
                        NS, {"metadata": {"name": "rbac-existing"}, "spec": {"holderIdentity": "x"}}),
@@ -187,19 +211,24 @@ def _served(api) -> bool:
         return False
 
 
-def token_for(kube, name: str, cluster_rules_: list[dict], ns_rules: list[dict]) -> client.ApiClient:
-    """A ServiceAccount bound to these rules, and an API client with a token minted for it (TokenRequest)."""
+def token_for(kube, name: str, rules_: dict[str, list[dict]]) -> client.ApiClient:
+    """A ServiceAccount bound to these rules (by scope: a ClusterRole, a Role per namespace), and an API client
+    with a token minted for it (TokenRequest)."""
     api = kube.api_client()
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     subject = [{"kind": "ServiceAccount", "name": name, "namespace": NS}]
     ref = lambda kind: {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}  # noqa: E731
-    for create in (lambda: core.create_namespaced_service_account(NS, {"metadata": {"name": name}}),
-                   lambda: rbac.create_cluster_role({"metadata": {"name": name}, "rules": cluster_rules_}),
-                   lambda: rbac.create_cluster_role_binding({"metadata": {"name": name}, "roleRef": ref("ClusterRole"),
-                                                             "subjects": subject}),
-                   lambda: rbac.create_namespaced_role(NS, {"metadata": {"name": name}, "rules": ns_rules}),
-                   lambda: rbac.create_namespaced_role_binding(NS, {"metadata": {"name": name}, "roleRef": ref("Role"),
-                                                                    "subjects": subject})):
+    creates = [lambda: core.create_namespaced_service_account(NS, {"metadata": {"name": name}})]
+    for scope, rs in rules_.items():
+        if scope == CLUSTER:
+            creates += [lambda rs=rs: rbac.create_cluster_role({"metadata": {"name": name}, "rules": rs}),
+                        lambda: rbac.create_cluster_role_binding({"metadata": {"name": name},
+                                                                  "roleRef": ref("ClusterRole"), "subjects": subject})]
+        elif rs:
+            creates += [lambda ns=scope, rs=rs: rbac.create_namespaced_role(ns, {"metadata": {"name": name}, "rules": rs}),
+                        lambda ns=scope: rbac.create_namespaced_role_binding(
+                            ns, {"metadata": {"name": name}, "roleRef": ref("Role"), "subjects": subject})]
+    for create in creates:
         try:
             create()
         except ApiException as e:
@@ -222,23 +251,43 @@ def status_of(call: Call, api: client.ApiClient) -> int:
         return e.status
 
 
-def test_the_rules_are_exactly_the_calls(spec):
-    assert granted(spec) == {(c.group, c.resource, c.verb, c.namespaced) for c in CALLS}
+@pytest.mark.parametrize("name", SPECS)
+def test_the_rules_are_exactly_the_calls(name):
+    """Each call has a grant that covers it, and each grant covers a call."""
+    spec = SPECS[name]
+    assert [c for c in calls(spec) if not any(covers(g, c) for g in granted(spec))] == []
+    assert [g for g in granted(spec) if not any(covers(g, c) for c in calls(spec))] == []
 
 
-def test_every_call_is_allowed_with_the_reconcilers_token(cluster, spec):
-    api = token_for(cluster, "reconciler", cluster_rules(spec), namespace_rules(spec))
-    refused = {(c.resource, c.verb): s for c in CALLS if (s := status_of(c, api)) == 403}
+def test_a_pod_is_deleted_cluster_wide_only_when_a_pool_lends():
+    """Without lending, pod delete is granted in the reconciler's namespace and the Slurm namespace only
+    (issue 24: lending's "delete any pod in any namespace" is no grant healing needs)."""
+    assert ("*", "", "pods", "delete") in granted(SPECS["lends"])
+    plain = {g for g in granted(SPECS["plain"]) if g[1:] == ("", "pods", "delete")}
+    assert plain == {(NS, "", "pods", "delete"), (SLURM_NS, "", "pods", "delete")}
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_every_call_is_allowed_with_the_reconcilers_token(cluster, name):
+    api = token_for(cluster, f"reconciler-{name}", rules(SPECS[name]))
+    refused = {(c.resource, c.verb, c.namespace): s for c in calls(SPECS[name]) if (s := status_of(c, api)) == 403}
     assert refused == {}
 
 
-@pytest.mark.parametrize("call", CALLS, ids=lambda c: f"{c.resource}-{c.verb}")
-def test_one_verb_fewer_is_refused(cluster, spec, call):
-    name = f"minus-{call.resource.replace('/', '-').replace('.', '-')}-{call.verb}"[:60]
-    cr, nr = cluster_rules(spec), namespace_rules(spec)
-    if call.namespaced:
-        nr = without(nr, call.group, call.resource, call.verb)
-    else:
-        cr = without(cr, call.group, call.resource, call.verb)
-    api = token_for(cluster, name, cr, nr)
-    assert status_of(call, api) == 403
+def test_without_lending_a_pod_elsewhere_is_not_deleted(cluster):
+    api = token_for(cluster, "reconciler-plain", rules(SPECS["plain"]))
+    (borrower_delete,) = [c for c in LENDING_CALLS if c.resource == "pods"]
+    assert status_of(borrower_delete, api) == 403
+
+
+@pytest.mark.parametrize("name,grant", GRANTS, ids=lambda v: v if isinstance(v, str) else
+                         "-".join(x.replace("*", "cluster") for x in v if x))
+def test_one_verb_fewer_is_refused(cluster, name, grant):
+    """The rules minus this one grant: a call it covered is refused."""
+    spec = SPECS[name]
+    scope, group, resource, verb = grant
+    fewer = {s: (without(rs, group, resource, verb) if s == scope else rs) for s, rs in rules(spec).items()}
+    short = "cl" if scope == CLUSTER else "slurm" if scope == SLURM_NS else "ns"
+    api = token_for(cluster, f"{name}-minus-{short}-{resource.replace('/', '-').replace('.', '-')}-{verb}"[:60], fewer)
+    statuses = {c.namespace: status_of(c, api) for c in calls(spec) if covers(grant, c)}
+    assert 403 in statuses.values(), statuses

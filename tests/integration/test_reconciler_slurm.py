@@ -26,7 +26,7 @@ SLURM_NS = "default"  # the spec's Slurm namespace (set below): NodeSet pods cou
 
 def nodeset_pod(slurm_name: str, node: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"slurm-worker-{slurm_name}", "namespace": SLURM_NS,
+            "metadata": {"name": slurm_name, "namespace": SLURM_NS,
                          "labels": {labels.SLINKY_POD_HOSTNAME: slurm_name, "app.kubernetes.io/name": "slurmd"}},
             "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
                      "containers": [{"name": "slurmd", "image": "ghcr.io/slinkyproject/slurmd:26.05"}]}}
@@ -34,7 +34,7 @@ def nodeset_pod(slurm_name: str, node: str) -> dict:
 
 def place(api, slurm_name: str, node: str) -> None:
     core = client.CoreV1Api(api)
-    name = f"slurm-worker-{slurm_name}"
+    name = slurm_name  # a NodeSet pod is named as its Slurm node: <nodeset>-<ordinal>
     try:
         core.delete_namespaced_pod(name, SLURM_NS, grace_period_seconds=0)
     except ApiException as e:

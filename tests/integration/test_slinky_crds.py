@@ -1,6 +1,8 @@
-"""gpufleet's Slinky CRDs (crds-only mode) on a real API server: every resource the prod stack
-declares is accepted under strict field validation (kubectl's default), and a misspelt, misplaced
-or mistyped field is rejected, as the operator's own CRDs would reject it."""
+"""gpufleet's copy of slurm-operator v1.2.1's CRDs (crds-only mode) on a real API server: every
+resource each environment's stack declares is accepted under strict field validation (kubectl's
+default); a misspelt, misplaced or mistyped field, and what the release's validating webhook refuses
+(internal/webhook/*_webhook.go: ClusterName over 40 characters, maxUnavailable 0, fields fixed after
+deployment), is refused, as with the release; what the release accepts is accepted."""
 from __future__ import annotations
 
 import json
@@ -49,15 +51,67 @@ def create(api, kind: str, name: str, namespace: str, spec: dict, dry_run: bool 
                                                field_validation="Strict", dry_run="All" if dry_run else None)
 
 
-def test_every_slinky_resource_of_the_prod_stack_is_accepted(slinky_api):
-    from tests.unit.test_components import MOCKS, build  # the prod stack under Pulumi's mocks
+@pytest.mark.parametrize("env", ["prod", "staging", "local"])
+def test_every_slinky_resource_of_each_stack_is_accepted(slinky_api, env):
+    from tests.unit.test_components import MOCKS, build  # the stack under Pulumi's mocks
 
-    build("prod")
+    build(env)
     crs = [r for r in MOCKS.resources if r.typ.startswith(f"kubernetes:{GROUP}/{VERSION}:")]
-    assert {r.typ.rsplit(":", 1)[-1] for r in crs} == set(KINDS)
+    assert {"Controller", "NodeSet", "RestApi", "Token"} <= {r.typ.rsplit(":", 1)[-1] for r in crs}
     for r in crs:
         meta = r.inputs["metadata"]
-        create(slinky_api, r.typ.rsplit(":", 1)[-1], meta["name"], meta["namespace"], r.inputs["spec"])
+        create(slinky_api, r.typ.rsplit(":", 1)[-1], meta["name"], meta["namespace"], _ints(r.inputs["spec"]),
+               dry_run=True)
+
+
+def _ints(v):
+    """Pulumi's mocks carry numbers as floats (a protobuf Struct); the engine sends 2 as 2, and CEL tells them apart."""
+    if isinstance(v, dict):
+        return {k: _ints(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_ints(x) for x in v]
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+KEYS = {"slurmKeyRef": {"name": "k", "key": "slurm.key"}, "jwtKeyRef": {"name": "j", "key": "jwt.key"}}
+
+
+@pytest.mark.parametrize("kind,spec,needle", [
+    ("Controller", {**KEYS, "clusterName": "c" * 41}, "ClusterName exceeds 40 characters"),
+    ("NodeSet", {"controllerRef": {"name": "slurm"}, "updateStrategy": {"rollingUpdate": {"maxUnavailable": 0}}},
+     "maxUnavailable must be > 0"),
+    ("NodeSet", {"controllerRef": {"name": "slurm"}, "updateStrategy": {"rollingUpdate": {"maxUnavailable": "0%"}}},
+     "maxUnavailable must be > 0"),
+    ("NodeSet", {"controllerRef": {"name": ""}}, "controllerRef.name must not be empty"),
+    ("NodeSet", {"controllerRef": {"name": "slurm"}, "updateStrategy": {"type": "ScheduledUpdate", "scheduledUpdate": {
+        "startTime": "2026-12-01T00:00:00Z", "duration": "30s"}}}, "at least 1 minute"),
+    ("NodeSet", {"controllerRef": {"name": "slurm"}, "taintKubeNodes": True}, 'unknown field "spec.taintKubeNodes"'),
+    ("LoginSet", {"controllerRef": {"name": "slurm"}, "sssdConfRef": {"name": "", "key": "sssd.conf"}},
+     "sssdConfRef.name must not be empty"),
+])
+def test_what_the_releases_webhook_refuses_is_refused(slinky_api, kind, spec, needle):
+    with pytest.raises(ApiException) as err:
+        create(slinky_api, kind, "bad", "crd-test", spec, dry_run=True)
+    message = json.loads(err.value.body)["message"]
+    assert err.value.status in (400, 422) and needle in message, message
+
+
+def test_what_the_release_accepts_is_accepted_and_fixed_fields_stay_fixed(slinky_api):
+    create(slinky_api, "NodeSet", "ok", "crd-test", {
+        "controllerRef": {"name": "slurm"}, "pinToNode": True, "updateStrategy": {"type": "ScheduledUpdate",
+        "scheduledUpdate": {"startTime": "2026-12-01T00:00:00Z", "duration": "2h"}},
+        "partition": {"enabled": True, "config": "MaxTime=60"}}, dry_run=True)
+    create(slinky_api, "Controller", "fixed", "crd-test", {**KEYS, "clusterName": "c" * 40,
+                                                            "persistence": {"enabled": True}})
+    for change, needle in (({"clusterName": "other"}, "cannot change ClusterName"),
+                           ({"persistence": {"enabled": False}}, "cannot change persistence.enabled"),
+                           ({"jwtKeyRef": {"name": "j2", "key": "jwt.key"}}, "JwtKeyRef or JwtHs256KeyRef")):
+        with pytest.raises(ApiException) as err:
+            slinky_api.patch_namespaced_custom_object(GROUP, VERSION, "crd-test", "controllers", "fixed",
+                                                      {"spec": change})
+        assert needle in json.loads(err.value.body)["message"]
+    slinky_api.patch_namespaced_custom_object(GROUP, VERSION, "crd-test", "controllers", "fixed",
+                                              {"spec": {"extraConf": "KillWait=5"}})
 
 
 @pytest.mark.parametrize("kind,spec,needle", [

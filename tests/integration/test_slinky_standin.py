@@ -1,27 +1,33 @@
-"""The Slinky operator stand-in against the real control plane (kube-scheduler places its pods on
-kwok nodes) and a real Slurm 26.05: pod names and hostnames, slurmd registered under the pod
-hostname with the operator's comment, the cordon rule, a pod moved to a promoted spare."""
+"""The stand-in for slurm-operator v1.2.1 against the real control plane (kube-scheduler places its pods
+on kwok nodes, the disruption controller runs its PodDisruptionBudget) and a real Slurm 26.05. Each
+test names the upstream file whose behaviour it checks (SlinkyProject/slurm-operator at v1.2.1).
+
+The Slurm here runs the operator's slurm.conf for a Controller that declares no ReturnToService (Slurm's
+default, 0), so what the operator does alone shows: a DOWN stays DOWN unless the operator sets IDLE."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels
-from localenv.slinky_standin import (CORDON_REASON_ANNOTATION, POD_HOSTNAME_LABEL, PREFIX, NodeSetDef,
-                                              SlinkyStandIn)
-from localenv.ports import free_ports
-from localenv.slurm import POD_TERMINATING_REASON, LocalSlurm
 from gpufleet.waiting import wait_for
+from localenv import slinky_conf
 from localenv.fake_nodes import fake_node
+from localenv.slinky_standin import (
+    CORDON_REASON_ANNOTATION, POD_CORDON_ANNOTATION, POD_HOSTNAME_LABEL, POD_PROTECT_LABEL, PREFIX,
+    TERMINATING_REASON, NodeSetDef, SlinkyStandIn,
+)
+from localenv.ports import free_ports
+from localenv.slurm import LocalSlurm
 from reconciler.adapters.slurm.cli import SlurmCLI
 from tests.fixtures.slurm_cluster import build_slurm_root
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 NS = "slinky-it"
 POOL = "pool-a"
@@ -29,10 +35,11 @@ KUBE_NODES = ["kwok-a-0", "kwok-a-1"]
 SPARE = "kwok-a-spare-0"
 SPARE_TAINT = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
 NODESET = NodeSetDef(POOL, 2, {labels.POOL: POOL}, [], gpus=8, uid="nodeset-uid-a")
+RESYNC = 4.0  # the operator's is 30 s (nodeset_sync.go); shorter here, the same rule
 
 
 @pytest.fixture(scope="module")
-def world(kube_cluster, tmp_path_factory) -> Iterator[tuple[SlinkyStandIn, client.CoreV1Api, SlurmCLI]]:
+def world(kube_cluster, tmp_path_factory) -> Iterator[tuple[SlinkyStandIn, client.CoreV1Api, SlurmCLI, LocalSlurm]]:
     api = kube_cluster.api_client()
     core = client.CoreV1Api(api)
     for name in KUBE_NODES + [SPARE]:
@@ -43,9 +50,18 @@ def world(kube_cluster, tmp_path_factory) -> Iterator[tuple[SlinkyStandIn, clien
     ctld, rest = free_ports(2)
     slurm = LocalSlurm(tmp_path_factory.mktemp("standin-slurm"), {"gpu": [POOL]}, root=build_slurm_root(),
                        ctld_port=ctld, rest_port=rest)
+    # The operator's files for a Controller without ReturnToService (and the local stack's other lines).
+    stack = slurm.operator_files()
+    extra = "GresTypes=gpu\nPartitionName=gpu Nodes=pool-a State=UP Default=YES\n" + "\n".join(slurm.extra_conf) + "\n"
+    controller = slinky_conf.synthetic_controller("standin-it", extra)
+    stack["slurm.conf"] = slinky_conf.slurm_conf(controller, None, [NODESET.resource(NS)])
+    slurm.operator_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in stack.items():
+        (slurm.operator_dir / name).write_text(text)
     slurm.up()
     try:
-        yield SlinkyStandIn(api, slurm, [NODESET], namespace=NS), core, SlurmCLI(env=slurm.env(), timeout=20)
+        yield (SlinkyStandIn(api, slurm, [NODESET], namespace=NS, resync=RESYNC), core,
+               SlurmCLI(env=slurm.env(), timeout=20), slurm)
     finally:
         slurm.down()
         for name in KUBE_NODES + [SPARE]:
@@ -68,59 +84,131 @@ def pods(core: client.CoreV1Api) -> dict[str, client.V1Pod]:
             if p.metadata.deletion_timestamp is None}
 
 
-def test_pods_placed_and_slurmd_registered_under_the_pod_hostname(world) -> None:
-    standin, core, cli = world
+def where(core) -> dict[str, str]:
+    return {p.metadata.labels[POD_HOSTNAME_LABEL]: p.spec.node_name for p in pods(core).values()}
+
+
+def test_pods_are_named_by_ordinal_and_slurmd_registers_with_the_nodesets_conf(world) -> None:
+    """utils.go GetOrdinalPodName/initIdentity, labels.go WithWorkerLabels, worker_app.go slurmdConfArgs,
+    slurmcontrol.go UpdateNodeWithPodInfo (the comment)."""
+    standin, core, cli, slurm = world
     placed = settle(standin, "both NodeSet pods Running", lambda: (
         (ps := pods(core)) and len(ps) == 2 and all(p.status.phase == "Running" for p in ps.values()) and ps))
-    assert set(placed) == {"slurm-worker-pool-a-0", "slurm-worker-pool-a-1"}
-    on = {p.metadata.labels[POD_HOSTNAME_LABEL]: p.spec.node_name for p in placed.values()}
-    assert {p.spec.hostname for p in placed.values()} == set(on) == {"pool-a-0", "pool-a-1"}
+    assert set(placed) == {"pool-a-0", "pool-a-1"}
+    for name, p in placed.items():
+        assert p.spec.hostname == name == p.metadata.labels[POD_HOSTNAME_LABEL]
+        assert p.metadata.labels["app.kubernetes.io/instance"] == POOL
+        assert p.metadata.labels["slinky.slurm.net/cluster"] == "slurm"
+    on = where(core)
     assert set(on.values()) == set(KUBE_NODES)  # never on the tainted spare
-    settle(standin, "Slurm nodes registered", lambda: {n.name for n in cli.nodes()} == set(on))
+    settle(standin, "Slurm nodes registered with the operator's comment",
+           lambda: {n.name for n in cli.nodes() if n.comment} == set(on))
     for n in cli.nodes():
-        c = json.loads(n.comment)
-        assert c == {"namespace": NS, "podName": f"slurm-worker-{n.name}", "node": on[n.name],
-                     "nodeSetName": POOL, "nodeSetUID": "nodeset-uid-a"}
-        assert n.name not in KUBE_NODES + [SPARE]  # Slurm names are not Kubernetes names
+        assert json.loads(n.comment) == {"namespace": NS, "podName": n.name, "node": on[n.name],
+                                         "nodeSetName": POOL, "nodeSetUID": "nodeset-uid-a"}
         assert not n.drained_or_down
+    info = slurm.node_info()["pool-a-0"]
+    assert "gpu:8" in str(info.get("gres", "")) and POOL in str(info.get("features", ""))
 
 
-def test_cordon_drains_with_the_operators_prefix_and_uncordon_undrains_only_its_own(world) -> None:
-    standin, core, cli = world
-    on = {p.metadata.labels[POD_HOSTNAME_LABEL]: p.spec.node_name for p in pods(core).values()}
+def test_cordon_drains_only_an_empty_or_own_reason_and_never_an_unresponsive_node(world) -> None:
+    """nodeset_sync.go syncCordon; slurmcontrol.go MakeNodeDrain (keeps a reason already there),
+    MakeNodeUndrain, IsNodeReasonOurs, IsNodeDownForUnresponsive."""
+    standin, core, cli, _ = world
+    on = where(core)
     target, other = "pool-a-0", "pool-a-1"
     cli.drain(other, "maintenance: alice")  # a person's drain
-    core.patch_node(on[target], {"metadata": {"annotations": {CORDON_REASON_ANNOTATION: "gpufleet: xid 79"}},
+    core.patch_node(on[target], {"metadata": {"annotations": {CORDON_REASON_ANNOTATION: "gpufleet: xid 79\n"}},
                                  "spec": {"unschedulable": True}})
-    n = settle(standin, "the cordoned node's Slurm node drained",
-               lambda: (n := cli.node(target)) and "DRAIN" in n.states and n)
-    assert n.reason == PREFIX + "gpufleet: xid 79"
+    core.patch_node(on[other], {"metadata": {"annotations": {CORDON_REASON_ANNOTATION: "gpufleet: xid 48"}},
+                                "spec": {"unschedulable": True}})
+    n = settle(standin, "the cordoned node's Slurm node drained", lambda: (n := cli.node(target)) and "DRAIN" in n.states and n)
+    assert n.reason == PREFIX + "gpufleet: xid 79"  # sanitized: the newline gone
+    assert (pods(core)[target].metadata.annotations or {}).get(POD_CORDON_ANNOTATION) == "true"
+    for _ in range(3):
+        standin.reconcile_once()
+    assert cli.node(other).reason == "maintenance: alice"  # not the operator's: left as it is
     core.patch_node(on[target], {"spec": {"unschedulable": False}})
+    core.patch_node(on[other], {"spec": {"unschedulable": False}})
     settle(standin, "undrained after uncordon", lambda: not cli.node(target).drained_or_down)
+    assert POD_CORDON_ANNOTATION not in (pods(core)[target].metadata.annotations or {})
     for _ in range(3):
         standin.reconcile_once()
     assert cli.node(other).reason == "maintenance: alice" and "DRAIN" in cli.node(other).states
     cli.resume(other)
 
 
-def test_evicted_pod_moves_to_the_promoted_spare_and_keeps_its_slurm_name(world) -> None:
-    standin, core, cli = world
-    on = {p.metadata.labels[POD_HOSTNAME_LABEL]: p.spec.node_name for p in pods(core).values()}
+def test_a_pod_back_on_its_node_stays_down_and_a_moved_one_is_set_idle(world) -> None:
+    """worker_app.go preStop (DOWN, `slurm-operator: Pod is terminating`); slurmcontrol.go
+    UpdateNodeWithPodInfo: IDLE only when the pod info changed and named a node before. Slurm 26.05
+    node_mgr.c: with ReturnToService 0 a DOWN node stays DOWN when its slurmd registers again."""
+    standin, core, cli, _ = world
     name = "pool-a-1"
-    bad = on[name]
-    # What the reconciler does: quarantine (cordon) the bad node, promote the spare, evict the pod.
-    core.patch_node(bad, {"spec": {"unschedulable": True}})
+    settle(standin, "takes jobs to begin with", lambda: not cli.node(name).drained_or_down)
+    home = where(core)[name]
+    core.delete_namespaced_pod(name, NS)
+    settle(standin, "preStop: DOWN with the operator's reason", lambda: cli.node(name).reason == TERMINATING_REASON)
+    back = settle(standin, "the pod Running again", lambda: (
+        (p := pods(core).get(name)) and p.status.phase == "Running" and p))
+    assert back.spec.node_name == home  # the only node it fits (the spare is tainted)
+    for _ in range(4):
+        standin.reconcile_once()
+    n = cli.node(name)
+    assert "DOWN" in n.states and n.reason == TERMINATING_REASON  # same pod info: no IDLE
+    # Now it moves: the node cordoned (as gpufleet's quarantine does), the spare promoted, the pod evicted.
+    core.patch_node(home, {"spec": {"unschedulable": True}})
     core.patch_node(SPARE, {"spec": {"taints": None}})
-    core.create_namespaced_pod_eviction(f"slurm-worker-{name}", NS, {
-        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": f"slurm-worker-{name}", "namespace": NS}})
-    settle(standin, "preStop: the Slurm node DOWN while its pod is gone",
-           lambda: (n := cli.node(name)).reason == POD_TERMINATING_REASON or json.loads(n.comment)["node"] == SPARE)
-    moved = settle(standin, "the pod Running again on the spare", lambda: (
-        (p := pods(core).get(f"slurm-worker-{name}")) and p.status.phase == "Running" and p))
-    assert moved.spec.node_name == SPARE and moved.spec.hostname == name
-    n = settle(standin, "slurmd registered again with the new node in its comment",
-               lambda: (n := cli.node(name)) and json.loads(n.comment)["node"] == SPARE and n)
-    # The preStop's DOWN carried the operator's prefix: on a schedulable node it undrains it.
-    settle(standin, "the moved Slurm node takes jobs", lambda: not cli.node(name).drained_or_down)
-    assert {n.name for n in cli.nodes()} == {"pool-a-0", "pool-a-1"}
-    core.patch_node(bad, {"spec": {"unschedulable": False}})
+    core.create_namespaced_pod_eviction(name, NS, {"apiVersion": "policy/v1", "kind": "Eviction",
+                                                   "metadata": {"name": name, "namespace": NS}})
+    moved = settle(standin, "the pod Running on the spare", lambda: (
+        (p := pods(core).get(name)) and p.status.phase == "Running" and p.spec.node_name == SPARE and p))
+    assert moved.spec.hostname == name
+    n = settle(standin, "IDLE on migration: takes jobs", lambda: (n := cli.node(name)) and not n.drained_or_down and n)
+    assert json.loads(n.comment)["node"] == SPARE
+    core.patch_node(home, {"spec": {"unschedulable": False}})
+
+
+def test_a_busy_pod_is_protected_by_the_pdb_until_the_next_sync_after_its_job(world) -> None:
+    """workerbuilder/worker_pdb.go (slurm-workers-pdb-<controller>, maxUnavailable 0),
+    nodeset_sync_status.go updateNodeSetPodPDBLabels, pkg/conditions IsNodeBusy, nodeset_sync.go resync."""
+    standin, core, cli, slurm = world
+    pdb = client.PolicyV1Api(core.api_client).read_namespaced_pod_disruption_budget("slurm-workers-pdb-slurm", NS)
+    assert pdb.spec.max_unavailable == 0 and pdb.spec.selector.match_labels == {POD_PROTECT_LABEL: "true",
+                                                                                 "slinky.slurm.net/cluster": "slurm"}
+    name = "pool-a-0"
+    job = slurm.sbatch("-p", "gpu", "-w", name, "--wrap", "sleep 600")
+    settle(standin, "the busy pod labelled pod-protect", lambda: (
+        pods(core)[name].metadata.labels or {}).get(POD_PROTECT_LABEL) == "true", timeout=RESYNC * 4)
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": NS}}
+    with pytest.raises(ApiException) as e:
+        core.create_namespaced_pod_eviction(name, NS, body)
+    assert e.value.status == 429
+    slurm.run(["scancel", str(job)], timeout=15)
+    t0 = time.monotonic()
+    settle(standin, "the label gone at the next sync", lambda: POD_PROTECT_LABEL not in (
+        pods(core)[name].metadata.labels or {}), timeout=RESYNC * 4)
+    lag = time.monotonic() - t0
+    wait_for("the eviction allowed", lambda: _evicts(core, name, body), 30, interval=0.5)
+    print(f"busy-pod PDB released {lag:.1f}s after the job ended (resync {RESYNC}s)")
+
+
+def _evicts(core, name, body) -> bool:
+    try:
+        core.create_namespaced_pod_eviction(name, NS, body)
+        return True
+    except ApiException as e:
+        if e.status == 429:
+            return False
+        raise
+
+
+def test_scale_in_drains_first_and_keeps_the_slurm_node_record(world) -> None:
+    """nodeset_sync.go processCondemned (drain, then delete once drained); pruneSlurmNodeRecords
+    applies to DaemonSet NodeSets only (syncSlurmNodeRecords)."""
+    standin, core, cli, _ = world
+    settle(standin, "two pods Running", lambda: len([p for p in pods(core).values() if p.status.phase == "Running"]) == 2)
+    standin.fixed = [NodeSetDef(POOL, 1, {labels.POOL: POOL}, [], gpus=8, uid="nodeset-uid-a")]
+    settle(standin, "pool-a-1 gone", lambda: "pool-a-1" not in pods(core), timeout=90)
+    n = cli.node("pool-a-1")
+    assert n is not None and "DOWN" in n.states  # the record stays, DOWN by the preStop
+    standin.fixed = [NODESET]

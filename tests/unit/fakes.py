@@ -75,11 +75,19 @@ class FakeKube:
         self.nodes[name]["spec"]["unschedulable"] = True
         return json.loads(json.dumps(self.nodes[name]))
 
-    def apply_membership(self, name, set_labels, add_taints=()):
+    def apply_membership(self, name, set_labels, add_taints=(), set_annotations=None):
         self._write("membership", name)
         n = self.nodes[name]
         n["metadata"]["labels"].update(set_labels)
+        n["metadata"].setdefault("annotations", {}).update(set_annotations or {})
         n["spec"]["taints"] = (n["spec"].get("taints") or []) + [dict(t) for t in add_taints]
+
+    def carry_drain(self, name, drains):
+        self._write("carry-drain", name)
+        ann = self.nodes[name]["metadata"].setdefault("annotations", {})
+        have = json.loads(ann.get(labels.CARRIED_DRAIN) or "{}")
+        ann[labels.CARRIED_DRAIN] = json.dumps({**drains, **have}, sort_keys=True)
+        return json.loads(json.dumps(self.nodes[name]))
 
     def patch_node(self, name, body):
         self._write("patch", name)
@@ -92,6 +100,10 @@ class FakeKube:
         if gone is not None and labels.SLINKY_POD_HOSTNAME in gone["metadata"].get("labels", {}):
             self.evicted.append(gone)  # its NodeSet makes it again (World.slinky places it)
         return True
+
+    def delete_pod(self, namespace, name, grace_seconds=0):
+        self._write("delete", name)
+        self.pods.pop(f"{namespace}/{name}", None)
 
     def event(self, involved, reason, message, type_="Normal", namespace="default"):
         self._write("event", reason)

@@ -36,7 +36,7 @@ MOCKS = Mocks()
 pulumi.runtime.set_mocks(MOCKS, preview=False)
 
 from components import GpuFleet, GpuFleetArgs  # noqa: E402  (mocks first, then the code under test)
-from components.reconciler import cluster_rules, namespace_rules  # noqa: E402
+from components.reconciler import cluster_rules, namespace_rules, slurm_namespace_rules  # noqa: E402
 from fleetspec import labels, load_stack_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,13 +162,19 @@ def _verbs(rules: list[dict]) -> dict[tuple[str, str], set[str]]:
 
 def test_reconciler_rbac_is_least_privilege():
     for spec in (None, load_stack_file(ROOT / "Pulumi.staging.yaml").fleet, lending_spec()):
-        for rule in cluster_rules(spec) + namespace_rules(spec):
+        for rule in cluster_rules(spec) + namespace_rules(spec) + slurm_namespace_rules(spec):
             assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
         verbs = _verbs(cluster_rules(spec))
         assert verbs[("", "pods/eviction")] == {"create"}
         assert "delete" not in verbs[("", "nodes")]
         assert ("", "secrets") not in verbs and ("", "configmaps") not in verbs
-    assert "delete" not in _verbs(cluster_rules())[("", "pods")]
+        # pods: listed and watched, never created or changed cluster-wide; deleted cluster-wide only when a
+        # pool lends (a borrower past its reclaim grace, in whatever namespace it runs)
+        lends = spec is not None and bool(spec.lending_pools())
+        assert verbs[("", "pods")] == ({"list", "watch", "delete"} if lends else {"list", "watch"})
+        # without lending, a pod is deleted only in the Slurm namespace (a NodeSet pod a stale busy-pod PDB
+        # keeps at the drain timeout) and the reconciler's own (its capacity placeholders)
+        assert _verbs(slurm_namespace_rules(spec)) == ({} if lends else {("", "pods"): {"delete"}})
 
 
 def test_lending_adds_exactly_its_calls_to_the_reconcilers_rules():
@@ -181,14 +187,38 @@ def test_lending_adds_exactly_its_calls_to_the_reconcilers_rules():
     assert cluster_after[("", "pods")] - cluster_before[("", "pods")] == {"delete"}
     assert {k: v for k, v in cluster_after.items() if k != ("", "pods")} == \
         {k: v for k, v in cluster_before.items() if k != ("", "pods")}
+    assert cluster_before == _verbs(cluster_rules())
     ns_before, ns_after = namespace_rules(plain), namespace_rules(lends)
     assert [r for r in ns_after if r["resources"] == ["configmaps"]] == [
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["gpufleet-lending"], "verbs": ["get", "patch"]}]
-    # the namespaced pod delete (capacity placeholders) is the cluster-wide one now: granted once
+    # the namespaced pod deletes (capacity placeholders; NodeSet pods in the Slurm namespace) are the
+    # cluster-wide one when a pool lends: granted once
     assert _verbs(ns_before)[("", "pods")] == {"create", "delete"} and _verbs(ns_after)[("", "pods")] == {"create"}
     assert {k: v for k, v in _verbs(ns_after).items() if k not in {("", "pods"), ("", "configmaps")}} == \
         {k: v for k, v in _verbs(ns_before).items() if k != ("", "pods")}
     assert ns_before == namespace_rules()
+    assert slurm_namespace_rules(plain) == slurm_namespace_rules() == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
+    assert slurm_namespace_rules(lends) == []
+
+
+def test_the_reconciler_deletes_nodeset_pods_through_a_role_in_the_slurm_namespace():
+    """Bound to the reconciler's ServiceAccount, declared after the Slurm namespace (its output); no such
+    Role when a pool lends (the cluster-wide delete covers it)."""
+    spec = build("staging")
+    assert not spec.lending_pools()
+    role = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:Role", "gpufleet-reconciler-nodeset-pods")
+    assert role.inputs["metadata"]["namespace"] == spec.slurm.namespace != spec.healing.reconciler.namespace
+    assert role.inputs["rules"] == slurm_namespace_rules(spec)
+    binding = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "gpufleet-reconciler-nodeset-pods")
+    assert binding.inputs["metadata"]["namespace"] == spec.slurm.namespace
+    assert binding.inputs["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                         "name": "gpufleet-reconciler-nodeset-pods"}
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "gpufleet-reconciler",
+                                           "namespace": spec.healing.reconciler.namespace}]
+    build_spec(lending_spec(), "lend")
+    assert not [r for r in MOCKS.of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+                if r.inputs["metadata"]["name"] == "gpufleet-reconciler-nodeset-pods"]
 
 
 def test_borrowers_get_one_priority_class_per_class_name():
@@ -337,26 +367,26 @@ def test_prod_slinky_resources_carry_what_the_operator_needs():
     spec = build("prod")
     rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "prod-slurm-operator")
     assert rel.inputs["values"]["certManager"] == {"enabled": True}
-    assert rel.inputs["values"]["operator"]["affinity"]["nodeAffinity"]
+    assert rel.inputs["values"]["operator"]["nodeSelector"] == dict(spec.system_pool.node_selector)
     login = MOCKS.named(CR + "LoginSet", "login").inputs["spec"]
     assert login["sssdConfRef"] == {"name": "slurm-sssd-conf", "key": "sssd.conf"}
     sssd = _secret_data("slurm-sssd-conf")["sssd.conf"]
     assert "[sssd]" in sssd and "domains = local" in sssd
     assert login["service"]["spec"]["type"] == "LoadBalancer"
     assert login["service"]["metadata"]["annotations"] == dict(spec.slurm.login.service_annotations)
-    acct = MOCKS.named(CR + "Accounting", "accounting").inputs["spec"]
+    acct = MOCKS.named(CR + "Accounting", "slurm").inputs["spec"]
     db = spec.slurm.accounting.database
     assert acct["storageConfig"] == {"host": db.host, "port": 3306, "database": "slurm_acct_db", "username": "slurm",
                                      "passwordKeyRef": {"name": "slurm-accounting-db", "key": "password"}}
     assert _secret_data("slurm-accounting-db")["password"] == f"{SECRET_VALUE}-slurmDbPassword"
     ctl = MOCKS.named(CR + "Controller", "slurm").inputs["spec"]
-    assert ctl["accountingRef"] == {"name": "accounting"}
+    assert ctl["accountingRef"] == {"name": "slurm"}
     assert ctl["jwtKeyRef"] == {"name": "slurm-auth-jwt", "key": "jwt.key"} and "jwtHs256KeyRef" not in ctl
     assert "GresTypes=gpu" in ctl["extraConf"]
     assert "DisableRootJobs=YES" in ctl["extraConf"].splitlines()  # slurm.conf(5) 26.05: root runs no job
     assert ctl["configFileRefs"] == [{"name": "slurm-config-files"}]
     gres = MOCKS.named("kubernetes:core/v1:ConfigMap", "slurm-config-files").inputs["data"]["gres.conf"]
-    assert "AutoDetect=nvml" in gres
+    assert "AutoDetect=nvidia" in gres
     for pool in spec.pools:
         ns = MOCKS.named(CR + "NodeSet", pool.name).inputs["spec"]
         assert f"Gres=gpu:{pool.gpus_per_node}" in ns["extraConf"]
@@ -388,14 +418,14 @@ def test_a_mariadb_the_stack_deploys_backs_accounting():
     env = {e["name"]: e for e in sts["template"]["spec"]["containers"][0]["env"]}
     assert env["MARIADB_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "slurm-accounting-db", "key": "password"}
     assert MOCKS.named("kubernetes:core/v1:Service", "mariadb").inputs["spec"]["ports"][0]["port"] == 3306
-    acct = MOCKS.named(CR + "Accounting", "accounting").inputs["spec"]
+    acct = MOCKS.named(CR + "Accounting", "slurm").inputs["spec"]
     assert acct["storageConfig"]["host"] == "mariadb"
 
 
 def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     spec = build("prod")
     restapi = _crs("RestApi")
-    assert [r.inputs["metadata"]["name"] for r in restapi] == ["slurm-restapi"]
+    assert [r.inputs["metadata"]["name"] for r in restapi] == ["slurm"]  # its Service: slurm-restapi
     # The Token is minted where the key lives (slurm-operator v1.2.1 resolves jwtKeyRef and writes
     # secretRef in the Token's namespace): no copy of the key in the reconciler's namespace.
     token = MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs
@@ -430,10 +460,8 @@ def test_reconciler_and_operator_run_on_the_declared_system_pool():
     pod = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-prod-system"} == spec.system_pool.node_selector
     rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "prod-slurm-operator")
-    (term,) = rel.inputs["values"]["operator"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert term["matchExpressions"] == [{"key": "eks.amazonaws.com/nodegroup", "operator": "In",
-                                         "values": ["gpu-prod-system"]}]
+    for part in ("operator", "webhook"):
+        assert rel.inputs["values"][part]["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-prod-system"}
 
 
 def _checksum(spec, webhook: str = "https://hooks.example.com/a") -> str:

@@ -8,8 +8,8 @@ import pytest
 
 from fleetspec import labels, parse_fleet
 from reconciler.core.actions import (
-    DrainSlurm, EvictPods, NoteSignals, PromoteSpare, Quarantine, ReleaseJobs, RequestCapacity, RequeueJobs,
-    ResumeSlurm, ReturnToSpares, SignalJobs,
+    CarryDrain, DeletePods, DrainSlurm, EvictPods, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs,
+    RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs,
 )
 from reconciler.core.admission import admission_facts
 from reconciler.core.decide import detect, fail, needs, next_look, plan_step, retry
@@ -191,18 +191,73 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
         "Detected", "SlurmDraining", "Checkpointing", "Requeued", "Evicting", "Replacing", "Resuming", "Succeeded"]
 
 
-def test_a_persons_drain_survives_everything_gpufleet_does():
+def test_a_persons_drain_is_never_overwritten_and_goes_with_the_faulted_machine():
+    """slurm-operator 1.2.1 clears a drain when the NodeSet pod moves (preStop DOWN, then IDLE on the new
+    node: nodeset/slurmcontrol UpdateNodeWithPodInfo; Slurm 26.05 node_mgr.c update_node clears DRAIN):
+    gpufleet never overwrites the person's drain, notes it on the faulted machine before the pod leaves,
+    reports it, and that machine never returns to the spares while it carries it."""
     person = slurm("gpu-3", "IDLE", "DRAIN", reason="hardware check by ops")
     r = rec(node("h100-0", xid=79))
     st = plan_step(r, StepFacts(slurm_names=("gpu-3",)), spec(), T0)
     st = plan_step(st.remediation, StepFacts(slurm=(person,)), spec(), T0)
     assert st.remediation.kept_drains == ("gpu-3",)
     assert not any(isinstance(a, DrainSlurm) for a in st.actions)  # its reason is never overwritten
+    assert CarryDrain("h100-0", (("gpu-3", "hardware check by ops"),)) in st.actions
+    (told,) = [a for a in st.actions if isinstance(a, Notify)]
+    assert told.event == "person-drain-carried" and "hardware check by ops" in told.text
+    again = plan_step(replace(st.remediation, phase=Phase.SLURM_DRAINING,
+                              intents=st.remediation.intents + ("notify:person-drain-carried",)),
+                      StepFacts(slurm=(person,)), spec(), T0)
+    assert not any(isinstance(a, Notify) for a in again.actions)  # told once
+    # On the replacement the operator's IDLE made the Slurm node usable: the heal ends there.
     resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"),
                        slurm_nodes=("gpu-3",), kept_drains=("gpu-3",))
-    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(person,))
-    st = plan_step(resuming, facts, spec(), T0)
+    moved = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",),
+                      slurm=(slurm("gpu-3"),))
+    st = plan_step(resuming, moved, spec(), T0)
     assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation.phase is Phase.SUCCEEDED
+    # ... and not before: drained (the preStop's DOWN and the person's DRAIN) until the operator's IDLE.
+    waiting = replace(moved, slurm=(slurm("gpu-3", "DOWN", "DRAIN", reason="slurm-operator: Pod is terminating"),))
+    st = plan_step(resuming, waiting, spec(), T0)
+    assert st.actions == () and st.remediation is None
+    # The quarantined machine that carries the drain: its repair stops for a person (it never returns to
+    # the spares while it carries the drain), and goes on once the person removed it.
+    from reconciler.core.repair import RepairFacts, stop_reason
+
+    quarantined = node("h100-0", role=labels.ROLE_QUARANTINED)
+    carrying = replace(quarantined, carried_drain='{"gpu-3": "hardware check by ops"}')
+    assert "hardware check by ops" in stop_reason(r, RepairFacts(node=carrying), spec())
+    assert stop_reason(r, RepairFacts(node=quarantined), spec()) == ""
+
+
+def test_a_stale_pod_protection_delays_eviction_until_the_drain_timeout_then_the_pod_is_deleted():
+    """slurm-operator 1.2.1 protects a NodeSet pod whose Slurm node is busy with a PDB (maxUnavailable 0,
+    workerbuilder/worker_pdb.go) and relabels it at its next NodeSet sync (nodeset_sync.go): evictions
+    get 429 until then. Bounded: at the drain timeout, NodeSet pods left with no job on their Slurm
+    nodes are deleted and the heal goes on; pods of other kinds are left, as before."""
+    s = spec(drain_timeout_seconds=60)
+    r = replace(rec(node("h100-0", xid=79), Phase.EVICTING), slurm_nodes=("gpu-3",),
+                drain_deadline=T0 + timedelta(seconds=60))
+    # The jobs on its Slurm nodes are read only once the drain timeout passed.
+    assert needs(r, T0 + timedelta(seconds=30)).jobs_on == () and needs(r, T0 + timedelta(seconds=30)).pods
+    assert needs(r, T0 + timedelta(seconds=60)).jobs_on == ("gpu-3",)
+    left = StepFacts(pods=(pod("slurm/h100-3", **{labels.SLINKY_POD_HOSTNAME: "gpu-3"}), pod("team/debug")))
+    st = plan_step(r, left, s, T0 + timedelta(seconds=30))
+    assert st.actions == (EvictPods("h100-0", ("slurm/h100-3", "team/debug")),) and st.remediation is None
+    assert st.recheck_after == 2.0
+    st = plan_step(r, left, s, T0 + timedelta(seconds=60))
+    assert st.actions == (DeletePods("h100-0", ("slurm/h100-3",)),) and st.remediation.phase is Phase.REPLACING
+    assert "still refused eviction after 60s" in st.remediation.reason and "['team/debug']" in st.remediation.reason
+    assert not st.carry  # the deletion is written before it is forgotten
+    # Only the Slurm namespace's: a pod elsewhere with the NodeSet label is no pod the reconciler may delete
+    # (its one namespaced pod delete is in the Slurm namespace, components/reconciler.py slurm_namespace_rules).
+    lookalike = replace(left, pods=left.pods + (pod("team/h100-4", **{labels.SLINKY_POD_HOSTNAME: "gpu-4"}),))
+    st = plan_step(r, lookalike, s, T0 + timedelta(seconds=60))
+    assert st.actions == (DeletePods("h100-0", ("slurm/h100-3",)),) and "team/h100-4" in st.remediation.reason
+    busy = replace(left, jobs_on_node=(JobView(41, "RUNNING"),))
+    st = plan_step(r, busy, s, T0 + timedelta(seconds=60))
+    assert st.actions == () and "drain timed out after 60s" in st.remediation.reason
+    assert plan_step(r, StepFacts(), s, T0 + timedelta(seconds=5)).remediation.phase is Phase.REPLACING
 
 
 def test_the_operators_drain_is_left_to_the_operator():
@@ -436,15 +491,15 @@ def test_fail_from_live_phase_and_transitions_are_enforced():
 
 def test_the_core_says_what_each_step_reads_and_containment_asks_slurm_nothing():
     r = rec(node("h100-0", xid=79))
-    assert needs(r).slurm_names and not needs(r).asks_slurm and not needs(r).shared
+    assert needs(r, T0).slurm_names and not needs(r, T0).asks_slurm and not needs(r, T0).shared
     draining = replace(r, phase=Phase.SLURM_DRAINING, slurm_nodes=("gpu-3",))
-    assert needs(draining).slurm_nodes == ("gpu-3",) and needs(draining).jobs_on == ("gpu-3",)
-    assert needs(replace(r, phase=Phase.REQUEUED)).admission and needs(replace(r, phase=Phase.HELD)).pods
+    assert needs(draining, T0).slurm_nodes == ("gpu-3",) and needs(draining, T0).jobs_on == ("gpu-3",)
+    assert needs(replace(r, phase=Phase.REQUEUED), T0).admission and needs(replace(r, phase=Phase.HELD), T0).pods
     replacing = replace(r, phase=Phase.REPLACING)
-    assert needs(replacing).spares and needs(replacing).shared and needs(replacing).asks_slurm
-    assert not needs(replace(r, phase=Phase.WAITING_FOR_SPARE)).can_refill  # no provider call while waiting
-    assert needs(replace(r, phase=Phase.RESUMING, replacement="s")).replacement_slurm
-    assert needs(replace(r, phase=Phase.SUCCEEDED)) == needs(replace(r, phase=Phase.OPTED_OUT))
+    assert needs(replacing, T0).spares and needs(replacing, T0).shared and needs(replacing, T0).asks_slurm
+    assert not needs(replace(r, phase=Phase.WAITING_FOR_SPARE), T0).can_refill  # no provider call while waiting
+    assert needs(replace(r, phase=Phase.RESUMING, replacement="s"), T0).replacement_slurm
+    assert needs(replace(r, phase=Phase.SUCCEEDED), T0) == needs(replace(r, phase=Phase.OPTED_OUT), T0)
 
 
 def test_one_function_says_when_a_remediation_is_looked_at_again():

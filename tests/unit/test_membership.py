@@ -41,8 +41,21 @@ def apply(nodes, p):
     for c in p.changes:
         n = by[c.node]
         n["metadata"]["labels"].update(c.labels)
+        n["metadata"].setdefault("annotations", {}).update(c.annotations)
         n["spec"]["taints"] = (n["spec"]["taints"] or []) + [dict(t) for t in c.add_taints]
     return nodes
+
+
+def test_a_pools_nodes_carry_its_slurm_topology_block_for_the_operator():
+    """slurm-operator 1.2.1 gives the Slurm node of each NodeSet pod the topology in its Kubernetes node's
+    topology.slinky.slurm.net/spec annotation (nodeset_sync.go syncSlurmTopology): a pool with a
+    topology_block gets `blocks:<block>`, the block the stack's topology.yaml declares; others none."""
+    nodes = [node("a", iid="i-1"), node("l", {"eks.amazonaws.com/nodegroup": "ng-l40s"})]
+    p = plan(nodes, SPEC, H100_FACTS)
+    by = {c.node: c for c in p.changes}
+    assert by["a"].annotations == {labels.SLINKY_TOPOLOGY_SPEC: "blocks:block-a"}
+    assert by["l"].annotations == {}
+    assert plan(apply(nodes, p), SPEC, H100_FACTS).changes == ()
 
 
 H100_FACTS = MembershipFacts({"i-1": "asg-h100", "i-2": "asg-h100", "i-3": "asg-h100", "i-9": "asg-other"})

@@ -11,7 +11,7 @@ import pytest
 from fleetspec import labels, parse_fleet
 from fleetspec.ledger import parse as parse_ledger
 from reconciler.adapters.records import to_object
-from reconciler.adapters.slurm import SlurmJob
+from reconciler.adapters.slurm import SlurmJob, SlurmNode
 from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
 from tests.unit.fakes import T0, World, fleet, pool_node
@@ -240,6 +240,47 @@ def test_a_reconcile_sees_its_own_eviction_and_asks_once():
     assert [c for c in w.kube.calls if c[0] == "evict"] == [("evict", "slurm-worker-h100-w0")]
 
 
+def test_a_persons_drain_is_carried_to_the_faulted_machine_and_reported_once():
+    """slurm-operator 1.2.1 clears the drain on the Slurm node when its pod moves: before the pod leaves,
+    the person's reason is noted on the faulted machine (decide.carry_person_drains), the person is told
+    once, and the Slurm node's drain is never overwritten."""
+    w = World(fleet(grace_period_seconds=0))
+    w.slurm.table["h100-w0"] = SlurmNode("h100-w0", frozenset({"IDLE", "DRAIN"}), "ops: bad fan")
+    w.fault("h100-0")
+    w.run(seconds=5)
+    carried = json.loads(w.kube.nodes["h100-0"]["metadata"]["annotations"][labels.CARRIED_DRAIN])
+    assert carried == {"h100-w0": "ops: bad fan"}
+    assert w.notifier.sent.count("person-drain-carried") == 1 and ("drain", "h100-w0") not in w.slurm.calls
+    assert w.manager.caches.nodes.get("h100-0").carried_drain  # written through: the next look sees it
+    assert w.remediation("h100-0").kept_drains == ("h100-w0",)
+
+
+def test_a_nodeset_pod_a_stale_pdb_keeps_is_deleted_at_the_drain_timeout_when_no_job_runs():
+    """slurm-operator 1.2.1's busy-pod PDB refuses the eviction (429) until its next NodeSet sync: at the
+    drain timeout (10 s here), a NodeSet pod still there whose Slurm node runs no job is deleted and the
+    heal goes on; while a job runs there, it is not. Jobs are read only once the timeout passed."""
+    w = World(fleet(grace_period_seconds=0))
+    refused = []
+    w.kube.evict = lambda pod, grace_seconds=None: refused.append(pod["metadata"]["name"]) and False
+    w.fault("h100-0")
+    w.run(seconds=5)
+    assert w.remediation("h100-0").phase is Phase.EVICTING and "slurm/slurm-worker-h100-w0" in w.kube.pods
+    assert refused and not [c for c in w.kube.calls if c[0] == "delete"]
+    w.run(seconds=10)
+    assert [c for c in w.kube.calls if c[0] == "delete"] == [("delete", "slurm-worker-h100-w0")]
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.RESUMING and "still refused eviction after 10s" in r.reason
+
+    busy = World(fleet(grace_period_seconds=0))
+    busy.kube.evict = lambda pod, grace_seconds=None: False
+    busy.fault("h100-0")
+    busy.run(seconds=5)
+    busy.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",))  # landed before the drain took
+    busy.run(seconds=10)
+    assert not [c for c in busy.kube.calls if c[0] == "delete"]
+    assert "drain timed out after 10s with pods left" in busy.remediation("h100-0").reason
+
+
 def test_a_corrupt_remediation_halts_only_its_own_node():
     w = World(fleet(grace_period_seconds=0))
     bad = to_object(r := Remediation(name="h100-1-xid79-1", node="h100-1", pool="h100", xid=79, message="m",
@@ -324,6 +365,20 @@ def test_a_node_that_joins_is_labelled_into_its_pool_and_a_gpu_node_of_no_pool_i
     w.run(seconds=60)  # two more passes: the stray node is reported once
     assert w.kube.calls.count(("event", "NodeInNoPool")) == 1
     assert w.manager.metrics.unlabelled._value.get() == 1
+
+
+def test_the_membership_pass_writes_the_pools_slurm_topology_on_its_nodes_once():
+    """The annotation slurm-operator 1.2.1 copies to the Slurm node (nodeset_sync.go syncSlurmTopology) goes
+    through the executor with the pool's labels: written once, then nothing is left to change."""
+    spec = fleet()
+    spec = spec.model_copy(update={"pools": [spec.pools[0].model_copy(update={"topology_block": "block-a"})]})
+    w = World(spec)
+    w.run(seconds=2)
+    assert w.kube.nodes["h100-0"]["metadata"]["annotations"][labels.SLINKY_TOPOLOGY_SPEC] == "blocks:block-a"
+    assert w.kube.nodes["h100-spare-1"]["metadata"]["annotations"][labels.SLINKY_TOPOLOGY_SPEC] == "blocks:block-a"
+    writes = w.kube.calls.count(("membership", "h100-0"))
+    w.run(seconds=60)  # two more passes
+    assert w.kube.calls.count(("membership", "h100-0")) == writes == 1
 
 
 def test_own_relabels_queue_no_membership_pass_a_joining_node_does():

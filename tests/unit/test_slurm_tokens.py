@@ -91,11 +91,21 @@ def test_parser_choice_and_errors_in_the_body() -> None:
 
 
 def test_standin_pod_is_named_as_slinky_names_it() -> None:
-    ns = NodeSetDef("h100", 2, {"gpufleet.io/pool": "h100"}, [], gpus=8)
+    """slurm-operator v1.2.1 controller/nodeset/utils/utils.go GetOrdinalPodName, initIdentity;
+    builder/labels/labels.go WithWorkerLabels; pkg/taints/taints.go TolerationWorkerNode."""
+    ns = NodeSetDef("h100", 2, {"gpufleet.io/pool": "h100"}, [], gpus=8).resource("slurm")
     pod = pod_manifest(ns, 1, "slurm")
-    assert pod["metadata"]["name"] == "slurm-worker-h100-1"
+    assert pod["metadata"]["name"] == "h100-1"
     assert pod["spec"]["hostname"] == "h100-1" == pod["metadata"]["labels"][POD_HOSTNAME_LABEL]
+    assert {k: v for k, v in pod["metadata"]["labels"].items() if not k.startswith("nodeset.")} == {
+        "app.kubernetes.io/name": "slurmd", "app.kubernetes.io/instance": "h100",
+        "app.kubernetes.io/component": "worker", "slinky.slurm.net/cluster": "slurm"}
+    assert pod["metadata"]["labels"]["nodeset.slinky.slurm.net/pod-index"] == "1"
+    assert pod["metadata"]["labels"]["nodeset.slinky.slurm.net/scaling-mode"] == "StatefulSet"
     assert pod["spec"]["nodeSelector"] == {"gpufleet.io/pool": "h100"}
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    assert not any(t.get("key", "").startswith("gpufleet.io/") for t in pod["spec"]["tolerations"])
+    assert pod["spec"]["tolerations"] == [{"key": "nodeset.slinky.slurm.net/worker", "operator": "Equal",
+                                           "effect": "NoExecute"}]
+    padded = {**ns, "spec": {**ns["spec"], "ordinalPadding": 3}}
+    assert pod_manifest(padded, 7, "slurm")["metadata"]["name"] == "h100-007"
     json.dumps(pod)

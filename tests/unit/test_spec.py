@@ -65,6 +65,8 @@ CASES = [
     ("grace negative", lambda d: d["healing"].__setitem__("grace_period_seconds", -1), "healing.grace_period_seconds", "0"),
     ("admission hold too long", lambda d: d["healing"].__setitem__("admission_hold_seconds", 3600),
      "healing.admission_hold_seconds", "600"),
+    ("root's jobs outside local", lambda d: d["slurm"].__setitem__("disable_root_jobs", False),
+     "slurm.disable_root_jobs", "only on the local cluster"),
     ("critical_xids is gone", lambda d: d["healing"].__setitem__("critical_xids", [79]), "healing.critical_xids",
      "faults.actions"),
     ("xid not a number", lambda d: d["healing"].__setitem__("faults", {"actions": {"xid": {"seventy": "reboot"}}}),

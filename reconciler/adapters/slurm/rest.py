@@ -51,20 +51,35 @@ TOKEN_HEADER = "X-SLURM-USER-TOKEN"
 # Renew a token this long before it expires.
 RENEW_BEFORE_S = 60
 
-# Slurm error numbers meaning "slurmctld did not answer / is busy": retrying may help.
+# Slurm's error numbers, as Slurm 26.05 numbers them (slurm/slurm_errno.h at slurm-26-05-3-1; the enum
+# counts on from each explicit value). Only those this client tells apart.
+SLURM_COMMUNICATIONS_CONNECTION_ERROR = 1001  # ... _SEND_ERROR 1002, _RECEIVE_ERROR 1003, _SHUTDOWN_ERROR 1004
+SLURM_PROTOCOL_AUTHENTICATION_ERROR = 1007
+SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR = 1800  # ... _SEND 1801, _RECEIVE 1802, _SHUTDOWN 1803, _BACKOFF 1804
+ESLURM_INVALID_JOB_ID = 2017
+ESLURM_TRANSITION_STATE_NO_UPDATE = 2020  # "try again later": a job or node mid-transition
+ESLURM_ALREADY_DONE = 2021
+ESLURM_IN_STANDBY_MODE = 2027  # a backup slurmctld answered
+ESLURM_NOT_SUPPORTED = 2036  # permanent: retrying never helps
+ESLURM_JOB_NOT_PENDING = 2073
+ESLURM_IN_STANDBY_USE_BACKUP = 2131
+ESLURM_INVALID_NODE_STATE_TRANSITION = 2180
+SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT = 5004
+SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT = 5005
+
+# Error numbers meaning "slurmctld did not answer / is busy / is not the primary": retrying may help.
 _TEMPORARY_ERRNOS = {
     1001, 1002, 1003, 1004,  # SLURM_COMMUNICATIONS_{CONNECTION,SEND,RECEIVE,SHUTDOWN}_ERROR
-    1800, 1801,              # SLURMCTLD_COMMUNICATIONS_{CONNECTION,SEND}_ERROR...
-    1802, 1803, 1804,
-    5004, 5005,              # SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT, ZERO_BYTES_SENT
-    2026,                    # ESLURM_TRANSITION_STATE_NO_UPDATE (try again later)
-    2035, 2036,              # ESLURM_IN_STANDBY_MODE...
+    1800, 1801, 1802, 1803, 1804,  # SLURMCTLD_COMMUNICATIONS_{CONNECTION,SEND,RECEIVE,SHUTDOWN}_ERROR, _BACKOFF
+    SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT, SLURM_PROTOCOL_SOCKET_ZERO_BYTES_SENT,
+    ESLURM_TRANSITION_STATE_NO_UPDATE,
+    ESLURM_IN_STANDBY_MODE, ESLURM_IN_STANDBY_USE_BACKUP,
 }
 _TEMPORARY_TEXT = ("unable to contact slurm controller", "timed out", "try again", "connection refused",
                    "standby mode", "being configured", "zero bytes")
-_AUTH_ERRNO = 1007  # SLURM_PROTOCOL_AUTHENTICATION_ERROR
-_INVALID_NODE_STATE_TRANSITION = 2180
-_ALREADY_DONE = {2017, 2019, 2021}  # invalid job id, already done, not pending
+_AUTH_ERRNO = SLURM_PROTOCOL_AUTHENTICATION_ERROR
+_INVALID_NODE_STATE_TRANSITION = ESLURM_INVALID_NODE_STATE_TRANSITION
+_ALREADY_DONE = {ESLURM_INVALID_JOB_ID, ESLURM_ALREADY_DONE, ESLURM_JOB_NOT_PENDING}
 
 # ---------------------------------------------------------------------------- tokens
 
@@ -386,7 +401,7 @@ class SlurmREST:
         try:
             resp = self._call("GET", f"/job/{int(job_id)}", JobsResponse, ok_status=(404,))
         except SlurmError as e:
-            if _errnos(e) & {2017}:  # ESLURM_INVALID_JOB_ID
+            if _errnos(e) & {ESLURM_INVALID_JOB_ID}:
                 return None
             raise
         for j in resp.jobs:
