@@ -20,7 +20,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
@@ -69,10 +69,24 @@ def request_name(pool: str, key: str) -> str:
     return f"gpufleet-refill-{pool}"[:52] + f"-{digest}"
 
 
-def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str) -> dict:
-    """A pod that fits exactly one new node of the pool and nothing else: the pool's member
-    selector (what the autoscaler's node template carries), its taints tolerated, one node's GPUs."""
+def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str, existing: Iterable[str] = ()) -> dict:
+    """A pod that fits one new node of the pool and no node that exists when it is asked for.
+
+    A real cluster autoscaler decides whether a pending pod would fit a node group by a template made
+    from one of the group's Ready, schedulable nodes: its labels and taints kept, only its name and
+    hostname fresh (cluster-autoscaler 1.32 processors/nodeinfosprovider/mixed_nodeinfos_processor.go,
+    simulator/node_info_utils.go createSanitizedNode; taints dropped only for the autoscaler's own, the
+    node-condition ones and the startup/status prefixes, utils/taints/taints.go SanitizeTaints). So the
+    pod asks only for what every node of the group carries: the pool's member selector, the pool's taints
+    tolerated, and also the spare and lending taints (the template may be made from a spare, lent or not),
+    one node's GPUs. What keeps it off the nodes that exist is their names: one `metadata.name NotIn`
+    field requirement per node (a node field requirement takes one value: k8s.io/kubernetes
+    pkg/apis/core/validation ValidateNodeFieldSelectorRequirement), which a template's fresh name and any
+    node that joins later pass."""
     selector = dict(pool.member_selector) or {labels.POOL: pool.name}
+    not_these = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in sorted(set(existing))]
+    affinity = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": not_these}]}}}} if not_these else {}
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": request_name(pool.name, key), "namespace": namespace,
@@ -80,10 +94,10 @@ def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str) -> di
                      "annotations": {labels.REQUEST_KEY: key, labels.REQUEST_REASON: reason[:500]}},
         "spec": {
             "nodeSelector": selector,
-            # Only a node that is nobody's yet: never an existing spare or worker of the pool.
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": labels.ROLE, "operator": "DoesNotExist"}]}]}}},
-            "tolerations": worker_tolerations(pool),
+            **affinity,
+            "tolerations": worker_tolerations(pool) + [
+                {"key": labels.SPARE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+                {"key": labels.LENDING_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": 0,
             "automountServiceAccountToken": False,
             "containers": [{
@@ -110,7 +124,7 @@ class KubernetesSpares:
 
     def request_capacity(self, pool: str, reason: str, key: str) -> None:
         """Declare that the pool needs one node: a pending placeholder pod (idempotent by key)."""
-        body = placeholder_pod(self.spec.pool(pool), key, reason, self.namespace)
+        body = placeholder_pod(self.spec.pool(pool), key, reason, self.namespace, self.pool_node_names(pool))
         try:
             _call(f"create capacity request {body['metadata']['name']}", self.kube.core.create_namespaced_pod,
                   self.namespace, body, _preload_content=False)
@@ -118,6 +132,19 @@ class KubernetesSpares:
             pass  # asked already for this remediation
         log.info("capacity requested for pool %s (%s): pod %s/%s", pool, reason, self.namespace,
                  body["metadata"]["name"])
+
+    def pool_node_names(self, pool: str) -> list[str]:
+        """The nodes a capacity request of the pool must not land on: every node its selector matches now."""
+        p = self.spec.pool(pool)
+        selector = ",".join(f"{k}={v}" for k, v in (dict(p.member_selector) or {labels.POOL: p.name}).items())
+        names, cont = [], None
+        while True:
+            data = _json(_call("list the pool's nodes", self.kube.core.list_node, label_selector=selector, limit=500,
+                               _continue=cont, _preload_content=False))
+            names += [n["metadata"]["name"] for n in data["items"]]
+            cont = (data.get("metadata") or {}).get("continue")
+            if not cont:
+                return names
 
     def can_refill(self, pool: str) -> bool:
         return True  # whoever acts on the request decides; nothing to exceed here
