@@ -16,7 +16,6 @@ The local environment's pools are `kubernetes-spares` too: a stand-in for the cl
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from reconciler.adapters.aws_errors import typed
 from reconciler.adapters.kube import Kube, _call, _json
 from reconciler.adapters.slurm import SlurmClient
 from reconciler.core.membership import MembershipFacts, instance_id, settle
+from reconciler.core.refills import request_name
 from reconciler.errors import AlreadyExists, NotFound, PermanentError
 
 log = logging.getLogger(__name__)
@@ -61,12 +61,7 @@ class NodeProvider(Protocol):
     def return_to_spares(self, node: str) -> None: ...
     def membership_facts(self) -> MembershipFacts: ...
     def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]: ...
-
-
-def request_name(pool: str, key: str) -> str:
-    """A placeholder pod's name: one per pool and remediation, so asking again is harmless."""
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return f"gpufleet-refill-{pool}"[:52] + f"-{digest}"
+    def withdraw_capacity_request(self, pool: str, key: str) -> None: ...
 
 
 def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str, existing: Iterable[str] = ()) -> dict:
@@ -132,6 +127,16 @@ class KubernetesSpares:
             pass  # asked already for this remediation
         log.info("capacity requested for pool %s (%s): pod %s/%s", pool, reason, self.namespace,
                  body["metadata"]["name"])
+
+    def withdraw_capacity_request(self, pool: str, key: str) -> None:
+        """Delete a request nobody answered in time (the remediation that asked says it failed)."""
+        name = request_name(pool, key)
+        try:
+            _call(f"delete capacity request {name}", self.kube.core.delete_namespaced_pod, name, self.namespace,
+                  grace_period_seconds=0, _preload_content=False)
+        except NotFound:
+            return  # answered and settled meanwhile, or withdrawn already
+        log.info("capacity request %s/%s withdrawn: unanswered", self.namespace, name)
 
     def pool_node_names(self, pool: str) -> list[str]:
         """The nodes a capacity request of the pool must not land on: every node its selector matches now."""
@@ -354,6 +359,9 @@ class AwsAsgProvider(KubernetesSpares):
 
     def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]:
         return []  # the group's desired capacity is the request; nothing to settle
+
+    def withdraw_capacity_request(self, pool: str, key: str) -> None:
+        return None  # a raised desired capacity is not taken back: the group answers when it can
 
 
 def _refill_state(value: str | None) -> tuple[str | None, int]:

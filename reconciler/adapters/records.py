@@ -20,7 +20,7 @@ from fleetspec import labels, remediation_crd
 
 from reconciler.adapters.kube import _call, _json
 from reconciler.core.conditions import conditions
-from reconciler.core.model import Remediation
+from reconciler.core.model import Refill, RefillState, Remediation, ReplacementFailure
 from reconciler.core.observe import parse_time
 from reconciler.core.phases import Phase
 from reconciler.errors import AlreadyExists, NotFound, PermanentError
@@ -47,6 +47,13 @@ def _status(r: Remediation) -> dict[str, Any]:
         "heldMessage": r.held_message,
         "heldReason": r.held_reason,
         "reclaimStarted": _ts(r.reclaim_started),
+        "delivered": list(r.delivered),
+        "signalledJobs": list(r.signalled),
+        "failedReplacements": [{"node": f.node, "at": _ts(f.at), "why": f.why} for f in r.failed_replacements],
+        "standsInFor": r.stands_in_for or None,
+        "refill": {"key": r.refill.key, "state": r.refill.state, "at": _ts(r.refill.at), "message": r.refill.message}
+        if r.refill else None,
+        "waiting": r.waiting or None,
         "failingSince": _ts(r.failing_since),
         "nextAttempt": _ts(r.next_attempt),
         "lastError": r.last_error,
@@ -69,6 +76,14 @@ def to_object(r: Remediation, resource_version: str | None = None) -> dict[str, 
         "spec": {"node": r.node, "pool": r.pool, "xid": r.xid, "message": r.message, "wasSpare": r.was_spare},
         "status": _status(r),
     }
+
+
+def _refill(f: dict[str, Any] | None) -> Refill | None:
+    if not f:
+        return None
+    if f["state"] not in (RefillState.REQUESTED, RefillState.ANSWERED, RefillState.FAILED):
+        raise ValueError(f"refill state {f['state']!r}")
+    return Refill(f["key"], f["state"], parse_time(f["at"]), f.get("message", ""))
 
 
 class CorruptRemediation(PermanentError):
@@ -104,6 +119,10 @@ def from_object(obj: dict[str, Any]) -> Remediation:
             held_message=st.get("heldMessage") or st.get("held") or "", held_reason=st.get("heldReason") or "",
             reclaim_started=opt("reclaimStarted"), failing_since=opt("failingSince"), next_attempt=opt("nextAttempt"),
             last_error=st.get("lastError") or "", revision=int(st.get("revision") or 0),
+            delivered=tuple(st.get("delivered") or ()), signalled=tuple(int(j) for j in st.get("signalledJobs") or ()),
+            failed_replacements=tuple(ReplacementFailure(f["node"], parse_time(f["at"]), f.get("why", ""))
+                                      for f in st.get("failedReplacements") or ()),
+            stands_in_for=st.get("standsInFor") or "", refill=_refill(st.get("refill")), waiting=st.get("waiting") or "",
         )
     except (KeyError, ValueError, TypeError) as e:
         raise CorruptRemediation(f"remediation {name} is unreadable ({e!r}): fix or delete it; the reconciler will "

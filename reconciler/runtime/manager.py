@@ -24,6 +24,7 @@ from reconciler.adapters.notify import Notifier
 from reconciler.adapters.providers import NodeProvider
 from reconciler.adapters.records import RemediationStore, Unreadable
 from reconciler.adapters.slurm import SlurmClient
+from reconciler.core import refills
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.alerts import Alerts
 from reconciler.runtime.caches import Caches
@@ -91,15 +92,15 @@ class Manager:
         self.resync()
 
     def resync(self) -> None:
-        """Queue every node that has a fault or a live remediation, and poke every pass."""
+        """Queue every node that has a fault, a live remediation or an outstanding refill, and poke every pass."""
         for t in self.timers.values():
             t.poke()
         for n in self.caches.nodes.values():
             if n.fault is not None or n.role == labels.ROLE_QUARANTINED:
                 self.queue.add(n.name)
         for r in self.caches.remediations.values():
-            if r.node and (isinstance(r, Unreadable) or r.active):
-                self.queue.add(r.node)
+            if r.node and (isinstance(r, Unreadable) or r.active or refills.due(r, self.spec) is not None):
+                self.queue.add(r.node)  # a finished one whose refill is outstanding: it is settled there
 
     # --- workers ----------------------------------------------------------------------------------------
 

@@ -62,6 +62,12 @@ def pod(key, node="h100-0", **labels_):
     return PodView(namespace, name, node, labels=tuple(labels_.items()))
 
 
+def nodeset_pod(slurm_name, node=None, unschedulable=""):
+    """The NodeSet pod of a Slurm node (its hostname label), on `node` or not placed."""
+    return PodView("slurm", f"slurm-worker-{slurm_name}", node, phase="Running" if node else "Pending",
+                   labels=((labels.SLINKY_POD_HOSTNAME, slurm_name),), unschedulable=unschedulable)
+
+
 # --- detect ------------------------------------------------------------------------------------
 
 def test_critical_xid_starts_one_remediation():
@@ -172,8 +178,8 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
 
     spare = node("h100-spare-0", role=labels.ROLE_ACTIVE, ready=True)
     # the pod moved with its Slurm name onto the spare, still drained by gpufleet: resume it
-    drained = StepFacts(replacement=spare, replacement_slurm=("gpu-3",),
-                          slurm=(slurm("gpu-3", "IDLE", "DRAIN", reason=f"gpufleet: XID 79 [{r.name}]"),))
+    drained = StepFacts(replacement=spare, replacement_slurm=("gpu-3",), slurm_pods=(nodeset_pod("gpu-3", spare.name),),
+                        slurm=(slurm("gpu-3", "IDLE", "DRAIN", reason=f"gpufleet: XID 79 [{r.name}]"),))
     st = plan_step(r, drained, s, now)
     assert st.actions == (ResumeSlurm("gpu-3"),) and st.remediation is None
     up = replace(drained, slurm=(slurm("gpu-3"),))
@@ -192,7 +198,8 @@ def test_a_persons_drain_survives_everything_gpufleet_does():
     assert not any(isinstance(a, DrainSlurm) for a in st.actions)  # its reason is never overwritten
     resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"),
                        slurm_nodes=("gpu-3",), kept_drains=("gpu-3",))
-    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(person,))
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(person,),
+                      slurm_pods=(nodeset_pod("gpu-3", "h100-spare-0"),))
     st = plan_step(resuming, facts, spec(), T0)
     assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation.phase is Phase.SUCCEEDED
 
@@ -202,9 +209,13 @@ def test_the_operators_drain_is_left_to_the_operator():
     r = replace(rec(node("h100-0", xid=79), Phase.SLURM_DRAINING), slurm_nodes=("gpu-3",))
     assert not any(isinstance(a, DrainSlurm) for a in plan_step(r, StepFacts(slurm=(op,)), spec(), T0).actions)
     resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-3",))
-    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(op,))
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(op,),
+                      slurm_pods=(nodeset_pod("gpu-3", "h100-spare-0"),))
     st = plan_step(resuming, facts, spec(), T0)
     assert st.actions == () and st.remediation is None  # waits until the operator undrains it
+    st = plan_step(resuming, facts, spec(), T0 + timedelta(seconds=31))
+    assert st.actions == () and st.remediation.phase is Phase.RESUMING  # and, after a while, says so
+    assert st.remediation.waiting == "Slurm node gpu-3: it does not take jobs (DRAIN+IDLE: slurm-operator: gpufleet: XID 79)"
 
 
 def test_a_node_with_no_slurm_pod_heals_on_kubernetes_alone():
@@ -225,13 +236,15 @@ def test_grace_period_expires_then_requeue_kills():
     assert st.actions[0] == RequeueJobs((7, 8)) and st.remediation.jobs == (7, 8)
 
 
-def test_grace_zero_sends_no_signal_and_a_begun_signal_is_never_sent_twice():
+def test_grace_zero_sends_no_signal_and_a_delivered_signal_is_never_sent_twice():
     r = replace(rec(node("h100-0", xid=79), Phase.SLURM_DRAINING), slurm_nodes=("gpu-3",))
     jobs = StepFacts(jobs_on_node=(JobView(3, "RUNNING"),))
     st = plan_step(r, jobs, spec(grace_period_seconds=0), T0)
     assert [a.kind for a in st.actions] == ["DrainSlurm"] and st.remediation.grace_deadline == T0
-    begun = replace(r, intents=("signal:TERM",))
-    assert [a.kind for a in plan_step(begun, jobs, spec(), T0).actions] == ["DrainSlurm"]
+    delivered = replace(r, intents=("signal:TERM",), delivered=("signal:TERM",))
+    assert [a.kind for a in plan_step(delivered, jobs, spec(), T0).actions] == ["DrainSlurm"]
+    begun = replace(r, intents=("signal:TERM",))  # noted, never marked sent: a crash fell in between
+    assert [a.kind for a in plan_step(begun, jobs, spec(), T0).actions] == ["DrainSlurm", "SignalJobs"]
 
 
 # --- admission: only replacement waits ------------------------------------------------------------
@@ -337,11 +350,12 @@ def test_no_spare_waits_notifies_and_asks_for_capacity_once():
         is Phase.REPLACING
 
 
-def test_no_room_to_refill_promotes_but_asks_for_nothing():
+def test_no_room_to_refill_promotes_asks_for_nothing_and_says_the_refill_failed():
     r = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
     st = plan_step(r, StepFacts(can_refill=False), spec(), T0)
-    assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "Notify"]
-    assert st.actions[2].event == "refill-blocked"
+    assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "SettleRefill", "Notify"]
+    assert st.actions[2].outcome == "Failed" and st.actions[3].event == "refill-blocked"
+    assert st.remediation.refill.state == "Failed" and "no room" in st.remediation.refill.message
 
 
 def test_fault_on_spare_quarantines_and_refills():

@@ -1,0 +1,54 @@
+"""Whether a remediation's Slurm nodes are back: each one it moved runs off the faulted node and takes jobs.
+Pure.
+
+A remediation succeeds only then: a ready replacement is not enough (another Slurm node's pod may have
+landed there while the remediation's own waits Pending with nowhere to go). While one is not back, the
+record says why (`Remediation.waiting`): no pod yet, a pod the scheduler can place on no node (with the
+scheduler's words), a pod still on the faulted node, a Slurm node that does not take jobs. A person's
+drain is theirs to lift and is not waited for.
+"""
+from __future__ import annotations
+
+from fleetspec import labels
+
+from reconciler.core.model import PodView, Remediation, SlurmNodeView, StepFacts
+
+
+def _pods(name: str, pods: tuple[PodView, ...]) -> list[PodView]:
+    return [p for p in pods if p.label(labels.SLINKY_POD_HOSTNAME) == name and not p.deleting]
+
+
+def not_back(r: Remediation, facts: StepFacts) -> dict[str, str]:
+    """The remediation's Slurm nodes that are not back, each with why (empty: all are back)."""
+    slurm: dict[str, SlurmNodeView] = {n.name: n for n in facts.slurm}
+    out: dict[str, str] = {}
+    for name in r.slurm_nodes:
+        if name in r.kept_drains:
+            continue
+        pods = _pods(name, facts.slurm_pods)
+        placed = [p for p in pods if p.node and p.node != r.node]
+        if not placed:
+            stuck = next((p for p in pods if not p.node and p.unschedulable), None)
+            if stuck is not None:
+                out[name] = f"pod {stuck.key} cannot be scheduled: {stuck.unschedulable}"
+            elif any(p.node == r.node for p in pods):
+                out[name] = f"its pod is still on {r.node}"
+            else:
+                out[name] = "no pod placed yet"
+        elif name not in slurm:
+            out[name] = f"Slurm does not know it yet (pod on {placed[0].node})"
+        elif not slurm[name].takes_jobs:
+            states = "+".join(sorted(slurm[name].states))
+            out[name] = f"it does not take jobs ({states}{': ' + slurm[name].reason if slurm[name].reason else ''})"
+    return out
+
+
+def unplaceable(r: Remediation, facts: StepFacts) -> bool:
+    """A Slurm node of the remediation has a pod the scheduler can place on no node."""
+    return any(why.startswith("pod ") and "cannot be scheduled" in why for why in not_back(r, facts).values())
+
+
+def waiting(r: Remediation, facts: StepFacts) -> str:
+    """One line for the record: which Slurm nodes are not back, and why."""
+    left = not_back(r, facts)
+    return "; ".join(f"Slurm node {n}: {why}" for n, why in sorted(left.items()))
