@@ -207,3 +207,21 @@ def test_steps_that_carry_are_written_with_the_next_and_every_phase_stays_on_the
                                                               "Resuming"]
     assert w.notifier.sent.count("detected") == 1
     assert [c for c in w.kube.calls if c[0] == "evict"] == [("evict", "slurm-worker-h100-w0")]  # asked once
+
+
+def test_a_sigterm_noted_but_never_sent_is_sent_after_the_restart_and_marked_delivered():
+    """The drill's lost SIGTERM: the Lease holder killed right after the record noted the intent, before the
+    signal went out. The restarted reconciler sends it (the job checkpoints within the grace), and marks it."""
+    w = World(fleet(grace_period_seconds=120))
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",))
+    w.fault("h100-0")
+    point = crash_after(w, 1, [(w.slurm, "signal_jobs")], 2, lambda: {})  # killed as it would send
+    assert point.call == "signal_jobs" and "signal:TERM" in point.intents and "signal:TERM" not in point.delivered
+    w.run(seconds=3)
+    assert [c for c in w.slurm.calls if c[0] == "signal"] == [("signal", (7,))]
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.CHECKPOINTING and r.delivered == ("signal:TERM",) and r.signalled == (7,)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "COMPLETED", nodes=("h100-w0",))  # it checkpointed and ended
+    w.run(seconds=5)
+    assert [c for c in w.slurm.calls if c[0] == "signal"] == [("signal", (7,))]
+    assert w.remediation("h100-0").phase is not Phase.CHECKPOINTING

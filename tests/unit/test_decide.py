@@ -14,7 +14,8 @@ from reconciler.core.actions import (
 from reconciler.core.admission import admission_facts
 from reconciler.core.decide import detect, fail, needs, next_look, plan_step, retry
 from reconciler.core.model import (
-    Admission, Fault, JobView, NodeView, PodView, Remediation, SlurmNodeView, StepFacts, remediation_name,
+    Admission, Fault, JobView, NodeView, PodView, Remediation, ReplacementFailure, SlurmNodeView, StepFacts,
+    remediation_name,
 )
 from reconciler.core.observe import node_view
 from reconciler.core.phases import InvalidTransition, Phase, check_transition
@@ -511,3 +512,75 @@ def test_the_storm_page_is_sent_by_one_held_remediation_and_noted_on_it():
     assert not admission_facts(rec(node("h100-5", xid=79), Phase.REQUEUED), [], [done], spec(), T0).storm_paged
     held_again = plan_step(st.remediation, facts, spec(max_concurrent=100), T0)  # held, its page not noted: it pages
     assert [a.event for a in held_again.actions] == ["storm"] and held_again.remediation is not None
+
+
+# --- a replacement that breaks before its remediation succeeds (issue 23) -----------------------------
+
+def test_a_chosen_spare_that_faults_before_its_promotion_is_given_up_and_another_chosen():
+    r = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
+    faulted = node("h100-spare-0", role=labels.ROLE_SPARE, xid=79, ready=True)
+    st = plan_step(r, StepFacts(pool_nodes=(faulted,) + spares("h100-spare-1")), spec(), T0)
+    assert not any(isinstance(a, PromoteSpare) for a in st.actions)
+    assert [(a.kind, a.event) for a in st.actions] == [("Notify", "replacement-failed")]
+    given_up = st.remediation
+    assert given_up.phase is Phase.REPLACING and given_up.replacement is None and st.carry
+    assert [f.node for f in given_up.failed_replacements] == ["h100-spare-0"]
+    st = plan_step(given_up, StepFacts(pool_nodes=(faulted,) + spares("h100-spare-1")), spec(), T0)
+    assert st.remediation.replacement == "h100-spare-1"
+
+
+def test_a_promoted_spare_that_breaks_while_resuming_sends_the_remediation_back_to_replacing():
+    r = rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0")
+    broke = node("h100-spare-0", xid=48, ready=True)  # promoted: active now
+    st = plan_step(r, StepFacts(replacement=broke), spec(), T0 + timedelta(seconds=20))
+    assert st.remediation.phase is Phase.REPLACING and st.remediation.replacement is None
+    assert st.remediation.failed_replacements[0].at == T0 + timedelta(seconds=20)
+    assert st.actions[0].once == "notify:replacement-failed:h100-spare-0"  # one page per broken replacement
+    # the third broken replacement: something other than the spares is wrong
+    third = replace(r, failed_replacements=st.remediation.failed_replacements * 2)
+    st = plan_step(third, StepFacts(replacement=broke), spec(), T0)
+    assert st.remediation.phase is Phase.FAILED and "3 replacements broke" in st.remediation.reason
+    assert st.actions[0].severity == "critical"
+
+
+def test_a_spare_that_broke_standing_in_is_counted_once_by_the_brake_and_replaces_nothing():
+    """Pool of 4, brake at 25 %: h100-0 and the spare promoted for it are one position, not two."""
+    s = spec(max_unhealthy_fraction=0.25)
+    s = s.model_copy(update={"pools": [s.pools[0].model_copy(update={"nodes": 4})] + s.pools[1:]})
+    r = rec(node("h100-0", xid=79), Phase.REPLACING,
+            failed_replacements=(ReplacementFailure("h100-spare-0", T0, "h100-spare-0 reported XID 79"),))
+    x = rec(node("h100-spare-0", xid=79), Phase.REQUEUED)
+    a = admission_facts(x, [node("h100-spare-0", xid=79, ready=True)], [r, x], s, T0)
+    assert a.unhealthy == frozenset({"h100-0"}) and a.stands_in_for == r.name
+    st = plan_step(x, StepFacts(admission=a, pods=(pod("slurm/worker-0", "h100-spare-0"),)), s, T0)
+    assert st.remediation.phase is Phase.EVICTING and st.remediation.stands_in_for == r.name and st.gate is None
+    assert admission_facts(r, [], [r, st.remediation], s, T0).in_flight == 0  # it holds no slot
+    evicted = plan_step(st.remediation, StepFacts(), s, T0 + timedelta(seconds=1)).remediation
+    st = plan_step(evicted, StepFacts(), s, T0 + timedelta(seconds=1))
+    assert [a.kind for a in st.actions] == ["Quarantine", "RequestCapacity"] and st.remediation.phase is Phase.SUCCEEDED
+    assert not any(isinstance(a, PromoteSpare) for a in st.actions)
+    # without the stand-in, the same two nodes are a storm in a pool of 4
+    other = rec(node("h100-1", xid=79), Phase.REQUEUED)
+    assert len(admission_facts(other, [], [replace(r, failed_replacements=()), x, other], s, T0).unhealthy) == 3
+
+
+# --- success only when the Slurm nodes the remediation moved are back (issue 23) ------------------------
+
+def test_a_heal_is_not_a_success_while_its_own_slurm_nodes_pod_can_be_placed_nowhere():
+    """Another Slurm node's pod landed on the replacement and takes jobs; the remediation's own waits
+    Pending with nowhere to go. Not Succeeded: the record says why at once, and the timeout fails it with that."""
+    r = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-3",))
+    why = "0/12 nodes are available: 11 node(s) had untolerated taint {gpufleet.io/spare: true}, 1 node(s) were unschedulable."
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-9",),
+                      slurm=(slurm("gpu-9"),), slurm_pods=(nodeset_pod("gpu-3", unschedulable=why),))
+    st = plan_step(r, facts, spec(), T0)
+    assert st.remediation.phase is Phase.RESUMING and not any(a.kind == "ReleaseJobs" for a in st.actions)
+    assert st.remediation.waiting == f"Slurm node gpu-3: pod slurm/slurm-worker-gpu-3 cannot be scheduled: {why}"
+    st = plan_step(st.remediation, facts, spec(), T0 + timedelta(minutes=11))
+    assert st.remediation.phase is Phase.FAILED and why in st.remediation.reason
+    # once its pod runs on the replacement and Slurm takes jobs there, it succeeds
+    back = replace(facts, replacement_slurm=("gpu-3", "gpu-9"), slurm=(slurm("gpu-3"), slurm("gpu-9")),
+                   slurm_pods=(nodeset_pod("gpu-3", "h100-spare-0"),))
+    assert plan_step(r, back, spec(), T0).remediation.phase is Phase.SUCCEEDED
+    still_drained = replace(back, slurm=(slurm("gpu-3", "IDLE", "DRAIN", reason="slurm-operator: x"), slurm("gpu-9")))
+    assert plan_step(r, still_drained, spec(), T0).remediation is None
