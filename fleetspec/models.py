@@ -395,7 +395,7 @@ class HealingSpec(Strict):
     max_attempts_per_node: int = Field(2, ge=1, description="Remediations of one node within the window before it is quarantined for a human.")
     attempts_window_seconds: int = Field(86400, ge=60)
     refill_timeout_seconds: int = Field(
-        1800, ge=60, le=86400,
+        1800, ge=10, le=86400,
         description="A capacity request (kubernetes-spares) nobody answers within this long is a failed refill: "
                     "withdrawn, paged, counted; the record says so.")
     record_retention_days: int = Field(
