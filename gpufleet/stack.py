@@ -113,10 +113,13 @@ class Stack:
         out = self.run("stack", "ls", "--json", capture=True, stack_flag=False).stdout
         return any(s["name"] == self.name for s in json.loads(out or "[]"))
 
-    def ensure(self) -> None:
-        """Create the stack when missing (its config file and salt are committed for `local`)."""
-        if not self.exists():
-            self.run("stack", "init", self.name, "--secrets-provider", "passphrase", stack_flag=False, capture=True)
+    def ensure(self) -> bool:
+        """Create the stack when missing (its config file and salt are committed for `local`); True when
+        it was created."""
+        if self.exists():
+            return False
+        self.run("stack", "init", self.name, "--secrets-provider", "passphrase", stack_flag=False, capture=True)
+        return True
 
     def ensure_secrets(self, keys: Sequence[str]) -> list[str]:
         """Set random values for missing secrets (the local stack only: demo values)."""

@@ -5,7 +5,14 @@ Everything is generated once with ``cryptography`` and reused on later runs:
 * ``ca.crt`` / ``ca.key``            cluster CA (ECDSA P-256, 10 years)
 * ``apiserver.crt`` / ``.key``       API server serving cert (localhost, 127.0.0.1, kubernetes.default...)
 * ``admin.crt`` / ``.key``           client cert, ``O=system:masters``
+* ``apiserver-kubelet-client.crt``   the API server's client cert towards the kubelets (``kubectl logs``,
+  ``exec``, ``port-forward``): name and CN as kubeadm issues it (cmd/kubeadm/app/phases/certs/certlist.go,
+  ``KubeadmCertKubeletClient``, v1.34.4); kubeadm puts it in a group bound to cluster-admin, this one is
+  in no group and gets only ``system:kubelet-api-admin`` (see :mod:`localenv.control_plane`)
 * ``sa.key`` / ``sa.pub``            service-account token signing key pair (RSA 2048)
+
+and, per kubelet node (:mod:`localenv.node`), a client cert for the node's identity and a serving cert
+for its own HTTPS server, signed by the same CA the API server names in ``--kubelet-certificate-authority``.
 
 A leaf certificate is re-issued (from the same CA) when it is missing, expires
 within a day, or lacks a SAN that the current configuration needs; the CA and
@@ -28,6 +35,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 CA_DAYS = 3650
 LEAF_DAYS = 730
 _RENEW_MARGIN = _dt.timedelta(days=1)
+
+# The user the API server is to the kubelets (kubeadm's CommonName, cmd/kubeadm/app/constants/constants.go).
+APISERVER_KUBELET_CLIENT_CN = "kube-apiserver-kubelet-client"
 
 APISERVER_DNS_NAMES = (
     "localhost",
@@ -67,6 +77,14 @@ class PKI:
     @property
     def admin_key(self) -> Path:
         return self.dir / "admin.key"
+
+    @property
+    def apiserver_kubelet_client_cert(self) -> Path:
+        return self.dir / "apiserver-kubelet-client.crt"
+
+    @property
+    def apiserver_kubelet_client_key(self) -> Path:
+        return self.dir / "apiserver-kubelet-client.key"
 
     @property
     def sa_key(self) -> Path:
@@ -246,6 +264,14 @@ def ensure_pki(directory: Path, *, service_ip: str, extra_ips: tuple[str, ...] =
         _write(pki.admin_cert, cert.public_bytes(serialization.Encoding.PEM), private=False)
         created.append("admin")
 
+    if need(pki.apiserver_kubelet_client_cert, pki.apiserver_kubelet_client_key,
+            lambda c: c.subject == _name(APISERVER_KUBELET_CLIENT_CN)):
+        cert, key = _issue(ca_cert, ca_key, cn=APISERVER_KUBELET_CLIENT_CN, org=None,
+                           usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
+        _write(pki.apiserver_kubelet_client_key, _key_pem(key), private=True)
+        _write(pki.apiserver_kubelet_client_cert, cert.public_bytes(serialization.Encoding.PEM), private=False)
+        created.append("apiserver-kubelet-client")
+
     if not (pki.sa_key.exists() and pki.sa_pub.exists()):
         sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write(pki.sa_key, _key_pem(sa), private=True)
@@ -264,13 +290,34 @@ def ensure_pki(directory: Path, *, service_ip: str, extra_ips: tuple[str, ...] =
 def ensure_client_cert(pki: PKI, name: str, cn: str, org: str | None) -> tuple[Path, Path]:
     """A client certificate ``<name>.crt``/``.key`` signed by the local CA (reused while valid), e.g. a
     kubelet's ``CN=system:node:<node>, O=system:nodes``, which the Node authorizer lets act for that node."""
+    return _ensure_leaf(pki, name, cn, org, ExtendedKeyUsageOID.CLIENT_AUTH)
+
+
+def ensure_serving_cert(pki: PKI, name: str, cn: str, org: str | None, *, dns: tuple[str, ...],
+                        ips: tuple[str, ...]) -> tuple[Path, Path]:
+    """A serving certificate ``<name>.crt``/``.key`` for ``dns`` and ``ips``, signed by the local CA (re-issued
+    when a name or address is missing), e.g. a kubelet's, which the API server verifies when it dials the
+    node's address (``--kubelet-certificate-authority``)."""
+    return _ensure_leaf(pki, name, cn, org, ExtendedKeyUsageOID.SERVER_AUTH, dns, ips)
+
+
+def _ensure_leaf(pki: PKI, name: str, cn: str, org: str | None, usage, dns: tuple[str, ...] = (),
+                 ips: tuple[str, ...] = ()) -> tuple[Path, Path]:
     cert_path, key_path = pki.dir / f"{name}.crt", pki.dir / f"{name}.key"
     ca_cert, ca_key = _load_cert(pki.ca_cert), _load_key(pki.ca_key)
     if cert_path.exists() and key_path.exists():
         cert = _load_cert(cert_path)
-        if _valid(cert) and _signed_by(cert, ca_cert) and cert.subject == _name(cn, org):
+        if (_valid(cert) and _signed_by(cert, ca_cert) and cert.subject == _name(cn, org)
+                and _usage(cert) == [usage] and (not (dns or ips) or _sans_ok(cert, dns, ips))):
             return cert_path, key_path
-    cert, key = _issue(ca_cert, ca_key, cn=cn, org=org, usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
+    cert, key = _issue(ca_cert, ca_key, cn=cn, org=org, usage=[usage], dns=dns, ips=ips)
     _write(key_path, _key_pem(key), private=True)
     _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), private=False)
     return cert_path, key_path
+
+
+def _usage(cert: x509.Certificate) -> list:
+    try:
+        return list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return []

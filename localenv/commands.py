@@ -46,15 +46,23 @@ def local_up(stack: str = typer.Option("local", "--stack", "-s"),
                                                "pods after `pulumi up`); --no-kubelet: a kwok node, and the "
                                                "reconciler as a host process.")) -> None:
     """Start etcd, the API server, controller manager, scheduler, kwok, the fake GPU nodes, the kubelet nodes
-    and Slurm (idempotent)."""
-    from localenv.supervisor import SupervisorError
+    and Slurm, and prepare the local stack, so that `gpufleet pulumi -s local up` is the next step
+    (idempotent)."""
+    from gpufleet.stack import PulumiError
     from localenv.slurm import LocalSlurmError
+    from localenv.stack_config import StackConfigError
+    from localenv.supervisor import SupervisorError
 
     env = make_env(stack, kubelet=kubelet)
     try:
         env.up()
-    except (SupervisorError, LocalSlurmError) as e:
+    except (SupervisorError, LocalSlurmError, StackConfigError) as e:
         _err(f"local environment failed to come up:\n{e}")
+        raise typer.Exit(EXIT_FAILED)
+    try:
+        env.prepare_stack()
+    except PulumiError as e:
+        _err(f"local environment up, but the local stack could not be prepared:\n{e}")
         raise typer.Exit(EXIT_FAILED)
 
 

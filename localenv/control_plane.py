@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from gpufleet.waiting import wait_for
-from localenv.certs import PKI, ensure_pki
+from localenv.certs import APISERVER_KUBELET_CLIENT_CN, PKI, ensure_pki
 from localenv.paths import PROJECT_DIR, TOOLS_BIN
 from localenv.supervisor import Proc, Supervisor, SupervisorError, tail
 
@@ -60,6 +60,8 @@ DEFAULT_PORTS = {
     "scheduler": 20259,
     "kwok": 20247,
 }
+
+KUBELET_CLIENT_BINDING = "gpufleet-local:apiserver-kubelet-client"
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -144,6 +146,7 @@ class LocalKube:
         self._ensure([comps["kube-apiserver"]])
         self._ensure([comps["kube-controller-manager"], comps["kube-scheduler"], comps["kwok"]])
         self._wait_bootstrapped()
+        self._authorize_kubelet_client()
         self._say(f"[local] control plane ready in {time.monotonic() - t0:.1f}s; "
                   f"KUBECONFIG={self.kubeconfig_path} (context {CONTEXT_NAME})")
         return self
@@ -365,6 +368,16 @@ class LocalKube:
                 f"--tls-private-key-file={pki.apiserver_key}",
                 f"--client-ca-file={pki.ca_cert}",
                 "--authorization-mode=Node,RBAC",
+                # What it needs to reach the kubelets' own servers (logs, exec, port-forward): the client
+                # certificate as kubeadm sets it (cmd/kubeadm/app/phases/controlplane/manifests.go,
+                # v1.34.4), and, which kubeadm does not (it leaves a kubelet's serving certificate
+                # self-signed), the CA that signed the local kubelets' serving certificates
+                # (localenv/node.py). kubeadm tries InternalIP, ExternalIP, Hostname; a local node's
+                # InternalIP is its link to the host (localenv/netns.py), its hostname resolves nowhere.
+                f"--kubelet-client-certificate={pki.apiserver_kubelet_client_cert}",
+                f"--kubelet-client-key={pki.apiserver_kubelet_client_key}",
+                f"--kubelet-certificate-authority={pki.ca_cert}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
@@ -488,6 +501,28 @@ class LocalKube:
                     raise
         if released:
             self._say(f"[local] released {released} fake-node lease(s) held by a previous kwok")
+
+    def _authorize_kubelet_client(self) -> None:
+        """Let the API server's kubelet client use the kubelet API: the kubelets authorize each request by a
+        SubjectAccessReview (webhook mode), and "the simplest way" the kubelet's documentation gives is to
+        bind the built-in ClusterRole system:kubelet-api-admin to that user
+        (https://kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz/). Idempotent."""
+        from kubernetes import client as kclient
+        from kubernetes.client.rest import ApiException
+
+        body = {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": KUBELET_CLIENT_BINDING},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "system:kubelet-api-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": APISERVER_KUBELET_CLIENT_CN}],
+        }
+        try:
+            kclient.RbacAuthorizationV1Api(self.api_client()).create_cluster_role_binding(body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
 
     def _wait_bootstrapped(self) -> None:
         """Wait for what kube-controller-manager creates that pods need (the default ServiceAccount)."""

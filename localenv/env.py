@@ -73,7 +73,8 @@ class LocalEnv:
         )
         # The pods on the kubelet nodes reach slurmrestd on their node's loopback, as the API server.
         self.nodes = SystemNodes(self.root / "nodes", self.kube, self.kubelet_nodes, self.bin_dir,
-                                 progress=self.progress, relay_ports=(p["slurm_rest"],))
+                                 progress=self.progress, relay_ports=(p["slurm_rest"],),
+                                 log_archive=self.pod_log_archive)
         # The host processes of this module (pid files and logs in the environment's folder).
         self.host = Supervisor(self.root, self.root, start_timeout=30.0, stop_timeout=10.0, progress=self.progress)
         self.reconciler_log = self.host.log_path(RECONCILER)
@@ -82,6 +83,12 @@ class LocalEnv:
         self.autoscaler_log = self.host.log_path(AUTOSCALER)
         self.autoscaler_config = self.root / "autoscaler-standin.json"
         self.stack_config_file = self.root / "pulumi" / "Pulumi.local.yaml"
+
+    @property
+    def pod_log_archive(self) -> Path:
+        """Where the kubelet nodes' log shippers keep every container's log, a deleted pod's too
+        (:mod:`localenv.log_shipper`): ``<ns>_<pod>_<uid>/<container>/<restart>.log``."""
+        return self.root / "logs" / "pods"
 
     def storage_paths(self) -> list[Path]:
         paths = [Path(s.host_path) for s in self.spec.storage if s.host_path]
@@ -167,6 +174,22 @@ class LocalEnv:
         """The local stack, run against this environment: its backend, passphrase and configuration (written
         again, so images built since `up` are the ones deployed; ImagesError when none are built)."""
         self.write_stack_config(require_images=True)
+        return self._stack()
+
+    def prepare_stack(self) -> None:
+        """The local stack ready for `gpufleet pulumi -s local ...` (idempotent): created in this environment's
+        backend with the passphrase secrets provider, and its secrets set. Images are not needed for that
+        (`pulumi up` says when they are missing)."""
+        t0 = time.monotonic()
+        stack = self._stack()
+        created = stack.ensure()
+        secrets = stack.ensure_secrets(self.spec.secret_keys())
+        if created or secrets:
+            self.progress(f"[local] stack local: {'created' if created else 'present'} in {self.root / 'state'}"
+                          f"{', secrets set: ' + ', '.join(secrets) if secrets else ''} "
+                          f"({time.monotonic() - t0:.1f}s)")
+
+    def _stack(self) -> Stack:
         return Stack("local", extra_env={"PULUMI_BACKEND_URL": self.cluster().pulumi_backend_url,
                                          "PULUMI_CONFIG_PASSPHRASE": os.environ.get("PULUMI_CONFIG_PASSPHRASE",
                                                                                     LOCAL_PASSPHRASE)},

@@ -19,6 +19,15 @@ Each node has a network namespace of its own (:mod:`localenv.netns`: its own loo
 two reconciler replicas can both bind the metrics port, as on two machines), where the API server
 answers on 127.0.0.1 through :mod:`localenv.loopback_bridge`. The local environment runs one
 node per reconciler replica.
+
+The node serves the API server what a real node does (``kubectl logs``, ``exec``, ``port-forward`` go
+API server -> kubelet): its kubelet listens on the node's address, the one end of the node's link to the
+host (a veth pair, :class:`localenv.netns.Link`), with a serving certificate from the cluster CA for that
+address, which the API server verifies (``--kubelet-certificate-authority``); it takes client
+certificates from the same CA, no anonymous requests, and asks the API server by SubjectAccessReview
+whether each caller may (webhook authentication and authorization, as kubeadm configures a kubelet:
+cmd/kubeadm/app/componentconfigs/kubelet.go, v1.34.4). A log shipper (:mod:`localenv.log_shipper`)
+copies the node's container logs to the environment's ``logs/pods/``, so a deleted pod's lines remain.
 """
 from __future__ import annotations
 
@@ -40,7 +49,7 @@ from fleetspec import labels
 from gpufleet.waiting import wait_for
 
 from localenv import netns
-from localenv.certs import ensure_client_cert
+from localenv.certs import ensure_client_cert, ensure_serving_cert
 from localenv.images import BuiltImages
 from localenv.control_plane import LocalKube, _http_get
 from localenv.ports import port_free
@@ -64,15 +73,21 @@ class KubeletNode:
     kube: LocalKube
     images: BuiltImages | None  # needed to start it, not to stop it
     supervisor: Supervisor
-    address: str  # of the node's dummy interface: what its kubelet reports; nothing is sent to it
+    link: netns.Link  # to the host: the kubelet listens on and reports its node end
     bin_dir: Path
     kubelet_port: int = 10250  # inside the node's namespace
     healthz_port: int = 10248
     node_labels: dict[str, str] = field(default_factory=lambda: {labels.ROLE: labels.ROLE_SYSTEM})
     progress: Callable[[str], None] | None = None
     relay_ports: tuple[int, ...] = ()  # more host loopback ports its pods reach (slurmrestd)
+    log_archive: Path | None = None  # where its log shipper copies the container logs (None: no shipper)
 
     # ------------------------------------------------------------------ paths
+    @property
+    def address(self) -> str:
+        """The node's InternalIP: what the API server dials to reach its kubelet."""
+        return self.link.node_address
+
     @property
     def socket(self) -> Path:
         return self.workdir / "containerd" / "containerd.sock"
@@ -104,8 +119,12 @@ class KubeletNode:
     def kubelet_name(self) -> str:
         return f"kubelet-{self.name}"
 
+    @property
+    def shipper_name(self) -> str:
+        return f"log-shipper-{self.name}"
+
     # ------------------------------------------------------------------ processes
-    def procs(self) -> tuple[Proc, Proc, Proc]:
+    def procs(self) -> tuple[Proc, ...]:
         env = {**os.environ, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
         ns = netns.prefix(self.netns)
         api_port = self.kube.apiserver_port
@@ -121,16 +140,21 @@ class KubeletNode:
         kubelet = Proc(self.kubelet_name, lambda: [*ns, *self._kubelet_argv()],
                        lambda: netns.run_in(self.netns, lambda: _http_get(healthz) == "ok"),
                        f"{healthz} in netns {self.netns}", env=env, cwd=self.workdir)
-        return bridge, containerd, kubelet
+        if self.log_archive is None:
+            return bridge, containerd, kubelet
+        shipper = Proc(self.shipper_name, [sys.executable, "-m", "localenv.log_shipper", "--source",
+                                           str(self.pod_logs), "--dest", str(self.log_archive)],
+                       lambda: True, env=env, cwd=self.workdir)  # it runs: the supervisor checks that
+        return bridge, containerd, kubelet, shipper
 
     def up(self) -> None:
         if self.images is None:
             raise NodeError(f"{self.name}: no images to start it with (run scripts/build-images.sh)")
-        bridge, containerd, kubelet = self.procs()
+        bridge, containerd, kubelet, *shipper = self.procs()
         self._write_config()
         self._ensure_cgroup_root()
-        netns.ensure(self.netns, self.address)
-        self.supervisor.ensure([bridge, containerd])
+        netns.ensure(self.netns, self.link)
+        self.supervisor.ensure([bridge, containerd, *shipper])
         self.import_images()
         self.supervisor.ensure([kubelet])
 
@@ -141,7 +165,9 @@ class KubeletNode:
         self.supervisor.stop([self.containerd_name], timeout=20)
         self._stop_shims()
         self.supervisor.stop([self.bridge_name])
-        netns.delete(self.netns)
+        # The shipper last, once no container writes any more (it copies what is left when it stops).
+        self.supervisor.stop([self.shipper_name])
+        netns.delete(self.netns, self.link)
         unmount_under(self.workdir)
 
     def _stop_shims(self, timeout: float = 10.0) -> None:
@@ -170,7 +196,8 @@ class KubeletNode:
             self._say(f"{self.name}: stopped {len(shims)} shim(s) and {len(procs) - len(shims)} container process(es)")
 
     def status(self) -> dict:
-        return {name: self.supervisor.status(p) for name, p in zip(("bridge", "containerd", "kubelet"), self.procs())}
+        return {name: self.supervisor.status(p)
+                for name, p in zip(("bridge", "containerd", "kubelet", "log-shipper"), self.procs())}
 
     def ctr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, *args],
@@ -259,10 +286,19 @@ disabled_plugins = {json.dumps(disabled)}
             "contexts": [{"name": "node", "context": {"cluster": "local", "user": "node"}}],
         }
         _write_private(wd / "kubelet" / "kubeconfig", yaml.safe_dump(kubeconfig))
+        # Its HTTPS server's certificate, for the address the API server dials (kubeadm leaves it
+        # self-signed and the API server unverifying; here the API server verifies it).
+        serving_cert, serving_key = ensure_serving_cert(
+            pki, f"kubelet-{self.name}-serving", f"system:node:{self.name}", "system:nodes",
+            dns=(self.name,), ips=(self.address,))
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": "127.0.0.1", "port": self.kubelet_port, "readOnlyPort": 0,
+            "address": self.address, "port": self.kubelet_port, "readOnlyPort": 0,
+            "tlsCertFile": str(serving_cert), "tlsPrivateKeyFile": str(serving_key),
             "healthzBindAddress": "127.0.0.1", "healthzPort": self.healthz_port,
+            # As kubeadm sets a kubelet up (cmd/kubeadm/app/componentconfigs/kubelet.go, v1.34.4): client
+            # certificates from the cluster CA, no anonymous requests, bearer tokens by TokenReview, and
+            # every request authorized by a SubjectAccessReview to the API server.
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                                "x509": {"clientCAFile": str(pki.ca_cert)}},
             "authorization": {"mode": "Webhook"},
@@ -349,6 +385,7 @@ class SystemNodes:
     images: BuiltImages | None = None
     start_timeout: float = 120.0
     relay_ports: tuple[int, ...] = ()  # host loopback ports the pods reach besides the API server's
+    log_archive: Path | None = None  # where the nodes' log shippers copy container logs (None: none run)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -364,10 +401,9 @@ class SystemNodes:
         return names
 
     def nodes(self) -> list[KubeletNode]:
-        # 198.18.0.0/15 (RFC 2544, benchmarking): inside each node's own namespace, reached by nothing.
         return [KubeletNode(name, self.root / name, self.kube, self.images, self.supervisor,
-                            f"198.18.0.{int(name.rsplit('-', 1)[1]) + 1}", self.bin_dir, progress=self.progress,
-                            relay_ports=self.relay_ports)
+                            netns.link_for(self.root, int(name.rsplit('-', 1)[1])), self.bin_dir,
+                            progress=self.progress, relay_ports=self.relay_ports, log_archive=self.log_archive)
                 for name in self.names]
 
     def up(self, timeout: float = 180.0) -> None:
@@ -426,10 +462,12 @@ class SystemNodes:
     def down(self) -> None:
         for node in self.nodes():
             node.down()
+        netns.release_block(str(netns.env_block(self.root)))
 
     def status(self) -> dict:
+        procs = ("bridge", "containerd", "kubelet") + (("log-shipper",) if self.log_archive else ())
         out = {}
         for n in self.names:
             out[n] = {p: {"pid": self.supervisor.pid(f"{p}-{n}"), "log": str(self.supervisor.log_path(f"{p}-{n}"))}
-                      for p in ("bridge", "containerd", "kubelet")}
+                      for p in procs}
         return out

@@ -1,13 +1,23 @@
 """The local stack's reconciler Deployment as real pods on real kubelet nodes: the image built here, by
 its digest; the pods' own ServiceAccount token against RBAC the real API server enforces; the policy
-ConfigMap mounted; leader election through the Lease, handed over when the leader's pod goes."""
+ConfigMap mounted; leader election through the Lease, handed over when the leader's pod goes; and what
+on-call does with a controller's pods (kubectl logs, exec, port-forward: the API server reaching each
+node's kubelet), and a deleted leader's last lines kept by the log shipper's stand-in."""
 from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels
-from localenv.control_plane import KWOK_ANNOTATION
+from components.reconciler import METRICS_PORT
+from localenv import netns
+from localenv.control_plane import KWOK_ANNOTATION, _http_get
+from localenv.ports import free_port
 from gpufleet.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -71,6 +81,112 @@ def test_local_status_shows_the_pods_and_the_lease_holder(local_pods, monkeypatc
     assert all(proc["pid"] for node in st["nodes"].values() for proc in node.values())
     r = CliRunner().invoke(app, ["local", "status"], env={"COLUMNS": "200"})
     assert "(Lease holder)" in r.output and "kubelet system-0" in r.output
+
+
+def _messages(text: str) -> list[str]:
+    """The messages of the reconciler's log lines (JSON, one a line)."""
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line)["message"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return out
+
+
+def _cri_text(path) -> str:
+    """A container log file as the runtime writes it (CRI: `<time> <stream> <P|F> <text>`), as text."""
+    out, partial = [], ""
+    for line in path.read_text().splitlines():
+        _, _, tag, text = line.split(" ", 3)
+        partial += text
+        if tag == "F":
+            out.append(partial)
+            partial = ""
+    return "\n".join(out)
+
+
+def test_kubectl_logs_exec_and_port_forward_reach_the_pods(local_pods, kubectl):
+    """The API server dials each node's kubelet at the node's InternalIP (its own link to the host), verifies
+    its serving certificate, and is authorized by the kubelet (SubjectAccessReview)."""
+    pods = local_pods.wait_ready()
+    core = local_pods.env.kube.core_v1()
+    for node in local_pods.env.nodes.nodes():
+        addresses = {a.type: a.address for a in core.read_node(node.name).status.addresses}
+        assert addresses["InternalIP"] == node.address == node.link.node_address
+        assert ipaddress.ip_network(node.link.block).subnet_of(netns.RANGE)
+    leader = next(p for p in pods if p["leader"])
+    r = local_pods.kubectl(kubectl, "logs", leader["name"])
+    assert r.returncode == 0, r.stderr
+    assert any(m.startswith("leading (lease") for m in _messages(r.stdout)), r.stdout[-2000:]
+    policy = core.read_namespaced_config_map("gpufleet-policy", local_pods.namespace).data["fleet.json"]
+    for pod in pods:  # one on each node, so each kubelet is reached
+        r = local_pods.kubectl(kubectl, "exec", pod["name"], "--", "cat", "/etc/gpufleet/fleet.json")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == policy
+    port = free_port()
+    fwd = subprocess.Popen([str(kubectl), "--kubeconfig", str(local_pods.env.kube.kubeconfig_path), "-n",
+                            local_pods.namespace, "port-forward", f"pod/{leader['name']}", f"{port}:{METRICS_PORT}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        body = wait_for("the metrics through kubectl port-forward",
+                        lambda: _http_get(f"http://127.0.0.1:{port}/metrics"), timeout=30, interval=0.5)
+        assert "gpufleet_remediations_in_progress" in body
+    finally:
+        fwd.terminate()
+        fwd.wait(10)
+
+
+def test_kubectl_logs_previous_has_a_restarted_containers_last_lines(local_pods, kubectl):
+    """The leader's process ends (SIGTERM from inside its container) and the kubelet restarts it: its
+    last lines, the Lease let go, are what `kubectl logs --previous` returns."""
+    leader = wait_for("a Lease holder", local_pods.leader, timeout=60)
+    exec_ = local_pods.kubectl(kubectl, "exec", leader["name"], "--", "sh", "-c", "kill -TERM 1")
+
+    def restarted() -> bool:
+        return any(p["name"] == leader["name"] and p["restarts"] > leader["restarts"] for p in local_pods.pods())
+
+    wait_for("the container to be restarted", restarted, timeout=120,
+             explain=lambda: f"kubectl exec: exit {exec_.returncode} {exec_.stderr}; pods {local_pods.pods()}")
+    r = local_pods.kubectl(kubectl, "logs", "--previous", leader["name"])
+    assert r.returncode == 0, r.stderr
+    messages = _messages(r.stdout)
+    assert any(m.startswith("leading (lease") for m in messages), messages
+    assert any(m.startswith("released lease") for m in messages), messages
+    local_pods.wait_ready()
+
+
+def test_a_deleted_leaders_last_lines_outlive_its_pod(local_pods, kubectl):
+    """`kubectl logs` has nothing once the pod is deleted and the kubelet removed its log folder; the log
+    shipper's copy in the environment's logs/pods/ still has the leader's lines to its last."""
+    leader = wait_for("a Lease holder", local_pods.leader, timeout=60)
+    core = local_pods.env.kube.core_v1()
+    pod = core.read_namespaced_pod(leader["name"], local_pods.namespace)
+    folder = f"{local_pods.namespace}_{pod.metadata.name}_{pod.metadata.uid}"
+    node = next(n for n in local_pods.env.nodes.nodes() if n.name == pod.spec.node_name)
+    assert (node.pod_logs / folder).is_dir()
+    core.delete_namespaced_pod(pod.metadata.name, local_pods.namespace)
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod(pod.metadata.name, local_pods.namespace)
+            return False
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return True
+
+    wait_for("the pod to be gone", gone, timeout=90)
+    r = local_pods.kubectl(kubectl, "logs", pod.metadata.name)
+    assert r.returncode != 0 and "not found" in r.stderr, (r.returncode, r.stderr)
+    wait_for("the kubelet to remove the pod's log folder", lambda: not (node.pod_logs / folder).exists(),
+             timeout=180, interval=1)
+    files = sorted((local_pods.env.pod_log_archive / folder / "reconciler").glob("*.log"))
+    assert files, f"nothing in {local_pods.env.pod_log_archive / folder}"
+    messages = _messages("\n".join(_cri_text(f) for f in files))
+    assert any(m.startswith("leading (lease") for m in messages), messages
+    assert any(m.startswith("released lease") for m in messages), messages  # written as it was stopped
+    local_pods.wait_ready()
 
 
 def test_lending_through_the_pods(local_pods):

@@ -178,9 +178,31 @@ def test_cordon_keeps_pods_off_until_uncordoned(kube_cluster: LocalKube) -> None
     wait_for("deleted pod gone", lambda: pod_gone(core, "train-a100"))
 
 
+def test_the_apiservers_kubelet_client_may_use_the_kubelet_api_and_nothing_else(kube_cluster: LocalKube) -> None:
+    """What a kubelet in Webhook mode asks the API server for each request of the API server's kubelet client
+    (a SubjectAccessReview: GET logs -> get nodes/proxy, POST exec -> create nodes/proxy): allowed through
+    system:kubelet-api-admin; anything else is refused, as that client is in no group."""
+    from localenv.certs import APISERVER_KUBELET_CLIENT_CN
+
+    authz = client.AuthorizationV1Api(kube_cluster.api_client())
+
+    def allowed(**attributes: str) -> bool:
+        review = authz.create_subject_access_review({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": APISERVER_KUBELET_CLIENT_CN, "resourceAttributes": attributes}})
+        return bool(review.status.allowed)
+
+    assert allowed(verb="get", resource="nodes", subresource="proxy", name="system-0")
+    assert allowed(verb="create", resource="nodes", subresource="proxy", name="system-0")
+    assert allowed(verb="get", resource="nodes", subresource="log", name="system-0")
+    assert not allowed(verb="create", resource="pods", namespace=NS)
+    assert not allowed(verb="get", resource="secrets", namespace="kube-system")
+
+
 def test_down_then_up_reuses_state_and_certs(kube_cluster: LocalKube, gpu_node: client.V1Node) -> None:
     pki = kube_cluster.pki
-    before = {p: p.read_bytes() for p in (pki.ca_cert, pki.ca_key, pki.admin_cert, pki.sa_key, pki.apiserver_cert)}
+    before = {p: p.read_bytes() for p in (pki.ca_cert, pki.ca_key, pki.admin_cert, pki.sa_key, pki.apiserver_cert,
+                                           pki.apiserver_kubelet_client_cert)}
 
     kube_cluster.down()
     status = kube_cluster.status()
