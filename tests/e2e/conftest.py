@@ -3,4 +3,4 @@ control plane, the images, and the reconciler's pods in the local environment.""
 from tests.fixtures.engine import pulumi_bin_dir, slurm_root  # noqa: F401
 from tests.fixtures.images import built_images  # noqa: F401
 from tests.fixtures.kube_cluster import kube_bin_dir, kube_cluster, pytest_collection_modifyitems  # noqa: F401
-from tests.fixtures.local_pods import local_pods  # noqa: F401
+from tests.fixtures.local_pods import kubectl, local_pods  # noqa: F401
