@@ -301,10 +301,11 @@ def _reclaim_replacement(r: Remediation, facts: StepFacts, spec: FleetSpec, now:
 
 def resume_candidates(r: Remediation, facts: StepFacts) -> tuple[str, ...]:
     """Slurm nodes gpufleet drained that now run on healthy hardware: the replacement's, and the
-    remediation's own once their pods have moved off the faulted node. A person's drain is never undone;
-    the operator's drains are the operator's to undo."""
+    remediation's own once their pods have moved to a healthy node (not the faulted one, nor a replacement
+    that broke: that one's own remediation contains it). A person's drain is never undone; the operator's
+    drains are the operator's to undo."""
     slurm = _slurm(facts)
-    names = set(facts.replacement_slurm) | set(facts.slurm_moved)
+    names = set(facts.replacement_slurm) | set(resume.moved(r, facts))
     out = []
     for name in sorted(names):
         n = slurm.get(name)

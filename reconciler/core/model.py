@@ -241,7 +241,7 @@ class Needs:
     admission: bool = False  # counts across the fleet, under the admission lock
     spares: bool = False  # the pool's nodes, the Slurm nodes on its spares, the nodes claimed elsewhere
     replacement: bool = False  # the chosen spare as seen now, and the pods on it
-    replacement_slurm: bool = False  # the Slurm nodes on the chosen spare and those that moved off the node
+    replacement_slurm: bool = False  # the Slurm nodes on the chosen spare and those that moved to a healthy node (reads slurm_pods too)
     can_refill: bool = False  # ask the node provider whether it has room for one more node
     checkpoints: bool = False  # the jobs other remediations have signalled and whose checkpoint is under way
     slurm_pods: bool = False  # where the pods of the remediation's Slurm nodes are (placed or not)
@@ -272,7 +272,6 @@ class StepFacts:
     replacement: NodeView | None = None
     replacement_pods: tuple[PodView, ...] = ()  # pods on the replacement now (borrowers to take back)
     replacement_slurm: tuple[str, ...] = ()  # Slurm nodes whose pods run on the replacement now
-    slurm_moved: tuple[str, ...] = ()  # the remediation's Slurm nodes whose pods now run off the faulted node
     can_refill: bool = True  # the provider has room for one more node (e.g. below the group's MaxSize)
     checkpoints: tuple[tuple[int, datetime], ...] = ()  # jobs another remediation signalled, and its grace deadline
     slurm_pods: tuple[PodView, ...] = ()  # the pods of the remediation's Slurm nodes, wherever they are

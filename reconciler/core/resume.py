@@ -1,11 +1,11 @@
-"""Whether a remediation's Slurm nodes are back: each one it moved runs off the faulted node and takes jobs.
-Pure.
+"""Whether a remediation's Slurm nodes are back: each one it moved runs on a healthy node (not the faulted
+one, nor a replacement that broke) and takes jobs. Pure.
 
 A remediation succeeds only then: a ready replacement is not enough (another Slurm node's pod may have
 landed there while the remediation's own waits Pending with nowhere to go). While one is not back, the
 record says why (`Remediation.waiting`): no pod yet, a pod the scheduler can place on no node (with the
-scheduler's words), a pod still on the faulted node, a Slurm node that does not take jobs. A person's
-drain is theirs to lift and is not waited for.
+scheduler's words), a pod still on the faulted node or on a broken replacement, a Slurm node that does not
+take jobs. A person's drain is theirs to lift and is not waited for.
 """
 from __future__ import annotations
 
@@ -18,6 +18,16 @@ def _pods(name: str, pods: tuple[PodView, ...]) -> list[PodView]:
     return [p for p in pods if p.label(labels.SLINKY_POD_HOSTNAME) == name and not p.deleting]
 
 
+def _elsewhere(r: Remediation, pod: PodView) -> bool:
+    """The pod runs on a node that can hold the Slurm node: not the faulted node, nor a replacement that broke."""
+    return bool(pod.node) and pod.node != r.node and pod.node not in {f.node for f in r.failed_replacements}
+
+
+def moved(r: Remediation, facts: StepFacts) -> tuple[str, ...]:
+    """The remediation's Slurm nodes whose pods now run on a healthy node (the ones to resume once there)."""
+    return tuple(n for n in r.slurm_nodes if any(_elsewhere(r, p) for p in _pods(n, facts.slurm_pods)))
+
+
 def not_back(r: Remediation, facts: StepFacts) -> dict[str, str]:
     """The remediation's Slurm nodes that are not back, each with why (empty: all are back)."""
     slurm: dict[str, SlurmNodeView] = {n.name: n for n in facts.slurm}
@@ -26,13 +36,13 @@ def not_back(r: Remediation, facts: StepFacts) -> dict[str, str]:
         if name in r.kept_drains:
             continue
         pods = _pods(name, facts.slurm_pods)
-        placed = [p for p in pods if p.node and p.node != r.node]
+        placed = [p for p in pods if _elsewhere(r, p)]
         if not placed:
             stuck = next((p for p in pods if not p.node and p.unschedulable), None)
             if stuck is not None:
                 out[name] = f"pod {stuck.key} cannot be scheduled: {stuck.unschedulable}"
-            elif any(p.node == r.node for p in pods):
-                out[name] = f"its pod is still on {r.node}"
+            elif any(p.node for p in pods):
+                out[name] = f"its pod is still on {next(p.node for p in pods if p.node)}"
             else:
                 out[name] = "no pod placed yet"
         elif name not in slurm:

@@ -584,3 +584,17 @@ def test_a_heal_is_not_a_success_while_its_own_slurm_nodes_pod_can_be_placed_now
     assert plan_step(r, back, spec(), T0).remediation.phase is Phase.SUCCEEDED
     still_drained = replace(back, slurm=(slurm("gpu-3", "IDLE", "DRAIN", reason="slurm-operator: x"), slurm("gpu-9")))
     assert plan_step(r, still_drained, spec(), T0).remediation is None
+
+
+def test_a_slurm_node_still_on_a_broken_replacement_is_not_resumed_there():
+    """The pod of h100-0's Slurm node is still on the replacement that broke (its own remediation drained it
+    there and contains it): the remediation waits for the pod to land on the new replacement, then resumes."""
+    r = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-1"), slurm_nodes=("gpu-3",),
+                failed_replacements=(ReplacementFailure("h100-spare-0", T0, "h100-spare-0 reported XID 79"),))
+    drained = slurm("gpu-3", "IDLE", "DRAIN", reason="gpufleet: XID 79 [h100-spare-0-xid79-1]")
+    on_broken = StepFacts(replacement=node("h100-spare-1", ready=True), slurm=(drained,),
+                          slurm_pods=(nodeset_pod("gpu-3", "h100-spare-0"),))
+    st = plan_step(r, on_broken, spec(), T0)
+    assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation is None
+    moved = replace(on_broken, replacement_slurm=("gpu-3",), slurm_pods=(nodeset_pod("gpu-3", "h100-spare-1"),))
+    assert plan_step(r, moved, spec(), T0).actions == (ResumeSlurm("gpu-3"),)

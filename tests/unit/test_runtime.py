@@ -535,3 +535,27 @@ def test_a_refill_a_node_answers_is_recorded_as_answered_when_the_node_joins():
     assert w.manager.metrics.refills.labels("h100", "answered")._value.get() == 1
     w.run(seconds=700)
     assert w.remediation("h100-0").refill.state == "Answered"
+
+
+def test_a_slurm_node_whose_pod_landed_on_the_replacement_that_broke_is_resumed_only_on_the_next():
+    """h100-w0's pod has just started on h100-spare-0 when that spare faults: h100-0's remediation takes
+    h100-spare-1 and neither resumes h100-w0 on the broken spare nor calls itself a success; once the pod
+    runs on h100-spare-1, h100-w0 is resumed there and the remediation succeeds."""
+    w = World(fleet(nodes=4, spares=3, grace_period_seconds=0))
+    w.fault("h100-0")
+    w.run(seconds=2)
+    assert w.remediation("h100-0").replacement == "h100-spare-0"
+    pod = {"metadata": {"name": "slurm-worker-h100-w0", "namespace": "slurm", "uid": "uid-h100-w0-2",
+                        "labels": {labels.SLINKY_POD_HOSTNAME: "h100-w0"}},
+           "spec": {"nodeName": "h100-spare-0"}, "status": {"phase": "Running"}}
+    w.kube.pods["slurm/slurm-worker-h100-w0"] = pod
+    w.fault("h100-spare-0")
+    w.run(seconds=5)
+    r = w.remediation("h100-0")
+    assert r.replacement == "h100-spare-1" and r.phase is Phase.RESUMING
+    assert ("resume", "h100-w0") not in w.slurm.calls and "DRAIN" in w.slurm.table["h100-w0"].states
+    moved = json.loads(json.dumps(pod))
+    moved["spec"]["nodeName"], moved["metadata"]["uid"] = "h100-spare-1", "uid-h100-w0-3"
+    w.kube.pods["slurm/slurm-worker-h100-w0"] = moved
+    w.run(seconds=2)
+    assert ("resume", "h100-w0") in w.slurm.calls and w.remediation("h100-0").phase is Phase.SUCCEEDED
