@@ -11,7 +11,7 @@ import pytest
 from fleetspec import labels, parse_fleet
 from fleetspec.ledger import parse as parse_ledger
 from reconciler.adapters.records import to_object
-from reconciler.adapters.slurm import SlurmJob
+from reconciler.adapters.slurm import SlurmJob, SlurmNode
 from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
 from tests.unit.fakes import T0, World, fleet, pool_node
@@ -557,5 +557,35 @@ def test_a_slurm_node_whose_pod_landed_on_the_replacement_that_broke_is_resumed_
     moved = json.loads(json.dumps(pod))
     moved["spec"]["nodeName"], moved["metadata"]["uid"] = "h100-spare-1", "uid-h100-w0-3"
     w.kube.pods["slurm/slurm-worker-h100-w0"] = moved
+    w.run(seconds=2)
+    assert ("resume", "h100-w0") in w.slurm.calls and w.remediation("h100-0").phase is Phase.SUCCEEDED
+
+
+def slurm_pod(host: str, node: str | None, uid: str, unschedulable: str = "") -> dict:
+    """A NodeSet pod as the API server sends it: placed on `node`, or Pending with the scheduler's words."""
+    status = {"phase": "Running"} if node else {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}]}
+    return {"metadata": {"name": f"slurm-worker-{host}", "namespace": "slurm", "uid": uid,
+                         "labels": {labels.SLINKY_POD_HOSTNAME: host}},
+            "spec": {"nodeName": node} if node else {}, "status": status}
+
+
+def test_a_heal_whose_own_slurm_nodes_pod_cannot_be_scheduled_is_not_a_success():
+    """The drill's false success: another Slurm node's pod lands on the replacement and takes jobs, while the
+    remediation's own (h100-w0) stays Pending with nowhere to go. The record stays Resuming and says why; it
+    succeeds once h100-w0's pod runs and Slurm takes jobs there."""
+    w = World(fleet(grace_period_seconds=0))
+    w.fault("h100-0")
+    w.run(seconds=2)
+    assert w.remediation("h100-0").phase is Phase.RESUMING
+    why = "0/12 nodes are available: 10 node(s) had untolerated taint {gpufleet.io/spare: true}, 2 node(s) were unschedulable."
+    w.kube.pods["slurm/slurm-worker-h100-w0"] = slurm_pod("h100-w0", None, "uid-h100-w0-2", why)
+    w.kube.pods["slurm/slurm-worker-h100-w9"] = slurm_pod("h100-w9", "h100-spare-0", "uid-h100-w9")
+    w.slurm.table["h100-w9"] = SlurmNode("h100-w9", frozenset({"IDLE"}), "")
+    w.run(seconds=40)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.RESUMING and ("resume", "h100-w0") not in w.slurm.calls
+    assert r.waiting == f"Slurm node h100-w0: pod slurm/slurm-worker-h100-w0 cannot be scheduled: {why}"
+    w.kube.pods["slurm/slurm-worker-h100-w0"] = slurm_pod("h100-w0", "h100-spare-0", "uid-h100-w0-2")
     w.run(seconds=2)
     assert ("resume", "h100-w0") in w.slurm.calls and w.remediation("h100-0").phase is Phase.SUCCEEDED
