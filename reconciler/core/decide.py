@@ -264,11 +264,8 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
         return Step((), replace(r, replacement=spares[0]), recheck_after=0)
     asked, noted = ((), r) if r.refill is not None else refills.ask(
         r, f"no spare for {node}", f"{r.name}/no-spare", facts.can_refill, now)
-    then = ("capacity requested" if facts.can_refill else
-            "the node provider has no room for another node. Action needed: add capacity to the pool")
     return Step(
-        _once(r, Notify("no-spare", "critical", f"no spare left in pool {r.pool} for {node}: it stays contained; "
-                        f"{then}"), *asked),
+        _once(r, Notify("no-spare", "critical", pages.no_spare(r, facts.can_refill)), *asked),
         noted.moved(Phase.WAITING_FOR_SPARE, now), carry=True,
     )
 
@@ -343,7 +340,7 @@ def retry(r: Remediation, error: str, spec: FleetSpec, now: datetime) -> Step:
 
 def fail(r: Remediation, reason: str, now: datetime) -> Step:
     """End a remediation that cannot finish, and tell the user why. The node stays contained."""
-    return Step(_once(r, Notify("failed", "critical", f"remediation {r.name} of {r.node} failed: {reason}")),
+    return Step(_once(r, Notify("failed", "critical", pages.failed(r, reason))),
                 r.moved(Phase.FAILED, now, reason=reason, held_message="", held_reason=""))
 
 

@@ -45,6 +45,22 @@ def escalated(r: Remediation, a: Admission, spec: FleetSpec) -> str:
             f"or retire it and add a node to the pool; remediation {r.name}.")
 
 
+def no_spare(r: Remediation, can_refill: bool) -> str:
+    then = (f"capacity is requested, and gpufleet replaces {r.node} as soon as a spare joins (a refill that fails "
+            "pages again). No action needed now." if can_refill else
+            f"the node provider has no room for another node. Action needed: add capacity to pool {r.pool}; "
+            f"gpufleet replaces {r.node} once a spare joins.")
+    return (f"no spare left in pool {r.pool} for {r.node}: it stays cordoned and drained in Slurm, the pool runs "
+            f"{_slurm(r)} short; {then}")
+
+
+def failed(r: Remediation, reason: str) -> str:
+    return (f"remediation {r.name} of {r.node} ({r.pool}) failed: {reason}. gpufleet takes no further step: "
+            f"{r.node} stays cordoned and drained in Slurm. Action needed: see why (`kubectl describe remediation "
+            f"{r.name}`), then repair {r.node} and return it (`gpufleet mark-healthy {r.node}` after its health "
+            "check) or retire it.")
+
+
 def storm(message: str, pool: str) -> str:
     return (f"{message}. Action needed: look for what the faults of pool {pool} share (a driver or firmware "
             "roll-out, a rack, a switch, the power); the held nodes are replaced once the pool's unhealthy "

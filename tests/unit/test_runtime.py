@@ -589,3 +589,21 @@ def test_a_heal_whose_own_slurm_nodes_pod_cannot_be_scheduled_is_not_a_success()
     w.kube.pods["slurm/slurm-worker-h100-w0"] = slurm_pod("h100-w0", "h100-spare-0", "uid-h100-w0-2")
     w.run(seconds=2)
     assert ("resume", "h100-w0") in w.slurm.calls and w.remediation("h100-0").phase is Phase.SUCCEEDED
+
+
+@pytest.mark.parametrize("spares, after", [(0, 2), (2, 700)], ids=["no-spare", "failed"])
+def test_every_page_says_what_gpufleet_does_and_whether_a_person_must_act(spares, after):
+    """No spare (capacity requested: nobody need act yet), and a remediation that fails (its Slurm node's pod
+    never placed within the resume timeout: a person must): each page says which."""
+    w = World(fleet(spares=spares, grace_period_seconds=0))
+    w.fault("h100-0")
+    w.run(seconds=after, step=5)
+    event = "no-spare" if spares == 0 else "failed"
+    (text,) = w.notifier.texts[event]
+    assert "h100-0 stays cordoned and drained in Slurm" in text or "it stays cordoned and drained in Slurm" in text
+    if event == "no-spare":
+        assert "the pool runs 1 Slurm node(s) (h100-w0) short" in text and text.endswith("No action needed now.")
+    else:
+        assert "Action needed: see why (`kubectl describe remediation h100-0-" in text
+    for texts in w.notifier.texts.values():
+        assert all("ction needed" in t or t.startswith("h100-0 replaced by") for t in texts)
