@@ -86,7 +86,7 @@ def admit(remediation: Remediation, facts: StepFacts, spec: FleetSpec, now: date
     if opted:
         why = (f"pods {list(opted)} carry the opt-out label {policy.opt_out_label}: "
                f"{node} stays cordoned and drained in Slurm; nothing is replaced")
-        return Step(once(remediation, Notify("opted-out", "warning", f"{node}: {why}. A person decides what happens next.")),
+        return Step(once(remediation, Notify("opted-out", "warning", f"{node}: {why}. Action needed: decide what becomes of {node} and those pods (remediation {remediation.name}).")),
                     remediation.moved(Phase.OPTED_OUT, now, reason=why, held_message="", held_reason=""))
     a = facts.admission
     assert a is not None, "admission facts are gathered for Requeued and Held"

@@ -40,7 +40,7 @@ def ask(r: Remediation, reason: str, key: str, can_refill: bool, now: datetime) 
         return (RequestCapacity(r.pool, reason, key),), replace(r, refill=Refill(key, RefillState.REQUESTED, now, reason))
     why = f"pool {r.pool}: the node provider has no room for another node ({reason})"
     return ((SettleRefill(r.pool, key, RefillState.FAILED, why), Notify("refill-blocked", "warning", why + ". "
-             f"The pool runs a spare short until a person adds capacity (remediation {r.name}).")),
+             f"The pool runs a spare short. Action needed: add capacity to pool {r.pool} (remediation {r.name}).")),
             replace(r, refill=Refill(key, RefillState.FAILED, now, why)))
 
 

@@ -262,6 +262,7 @@ def test_opt_out_stops_before_anything_is_replaced_and_says_what_is_true():
     assert st.remediation.phase is Phase.OPTED_OUT and "ml/debug-0" in st.remediation.reason
     assert "drained in Slurm" in st.remediation.reason and "down in Slurm" not in st.remediation.reason
     assert [a.kind for a in st.actions] == ["Notify"]
+    assert "Action needed: decide what becomes of h100-0 and those pods" in st.actions[0].text
     assert plan_step(st.remediation, StepFacts(pool_nodes=spares("h100-spare-0")), spec(), T0).actions == ()
 
 
@@ -356,6 +357,7 @@ def test_no_room_to_refill_promotes_asks_for_nothing_and_says_the_refill_failed(
     st = plan_step(r, StepFacts(can_refill=False), spec(), T0)
     assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "SettleRefill", "Notify"]
     assert st.actions[2].outcome == "Failed" and st.actions[3].event == "refill-blocked"
+    assert "Action needed: add capacity to pool h100" in st.actions[3].text
     assert st.remediation.refill.state == "Failed" and "no room" in st.remediation.refill.message
 
 
