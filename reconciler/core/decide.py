@@ -29,7 +29,7 @@ from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
     Action, Cordon, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs,
-    RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, StartReclaim,
+    RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs, StartReclaim,
 )
 from reconciler.core import pages, refills, replacements, resume, signals
 from reconciler.core.admission import admit, evict
