@@ -471,7 +471,8 @@ def test_a_refill_the_autoscaler_cannot_answer_is_a_failed_refill_in_the_record_
     Kube(api).set_condition("rfl-0", "GpuHealthy", "False", "Xid79", "off the bus")
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rfl-0") if r.refill and r.phase.terminal])
     assert r.phase is Phase.SUCCEEDED and r.refill.state == "Requested"
-    (placeholder,) = core.list_namespaced_pod("default", label_selector=labels.CAPACITY_REQUEST).items
+    mine = f"{labels.CAPACITY_REQUEST}=rfl"  # other tests of this module leave requests of their own pools
+    (placeholder,) = core.list_namespaced_pod("default", label_selector=mine).items
     name = placeholder.metadata.name
     wait_for("the scheduler to find no node for the request", lambda: unschedulable(
         api.sanitize_for_serialization(core.read_namespaced_pod(name, "default"))), timeout=30)
@@ -493,4 +494,34 @@ def test_a_refill_the_autoscaler_cannot_answer_is_a_failed_refill_in_the_record_
     assert [m.event for m in channel.messages].count("refill-failed") == 1
     assert rec.metrics.refills.labels("rfl", "failed")._value.get() == 1
     wait_for("the placeholder withdrawn", lambda: not core.list_namespaced_pod(
-        "default", label_selector=labels.CAPACITY_REQUEST).items, timeout=30)
+        "default", label_selector=mine).items, timeout=30)
+
+
+def test_a_nodeset_pod_no_node_can_take_is_read_with_the_schedulers_own_words(kube_cluster, api):
+    """What a remediation waits on when its Slurm node's pod has nowhere to go (issue 23: a heal was called a
+    success while that pod could not run): the pod as the real kube-scheduler leaves it (PodScheduled False,
+    reason Unschedulable, its message), read by the reconciler's pod view, and what the record says."""
+    from reconciler.core import resume
+    from reconciler.core.model import Remediation, StepFacts
+    from reconciler.core.observe import pod_view
+
+    core = client.CoreV1Api(api)
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "slurm-worker-nowhere-0", "namespace": "default",
+                         "labels": {labels.SLINKY_POD_HOSTNAME: "nowhere-0"}},
+            "spec": {"nodeSelector": {"gpufleet.io/no-such-pool": "x"},
+                     "containers": [{"name": "slurmd", "image": "registry.example/slurmd:26.05"}]}}
+    core.create_namespaced_pod("default", body)
+    try:
+        seen = wait_for("the scheduler to find no node for it", lambda: (lambda v: v if v.unschedulable else None)(
+            pod_view(api.sanitize_for_serialization(core.read_namespaced_pod("slurm-worker-nowhere-0", "default")))),
+            timeout=60)
+        # the scheduler's FitError text: "0/<n> nodes are available: <why per node>" (kubernetes
+        # pkg/scheduler/framework/types.go, FitError.Error)
+        assert seen.node is None and seen.unschedulable.startswith("0/") and "nodes are available" in seen.unschedulable
+        r = Remediation(name="nw-0-xid79-1", node="nw-0", pool="nw", xid=79, message="m", phase=Phase.RESUMING,
+                        slurm_nodes=("nowhere-0",), created=datetime.now(timezone.utc))
+        why = resume.not_back(r, StepFacts(slurm_pods=(seen,)))
+        assert why == {"nowhere-0": f"pod default/slurm-worker-nowhere-0 cannot be scheduled: {seen.unschedulable}"}
+    finally:
+        core.delete_namespaced_pod("slurm-worker-nowhere-0", "default", grace_period_seconds=0)
