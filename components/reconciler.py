@@ -94,7 +94,26 @@ def agent_rules() -> list[dict]:
         # patch on nodes: the agent keeps its kernel-log cursor in an annotation on its node
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+        # a fault that needs only the job restarted is an Event on the node, which stays in service
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
+
+
+AGENT_POLICY_DIR = "/etc/gpufleet"
+
+
+def agent_args() -> list[str]:
+    """The agent reads the same policy file as the reconciler (fleet.json of the policy ConfigMap): its
+    fault actions and the condition to write come from the spec, never from a copy of its own."""
+    return ["agent", "--kmsg", "/dev/kmsg", "--node", "$(NODE_NAME)", "--policy", f"{AGENT_POLICY_DIR}/fleet.json"]
+
+
+def agent_checksum(spec: FleetSpec) -> str:
+    """sha256 over what the agent reads of the policy: on the agent's pod template, a change of the
+    fault actions or the condition rolls the DaemonSet (a mounted ConfigMap changes under a running
+    process, which read it at start), and nothing else does."""
+    part = {"faults": spec.healing.faults.model_dump(mode="json"), "condition": spec.healing.condition_types[0]}
+    return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()
 
 
 def notification_env(spec: FleetSpec) -> dict[str, str]:
@@ -285,7 +304,8 @@ class Reconciler(pulumi.ComponentResource):
             spec={
                 "selector": {"matchLabels": agent_selector},
                 "template": {
-                    "metadata": {"labels": metadata(AGENT, "agent", env)["labels"]},
+                    "metadata": {"labels": metadata(AGENT, "agent", env)["labels"],
+                                 "annotations": {CONFIG_CHECKSUM: agent_checksum(spec)}},
                     "spec": {
                         "serviceAccountName": agent_sa.metadata.name,
                         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -294,15 +314,16 @@ class Reconciler(pulumi.ComponentResource):
                         "containers": [{
                             "name": "agent",
                             "image": dep.agent_image,
-                            "args": ["agent", "--kmsg", "/dev/kmsg", "--node", "$(NODE_NAME)",
-                                     "--condition", spec.healing.condition_types[0]],
+                            "args": agent_args(),
                             "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
                             "resources": resources("20m", "32Mi", "200m", "128Mi"),
-                            # Reading /dev/kmsg needs privilege; the agent mounts nothing else.
+                            # Reading /dev/kmsg needs privilege; the agent mounts nothing else from the host.
                             "securityContext": {"privileged": True, "readOnlyRootFilesystem": True},
-                            "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}],
+                            "volumeMounts": [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True},
+                                             {"name": "policy", "mountPath": AGENT_POLICY_DIR, "readOnly": True}],
                         }],
-                        "volumes": [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}],
+                        "volumes": [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}},
+                                    {"name": "policy", "configMap": {"name": self.policy_config_map.metadata.name}}],
                     },
                 },
             },

@@ -15,6 +15,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from fleetspec.faults import Kind, describe
+from fleetspec.faults.condition import FaultSignal, format_message, reason_for
+from fleetspec.faults.policy import FaultPolicy
 from fleetspec.models import FleetSpec
 
 from localenv import train
@@ -103,10 +106,21 @@ def bring_up(spec: FleetSpec, env: LocalEnv, stack: Stack, *, total: int, fresh:
     return kube, alive, where
 
 
+def demo_fault(spec: FleetSpec, xid: int) -> FaultSignal:
+    """The fault the demo injects, with the action the spec's policy gives it (issue 21). Raises
+    ValueError for an XID that leaves the node in service (none, restart-app): nothing would heal."""
+    need = FaultPolicy.from_spec(spec.healing).action(Kind.XID, xid)
+    if not need.remediates:
+        raise ValueError(f"--xid {xid}: {describe(xid)} needs {need.value}, which leaves the node in service, "
+                         f"so there is nothing to heal; pick one that needs reset-gpu, reboot or replace (e.g. 79)")
+    return FaultSignal(Kind.XID, xid, need, "0000:3b:00")
+
+
 def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, xid: int = 79,
              grace: int | None = None, timeout: float = 300, out: Callable[[str], None] = say) -> Timeline:
     from reconciler.adapters.records import KubeRemediationStore
 
+    fault = demo_fault(spec, xid)  # before anything starts
     total = 7
     kube, alive, where = bring_up(spec, env, stack, total=total, fresh=fresh, grace=grace, out=out)
     api = kube.api
@@ -125,10 +139,10 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
     out(f"      job {job} running on {nodes_needed} node(s), batch host {batch}, step {_last_step(run_dir)}")
 
     node = kube_node_of(kube, spec.slurm.namespace, batch)  # Slurm names are the NodeSet pods' hostnames
-    out(f"[5/{total}] inject XID {xid} (GPU fallen off the bus) on {node} (Slurm node {batch})")
+    out(f"[5/{total}] inject {describe(xid)}, which needs {fault.action.value}, on {node} (Slurm node {batch})")
     fault_at = time.time()
-    kube.set_condition(node, spec.healing.condition_types[0], "False", f"Xid{xid}",
-                       f"Xid {xid} on PCI:0000:3b:00: GPU has fallen off the bus.")
+    kube.set_condition(node, spec.healing.condition_types[0], "False", reason_for(Kind.XID, xid),
+                       format_message(fault, "injected by gpufleet demo"))  # as the node agent writes it
 
     out(f"[6/{total}] the fleet heals itself (no human action):")
     store = KubeRemediationStore(api)

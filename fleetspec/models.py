@@ -11,7 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from . import labels, xids
+from . import labels
+from .faults.catalogue import FaultAction, Kind
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -373,11 +374,98 @@ class ReconcilerDeployment(Strict):
         description="IAM role for the reconciler's ServiceAccount (IRSA): Auto Scaling and SNS calls use it.")
 
 
+def _xid_actions(where: str, actions: dict[int, FaultAction], top: int) -> None:
+    for code in actions:
+        if not 1 <= code <= top:
+            raise FieldError(f"{where}.{code}", f"{code} is not a code: 1 to {top}")
+
+
+class FaultActions(Strict):
+    """The spec's word over the catalogue's: an action per code, final (NVIDIA's rules for that code,
+    such as Xid 154's label, no longer apply)."""
+
+    xid: dict[int, FaultAction] = Field(default_factory=dict, description="Xid code -> action, e.g. {94: reset-gpu}.")
+    sxid: dict[int, FaultAction] = Field(default_factory=dict, description="NVSwitch SXid code -> action (fatal or not).")
+    gpu_lost: FaultAction | None = Field(None, description="A GPU lost at probe time (no Xid); default reboot.")
+
+    @model_validator(mode="after")
+    def _codes(self) -> "FaultActions":
+        _xid_actions("xid", self.xid, 65535)
+        _xid_actions("sxid", self.sxid, 999999)
+        return self
+
+
+class RepeatRule(Strict):
+    """NVIDIA's WORKFLOW_XID_13 and _31: the same application error on the same GPU, again and again,
+    may be the hardware (run diagnostics); once is the job's bug."""
+
+    xids: list[int] = Field(default_factory=lambda: [13, 31], description="Codes counted per GPU.")
+    count: int = Field(3, ge=2, le=1000, description="Sightings on one GPU within the window that make it hardware.")
+    window_seconds: int = Field(3600, ge=1, le=7 * 86400)
+    action: FaultAction = Field(FaultAction.REPLACE, description="What such a GPU needs (diagnostics take the node out).")
+
+
+class FaultsSpec(Strict):
+    """How GPU faults are classified: NVIDIA's catalogue (fleetspec/faults/catalogue.py), NVIDIA's rules,
+    and these overrides. The reconciler and the node agent read the same effective catalogue."""
+
+    actions: FaultActions = Field(default_factory=FaultActions)
+    repeats: RepeatRule = Field(default_factory=RepeatRule)
+
+
+class ConditionSource(Strict):
+    """A node condition another detector sets (NVSentinel, node-problem-detector, a cloud's agent), and
+    how its fault is read: its code from the reason or the message (a pattern with a `code` group, and
+    optionally `pci`), or the driver's own lines in the message (`read: kernel-log`, as NPD copies them)."""
+
+    type: LabelKey = Field(description="The condition type, e.g. SysLogsXIDError or AcceleratedHardwareReady.")
+    fault_status: Literal["True", "False"] = Field(
+        "True", description="The status that means a fault: True for NVSentinel and NPD, False for *Ready types.")
+    read: Literal["pattern", "kernel-log"] = "pattern"
+    reason_pattern: str | None = Field(None, description="Regex on the reason; groups `code`, `pci`.")
+    message_pattern: str | None = Field(None, description="Regex on the message (its first 1024 characters).")
+    kind: Kind = Field(Kind.XID, description="What the codes read are: xid or sxid.")
+    action: FaultAction | None = Field(None, description="The action when no code is read (a reason that names none).")
+    actions: dict[int, FaultAction] = Field(default_factory=dict, description="Per code, over the catalogue, this source only.")
+
+    @model_validator(mode="after")
+    def _readable(self) -> "ConditionSource":
+        patterns = {"reason_pattern": self.reason_pattern, "message_pattern": self.message_pattern}
+        if self.read == "kernel-log":
+            extra = [k for k, v in patterns.items() if v]
+            if extra:
+                raise FieldError(extra[0], "read: kernel-log reads the driver's lines in the message; drop the pattern")
+        elif not any(patterns.values()) and self.action is None and self.kind is not Kind.GPU_LOST:
+            raise FieldError("reason_pattern", "say how a fault is read: reason_pattern or message_pattern with a "
+                             "`code` group, read: kernel-log, or one action for every fault of this type")
+        for key, value in patterns.items():
+            if value is None:
+                continue
+            try:
+                rx = re.compile(value)
+            except re.error as e:
+                raise FieldError(key, f"not a regular expression: {e}") from None
+            unknown = set(rx.groupindex) - {"code", "pci"}
+            if unknown:
+                raise FieldError(key, f"unknown groups {sorted(unknown)}: only `code` and `pci` are read")
+            if "code" not in rx.groupindex and self.action is None:
+                raise FieldError(key, "needs a (?P<code>...) group, or an `action` for every fault it matches")
+        if self.kind is Kind.GPU_LOST and (self.read != "pattern" or any(patterns.values())):
+            raise FieldError("kind", "gpu-lost has no codes to read: drop the patterns (its action is `action`, "
+                             "default reboot)")
+        _xid_actions("actions", self.actions, 999999)
+        return self
+
+
 class HealingSpec(Strict):
     enabled: bool = True
     dry_run: bool = Field(False, description="Decide and record, but change nothing.")
-    condition_types: list[LabelKey] = Field(default_factory=lambda: [labels.GPU_CONDITION], min_length=1)
-    critical_xids: list[int] = Field(default_factory=lambda: list(xids.DEFAULT_CRITICAL), min_length=1)
+    condition_types: list[LabelKey] = Field(
+        default_factory=lambda: [labels.GPU_CONDITION], min_length=1,
+        description="Conditions in gpufleet's own format; the node agent writes the first.")
+    condition_sources: list[ConditionSource] = Field(
+        default_factory=list, description="Conditions other detectors set, and how their faults are read.")
+    faults: FaultsSpec = Field(default_factory=FaultsSpec)
     occurrences: int = Field(1, ge=1, description="Signals of a critical XID within the window before acting.")
     occurrence_window_seconds: int = Field(600, ge=1)
     grace_period_seconds: int = Field(120, ge=0, le=3600, description="SIGTERM to kill, for the job to checkpoint.")
@@ -412,13 +500,24 @@ class HealingSpec(Strict):
         "(a page that could not be delivered, the storm brake, failed remediations).")
     reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_critical_xids(cls, data: object) -> object:
+        if isinstance(data, dict) and "critical_xids" in data:
+            raise FieldError("critical_xids", "replaced by faults.actions: every Xid now takes NVIDIA's action "
+                             "(fleetspec/faults/catalogue.py); to change one, set e.g. faults: {actions: {xid: "
+                             "{94: reset-gpu}}}")
+        return data
+
     @model_validator(mode="after")
     def _xids(self) -> "HealingSpec":
-        app = sorted(set(self.critical_xids) & xids.APPLICATION)
-        if app:
-            raise FieldError("critical_xids", f"{app} are application errors; remediating them would only move the bug")
-        if any(x <= 0 for x in self.critical_xids):
-            raise FieldError("critical_xids", "XIDs are positive numbers")
+        types = [s.type for s in self.condition_sources]
+        for i, t in enumerate(types):
+            if t in self.condition_types:
+                raise FieldError(f"condition_sources[{i}].type", f"{t} is in condition_types (gpufleet's own "
+                                 "format); a type is read one way")
+            if t in types[:i]:
+                raise FieldError(f"condition_sources[{i}].type", f"{t} is listed twice")
         names = [n.name for n in self.notifications]
         if len(names) != len(set(names)):
             raise FieldError("notifications", f"names must be unique: {names}")

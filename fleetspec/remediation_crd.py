@@ -26,6 +26,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from . import labels
+from .faults.catalogue import FaultAction, Kind
 
 PLURAL = "remediations"
 KIND = "Remediation"
@@ -164,6 +165,7 @@ def manifest() -> dict:
                     column("Node", ".spec.node"),
                     column("Pool", ".spec.pool"),
                     column("XID", ".spec.xid", "integer"),
+                    column("Needs", ".spec.fault.action"),
                     column("Phase", ".status.phase"),
                     column("Admission", allowed),
                     column("Replacement", ".status.replacement"),
@@ -184,6 +186,18 @@ def manifest() -> dict:
                                 "xid": {"type": "integer", "description": "NVIDIA's XID error number."},
                                 "message": {"type": "string"},
                                 "wasSpare": {"type": "boolean"},
+                                "fault": {  # what the fault needs and where (fleetspec/faults)
+                                    "type": "object",
+                                    "properties": {
+                                        "kind": {"type": "string", "enum": [k.value for k in Kind]},
+                                        "code": {"type": "integer"},
+                                        "action": {"type": "string", "enum": [a.value for a in FaultAction]},
+                                        "pci": {"type": "string"},
+                                        "gpuInstance": {"type": "integer"},
+                                        "computeInstance": {"type": "integer"},
+                                        "source": {"type": "string"},
+                                    },
+                                },
                             },
                         },
                         "status": status_schema(),

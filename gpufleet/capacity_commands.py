@@ -94,11 +94,13 @@ def count_nodes(spec: FleetSpec, nodes: list[dict]) -> dict[str, PoolRow]:
     from dataclasses import replace
 
     from reconciler.core.lending import PoolFacts, capacity
+    from reconciler.core.faults import FaultReader
     from reconciler.core.observe import node_view
 
+    faults = FaultReader.from_spec(spec.healing)
     views: dict[str, list] = {p.name: [] for p in spec.pools}
     for node in nodes:
-        v = node_view(node, spec.healing.condition_types)
+        v = node_view(node, faults)
         if v.pool in views:
             views[v.pool].append(replace(v, gpus=_node_gpus(node, spec.pool(v.pool).gpus_per_node)))
     rows = {}

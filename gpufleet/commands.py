@@ -93,26 +93,43 @@ def reconcile(
 def agent(
     node: str = typer.Option(..., help="This node's name (the DaemonSet passes spec.nodeName)."),
     kmsg: Path = typer.Option(Path("/dev/kmsg"), help="Kernel log to follow (a file works for drills)."),
-    condition: str = typer.Option("GpuHealthy", help="Node condition to set."),
+    policy: Optional[Path] = typer.Option(None, "--policy", help="The fleet spec the stack renders (fleet.json "
+                                          "from the gpufleet-policy ConfigMap): its fault actions and condition. "
+                                          "Without it, NVIDIA's catalogue as is (drills)."),
+    condition: Optional[str] = typer.Option(None, help="Node condition to set (default: the policy's first "
+                                            "condition type, else GpuHealthy)."),
     kubeconfig: Optional[Path] = typer.Option(None),
     from_start: bool = typer.Option(False, help="Read a file from its start instead of its end "
                                                 "(/dev/kmsg is always read from its oldest record)."),
     max_backoff: float = typer.Option(30.0, help="Longest wait, in seconds, between retries of the API server."),
 ) -> None:
-    """Node agent: follow the kernel log for `NVRM: Xid` lines and set the GPU condition on critical ones.
+    """Node agent: follow the kernel log for GPU and NVSwitch faults and report what each needs.
 
-    Outlives API server outages and a node not registered yet:
-    critical XIDs wait, and are reported once the API answers.
-    Exit 2: the kernel log cannot be read. Exit 1: the API refuses for good.
+    A fault that takes the node out sets the GPU condition; a restart-app one is an Event on the
+    node. Outlives API server outages and a node not registered yet: what must be reported waits,
+    and is reported once the API answers.
+    Exit 2: the kernel log or the policy cannot be read. Exit 1: the API refuses for good.
     """
     import logging
     import threading
 
+    from fleetspec import SpecError
+    from fleetspec.faults.policy import FaultPolicy
     from reconciler import logs
     from reconciler.agent.daemon import Agent, AgentFailed, KernelLog
     from reconciler.adapters.kube import Kube
+    from reconciler.app import load_policy
 
     logs.setup()
+    faults = FaultPolicy()
+    if policy is not None:
+        try:
+            spec = load_policy(policy)
+        except (OSError, ValueError, SpecError) as e:
+            _err(f"cannot read the policy {policy}: {e}")
+            raise typer.Exit(EXIT_INVALID)
+        faults = FaultPolicy.from_spec(spec.healing)
+        condition = condition or spec.healing.condition_types[0]
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # the agent logs its own retries
     try:
         kernel_log = KernelLog(kmsg, from_start)
@@ -121,7 +138,8 @@ def agent(
         raise typer.Exit(EXIT_INVALID)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ag = Agent(Kube(_api(kubeconfig)), node, kernel_log, condition=condition, stop=stop, max_backoff=max_backoff)
+    ag = Agent(Kube(_api(kubeconfig)), node, kernel_log, condition=condition or "GpuHealthy", policy=faults,
+               stop=stop, max_backoff=max_backoff)
     try:
         ag.run()
     except AgentFailed as e:
@@ -136,24 +154,43 @@ def inject_fault(
     node: str = typer.Argument(..., help="Node to fault."),
     xid: int = typer.Option(79, help="XID to report (79: GPU fallen off the bus)."),
     message: Optional[str] = typer.Option(None, help="Condition message; default: the XID's description."),
+    action: Optional[str] = typer.Option(None, help="What it needs (none, restart-app, reset-gpu, reboot, "
+                                         "replace); default: the catalogue's, with the stack's overrides."),
     condition: str = typer.Option("GpuHealthy", help="Node condition to set."),
     kubeconfig: Optional[Path] = typer.Option(None),
     stack: Optional[str] = typer.Option(None, "--stack", "-s"),
 ) -> None:
     """Set the GPU fault condition on NODE, exactly as the node agent would (for demos and drills)."""
-    from fleetspec import xids
+    from fleetspec.faults import FaultAction, Kind, describe
+    from fleetspec.faults.condition import FaultSignal, format_message, reason_for
+    from fleetspec.faults.policy import FaultPolicy
     from reconciler.errors import PermanentError, TemporaryError
-    from reconciler.agent.kmsg import XidEvent
     from reconciler.adapters.kube import Kube
 
-    kube = Kube(_api(kubeconfig, stack))
-    ev = XidEvent(xid, "PCI:0000:00:00", message or xids.describe(xid))
     try:
-        kube.set_condition(node, condition, "False", f"Xid{xid}", ev.message)
+        need = FaultAction(action) if action else None
+    except ValueError:
+        _err(f"--action {action!r}: one of {', '.join(a.value for a in FaultAction)}")
+        raise typer.Exit(EXIT_INVALID)
+    if need is None:
+        faults = FaultPolicy.from_spec(load_spec(stack, None).healing) if stack else FaultPolicy()
+        need = faults.action(Kind.XID, xid)
+    reason = reason_for(Kind.XID, xid)
+    text = format_message(FaultSignal(Kind.XID, xid, need, "0000:00:00"), message or describe(xid))
+    if need is FaultAction.NONE:
+        typer.echo(f"{node}: {describe(xid)} needs nothing; the agent would only log it")
+        return
+    kube = Kube(_api(kubeconfig, stack))
+    try:
+        if need.remediates:
+            kube.set_condition(node, condition, "False", reason, text)
+        else:
+            kube.node_event(node, reason, text)  # the job's problem: the node stays in service
     except (TemporaryError, PermanentError) as e:
-        _err(f"could not set {condition} on {node}: {e}")
+        _err(f"could not report {reason} on {node}: {e}")
         raise typer.Exit(EXIT_FAILED)
-    typer.echo(f"{node}: {condition}=False reason=Xid{xid} ({ev.message})")
+    typer.echo(f"{node}: {condition}=False reason={reason} ({text})" if need.remediates
+               else f"{node}: Event {reason} ({text}); the node stays in service")
 
 
 @app.command("mark-healthy")

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from gpufleet.console import EXIT_FAILED, _err, load_spec
+from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, load_spec
 
 local = typer.Typer(help="The local environment: control plane, fake GPU nodes (kwok), real Slurm.",
                     no_args_is_help=True)
@@ -120,7 +120,7 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
 
 def demo(
     keep: bool = typer.Option(False, "--keep", help="Reuse the running environment instead of starting clean."),
-    xid: int = typer.Option(79, help="XID to inject."),
+    xid: int = typer.Option(79, help="XID to inject; one whose action takes the node out (79: reboot)."),
     grace: Optional[int] = typer.Option(None, help="Override the grace period (seconds); host-process mode only."),
     kubelet: bool = typer.Option(True, "--kubelet/--no-kubelet",
                                  help="Heal through the reconciler pods on real kubelet nodes (default), or a host process."),
@@ -129,11 +129,17 @@ def demo(
 ) -> None:
     """The main job: local up, pulumi up, a training job, an XID 79, and the fleet healing itself
     (`--lending`: idle spares and nodes serving inference, and taken back)."""
-    from demos.demo import run_demo
+    from demos.demo import demo_fault, run_demo
     from demos.lending_demo import run_lending_demo
     from gpufleet.stack import PulumiError
 
     env = make_env("local", kubelet=kubelet)
+    if not lending:
+        try:
+            demo_fault(env.spec, xid)
+        except ValueError as e:
+            _err(f"demo: {e}")
+            raise typer.Exit(EXIT_INVALID)
     try:
         if lending:
             run_lending_demo(env.spec, env, env.stack(), fresh=not keep)

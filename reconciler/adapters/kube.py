@@ -327,6 +327,19 @@ class Kube:
                 pass  # the senders are far behind (the API server is): this one waits its turn here
         self._post_event(namespace, body)
 
+    def node_event(self, name: str, reason: str, message: str, type_: str = "Warning",
+                   component: str = "gpufleet-agent") -> None:
+        """An Event on a node that must not be lost (the node agent's record of a fault that leaves the
+        node in service): raises TemporaryError/PermanentError like any other call, so it is retried."""
+        ts = now_rfc3339()
+        body = {
+            "metadata": {"generateName": f"{name}.", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "name": name, "apiVersion": "v1"}, "reason": reason,
+            "message": message[:1000], "type": type_, "source": {"component": component, "host": name},
+            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+        }
+        _call(f"create event on {name}", self.core.create_namespaced_event, "default", body, _preload_content=False)
+
     def _post_event(self, namespace: str, body: dict) -> None:
         try:
             _call("create event", self.core.create_namespaced_event, namespace, body, _preload_content=False)

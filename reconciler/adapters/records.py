@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from kubernetes import client
 
 from fleetspec import labels, remediation_crd
+from fleetspec.faults import FaultAction, Kind
 
 from reconciler.adapters.kube import _call, _json
 from reconciler.core.conditions import conditions
@@ -73,7 +74,8 @@ def to_object(r: Remediation, resource_version: str | None = None) -> dict[str, 
         "apiVersion": labels.API_VERSION,
         "kind": remediation_crd.KIND,
         "metadata": meta,
-        "spec": {"node": r.node, "pool": r.pool, "xid": r.xid, "message": r.message, "wasSpare": r.was_spare},
+        "spec": {"node": r.node, "pool": r.pool, "xid": r.xid, "message": r.message, "wasSpare": r.was_spare,
+                 "fault": _fault(r)},
         "status": _status(r),
     }
 
@@ -84,6 +86,29 @@ def _refill(f: dict[str, Any] | None) -> Refill | None:
     if f["state"] not in (RefillState.REQUESTED, RefillState.ANSWERED, RefillState.FAILED):
         raise ValueError(f"refill state {f['state']!r}")
     return Refill(f["key"], f["state"], parse_time(f["at"]), f.get("message", ""))
+
+
+def _fault(r: Remediation) -> dict[str, Any]:
+    """What the fault needs and where, as the node said it (issue 21). In the spec: set once, by the create."""
+    out: dict[str, Any] = {"kind": r.kind.value, "code": r.xid}
+    if r.action is not None:
+        out["action"] = r.action.value
+    for key, value in (("pci", r.pci), ("source", r.source)):
+        if value:
+            out[key] = value
+    for key, value in (("gpuInstance", r.gpu_instance), ("computeInstance", r.compute_instance)):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _fault_fields(f: dict[str, Any]) -> dict[str, Any]:
+    """The remediation's fault fields from spec.fault; absent in remediations made before it existed."""
+    opt_int = lambda k: int(f[k]) if f.get(k) is not None else None  # noqa: E731
+    return {"kind": Kind(f.get("kind", Kind.XID.value)),
+            "action": FaultAction(f["action"]) if f.get("action") else None,
+            "pci": str(f.get("pci") or ""), "gpu_instance": opt_int("gpuInstance"),
+            "compute_instance": opt_int("computeInstance"), "source": str(f.get("source") or "")}
 
 
 class CorruptRemediation(PermanentError):
@@ -123,6 +148,7 @@ def from_object(obj: dict[str, Any]) -> Remediation:
             failed_replacements=tuple(ReplacementFailure(f["node"], parse_time(f["at"]), f.get("why", ""))
                                       for f in st.get("failedReplacements") or ()),
             stands_in_for=st.get("standsInFor") or "", refill=_refill(st.get("refill")), waiting=st.get("waiting") or "",
+            **_fault_fields(spec.get("fault") or {}),
         )
     except (KeyError, ValueError, TypeError) as e:
         raise CorruptRemediation(f"remediation {name} is unreadable ({e!r}): fix or delete it; the reconciler will "

@@ -1,10 +1,15 @@
-"""The node agent: follow the kernel log, and set the GPU condition on a critical XID.
+"""The node agent: follow the kernel log, and report what each GPU fault needs.
 
 Runs as a DaemonSet reading /dev/kmsg; drills use a file, or `gpufleet inject-fault`, which sets
-the same condition directly. Critical XIDs set the condition False; application XIDs are logged.
+the same condition directly. Each event the driver logs (reconciler/agent/kmsg.py) is classified with
+the effective catalogue of the policy the agent is given (fleetspec/faults/classify.py): a fault that
+takes the node out sets the GPU condition False (fleetspec/faults/condition.py's format: which GPU,
+which code, what it needs); a `restart-app` one is an Event on the node, which stays in service; the
+rest are counted and logged. Lines it cannot read, and the driver's words where the kernel did not put
+them, are counted and logged, never raised.
 
 Two threads, so the API server never stalls the reading of the log: the reader (`read`) parses
-lines and queues critical sightings; the reporter (`connect`, then `report_pending`) writes them,
+lines and queues sightings; the reporter (`connect`, then `report_pending`) writes them,
 retrying with backoff for as long as the API server is away or the node is not registered yet.
 Only what retrying cannot fix (a forbidden or invalid call) stops the agent, with AgentFailed.
 
@@ -19,16 +24,21 @@ import logging
 import os
 import stat
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
-from fleetspec import labels, xids
+from fleetspec import labels
+from fleetspec.faults import FaultAction, describe
+from fleetspec.faults.classify import Classifier
+from fleetspec.faults.driver import GpuEvent, Unreadable, Untrusted
+from fleetspec.faults.policy import FaultPolicy
 
 from reconciler.errors import NotFound, PermanentError, TemporaryError
-from reconciler.agent.kmsg import Malformed, parse_line, record_seq
+from reconciler.agent.kmsg import MAX_LINE, KernelLogParser, record_seq
 from reconciler.agent.sightings import Cursor, Pending, Sighting, Verdict, advance, condition_message, newest, resume_from, verdict
 
 log = logging.getLogger(__name__)
@@ -45,12 +55,16 @@ class NodeAPI(Protocol):
     def get_node(self, name: str) -> dict: ...
     def patch_node(self, name: str, body: dict) -> dict: ...
     def set_condition(self, name: str, ctype: str, status: str, reason: str, message: str) -> None: ...
+    def node_event(self, name: str, reason: str, message: str) -> None: ...
 
 
 class KernelLog:
     """/dev/kmsg or a file, read without blocking: `lines()` returns what arrived since the last call.
     `boot` names this run of the log: the kernel's boot id for /dev/kmsg (record numbers restart at a
-    reboot), the file's identity for a file."""
+    reboot), the file's identity for a file. A line longer than MAX_PARTIAL (a file can hold anything)
+    is cut to its head as soon as it is that long: memory stays bounded."""
+
+    MAX_PARTIAL = 64 * 1024
 
     def __init__(self, path: Path, from_start: bool = False):
         self.path = Path(path)
@@ -65,7 +79,9 @@ class KernelLog:
             if not from_start:
                 os.lseek(self.fd, 0, os.SEEK_END)
         self.overruns = 0
+        self.overlong = 0  # lines longer than MAX_PARTIAL bytes: their head is read, the rest dropped
         self._partial = b""
+        self._skipping = False
 
     def lines(self, limit: int = 1000) -> list[str]:
         out: list[str] = []
@@ -80,8 +96,17 @@ class KernelLog:
                 continue
             if not chunk:
                 break
-            *complete, self._partial = (self._partial + chunk).split(b"\n")
-            out += [c.decode(errors="replace") for c in complete]
+            *complete, partial = (self._partial + chunk).split(b"\n")
+            if complete and self._skipping:
+                complete[0], self._skipping = b"", False  # the rest of an overlong line
+            out += [c.decode(errors="replace") for c in complete if c]
+            if self._skipping:
+                partial = b""
+            elif len(partial) > self.MAX_PARTIAL:
+                out.append(partial[:MAX_LINE].decode(errors="replace"))  # its head is all that is read
+                self.overlong += 1
+                partial, self._skipping = b"", True
+            self._partial = partial
         return out
 
     def close(self) -> None:
@@ -94,13 +119,17 @@ def _utcnow() -> datetime:
 
 class Agent:
     def __init__(self, kube: NodeAPI, node: str, kernel_log: KernelLog, *, condition: str = labels.GPU_CONDITION,
-                 critical: Iterable[int] = xids.DEFAULT_CRITICAL, pending_limit: int = 32, max_backoff: float = 30.0,
+                 policy: FaultPolicy | None = None, pending_limit: int = 32, max_backoff: float = 30.0,
                  stop: threading.Event | None = None, sleep: Callable[[float], Any] | None = None,
                  clock: Callable[[], datetime] = _utcnow):
         self.kube, self.node, self.kernel_log, self.condition = kube, node, kernel_log, condition
-        self.critical = frozenset(critical)
+        self.parser = KernelLogParser()
+        self.classifier = Classifier(policy)
         self.pending = Pending(pending_limit)
-        self.counts = {"critical": 0, "other": 0, "malformed": 0, "written": 0}
+        # faults: take the node out; notices: restart-app (an Event); ignored: need nothing;
+        # unreadable: the driver's lines that do not parse; untrusted: its words where the kernel did not put them
+        self.counts = {"faults": 0, "notices": 0, "ignored": 0, "unreadable": 0, "untrusted": 0, "written": 0,
+                       "events": 0}
         self.stopping = stop or threading.Event()
         self.log_end = -1                 # the newest record number in the log when reading started
         self.upto: Cursor | None = None   # reported up to; known once connected
@@ -118,7 +147,7 @@ class Agent:
     # --- the reader ------------------------------------------------------------------------------
 
     def read(self) -> int:
-        """Read what the kernel log holds now and queue its critical XIDs; returns how many lines."""
+        """Read what the kernel log holds now and queue what must be reported; returns how many lines."""
         lines = self.kernel_log.lines()
         self._queue(lines)
         return len(lines)
@@ -131,25 +160,35 @@ class Agent:
 
     def _queue(self, lines: list[str]) -> None:
         for line in lines:
-            seq = record_seq(line)
-            ev = parse_line(line)
-            if ev is None:
-                continue
-            if isinstance(ev, Malformed):
-                self.counts["malformed"] += 1
-                log.warning("unparsable Xid line ignored: %r", ev.line[:200])
-            elif ev.xid not in self.critical:
-                self.counts["other"] += 1
-                log.info("%s (not critical): %s", xids.describe(ev.xid), ev.message)
-            else:
-                self.counts["critical"] += 1
-                log.error("critical %s: %s", xids.describe(ev.xid), ev.message)
-                with self._lock:
-                    queued = self.pending.add(Sighting(ev, seq, seq, self._clock()))
-                if not queued:
-                    log.error("%d sightings wait for the API server already: %s not queued", self.pending.limit,
-                              ev.message)
-                self._wake.set()
+            for item in self.parser.feed(line):
+                if isinstance(item, GpuEvent):
+                    self._sighted(item)
+                elif isinstance(item, Unreadable):
+                    self._count("unreadable", logging.WARNING, "unreadable GPU line ignored (%s): %r", item.why,
+                                item.line)
+                elif isinstance(item, Untrusted):
+                    self._count("untrusted", logging.INFO, "not believed (%s): %r", item.why, item.line)
+
+    def _sighted(self, ev: GpuEvent) -> None:
+        c = self.classifier.classify(ev, now=time.monotonic())
+        what = f"{describe(ev.code, ev.kind)} needs {c.action.value} [NVIDIA: {c.nvidia}; {c.why}]: {ev.message}"
+        if c.action is FaultAction.NONE:
+            self._count("ignored", logging.WARNING if c.why == "unknown code" else logging.INFO, "%s", what)
+            return
+        self.counts["notices" if c.action is FaultAction.RESTART_APP else "faults"] += 1
+        log.log(logging.ERROR if c.remediates else logging.WARNING, "%s", what)
+        with self._lock:
+            queued = self.pending.add(Sighting(ev, ev.seq, ev.seq, self._clock(), verdict=c))
+        if not queued:
+            log.error("%d sightings wait for the API server already: %s not queued", self.pending.limit, ev.message)
+        self._wake.set()
+
+    def _count(self, what: str, level: int, fmt: str, *args: Any) -> None:
+        """Count, and log the first ten of each kind, then every hundredth: a flood of bad lines
+        must not flood the agent's own log."""
+        n = self.counts[what] = self.counts[what] + 1
+        if n <= 10 or n % 100 == 0:
+            log.log(level, fmt + (f" ({n} so far)" if n > 10 else ""), *args)
 
     # --- the reporter ----------------------------------------------------------------------------
 
@@ -162,7 +201,7 @@ class Agent:
             log.warning("node %s: annotation %s=%r is not <boot id>:<record>; treated as absent",
                         self.node, labels.KMSG_REPORTED, text)
         self.upto = resume_from(saved, self.kernel_log.boot, self.log_end, self._condition_of(node) is not None)
-        log.info("agent for node %s: reporting critical XIDs to %s after kernel-log record %d of %s "
+        log.info("agent for node %s: reporting GPU faults to %s after kernel-log record %d of %s "
                  "(cursor on the node: %s)", self.node, self.condition, self.upto.seq, self.upto.boot, saved)
         if self.upto != saved:
             self._save_cursor()
@@ -180,12 +219,18 @@ class Agent:
             if s is None:
                 break
             v = verdict(s, self.upto, self._condition_of(node))
-            if v is Verdict.REPORT:
+            if v is Verdict.REPORT and s.notice:
+                # The job's problem: the node stays in service, the job's owner finds it on the node.
+                self._call(self.kube.node_event, self.node, s.reason, condition_message(s, self._clock()))
+                self.counts["events"] += 1
+                log.warning("node %s: Event %s (%s), the node stays in service", self.node, s.reason, s.event.message)
+            elif v is Verdict.REPORT:
                 self._call(self.kube.set_condition, self.node, self.condition, "False", s.reason,
                            condition_message(s, self._clock()))
                 written += 1
                 self.counts["written"] += 1
-                log.warning("node %s: %s=False reason %s (%s)", self.node, self.condition, s.reason, s.event.message)
+                log.warning("node %s: %s=False reason %s needs %s (%s)", self.node, self.condition, s.reason,
+                            s.verdict.action.value, s.event.message)
             else:
                 log.info("node %s: %s not written: %s", self.node, s.event.message, v.value)
             with self._lock:

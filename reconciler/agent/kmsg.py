@@ -1,54 +1,132 @@
-"""Parse NVIDIA XID reports out of the kernel log. Pure: lines in, events out.
+"""Read NVIDIA's GPU and NVSwitch reports out of a kernel log. Pure: lines in, events out.
 
-The driver writes lines like
-    NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.
-read through /dev/kmsg ("6,1234,5678901,-;NVRM: ...") or dmesg ("[ 12.345] NVRM: ...").
-A line that mentions an Xid but does not parse is reported as malformed, never raised.
-A /dev/kmsg record also carries its sequence number (`record_seq`), which the agent uses to
-remember how far it has reported.
+The kernel log comes in several forms, all read here (one line at a time):
+    6,2041,5678901234,-;NVRM: Xid (PCI:0000:18:00): 94, ...          /dev/kmsg (prio,seq,usec,flags;text)
+    [ 1843.451234] NVRM: Xid (PCI:0000:b7:00): 48, ...               dmesg
+    [Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, ...   dmesg -T
+    Aug 10 15:36:05 gpu-node-a kernel: NVRM: Xid (...): 63, ...       journalctl -k, syslog (also ISO times)
+
+Only the kernel is believed: a /dev/kmsg record of facility 0 (user space may write /dev/kmsg too,
+with its own facility), a dmesg line (the kernel's ring buffer), or a syslog/journal line tagged
+`kernel:`. This module takes a line's prefix apart and decides whether to believe it; the driver's
+message after the prefix is read by fleetspec/faults/driver.py (the formats and their sources are
+named there), which the reconciler also uses for messages other detectors copy into a condition.
+A GPU lost at probe time is reported over three lines: dmesg indents the two continuation lines,
+/dev/kmsg escapes their newlines as \\x0a, rsyslog as #012.
+
+Hostile lines never raise and never fault: every length is bounded and the prefix patterns are
+anchored with bounded repeats, so none can backtrack for long.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
-_KMSG_HEADER = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;")
-_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)(?:,\s*(?P<rest>.*))?$")
+from fleetspec.faults.driver import LOST_END, LOST_MIDDLE, DriverMessages, Parsed, PendingLoss, Untrusted, mentions
+
+MAX_LINE = 4096    # characters of a line that are looked at (printk's records are under 1 KiB)
+_A = re.ASCII
+
+_KMSG = re.compile(r"(\d{1,4}),(\d{1,20}),(\d{1,20}),([^;]{0,64});", _A)
+_DMESG = re.compile(r"\[ {0,12}(\d{1,12})\.(\d{1,9})\] ?", _A)
+_DMESG_T = re.compile(r"\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \d{4})\] ?", _A)
+_SYSLOG = re.compile(r"([A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d)(?:\.\d{1,9})? ([^ ]{1,255}) ([^ ]{1,64}): ", _A)
+_ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?) ([^ ]{1,255}) "
+                  r"([^ ]{1,64}): ", _A)
 
 
 @dataclass(frozen=True)
-class XidEvent:
-    xid: int
-    pci: str
-    detail: str
+class LogLine:
+    """One line of a kernel log with its prefix taken apart."""
+
+    form: str             # kmsg | dmesg | dmesg-T | syslog | continuation | other
+    kernel: bool          # the kernel wrote it (see the module's docstring)
+    message: str
+    seq: int | None = None     # a /dev/kmsg record's number
+    time: float | None = None  # seconds, comparable within one log
+
+
+def _wall(text: str, fmt: str) -> float | None:
+    try:
+        t = datetime.strptime(text, fmt)
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def split_line(line: str) -> LogLine:
+    """Take a line's prefix apart: which form, whether the kernel wrote it, its text and time."""
+    line = line[:MAX_LINE].rstrip("\r\n")
+    if m := _KMSG.match(line):
+        prio, seq, usec = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        return LogLine("kmsg", prio >> 3 == 0, line[m.end():], seq, usec / 1e6)
+    if m := _DMESG.match(line):
+        return LogLine("dmesg", True, line[m.end():], None, int(m.group(1)) + float("0." + m.group(2)))
+    if m := _DMESG_T.match(line):
+        return LogLine("dmesg-T", True, line[m.end():], None, _wall(m.group(1), "%a %b %d %H:%M:%S %Y"))
+    for rx, fmt in ((_SYSLOG, "%b %d %H:%M:%S"), (_ISO, None)):
+        if m := rx.match(line):
+            text = line[m.end():]
+            when = _wall(m.group(1), fmt) if fmt else _iso(m.group(1))
+            if d := _DMESG.match(text):  # klogd keeps the kernel's own timestamp: "kernel: [ 12.3] NVRM: ..."
+                text = text[d.end():]
+            return LogLine("syslog", m.group(3) == "kernel", text, None, when)
+    if line[:1] in (" ", "\t"):
+        return LogLine("continuation", True, line.lstrip(" \t"))
+    return LogLine("other", False, line)
+
+
+def _iso(text: str) -> float | None:
+    try:
+        t = datetime.fromisoformat(text.replace(",", ".").replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _parts(message: str) -> list[str]:
+    """A record's lines: /dev/kmsg escapes a newline inside a record as \\x0a, rsyslog as #012."""
+    for sep in ("\\x0a", "#012"):
+        if sep in message:
+            return [p.strip() for p in message.split(sep)]
+    return [message]
+
+
+@dataclass
+class KernelLogParser:
+    """Lines in, events out: the prefix taken apart here, the kernel's messages read by the driver's
+    reader (which keeps the start of a three-line GPU loss between lines)."""
+
+    driver: DriverMessages = field(default_factory=DriverMessages)
 
     @property
-    def message(self) -> str:
-        return f"Xid {self.xid} on {self.pci}: {self.detail}".rstrip(": ")
+    def pending(self) -> PendingLoss | None:
+        """The start of a GPU loss whose last line has not come yet (None when there is none)."""
+        return self.driver.pending
+
+    def feed(self, line: str) -> list[Parsed]:
+        rec = split_line(line)
+        if rec.form == "continuation" or (rec.kernel and rec.message.startswith((LOST_MIDDLE, LOST_END))):
+            return self.driver.continued(_parts(rec.message))  # older kernels log each of the three lines alone
+        self.driver.pending = None
+        if not rec.kernel:
+            return [Untrusted(line[:200], f"not the kernel's ({rec.form})")] if mentions(rec.message) else []
+        parts = _parts(rec.message)
+        out = self.driver.message(parts[0], rec.seq, rec.time)
+        return out + self.driver.continued(parts[1:]) if len(parts) > 1 else out
+
+    def feed_message(self, message: str) -> list[Parsed]:
+        """A message already known to be the kernel's, without a prefix."""
+        return self.driver.feed_message(message)
 
 
-@dataclass(frozen=True)
-class Malformed:
-    line: str
-
-
-def parse_line(line: str) -> XidEvent | Malformed | None:
-    """An XidEvent, Malformed for an Xid line that does not parse, None for any other line."""
-    if "NVRM: Xid" not in line:
-        return None
-    text = line.rstrip("\n")
-    if ";" in text.split("NVRM:", 1)[0]:  # /dev/kmsg record header
-        text = text.split(";", 1)[1]
-    m = _XID.search(text)
-    if not m:
-        return Malformed(line.rstrip("\n"))
-    detail = (m.group("rest") or "").strip()
-    detail = re.sub(r"^pid=('?[^,]*'?),\s*", "", detail)
-    detail = re.sub(r"^name=[^,]*,\s*", "", detail)
-    return XidEvent(int(m.group("xid")), m.group("pci"), detail)
+def parse_line(line: str) -> list[Parsed]:
+    """One line on its own (no continuation across lines)."""
+    return KernelLogParser().feed(line)
 
 
 def record_seq(line: str) -> int | None:
     """The sequence number of a /dev/kmsg record ("prio,seq,usec,flags;text"); None for other lines."""
-    m = _KMSG_HEADER.match(line)
-    return int(m.group("seq")) if m else None
+    m = _KMSG.match(line[:128])
+    return int(m.group(2)) if m else None

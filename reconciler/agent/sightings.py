@@ -1,15 +1,17 @@
 """What the node agent has seen, what it still has to report, and whether to report it. Pure.
 
-The agent remembers one fact on its node, the annotation `gpufleet.io/kmsg-reported`
-= "<boot id>:<seq>": the kernel-log sequence number up to which every critical XID has been
+A sighting is a GPU event the agent must report: a fault that takes the node out (the GPU condition,
+in fleetspec/faults/condition.py's format) or a `restart-app` one (an Event on the node, which stays in
+service). The agent remembers one fact on its node, the annotation `gpufleet.io/kmsg-reported`
+= "<boot id>:<seq>": the kernel-log sequence number up to which every such event has been
 reported (or found already reported). It reads /dev/kmsg from the oldest record at every start
 and reports only what lies past that cursor, so a restarted agent reports nothing twice, nothing
 from before the last repair (a repair comes after the report, and the report moved the cursor),
 and whatever the kernel logged while the agent was down. The record numbers restart at a reboot;
 the boot id tells the runs apart.
 
-While the API server cannot be reached, sightings wait in `Pending`: one per (XID, GPU), oldest
-first, bounded, so a flood of the same line during an outage is one report when it is back.
+While the API server cannot be reached, sightings wait in `Pending`: one per (code, GPU, action),
+oldest first, bounded, so a flood of the same line during an outage is one report when it is back.
 """
 from __future__ import annotations
 
@@ -17,7 +19,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
 
-from reconciler.agent.kmsg import XidEvent
+from fleetspec.faults import FaultAction
+from fleetspec.faults.classify import Classification
+from fleetspec.faults.condition import FaultSignal, format_message, reason_for
+from fleetspec.faults.driver import GpuEvent
+
 
 LATE_AFTER_SECONDS = 5  # a report this much later than the sighting says when it was seen
 
@@ -59,22 +65,34 @@ def resume_from(saved: Cursor | None, boot: str, log_end: int, condition_set: bo
 
 @dataclass(frozen=True)
 class Sighting:
-    """A critical XID on one GPU: the kernel-log records it was seen in (`first_seq`..`last_seq`,
-    None for lines without a record number, as in a drill file: always news), and how many."""
+    """A GPU event to report: the kernel-log records it was seen in (`first_seq`..`last_seq`, None
+    for lines without a record number, as in a drill file: always news), how many, and what it needs."""
 
-    event: XidEvent
+    event: GpuEvent
     first_seq: int | None
     last_seq: int | None
     seen_at: datetime
     count: int = 1
+    verdict: Classification = Classification(FaultAction.REPLACE, "")
 
     @property
-    def key(self) -> tuple[int, str]:
-        return (self.event.xid, self.event.pci)
+    def key(self) -> tuple:
+        e = self.event
+        return (e.kind, e.code, e.pci, e.gpu_instance, e.compute_instance, self.verdict.action)
 
     @property
     def reason(self) -> str:
-        return f"Xid{self.event.xid}"
+        return reason_for(self.event.kind, self.event.code)
+
+    @property
+    def notice(self) -> bool:
+        """Reported as an Event on the node (the job's problem), not as the node's condition."""
+        return not self.verdict.remediates
+
+    @property
+    def signal(self) -> FaultSignal:
+        e = self.event
+        return FaultSignal(e.kind, e.code, self.verdict.action, e.pci, e.gpu_instance, e.compute_instance)
 
 
 class Pending:
@@ -134,7 +152,8 @@ def verdict(s: Sighting, upto: Cursor, condition: dict | None) -> Verdict:
     """Whether to write the condition for `s`, given the cursor and the node's current condition."""
     if s.last_seq is not None and s.last_seq <= upto.seq:
         return Verdict.REPORTED_BEFORE
-    if condition is not None and condition.get("status") == "False" and condition.get("reason") == s.reason:
+    if (not s.notice and condition is not None and condition.get("status") == "False"
+            and condition.get("reason") == s.reason):
         return Verdict.ALREADY_SET
     return Verdict.REPORT
 
@@ -149,11 +168,12 @@ def advance(upto: Cursor, handled: int | None, floor: int | None) -> Cursor:
 
 
 def condition_message(s: Sighting, now: datetime) -> str:
-    """The condition's message: the driver's words, and when it was seen if the report is late
-    (an API outage), so the record does not claim the fault is newer than it is."""
+    """The condition's (or the Event's) message: what the fault needs and where, the driver's words,
+    and when it was seen if the report is late (an API outage), so the record does not claim the fault
+    is newer than it is."""
     msg = s.event.message
     if s.count > 1:
         msg += f" (seen {s.count} times)"
     if (now - s.seen_at).total_seconds() >= LATE_AFTER_SECONDS:
         msg += f" (seen at {s.seen_at.strftime('%Y-%m-%dT%H:%M:%SZ')}, reported late)"
-    return msg
+    return format_message(s.signal, f"{msg} [NVIDIA: {s.verdict.nvidia}]" if s.verdict.nvidia else msg)

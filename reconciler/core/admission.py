@@ -30,19 +30,18 @@ def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], re
                     spec: FleetSpec, now: datetime) -> Admission:
     """Count what admission weighs. Unhealthy: the pool's nodes remediated within the window (any
     outcome: a finished remediation still counts until the window passes; a node a person holds by
-    opting out does not) and its active nodes faulted within it that have no remediation yet; a spare that
-    broke standing in for a faulted node is that node's position again, counted once
-    (`replacements.stand_ins`)."""
+    opting out does not) and its active nodes faulted within it that have no remediation yet (only faults that
+    take a node out: `none` and `restart-app` leave it in service, so they are no storm); a spare that broke
+    standing in for a faulted node is that node's position again, counted once (`replacements.stand_ins`)."""
     policy = spec.healing
     remediations = list(remediations)
     pool_nodes = list(pool_nodes)
     storm = timedelta(seconds=policy.unhealthy_window_seconds)
-    critical = set(policy.critical_xids)
     pool = remediation.pool
     unhealthy = {r.node for r in remediations if r.pool == pool and not r.was_spare and not r.stands_in_for
                  and r.phase is not Phase.OPTED_OUT and now - r.created <= storm}
     opted_out = {r.node for r in remediations if r.phase is Phase.OPTED_OUT}
-    unhealthy |= {n.name for n in pool_nodes if n.is_active and n.fault and n.fault.xid in critical
+    unhealthy |= {n.name for n in pool_nodes if n.is_active and n.fault and n.fault.needs.remediates
                   and now - n.fault.since <= storm and n.name not in opted_out}
     unhealthy -= stand_ins([r for r in remediations if r.name != remediation.name], pool, storm, now)
     attempts = timedelta(seconds=policy.attempts_window_seconds)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Sequence
 
-from fleetspec import FleetSpec, labels, xids
+from fleetspec import FleetSpec, labels
+from fleetspec.faults import describe
 from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
@@ -58,7 +59,9 @@ class Detection:
 
 def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec, now: datetime) -> Detection:
     """Whether `node` starts a remediation now. `remediations` are the node's own (any phase); the
-    node's earlier fault signals (for `occurrences`) are on the node, and a new one is noted there."""
+    node's earlier fault signals (for `occurrences`) are on the node, and a new one is noted there.
+    Only a fault whose action takes the node out starts one: `none` and `restart-app` (the job's
+    problem, which the node agent records as an Event) leave the node in service."""
     policy = spec.healing
     f = node.fault
     signals, noted = node.signals, ()
@@ -70,7 +73,7 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     if (node.role == labels.ROLE_QUARANTINED and node.health_check_passed and not live and f is None
             and node.pool in pools):
         return Detection(actions=noted + (ReturnToSpares(node.name, node.pool or ""),))
-    if f is None or f.xid not in set(policy.critical_xids) or node.pool not in pools:
+    if f is None or not f.needs.remediates or node.pool not in pools:
         return Detection(actions=noted)
     if node.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) or live:
         return Detection(actions=noted)
@@ -87,7 +90,9 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     return Detection(actions=noted, remediation=Remediation(
         name=name, node=node.name, pool=node.pool or "", xid=f.xid, message=f.message,
         phase=Phase.DETECTED, created=now, phase_times=((Phase.DETECTED.value, now),),
-        reason=f"{xids.describe(f.xid)}: {f.message}", was_spare=node.is_spare,
+        reason=f"{describe(f.xid, f.kind)} needs {f.needs.value}: {f.message}", was_spare=node.is_spare,
+        kind=f.kind, action=f.needs, pci=f.pci, gpu_instance=f.gpu_instance, compute_instance=f.compute_instance,
+        source=f.source,
     ))
 
 

@@ -5,13 +5,14 @@ operator's with `slurm-operator:`; any other drain is a person's and survives ev
 """
 from __future__ import annotations
 
-from fleetspec import labels, xids
+from fleetspec import labels
+from fleetspec.faults import describe
 
 from reconciler.core.model import Remediation, SlurmNodeView
 
 
 def slurm_reason(remediation: Remediation) -> str:
-    return f"{labels.SLURM_REASON_PREFIX} {xids.describe(remediation.xid)} [{remediation.name}]"
+    return f"{labels.SLURM_REASON_PREFIX} {describe(remediation.xid, remediation.kind)} [{remediation.name}]"
 
 
 def lending_reason(node: str) -> str:

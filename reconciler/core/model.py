@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from fleetspec import labels
+from fleetspec.faults import FaultAction, Kind, default_action
 
 from reconciler.core import slurm_states
 from reconciler.core.phases import Phase, check_transition
@@ -16,11 +17,21 @@ from reconciler.core.phases import Phase, check_transition
 
 @dataclass(frozen=True)
 class Fault:
-    """A GPU fault signalled by a node condition."""
+    """A GPU fault signalled by a node condition: which code on which GPU, and what it needs."""
 
-    xid: int
+    xid: int  # the code (an SXid's for kind sxid; 0 for gpu-lost)
     message: str
     since: datetime  # the condition's lastTransitionTime: one signal, however often it is re-read
+    kind: Kind = Kind.XID
+    action: FaultAction | None = None  # as the condition says; None: the catalogue's for the code
+    pci: str = ""
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    source: str = ""  # the condition type it was read from
+
+    @property
+    def needs(self) -> FaultAction:
+        return self.action or default_action(self.kind, self.xid)
 
 
 @dataclass(frozen=True)
@@ -176,6 +187,14 @@ class Remediation:
     next_attempt: datetime | None = None  # backoff: not before this time
     last_error: str = ""
     revision: int = 0  # writes by the reconciler: a cache never takes an older copy over a newer one
+    # The fault, as the node said it (issue 21): what it needs and where. For now every action that
+    # remediates is contained and replaced alike; repairing in place will read `action`.
+    kind: Kind = Kind.XID
+    action: FaultAction | None = None  # None: a remediation from before the fault carried its action
+    pci: str = ""
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    source: str = ""
 
     def moved(self, phase: Phase, now: datetime, **changes) -> "Remediation":
         """This remediation in a new phase. Rejects moves the phase table does not allow."""
@@ -197,7 +216,8 @@ class Remediation:
 def remediation_name(node: str, fault: Fault) -> str:
     """Deterministic: the same node and signal give the same name, so a repeated signal or
     a restart creates nothing new (the API server answers AlreadyExists)."""
-    return f"{node}-xid{fault.xid}-{int(fault.since.timestamp())}"
+    what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost"}[fault.kind]
+    return f"{node}-{what}-{int(fault.since.timestamp())}"
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from fleetspec import labels
 
-from reconciler.core.model import Fault, NodeView, PodView
-
-_XID_IN_REASON = re.compile(r"(?i)xid[ _-]?(\d+)")
+from reconciler.core.faults import FaultReader
+from reconciler.core.model import NodeView, PodView
 
 
 EPOCH = datetime.fromtimestamp(0, timezone.utc)
@@ -28,22 +26,24 @@ def fault_since(condition: dict[str, Any]) -> datetime:
     return parse_time(value) if value else EPOCH
 
 
-def node_view(node: dict[str, Any], condition_types: Iterable[str]) -> NodeView:
+def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> NodeView:
+    """`conditions`: how faults are read (FaultReader.from_spec), or condition types in gpufleet's
+    own format. Of several faulted conditions, the one that needs most is the node's fault."""
     meta, spec, status = node.get("metadata", {}), node.get("spec", {}), node.get("status", {})
     lab = meta.get("labels") or {}
     ann = meta.get("annotations") or {}
-    types = set(condition_types)
+    reader = FaultReader.of(conditions)
+    types = reader.types
     ready, fault, healthy_check = False, None, False
     for c in status.get("conditions") or []:
         if c.get("type") == "Ready":
             ready = c.get("status") == "True"
         elif c.get("type") in types:
-            if c.get("status") == "False":
-                m = _XID_IN_REASON.search(c.get("reason", "")) or _XID_IN_REASON.search(c.get("message", ""))
-                if m:
-                    fault = Fault(int(m.group(1)), c.get("message", ""), fault_since(c))
-            elif c.get("status") == "True" and c.get("reason") == "HealthCheckPassed":
+            if c.get("type") in reader.own and c.get("status") == "True" and c.get("reason") == "HealthCheckPassed":
                 healthy_check = True
+            elif (f := reader.read(c, fault_since(c))) is not None and (
+                    fault is None or f.needs.rank > fault.needs.rank):
+                fault = f
     return NodeView(
         name=meta["name"],
         pool=lab.get(labels.POOL),

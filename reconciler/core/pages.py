@@ -10,7 +10,8 @@ turn) sends no page; the record says it.
 """
 from __future__ import annotations
 
-from fleetspec import FleetSpec, xids
+from fleetspec import FleetSpec
+from fleetspec.faults import describe
 
 from reconciler.core.model import Admission, Remediation
 
@@ -24,14 +25,14 @@ def detected(r: Remediation, spec: FleetSpec) -> str:
     grace = spec.healing.grace_period_seconds
     jobs = (f"running jobs get SIGTERM and {grace}s to checkpoint, then are requeued" if grace
             else "running jobs are requeued")
-    return (f"{r.node} ({r.pool}): {xids.describe(r.xid)} - {r.message}. gpufleet has cordoned it and drains it "
+    return (f"{r.node} ({r.pool}): {describe(r.xid, r.kind)} - {r.message}. gpufleet has cordoned it and drains it "
             f"in Slurm ({jobs}). Then a spare of {r.pool} replaces it, unless the storm brake or the attempt cap "
             "holds it for a person, which pages again. No action needed now.")
 
 
 def spare_quarantined(r: Remediation, refill_asked: bool) -> str:
     then = "a refill is requested" if refill_asked else "no refill: the node provider has no room (a further page)"
-    return (f"spare {r.node} ({r.pool}) reported {xids.describe(r.xid)}: quarantined, nothing ran there; {then}. "
+    return (f"spare {r.node} ({r.pool}) reported {describe(r.xid, r.kind)}: quarantined, nothing ran there; {then}. "
             "No action needed.")
 
 

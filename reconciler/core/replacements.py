@@ -18,7 +18,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from fleetspec import FleetSpec, labels, xids
+from fleetspec import FleetSpec, labels
+from fleetspec.faults import describe
 
 from reconciler.core.actions import Notify
 from reconciler.core.model import NodeView, Remediation, ReplacementFailure, Step
@@ -32,8 +33,8 @@ def broken(view: NodeView | None, name: str, spec: FleetSpec) -> str | None:
     a replacement that left the cluster is not waited on past the resume timeout)."""
     if view is None:
         return None
-    if view.fault is not None and view.fault.xid in set(spec.healing.critical_xids):
-        return f"{name} reported {xids.describe(view.fault.xid)}"
+    if view.fault is not None and view.fault.needs.remediates:
+        return f"{name} reported {describe(view.fault.xid, view.fault.kind)}"
     if view.role == labels.ROLE_QUARANTINED:
         return f"{name} was quarantined"
     return None

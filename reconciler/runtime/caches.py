@@ -13,6 +13,7 @@ from fleetspec.models import FleetSpec
 
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.records import RemediationStore, Unreadable
+from reconciler.core.faults import FaultReader
 from reconciler.core.model import NodeView, PodView, Remediation
 from reconciler.core.observe import node_view, pod_view
 from reconciler.core.refills import outstanding, request_name
@@ -32,7 +33,7 @@ def _not_undeleted(old: PodView, new: PodView) -> bool:
 class Caches:
     def __init__(self, spec: FleetSpec, kube: Kube, store: RemediationStore,
                  on_node: OnChange, on_pod: OnChange, on_remediation: OnChange):
-        self.conditions = tuple(spec.healing.condition_types)
+        self.conditions = FaultReader.from_spec(spec.healing)  # gpufleet's conditions and other detectors'
         opt_out = spec.healing.opt_out_label
         self.nodes: Informer[NodeView] = Informer(
             "nodes", lambda c: kube.list_page("nodes", PAGE, c), lambda rv: kube.watch("nodes", rv),

@@ -217,14 +217,27 @@ def test_lending_through_the_pods(local_pods):
 
 def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, built_images):
     """The agent's image, with the agent's ServiceAccount and RBAC, on a real node, following a kernel
-    log this test writes (the GPU nodes stay kwok: it reports for kwok-l40s-0, a pool the next test leaves alone)."""
+    log this test writes (the GPU nodes stay kwok: it reports for kwok-l40s-0, a pool the next test leaves alone).
+    It runs as the stack's DaemonSet declares it: the same arguments and the policy ConfigMap mounted
+    (issue 21: the agent reads the effective catalogue from the policy), only the kernel log swapped.
+    The fault is an Xid 95, not a 79: the lending test before this one leaves kwok-l40s-0 quarantined
+    with GpuHealthy=False reason Xid79, and the agent rightly writes nothing over a condition that
+    already says its fault (sightings.verdict: ALREADY_SET). A quarantined node starts no remediation."""
     drill = local_pods.env.root / "drill"
     drill.mkdir(mode=0o755, exist_ok=True)
     kmsg = drill / "kmsg"
-    kmsg.write_text("[ 1843.451234] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")
+    # follows open-gpu-kernel-modules 595.45.04 kern_gpu_error_cont_ga100.c (example 3), as in kernel_lines.yaml
+    kmsg.write_text("[ 1843.451234] NVRM: Xid (PCI:0000:3b:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). "
+                    "RST: Yes, D-RST: No\n")
     kmsg.chmod(0o644)
     core = local_pods.env.kube.core_v1()
     ns = local_pods.namespace
+    ds = client.AppsV1Api(local_pods.env.kube.api_client()).read_namespaced_daemon_set("gpufleet-agent", ns)
+    (declared,) = ds.spec.template.spec.containers
+    args = [{"/dev/kmsg": "/drill/kmsg", "$(NODE_NAME)": "kwok-l40s-0"}.get(a, a) for a in declared.args]
+    assert "--policy" in args and "--condition" not in args
+    policy = next(v for v in ds.spec.template.spec.volumes if v.name == "policy")
+    policy_mount = next(m for m in declared.volume_mounts if m.name == "policy")
     core.create_namespaced_pod(ns, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "agent-drill"},
         "spec": {
@@ -232,23 +245,24 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
             "restartPolicy": "Never",
             "containers": [{
                 "name": "agent", "image": built_images.agent.reference,
-                "args": ["agent", "--kmsg", "/drill/kmsg", "--from-start", "--node", "kwok-l40s-0",
-                         "--condition", local_pods.spec.healing.condition_types[0]],
+                "args": args + ["--from-start"],
                 "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
                         {"name": "KUBERNETES_SERVICE_PORT", "value": str(local_pods.env.kube.apiserver_port)}],
                 "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
-                "volumeMounts": [{"name": "drill", "mountPath": "/drill", "readOnly": True}],
+                "volumeMounts": [{"name": "drill", "mountPath": "/drill", "readOnly": True},
+                                 {"name": "policy", "mountPath": policy_mount.mount_path, "readOnly": True}],
             }],
-            "volumes": [{"name": "drill", "hostPath": {"path": str(drill), "type": "Directory"}}],
+            "volumes": [{"name": "drill", "hostPath": {"path": str(drill), "type": "Directory"}},
+                        {"name": "policy", "configMap": {"name": policy.config_map.name}}],
         }})
 
     def faulted():
         conds = core.read_node("kwok-l40s-0").status.conditions or []
         return next((c for c in conds if c.type == local_pods.spec.healing.condition_types[0]
-                     and c.status == "False" and c.reason == "Xid79"), None)
+                     and c.status == "False" and c.reason == "Xid95"), None)
 
     cond = wait_for("the agent pod to set the GPU condition of kwok-l40s-0", faulted, timeout=90)
-    assert "fallen off the bus" in cond.message
+    assert "LTC TAG" in cond.message and cond.message.startswith("[action=reset-gpu pci=0000:3b:00] "), cond.message
     pod = core.read_namespaced_pod("agent-drill", ns)
     assert pod.spec.containers[0].image == built_images.agent.reference
     core.delete_namespaced_pod("agent-drill", ns, grace_period_seconds=0)

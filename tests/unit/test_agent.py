@@ -31,6 +31,7 @@ class FakeKube:
         self.refuse: str | None = None
         self.calls: list[str] = []
         self.writes: list[tuple[str, str, str]] = []  # (status, reason, message) per condition write
+        self.events: list[tuple[str, str]] = []  # (reason, message) per Event on the node
 
     def _check(self, what: str, name: str) -> dict:
         self.calls.append(what)
@@ -55,6 +56,10 @@ class FakeKube:
         node["status"]["conditions"] = [c for c in node["status"]["conditions"] if c["type"] != ctype] + [
             {"type": ctype, "status": status, "reason": reason, "message": message}]
         self.writes.append((status, reason, message))
+
+    def node_event(self, name, reason, message) -> None:
+        self._check("create event", name)
+        self.events.append((reason, message))
 
     def condition(self, name: str = NODE) -> dict | None:
         return next(iter(self.nodes[name]["status"]["conditions"]), None)
@@ -152,13 +157,14 @@ def test_many_gpus_faulting_during_an_outage_fill_a_bounded_queue(kmsg, caplog):
     assert "not queued" in caplog.text
 
 
-def test_application_and_malformed_xids_are_not_reported(kmsg):
+def test_an_application_xid_is_an_event_and_a_malformed_one_is_counted_never_the_condition(kmsg):
     kube = FakeKube()
     kmsg.write(XID13, "NVRM: Xid (PCI:0000:3b:00): seventy-nine")
     ag = start(kube, kmsg)
     ag.connect()
-    assert ag.report_pending() == 0 and kube.writes == []
-    assert (ag.counts["other"], ag.counts["malformed"]) == (1, 1)
+    assert ag.report_pending() == 0 and kube.writes == []  # the node stays in service
+    assert [r for r, _ in kube.events] == ["Xid13"] and "[action=restart-app pci=0000:3b:00]" in kube.events[0][1]
+    assert (ag.counts["notices"], ag.counts["unreadable"], ag.counts["faults"]) == (1, 1, 0)
 
 
 def repair(kube):
@@ -250,9 +256,9 @@ def test_run_outlives_an_outage_with_real_threads(kmsg):
     try:
         kmsg.write(XID79)
         deadline = datetime.now() + timedelta(seconds=5)
-        while ag.counts["critical"] == 0 and datetime.now() < deadline:
+        while ag.counts["faults"] == 0 and datetime.now() < deadline:
             stop.wait(0.01)
-        assert ag.counts["critical"] == 1 and kube.writes == []
+        assert ag.counts["faults"] == 1 and kube.writes == []
         kube.down = False
         while not kube.writes and datetime.now() < deadline:
             stop.wait(0.01)
@@ -280,3 +286,76 @@ def test_the_command_exits_clearly_for_an_unreadable_log_and_a_refusal(tmp_path,
     r = runner.invoke(app, ["agent", "--node", NODE, "--kmsg", str(log.path)])
     assert r.exit_code == 1 and "403 Forbidden cannot patch resource nodes" in r.output
     assert "Traceback" not in r.output
+
+
+# --- the agent's decisions on the corpus of real-format lines (tests/fixtures/kernel_lines.yaml) ----------
+
+from fleetspec.faults.condition import parse_condition  # noqa: E402
+from tests.fixtures.kmsg import corpus_in_forms  # noqa: E402
+
+CORPUS = corpus_in_forms()
+
+
+def _reason(e: dict) -> str:
+    return {"xid": f"Xid{e['code']}", "sxid": f"SXid{e['code']}", "gpu-lost": "GpuLost"}[e["kind"]]
+
+
+@pytest.mark.parametrize("case,lines,expect", CORPUS, ids=[c[0] for c in CORPUS])
+def test_the_agent_reports_each_corpus_event_as_it_needs(case, lines, expect, tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("\n".join(lines) + "\n")
+    kube = FakeKube()
+    ag = Agent(kube, NODE, KernelLog(log, from_start=True), sleep=FakeSleep())
+    ag.read_backlog()
+    ag.connect()
+    ag.report_pending()
+    faults = [e for e in expect if e["action"] not in ("none", "restart-app")]
+    notices = [e for e in expect if e["action"] == "restart-app"]
+    written = [(r, parse_condition(r, m)) for _, r, m in kube.writes]
+    # every write is one of the expected faults, with its action and GPU; the first is always written
+    assert all((r, s.action.value, s.pci) in {(_reason(e), e["action"], e["pci"]) for e in faults}
+               for r, s in written), written
+    assert [r for r, _ in written[:1]] == [_reason(e) for e in faults[:1]]
+    assert {r for r, _ in written} == {_reason(e) for e in faults}  # a repeat of a reason set already is not rewritten
+    # the job's problems are Events on the node, never the condition
+    assert {(r, parse_condition(r, m).pci) for r, m in kube.events} == {(_reason(e), e["pci"]) for e in notices}
+    assert ag.counts["faults"] == len(faults) and ag.counts["notices"] == len(notices)
+
+
+def test_hostile_lines_in_a_file_never_crash_the_agent_and_never_fault_the_node(tmp_path):
+    from tests.unit.test_kmsg import HOSTILE
+
+    log = tmp_path / "kern.log"
+    with open(log, "w") as f:
+        for why, line in sorted(HOSTILE.items()):
+            if why != "a 1 MB line":  # a kernel line, cut to its head: it is the kernel's 79 (test_kmsg)
+                f.write(line + "\n")
+        f.write("x" * (3 * 1024 * 1024) + "NVRM: Xid (PCI:0000:3b:00): 79, hidden far out\n")  # 3 MB, no prefix
+        f.write("\udcff\n".encode("utf-8", "surrogateescape").decode("latin-1"))
+    with open(log, "ab") as f:
+        f.write(b"\xff\xfe\x00 binary \x80\x81\n")
+    kube = FakeKube()
+    ag = Agent(kube, NODE, KernelLog(log, from_start=True), sleep=FakeSleep())
+    ag.read_backlog()
+    ag.connect()
+    assert ag.report_pending() == 0 and kube.writes == [] and kube.events == []
+    assert ag.counts["unreadable"] >= 6 and ag.counts["untrusted"] >= 4 and ag.counts["faults"] == 0
+    assert ag.kernel_log.overlong == 1
+
+
+def test_a_spec_override_changes_what_the_agent_reports(kmsg):
+    from fleetspec.faults import FaultAction
+    from fleetspec.faults.policy import FaultPolicy
+
+    line = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No"
+    kmsg.write(line)
+    plain, strict = FakeKube(), FakeKube()
+    for kube, policy in ((plain, None), (strict, FaultPolicy(xid={94: FaultAction.RESET_GPU}))):
+        ag = start(kube, kmsg, policy=policy)
+        ag.connect()
+        ag.report_pending()
+    assert plain.writes == [] and [r for r, _ in plain.events] == ["Xid94"]
+    (status, reason, message), = strict.writes
+    sig = parse_condition(reason, message)
+    assert (status, sig.action, sig.pci, sig.gpu_instance) == ("False", FaultAction.RESET_GPU, "0000:01:00", 5)
+    assert strict.events == []

@@ -14,7 +14,8 @@ runner = CliRunner()
 
 @pytest.mark.parametrize("cmd,words", [
     (["reconcile"], ["self-healing", "--leader-elect", "--policy", "--dry-run"]),
-    (["agent"], ["kernel log", "--node", "--kmsg"]),
+    (["agent"], ["kernel log", "--node", "--kmsg", "--policy"]),
+    (["classify-kmsg"], ["FILE", "--json", "journalctl -k", "dmesg -T", "standard input", "Exit 0", "2"]),
     (["inject-fault"], ["NODE", "--xid"]),
     (["remediations"], ["--watch", "phase"]),
     (["validate"], ["--stack", "exit"]),
@@ -93,3 +94,27 @@ def test_an_unreadable_state_file_says_so(monkeypatch, tmp_path):
 def test_the_local_slurm_env_points_at_its_cluster(tmp_path):
     env = _local_state(tmp_path).slurm_env({"PATH": "/usr/bin", "SLURM_CONF": "/elsewhere", "HOME": "/h"})
     assert env == {"PATH": f"{tmp_path / 'bin'}:/usr/bin", "SLURM_CONF": str(tmp_path / "slurm.conf"), "HOME": "/h"}
+
+
+@pytest.mark.parametrize("xid,need", [(94, "restart-app"), (43, "none")])
+def test_demo_refuses_an_xid_that_leaves_the_node_in_service(xid, need, monkeypatch):
+    """Issue 21: such a fault never takes a node out, so the demo would wait for a heal that cannot come;
+    it says so before it starts anything."""
+    import demos.demo
+
+    monkeypatch.setattr(demos.demo, "bring_up", lambda *a, **k: pytest.fail("the demo started the environment"))
+    r = runner.invoke(app, ["demo", "--xid", str(xid)], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert r.exit_code == 2, r.output
+    assert f"--xid {xid}" in r.output and f"needs {need}" in r.output and "leaves the node in service" in r.output
+
+
+def test_demo_injects_the_fault_as_the_agent_writes_it():
+    """The demo's condition carries the action the spec's policy gives the XID, in the agent's format."""
+    from demos.demo import demo_fault
+    from fleetspec.faults import FaultAction
+    from fleetspec.faults.condition import format_message, parse_header
+    from gpufleet.console import load_spec
+
+    fault = demo_fault(load_spec("local", None), 79)
+    assert fault.action is FaultAction.REBOOT
+    assert parse_header(format_message(fault, "x")) == {"action": "reboot", "pci": "0000:3b:00"}

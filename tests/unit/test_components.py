@@ -454,3 +454,30 @@ def test_aws_calls_need_a_named_iam_role():
            "slurm": {"partitions": [{"name": "p", "pools": ["a"]}]}}
     with pytest.raises(SpecError, match="healing.reconciler.iam_role_arn"):
         parse_fleet(doc)
+
+
+def test_the_agent_reads_the_policy_the_reconciler_reads_and_rolls_when_its_faults_change():
+    from fleetspec import CONFIG_KEY, parse_fleet
+
+    spec = build("prod")
+    ds = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs["spec"]["template"]
+    (c,) = ds["spec"]["containers"]
+    assert c["args"][c["args"].index("--policy") + 1] == "/etc/gpufleet/fleet.json" and "--condition" not in c["args"]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["policy"]["mountPath"] == "/etc/gpufleet" and mounts["policy"]["readOnly"]
+    volumes = {v["name"]: v for v in ds["spec"]["volumes"]}
+    assert volumes["policy"]["configMap"]["name"] == "gpufleet-policy"
+    before = ds["metadata"]["annotations"]["gpufleet.io/config-checksum"]
+
+    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())["config"][CONFIG_KEY]
+    doc["healing"]["max_concurrent"] = 3  # not the agent's business: no roll
+    build_spec(parse_fleet(doc), "prod")
+    same = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs["spec"]["template"]
+    assert same["metadata"]["annotations"]["gpufleet.io/config-checksum"] == before
+    doc["healing"]["faults"] = {"actions": {"xid": {94: "reset-gpu"}}}  # the agent's: the DaemonSet rolls
+    build_spec(parse_fleet(doc), "prod")
+    rolled = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs["spec"]["template"]
+    assert rolled["metadata"]["annotations"]["gpufleet.io/config-checksum"] != before
+    role = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "gpufleet-agent").inputs["rules"]
+    assert {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]} in role
+    assert spec.healing.faults.actions.xid == {}

@@ -3,17 +3,25 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from reconciler.agent.kmsg import XidEvent, record_seq
+from fleetspec.faults import FaultAction, Kind
+from fleetspec.faults.condition import parse_condition
+from fleetspec.faults.classify import Classification
+from fleetspec.faults.driver import GpuEvent
+from reconciler.agent.kmsg import record_seq
 from reconciler.agent.sightings import (Cursor, Pending, Sighting, Verdict, advance, condition_message, resume_from,
-                                  verdict)
+                                        verdict)
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
-XID79 = XidEvent(79, "PCI:0000:3b:00", "GPU has fallen off the bus.")
-XID48 = XidEvent(48, "PCI:0000:3b:00", "DBE (double bit error) ECC error detected.")
+XID79 = GpuEvent(Kind.XID, 79, "0000:3b:00", "GPU has fallen off the bus.")
+XID48 = GpuEvent(Kind.XID, 48, "0000:3b:00", "DBE (double bit error) ECC error detected.")
 
 
-def seen(ev=XID79, seq=None, count=1, at=T0):
-    return Sighting(ev, seq, seq, at, count)
+def XidEvent(code, pci, text):  # noqa: N802 - the tests' shorthand
+    return GpuEvent(Kind.XID, code, pci, text)
+
+
+def seen(ev=XID79, seq=None, count=1, at=T0, action=FaultAction.REBOOT):
+    return Sighting(ev, seq, seq, at, count, Classification(action, "RESTART_BM"))
 
 
 @pytest.mark.parametrize("line,seq", [
@@ -50,7 +58,7 @@ def test_pending_merges_repeats_of_one_gpu_and_keeps_the_oldest_first():
     assert p.add(seen(XID79, 10)) and p.add(seen(XID48, 11)) and p.add(seen(XID79, 12))
     assert len(p) == 2
     first = p.oldest()
-    assert (first.event.xid, first.first_seq, first.last_seq, first.count) == (79, 10, 12, 2)
+    assert (first.event.code, first.first_seq, first.last_seq, first.count) == (79, 10, 12, 2)
     assert p.floor() == 10
 
 
@@ -70,9 +78,9 @@ def test_done_keeps_a_repeat_that_arrived_while_reporting():
     p.add(seen(XID79, 12))  # arrives while `taken` is being reported
     p.done(taken)
     rest = p.oldest()
-    assert (rest.event.xid, rest.first_seq, rest.last_seq, rest.count) == (79, 11, 12, 1)
+    assert (rest.event.code, rest.first_seq, rest.last_seq, rest.count) == (79, 11, 12, 1)
     p.done(rest)
-    assert p.oldest().event.xid == 48
+    assert p.oldest().event.code == 48
     p.done(p.oldest())
     assert len(p) == 0 and p.floor() is None
 
@@ -99,6 +107,23 @@ def test_verdict(seq, condition, expected):
 
 
 def test_message_says_how_often_and_when_it_was_seen_if_reported_late():
-    assert condition_message(seen(), T0 + timedelta(seconds=1)) == XID79.message
+    now = condition_message(seen(), T0 + timedelta(seconds=1))
+    head = "[action=reboot pci=0000:3b:00] XID 79 (GPU has fallen off the bus): "
+    assert now == f"{head}{XID79.message} [NVIDIA: RESTART_BM]"
     late = condition_message(seen(count=40), T0 + timedelta(minutes=3))
-    assert late.startswith(XID79.message) and "seen 40 times" in late and "seen at 2026-12-01T09:00:00Z" in late
+    assert "seen 40 times" in late and "seen at 2026-12-01T09:00:00Z" in late
+
+
+def test_the_message_is_what_the_reconciler_reads_back():
+    mig = GpuEvent(Kind.XID, 94, "0000:01:00", "Contained: CE User Channel (0x9).", gpu_instance=5, compute_instance=1)
+    s = seen(mig, action=FaultAction.RESET_GPU)
+    sig = parse_condition(s.reason, condition_message(s, T0))
+    assert (sig.kind, sig.code, sig.action, sig.pci, sig.gpu_instance, sig.compute_instance) == \
+        (Kind.XID, 94, FaultAction.RESET_GPU, "0000:01:00", 5, 1)
+
+
+def test_a_restart_app_sighting_is_a_notice_and_is_reported_even_over_a_fault_condition():
+    s = seen(XID79, 51, action=FaultAction.RESTART_APP)
+    assert s.notice and not seen(XID79, 51).notice
+    assert verdict(s, Cursor("b", 50), {"status": "False", "reason": "Xid79"}) is Verdict.REPORT
+    assert verdict(s, Cursor("b", 51), None) is Verdict.REPORTED_BEFORE
