@@ -134,7 +134,7 @@ def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fle
     spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 40})})
     rec = reconciler(api, spec, channel, rest)
     job_on(slurm, "gpu-a-1", tmp_path, slow_checkpoint=True)  # checkpointing for its whole grace period
-    Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid94", "contained ECC")
+    Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid48", "DBE")  # replace (94 is restart-app since issue 21)
     run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.phase is Phase.CHECKPOINTING])
     slurm.stop_daemon("slurmrestd")
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.retries >= 2], timeout=30)
