@@ -452,8 +452,10 @@ class Sim:
         elif r.phase is Phase.RESUMING:
             on_rep = tuple(s.name for s in self.slurm.values() if s.host == r.replacement)
             moved = tuple(n for n in r.slurm_nodes if self.slurm[n].host not in (None, r.node))
+            pods = tuple(PodView("slurm", f"slurm-worker-{n}", self.slurm[n].host,
+                                 labels=((labels.SLINKY_POD_HOSTNAME, n),)) for n in r.slurm_nodes)
             facts = StepFacts(replacement=self.view(self.nodes[r.replacement]), replacement_slurm=on_rep,
-                                slurm_moved=moved, slurm=tuple(self.sview(self.slurm[n]) for n in set(on_rep) | set(moved)))
+                              slurm_pods=pods, slurm=tuple(self.sview(self.slurm[n]) for n in set(on_rep) | set(moved)))
         else:
             return
         self._run_step(h, decide.plan_step(r, facts, self.spec, self.now()))

@@ -411,7 +411,7 @@ class LoginSpec(Strict):
         for key, want in scheme_annotations(self.load_balancer_scheme, self.load_balancer_class).items():
             got = self.service_annotations.get(key)
             if got is not None and got != want:
-                raise FieldError(f"service_annotations", f"{key}: {got!r} contradicts load_balancer_scheme "
+                raise FieldError("service_annotations", f"{key}: {got!r} contradicts load_balancer_scheme "
                                  f"{self.load_balancer_scheme!r} (which sets {want!r}); remove the annotation")
         return self
 
@@ -681,6 +681,10 @@ class HealingSpec(Strict):
     )
     max_attempts_per_node: int = Field(2, ge=1, description="Remediations of one node within the window before it is quarantined for a human.")
     attempts_window_seconds: int = Field(86400, ge=60)
+    refill_timeout_seconds: int = Field(
+        1800, ge=10, le=86400,
+        description="A capacity request (kubernetes-spares) nobody answers within this long is a failed refill: "
+                    "withdrawn, paged, counted; the record says so.")
     record_retention_days: int = Field(
         30, ge=1, description="Finished remediation records older than this (and than the attempts and unhealthy "
         "windows, which count them) are deleted.")

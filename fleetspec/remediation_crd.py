@@ -13,7 +13,11 @@ typed reasons below:
 - `Contained`: cordoned, drained in Slurm, its jobs checkpointed and requeued;
 - `RemediationAllowed`: admission let it be replaced (False: `TooManyUnhealthy` is the storm brake for the
   node's pool, with the counts in the message; `MaxConcurrent`; `OptedOut`; `AttemptsExhausted`);
-- `Replaced`: a spare took its place and runs its Slurm nodes.
+- `Replaced`: a spare took its place and runs its Slurm nodes (False with `ReplacementFailed` while it takes
+  another spare because the one promoted broke; the message says which, and `status.failedReplacements` keeps
+  each, with why);
+- `Refilled`: the node asked for to refill the pool's spares came (`RefillAnswered`), is awaited
+  (`RefillRequested`), or did not (`RefillFailed`: the provider had no room, or nobody answered in time).
 `kubectl get remediations` shows the admission column, so a held pool is one command away:
 `kubectl get rem -l gpufleet.io/pool=<pool>`.
 """
@@ -40,6 +44,7 @@ class ConditionType(StrEnum):
     CONTAINED = "Contained"
     REMEDIATION_ALLOWED = "RemediationAllowed"
     REPLACED = "Replaced"
+    REFILLED = "Refilled"
 
 
 class Reason(StrEnum):
@@ -59,6 +64,11 @@ class Reason(StrEnum):
     RESUMING = "Resuming"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    REPLACEMENT_FAILED = "ReplacementFailed"  # the spare promoted for it broke; another is taken
+    STOOD_IN = "StoodIn"  # this node stood in for another's and broke: quarantined, that one takes another spare
+    REFILL_REQUESTED = "RefillRequested"
+    REFILL_ANSWERED = "RefillAnswered"
+    REFILL_FAILED = "RefillFailed"
 
 
 def _time(**kw) -> dict:
@@ -144,6 +154,23 @@ def status_schema() -> dict:
             "heldMessage": {"type": "string", "description": "Why admission holds it."},
             "heldReason": {"type": "string", "description": "The gate holding it (TooManyUnhealthy, MaxConcurrent)."},
             "reclaimStarted": _time(description="When the chosen spare's borrowers began to be evicted."),
+            "delivered": {**_strings(), "description": "Of the intents, the at-least-once actions (the SIGTERM) "
+                          "whose send went out; one without this mark is sent again after a crash."},
+            "signalledJobs": {"type": "array", "items": {"type": "integer"},
+                              "description": "The jobs this remediation sent SIGTERM (a job is signalled once, "
+                                             "whatever number of remediations touch it)."},
+            "failedReplacements": {
+                "type": "array", "description": "Spares that broke standing in for the node, before it was healed.",
+                "items": {"type": "object", "required": ["node", "at"],
+                          "properties": {"node": {"type": "string"}, "at": _time(), "why": {"type": "string"}}}},
+            "standsInFor": {"type": "string", "description": "The remediation whose replacement this node was when "
+                            "it broke (that one takes another spare; this one replaces nothing)."},
+            "refill": {"type": "object", "description": "The node asked for to refill the pool's spares.",
+                       "required": ["key", "state", "at"],
+                       "properties": {"key": {"type": "string"},
+                                      "state": {"type": "string", "enum": ["Requested", "Answered", "Failed"]},
+                                      "at": _time(), "message": {"type": "string"}}},
+            "waiting": {"type": "string", "description": "Why the current phase waits."},
             "failingSince": _time(description="First failure of the current step."),
             "nextAttempt": _time(description="The failing step is tried again then."),
             "lastError": {"type": "string"},

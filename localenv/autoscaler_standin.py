@@ -11,21 +11,25 @@ node of the pool, reconciler/adapters/providers.py):
   A pod starts one when it would fit a group's template node: node selector, required node affinity,
   taints tolerated, resource requests within the template's allocatable (FAQ.md, same section). A group
   at its maximum size is not grown (core/scaleup/orchestrator/orchestrator.go).
-* **Where the template comes from: the one deviation.** Upstream builds a group's template from an
-  existing Ready, schedulable node of the group when there is one (its labels kept, only the hostname
-  replaced and some taints dropped: processors/nodeinfosprovider/mixed_nodeinfos_processor.go,
-  simulator/node_info_utils.go), and from the cloud provider's node-group template only when there is
-  none. This stand-in always uses the node group's own template (the node as it joins, before gpufleet
-  labels it). On a real cluster a template made from one of the pool's labelled nodes carries
-  `gpufleet.io/role`, which the capacity request's `role DoesNotExist` affinity refuses: there the
-  request starts no scale-up while the pool has a Ready node (reported to the lead, not hidden here).
+* **Where the template comes from.** As upstream, a group's template is made from one of its existing
+  nodes that is Ready (for a minute: the stabilization delay), schedulable, and first in the list: a copy
+  with a fresh name and hostname, its labels kept, its taints kept but for the autoscaler's own, the
+  node-condition taints and those with the ignore/startup/status prefixes
+  (processors/nodeinfosprovider/mixed_nodeinfos_processor.go, simulator/node_info_utils.go
+  createSanitizedNode, utils/taints/taints.go SanitizeTaints). Only when the group has no such node is the
+  node group's own template used (here: the pool's node as it joins, before gpufleet labels it). So a
+  template carries `gpufleet.io/role` (and a spare's taint when it is made from a spare), as it would on
+  a real cluster. Departures: the list is the API server's (by name), where upstream's comes from an
+  informer cache in no fixed order; the DaemonSet pods upstream adds to a template are not counted (the
+  local ones ask for no GPU, the only resource a capacity request names).
 * **Upcoming nodes.** A node asked for a pod counts for that pod until it joins; the pod does not grow
   the group again meanwhile.
 * **Events.** ``TriggeredScaleUp`` on a pod that grew a group, ``NotTriggerScaleUp`` on one that fits no
   group (processors/status/eventing_scale_up_processor.go), once per pod here.
 
-Local: the node groups are the spec's pools (:mod:`localenv.fake_nodes`: the template is the pool's node
-as it joins: its node group's labels and taints, no gpufleet role, no spare taint); joining a node is
+Local: the node groups are the spec's pools (:mod:`localenv.fake_nodes`: a node is of a group when its name
+is one the group has room for; the group's own template is the pool's node as it joins: its node group's
+labels and taints, no gpufleet role, no spare taint); joining a node is
 creating the next reserved kwok node of the pool. The reconciler's membership pass then makes it a
 spare and settles the request, exactly as on a real cluster. Nothing more: no scale-down, no expanders
 (the pools' templates are disjoint, so at most one group fits), no node-provision timeout.
@@ -42,9 +46,9 @@ import signal
 import sys
 import threading
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kubernetes import client, config
 from kubernetes.utils import parse_quantity
@@ -54,6 +58,17 @@ from localenv import fake_nodes
 
 log = logging.getLogger("autoscaler-standin")
 COMPONENT = "cluster-autoscaler-standin"
+STABILIZATION_DELAY = timedelta(minutes=1)  # mixed_nodeinfos_processor.go stabilizationDelay
+# utils/taints/taints.go: the taints a template made from a real node leaves out.
+AUTOSCALER_TAINTS = frozenset({"ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler"})
+NODE_CONDITION_TAINTS = frozenset({
+    "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable", "node.kubernetes.io/unschedulable",
+    "node.kubernetes.io/memory-pressure", "node.kubernetes.io/disk-pressure", "node.kubernetes.io/network-unavailable",
+    "node.kubernetes.io/pid-pressure", "node.cloudprovider.kubernetes.io/uninitialized",
+    "node.cloudprovider.kubernetes.io/shutdown", "cloud.google.com/impending-node-termination",
+    "NodeWithImpairedVolumes"})
+SANITIZED_PREFIXES = ("ignore-taint.cluster-autoscaler.kubernetes.io/", "startup-taint.cluster-autoscaler.kubernetes.io/",
+                      "status-taint.cluster-autoscaler.kubernetes.io/")
 
 
 @dataclass(frozen=True)
@@ -176,11 +191,56 @@ def misfit(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
     return None
 
 
-def choose(pod: Mapping[str, Any], groups: Iterable[NodeGroup]) -> tuple[NodeGroup | None, dict[str, str]]:
-    """The first group whose template the pod would fit, and why each other group was rejected."""
+def _ready_since(node: Mapping[str, Any]) -> datetime | None:
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            at = c.get("lastTransitionTime")
+            if isinstance(at, datetime):
+                return at
+            return datetime.fromisoformat(str(at).replace("Z", "+00:00")) if at else datetime.min.replace(tzinfo=timezone.utc)
+    return None
+
+
+def good_template_candidate(node: Mapping[str, Any], now: datetime) -> bool:
+    """Ready for the stabilization delay, and schedulable (mixed_nodeinfos_processor.go isNodeGoodTemplateCandidate)."""
+    since = _ready_since(node)
+    return since is not None and since + STABILIZATION_DELAY < now and not (node.get("spec") or {}).get("unschedulable")
+
+
+def sanitized(node: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A template made from a real node: a fresh name and hostname, the same labels, the taints less those
+    upstream leaves out (node_info_utils.go createSanitizedNode, taints.go SanitizeTaints)."""
+    out = json.loads(json.dumps(node, default=str))
+    meta = out.setdefault("metadata", {})
+    meta["name"] = name
+    meta.setdefault("labels", {})["kubernetes.io/hostname"] = name
+    for k in ("uid", "resourceVersion", "creationTimestamp"):
+        meta.pop(k, None)
+    spec = out.setdefault("spec", {})
+    spec["taints"] = [t for t in spec.get("taints") or []
+                      if t.get("key") not in AUTOSCALER_TAINTS | NODE_CONDITION_TAINTS
+                      and not str(t.get("key", "")).startswith(SANITIZED_PREFIXES)] or None
+    return out
+
+
+def template_node(group: NodeGroup, nodes: Iterable[Mapping[str, Any]], now: datetime) -> dict[str, Any]:
+    """The node a scale-up of `group` would add, as upstream sees it: made from the first good node of the
+    group in `nodes` (in their order), else the group's own template."""
+    fresh = f"template-node-for-{group.name}"
+    for n in nodes:
+        if (n.get("metadata") or {}).get("name") in group.members and good_template_candidate(n, now):
+            return sanitized(n, fresh)
+    return group.node(fresh)
+
+
+def choose(pod: Mapping[str, Any], groups: Iterable[NodeGroup], nodes: Iterable[Mapping[str, Any]] = (),
+           now: datetime | None = None) -> tuple[NodeGroup | None, dict[str, str]]:
+    """The first group whose template node the pod would fit, and why each other group was rejected.
+    `nodes`: the cluster's nodes (templates are made from them); `now`: for the stabilization delay."""
+    nodes, now = list(nodes), now or datetime.now(timezone.utc)
     why: dict[str, str] = {}
     for g in groups:
-        reason = misfit(pod, g.node("template"))
+        reason = misfit(pod, template_node(g, nodes, now))
         if reason is None:
             return g, why
         why[g.name] = reason
@@ -190,9 +250,10 @@ def choose(pod: Mapping[str, Any], groups: Iterable[NodeGroup]) -> tuple[NodeGro
 # ---------------------------------------------------------------------- I/O
 
 class AutoscalerStandIn:
-    def __init__(self, api: client.ApiClient, groups: list[NodeGroup]):
-        self.core = client.CoreV1Api(api)
-        self.groups = groups
+    def __init__(self, api: client.ApiClient, groups: list[NodeGroup],
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
+        self.api, self.core = api, client.CoreV1Api(api)
+        self.groups, self.clock = groups, clock
         self.upcoming: dict[str, str] = {}  # pod uid -> the node asked for it
         self.told: set[str] = set()         # pods told NotTriggerScaleUp
 
@@ -208,13 +269,14 @@ class AutoscalerStandIn:
         self.upcoming = {uid: n for uid, n in self.upcoming.items() if uid in pending}  # placed, or gone
         if not pods:
             return []
-        existing = {n.metadata.name for n in self.core.list_node().items}
+        listed = json.loads(self.core.list_node(_preload_content=False).data)["items"]
+        existing = {n["metadata"]["name"] for n in listed}
         joined = []
         for pod in pods:
             uid = pod["metadata"]["uid"]
             if uid in self.upcoming:
                 continue  # its node was asked for; the scheduler places it once it joined
-            group, why = choose(pod, self.groups)
+            group, why = choose(pod, self.groups, listed, self.clock())
             if group is None:
                 self._tell_once(pod, "pod didn't trigger scale-up: " + "; ".join(f"{g}: {r}" for g, r in why.items()))
                 continue

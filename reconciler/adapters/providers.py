@@ -28,11 +28,10 @@ Repairs (issue 25), per provider:
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 from fleetspec import labels
 from fleetspec.models import PAUSE_IMAGE, FleetSpec, NodePool
@@ -43,6 +42,7 @@ from reconciler.adapters.aws_errors import typed
 from reconciler.adapters.kube import Kube, _call, _json
 from reconciler.adapters.slurm import SlurmClient
 from reconciler.core.membership import MembershipFacts, instance_id, settle
+from reconciler.core.refills import request_name
 from reconciler.errors import AlreadyExists, NotFound, PermanentError
 
 log = logging.getLogger(__name__)
@@ -77,20 +77,31 @@ class NodeProvider(Protocol):
     def return_to_spares(self, node: str) -> None: ...
     def membership_facts(self) -> MembershipFacts: ...
     def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]: ...
+    def withdraw_capacity_request(self, pool: str, key: str) -> None: ...
 
 
-def request_name(pool: str, key: str) -> str:
-    """A placeholder pod's name: one per pool and remediation, so asking again is harmless."""
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return f"gpufleet-refill-{pool}"[:52] + f"-{digest}"
+def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str, existing: Iterable[str] = (),
+                    image: str = PAUSE_IMAGE) -> dict:
+    """A pod that fits one new node of the pool and no node that exists when it is asked for.
 
+    A real cluster autoscaler decides whether a pending pod would fit a node group by a template made
+    from one of the group's Ready, schedulable nodes: its labels and taints kept, only its name and
+    hostname fresh (cluster-autoscaler 1.32 processors/nodeinfosprovider/mixed_nodeinfos_processor.go,
+    simulator/node_info_utils.go createSanitizedNode; taints dropped only for the autoscaler's own, the
+    node-condition ones and the startup/status prefixes, utils/taints/taints.go SanitizeTaints). So the
+    pod asks only for what every node of the group carries: the pool's member selector, the pool's taints
+    tolerated, and also the spare and lending taints (the template may be made from a spare, lent or not),
+    one node's GPUs. What keeps it off the nodes that exist is their names: one `metadata.name NotIn`
+    field requirement per node (a node field requirement takes one value: k8s.io/kubernetes
+    pkg/apis/core/validation ValidateNodeFieldSelectorRequirement), which a template's fresh name and any
+    node that joins later pass.
 
-def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str, image: str = PAUSE_IMAGE) -> dict:
-    """A pod that fits exactly one new node of the pool and nothing else: the pool's member
-    selector (what the autoscaler's node template carries), its taints tolerated, one node's GPUs.
     It passes Pod Security `restricted` (its namespace's level) and the admission policy that limits what
     the reconciler may create (components/admission.py): non-root, no privilege, no capability, no volume."""
     selector = dict(pool.member_selector) or {labels.POOL: pool.name}
+    not_these = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in sorted(set(existing))]
+    affinity = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": not_these}]}}}} if not_these else {}
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": request_name(pool.name, key), "namespace": namespace,
@@ -98,10 +109,10 @@ def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str, image
                      "annotations": {labels.REQUEST_KEY: key, labels.REQUEST_REASON: reason[:500]}},
         "spec": {
             "nodeSelector": selector,
-            # Only a node that is nobody's yet: never an existing spare or worker of the pool.
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": labels.ROLE, "operator": "DoesNotExist"}]}]}}},
-            "tolerations": worker_tolerations(pool),
+            **affinity,
+            "tolerations": worker_tolerations(pool) + [
+                {"key": labels.SPARE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+                {"key": labels.LENDING_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": 0,
             "automountServiceAccountToken": False,
             "securityContext": {"runAsNonRoot": True, "runAsUser": 65535, "runAsGroup": 65535,
@@ -156,7 +167,7 @@ class KubernetesSpares:
 
     def request_capacity(self, pool: str, reason: str, key: str) -> None:
         """Declare that the pool needs one node: a pending placeholder pod (idempotent by key)."""
-        body = placeholder_pod(self.spec.pool(pool), key, reason, self.namespace,
+        body = placeholder_pod(self.spec.pool(pool), key, reason, self.namespace, self.pool_node_names(pool),
                                self.spec.healing.reconciler.placeholder_image)
         try:
             _call(f"create capacity request {body['metadata']['name']}", self.kube.core.create_namespaced_pod,
@@ -165,6 +176,29 @@ class KubernetesSpares:
             pass  # asked already for this remediation
         log.info("capacity requested for pool %s (%s): pod %s/%s", pool, reason, self.namespace,
                  body["metadata"]["name"])
+
+    def withdraw_capacity_request(self, pool: str, key: str) -> None:
+        """Delete a request nobody answered in time (the remediation that asked says it failed)."""
+        name = request_name(pool, key)
+        try:
+            _call(f"delete capacity request {name}", self.kube.core.delete_namespaced_pod, name, self.namespace,
+                  grace_period_seconds=0, _preload_content=False)
+        except NotFound:
+            return  # answered and settled meanwhile, or withdrawn already
+        log.info("capacity request %s/%s withdrawn: unanswered", self.namespace, name)
+
+    def pool_node_names(self, pool: str) -> list[str]:
+        """The nodes a capacity request of the pool must not land on: every node its selector matches now."""
+        p = self.spec.pool(pool)
+        selector = ",".join(f"{k}={v}" for k, v in (dict(p.member_selector) or {labels.POOL: p.name}).items())
+        names, cont = [], None
+        while True:
+            data = _json(_call("list the pool's nodes", self.kube.core.list_node, label_selector=selector, limit=500,
+                               _continue=cont, _preload_content=False))
+            names += [n["metadata"]["name"] for n in data["items"]]
+            cont = (data.get("metadata") or {}).get("continue")
+            if not cont:
+                return names
 
     def can_refill(self, pool: str) -> bool:
         return True  # whoever acts on the request decides; nothing to exceed here
@@ -442,6 +476,9 @@ class AwsAsgProvider(KubernetesSpares):
 
     def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]:
         return []  # the group's desired capacity is the request; nothing to settle
+
+    def withdraw_capacity_request(self, pool: str, key: str) -> None:
+        return None  # a raised desired capacity is not taken back: the group answers when it can
 
 
 def _refill_state(value: str | None) -> tuple[str | None, int]:

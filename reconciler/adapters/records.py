@@ -22,7 +22,7 @@ from fleetspec.faults import FaultAction, Kind
 from reconciler.adapters.kube import _call, _json
 from reconciler.adapters.repair_records import read_repair, read_request, repair_status
 from reconciler.core.conditions import conditions
-from reconciler.core.model import Remediation
+from reconciler.core.model import Refill, RefillState, Remediation, ReplacementFailure
 from reconciler.core.observe import parse_time
 from reconciler.core.phases import Phase
 from reconciler.errors import AlreadyExists, NotFound, PermanentError
@@ -50,6 +50,13 @@ def _status(r: Remediation) -> dict[str, Any]:
         "heldMessage": redact(r.held_message),
         "heldReason": r.held_reason,
         "reclaimStarted": _ts(r.reclaim_started),
+        "delivered": list(r.delivered),
+        "signalledJobs": list(r.signalled),
+        "failedReplacements": [{"node": f.node, "at": _ts(f.at), "why": f.why} for f in r.failed_replacements],
+        "standsInFor": r.stands_in_for or None,
+        "refill": {"key": r.refill.key, "state": r.refill.state, "at": _ts(r.refill.at), "message": r.refill.message}
+        if r.refill else None,
+        "waiting": r.waiting or None,
         "failingSince": _ts(r.failing_since),
         "nextAttempt": _ts(r.next_attempt),
         "lastError": redact(r.last_error),
@@ -75,6 +82,14 @@ def to_object(r: Remediation, resource_version: str | None = None) -> dict[str, 
                  "fault": _fault(r)},
         "status": _status(r),
     }
+
+
+def _refill(f: dict[str, Any] | None) -> Refill | None:
+    if not f:
+        return None
+    if f["state"] not in (RefillState.REQUESTED, RefillState.ANSWERED, RefillState.FAILED):
+        raise ValueError(f"refill state {f['state']!r}")
+    return Refill(f["key"], f["state"], parse_time(f["at"]), f.get("message", ""))
 
 
 def _fault(r: Remediation) -> dict[str, Any]:
@@ -133,6 +148,10 @@ def from_object(obj: dict[str, Any]) -> Remediation:
             held_message=st.get("heldMessage") or st.get("held") or "", held_reason=st.get("heldReason") or "",
             reclaim_started=opt("reclaimStarted"), failing_since=opt("failingSince"), next_attempt=opt("nextAttempt"),
             last_error=st.get("lastError") or "", revision=int(st.get("revision") or 0),
+            delivered=tuple(st.get("delivered") or ()), signalled=tuple(int(j) for j in st.get("signalledJobs") or ()),
+            failed_replacements=tuple(ReplacementFailure(f["node"], parse_time(f["at"]), f.get("why", ""))
+                                      for f in st.get("failedReplacements") or ()),
+            stands_in_for=st.get("standsInFor") or "", refill=_refill(st.get("refill")), waiting=st.get("waiting") or "",
             **_fault_fields(spec.get("fault") or {}),
             repair=read_repair(st.get("repair")), request=read_request(obj.get("metadata") or {}),
             requests_done=tuple(st.get("requestsDone") or ()),

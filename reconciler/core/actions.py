@@ -1,9 +1,12 @@
 """What the core tells the runtime to do, in order. The runtime's executor is the only code that acts
 on these (fenced by the Lease, nothing in a dry run).
 
-An action whose `once` is set must not run twice (a page, a signal, a capacity request): the
-remediation notes that key as begun before it runs, so a crash never repeats it. The others are
-idempotent: repeating one after a crash changes nothing.
+An action whose `once` is set is not to run twice (a page, a signal, a capacity request): the
+remediation notes that key as begun (an intent) before it runs. What a crash between that write and the
+send does depends on the action (`at_least_once`): a page or a capacity request is at most once (the intent
+alone means done: never repeated, lost if the crash fell in that instant); the SIGTERM is at least once (a
+delivered mark is written after the send, and an intent without it is sent again: twice only when the crash
+falls between the send and that mark). The others are idempotent: repeating one after a crash changes nothing.
 """
 from __future__ import annotations
 
@@ -23,18 +26,25 @@ class Action:
         """The key under which the remediation notes that this once-only action was begun; None: idempotent."""
         return None
 
+    @property
+    def at_least_once(self) -> bool:
+        """A once-only action whose loss costs more than its repetition: marked delivered after its send, and
+        sent again while its intent stands without that mark."""
+        return False
+
 
 # --- healing -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Notify(Action):
-    event: str  # each event is sent once per remediation
+    event: str  # each event is sent once per remediation (and `key`)
     severity: str  # info | warning | critical
     text: str
+    key: str = ""  # an event a remediation may send more than once, once per key (a replacement that broke)
 
     @property
     def once(self) -> str:
-        return f"notify:{self.event}"
+        return f"notify:{self.event}" + (f":{self.key}" if self.key else "")
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,10 @@ class SignalJobs(Action):
     @property
     def once(self) -> str:
         return f"signal:{self.signal}"
+
+    @property
+    def at_least_once(self) -> bool:
+        return True  # a lost SIGTERM costs the job its checkpoint; a second one in that instant is the lesser harm
 
 
 @dataclass(frozen=True)
@@ -126,6 +140,17 @@ class RequestCapacity(Action):
     @property
     def once(self) -> str:
         return f"capacity:{self.key}"
+
+
+@dataclass(frozen=True)
+class SettleRefill(Action):
+    """What became of a capacity request (`core/refills.py`): counted, and a failed one withdrawn (the
+    placeholder deleted: nobody is waiting on it any more; the record, the page and its Events say so)."""
+
+    pool: str
+    key: str
+    outcome: str  # RefillState.ANSWERED | RefillState.FAILED
+    message: str = ""
 
 
 @dataclass(frozen=True)

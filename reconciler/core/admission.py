@@ -14,10 +14,12 @@ from typing import Iterable
 from fleetspec import FleetSpec
 from fleetspec.remediation_crd import Reason
 
+from reconciler.core import pages
 from reconciler.core.actions import EvictPods, Notify, Quarantine
 from reconciler.core.model import Admission, Gate, NodeView, Remediation, Step, StepFacts
 from reconciler.core.observe import evictable_views, opted_out_views
 from reconciler.core.phases import Phase
+from reconciler.core.replacements import stand_ins, stood_in_for
 
 STORM_MIN_NODES = 2  # the brake needs at least this many unhealthy nodes in a pool
 HELD_RECHECK = 5.0  # seconds between admission checks of a held remediation (capacity frees wake it sooner)
@@ -29,25 +31,32 @@ def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], re
     """Count what admission weighs. Unhealthy: the pool's nodes remediated within the window (any
     outcome: a finished remediation still counts until the window passes; a node a person holds by
     opting out does not) and its active nodes faulted within it that have no remediation yet (only faults that
-    take a node out: `none` and `restart-app` leave it in service, so they are no storm)."""
+    take a node out: `none` and `restart-app` leave it in service, so they are no storm); a spare that broke
+    standing in for a faulted node is that node's position again, counted once (`replacements.stand_ins`)."""
     policy = spec.healing
     remediations = list(remediations)
+    pool_nodes = list(pool_nodes)
     storm = timedelta(seconds=policy.unhealthy_window_seconds)
     pool = remediation.pool
-    unhealthy = {r.node for r in remediations if r.pool == pool and not r.was_spare
+    unhealthy = {r.node for r in remediations if r.pool == pool and not r.was_spare and not r.stands_in_for
                  and r.phase is not Phase.OPTED_OUT and now - r.created <= storm}
     opted_out = {r.node for r in remediations if r.phase is Phase.OPTED_OUT}
     unhealthy |= {n.name for n in pool_nodes if n.is_active and n.fault and n.fault.needs.remediates
                   and now - n.fault.since <= storm and n.name not in opted_out}
+    unhealthy -= stand_ins([r for r in remediations if r.name != remediation.name], pool, storm, now)
     attempts = timedelta(seconds=policy.attempts_window_seconds)
+    taken = {r.replacement for r in remediations if r.active and r.replacement}
     return Admission(
         pool_size=spec.pool(pool).nodes,
         unhealthy=frozenset(unhealthy),
-        in_flight=sum(1 for r in remediations
-                      if r.phase.holds_capacity and not r.was_spare and r.name != remediation.name),
+        in_flight=sum(1 for r in remediations if r.phase.holds_capacity and not r.was_spare and not r.stands_in_for
+                      and r.name != remediation.name),
         attempts=sum(1 for r in remediations if r.node == remediation.node and r.name != remediation.name
                      and now - r.created <= attempts and r.phase is not Phase.ESCALATED),
         storm_paged=any(r.pool == pool and r.active and STORM_PAGE in r.intents for r in remediations),
+        stands_in_for=stood_in_for(remediation.node, [r for r in remediations if r.pool == pool], storm, now),
+        free_spares=sum(1 for n in pool_nodes if n.is_spare and n.ready and n.fault is None and not n.unschedulable
+                        and n.name not in taken),
     )
 
 
@@ -76,7 +85,7 @@ def admit(remediation: Remediation, facts: StepFacts, spec: FleetSpec, now: date
     if opted:
         why = (f"pods {list(opted)} carry the opt-out label {policy.opt_out_label}: "
                f"{node} stays cordoned and drained in Slurm; nothing is replaced")
-        return Step(once(remediation, Notify("opted-out", "warning", f"{node}: {why}. A person decides what happens next.")),
+        return Step(once(remediation, Notify("opted-out", "warning", f"{node}: {why}. Action needed: decide what becomes of {node} and those pods (remediation {remediation.name}).")),
                     remediation.moved(Phase.OPTED_OUT, now, reason=why, held_message="", held_reason=""))
     a = facts.admission
     assert a is not None, "admission facts are gathered for Requeued and Held"
@@ -89,11 +98,17 @@ def admit(remediation: Remediation, facts: StepFacts, spec: FleetSpec, now: date
         why = (f"{a.attempts + 1} remediations of {node} within {policy.attempts_window_seconds}s "
                f"(max {policy.max_attempts_per_node}): contained and quarantined for a human")
         return Step((Quarantine(node, remediation.xid, remediation.pool),)
-                    + once(remediation, Notify("escalated", "critical", why)),
+                    + once(remediation, Notify("escalated", "critical", pages.escalated(remediation, a, spec))),
                     remediation.moved(Phase.ESCALATED, now, reason=why, held_message="", held_reason=""))
+    if a.stands_in_for:
+        # It stood in for another remediation's node, which takes another spare: it replaces nothing, takes no
+        # slot and is no storm (the position is counted once); its pods go, and it is quarantined.
+        return Step((evict(node, facts),), remediation.moved(
+            Phase.EVICTING, now, drain_deadline=now + timedelta(seconds=policy.drain_timeout_seconds),
+            stands_in_for=a.stands_in_for, held_message="", held_reason=""), carry=True)
     g = gate(remediation, a, spec)
     if g is not None:
-        page = once(remediation, Notify("storm", "critical", g.message)) \
+        page = once(remediation, Notify("storm", "critical", pages.storm(g.message, remediation.pool))) \
             if g.reason == Reason.TOO_MANY_UNHEALTHY and not a.storm_paged else ()
         if remediation.phase is Phase.HELD:
             if remediation.held_message == g.message and not page:

@@ -12,7 +12,7 @@ from datetime import datetime
 from fleetspec.remediation_crd import ConditionType as Type
 from fleetspec.remediation_crd import Reason
 
-from reconciler.core.model import Remediation
+from reconciler.core.model import RefillState, Remediation
 from reconciler.core.phases import Phase
 
 CONTAINING = frozenset({Phase.DETECTED, Phase.SLURM_DRAINING, Phase.CHECKPOINTING})
@@ -45,8 +45,8 @@ def conditions(r: Remediation) -> tuple[Condition, ...]:
         out.append(Condition(Type.CONTAINED, "False", Reason.CONTAINING, r.phase.value, at))
     if r.was_spare:
         if r.phase is Phase.SUCCEEDED:
-            out.append(Condition(Type.REPLACED, "True", Reason.SUCCEEDED, "the spare was quarantined and a refill asked for", at))
-        return tuple(out)
+            out.append(Condition(Type.REPLACED, "True", Reason.SUCCEEDED, "the spare was quarantined", at))
+        return tuple(out + _refilled(r))
 
     if r.phase is Phase.REQUEUED:
         out.append(Condition(Type.REMEDIATION_ALLOWED, "Unknown", Reason.ADMISSION_PENDING,
@@ -58,14 +58,37 @@ def conditions(r: Remediation) -> tuple[Condition, ...]:
         out.append(Condition(Type.REMEDIATION_ALLOWED, "False", Reason.OPTED_OUT, r.reason, at))
     elif r.phase is Phase.ESCALATED:
         out.append(Condition(Type.REMEDIATION_ALLOWED, "False", Reason.ATTEMPTS_EXHAUSTED, r.reason, at))
+    elif r.stands_in_for and Phase.EVICTING in seen:
+        out.append(Condition(Type.REMEDIATION_ALLOWED, "True", Reason.STOOD_IN,
+                             f"stood in for {r.stands_in_for}, which takes another spare: quarantined, not replaced",
+                             r.entered(Phase.EVICTING) or at))
     elif Phase.EVICTING in seen:
         out.append(Condition(Type.REMEDIATION_ALLOWED, "True", Reason.ADMITTED, "admitted for replacement",
                              r.entered(Phase.EVICTING) or at))
     if Phase.EVICTING in seen:
+        broke = r.failed_replacements[-1] if r.failed_replacements else None
         if r.phase is Phase.SUCCEEDED:
-            out.append(Condition(Type.REPLACED, "True", Reason.SUCCEEDED, f"replaced by {r.replacement}", at))
+            what = (f"quarantined: it stood in for {r.stands_in_for}, which takes another spare" if r.stands_in_for
+                    else f"replaced by {r.replacement}")
+            if broke is not None:
+                what += f" (after {', '.join(f.node for f in r.failed_replacements)} broke)"
+            out.append(Condition(Type.REPLACED, "True", Reason.SUCCEEDED, what, at))
         elif failed:
             out.append(Condition(Type.REPLACED, "False", Reason.FAILED, r.reason, at))
+        elif r.phase in REPLACING and broke is not None:
+            out.append(Condition(Type.REPLACED, "False", Reason.REPLACEMENT_FAILED,
+                                 f"{broke.why}: taking another spare" + (f"; {r.waiting}" if r.waiting else ""),
+                                 broke.at))
         elif r.phase in REPLACING:
-            out.append(Condition(Type.REPLACED, "False", REPLACING[r.phase], r.phase.value, at))
-    return tuple(out)
+            out.append(Condition(Type.REPLACED, "False", REPLACING[r.phase], r.waiting or r.phase.value, at))
+    return tuple(out + _refilled(r))
+
+
+def _refilled(r: Remediation) -> list[Condition]:
+    f = r.refill
+    if f is None:
+        return []
+    status, reason = {RefillState.REQUESTED: ("Unknown", Reason.REFILL_REQUESTED),
+                      RefillState.ANSWERED: ("True", Reason.REFILL_ANSWERED),
+                      RefillState.FAILED: ("False", Reason.REFILL_FAILED)}[f.state]
+    return [Condition(Type.REFILLED, status, reason, f.message, f.at)]

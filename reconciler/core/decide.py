@@ -31,20 +31,22 @@ from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
     Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine,
-    ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
+    ReleaseJobs, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
+from reconciler.core import pages, refills, replacements, resume, signals
 from reconciler.core.admission import admit, evict
 from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, slurm_reason
 from reconciler.core.lending import evict_borrowers
 from reconciler.core.model import Gate, Needs, NodeView, Remediation, SlurmNodeView, Step, StepFacts, remediation_name
 from reconciler.core.observe import borrower_views, evictable_views
 from reconciler.core.phases import Phase
-from reconciler.core.slurm_states import ON_NODE_JOB_STATES, SIGNALLABLE_JOB_STATES
+from reconciler.core.slurm_states import ON_NODE_JOB_STATES
 from reconciler.core.repair import will_repair
 from reconciler.core.spares import free_spares, replacement_view
 from reconciler.core.validation import nodes_checking, required as proof_required
 
 RESUME_TIMEOUT = timedelta(minutes=10)
+NOTE_WAIT_AFTER = timedelta(seconds=30)  # a Resuming remediation says in its record why it waits after this long
 MAX_BACKOFF = 30.0
 KEEP_SIGNALS = 10  # a node remembers its last this many fault signals
 
@@ -103,7 +105,9 @@ def needs(r: Remediation, now: datetime) -> Needs:
     match r.phase:
         case Phase.DETECTED:
             return Needs(slurm_names=True, pods=r.was_spare, can_refill=r.was_spare)
-        case Phase.SLURM_DRAINING | Phase.CHECKPOINTING:
+        case Phase.SLURM_DRAINING:
+            return Needs(slurm_nodes=r.slurm_nodes, jobs_on=r.slurm_nodes, checkpoints=True)
+        case Phase.CHECKPOINTING:
             return Needs(slurm_nodes=r.slurm_nodes, jobs_on=r.slurm_nodes)
         case Phase.REQUEUED | Phase.HELD:
             return Needs(pods=True, admission=True)
@@ -115,15 +119,16 @@ def needs(r: Remediation, now: datetime) -> Needs:
         case Phase.WAITING_FOR_SPARE:
             return Needs(spares=True)
         case Phase.RESUMING:
-            return Needs(replacement=True, replacement_slurm=True)
+            return Needs(replacement=True, replacement_slurm=True, slurm_pods=True)
     return Needs()
 
 
 # --- one step of one remediation -----------------------------------------------------------------
 
 def _once(r: Remediation, *actions: Action) -> tuple[Action, ...]:
-    """Drop once-only actions the remediation has begun already (a retried step never repeats them)."""
-    return tuple(a for a in actions if a.once is None or a.once not in r.intents)
+    """Drop once-only actions the remediation has behind it (a retried step never repeats them): begun, or
+    for an at-least-once one, delivered."""
+    return tuple(a for a in actions if a.once is None or a.once not in (r.delivered if a.at_least_once else r.intents))
 
 
 def _slurm(facts: StepFacts) -> dict[str, SlurmNodeView]:
@@ -144,21 +149,14 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         names = r.slurm_nodes or facts.slurm_names
         cordon = Cordon(node, slurm_reason(r), r.name)
         if r.was_spare:
-            refill = (RequestCapacity(r.pool, f"spare {node} quarantined", f"{r.name}/refill")
-                      if facts.can_refill else
-                      Notify("refill-blocked", "warning", f"pool {r.pool} has no room for a new spare (provider limit)"))
+            asked, noted = refills.ask(r, f"spare {node} quarantined", f"{r.name}/refill", facts.can_refill, now)
             return Step(
-                _once(r, Notify("spare-quarantined", "warning",
-                                f"spare {node} reported {describe(r.xid, r.kind)}: quarantined, refill requested"))
-                + (cordon, evict(node, facts), Quarantine(node, r.xid, r.pool, will_repair(r, spec)))
-                + _once(r, refill),
-                r.moved(Phase.REPLACING, now, slurm_nodes=names),
+                _once(r, Notify("spare-quarantined", "warning", pages.spare_quarantined(r, facts.can_refill)))
+                + (cordon, evict(node, facts), Quarantine(node, r.xid, r.pool, will_repair(r, spec))) + _once(r, *asked),
+                noted.moved(Phase.REPLACING, now, slurm_nodes=names),
             )
         return Step(
-            _once(r, Notify("detected", "warning",
-                            f"{node} ({r.pool}): {describe(r.xid, r.kind)} - {r.message}. "
-                            "gpufleet is draining and replacing it; no action needed."))
-            + (cordon,),
+            _once(r, Notify("detected", "warning", pages.detected(r, spec))) + (cordon,),
             r.moved(Phase.SLURM_DRAINING, now, slurm_nodes=names), carry=True,
         )
 
@@ -169,22 +167,21 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
             DrainSlurm(n, slurm_reason(r)) for n in r.slurm_nodes
             if n not in kept and not (n in slurm and (drained_by_gpufleet(slurm[n]) or drained_by_operator(slurm[n])))
         )
-        jobs = tuple(sorted(j.job_id for j in facts.jobs_on_node if j.state in ON_NODE_JOB_STATES))
-        signal = tuple(sorted(j.job_id for j in facts.jobs_on_node if j.state in SIGNALLABLE_JOB_STATES))
-        actions: tuple[Action, ...] = drains
-        if signal and policy.grace_period_seconds > 0:
-            actions += _once(r, SignalJobs(signal, "TERM"))
+        jobs = signals.on_node(facts)
+        # A job another remediation signalled already is not signalled again: this one waits on that checkpoint.
+        signal, deadline = signals.checkpoint(facts, policy.grace_period_seconds, now)
+        actions: tuple[Action, ...] = drains + (_once(r, SignalJobs(signal, "TERM")) if signal else ())
         actions += carry_person_drains(r, kept, slurm)
-        deadline = now + timedelta(seconds=policy.grace_period_seconds)
         # With jobs, the remediation is what remembers them once they are requeued off the node: written first.
-        return Step(actions, r.moved(Phase.CHECKPOINTING, now, jobs=jobs, grace_deadline=deadline, kept_drains=kept),
-                    carry=not jobs)
+        return Step(actions, r.moved(Phase.CHECKPOINTING, now, jobs=jobs, grace_deadline=deadline, kept_drains=kept,
+                                     signalled=signal), carry=not jobs)
 
     if phase is Phase.CHECKPOINTING:
         still = [j for j in facts.jobs_on_node if j.state in ON_NODE_JOB_STATES]
         deadline = r.grace_deadline or now
         if still and now < deadline:
-            return Step(recheck_after=min(1.0, (deadline - now).total_seconds()))
+            again = signals.undelivered(r, facts, now)  # noted, never marked sent (a crash): sent again
+            return Step((again,) if again else (), recheck_after=min(1.0, (deadline - now).total_seconds()))
         jobs = tuple(sorted(set(r.jobs) | {j.job_id for j in still}))
         return Step((RequeueJobs(jobs),) if jobs else (), r.moved(Phase.REQUEUED, now, jobs=jobs))
 
@@ -207,6 +204,9 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         return Step(recheck_after=10.0)
 
     if phase is Phase.RESUMING:
+        broke = replacements.broken(facts.replacement, r.replacement or "", spec)
+        if broke:
+            return replacements.give_up(r, broke, now)
         if facts.replacement is not None and facts.replacement.on_loan:
             # Lent between its choice and its promotion (a race with a lending pass): end that loan first.
             return Step((EndLoan(facts.replacement.name, back_to_spare=False),), recheck_after=0.5)
@@ -220,21 +220,31 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
                 + _once(r, Notify("succeeded", "info",
                                   f"{node} replaced by {r.replacement} in {took:.0f}s; requeued jobs "
                                   f"{list(r.jobs)} released")),
-                r.moved(Phase.SUCCEEDED, now),
+                r.moved(Phase.SUCCEEDED, now, waiting=""),
             )
-        if now - (r.entered(Phase.RESUMING) or now) > RESUME_TIMEOUT:
-            return fail(r, f"replacement {r.replacement} not taking jobs within {RESUME_TIMEOUT}", now)
+        waiting = resume.waiting(r, facts) or f"{r.replacement} is not a schedulable, Ready node yet"
+        waited = now - (r.entered(Phase.RESUMING) or now)
+        if waited > RESUME_TIMEOUT:
+            return fail(r, f"replacement {r.replacement} not taking jobs within {RESUME_TIMEOUT}: {waiting}", now)
+        if waiting != r.waiting and (waited > NOTE_WAIT_AFTER or resume.unplaceable(r, facts)):
+            # Said in the record when it is news to a person: a pod nothing can take, or a wait past the usual.
+            return Step((), replace(r, waiting=waiting), recheck_after=1.0)
         return Step(recheck_after=1.0)
 
     return Step()  # OptedOut and terminal phases: nothing to do
 
 
 def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -> Step:
-    """Replacing: choose a spare (written before it is acted on), take it back if it is lent, promote it."""
+    """Replacing: choose a spare (written before it is acted on), take it back if it is lent, promote it.
+    A chosen spare that broke before its promotion is given up, and another chosen."""
     node = r.node
     if r.was_spare:
         return Step((), r.moved(Phase.SUCCEEDED, now))
+    if r.stands_in_for:
+        return _stood_in(r, facts, spec, now)
     chosen = replacement_view(r.replacement, facts)
+    if r.replacement and (broke := replacements.broken(chosen, r.replacement, spec)):
+        return replacements.give_up(r, broke, now)
     lent = chosen is not None and chosen.on_loan
     borrowers = borrower_views(facts.replacement_pods)
     if r.replacement and ((lent and r.reclaim_started is None) or borrowers):
@@ -243,11 +253,9 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
         # Repaired in place while it waited (repair.py): the node takes its own job back; nothing to refill.
         return Step((PromoteSpare(node, node, r.pool),), r.moved(Phase.RESUMING, now), carry=True)
     if r.replacement:
-        refill = (RequestCapacity(r.pool, f"refill the spare used for {node}", f"{r.name}/refill")
-                  if facts.can_refill else
-                  Notify("refill-blocked", "warning",
-                         f"pool {r.pool}: {r.replacement} replaces {node}, but the provider has no room "
-                         "for a new spare"))
+        # One node asked per remediation: a request that stands (for the spare it had none of) refills this one.
+        asked, noted = ((), r) if r.refill is not None else refills.ask(
+            r, f"refill the spare used for {node}", f"{r.name}/refill", facts.can_refill, now)
         reason = r.reason
         if r.reclaim_started:
             took = (now - r.reclaim_started).total_seconds()
@@ -255,8 +263,8 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
         end_loan = (EndLoan(r.replacement, back_to_spare=False),) if lent or r.reclaim_started else ()
         return Step(
             end_loan + (PromoteSpare(r.replacement, node, r.pool), Quarantine(node, r.xid, r.pool, will_repair(r, spec)))
-            + _once(r, refill),
-            r.moved(Phase.RESUMING, now, reason=reason), carry=True,
+            + _once(r, *asked),
+            noted.moved(Phase.RESUMING, now, reason=reason), carry=True,
         )
     spares = free_spares(facts, proof_required(spec))
     if spares:
@@ -264,12 +272,23 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
         return Step((), replace(r, replacement=spares[0]), recheck_after=0)
     if proof_required(spec) and nodes_checking(n for n in facts.pool_nodes if n.name not in facts.claimed):
         return Step(recheck_after=2.0)  # a spare is being health-checked (validation.py): it serves once it passes
-    ask = (RequestCapacity(r.pool, f"no spare for {node}", f"{r.name}/no-spare"),) if facts.can_refill else ()
+    asked, noted = ((), r) if r.refill is not None else refills.ask(
+        r, f"no spare for {node}", f"{r.name}/no-spare", facts.can_refill, now)
     return Step(
-        _once(r, Notify("no-spare", "critical",
-                        f"no spare left in pool {r.pool} for {node}: it stays contained; capacity requested"), *ask),
-        r.moved(Phase.WAITING_FOR_SPARE, now), carry=True,
+        _once(r, Notify("no-spare", "critical", pages.no_spare(r, facts.can_refill)), *asked),
+        noted.moved(Phase.WAITING_FOR_SPARE, now), carry=True,
     )
+
+
+def _stood_in(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -> Step:
+    """A node that stood in for another's and broke: quarantined and refilled; the remediation it stood in
+    for takes another spare, so this one replaces nothing."""
+    asked, noted = refills.ask(r, f"{r.node} broke standing in for {r.stands_in_for}", f"{r.name}/refill",
+                               facts.can_refill, now)
+    why = (f"{r.node} stood in for {r.stands_in_for} and broke before it succeeded: quarantined, not replaced "
+           f"({r.stands_in_for} takes another spare)")
+    return Step((Quarantine(r.node, r.xid, r.pool, will_repair(r, spec)),) + _once(r, *asked),
+                noted.moved(Phase.SUCCEEDED, now, reason=f"{r.reason}; {why}"))
 
 
 def _reclaim_replacement(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -> Step:
@@ -289,10 +308,11 @@ def _reclaim_replacement(r: Remediation, facts: StepFacts, spec: FleetSpec, now:
 
 def resume_candidates(r: Remediation, facts: StepFacts) -> tuple[str, ...]:
     """Slurm nodes gpufleet drained that now run on healthy hardware: the replacement's, and the
-    remediation's own once their pods have moved off the faulted node. A person's drain is never undone;
-    the operator's drains are the operator's to undo."""
+    remediation's own once their pods have moved to a healthy node (not the faulted one, nor a replacement
+    that broke: that one's own remediation contains it). A person's drain is never undone; the operator's
+    drains are the operator's to undo."""
     slurm = _slurm(facts)
-    names = set(facts.replacement_slurm) | set(facts.slurm_moved)
+    names = set(facts.replacement_slurm) | set(resume.moved(r, facts))
     out = []
     for name in sorted(names):
         n = slurm.get(name)
@@ -303,16 +323,14 @@ def resume_candidates(r: Remediation, facts: StepFacts) -> tuple[str, ...]:
 
 def replacement_ready(r: Remediation, facts: StepFacts) -> bool:
     """The replacement is a schedulable, Ready node without the spare taint; and when the faulted node
-    ran Slurm, a Slurm node now runs on the replacement and takes jobs."""
+    ran Slurm, each Slurm node the remediation moved runs off the faulted node and takes jobs (not merely
+    some Slurm node on the replacement: another's pod may have landed there while this one's has nowhere
+    to go). A person's drain went with the faulted machine (`carry_person_drains`)."""
     rep = facts.replacement
     if rep is None or not rep.ready or rep.unschedulable or labels.SPARE_TAINT in rep.taints \
             or labels.LENDING_TAINT in rep.taints:
         return False
-    if not r.slurm_nodes:
-        return True
-    slurm = _slurm(facts)
-    # A person's drain went with the faulted machine (`carry_person_drains`): every Slurm node that moved takes jobs.
-    return bool(facts.replacement_slurm) and all(n in slurm and slurm[n].takes_jobs for n in facts.replacement_slurm)
+    return not resume.not_back(r, facts)
 
 
 def carry_person_drains(r: Remediation, kept: tuple[str, ...], slurm: dict[str, SlurmNodeView]) -> tuple[Action, ...]:
@@ -379,7 +397,7 @@ def retry(r: Remediation, error: str, spec: FleetSpec, now: datetime) -> Step:
 
 def fail(r: Remediation, reason: str, now: datetime) -> Step:
     """End a remediation that cannot finish, and tell the user why. The node stays contained."""
-    return Step(_once(r, Notify("failed", "critical", f"remediation {r.name} of {r.node} failed: {reason}")),
+    return Step(_once(r, Notify("failed", "critical", pages.failed(r, reason))),
                 r.moved(Phase.FAILED, now, reason=reason, held_message="", held_reason=""))
 
 

@@ -101,6 +101,7 @@ class PodView:
     mirror: bool = False
     deleting: bool = False  # has a deletionTimestamp: on its way out (never undone for this uid)
     uid: str = ""
+    unschedulable: str = ""  # the scheduler found no node for it (PodScheduled=False, Unschedulable): its message
 
     @property
     def key(self) -> str:
@@ -144,6 +145,31 @@ class SlurmNodeView:
 
 
 @dataclass(frozen=True)
+class ReplacementFailure:
+    """A spare promoted (or chosen) for a remediation that broke before the remediation succeeded."""
+
+    node: str
+    at: datetime
+    why: str
+
+
+class RefillState:
+    REQUESTED = "Requested"  # the provider was asked for one more node of the pool
+    ANSWERED = "Answered"  # a node joined for it (kubernetes-spares: a node settled the request)
+    FAILED = "Failed"  # the provider could not, or nobody answered within healing.refill_timeout_seconds
+
+
+@dataclass(frozen=True)
+class Refill:
+    """The node a remediation asked its pool's provider for, to replace the spare it used (or had none of)."""
+
+    key: str  # the capacity request's idempotency key
+    state: str  # RefillState
+    at: datetime  # when it entered that state
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class Remediation:
     """One remediation of one node, persisted as a `remediations.gpufleet.io` object."""
 
@@ -167,6 +193,12 @@ class Remediation:
     kept_drains: tuple[str, ...] = ()  # of those, the ones a person had drained: never touched
     held_message: str = ""  # why admission holds it (the gate's message)
     held_reason: str = ""  # the gate's reason (TooManyUnhealthy | MaxConcurrent)
+    delivered: tuple[str, ...] = ()  # of the intents, the at-least-once actions whose send was confirmed
+    signalled: tuple[int, ...] = ()  # the jobs this remediation sent SIGTERM (others' checkpoints are waited on)
+    failed_replacements: tuple[ReplacementFailure, ...] = ()  # spares that broke standing in for the node
+    stands_in_for: str = ""  # this node was another remediation's replacement and broke before it succeeded
+    refill: Refill | None = None  # the node asked for to refill the pool's spares, and what became of it
+    waiting: str = ""  # why the current phase waits (a Slurm node's pod no node can take, ...)
     reclaim_started: datetime | None = None  # the chosen spare was lent: its borrowers are evicted since then
     failing_since: datetime | None = None  # first temporary failure of the current step
     next_attempt: datetime | None = None  # backoff: not before this time
@@ -234,6 +266,8 @@ class Admission:
     in_flight: int  # admitted remediations, all pools (Evicting, Replacing, Resuming)
     attempts: int  # earlier remediations of this node within the attempts window
     storm_paged: bool = False  # a live remediation of the pool has sent the storm page already
+    stands_in_for: str = ""  # the remediation whose replacement this node was, and broke before it succeeded
+    free_spares: int = 0  # the pool's spares free now (what an escalated node leaves unused)
 
 
 @dataclass(frozen=True)
@@ -247,8 +281,10 @@ class Needs:
     admission: bool = False  # counts across the fleet, under the admission lock
     spares: bool = False  # the pool's nodes, the Slurm nodes on its spares, the nodes claimed elsewhere
     replacement: bool = False  # the chosen spare as seen now, and the pods on it
-    replacement_slurm: bool = False  # the Slurm nodes on the chosen spare and those that moved off the node
+    replacement_slurm: bool = False  # the Slurm nodes on the chosen spare and those that moved to a healthy node (reads slurm_pods too)
     can_refill: bool = False  # ask the node provider whether it has room for one more node
+    checkpoints: bool = False  # the jobs other remediations have signalled and whose checkpoint is under way
+    slurm_pods: bool = False  # where the pods of the remediation's Slurm nodes are (placed or not)
 
     @property
     def asks_slurm(self) -> bool:
@@ -256,8 +292,9 @@ class Needs:
 
     @property
     def shared(self) -> bool:
-        """Facts counted across nodes: gathered and decided under one lock, so no slot or spare goes twice."""
-        return self.admission or self.spares
+        """Facts counted across nodes: gathered and decided under one lock, so no slot, spare or SIGTERM
+        goes twice."""
+        return self.admission or self.spares or self.checkpoints
 
 
 @dataclass(frozen=True)
@@ -275,8 +312,9 @@ class StepFacts:
     replacement: NodeView | None = None
     replacement_pods: tuple[PodView, ...] = ()  # pods on the replacement now (borrowers to take back)
     replacement_slurm: tuple[str, ...] = ()  # Slurm nodes whose pods run on the replacement now
-    slurm_moved: tuple[str, ...] = ()  # the remediation's Slurm nodes whose pods now run off the faulted node
     can_refill: bool = True  # the provider has room for one more node (e.g. below the group's MaxSize)
+    checkpoints: tuple[tuple[int, datetime], ...] = ()  # jobs another remediation signalled, and its grace deadline
+    slurm_pods: tuple[PodView, ...] = ()  # the pods of the remediation's Slurm nodes, wherever they are
 
 
 @dataclass(frozen=True)

@@ -119,12 +119,15 @@ def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT, *
     keep = {k: v for k, v in lab.items() if k in _POD_LABELS or k == opt_out_label}
     if meta.get("namespace", "") != slurm_namespace:
         keep.pop(labels.SLINKY_POD_HOSTNAME, None)
+    unplaced = next((c.get("message") or "no node fits it" for c in (pod.get("status") or {}).get("conditions") or []
+                     if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                     and c.get("reason") == "Unschedulable"), "")
     return PodView(
         namespace=meta.get("namespace", ""), name=meta["name"], node=(pod.get("spec") or {}).get("nodeName"),
         phase=(pod.get("status") or {}).get("phase", "Pending"), labels=tuple(sorted(keep.items())),
         owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or []),
         mirror=labels.MIRROR_POD in (meta.get("annotations") or {}),
-        deleting=bool(meta.get("deletionTimestamp")), uid=meta.get("uid") or "",
+        deleting=bool(meta.get("deletionTimestamp")), uid=meta.get("uid") or "", unschedulable=unplaced[:500],
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from fleetspec.models import FleetSpec
-from fleetspec.oncall import MARK_HEALTHY, RELEASE, RETIRE, RETURN, PersonRequest
+from fleetspec.oncall import MARK_HEALTHY, RELEASE, RETIRE, PersonRequest
 
 from reconciler.core.actions import Action, ReleaseJobs, ResumeSlurm, ReturnToSpares
 from reconciler.core.admission import evict

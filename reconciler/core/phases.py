@@ -6,7 +6,8 @@
         │                                              │        │   (brake, max_concurrent)
         │                                              │        ├──► OptedOut (a person decides)
         │                                              │        └──► Escalated (attempt cap: quarantined, paged)
-        │                                                            WaitingForSpare ◄─┘
+        │                                                            WaitingForSpare ◄─┘   └──── Resuming ──► Replacing
+        │                                                                (the replacement broke: another spare)
         └──► (a fault on a spare) Replacing: quarantine it and refill
     Any non-terminal phase ──► Failed, with the reason.
 
@@ -65,7 +66,7 @@ _ALLOWED: dict[Phase, frozenset[Phase]] = {
     Phase.EVICTING: frozenset({Phase.REPLACING}),
     Phase.REPLACING: frozenset({Phase.RESUMING, Phase.WAITING_FOR_SPARE, Phase.SUCCEEDED}),
     Phase.WAITING_FOR_SPARE: frozenset({Phase.REPLACING}),
-    Phase.RESUMING: frozenset({Phase.SUCCEEDED}),
+    Phase.RESUMING: frozenset({Phase.SUCCEEDED, Phase.REPLACING}),
 }
 
 

@@ -16,6 +16,7 @@ from reconciler.adapters.records import RemediationStore, Unreadable
 from reconciler.core.faults import FaultReader
 from reconciler.core.model import NodeView, PodView, Remediation
 from reconciler.core.observe import node_view, pod_view
+from reconciler.core.refills import outstanding, request_name
 from reconciler.runtime.informers import Informer, OnChange
 
 PAGE = 500  # items per list page
@@ -49,7 +50,9 @@ class Caches:
             lambda rv: kube.watch("remediations", rv), store.observe,
             indexers={"node": lambda r: [r.node] if r.node else [],
                       "replacement": lambda r: [r.replacement] if isinstance(r, Remediation) and r.replacement else [],
-                      "phase": lambda r: [r.phase] if isinstance(r, Remediation) else []},
+                      "phase": lambda r: [r.phase] if isinstance(r, Remediation) else [],
+                      "refill": lambda r: [request_name(r.pool, r.refill.key)]
+                      if isinstance(r, Remediation) and outstanding(r) else []},
             on_change=on_remediation, accept=_newer)
         self.all = (self.nodes, self.pods, self.remediations)
 

@@ -23,9 +23,9 @@ from reconciler.adapters.slurm import SlurmClient, call
 from reconciler.core.actions import (
     Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
     EvictPods, Lend, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
-    ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SignalJobs, StartReclaim, WriteLedger,
+    ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
-from reconciler.core.model import Remediation
+from reconciler.core.model import RefillState, Remediation
 from reconciler.core.repair_actions import (
     BackInService, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
@@ -141,6 +141,9 @@ class Executor:
                 self.providers[a.pool].quarantine(a.node, a.xid, repair=a.repair)
             case RequestCapacity():
                 self.providers[a.pool].request_capacity(a.pool, a.reason, a.key)
+                self.metrics.refills.labels(a.pool, "requested").inc()
+            case SettleRefill():
+                self._settle_refill(a, r)
             case ReturnToSpares():
                 self.providers[a.pool].return_to_spares(a.node)
             case DeleteRemediation():
@@ -193,6 +196,18 @@ class Executor:
                 self.kube.event({"kind": "Node", "name": a.node, "apiVersion": "v1"}, a.reason, a.message, a.type)
             case _:
                 raise PermanentError(f"unknown action {a!r}")
+
+    def _settle_refill(self, a: SettleRefill, r: Remediation | None) -> None:
+        """Count what became of a refill; withdraw a failed one (nobody waits on it: the record and the page
+        say it failed)."""
+        self.metrics.refills.labels(a.pool, a.outcome.lower()).inc()
+        if a.outcome == RefillState.FAILED:
+            withdraw = getattr(self.providers[a.pool], "withdraw_capacity_request", None)
+            if withdraw is not None:
+                withdraw(a.pool, a.key)
+            log.warning("refill failed: %s", a.message, extra=context(r))
+        else:
+            log.info("refill %s: %s", a.outcome.lower(), a.message, extra=context(r))
 
     def _slurm(self, fn) -> None:
         if self.slurm is not None:

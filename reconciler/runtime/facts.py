@@ -15,7 +15,7 @@ from fleetspec.models import FleetSpec, NodePool
 
 from reconciler.adapters.providers import NodeProvider
 from reconciler.adapters.slurm import SlurmClient, SlurmError, SlurmNode, call
-from reconciler.core import admission, lending
+from reconciler.core import admission, lending, resume, signals
 from reconciler.core.model import JobView, Needs, PendingJob, Remediation, SlurmNodeView, StepFacts
 from reconciler.core.observe import evictable_views
 from reconciler.core.phases import Phase
@@ -60,11 +60,11 @@ class Facts:
             f = replace(f, pool_nodes=nodes, spare_slurm=on_spares)
         if need.replacement and r.replacement:
             f = replace(f, replacement=c.nodes.get(r.replacement), replacement_pods=tuple(c.pods_on(r.replacement)))
+        if need.slurm_pods or need.replacement_slurm:
+            f = replace(f, slurm_pods=tuple(p for n in r.slurm_nodes for p in c.pods.by_index("slurm", n)))
         if need.replacement_slurm and r.replacement:
             on = slurm_nodes_on(r.replacement, c.pods_on(r.replacement)).names
-            moved = tuple(n for n in r.slurm_nodes
-                          if any(p.node and p.node != r.node for p in c.pods.by_index("slurm", n)))
-            f = replace(f, replacement_slurm=on, slurm_moved=moved, slurm=self._slurm_views(set(on) | set(moved)))
+            f = replace(f, replacement_slurm=on, slurm=self._slurm_views(set(on) | set(resume.moved(r, f))))
         if need.can_refill:
             f = replace(f, can_refill=self._can_refill(r.pool))
         return f
@@ -81,6 +81,8 @@ class Facts:
         if need.spares:
             taken = {x.replacement for x in seen.values() if x.replacement and x.active and x.name != r.name}
             f = replace(f, claimed=frozenset(taken) | self.claims.lending_nodes())
+        if need.checkpoints:
+            f = replace(f, checkpoints=signals.checkpoints_under_way(seen.values(), r.name, self.clock()))
         return f
 
     # --- a lending pass ------------------------------------------------------------------------------

@@ -11,8 +11,13 @@ and no spare is given twice. A step that carries is written with the next; one t
 reconcile with its write. Its actions run only on top of a written remediation: when something carried
 is not written yet, that is written first and the step is planned again (level-based, from what is then
 seen). A new remediation is also written before its first Slurm call, and goes on. Once-only actions run
-after the write that notes them as begun, so a crash repeats idempotent actions at most, never a page or
-a SIGTERM. A dry run plans every step it can take now, writes and runs nothing, and logs each.
+after the write that notes them as begun, so a crash repeats idempotent actions at most, never a page; an
+at-least-once action (the SIGTERM) is marked delivered by one more write after its send, and the core plans
+it again while it is not (`core/signals.py`). A dry run plans every step it can take now, writes and runs
+nothing, and logs each.
+
+Before that, the node's records with a refill outstanding are settled when it was answered or its deadline
+passed (`core/refills.py`), by the same worker, so one record never has two writers.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from fleetspec.models import FleetSpec
 from reconciler.adapters.records import Unreadable
 from reconciler.core import decide as core
 from reconciler.core import oncall
+from reconciler.core import refills
 from reconciler.core.actions import Action
 from reconciler.core.model import Needs, Remediation, Step
 from reconciler.errors import PermanentError, TemporaryError
@@ -40,6 +46,16 @@ from reconciler.runtime.workqueue import WorkQueue
 log = logging.getLogger(__name__)
 UNSYNCED_RECHECK = 0.5
 MAX_CARRIED = 12  # steps one reconcile takes at most before it writes (a bound, not a rule: no path is this long)
+
+
+def begun(r: Remediation, a: Action) -> bool:
+    """Whether `r` has `a` (a once-only action) behind it: noted as begun, or for an at-least-once one,
+    marked delivered."""
+    return a.once in (r.delivered if a.at_least_once else r.intents)
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 class Healing:
@@ -61,21 +77,50 @@ class Healing:
                 if not self.executor.dry_run:
                     self.alerts.reported(name)
             return None
-        pools = {p.name for p in self.spec.pools}
-        ours = [r for r in mine if isinstance(r, Remediation) and r.pool in pools]  # others are not this fleet's
+        ours = self._ours(mine)
+        wrote, refill_look = self._settle_refills(ours)
+        if wrote:
+            ours = self._ours(self.caches.remediations.by_index("node", node))  # as just written
         live = sorted((r for r in ours if r.active), key=lambda r: (r.created, r.name))
         repairs = self.repairs is not None and self.repairs.wants(node)
         if not live:
-            return self.repairs.reconcile(node) if repairs else self._detect(node, ours)
+            return _sooner(self.repairs.reconcile(node) if repairs else self._detect(node, ours), refill_look)
         r, now = live[0], self.clock()
         if r.next_attempt and now < r.next_attempt:
             delay = core.next_look(r, None, False, now)
         else:
             delay = self._advance(r)
         if repairs:  # repaired in place while its heal waits for a spare (the repair reads the heal's write)
-            later = self.repairs.reconcile(node)
-            delay = later if delay is None else delay if later is None else min(delay, later)
-        return delay
+            delay = _sooner(delay, self.repairs.reconcile(node))
+        return _sooner(delay, refill_look)
+
+    def _ours(self, records: list) -> list[Remediation]:
+        pools = {p.name for p in self.spec.pools}
+        return [r for r in records if isinstance(r, Remediation) and r.pool in pools]  # others are not this fleet's
+
+    def _settle_refills(self, records: list[Remediation]) -> tuple[bool, float | None]:
+        """Record what became of each outstanding refill that was answered or is due: whether a record was
+        written, and seconds until the next deadline of those still outstanding (None: none is)."""
+        soonest: float | None = None
+        wrote = False
+        for r in records:
+            if not refills.outstanding(r):
+                continue
+            answered = {n.fulfils for n in self.caches.nodes.by_index("pool", r.pool) if n.fulfils}
+            now = self.clock()
+            step = refills.settle(r, answered, self.spec, now)
+            if step is None:
+                due = refills.due(r, self.spec)
+                if due is not None:
+                    soonest = _sooner(soonest, max(0.0, (due - now).total_seconds()))
+                continue
+            once = [a for a in step.actions if a.once]
+            for a in step.actions:
+                if a.once is None:
+                    self.executor.run(a, r)
+            self._flush(replace(step.remediation, revision=r.revision), True, once)
+            wrote = True
+        return wrote, soonest
 
     def _detect(self, node: str, remediations: list[Remediation]) -> float | None:
         view = self.caches.nodes.get(node)
@@ -123,7 +168,7 @@ class Healing:
                 for a in step.actions:
                     if a.once is None:
                         self.executor.run(a, current)
-                    elif a.once not in current.intents and all(a.once != b.once for b in once):
+                    elif not begun(current, a) and all(a.once != b.once for b in once):
                         once.append(a)
                 if step.remediation is None:
                     break
@@ -146,14 +191,14 @@ class Healing:
             log.warning("%s failure (%s): %s", kind, doing, e, extra=context(current))
             step = (core.retry(current, f"{doing}: {e}", self.spec, self.clock()) if isinstance(e, TemporaryError)
                     else core.fail(current, f"{doing}: {e}", self.clock()))
-            once += [a for a in step.actions if a.once and a.once not in current.intents]
+            once += [a for a in step.actions if a.once and not begun(current, a)]
             if step.remediation is not None:
                 old, current, dirty = current, replace(step.remediation, revision=current.revision), True
                 if current.phase is not old.phase:
                     self.alerts.moved(old, current)
         try:
             if dirty or once:
-                written = self._flush(current, stored, once)
+                written = self._flush(current, stored, once, changed=dirty)
                 if written is None:
                     return 0.0  # made already (another replica, or before a restart): the informer brings it
                 current, wrote = written, True
@@ -183,18 +228,28 @@ class Healing:
                 self.claims.take(step.remediation, step)
             return step
 
-    def _flush(self, r: Remediation, stored: bool, once: list[Action]) -> Remediation | None:
-        """Write the remediation with the once-only actions noted as begun, then run those (one that fails
-        is logged, not repeated: it may have got through). The remediation as written; None when a create
-        finds it made already."""
-        r = replace(r, intents=tuple(dict.fromkeys(r.intents + tuple(a.once for a in once))))
-        if not stored and not self.executor.create(r):
+    def _flush(self, r: Remediation, stored: bool, once: list[Action], changed: bool = True) -> Remediation | None:
+        """Write the remediation with the once-only actions noted as begun (unless nothing changed: an
+        at-least-once action sent again), then run those; an at-least-once one that went out is marked
+        delivered by one more write. One that fails is logged: an at-most-once one is not repeated (it may
+        have got through), an at-least-once one is planned again. The remediation as written; None when a
+        create finds it made already."""
+        noted = replace(r, intents=tuple(dict.fromkeys(r.intents + tuple(a.once for a in once))))
+        if not stored and not self.executor.create(noted):
             return None
-        written = self.executor.write_status(r)
+        written = noted if stored and not changed and noted.intents == r.intents else self.executor.write_status(noted)
+        delivered = []
         for a in once:
             try:
                 self.executor.run(a, written)
             except (TemporaryError, PermanentError) as e:
                 self.metrics.action_errors.labels(a.kind, "once-only").inc()
-                log.error("%s failed and is not repeated: %s", a.kind, e, extra=context(written))
+                again = "planned again" if a.at_least_once else "not repeated"
+                log.error("%s failed and is %s: %s", a.kind, again, e, extra=context(written))
+                continue
+            if a.at_least_once:
+                delivered.append(a.once)
+        if delivered and not self.executor.dry_run:
+            written = self.executor.write_status(
+                replace(written, delivered=tuple(dict.fromkeys(written.delivered + tuple(delivered)))))
         return written

@@ -23,8 +23,8 @@ from reconciler.adapters.kube import Kube
 from reconciler.adapters.notify import Notifier
 from reconciler.adapters.providers import NodeProvider
 from reconciler.adapters.records import RemediationStore, Unreadable
-from reconciler.core.model import Remediation
 from reconciler.adapters.slurm import SlurmClient
+from reconciler.core import refills
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.alerts import Alerts
 from reconciler.runtime.caches import Caches
@@ -98,17 +98,16 @@ class Manager:
         self.resync()
 
     def resync(self) -> None:
-        """Queue every node that has a fault or a live remediation, and poke every pass."""
+        """Queue every node that has a fault, a live remediation or an outstanding refill, and poke every pass."""
         for t in self.timers.values():
             t.poke()
         for n in self.caches.nodes.values():
             if n.fault is not None or n.role == labels.ROLE_QUARANTINED:
                 self.queue.add(n.name)
         for r in self.caches.remediations.values():
-            if isinstance(r, Remediation) and r.node and r.repair is not None and r.repair.active:
-                self.queue.add(r.node)  # a repair in place runs on an active node
-        for r in self.caches.remediations.values():
-            if r.node and (isinstance(r, Unreadable) or r.active):
+            if r.node and (isinstance(r, Unreadable) or r.active
+                           or (r.repair is not None and r.repair.active)  # a repair runs after its heal ended
+                           or refills.due(r, self.spec) is not None):  # a refill outstanding is settled there
                 self.queue.add(r.node)
 
     # --- workers ----------------------------------------------------------------------------------------

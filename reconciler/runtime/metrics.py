@@ -41,6 +41,9 @@ class Metrics:
                                        ["channel"], registry=r)
         self.reaction = Histogram("gpufleet_reaction_seconds", "From a node change seen to the pass that acted on it",
                                   buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=r)
+        self.refills = Counter("gpufleet_refills_total", "Nodes asked for to refill a pool's spares, and what "
+                               "became of them, by pool and outcome (requested, answered, failed)",
+                               ["pool", "outcome"], registry=r)
         self.nodes = Gauge("gpufleet_nodes_watched", "Nodes in the reconciler's cache", registry=r)
         self.unlabelled = Gauge("gpufleet_unlabelled_gpu_nodes", "GPU nodes that belong to no pool", registry=r)
         self.lending_nodes = Gauge("gpufleet_lending_nodes", "Nodes of each pool by what they do "

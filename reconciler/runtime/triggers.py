@@ -3,7 +3,8 @@
 A new fault goes to the front of the queue (containment before anyone's later steps); a change of a
 remediation, of a pod, or of a node chosen as a replacement queues the nodes whose remediations read it;
 a spare that becomes ready wakes its pool's remediations waiting for one; a freed admission slot wakes
-the held ones. A node that joins or loses its pool or role pokes the membership pass.
+the held ones; a node that answers a capacity request queues the node of the remediation that asked (its
+record says the refill was answered). A node that joins or loses its pool or role pokes the membership pass.
 """
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ class Triggers:
             self.check(PLACE_SOON)  # a spare to prove (it joined, came back, or rebooted)
         for r in self._replaced_by(name):
             self.queue.add(r.node)
+        if new is not None and new.fulfils and (old is None or old.fulfils != new.fulfils) and self.caches:
+            for r in self.caches.remediations.by_index("refill", new.fulfils):
+                self.queue.add(r.node)
         if new is not None and new.is_spare and new.ready and new.pool:
             self.wake(Phase.WAITING_FOR_SPARE, new.pool)
 

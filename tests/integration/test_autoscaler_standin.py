@@ -1,8 +1,11 @@
 """The local environment's stand-in for the cluster autoscaler, with a real API server and scheduler: the
 reconciler's capacity request (kubernetes-spares) grows the pool's node group by one node, the scheduler
 binds the request to it, membership makes it a spare and the request is settled; a group at its maximum
-size grows no more."""
+size grows no more. The stand-in makes its template from the pool's existing node, as upstream does (its
+clock is a few minutes ahead, so the node just made counts as Ready long enough)."""
 from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from kubernetes import client
@@ -10,7 +13,7 @@ from kubernetes import client
 from fleetspec import labels, parse_fleet
 from gpufleet.waiting import wait_for
 from localenv import fake_nodes
-from localenv.autoscaler_standin import AutoscalerStandIn, node_groups, unschedulable
+from localenv.autoscaler_standin import AutoscalerStandIn, node_groups, template_node, unschedulable
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.providers import KubernetesSpares
 from reconciler.core import membership
@@ -36,7 +39,7 @@ def test_a_capacity_request_joins_the_next_node_of_the_pool(kube_cluster):
         NS, field_selector="metadata.name=default").items, timeout=30)
     core.create_node(fake_nodes.pool_node(pool, "kwok-asi-0", labels.ROLE_ACTIVE))
     provider = KubernetesSpares(kube, SPEC)
-    standin = AutoscalerStandIn(api, node_groups(SPEC))
+    standin = AutoscalerStandIn(api, node_groups(SPEC), clock=lambda: datetime.now(timezone.utc) + timedelta(minutes=5))
     try:
         provider.request_capacity("asi", "refill the spare used for kwok-asi-x", "asi-x-xid79-1")
         (pod,) = core.list_namespaced_pod(NS, label_selector=labels.CAPACITY_REQUEST).items
@@ -44,6 +47,12 @@ def test_a_capacity_request_joins_the_next_node_of_the_pool(kube_cluster):
         wait_for("the scheduler to find no room", lambda: unschedulable(
             api.sanitize_for_serialization(core.read_namespaced_pod(name, NS))), timeout=30)
 
+        wait_for("kwok-asi-0 Ready", lambda: any(c.type == "Ready" and c.status == "True"
+                                                 for c in core.read_node("kwok-asi-0").status.conditions or []), timeout=30)
+        group = node_groups(SPEC)[0]
+        template = template_node(group, [api.sanitize_for_serialization(n) for n in core.list_node().items],
+                                 standin.clock())
+        assert template["metadata"]["labels"][labels.ROLE] == labels.ROLE_ACTIVE  # made from kwok-asi-0
         assert standin.scale_up_once() == ["kwok-asi-spare-0"]  # the pool's node group, one node larger
         assert standin.scale_up_once() == []  # the request waits for the node asked for it, no second one
         wait_for("the request bound to the new node",

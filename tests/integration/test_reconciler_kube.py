@@ -447,3 +447,81 @@ def test_a_dry_run_against_a_real_api_server_changes_nothing(kube_cluster, api, 
     assert records_for(rec, "dry-0") == [] and channel.messages == []
     assert not core.read_node("dry-0").spec.unschedulable
     assert len(ours()) == events_before
+
+
+def test_a_refill_the_autoscaler_cannot_answer_is_a_failed_refill_in_the_record_an_event_and_a_metric(
+        kube_cluster, api):
+    """kubernetes-spares with the cluster autoscaler's stand-in, the pool's node group at its maximum size:
+    the capacity request (made as a real autoscaler would answer it) starts no scale-up. Past
+    refill_timeout_seconds the record says the refill failed, its Events and page say so, it is counted,
+    and the placeholder is withdrawn."""
+    from datetime import timedelta
+
+    from localenv.autoscaler_standin import AutoscalerStandIn, NodeGroup, unschedulable
+
+    spec = fleet("rfl", nodes=2, spares=1, refill_timeout_seconds=10)
+    make_nodes(kube_cluster, spec)
+    pool = spec.pools[0]
+    own = NodeGroup.of_pool(pool, prefix="")
+    at_max = NodeGroup(own.name, own.template, tuple(pool.node_names() + pool.spare_names()), ())
+    standin = AutoscalerStandIn(api, [at_max], clock=lambda: datetime.now(timezone.utc) + timedelta(minutes=5))
+    channel = Recorder()
+    rec = reconciler(api, spec, channel)
+    core = client.CoreV1Api(api)
+    Kube(api).set_condition("rfl-0", "GpuHealthy", "False", "Xid79", "off the bus")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rfl-0") if r.refill and r.phase.terminal])
+    assert r.phase is Phase.SUCCEEDED and r.refill.state == "Requested"
+    mine = f"{labels.CAPACITY_REQUEST}=rfl"  # other tests of this module leave requests of their own pools
+    (placeholder,) = core.list_namespaced_pod("default", label_selector=mine).items
+    name = placeholder.metadata.name
+    wait_for("the scheduler to find no node for the request", lambda: unschedulable(
+        api.sanitize_for_serialization(core.read_namespaced_pod(name, "default"))), timeout=30)
+    assert standin.scale_up_once() == []
+    told = [e.message for e in core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
+            if e.reason == "NotTriggerScaleUp"]
+    assert told == ["pod didn't trigger scale-up: max node group size reached (rfl)"]
+
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rfl-0") if r.refill.state == "Failed"], timeout=60)
+    assert "nobody answered the capacity request for pool rfl within 10s" in r.refill.message
+    obj = client.CustomObjectsApi(api).get_cluster_custom_object(labels.GROUP, remediation_crd.VERSION,
+                                                                 "remediations", r.name)
+    refilled = {c["type"]: c for c in obj["status"]["conditions"]}["Refilled"]
+    assert (refilled["status"], refilled["reason"]) == ("False", "RefillFailed")
+    assert obj["status"]["refill"]["state"] == "Failed"
+    wait_for("the Event on the record", lambda: "GpuFleetRefillFailed" in {
+        e.reason for e in core.list_namespaced_event("default", field_selector=f"involvedObject.name={r.name}").items},
+        timeout=30)
+    assert [m.event for m in channel.messages].count("refill-failed") == 1
+    assert rec.metrics.refills.labels("rfl", "failed")._value.get() == 1
+    wait_for("the placeholder withdrawn", lambda: not core.list_namespaced_pod(
+        "default", label_selector=mine).items, timeout=30)
+
+
+def test_a_nodeset_pod_no_node_can_take_is_read_with_the_schedulers_own_words(kube_cluster, api):
+    """What a remediation waits on when its Slurm node's pod has nowhere to go (issue 23: a heal was called a
+    success while that pod could not run): the pod as the real kube-scheduler leaves it (PodScheduled False,
+    reason Unschedulable, its message), read by the reconciler's pod view, and what the record says."""
+    from reconciler.core import resume
+    from reconciler.core.model import Remediation, StepFacts
+    from reconciler.core.observe import pod_view
+
+    core = client.CoreV1Api(api)
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "slurm-worker-nowhere-0", "namespace": "default",
+                         "labels": {labels.SLINKY_POD_HOSTNAME: "nowhere-0"}},
+            "spec": {"nodeSelector": {"gpufleet.io/no-such-pool": "x"},
+                     "containers": [{"name": "slurmd", "image": "registry.example/slurmd:26.05"}]}}
+    core.create_namespaced_pod("default", body)
+    try:
+        seen = wait_for("the scheduler to find no node for it", lambda: (lambda v: v if v.unschedulable else None)(
+            pod_view(api.sanitize_for_serialization(core.read_namespaced_pod("slurm-worker-nowhere-0", "default")))),
+            timeout=60)
+        # the scheduler's FitError text: "0/<n> nodes are available: <why per node>" (kubernetes
+        # pkg/scheduler/framework/types.go, FitError.Error)
+        assert seen.node is None and seen.unschedulable.startswith("0/") and "nodes are available" in seen.unschedulable
+        r = Remediation(name="nw-0-xid79-1", node="nw-0", pool="nw", xid=79, message="m", phase=Phase.RESUMING,
+                        slurm_nodes=("nowhere-0",), created=datetime.now(timezone.utc))
+        why = resume.not_back(r, StepFacts(slurm_pods=(seen,)))
+        assert why == {"nowhere-0": f"pod default/slurm-worker-nowhere-0 cannot be scheduled: {seen.unschedulable}"}
+    finally:
+        core.delete_namespaced_pod("slurm-worker-nowhere-0", "default", grace_period_seconds=0)

@@ -15,7 +15,9 @@ from gpufleet.waiting import wait_for
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
 
-from .test_reconciler_kube import Recorder, api, fleet, make_nodes, reconciler, records_for, run_until  # noqa: F401
+from .test_reconciler_kube import (  # noqa: F401
+    Recorder, api, fleet, make_nodes, reconciler, records_for, run_until, step,
+)
 
 pytestmark = pytest.mark.integration
 POOL = "kgpu"  # Kubernetes: kgpu-0, kgpu-1, kgpu-spare-0; Slurm: gpu-a-0, gpu-a-1, gpu-a-2 (the fixture's)
@@ -68,6 +70,14 @@ def fleet_with_slurm(kube_cluster, api, slurm_fresh, slurm_rest):
     return spec, reconciler(api, spec, channel, slurm_rest), channel, slurm_fresh, slurm_rest
 
 
+def moved_by_the_operator(api, rec, node: str, slurm_name: str) -> None:
+    """What Slinky's operator does once the NodeSet pod was evicted from the faulted node: it makes the pod
+    again (same hostname, so the same Slurm node), and the scheduler places it on the promoted spare. The
+    remediation succeeds only once that Slurm node is back there (issue 23)."""
+    run_until(rec, lambda: [r for r in records_for(rec, node) if r.phase is Phase.RESUMING], timeout=90)
+    place(api, slurm_name, f"{POOL}-spare-0")
+
+
 def job_on(slurm, node: str, tmp_path, slow_checkpoint: bool = False) -> int:
     """A job that saves and exits on SIGTERM (or, slow_checkpoint, goes on for its whole grace period)."""
     script = tmp_path / "job.sh"
@@ -88,11 +98,18 @@ def test_heals_with_slurm_names_that_are_not_kubernetes_names(fleet_with_slurm, 
     spec, rec, channel, slurm, rest = fleet_with_slurm
     jid = job_on(slurm, "gpu-a-0", tmp_path)
     Kube(api).set_condition(f"{POOL}-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+    run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-0") if r.phase is Phase.RESUMING], timeout=90)
+    (r,) = records_for(rec, f"{POOL}-0")
+    bad = slurm_node(slurm, "gpu-a-0")
+    assert "DRAIN" in bad and f"gpufleet: XID 79 (GPU has fallen off the bus) [{r.name}]" in bad
+    for _ in range(5):  # its pod is placed nowhere yet: not a success
+        step(rec)
+    assert records_for(rec, f"{POOL}-0")[0].phase is Phase.RESUMING
+    moved_by_the_operator(api, rec, f"{POOL}-0", "gpu-a-0")
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-0") if r.phase.terminal], timeout=90)
     assert r.phase is Phase.SUCCEEDED, r.reason
     assert r.slurm_nodes == ("gpu-a-0",) and r.jobs == (jid,) and r.replacement == f"{POOL}-spare-0"
-    bad = slurm_node(slurm, "gpu-a-0")
-    assert "DRAIN" in bad and f"gpufleet: XID 79 (GPU has fallen off the bus) [{r.name}]" in bad
+    assert "DRAIN" not in slurm_node(slurm, "gpu-a-0")  # back, on the replacement
     spare = slurm_node(slurm, "gpu-a-2")
     assert "DRAIN" not in spare  # the replacement's Slurm node was resumed: it takes jobs
     saved = (tmp_path / f"out-{jid}").read_text()
@@ -121,12 +138,13 @@ def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fle
     spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 40})})
     rec = reconciler(api, spec, channel, rest)
     job_on(slurm, "gpu-a-1", tmp_path, slow_checkpoint=True)  # checkpointing for its whole grace period
-    Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid94", "contained ECC")
+    Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid48", "DBE")  # replace (94 is restart-app since issue 21)
     run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.phase is Phase.CHECKPOINTING])
     slurm.stop_daemon("slurmrestd")
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.retries >= 2], timeout=30)
     assert r.phase is Phase.CHECKPOINTING and "Slurm" in r.last_error
     slurm.up()
+    moved_by_the_operator(api, rec, f"{POOL}-1", "gpu-a-1")
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1") if r.phase.terminal], timeout=90)
     assert r.phase is Phase.SUCCEEDED and "failed" not in [m.event for m in channel.messages]
 

@@ -247,6 +247,9 @@ class Provider:
     def request_capacity(self, pool, reason, key):
         self.calls.append(("capacity", key))
 
+    def withdraw_capacity_request(self, pool, key):
+        self.calls.append(("withdraw", key))
+
     def membership_facts(self):
         return MembershipFacts()
 
@@ -347,9 +350,11 @@ class Notifier:
 
     def __init__(self):
         self.sent = []
+        self.texts: dict[str, list[str]] = {}  # event -> the texts sent
 
     def send(self, msg):
         self.sent.append(msg.event)
+        self.texts.setdefault(msg.event, []).append(msg.text)
 
 
 def fleet(nodes=10, spares=2, pools=("h100",), **healing) -> FleetSpec:
@@ -443,4 +448,9 @@ class World:
 
     def remediation(self, node):
         (r,) = [r for r in self.store.list() if r.node == node]
+        return r
+
+    def remediation_named(self, node, phase):
+        """The node's remediation in `phase` (a node may have older ones)."""
+        (r,) = [r for r in self.store.list() if r.node == node and r.phase is phase]
         return r

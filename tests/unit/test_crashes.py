@@ -1,10 +1,11 @@
 """A reconciler killed at every point of a remediation, restarted, and run to the end: what each
 once-only action guarantees, checked at every crash point.
 
-The guarantees are data (`GUARANTEES`): today every once-only action is at most once, sent exactly
-once unless the crash fell between the write that noted its intent and its send (then never: the
-restarted reconciler sees the intent). An action made at-least-once later (issue 23: the SIGTERM)
-changes its entry, not the tests.
+The guarantees are data (`GUARANTEES`): a page is at most once, sent exactly once unless the crash fell
+between the write that noted its intent and its send (then never: the restarted reconciler sees the
+intent); the SIGTERM is at least once (issue 23), sent exactly once unless the crash fell between its send
+and the write that marks it delivered (then twice: the restarted reconciler sees the intent without the mark
+and sends again). A crash between the intent and the send costs it nothing: it is sent after the restart.
 """
 from __future__ import annotations
 
@@ -21,20 +22,22 @@ from tests.unit.fakes import FakeNodes, World, fleet
 
 
 class Guarantee(Enum):
-    AT_MOST_ONCE = "at most once"  # exactly once, or never when the crash fell between intent and send
-    AT_LEAST_ONCE = "at least once"  # exactly once, or twice when the crash fell between intent and send
+    AT_MOST_ONCE = "at most once"  # exactly once, or never when the crash fell between the intent and the send
+    AT_LEAST_ONCE = "at least once"  # exactly once, or twice when the crash fell between the send and its mark
     # exactly once: acted on once per request id, and a request lost between intent and send is asked again
     # (a new id) once nothing shows it went out (issue 25: a reset, a reboot)
     EXACTLY_ONCE = "exactly once"
 
-    def counts(self, in_window: bool) -> set[int]:
-        if not in_window or self is Guarantee.EXACTLY_ONCE:
+    def counts(self, point: "CrashPoint", key: str) -> set[int]:
+        if self is Guarantee.EXACTLY_ONCE:
             return {1}
-        return {0} if self is Guarantee.AT_MOST_ONCE else {1, 2}
+        if self is Guarantee.AT_MOST_ONCE:
+            return {0} if point.noted_not_sent(key) else {1}
+        return {1, 2} if point.sent_not_marked(key) else {1}
 
 
 GUARANTEES: dict[str, Guarantee] = {
-    "signal:TERM": Guarantee.AT_MOST_ONCE,
+    "signal:TERM": Guarantee.AT_LEAST_ONCE,
     "notify:detected": Guarantee.AT_MOST_ONCE,
     "repair:reboot": Guarantee.EXACTLY_ONCE,  # also repair:reset-gpu: the same request path
     "notify:retired": Guarantee.AT_MOST_ONCE,
@@ -51,11 +54,16 @@ class CrashPoint:
     call: str = ""  # which one it was ("" when the run ended before it)
     made: int = 0  # calls made (or refused by the crash)
     intents: tuple[str, ...] = ()  # noted on the remediation when it died
+    delivered: tuple[str, ...] = ()  # of those, marked delivered (at-least-once actions)
     sent: dict[str, int] = field(default_factory=dict)  # once-only actions made before it died
 
-    def in_window(self, key: str) -> bool:
+    def noted_not_sent(self, key: str) -> bool:
         """Whether the crash fell after the write that noted `key` and before its send."""
         return key in self.intents and not self.sent.get(key)
+
+    def sent_not_marked(self, key: str) -> bool:
+        """Whether the crash fell after `key`'s send and before the write that marks it delivered."""
+        return bool(self.sent.get(key)) and key not in self.delivered
 
 
 def crash_after(w: World, n: int, calls, seconds: float, sent: Callable[[], dict[str, int]]) -> CrashPoint:
@@ -85,6 +93,7 @@ def crash_after(w: World, n: int, calls, seconds: float, sent: Callable[[], dict
         setattr(obj, name, fn)
     point.made = made["n"]
     point.intents = tuple(i for r in w.store.list() for i in r.intents)
+    point.delivered = tuple(i for r in w.store.list() for i in r.delivered)
     point.sent = sent()
     w.restart()
     return point
@@ -92,12 +101,12 @@ def crash_after(w: World, n: int, calls, seconds: float, sent: Callable[[], dict
 
 def assert_guarantees(point: CrashPoint, sent: dict[str, int], keys) -> None:
     for key in keys:
-        want = GUARANTEES[key].counts(point.in_window(key))
+        want = GUARANTEES[key].counts(point, key)
         assert sent[key] in want, (f"{key} sent {sent[key]} times; {GUARANTEES[key].value} with a crash at call "
                                    f"{point.at} ({point.call or 'none'}) allows {sorted(want)}")
 
 
-SIGTERM_PATH = 7  # crash points of the first test: every call until the job is signalled
+SIGTERM_PATH = 8  # crash points of the first test: every call until the SIGTERM is marked delivered
 CARRIED_PATH = 12  # of the second: every call until the promotion
 
 
@@ -249,8 +258,8 @@ def test_a_reconciler_killed_in_each_repair_phase_resumes_without_repeating_a_re
     w.run(seconds=900, step=5)
     r = w.remediation("h100-0")
     assert r.repair.phase is RepairPhase.RETURNED, (point, r.repair)
-    in_window = any(i.startswith("repair:") for i in point.intents)  # noted; maybe not sent
-    assert len(w.hardware.reboots) in GUARANTEES["repair:reboot"].counts(in_window), (point.call, w.hardware.reboots)
+    assert len(w.hardware.reboots) in GUARANTEES["repair:reboot"].counts(point, "repair:reboot"), \
+        (point.call, w.hardware.reboots)
     assert w.hardware.resets == []
     assert len(set(w.checks.jobs)) == 1  # one health check, however often its create was asked for
 
@@ -263,5 +272,23 @@ def test_a_reconciler_killed_while_retiring_pages_at_most_once_and_retires(crash
     w.run(seconds=900, step=5)
     r = w.remediation("h100-0")
     assert r.repair.phase is RepairPhase.RETIRED and len(w.hardware.reboots) == 1
-    in_window = "notify:retired" in point.intents and not point.sent.get("notify:retired")
-    assert w.notifier.sent.count("retired") in GUARANTEES["notify:retired"].counts(in_window)
+    assert w.notifier.sent.count("retired") in GUARANTEES["notify:retired"].counts(point, "notify:retired")
+
+
+def test_a_sigterm_noted_but_never_sent_is_sent_after_the_restart_and_marked_delivered():
+    """The drill's lost SIGTERM: the Lease holder killed right after the record noted the intent, before the
+    signal went out. The restarted reconciler sends it (the job checkpoints within the grace), and marks it."""
+    w = World(fleet(grace_period_seconds=120))
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",))
+    w.fault("h100-0")
+    point = crash_after(w, 1, [(w.slurm, "signal_jobs")], 2, lambda: {})  # killed as it would send
+    assert point.call == "signal_jobs" and "signal:TERM" in point.intents
+    w.run(seconds=3)
+    assert [c for c in w.slurm.calls if c[0] == "signal"] == [("signal", (7,))]
+    assert "signal:TERM" not in point.delivered  # the record told the intent from a delivery
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.CHECKPOINTING and r.delivered == ("signal:TERM",) and r.signalled == (7,)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "COMPLETED", nodes=("h100-w0",))  # it checkpointed and ended
+    w.run(seconds=5)
+    assert [c for c in w.slurm.calls if c[0] == "signal"] == [("signal", (7,))]
+    assert w.remediation("h100-0").phase is not Phase.CHECKPOINTING

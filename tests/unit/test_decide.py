@@ -14,7 +14,8 @@ from reconciler.core.actions import (
 from reconciler.core.admission import admission_facts
 from reconciler.core.decide import detect, fail, needs, next_look, plan_step, retry
 from reconciler.core.model import (
-    Admission, Fault, JobView, NodeView, PodView, Remediation, SlurmNodeView, StepFacts, remediation_name,
+    Admission, Fault, JobView, NodeView, PodView, Remediation, ReplacementFailure, SlurmNodeView, StepFacts,
+    remediation_name,
 )
 from reconciler.core.observe import node_view
 from reconciler.core.phases import InvalidTransition, Phase, check_transition
@@ -65,6 +66,12 @@ def spares(*names, pool="h100", **kw):
 def pod(key, node="h100-0", **labels_):
     namespace, name = key.split("/")
     return PodView(namespace, name, node, labels=tuple(labels_.items()))
+
+
+def nodeset_pod(slurm_name, node=None, unschedulable=""):
+    """The NodeSet pod of a Slurm node (its hostname label), on `node` or not placed."""
+    return PodView("slurm", f"slurm-worker-{slurm_name}", node, phase="Running" if node else "Pending",
+                   labels=((labels.SLINKY_POD_HOSTNAME, slurm_name),), unschedulable=unschedulable)
 
 
 # --- detect ------------------------------------------------------------------------------------
@@ -180,8 +187,8 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
 
     spare = node("h100-spare-0", role=labels.ROLE_ACTIVE, ready=True)
     # the pod moved with its Slurm name onto the spare, still drained by gpufleet: resume it
-    drained = StepFacts(replacement=spare, replacement_slurm=("gpu-3",),
-                          slurm=(slurm("gpu-3", "IDLE", "DRAIN", reason=f"gpufleet: XID 79 [{r.name}]"),))
+    drained = StepFacts(replacement=spare, replacement_slurm=("gpu-3",), slurm_pods=(nodeset_pod("gpu-3", spare.name),),
+                        slurm=(slurm("gpu-3", "IDLE", "DRAIN", reason=f"gpufleet: XID 79 [{r.name}]"),))
     st = plan_step(r, drained, s, now)
     assert st.actions == (ResumeSlurm("gpu-3"),) and st.remediation is None
     up = replace(drained, slurm=(slurm("gpu-3"),))
@@ -213,7 +220,7 @@ def test_a_persons_drain_is_never_overwritten_and_goes_with_the_faulted_machine(
     resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"),
                        slurm_nodes=("gpu-3",), kept_drains=("gpu-3",))
     moved = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",),
-                      slurm=(slurm("gpu-3"),))
+                      slurm=(slurm("gpu-3"),), slurm_pods=(nodeset_pod("gpu-3", "h100-spare-0"),))
     st = plan_step(resuming, moved, spec(), T0)
     assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation.phase is Phase.SUCCEEDED
     # ... and not before: drained (the preStop's DOWN and the person's DRAIN) until the operator's IDLE.
@@ -265,9 +272,13 @@ def test_the_operators_drain_is_left_to_the_operator():
     r = replace(rec(node("h100-0", xid=79), Phase.SLURM_DRAINING), slurm_nodes=("gpu-3",))
     assert not any(isinstance(a, DrainSlurm) for a in plan_step(r, StepFacts(slurm=(op,)), spec(), T0).actions)
     resuming = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-3",))
-    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(op,))
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-3",), slurm=(op,),
+                      slurm_pods=(nodeset_pod("gpu-3", "h100-spare-0"),))
     st = plan_step(resuming, facts, spec(), T0)
     assert st.actions == () and st.remediation is None  # waits until the operator undrains it
+    st = plan_step(resuming, facts, spec(), T0 + timedelta(seconds=31))
+    assert st.actions == () and st.remediation.phase is Phase.RESUMING  # and, after a while, says so
+    assert st.remediation.waiting == "Slurm node gpu-3: it does not take jobs (DRAIN+IDLE: slurm-operator: gpufleet: XID 79)"
 
 
 def test_a_node_with_no_slurm_pod_heals_on_kubernetes_alone():
@@ -288,13 +299,15 @@ def test_grace_period_expires_then_requeue_kills():
     assert st.actions[0] == RequeueJobs((7, 8)) and st.remediation.jobs == (7, 8)
 
 
-def test_grace_zero_sends_no_signal_and_a_begun_signal_is_never_sent_twice():
+def test_grace_zero_sends_no_signal_and_a_delivered_signal_is_never_sent_twice():
     r = replace(rec(node("h100-0", xid=79), Phase.SLURM_DRAINING), slurm_nodes=("gpu-3",))
     jobs = StepFacts(jobs_on_node=(JobView(3, "RUNNING"),))
     st = plan_step(r, jobs, spec(grace_period_seconds=0), T0)
     assert [a.kind for a in st.actions] == ["DrainSlurm"] and st.remediation.grace_deadline == T0
-    begun = replace(r, intents=("signal:TERM",))
-    assert [a.kind for a in plan_step(begun, jobs, spec(), T0).actions] == ["DrainSlurm"]
+    delivered = replace(r, intents=("signal:TERM",), delivered=("signal:TERM",))
+    assert [a.kind for a in plan_step(delivered, jobs, spec(), T0).actions] == ["DrainSlurm"]
+    begun = replace(r, intents=("signal:TERM",))  # noted, never marked sent: a crash fell in between
+    assert [a.kind for a in plan_step(begun, jobs, spec(), T0).actions] == ["DrainSlurm", "SignalJobs"]
 
 
 # --- admission: only replacement waits ------------------------------------------------------------
@@ -311,6 +324,7 @@ def test_opt_out_stops_before_anything_is_replaced_and_says_what_is_true():
     assert st.remediation.phase is Phase.OPTED_OUT and "ml/debug-0" in st.remediation.reason
     assert "drained in Slurm" in st.remediation.reason and "down in Slurm" not in st.remediation.reason
     assert [a.kind for a in st.actions] == ["Notify"]
+    assert "Action needed: decide what becomes of h100-0 and those pods" in st.actions[0].text
     assert plan_step(st.remediation, StepFacts(pool_nodes=spares("h100-spare-0")), spec(), T0).actions == ()
 
 
@@ -400,11 +414,13 @@ def test_no_spare_waits_notifies_and_asks_for_capacity_once():
         is Phase.REPLACING
 
 
-def test_no_room_to_refill_promotes_but_asks_for_nothing():
+def test_no_room_to_refill_promotes_asks_for_nothing_and_says_the_refill_failed():
     r = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
     st = plan_step(r, StepFacts(can_refill=False), spec(), T0)
-    assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "Notify"]
-    assert st.actions[2].event == "refill-blocked"
+    assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "SettleRefill", "Notify"]
+    assert st.actions[2].outcome == "Failed" and st.actions[3].event == "refill-blocked"
+    assert "Action needed: add capacity to pool h100" in st.actions[3].text
+    assert st.remediation.refill.state == "Failed" and "no room" in st.remediation.refill.message
 
 
 def test_fault_on_spare_quarantines_and_refills():
@@ -560,3 +576,89 @@ def test_the_storm_page_is_sent_by_one_held_remediation_and_noted_on_it():
     assert not admission_facts(rec(node("h100-5", xid=79), Phase.REQUEUED), [], [done], spec(), T0).storm_paged
     held_again = plan_step(st.remediation, facts, spec(max_concurrent=100), T0)  # held, its page not noted: it pages
     assert [a.event for a in held_again.actions] == ["storm"] and held_again.remediation is not None
+
+
+# --- a replacement that breaks before its remediation succeeds (issue 23) -----------------------------
+
+def test_a_chosen_spare_that_faults_before_its_promotion_is_given_up_and_another_chosen():
+    r = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
+    faulted = node("h100-spare-0", role=labels.ROLE_SPARE, xid=79, ready=True)
+    st = plan_step(r, StepFacts(pool_nodes=(faulted,) + spares("h100-spare-1")), spec(), T0)
+    assert not any(isinstance(a, PromoteSpare) for a in st.actions)
+    assert [(a.kind, a.event) for a in st.actions] == [("Notify", "replacement-failed")]
+    given_up = st.remediation
+    assert given_up.phase is Phase.REPLACING and given_up.replacement is None and st.carry
+    assert [f.node for f in given_up.failed_replacements] == ["h100-spare-0"]
+    st = plan_step(given_up, StepFacts(pool_nodes=(faulted,) + spares("h100-spare-1")), spec(), T0)
+    assert st.remediation.replacement == "h100-spare-1"
+
+
+def test_a_promoted_spare_that_breaks_while_resuming_sends_the_remediation_back_to_replacing():
+    r = rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0")
+    broke = node("h100-spare-0", xid=48, ready=True)  # promoted: active now
+    st = plan_step(r, StepFacts(replacement=broke), spec(), T0 + timedelta(seconds=20))
+    assert st.remediation.phase is Phase.REPLACING and st.remediation.replacement is None
+    assert st.remediation.failed_replacements[0].at == T0 + timedelta(seconds=20)
+    assert st.actions[0].once == "notify:replacement-failed:h100-spare-0"  # one page per broken replacement
+    # the third broken replacement: something other than the spares is wrong
+    third = replace(r, failed_replacements=st.remediation.failed_replacements * 2)
+    st = plan_step(third, StepFacts(replacement=broke), spec(), T0)
+    assert st.remediation.phase is Phase.FAILED and "3 replacements broke" in st.remediation.reason
+    assert st.actions[0].severity == "critical"
+
+
+def test_a_spare_that_broke_standing_in_is_counted_once_by_the_brake_and_replaces_nothing():
+    """Pool of 4, brake at 25 %: h100-0 and the spare promoted for it are one position, not two."""
+    s = spec(max_unhealthy_fraction=0.25)
+    s = s.model_copy(update={"pools": [s.pools[0].model_copy(update={"nodes": 4})] + s.pools[1:]})
+    r = rec(node("h100-0", xid=79), Phase.REPLACING,
+            failed_replacements=(ReplacementFailure("h100-spare-0", T0, "h100-spare-0 reported XID 79"),))
+    x = rec(node("h100-spare-0", xid=79), Phase.REQUEUED)
+    a = admission_facts(x, [node("h100-spare-0", xid=79, ready=True)], [r, x], s, T0)
+    assert a.unhealthy == frozenset({"h100-0"}) and a.stands_in_for == r.name
+    st = plan_step(x, StepFacts(admission=a, pods=(pod("slurm/worker-0", "h100-spare-0"),)), s, T0)
+    assert st.remediation.phase is Phase.EVICTING and st.remediation.stands_in_for == r.name and st.gate is None
+    assert admission_facts(r, [], [r, st.remediation], s, T0).in_flight == 0  # it holds no slot
+    evicted = plan_step(st.remediation, StepFacts(), s, T0 + timedelta(seconds=1)).remediation
+    st = plan_step(evicted, StepFacts(), s, T0 + timedelta(seconds=1))
+    assert [a.kind for a in st.actions] == ["Quarantine", "RequestCapacity"] and st.remediation.phase is Phase.SUCCEEDED
+    assert not any(isinstance(a, PromoteSpare) for a in st.actions)
+    # without the stand-in, the same two nodes are a storm in a pool of 4
+    other = rec(node("h100-1", xid=79), Phase.REQUEUED)
+    assert len(admission_facts(other, [], [replace(r, failed_replacements=()), x, other], s, T0).unhealthy) == 3
+
+
+# --- success only when the Slurm nodes the remediation moved are back (issue 23) ------------------------
+
+def test_a_heal_is_not_a_success_while_its_own_slurm_nodes_pod_can_be_placed_nowhere():
+    """Another Slurm node's pod landed on the replacement and takes jobs; the remediation's own waits
+    Pending with nowhere to go. Not Succeeded: the record says why at once, and the timeout fails it with that."""
+    r = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-3",))
+    why = "0/12 nodes are available: 11 node(s) had untolerated taint {gpufleet.io/spare: true}, 1 node(s) were unschedulable."
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-9",),
+                      slurm=(slurm("gpu-9"),), slurm_pods=(nodeset_pod("gpu-3", unschedulable=why),))
+    st = plan_step(r, facts, spec(), T0)
+    assert st.remediation.phase is Phase.RESUMING and not any(a.kind == "ReleaseJobs" for a in st.actions)
+    assert st.remediation.waiting == f"Slurm node gpu-3: pod slurm/slurm-worker-gpu-3 cannot be scheduled: {why}"
+    st = plan_step(st.remediation, facts, spec(), T0 + timedelta(minutes=11))
+    assert st.remediation.phase is Phase.FAILED and why in st.remediation.reason
+    # once its pod runs on the replacement and Slurm takes jobs there, it succeeds
+    back = replace(facts, replacement_slurm=("gpu-3", "gpu-9"), slurm=(slurm("gpu-3"), slurm("gpu-9")),
+                   slurm_pods=(nodeset_pod("gpu-3", "h100-spare-0"),))
+    assert plan_step(r, back, spec(), T0).remediation.phase is Phase.SUCCEEDED
+    still_drained = replace(back, slurm=(slurm("gpu-3", "IDLE", "DRAIN", reason="slurm-operator: x"), slurm("gpu-9")))
+    assert plan_step(r, still_drained, spec(), T0).remediation is None
+
+
+def test_a_slurm_node_still_on_a_broken_replacement_is_not_resumed_there():
+    """The pod of h100-0's Slurm node is still on the replacement that broke (its own remediation drained it
+    there and contains it): the remediation waits for the pod to land on the new replacement, then resumes."""
+    r = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-1"), slurm_nodes=("gpu-3",),
+                failed_replacements=(ReplacementFailure("h100-spare-0", T0, "h100-spare-0 reported XID 79"),))
+    drained = slurm("gpu-3", "IDLE", "DRAIN", reason="gpufleet: XID 79 [h100-spare-0-xid79-1]")
+    on_broken = StepFacts(replacement=node("h100-spare-1", ready=True), slurm=(drained,),
+                          slurm_pods=(nodeset_pod("gpu-3", "h100-spare-0"),))
+    st = plan_step(r, on_broken, spec(), T0)
+    assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation is None
+    moved = replace(on_broken, replacement_slurm=("gpu-3",), slurm_pods=(nodeset_pod("gpu-3", "h100-spare-1"),))
+    assert plan_step(r, moved, spec(), T0).actions == (ResumeSlurm("gpu-3"),)

@@ -10,7 +10,9 @@ from fleetspec import labels, parse_fleet, remediation_crd
 from reconciler.adapters.records import CorruptRemediation, MemoryRemediationStore, from_object, to_object
 from reconciler.core.conditions import conditions
 from reconciler.core.decide import plan_step
-from reconciler.core.model import Admission, NodeView, PodView, Remediation, SlurmNodeView, StepFacts
+from reconciler.core.model import (
+    Admission, NodeView, PodView, Refill, RefillState, Remediation, ReplacementFailure, SlurmNodeView, StepFacts,
+)
 from reconciler.core.phases import Phase
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -26,7 +28,11 @@ def full(phase=Phase.CHECKPOINTING, **kw) -> Remediation:
         drain_deadline=T0 + timedelta(seconds=300), intents=("notify:detected", "signal:TERM"), retries=2,
         slurm_nodes=("gpu-0",), kept_drains=("gpu-1",), held_message="3 replacements in progress",
         held_reason="MaxConcurrent", reclaim_started=T0 + timedelta(seconds=3), failing_since=T0,
-        next_attempt=T0 + timedelta(seconds=4), last_error="Slurm: down", revision=7, **kw)
+        next_attempt=T0 + timedelta(seconds=4), last_error="Slurm: down", revision=7,
+        delivered=("signal:TERM",), signalled=(41,),
+        failed_replacements=(ReplacementFailure("h100-spare-9", T0 + timedelta(seconds=6), "h100-spare-9 reported XID 48"),),
+        stands_in_for="h100-7-xid79-1", refill=Refill("h100-0-xid79-1/refill", RefillState.REQUESTED, T0, "refill"),
+        waiting="Slurm node gpu-0: no pod placed yet", **kw)
 
 
 def test_round_trip_keeps_everything_a_restart_needs():
@@ -115,5 +121,12 @@ def test_conditions_through_a_remediation():
         r = replace(r, phase=phase, phase_times=r.phase_times + ((phase.value, T0),))
         got = {c.type: c.status for c in conditions(r)}
         assert (got.get("Contained"), got.get("RemediationAllowed"), got.get("Replaced")) == want, phase
-    failed = replace(r, phase=Phase.FAILED, phase_times=(("Detected", T0), ("Failed", T0)), reason="API gone")
+    failed = replace(r, phase=Phase.FAILED, phase_times=(("Detected", T0), ("Failed", T0)), reason="API gone",
+                     refill=None)
     assert {c.type: (c.status, c.reason) for c in conditions(failed)} == {"Contained": ("False", "Failed")}
+    # the refill asked for has a condition of its own, whatever the phase
+    for state, want in (("Requested", ("Unknown", "RefillRequested")), ("Answered", ("True", "RefillAnswered")),
+                        ("Failed", ("False", "RefillFailed"))):
+        refill = Refill("k", state, T0 + timedelta(seconds=9), "why")
+        got = {c.type: c for c in conditions(replace(failed, refill=refill))}["Refilled"]
+        assert (got.status, got.reason, got.message, got.at) == (*want, "why", T0 + timedelta(seconds=9))

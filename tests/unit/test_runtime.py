@@ -469,3 +469,245 @@ def test_the_retention_pass_deletes_old_finished_remediations_and_keeps_recent_a
     w.run(seconds=2)
     assert set(w.store.objects) == {"recent", "live"}
     assert {r.name for r in w.manager.caches.remediations.values()} == {"recent", "live"}
+
+
+# --- one SIGTERM per job (issue 23) ----------------------------------------------------------------------
+
+def two_node_job(w: World) -> None:
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0", "h100-w1"))
+
+
+def test_a_job_on_two_nodes_that_fault_in_the_same_second_gets_one_sigterm():
+    """The later remediation sees the checkpoint under way and waits on the same deadline; both requeue it
+    when the grace is over, neither signals it twice."""
+    w = World(fleet(grace_period_seconds=60))
+    two_node_job(w)
+    w.fault("h100-0")
+    w.fault("h100-1")
+    w.run(seconds=2)
+    assert [c for c in w.slurm.calls if c[0] == "signal"] == [("signal", (7,))]
+    first, second = sorted((w.remediation("h100-0"), w.remediation("h100-1")), key=lambda r: len(r.signalled),
+                           reverse=True)
+    assert first.signalled == (7,) and second.signalled == () and "signal:TERM" not in second.intents
+    assert first.phase is second.phase is Phase.CHECKPOINTING and second.jobs == (7,)
+    assert second.grace_deadline == first.grace_deadline
+    w.run(seconds=65)  # the job ignores the SIGTERM: the grace runs out, the requeue ends it
+    assert [c for c in w.slurm.calls if c[0] == "signal"] == [("signal", (7,))]
+    assert ("requeue", (7,)) in w.slurm.calls
+    assert {w.remediation(n).phase for n in ("h100-0", "h100-1")} <= {Phase.RESUMING, Phase.SUCCEEDED}
+
+
+def test_two_workers_that_read_the_job_at_once_signal_it_once():
+    """Both workers have read Slurm (the job runs on both nodes) before either plans: the claims lock counts
+    the step the first is applying, so the second does not signal."""
+    w = World(fleet(grace_period_seconds=60, max_unhealthy_fraction=1.0))
+    two_node_job(w)
+    both_read = threading.Barrier(2, timeout=10)
+    reads = {"n": 0}
+    jobs_on_node = w.slurm.jobs_on_node
+
+    def reading(name):
+        out = jobs_on_node(name)
+        reads["n"] += 1
+        if reads["n"] <= 2:
+            both_read.wait()  # neither plans before the other has read
+        return out
+    w.slurm.jobs_on_node = reading
+    w.fault("h100-0")
+    w.fault("h100-1")
+    w.sync()
+    stop = threading.Event()
+    threads = [threading.Thread(target=w.manager.work, args=(stop, None)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(100):
+            if {r.phase for r in w.store.list()} == {Phase.CHECKPOINTING} and len(w.store.list()) == 2:
+                break
+            w.sync()
+            stop.wait(0.05)
+    finally:
+        stop.set()
+        w.manager.queue.shut_down()
+        for t in threads:
+            t.join()
+    assert reads["n"] >= 2 and not both_read.broken
+    assert [c for c in w.slurm.calls if c[0] == "signal"] == [("signal", (7,))]
+    assert sorted(len(r.signalled) for r in w.store.list()) == [0, 1]
+
+
+# --- a replacement that breaks before its remediation succeeds (issue 23) ---------------------------------
+
+def test_a_replacement_that_breaks_while_resuming_is_given_up_and_another_spare_taken_at_once():
+    """The spare promoted for h100-0 faults while h100-0's remediation is Resuming: that remediation notes it
+    and promotes the next spare at once; the broken spare's own remediation contains it, stands in (replaces
+    nothing, takes no slot) and quarantines it. A pool of 4 with a brake at 25 %: the broken spare is h100-0's
+    position again, not a second unhealthy node, so nothing is held for a human while spares are free."""
+    w = World(fleet(nodes=4, spares=3, max_unhealthy_fraction=0.25, grace_period_seconds=0))
+    w.fault("h100-0")
+    w.run(seconds=2)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-0"
+    w.fault("h100-spare-0")
+    w.run(seconds=5)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-1"
+    assert [(f.node, f.why) for f in r.failed_replacements] == [("h100-spare-0", "h100-spare-0 reported XID 79 (GPU has fallen off the bus)")]
+    assert "replacement h100-spare-0 reported" in r.reason
+    s = w.remediation("h100-spare-0")
+    assert s.phase is Phase.SUCCEEDED and s.stands_in_for == r.name and s.replacement is None
+    assert [c[1] for c in w.provider.calls if c[0] == "promote"] == ["h100-spare-0", "h100-spare-1"]
+    assert ("quarantine", "h100-spare-0") in w.provider.calls
+    assert sorted(c[1] for c in w.provider.calls if c[0] == "capacity") == [f"{r.name}/refill", f"{s.name}/refill"]
+    assert "storm" not in w.notifier.sent and w.notifier.sent.count("replacement-failed") == 1
+    assert not [x for x in w.store.list() if x.phase is Phase.HELD]
+    conditions = {c["type"]: c for c in json.loads(w.store.objects[r.name])["status"]["conditions"]}
+    assert conditions["Replaced"]["reason"] == "ReplacementFailed"
+    assert "h100-spare-0 reported XID 79" in conditions["Replaced"]["message"]
+
+
+# --- pages that say the truth (issue 23) ---------------------------------------------------------------
+
+def test_under_the_brake_no_page_promises_a_replacement_and_the_storm_page_says_what_to_do():
+    w = World(fleet(nodes=10, max_unhealthy_fraction=0.2, grace_period_seconds=30))
+    for i in range(3):
+        w.fault(f"h100-{i}")
+    w.run(seconds=40)
+    assert {r.phase for r in w.store.list()} == {Phase.HELD}
+    detected = w.notifier.texts["detected"]
+    assert len(detected) == 3
+    for text in detected:
+        assert "replacing it; no action needed" not in text
+        assert "cordoned it" in text and "SIGTERM and 30s to checkpoint" in text
+        assert "unless the storm brake or the attempt cap holds it for a person, which pages again" in text
+    (storm,) = w.notifier.texts["storm"]
+    assert "none is replaced until a human looks" in storm and "Action needed:" in storm
+
+
+def test_an_escalated_node_with_spares_free_pages_that_the_pool_runs_short_and_what_to_do():
+    w = World(fleet(max_attempts_per_node=1, grace_period_seconds=0))
+    earlier = Remediation(name="h100-0-xid79-1", node="h100-0", pool="h100", xid=79, message="m",
+                          phase=Phase.SUCCEEDED, created=T0 - timedelta(hours=2),
+                          phase_times=((Phase.SUCCEEDED.value, T0 - timedelta(hours=2)),))
+    w.store.objects[earlier.name] = json.dumps(to_object(earlier))
+    w.fault("h100-0")
+    w.run(seconds=3)
+    assert w.remediation_named("h100-0", Phase.ESCALATED)
+    assert not [c for c in w.provider.calls if c[0] == "promote"]
+    (text,) = w.notifier.texts["escalated"]
+    assert "does not replace it" in text and "pool h100 runs 1 Slurm node(s) (h100-w0) short" in text
+    assert "although 2 spare(s) are free" in text and "Action needed: repair h100-0" in text
+
+
+# --- refills the record, an Event and a metric account for (issue 23) -----------------------------------
+
+def test_a_refill_nobody_answers_in_time_is_a_failed_refill_in_the_record_a_page_and_a_metric():
+    w = World(fleet(grace_period_seconds=0, refill_timeout_seconds=120))
+    w.fault("h100-0")
+    w.run(seconds=2)
+    r = w.remediation("h100-0")
+    assert r.refill.state == "Requested" and r.refill.key == f"{r.name}/refill"
+    w.run(seconds=100)
+    assert w.remediation("h100-0").refill.state == "Requested" and "refill-failed" not in w.notifier.sent
+    w.run(seconds=25)
+    r = w.remediation("h100-0")
+    assert r.refill.state == "Failed" and "nobody answered the capacity request for pool h100 within 120s" in r.refill.message
+    assert w.notifier.sent.count("refill-failed") == 1 and "Action needed: add a node to pool h100" in \
+        w.notifier.texts["refill-failed"][0]
+    assert ("withdraw", f"{r.name}/refill") in w.provider.calls
+    assert w.manager.metrics.refills.labels("h100", "failed")._value.get() == 1
+    condition = {c["type"]: c for c in json.loads(w.store.objects[r.name])["status"]["conditions"]}["Refilled"]
+    assert (condition["status"], condition["reason"]) == ("False", "RefillFailed")
+    w.restart()
+    w.run(seconds=30)
+    assert w.notifier.sent.count("refill-failed") == 1
+
+
+def test_a_refill_a_node_answers_is_recorded_as_answered_when_the_node_joins():
+    from reconciler.core.refills import request_name
+
+    w = World(fleet(grace_period_seconds=0, refill_timeout_seconds=600))
+    w.fault("h100-0")
+    w.run(seconds=2)
+    r = w.remediation("h100-0")
+    joined = pool_node(w.spec.pool("h100"), "h100-spare-9", labels.ROLE_SPARE)
+    joined["metadata"]["annotations"] = {labels.FULFILS: request_name("h100", r.refill.key)}  # membership settled it
+    w.kube.nodes["h100-spare-9"] = joined
+    w.run(seconds=1)
+    r = w.remediation("h100-0")
+    assert r.refill.state == "Answered" and "refill-failed" not in w.notifier.sent
+    assert w.manager.metrics.refills.labels("h100", "answered")._value.get() == 1
+    w.run(seconds=700)
+    assert w.remediation("h100-0").refill.state == "Answered"
+
+
+def test_a_slurm_node_whose_pod_landed_on_the_replacement_that_broke_is_resumed_only_on_the_next():
+    """h100-w0's pod has just started on h100-spare-0 when that spare faults: h100-0's remediation takes
+    h100-spare-1 and neither resumes h100-w0 on the broken spare nor calls itself a success; once the pod
+    runs on h100-spare-1, h100-w0 is resumed there and the remediation succeeds."""
+    w = World(fleet(nodes=4, spares=3, grace_period_seconds=0))
+    w.fault("h100-0")
+    w.run(seconds=2)
+    assert w.remediation("h100-0").replacement == "h100-spare-0"
+    pod = {"metadata": {"name": "slurm-worker-h100-w0", "namespace": "slurm", "uid": "uid-h100-w0-2",
+                        "labels": {labels.SLINKY_POD_HOSTNAME: "h100-w0"}},
+           "spec": {"nodeName": "h100-spare-0"}, "status": {"phase": "Running"}}
+    w.kube.pods["slurm/slurm-worker-h100-w0"] = pod
+    w.fault("h100-spare-0")
+    w.run(seconds=5)
+    r = w.remediation("h100-0")
+    assert r.replacement == "h100-spare-1" and r.phase is Phase.RESUMING
+    assert ("resume", "h100-w0") not in w.slurm.calls and "DRAIN" in w.slurm.table["h100-w0"].states
+    moved = json.loads(json.dumps(pod))
+    moved["spec"]["nodeName"], moved["metadata"]["uid"] = "h100-spare-1", "uid-h100-w0-3"
+    w.kube.pods["slurm/slurm-worker-h100-w0"] = moved
+    w.run(seconds=2)
+    assert ("resume", "h100-w0") in w.slurm.calls and w.remediation("h100-0").phase is Phase.SUCCEEDED
+
+
+def slurm_pod(host: str, node: str | None, uid: str, unschedulable: str = "") -> dict:
+    """A NodeSet pod as the API server sends it: placed on `node`, or Pending with the scheduler's words."""
+    status = {"phase": "Running"} if node else {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}]}
+    return {"metadata": {"name": f"slurm-worker-{host}", "namespace": "slurm", "uid": uid,
+                         "labels": {labels.SLINKY_POD_HOSTNAME: host}},
+            "spec": {"nodeName": node} if node else {}, "status": status}
+
+
+def test_a_heal_whose_own_slurm_nodes_pod_cannot_be_scheduled_is_not_a_success():
+    """The drill's false success: another Slurm node's pod lands on the replacement and takes jobs, while the
+    remediation's own (h100-w0) stays Pending with nowhere to go. The record stays Resuming and says why; it
+    succeeds once h100-w0's pod runs and Slurm takes jobs there."""
+    w = World(fleet(grace_period_seconds=0))
+    w.fault("h100-0")
+    w.run(seconds=2)
+    assert w.remediation("h100-0").phase is Phase.RESUMING
+    why = "0/12 nodes are available: 10 node(s) had untolerated taint {gpufleet.io/spare: true}, 2 node(s) were unschedulable."
+    w.kube.pods["slurm/slurm-worker-h100-w0"] = slurm_pod("h100-w0", None, "uid-h100-w0-2", why)
+    w.kube.pods["slurm/slurm-worker-h100-w9"] = slurm_pod("h100-w9", "h100-spare-0", "uid-h100-w9")
+    w.slurm.table["h100-w9"] = SlurmNode("h100-w9", frozenset({"IDLE"}), "")
+    w.run(seconds=40)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.RESUMING and ("resume", "h100-w0") not in w.slurm.calls
+    assert r.waiting == f"Slurm node h100-w0: pod slurm/slurm-worker-h100-w0 cannot be scheduled: {why}"
+    w.kube.pods["slurm/slurm-worker-h100-w0"] = slurm_pod("h100-w0", "h100-spare-0", "uid-h100-w0-2")
+    w.run(seconds=2)
+    assert ("resume", "h100-w0") in w.slurm.calls and w.remediation("h100-0").phase is Phase.SUCCEEDED
+
+
+@pytest.mark.parametrize("spares, after", [(0, 2), (2, 700)], ids=["no-spare", "failed"])
+def test_every_page_says_what_gpufleet_does_and_whether_a_person_must_act(spares, after):
+    """No spare (capacity requested: nobody need act yet), and a remediation that fails (its Slurm node's pod
+    never placed within the resume timeout: a person must): each page says which."""
+    w = World(fleet(spares=spares, grace_period_seconds=0))
+    w.fault("h100-0")
+    w.run(seconds=after, step=5)
+    event = "no-spare" if spares == 0 else "failed"
+    (text,) = w.notifier.texts[event]
+    assert "h100-0 stays cordoned and drained in Slurm" in text or "it stays cordoned and drained in Slurm" in text
+    if event == "no-spare":
+        assert "the pool runs 1 Slurm node(s) (h100-w0) short" in text and text.endswith("No action needed now.")
+    else:
+        assert "Action needed: see why (`kubectl describe remediation h100-0-" in text
+    for texts in w.notifier.texts.values():
+        assert all("ction needed" in t or t.startswith("h100-0 replaced by") for t in texts)

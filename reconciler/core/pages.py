@@ -1,0 +1,69 @@
+"""What the pages say: what gpufleet did, what it will do, and whether a person must act. Pure text.
+
+The first page of a fault goes out when it is cordoned, before anything else (containment's page timing):
+at that moment admission has not weighed it (the storm brake counts faults that are still arriving, and
+waits `admission_hold_seconds` for them), so the page promises no replacement. It says replacement follows
+unless admission holds the node, and that a hold which needs a person pages again: the storm brake (one page
+per pool and storm), the attempt cap (escalated). Those pages say what is left undone (the Slurm nodes the
+pool runs short) and what the person should do. A hold that needs nobody (`max_concurrent`: it waits its
+turn) sends no page; the record says it.
+"""
+from __future__ import annotations
+
+from fleetspec import FleetSpec
+from fleetspec.faults import describe
+
+from reconciler.core.model import Admission, Remediation
+
+
+def _slurm(r: Remediation) -> str:
+    names = [n for n in r.slurm_nodes if n not in r.kept_drains]
+    return f"{len(names)} Slurm node(s) ({', '.join(names)})" if names else "no Slurm node"
+
+
+def detected(r: Remediation, spec: FleetSpec) -> str:
+    grace = spec.healing.grace_period_seconds
+    jobs = (f"running jobs get SIGTERM and {grace}s to checkpoint, then are requeued" if grace
+            else "running jobs are requeued")
+    return (f"{r.node} ({r.pool}): {describe(r.xid, r.kind)} - {r.message}. gpufleet has cordoned it and drains it "
+            f"in Slurm ({jobs}). Then a spare of {r.pool} replaces it, unless the storm brake or the attempt cap "
+            "holds it for a person, which pages again. No action needed now.")
+
+
+def spare_quarantined(r: Remediation, refill_asked: bool) -> str:
+    then = "a refill is requested" if refill_asked else "no refill: the node provider has no room (a further page)"
+    return (f"spare {r.node} ({r.pool}) reported {describe(r.xid, r.kind)}: quarantined, nothing ran there; {then}. "
+            "No action needed.")
+
+
+def escalated(r: Remediation, a: Admission, spec: FleetSpec) -> str:
+    policy = spec.healing
+    spares = (f"although {a.free_spares} spare(s) are free" if a.free_spares else "and no spare is free")
+    return (f"{r.node} ({r.pool}) faulted again: {a.attempts + 1} remediations within "
+            f"{policy.attempts_window_seconds}s (max {policy.max_attempts_per_node}), so gpufleet does not replace it. "
+            f"It stays cordoned, drained in Slurm and quarantined: pool {r.pool} runs {_slurm(r)} short, {spares}. "
+            f"Action needed: repair {r.node} and return it (`gpufleet mark-healthy {r.node}` after its health check), "
+            f"or retire it and add a node to the pool; remediation {r.name}.")
+
+
+def no_spare(r: Remediation, can_refill: bool) -> str:
+    then = (f"capacity is requested, and gpufleet replaces {r.node} as soon as a spare joins (a refill that fails "
+            "pages again). No action needed now." if can_refill else
+            f"the node provider has no room for another node. Action needed: add capacity to pool {r.pool}; "
+            f"gpufleet replaces {r.node} once a spare joins.")
+    return (f"no spare left in pool {r.pool} for {r.node}: it stays cordoned and drained in Slurm, the pool runs "
+            f"{_slurm(r)} short; {then}")
+
+
+def failed(r: Remediation, reason: str) -> str:
+    return (f"remediation {r.name} of {r.node} ({r.pool}) failed: {reason}. gpufleet takes no further step: "
+            f"{r.node} stays cordoned and drained in Slurm. Action needed: see why (`kubectl describe remediation "
+            f"{r.name}`), then repair {r.node} and return it (`gpufleet mark-healthy {r.node}` after its health "
+            "check) or retire it.")
+
+
+def storm(message: str, pool: str) -> str:
+    return (f"{message}. Action needed: look for what the faults of pool {pool} share (a driver or firmware "
+            "roll-out, a rack, a switch, the power); the held nodes are replaced once the pool's unhealthy "
+            "fraction falls back under healing.max_unhealthy_fraction within the window "
+            f"(`kubectl get rem -l gpufleet.io/pool={pool}` lists them).")
