@@ -166,8 +166,8 @@ def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
                        f"oldObject.metadata.?labels[?{json.dumps(labels.SLINKY_POD_HOSTNAME)}].hasValue()) || "
                        f"oldObject.spec.?priorityClassName.orValue('') in {borrowers}",
          "messageExpression": "'the reconciler deletes only borrowers (PriorityClass " + ", ".join(
-             sorted(spec.borrower_classes())) + "), its own capacity requests and the Slurm namespace\'s NodeSet "
-                              "pods, not ' + request.namespace + '/' + request.name"},
+             sorted(spec.borrower_classes())) + "), its own capacity requests and the NodeSet pods in the Slurm "
+                              "namespace, not ' + request.namespace + '/' + request.name"},
     ])
 
 
