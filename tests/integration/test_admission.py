@@ -159,7 +159,7 @@ def _pod(name: str, **spec) -> dict:
 
 def _privileged_placeholder(s: Setup, name: str) -> dict:
     """A placeholder in every way but one: its container runs privileged."""
-    body = placeholder_pod(s.spec.pools[0], name, "test", s.ns, s.spec.healing.reconciler.placeholder_image)
+    body = placeholder_pod(s.spec.pools[0], name, "test", s.ns, image=s.spec.healing.reconciler.placeholder_image)
     body["metadata"]["name"] = name
     body["spec"]["containers"][0]["securityContext"] = {"privileged": True}
     return body
@@ -173,7 +173,7 @@ def test_the_reconciler_creates_its_placeholders_and_no_privileged_pod(where, re
     core = client.CoreV1Api(s.reconciler())
     where = where.replace("_", "-")  # a pod's name
     ok = placeholder_pod(s.spec.pools[0], f"{where}-key", "a fault took the last spare", s.ns,
-                         s.spec.healing.reconciler.placeholder_image)
+                         image=s.spec.healing.reconciler.placeholder_image)
     assert _status(core.create_namespaced_pod, s.ns, ok) == (200, "")  # restricted-compliant and a placeholder
     status, why = _status(core.create_namespaced_pod, s.ns, _privileged_placeholder(s, f"{where}-priv"))
     assert status == 403, why
@@ -246,10 +246,20 @@ def test_the_reconciler_deletes_borrowers_and_its_placeholders_only(prod_like):
     assert _status(kube.delete_pod, OTHER_NS, "gf-sec-tenant-job", 0)[0] == 403  # a force-delete of a tenant's pod
     assert _status(kube.delete_pod, OTHER_NS, "gf-sec-tenant-job", 30)[0] == 403  # any delete
     assert _status(kube.delete_pod, OTHER_NS, "gf-sec-borrower", 0) == (200, "")
-    placeholder = placeholder_pod(s.spec.pools[0], "deleted-again", "test", s.ns, s.spec.healing.reconciler.placeholder_image)
+    placeholder = placeholder_pod(s.spec.pools[0], "deleted-again", "test", s.ns,
+                                  image=s.spec.healing.reconciler.placeholder_image)
     assert _status(client.CoreV1Api(s.reconciler()).create_namespaced_pod, s.ns, placeholder)[0] in (200, 409)
     assert _status(kube.delete_pod, s.ns, placeholder["metadata"]["name"], 0) == (200, "")
     assert s.core.read_namespaced_pod("gf-sec-tenant-job", OTHER_NS).metadata.deletion_timestamp is None
+    # a NodeSet pod a stale busy-pod PDB keeps (decide.py end_eviction): in the Slurm namespace only; a tenant's
+    # pod that carries the same label elsewhere is not one
+    nodeset = {"metadata": {"name": "gf-sec-nodeset-0", "labels": {labels.SLINKY_POD_HOSTNAME: "gpu-0"}},
+               "spec": _pod("x")["spec"]}
+    _create(s.core.create_namespace, {"metadata": {"name": s.spec.slurm.namespace}})
+    for ns in (s.spec.slurm.namespace, OTHER_NS):
+        _create(s.core.create_namespaced_pod, ns, nodeset)
+    assert _status(kube.delete_pod, OTHER_NS, "gf-sec-nodeset-0", 0)[0] == 403
+    assert _status(kube.delete_pod, s.spec.slurm.namespace, "gf-sec-nodeset-0", 0) == (200, "")
 
 
 # --- what the agent may write -------------------------------------------------------------------------------
