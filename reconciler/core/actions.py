@@ -75,6 +75,15 @@ class RequeueJobs(Action):
 
 
 @dataclass(frozen=True)
+class NoteJob(Action):
+    """Set a job's admin comment to `text`: what was there with gpufleet's missing lines appended
+    (core/job_notes.py), so repeating it changes nothing."""
+
+    job_id: int
+    text: str
+
+
+@dataclass(frozen=True)
 class EvictPods(Action):
     """Ask for the eviction of these pods (namespace/name) of the node; those already leaving are not named."""
 

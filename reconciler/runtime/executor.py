@@ -22,7 +22,7 @@ from reconciler.adapters.records import RemediationStore
 from reconciler.adapters.slurm import SlurmClient, call
 from reconciler.core.actions import (
     Action, ApplyMembership, Cordon, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend,
-    NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs, ResumeSlurm,
+    NoteJob, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs, ResumeSlurm,
     ReturnToSpares, SettleCapacityRequests, SignalJobs, StartReclaim, WriteLedger,
 )
 from reconciler.core.model import Remediation
@@ -114,6 +114,8 @@ class Executor:
                 self._slurm(lambda s: s.signal_jobs(a.job_ids, a.signal))
             case RequeueJobs():
                 self._slurm(lambda s: s.requeue(a.job_ids))
+            case NoteJob():
+                self._slurm(lambda s: s.set_admin_comment(a.job_id, a.text))
             case ResumeSlurm():
                 self._slurm(lambda s: s.resume(a.node))
             case ReleaseJobs():

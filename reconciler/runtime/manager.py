@@ -2,7 +2,7 @@
 metrics server; one of each, wired here.
 
     informers ─► triggers ─► WorkQueue[node name] ─► N workers ─► healing.reconcile(node)
-    timers: membership, lending, retention (each its own loop) ─► their passes
+    timers: membership, lending, retention, job notes (each its own loop) ─► their passes
     every action of either ─► executor (fenced by the Lease; nothing in a dry run)
 
 The resync (at start, every RESYNC_SECONDS, and when this replica starts leading) queues every node with
@@ -32,6 +32,7 @@ from reconciler.runtime.executor import Executor, NotLeader
 from reconciler.runtime.facts import Facts
 from reconciler.runtime.healing import UNSYNCED_RECHECK, Healing
 from reconciler.runtime.leader import LeaseElector
+from reconciler.runtime.job_notes_pass import JobNotesPass
 from reconciler.runtime.lending_pass import LendingPass
 from reconciler.runtime.membership_pass import MembershipPass
 from reconciler.runtime.metrics import Metrics, serve
@@ -77,6 +78,7 @@ class Manager:
             "lending": LendingPass(spec, self.caches, self.facts, self.claims, self.executor, kube, self.metrics,
                                    notifier.namespace, clock, monotonic),
             "retention": RetentionPass(spec, self.caches, self.executor, clock),
+            "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
 

@@ -3,6 +3,7 @@ a Slurm or a cloud: a fleet whose every write is recorded."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from fleetspec import labels, parse_fleet
@@ -114,6 +115,8 @@ class FakeSlurm:
         self.table: dict[str, SlurmNode] = {}
         self.jobs: dict[int, SlurmJob] = {}
         self.calls, self.down = [], False
+        self.comments: dict[int, str] = {}  # admin comments (their writes are not in `calls`)
+        self.comment_writes = 0
 
     def _check(self, what):
         if self.down:
@@ -159,6 +162,16 @@ class FakeSlurm:
 
     def release(self, ids):
         self.calls.append(("release", tuple(ids)))
+
+    def job(self, job_id):
+        self._check("job")
+        j = self.jobs.get(job_id)
+        return replace(j, admin_comment=self.comments.get(job_id, "")) if j else None
+
+    def set_admin_comment(self, job_id, text):
+        self._check("admin comment")
+        self.comment_writes += 1
+        self.comments[job_id] = text
 
 
 class Provider:

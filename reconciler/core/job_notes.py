@@ -1,0 +1,109 @@
+"""What gpufleet writes into a Slurm job's admin comment when it signals, requeues or holds the job, and
+when the job runs again: one short dated line per event, appended to what is there, so `scontrol show job`
+(and `sacct --format=JobID,AdminComment` where accounting runs) says why the job was touched.
+
+Pure. Every line is built from the remediation's recorded phases and times (and, for the resume, from the
+job's own start time), so the same event always gives the same line: writing is append-if-absent, and a
+pass that repeats after a crash or a failed write adds nothing twice (at least once, never twice).
+
+The admin comment is Slurm's field for administrators (slurmctld lets only a super user set it:
+slurm-26-05-3-1 src/slurmctld/job_mgr.c, the admin_comment checks in `_update_job`); the user's own
+`comment` is never touched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from fleetspec import xids
+
+from reconciler.core.model import Remediation
+from reconciler.core.phases import Phase
+from reconciler.core.slurm_states import PENDING
+
+RUNNING = "RUNNING"
+
+PREFIX = "gpufleet"
+SEPARATOR = " | "  # between lines: one admin comment reads on one line in scontrol and sacct
+RESUME_WINDOW = timedelta(hours=24)  # after a remediation ends, how long its jobs are watched for their restart
+SIGNALLED, REQUEUED, HELD, RESUMED = "signalled", "requeued", "held", "running again"
+
+
+@dataclass(frozen=True)
+class JobSeen:
+    """A Slurm job as the notes need it (from slurmrestd's GET job)."""
+
+    job_id: int
+    state: str
+    nodes: tuple[str, ...] = ()
+    start_time: datetime | None = None
+    admin_comment: str = ""
+
+
+def stamp(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def note_line(at: datetime, what: str, fault: str, node: str, remediation: str, grace_seconds: int | None = None) -> str:
+    """The one line for one event. `fault` is a short summary of the fault (today `fault_summary`; a richer
+    fault record, e.g. an XID with its PCI address, gives its own)."""
+    text = f"{PREFIX} {stamp(at)}: {what}: {fault} on {node}; remediation {remediation}"
+    if grace_seconds:
+        text += f"; checkpoint grace {grace_seconds} s"
+    return text
+
+
+def fault_summary(r: Remediation) -> str:
+    """What the remediation knows of its fault: the XID's name (the condition's message is left to `why`)."""
+    return xids.describe(r.xid)
+
+
+def grace_of(r: Remediation) -> int | None:
+    start = r.entered(Phase.CHECKPOINTING)
+    if start is None or r.grace_deadline is None:
+        return None
+    return max(0, round((r.grace_deadline - start).total_seconds()))
+
+
+def lines_for(r: Remediation, job: JobSeen) -> tuple[str, ...]:
+    """Every line the remediation owes this job, oldest first (whether written or not)."""
+    if job.job_id not in r.jobs:
+        return ()
+    fault, out = fault_summary(r), []
+    checkpointing = r.entered(Phase.CHECKPOINTING)
+    if checkpointing is not None and "signal:TERM" in r.intents:
+        out.append(note_line(checkpointing, f"{SIGNALLED} SIGTERM to checkpoint", fault, r.node, r.name, grace_of(r)))
+    requeued = r.entered(Phase.REQUEUED)
+    if requeued is not None:
+        out.append(note_line(requeued, REQUEUED, fault, r.node, r.name))
+    held = r.entered(Phase.HELD)
+    if held is not None:
+        out.append(note_line(held, f"{HELD} (its replacement waits for admission)", fault, r.node, r.name))
+    if (requeued is not None and job.state == RUNNING and job.start_time is not None
+            and job.start_time >= requeued):
+        where = ",".join(job.nodes) or "?"
+        after = (job.start_time - r.created).total_seconds()
+        line = note_line(job.start_time, f"{RESUMED} on {where}", fault, r.node, r.name)
+        out.append(f"{line}; {after:.0f} s after the fault")
+    return tuple(out)
+
+
+def settled(r: Remediation, job: JobSeen | None, now: datetime) -> bool:
+    """Nothing more will be owed to this job: it is gone, or ran again, or its remediation ended long ago."""
+    if job is None:
+        return True
+    if not r.phase.terminal:
+        return False
+    if any(RESUMED in line for line in lines_for(r, job)):
+        return True
+    ended = r.phase_times[-1][1] if r.phase_times else r.created
+    return now - ended > RESUME_WINDOW or job.state not in (RUNNING, PENDING)
+
+
+def appended(existing: str, lines: tuple[str, ...]) -> str | None:
+    """The admin comment with the lines it lacks appended; None when it has them all. What was there (a
+    person's text, earlier lines) is kept as it is."""
+    missing = [line for line in lines if line not in existing]
+    if not missing:
+        return None
+    return SEPARATOR.join(([existing] if existing else []) + missing)
