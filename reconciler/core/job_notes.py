@@ -79,13 +79,19 @@ def lines_for(r: Remediation, job: JobSeen) -> tuple[str, ...]:
     held = r.entered(Phase.HELD)
     if held is not None:
         out.append(note_line(held, f"{HELD} (its replacement waits for admission)", fault, r.node, r.name))
-    if (requeued is not None and job.state == RUNNING and job.start_time is not None
-            and job.start_time >= requeued):
-        where = ",".join(job.nodes) or "?"
-        after = (job.start_time - r.created).total_seconds()
-        line = note_line(job.start_time, f"{RESUMED} on {where}", fault, r.node, r.name)
+    after = back_after(r, job)
+    if after is not None and job.start_time is not None:
+        line = note_line(job.start_time, f"{RESUMED} on {','.join(job.nodes) or '?'}", fault, r.node, r.name)
         out.append(f"{line}; {after:.0f} s after the fault")
     return tuple(out)
+
+
+def back_after(r: Remediation, job: JobSeen) -> float | None:
+    """Seconds from the fault to the job running again after the remediation requeued it; None until then."""
+    requeued = r.entered(Phase.REQUEUED)
+    if requeued is None or job.state != RUNNING or job.start_time is None or job.start_time < requeued:
+        return None
+    return (job.start_time - r.created).total_seconds()
 
 
 def settled(r: Remediation, job: JobSeen | None, now: datetime) -> bool:

@@ -71,10 +71,14 @@ class JobNotesPass:
             self._settled.add((r.name, jid))
             return
         if seen is not None:
-            text = job_notes.appended(seen.admin_comment, job_notes.lines_for(r, seen))
+            lines = job_notes.lines_for(r, seen)
+            text = job_notes.appended(seen.admin_comment, lines)
             if text is not None:
                 self.executor.run(NoteJob(jid, text), r)
                 if not self.executor.dry_run:
                     log.info("job %s: admin comment noted", jid, extra={"remediation": r.name, "node": r.node})
+                    back = job_notes.back_after(r, seen)
+                    if back is not None and any(job_notes.RESUMED in x and x not in seen.admin_comment for x in lines):
+                        self.metrics.job_back_seconds.observe(back)  # once: when its resume line is written
         if job_notes.settled(r, seen, self.clock()):
             self._settled.add((r.name, jid))

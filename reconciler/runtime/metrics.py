@@ -46,6 +46,9 @@ class Metrics:
         self.heal_reclaim_wait = Histogram("gpufleet_heal_reclaim_wait_seconds",
                                            "What a lent spare added to a heal: waiting for its borrowers to leave",
                                            buckets=BUCKETS, registry=r)
+        self.job_back_seconds = Histogram("gpufleet_job_back_seconds",
+                                          "From a fault to a job it requeued running again (the job notes pass)",
+                                          buckets=BUCKETS, registry=r)
         self.last_pass = time.monotonic()
 
 

@@ -118,6 +118,9 @@ def test_a_requeued_job_gets_its_lines_after_what_was_there_and_its_resume_once_
     w.run(seconds=5)
     assert ": running again on h100-w10: XID 79" in w.slurm.comments[7]
     assert w.slurm.comments[7].count("gpufleet ") == 3
+    w.run(seconds=5)
+    registry = w.manager.metrics.registry
+    assert registry.get_sample_value("gpufleet_job_back_seconds_count") == 1  # observed once, with its resume line
 
 
 def test_a_slurm_that_refuses_the_comment_delays_the_note_never_the_heal():
