@@ -406,6 +406,9 @@ class HealingSpec(Strict):
     prometheus_rule: bool = Field(
         False, description="The cluster runs the Prometheus operator: ship gpufleet's alert rules as a PrometheusRule "
         "(a page that could not be delivered, the storm brake, failed remediations).")
+    grafana_dashboard: bool = Field(
+        False, description="The cluster runs Grafana with its dashboard sidecar (kube-prometheus-stack): ship "
+        "gpufleet's fleet-health dashboard as a ConfigMap labelled grafana_dashboard=1.")
     reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)
 
     @model_validator(mode="after")

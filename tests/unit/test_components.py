@@ -96,7 +96,8 @@ def test_each_environment_declares_its_fleet(env):
     types = [r.typ for r in MOCKS.resources]
     assert types.count("kubernetes:slinky.slurm.net/v1beta1:NodeSet") == len(spec.pools)
     # capacity per pool, policy, gres.conf, and the lending ledger where a pool lends
-    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 2 + bool(spec.lending_pools())
+    assert types.count("kubernetes:core/v1:ConfigMap") == (len(spec.pools) + 2 + bool(spec.lending_pools())
+                                                         + spec.healing.grafana_dashboard)
     assert types.count("kubernetes:scheduling.k8s.io/v1:PriorityClass") == len(spec.borrower_classes())
     assert types.count("kubernetes:core/v1:PersistentVolumeClaim") == len(spec.storage)
     assert types.count("pulumi:providers:kubernetes") == 1
@@ -454,3 +455,14 @@ def test_aws_calls_need_a_named_iam_role():
            "slurm": {"partitions": [{"name": "p", "pools": ["a"]}]}}
     with pytest.raises(SpecError, match="healing.reconciler.iam_role_arn"):
         parse_fleet(doc)
+
+
+def test_the_dashboard_configmap_is_declared_when_the_spec_asks_for_it():
+    build("local")  # healing.grafana_dashboard: true
+    (cm,) = [r for r in MOCKS.of_type("kubernetes:core/v1:ConfigMap")
+             if r.inputs["metadata"]["name"] == "gpufleet-dashboard"]
+    assert cm.inputs["metadata"]["labels"][labels.GRAFANA_DASHBOARD] == "1"
+    assert json.loads(cm.inputs["data"]["gpufleet.json"])["uid"] == "gpufleet-fleet-health"
+    build("prod")  # not asked
+    assert not [r for r in MOCKS.of_type("kubernetes:core/v1:ConfigMap")
+                if r.inputs["metadata"]["name"] == "gpufleet-dashboard"]
