@@ -26,6 +26,8 @@ RUNNING = "RUNNING"
 PREFIX = "gpufleet"
 SEPARATOR = " | "  # between lines: one admin comment reads on one line in scontrol and sacct
 RESUME_WINDOW = timedelta(hours=24)  # after a remediation ends, how long its jobs are watched for their restart
+FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                      "DEADLINE", "OUT_OF_MEMORY"})
 SIGNALLED, REQUEUED, HELD, RESUMED = "signalled", "requeued", "held", "running again"
 
 
@@ -94,16 +96,25 @@ def back_after(r: Remediation, job: JobSeen) -> float | None:
     return (job.start_time - r.created).total_seconds()
 
 
+def writable(job: JobSeen) -> bool:
+    """slurmctld takes no update of a finished job (ESLURM_JOB_FINISHED: slurm-26-05-3-1
+    src/slurmctld/job_mgr.c `_update_job`)."""
+    return job.state not in FINISHED
+
+
 def settled(r: Remediation, job: JobSeen | None, now: datetime) -> bool:
-    """Nothing more will be owed to this job: it is gone, or ran again, or its remediation ended long ago."""
+    """Nothing more will be owed to this job: it is gone or finished (once requeued: a job that ends on its
+    SIGTERM is requeued after), it ran again, or its remediation ended long ago."""
     if job is None:
         return True
+    if not writable(job):
+        return r.phase.terminal or r.entered(Phase.REQUEUED) is not None
     if not r.phase.terminal:
         return False
-    if any(RESUMED in line for line in lines_for(r, job)):
+    if back_after(r, job) is not None:
         return True
     ended = r.phase_times[-1][1] if r.phase_times else r.created
-    return now - ended > RESUME_WINDOW or job.state not in (RUNNING, PENDING)
+    return now - ended > RESUME_WINDOW
 
 
 def appended(existing: str, lines: tuple[str, ...]) -> str | None:

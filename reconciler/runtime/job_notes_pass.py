@@ -70,7 +70,7 @@ class JobNotesPass:
                 self._unreadable_said = True
             self._settled.add((r.name, jid))
             return
-        if seen is not None:
+        if seen is not None and job_notes.writable(seen):
             lines = job_notes.lines_for(r, seen)
             text = job_notes.appended(seen.admin_comment, lines)
             if text is not None:

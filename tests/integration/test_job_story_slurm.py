@@ -15,7 +15,7 @@ from gpufleet.cli import app
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
 
-from .test_reconciler_kube import records_for, run_until
+from .test_reconciler_kube import api, records_for, run_until  # noqa: F401
 from .test_reconciler_slurm import POOL, fleet_with_slurm  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

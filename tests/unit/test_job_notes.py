@@ -88,7 +88,9 @@ def test_settled_once_the_job_ran_again_or_is_gone_or_the_remediation_ended_long
     assert settled(healed, JobSeen(7, "RUNNING", ("h100-w9",), T0 + 85 * S), now)
     assert not settled(healed, JobSeen(7, "PENDING"), now)  # waits for its restart
     assert settled(healed, JobSeen(7, "PENDING"), T0 + 80 * S + job_notes.RESUME_WINDOW + S)
-    assert settled(healed, JobSeen(7, "CANCELLED"), now)
+    assert settled(healed, JobSeen(7, "CANCELLED"), now)  # finished: Slurm takes no more updates
+    assert not settled(remediation(*HEALED[:2]), JobSeen(7, "COMPLETED"), now)  # ended on SIGTERM: requeued next
+    assert settled(remediation(*HEALED[:3]), JobSeen(7, "COMPLETED"), now)
     assert not settled(remediation(*HEALED[:3]), JobSeen(7, "RUNNING", ("h100-w9",), T0 + 85 * S), now)  # live
 
 
@@ -158,3 +160,15 @@ def test_a_dry_run_writes_no_comment():
     w.fault("h100-3")
     w.run(seconds=10)
     assert w.slurm.comment_writes == 0
+
+
+def test_a_finished_job_is_not_written_to_slurm_would_refuse_it():
+    w = job_world(grace_period_seconds=0)
+    w.fault("h100-3")
+    w.run(seconds=10)
+    writes = w.slurm.comment_writes
+    w.slurm.jobs[7] = SlurmJob(7, "train", "COMPLETED", ("h100-w10",), start_time=w.clock.now.timestamp())
+    w.run(seconds=10)
+    assert w.slurm.comment_writes == writes
+    assert w.manager.metrics.registry.get_sample_value("gpufleet_action_errors_total",
+                                                       {"action": "NoteJob", "error": "permanent"}) is None
