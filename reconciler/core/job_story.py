@@ -195,5 +195,7 @@ def render(s: Story) -> str:
         lines.append(f"  Kubernetes nodes: {', '.join(s.kube_nodes)}")
     for e in s.entries:
         lines.append(f"  {stamp(e.at) if e.at else '?':20}  {e.text}")
+    if j is not None and j.admin_comment:
+        lines.append(f"  Slurm admin comment: {j.admin_comment}")
     lines.append(f"verdict: {s.summary}")
     return "\n".join(lines)
