@@ -38,6 +38,18 @@ class Notify(Action):
 
 
 @dataclass(frozen=True)
+class NotifyOwner(Action):
+    """Tell a job's owner, through an owner route (a webhook target with `job_owners`), what gpufleet did to it."""
+
+    route: str
+    job_id: int
+    user: str
+    account: str
+    event: str  # signalled | requeued | held | running-again
+    text: str
+
+
+@dataclass(frozen=True)
 class NoteSignals(Action):
     """Remember when a node's faults were signalled, on the node itself (for `occurrences`), so a
     restart keeps counting."""

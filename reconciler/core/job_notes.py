@@ -13,9 +13,11 @@ slurm-26-05-3-1 src/slurmctld/job_mgr.c, the admin_comment checks in `_update_jo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 from fleetspec import xids
+from fleetspec.models import WebhookTarget
 
 from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
@@ -40,6 +42,8 @@ class JobSeen:
     nodes: tuple[str, ...] = ()
     start_time: datetime | None = None
     admin_comment: str = ""
+    user: str = ""
+    account: str = ""
 
 
 def stamp(at: datetime) -> str:
@@ -124,3 +128,32 @@ def appended(existing: str, lines: tuple[str, ...]) -> str | None:
     if not missing:
         return None
     return SEPARATOR.join(([existing] if existing else []) + missing)
+
+
+# --- telling the job's owner (webhook targets with `job_owners`) ----------------------------------
+
+def event_of(line: str) -> str:
+    """The event a line tells: signalled | requeued | held | running-again."""
+    what = line.split(": ", 2)[1] if line.count(": ") >= 2 else ""
+    for event in (SIGNALLED, REQUEUED, HELD, RESUMED):
+        if what.startswith(event):
+            return event.replace(" ", "-")
+    return "noted"
+
+
+def owner_routes(targets: Sequence[WebhookTarget], job: JobSeen) -> tuple[str, ...]:
+    """The owner routes that tell this job's user or account."""
+    out = []
+    for t in targets:
+        o = t.job_owners
+        if o is None:
+            continue
+        if "*" in o.users or "*" in o.accounts or (job.user and job.user in o.users) or (
+                job.account and job.account in o.accounts):
+            out.append(t.name)
+    return tuple(out)
+
+
+def may_tell(sent: Sequence[datetime], now: datetime, per_hour: int) -> bool:
+    """Rate limit per job: fewer than `per_hour` messages about it within the last hour."""
+    return sum(1 for t in sent if now - t < timedelta(hours=1)) < per_hour

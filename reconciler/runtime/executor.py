@@ -22,7 +22,7 @@ from reconciler.adapters.records import RemediationStore
 from reconciler.adapters.slurm import SlurmClient, call
 from reconciler.core.actions import (
     Action, ApplyMembership, Cordon, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend,
-    NoteJob, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs, ResumeSlurm,
+    NoteJob, NoteSignals, Notify, NotifyOwner, PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs, ResumeSlurm,
     ReturnToSpares, SettleCapacityRequests, SignalJobs, StartReclaim, WriteLedger,
 )
 from reconciler.core.model import Remediation
@@ -102,6 +102,9 @@ class Executor:
         match a:
             case Notify():
                 self.notifier.send(Message(a.event, a.severity, a.text, r))
+            case NotifyOwner():
+                self.notifier.send_to(a.route, Message(a.event, "info", a.text, r, job={
+                    "job_id": a.job_id, "user": a.user, "account": a.account}))
             case NoteSignals():
                 self.caches.node_written(self.kube.patch_node(a.node, {"metadata": {"annotations": {
                     labels.SIGNALS: json.dumps([t.isoformat() for t in a.signals])}}}))

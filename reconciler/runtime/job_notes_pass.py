@@ -16,7 +16,7 @@ from fleetspec.models import FleetSpec
 
 from reconciler.adapters.slurm import SlurmClient, SlurmJob, call
 from reconciler.core import job_notes
-from reconciler.core.actions import NoteJob
+from reconciler.core.actions import NoteJob, NotifyOwner
 from reconciler.core.model import Remediation
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.caches import Caches
@@ -29,7 +29,7 @@ BUSY, IDLE, AFTER_ERROR = 2.0, 5.0, 15.0  # seconds to the next pass: jobs owed 
 
 def job_seen(j: SlurmJob) -> job_notes.JobSeen:
     start = datetime.fromtimestamp(j.start_time, timezone.utc) if j.start_time else None
-    return job_notes.JobSeen(j.job_id, j.state, j.nodes, start, j.admin_comment or "")
+    return job_notes.JobSeen(j.job_id, j.state, j.nodes, start, j.admin_comment or "", j.user, j.account)
 
 
 class JobNotesPass:
@@ -39,6 +39,8 @@ class JobNotesPass:
         self.metrics, self.clock = metrics, clock
         self._settled: set[tuple[str, int]] = set()  # (remediation, job) owed nothing more
         self._unreadable_said = False
+        self._told: dict[int, list[datetime]] = {}  # job -> when its owner was told (the rate limit)
+        self._routes = [t for t in spec.healing.notifications if getattr(t, "job_owners", None) is not None]
 
     def __call__(self) -> float:
         if self.slurm is None:
@@ -80,5 +82,24 @@ class JobNotesPass:
                     back = job_notes.back_after(r, seen)
                     if back is not None and any(job_notes.RESUMED in x and x not in seen.admin_comment for x in lines):
                         self.metrics.job_back_seconds.observe(back)  # once: when its resume line is written
+                    self._tell(r, seen, [x for x in lines if x not in seen.admin_comment])
         if job_notes.settled(r, seen, self.clock()):
             self._settled.add((r.name, jid))
+
+    def _tell(self, r: Remediation, job: job_notes.JobSeen, new_lines: list[str]) -> None:
+        """Each line just written, to the owner routes of the job's user or account, within the rate limit.
+        Sent after the line is in Slurm, so a line is told once (a crash in between loses the message)."""
+        routes = job_notes.owner_routes(self._routes, job)
+        if not routes:
+            return
+        per_hour = min(t.job_owners.max_per_job_per_hour for t in self._routes if t.name in routes)
+        for line in new_lines:
+            now, sent = self.clock(), self._told.setdefault(job.job_id, [])
+            if not job_notes.may_tell(sent, now, per_hour):
+                log.warning("job %s: owner not told (more than %d messages within the hour): %s", job.job_id,
+                            per_hour, line, extra={"remediation": r.name})
+                continue
+            sent.append(now)
+            for route in routes:
+                self.executor.run(NotifyOwner(route, job.job_id, job.user, job.account, job_notes.event_of(line),
+                                              f"your job {job.job_id}: {line}"), r)

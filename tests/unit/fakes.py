@@ -152,8 +152,8 @@ class FakeSlurm:
     def requeue(self, ids):
         self._check("requeue")
         self.calls.append(("requeue", tuple(ids)))
-        for i in ids:
-            self.jobs[i] = SlurmJob(i, "j", "PENDING")
+        for i in ids:  # as Slurm: the same job, back in the queue (its owner, comments... kept)
+            self.jobs[i] = replace(self.jobs[i], state="PENDING", nodes=()) if i in self.jobs else SlurmJob(i, "j", "PENDING")
 
     def resume(self, name):
         self._check("resume")
@@ -213,9 +213,13 @@ class Notifier:
 
     def __init__(self):
         self.sent = []
+        self.to_owners = []  # (route, Message)
 
     def send(self, msg):
         self.sent.append(msg.event)
+
+    def send_to(self, route, msg):
+        self.to_owners.append((route, msg))
 
 
 def fleet(nodes=10, spares=2, pools=("h100",), **healing) -> FleetSpec:

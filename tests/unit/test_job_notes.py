@@ -172,3 +172,62 @@ def test_a_finished_job_is_not_written_to_slurm_would_refuse_it():
     assert w.slurm.comment_writes == writes
     assert w.manager.metrics.registry.get_sample_value("gpufleet_action_errors_total",
                                                        {"action": "NoteJob", "error": "permanent"}) is None
+
+
+# --- telling the job's owner -----------------------------------------------------------------------
+
+def owner_world(per_hour=6):
+    from fleetspec import parse_fleet
+
+    doc = fleet(grace_period_seconds=5).model_dump(mode="json")
+    doc["healing"]["notifications"] = [
+        {"type": "webhook", "name": "oncall", "url_secret": "oncall"},
+        {"type": "webhook", "name": "ml-team", "url_secret": "ml", "job_owners": {
+            "accounts": ["ml"], "max_per_job_per_hour": per_hour}}]
+    w = World(parse_fleet(doc))
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w3",), user="alice", account="ml")
+    w.slurm.jobs[8] = SlurmJob(8, "train", "RUNNING", ("h100-w3",), user="bob", account="physics")
+    return w
+
+
+def told(w) -> list:
+    return [m for route, m in w.notifier.to_owners if route == "ml-team"]
+
+
+def test_the_owner_route_of_the_jobs_account_gets_one_message_per_transition_and_no_other_account_does():
+    w = owner_world()
+    w.fault("h100-3")
+    w.run(seconds=20)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w10",), start_time=w.clock.now.timestamp(),
+                               user="alice", account="ml")
+    w.run(seconds=20)
+    sent = told(w)
+    assert [(m.event, m.job["job_id"], m.job["user"]) for m in sent] == [
+        ("signalled", 7, "alice"), ("requeued", 7, "alice"), ("running-again", 7, "alice")]
+    assert sent[1].text.startswith("your job 7: gpufleet ") and "XID 79" in sent[1].text
+    assert sent[1].fields()["remediation"] == w.remediation("h100-3").name
+    assert {route for route, _ in w.notifier.to_owners} == {"ml-team"}  # job 8 (physics) told no one
+
+
+def test_messages_about_one_job_are_rate_limited():
+    w = owner_world(per_hour=2)
+    w.fault("h100-3")
+    w.run(seconds=20)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w10",), start_time=w.clock.now.timestamp(),
+                               user="alice", account="ml")
+    w.run(seconds=20)
+    assert [m.event for m in told(w)] == ["signalled", "requeued"]  # the third within the hour is not sent
+    assert ": running again on h100-w10" in w.slurm.comments[7]  # the note is written all the same
+
+
+@pytest.mark.parametrize("users, accounts, user, account, told", [
+    (["alice"], [], "alice", "ml", True),
+    ([], ["ml"], "bob", "ml", True),
+    (["*"], [], "anyone", "", True),
+    (["alice"], ["ml"], "bob", "physics", False),
+])
+def test_owner_routes_match_the_user_or_the_account(users, accounts, user, account, told):
+    from fleetspec.models import WebhookTarget
+
+    t = WebhookTarget(type="webhook", name="r", url_secret="x", job_owners={"users": users, "accounts": accounts})
+    assert (job_notes.owner_routes([t], JobSeen(7, "RUNNING", user=user, account=account)) == ("r",)) is told
