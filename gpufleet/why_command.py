@@ -27,10 +27,13 @@ def _time(epoch: float | None) -> datetime | None:
 
 def job_facts(j):
     """A SlurmJob (adapters) as the story's JobFacts (core)."""
-    from reconciler.core.job_story import JobFacts
+    from reconciler.core.job_story import ENDED, JobFacts
 
-    return JobFacts(j.job_id, j.name, j.state, j.user, j.account, j.nodes, _time(j.submit_time), _time(j.start_time),
-                    _time(j.end_time), j.restarts, j.reason, j.exit_code, j.admin_comment or "")
+    # For a pending job Slurm's start_time is an expected start, for a running one end_time the expected end.
+    started = None if j.state == "PENDING" else _time(j.start_time)
+    ended = _time(j.end_time) if j.state in ENDED else None
+    return JobFacts(j.job_id, j.name, j.state, j.user, j.account, j.nodes, _time(j.submit_time), started, ended,
+                    j.restarts, j.reason, j.exit_code, j.admin_comment or "")
 
 
 def kube_node_of(comment: str) -> str | None:

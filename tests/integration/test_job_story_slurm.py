@@ -5,17 +5,20 @@ application XID is told it was its own error."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from kubernetes import client
 from typer.testing import CliRunner
 
+from fleetspec import parse_fleet
 from gpufleet.cli import app
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
 
-from .test_reconciler_kube import api, records_for, run_until  # noqa: F401
+from .test_reconciler_kube import api, reconciler, records_for, run_until  # noqa: F401
 from .test_reconciler_slurm import POOL, fleet_with_slurm  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -28,15 +31,41 @@ def submit(slurm, tmp_path, *args: str) -> int:
     return slurm.sbatch("--requeue", "-p", "gpu", "-o", str(tmp_path / "out-%j"), *args, str(script))
 
 
+@pytest.fixture
+def owners_webhook():
+    """A webhook receiver on this machine: the JSON bodies it was sent."""
+    got: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/hook", got
+    server.shutdown()
+
+
 def why(kube_cluster, slurm, job_id: int, *extra: str):
     return CliRunner().invoke(app, ["why", str(job_id), "--kubeconfig", str(kube_cluster.kubeconfig_path),
                                     "--slurm-url", slurm.rest_url, "--slurm-jwt-key-file", str(slurm.jwt_key_path),
                                     *extra])
 
 
-def test_a_requeued_job_carries_the_reason_keeps_its_comment_and_why_tells_its_story(
-        fleet_with_slurm, api, kube_cluster, tmp_path):  # noqa: F811
-    spec, rec, channel, slurm, rest = fleet_with_slurm
+def test_a_requeued_job_carries_the_reason_keeps_its_comment_its_owner_is_told_and_why_tells_its_story(
+        fleet_with_slurm, api, kube_cluster, tmp_path, owners_webhook, monkeypatch):  # noqa: F811
+    spec, _, channel, slurm, rest = fleet_with_slurm
+    url, received = owners_webhook
+    monkeypatch.setenv("GPUFLEET_WEBHOOK_ROOTS_JOBS", url)  # the route's URL, as the notifications Secret gives it
+    doc = spec.model_dump(mode="json")
+    doc["healing"]["notifications"] = [{"type": "webhook", "name": "roots-jobs", "url_secret": "roots-jobs",
+                                        "job_owners": {"users": ["root"]}}]
+    rec = reconciler(api, parse_fleet(doc), channel, rest)
     slurm.set_node_state("gpu-a-1", "DRAIN", "ops: reserved")  # the job lands on gpu-a-0, then on the spare
     jid = submit(slurm, tmp_path, "--comment=lr sweep 3")
     run_until(rec, lambda: (j := rest.job(jid)) and j.state == "RUNNING" and j.nodes == ("gpu-a-0",), timeout=30)
@@ -62,6 +91,12 @@ def test_a_requeued_job_carries_the_reason_keeps_its_comment_and_why_tells_its_s
     assert f"AdminComment={job.admin_comment}" in slurm.scontrol("show", "job", str(jid))
     run_until(rec, lambda: True)  # another pass: nothing is added twice
     assert rest.job(jid).admin_comment == job.admin_comment
+
+    # the owner's route: exactly one message per transition, with the user and the job
+    assert [(m["gpufleet"]["event"], m["gpufleet"]["job_id"], m["gpufleet"]["user"]) for m in received] == [
+        ("signalled", jid, "root"), ("requeued", jid, "root"), ("running-again", jid, "root")]
+    assert all(m["gpufleet"]["remediation"] == r.name for m in received)
+    assert not [m for m in channel.messages if m.job]  # on-call got the pages, not the owner's messages
 
     out = why(kube_cluster, slurm, jid)
     assert out.exit_code == 0, out.output

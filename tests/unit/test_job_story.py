@@ -89,3 +89,16 @@ def test_json_is_plain_data_with_utc_stamps():
     assert d["verdict"] == HEALED and d["remediations"] == ["kgpu-0-xid79-1"]
     assert d["job"]["started"] == "2026-11-29T12:01:25Z" and d["entries"][0]["at"].endswith("Z")
     assert d["kube_nodes"] == ["kgpu-0", "kgpu-spare-0"]
+
+
+def test_slurms_expected_times_are_not_taken_for_a_start_or_an_end():
+    from gpufleet.why_command import job_facts
+    from reconciler.adapters.slurm import SlurmJob
+
+    t = T0.timestamp()
+    pending = job_facts(SlurmJob(7, "train", "PENDING", start_time=t + 600, end_time=t + 4200, submit_time=t))
+    assert pending.started is None and pending.ended is None  # an expected start and end
+    running = job_facts(SlurmJob(7, "train", "RUNNING", ("gpu-a-2",), start_time=t, end_time=t + 3600))
+    assert running.started == T0 and running.ended is None
+    done = job_facts(SlurmJob(7, "train", "COMPLETED", start_time=t, end_time=t + 60, admin_comment=None))
+    assert done.ended == T0 + 60 * S and done.admin_comment == ""
