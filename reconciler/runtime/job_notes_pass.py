@@ -47,8 +47,9 @@ class JobNotesPass:
             return IDLE * 10
         self.executor.fenced()
         pools = {p.name for p in self.spec.pools}
-        owed = [(r, j) for r in self.caches.remediations_in(pools) for j in r.jobs
-                if (r.name, j) not in self._settled]
+        pairs = [(r, j) for r in self.caches.remediations_in(pools) for j in r.jobs]
+        self._settled &= {(r.name, j) for r, j in pairs}  # forget what retention deleted
+        owed = [(r, j) for r, j in pairs if (r.name, j) not in self._settled]
         failed = False
         for r, jid in sorted(owed, key=lambda x: (x[0].created, x[0].name, x[1])):
             try:
