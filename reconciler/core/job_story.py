@@ -121,7 +121,9 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
         return None
     entries: list[Entry] = []
     if job is not None and job.submitted:
-        entries.append(Entry(job.submitted, f"submitted by {job.user or '?'} (account {job.account or '?'})"))
+        # slurmctld sets the submit time anew at each requeue (accounting keeps the first)
+        entries.append(Entry(job.submitted, "back in Slurm's queue (its submit time, set anew by the requeue)"
+                             if job.restarts else f"submitted by {owner(job)}"))
     for r in mine:
         slurm = ",".join(r.slurm_nodes) or "?"
         entries.append(Entry(r.created, f"fault: {xids.describe(r.xid)} on {r.node} (Slurm {slurm}), "
@@ -180,12 +182,16 @@ def _verdict(job: JobFacts | None, mine: list[Remediation], own: list[NodeFault]
     return NOTHING, f"nothing gpufleet saw: no GPU fault on its nodes while it ran{state}"
 
 
+def owner(j: JobFacts) -> str:
+    return (j.user or "?") + (f"/{j.account}" if j.account else "")
+
+
 def render(s: Story) -> str:
     """The story as text for a person."""
     j = s.job
     head = f"job {s.job_id}"
     if j is not None:
-        head += f" ({j.name or '?'}, {j.user or '?'}/{j.account or '?'}): {j.state}"
+        head += f" ({j.name or '?'}, {owner(j)}): {j.state}"
         if j.nodes:
             head += f" on {','.join(j.nodes)}"
     else:

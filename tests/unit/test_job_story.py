@@ -3,6 +3,7 @@ table-tested."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -66,6 +67,14 @@ def test_the_story_and_its_verdict(name, the_job, remediations, faults, verdict,
     assert text.splitlines()[-1].startswith("verdict: ")
     times = [e.at for e in s.entries]
     assert times == sorted(times)  # in the order it happened
+
+
+def test_a_requeued_jobs_submit_time_is_told_as_its_return_to_the_queue():
+    text = render(story(7, job(), [healed()], [], KUBE, T0 + 1000 * S))
+    assert "back in Slurm's queue" in text and "submitted by" not in text
+    assert text.startswith("job 7 (train, alice/ml): RUNNING on gpu-a-2")
+    first = render(story(7, replace(job(restarts=0), account=""), [], [], KUBE, T0 + 1000 * S))
+    assert "submitted by alice" in first and first.startswith("job 7 (train, alice): ")
 
 
 def test_the_fault_itself_is_told_once_not_again_as_a_node_fault():
