@@ -20,6 +20,7 @@ from fleetspec.models import FleetSpec, WebhookTarget
 
 from .admission import declare_admission
 from .agent import declare_agent
+from .dashboard import dashboard_config_map
 from .meta import metadata, namespace_metadata, resources
 from .slinky import TOKEN_KEY, TOKEN_SECRET, restapi_url
 
@@ -231,6 +232,9 @@ class Reconciler(pulumi.ComponentResource):
         self.lending_ledger = k8s.core.v1.ConfigMap(
             f"{name}-lending-ledger", metadata=meta(labels.LENDING_LEDGER, "lending"), data={},
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["data"])) if spec.lending_pools() else None
+
+        if spec.healing.grafana_dashboard:
+            dashboard_config_map(f"{name}-dashboard", spec, self.namespace, child)
 
         env_names = notification_env(spec)
         env_from = []

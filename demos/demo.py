@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -186,7 +187,15 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
           f"{'no training step was lost' if same else 'steps were lost or repeated'}", flush=True)
     if not same:
         raise RuntimeError("the resumed job's result differs from an uninterrupted run")
+    print_why(job, out)
     return tl
+
+
+def print_why(job: int, out: Callable[[str], None] = say) -> None:
+    """What the job's owner sees: `gpufleet why` (Slurm's job, its admin comment, the remediation)."""
+    out(f"\nWhat the job's owner sees, without Kubernetes:\n$ gpufleet why {job}")
+    r = subprocess.run([sys.executable, "-m", "gpufleet", "why", str(job)], capture_output=True, text=True, timeout=60)
+    print((r.stdout or r.stderr).rstrip(), flush=True)
 
 
 def reset(env: LocalEnv, stack: Stack) -> None:

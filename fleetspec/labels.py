@@ -119,3 +119,8 @@ def standard_labels(name: str, component: str, instance: str) -> dict[str, str]:
         APP_PART_OF: PART_OF,
         APP_MANAGED_BY: "pulumi",
     }
+
+# The label (and value) that the Grafana sidecar of kube-prometheus-stack loads dashboards from by default
+# (prometheus-community/helm-charts kube-prometheus-stack-88.5.3 values.yaml, grafana.sidecar.dashboards).
+GRAFANA_DASHBOARD = "grafana_dashboard"
+GRAFANA_DASHBOARD_VALUE = "1"

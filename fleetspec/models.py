@@ -533,10 +533,28 @@ class SlurmSpec(Strict):
 
 # --- healing -----------------------------------------------------------------------------
 
+class JobOwners(Strict):
+    """Whose jobs a webhook tells: the Slurm users and accounts (`*`: everyone's)."""
+
+    users: list[str] = Field(default_factory=list)
+    accounts: list[str] = Field(default_factory=list)
+    max_per_job_per_hour: int = Field(6, ge=1, le=100, description="Messages about one job at most, per hour.")
+
+    @model_validator(mode="after")
+    def _someone(self) -> "JobOwners":
+        if not self.users and not self.accounts:
+            raise FieldError("users", "name at least one Slurm user or account (or \"*\")")
+        return self
+
+
 class WebhookTarget(Strict):
     type: Literal["webhook"]
     name: K8sName
     url_secret: str = Field(min_length=1, description="Pulumi secret config key with the URL (it carries a token).")
+    job_owners: JobOwners | None = Field(
+        None, description="A route to the owners of these users' or accounts' jobs: it gets a message when gpufleet "
+        "signals, requeues, holds or resumes one of their jobs (with the user, account and job in the payload), "
+        "and none of the on-call pages.")
 
 
 class SnsTarget(Strict):
@@ -697,6 +715,9 @@ class HealingSpec(Strict):
     prometheus_rule: bool = Field(
         False, description="The cluster runs the Prometheus operator: ship gpufleet's alert rules as a PrometheusRule "
         "(a page that could not be delivered, the storm brake, failed remediations).")
+    grafana_dashboard: bool = Field(
+        False, description="The cluster runs Grafana with its dashboard sidecar (kube-prometheus-stack): ship "
+        "gpufleet's fleet-health dashboard as a ConfigMap labelled grafana_dashboard=1.")
     reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)
     repair: RepairSpec = Field(default_factory=RepairSpec, description="The repair loop after a heal (issue 25).")
 

@@ -13,7 +13,7 @@ from fleetspec import FleetSpec, parse_fleet
 
 from reconciler.adapters.health_checks import HealthChecks
 from reconciler.adapters.kube import Kube
-from reconciler.adapters.notify import Notifier, channels_from_spec
+from reconciler.adapters.notify import Notifier, channels_from_spec, owner_routes_from_spec
 from reconciler.adapters.providers import provider_for
 from reconciler.adapters.records import KubeRemediationStore
 from reconciler.adapters.slurm import SlurmClient
@@ -51,7 +51,7 @@ def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, 
     metrics = Metrics()
     namespace = namespace or spec.healing.reconciler.namespace
     notifier = Notifier(channels_from_spec(spec), kube, namespace,
-                        on_failure=lambda ch: metrics.notify_failures.labels(ch).inc())
+                        on_failure=lambda ch: metrics.notify_failures.labels(ch).inc(), routes=owner_routes_from_spec(spec))
     kw = {"session": aws_session} if aws_session is not None else {}
     providers = {p.name: provider_for(p, kube, spec, slurm, **(kw if p.provider == "aws-asg" else {})) for p in spec.pools}
     elector = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import httpx
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -32,11 +32,13 @@ class Message:
     severity: str  # info | warning | critical
     text: str
     remediation: Remediation | None = None
+    job: Mapping[str, Any] | None = None  # a message to a job's owner: job_id, user, account
 
     def fields(self) -> dict[str, Any]:
         r = self.remediation
-        return {} if r is None else {"node": r.node, "pool": r.pool, "xid": r.xid, "phase": r.phase.value,
-                                     "remediation": r.name, "replacement": r.replacement}
+        out = {} if r is None else {"node": r.node, "pool": r.pool, "xid": r.xid, "phase": r.phase.value,
+                                    "remediation": r.name, "replacement": r.replacement}
+        return {**(self.job or {}), **out}
 
 
 class Channel(Protocol):
@@ -105,6 +107,8 @@ def channels_from_spec(spec: FleetSpec, env: dict[str, str] | None = None) -> li
     env = os.environ if env is None else env
     out: list[Channel] = []
     for t in spec.healing.notifications:
+        if isinstance(t, WebhookTarget) and t.job_owners is not None:
+            continue  # a route to jobs' owners (owner_routes_from_spec), not an on-call channel
         if isinstance(t, WebhookTarget):
             var = f"GPUFLEET_WEBHOOK_{t.name.upper().replace('-', '_')}"
             if env.get(var):
@@ -116,10 +120,37 @@ def channels_from_spec(spec: FleetSpec, env: dict[str, str] | None = None) -> li
     return out
 
 
+def owner_routes_from_spec(spec: FleetSpec, env: dict[str, str] | None = None) -> dict[str, Channel]:
+    """The webhook targets with `job_owners`, by name (URLs from the environment, as the others')."""
+    env = os.environ if env is None else env
+    out: dict[str, Channel] = {}
+    for t in spec.healing.notifications:
+        if isinstance(t, WebhookTarget) and t.job_owners is not None:
+            var = f"GPUFLEET_WEBHOOK_{t.name.upper().replace('-', '_')}"
+            if env.get(var):
+                out[t.name] = Webhook(t.name, env[var])
+            else:
+                log.warning("owner route %s has no URL (%s unset): skipped", t.name, var)
+    return out
+
+
 class Notifier:
-    def __init__(self, channels: list[Channel], kube: Any = None, namespace: str = "default", on_failure=None):
+    def __init__(self, channels: list[Channel], kube: Any = None, namespace: str = "default", on_failure=None,
+                 routes: Mapping[str, Channel] | None = None):
         self.channels, self.kube, self.namespace = channels, kube, namespace
         self.on_failure = on_failure or (lambda channel: None)
+        self.routes = dict(routes or {})  # owner routes, by name: told about their jobs only
+
+    def send_to(self, route: str, msg: Message) -> None:
+        """One message to one owner route; a failure is logged and counted, never raised (nor repeated)."""
+        ch = self.routes.get(route)
+        if ch is None:
+            return
+        try:
+            ch.send(msg)
+        except Exception as e:  # noqa: BLE001 - delivery must never stop healing
+            log.error("message to owner route %s failed: %s", route, e)
+            self.on_failure(route)
 
     def send(self, msg: Message) -> None:
         log.info("notify %s: %s", msg.event, redact(msg.text),

@@ -48,6 +48,18 @@ class Notify(Action):
 
 
 @dataclass(frozen=True)
+class NotifyOwner(Action):
+    """Tell a job's owner, through an owner route (a webhook target with `job_owners`), what gpufleet did to it."""
+
+    route: str
+    job_id: int
+    user: str
+    account: str
+    event: str  # signalled | requeued | held | running-again
+    text: str
+
+
+@dataclass(frozen=True)
 class NoteSignals(Action):
     """Remember when a node's faults were signalled, on the node itself (for `occurrences`), so a
     restart keeps counting."""
@@ -86,6 +98,15 @@ class SignalJobs(Action):
 @dataclass(frozen=True)
 class RequeueJobs(Action):
     job_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class NoteJob(Action):
+    """Set a job's admin comment to `text`: what was there with gpufleet's missing lines appended
+    (core/job_notes.py), so repeating it changes nothing."""
+
+    job_id: int
+    text: str
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from reconciler.adapters.records import RemediationStore
 from reconciler.adapters.slurm import SlurmClient, call
 from reconciler.core.actions import (
     Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
-    EvictPods, Lend, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
+    EvictPods, Lend, NoteJob, NoteSignals, Notify, NotifyOwner,
+    PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
     ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
 from reconciler.core.model import RefillState, Remediation
@@ -106,6 +107,9 @@ class Executor:
         match a:
             case Notify():
                 self.notifier.send(Message(a.event, a.severity, a.text, r))
+            case NotifyOwner():
+                self.notifier.send_to(a.route, Message(a.event, "info", a.text, r, job={
+                    "job_id": a.job_id, "user": a.user, "account": a.account}))
             case NoteSignals():
                 self.caches.node_written(self.kube.patch_node(a.node, {"metadata": {"annotations": {
                     labels.SIGNALS: json.dumps([t.isoformat() for t in a.signals])}}}))
@@ -118,6 +122,8 @@ class Executor:
                 self._slurm(lambda s: s.signal_jobs(a.job_ids, a.signal))
             case RequeueJobs():
                 self._slurm(lambda s: s.requeue(a.job_ids))
+            case NoteJob():
+                self._slurm(lambda s: s.set_admin_comment(a.job_id, a.text))
             case ResumeSlurm():
                 self._slurm(lambda s: s.resume(a.node))
             case ReleaseJobs():

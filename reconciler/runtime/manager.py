@@ -2,7 +2,7 @@
 metrics server; one of each, wired here.
 
     informers ─► triggers ─► WorkQueue[node name] ─► N workers ─► healing.reconcile(node)
-    timers: membership, lending, retention, validation (each its own loop) ─► their passes
+    timers: membership, lending, retention, validation, job notes (each its own loop) ─► their passes
     every action of either ─► executor (fenced by the Lease; nothing in a dry run)
 
 The resync (at start, every RESYNC_SECONDS, and when this replica starts leading) queues every node with
@@ -33,6 +33,7 @@ from reconciler.runtime.executor import Executor, NotLeader
 from reconciler.runtime.facts import Facts
 from reconciler.runtime.healing import UNSYNCED_RECHECK, Healing
 from reconciler.runtime.leader import LeaseElector
+from reconciler.runtime.job_notes_pass import JobNotesPass
 from reconciler.runtime.lending_pass import LendingPass
 from reconciler.runtime.membership_pass import MembershipPass
 from reconciler.runtime.metrics import Metrics, serve
@@ -84,6 +85,7 @@ class Manager:
             "retention": RetentionPass(spec, self.caches, self.executor, clock),
             "validation": ValidationPass(spec, self.caches, self.claims, self.executor, self.metrics, self.queue, clock,
                                          checks),
+            "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
 

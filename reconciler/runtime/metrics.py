@@ -72,6 +72,9 @@ class Metrics:
                                "Stopped) and retired nodes (Retired)", ["pool", "phase"], registry=r)
         self.health_checks = Counter("gpufleet_health_checks_total", "Health checks of spares before they serve, by "
                                      "pool and outcome (passed, failed)", ["pool", "outcome"], registry=r)
+        self.job_back_seconds = Histogram("gpufleet_job_back_seconds",
+                                          "From a fault to a job it requeued running again (the job notes pass)",
+                                          buckets=BUCKETS, registry=r)
         self.last_pass = time.monotonic()
 
 

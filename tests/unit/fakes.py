@@ -3,6 +3,7 @@ a Slurm or a cloud: a fleet whose every write is recorded."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from fleetspec import labels, parse_fleet
@@ -163,6 +164,8 @@ class FakeSlurm:
         self.table: dict[str, SlurmNode] = {}
         self.jobs: dict[int, SlurmJob] = {}
         self.calls, self.down = [], False
+        self.comments: dict[int, str] = {}  # admin comments (their writes are not in `calls`)
+        self.comment_writes = 0
 
     def _check(self, what):
         if self.down:
@@ -198,8 +201,8 @@ class FakeSlurm:
     def requeue(self, ids):
         self._check("requeue")
         self.calls.append(("requeue", tuple(ids)))
-        for i in ids:
-            self.jobs[i] = SlurmJob(i, "j", "PENDING")
+        for i in ids:  # as Slurm: the same job, back in the queue (its owner, comments... kept)
+            self.jobs[i] = replace(self.jobs[i], state="PENDING", nodes=()) if i in self.jobs else SlurmJob(i, "j", "PENDING")
 
     def resume(self, name):
         self._check("resume")
@@ -208,6 +211,16 @@ class FakeSlurm:
 
     def release(self, ids):
         self.calls.append(("release", tuple(ids)))
+
+    def job(self, job_id):
+        self._check("job")
+        j = self.jobs.get(job_id)
+        return replace(j, admin_comment=self.comments.get(job_id, "")) if j else None
+
+    def set_admin_comment(self, job_id, text):
+        self._check("admin comment")
+        self.comment_writes += 1
+        self.comments[job_id] = text
 
 
 class Provider:
@@ -351,10 +364,14 @@ class Notifier:
     def __init__(self):
         self.sent = []
         self.texts: dict[str, list[str]] = {}  # event -> the texts sent
+        self.to_owners = []  # (route, Message)
 
     def send(self, msg):
         self.sent.append(msg.event)
         self.texts.setdefault(msg.event, []).append(msg.text)
+
+    def send_to(self, route, msg):
+        self.to_owners.append((route, msg))
 
 
 def fleet(nodes=10, spares=2, pools=("h100",), **healing) -> FleetSpec:

@@ -95,8 +95,10 @@ def test_each_environment_declares_its_fleet(env):
     spec = build(env)
     types = [r.typ for r in MOCKS.resources]
     assert types.count("kubernetes:slinky.slurm.net/v1beta1:NodeSet") == len(spec.pools)
-    # capacity per pool, policy (and the agent's copy), gres.conf, and the lending ledger where a pool lends
-    assert types.count("kubernetes:core/v1:ConfigMap") == len(spec.pools) + 3 + bool(spec.lending_pools())
+    # capacity per pool, policy (and the agent's copy), gres.conf, the lending ledger where a pool lends, and
+    # the dashboard where the spec asks for it
+    assert types.count("kubernetes:core/v1:ConfigMap") == (len(spec.pools) + 3 + bool(spec.lending_pools())
+                                                         + spec.healing.grafana_dashboard)
     assert types.count("kubernetes:scheduling.k8s.io/v1:PriorityClass") == len(spec.borrower_classes())
     assert types.count("kubernetes:core/v1:PersistentVolumeClaim") == len(spec.storage)
     assert types.count("pulumi:providers:kubernetes") == 1
@@ -692,3 +694,14 @@ def test_slurm_images_are_pinned_by_the_digests_the_stack_file_records():
     assert ctl.inputs["spec"]["slurmctld"]["image"].endswith(f":{doc['slurm']['image_tag']}@{digest}")
     (rest,) = MOCKS.of_type(CR + "RestApi")
     assert "@" not in rest.inputs["spec"]["slurmrestd"]["image"]  # no digest recorded for it: by tag
+
+
+def test_the_dashboard_configmap_is_declared_when_the_spec_asks_for_it():
+    build("local")  # healing.grafana_dashboard: true
+    (cm,) = [r for r in MOCKS.of_type("kubernetes:core/v1:ConfigMap")
+             if r.inputs["metadata"]["name"] == "gpufleet-dashboard"]
+    assert cm.inputs["metadata"]["labels"][labels.GRAFANA_DASHBOARD] == "1"
+    assert json.loads(cm.inputs["data"]["gpufleet.json"])["uid"] == "gpufleet-fleet-health"
+    build("prod")  # not asked
+    assert not [r for r in MOCKS.of_type("kubernetes:core/v1:ConfigMap")
+                if r.inputs["metadata"]["name"] == "gpufleet-dashboard"]

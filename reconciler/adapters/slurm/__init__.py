@@ -53,6 +53,15 @@ class SlurmJob:
     partitions: tuple[str, ...] = ()
     node_count: int = 1   # nodes it asks for (or holds)
     hold: bool = False    # held (priority 0) by a user or an admin
+    # Read by the REST backend only (None/"" from the CLI one): the job's story (`gpufleet why`) and notes.
+    admin_comment: str | None = None  # None: this backend did not read it (never overwrite what was not read)
+    comment: str = ""     # the user's own comment (never written by gpufleet)
+    user: str = ""
+    account: str = ""
+    submit_time: float | None = None  # epoch seconds
+    start_time: float | None = None   # the latest start (after a requeue, the restart)
+    end_time: float | None = None
+    exit_code: str = ""   # e.g. "SUCCESS 0", "ERROR 1", "SIGNALED 9"
 
 
 class SlurmClient(Protocol):
@@ -81,6 +90,9 @@ class SlurmClient(Protocol):
 
     def release(self, job_ids: Sequence[int]) -> None:
         """Make requeued jobs eligible now instead of after Slurm's requeue delay."""
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        """Set the job's admin comment (the admin's field; the user's `comment` is left alone)."""
 
     def down(self, name: str, reason: str) -> None: ...
 

@@ -393,6 +393,11 @@ class SlurmCLI:
                 continue
             raise error
 
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        """`scontrol update JobId=N AdminComment=...` (a super user's field, as over REST). This backend does
+        not read admin comments back (SlurmJob.admin_comment is None), so the job notes pass skips it."""
+        self._run([self.scontrol, "update", f"JobId={int(job_id)}", f"AdminComment={text}"])
+
     def release(self, job_ids: Sequence[int]) -> None:
         """Make pending jobs eligible now: clear the begin time a requeue sets, and
         release a hold. Jobs that already run or ended are left alone."""

@@ -230,6 +230,22 @@ class NoValInt(_Model):
     number: int = 0
 
 
+class ExitCode(_Model):
+    """v0.0.45 process_exit_code_verbose: {"status": ["SUCCESS"], "return_code": {...}, "signal": {...}}."""
+    status: list[str] = Field(default_factory=list)
+    return_code: "NoValInt | int | None" = None
+    signal: dict[str, Any] = Field(default_factory=dict)
+
+    def __str__(self) -> str:
+        status = ",".join(self.status)
+        if "SIGNALED" in self.status:
+            sig = _number(NoValInt.model_validate(self.signal.get("id") or {})) if isinstance(
+                self.signal.get("id"), dict) else self.signal.get("id")
+            return f"{status} {self.signal.get('name') or sig or ''}".strip()
+        code = _number(self.return_code)
+        return f"{status} {code}".strip() if code is not None else status
+
+
 class JobInfo(_Model):
     job_id: int
     name: str = ""
@@ -241,6 +257,14 @@ class JobInfo(_Model):
     hold: bool = False
     partition: str = ""
     node_count: "NoValInt | int | None" = None
+    admin_comment: str = ""
+    comment: str = ""
+    user_name: str = ""
+    account: str = ""
+    submit_time: "NoValInt | int | None" = None
+    start_time: "NoValInt | int | None" = None
+    end_time: "NoValInt | int | None" = None
+    exit_code: "ExitCode | None" = None
 
 
 class JobsResponse(Envelope):
@@ -264,6 +288,7 @@ class JobUpdate(_Model):
     """v0.0.4x job_desc_msg: the fields release() sets."""
     begin_time: NoValInt | None = None
     hold: bool | None = None
+    admin_comment: str | None = None
 
 
 class OpenAPIDoc(_Model):
@@ -497,6 +522,14 @@ class SlurmREST:
                 raise
 
 
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        """POST /slurm/v0.0.45/job/{id} with job_desc_msg's `admin_comment` (slurmrestd's generated OpenAPI
+        for Slurm 26.05: `v0.0.45_job_desc_msg.admin_comment`); slurmctld takes it from a super user only
+        (the SlurmUser or root: slurm-26-05-3-1 src/slurmctld/job_mgr.c `_update_job`), else
+        ESLURM_ACCESS_DENIED (permanent)."""
+        self._call("POST", f"/job/{int(job_id)}", Envelope, body=JobUpdate(admin_comment=text))
+
+
 class _RESTError(Exception):
     """Carries the body's errors as the cause of a SlurmError (for classification)."""
 
@@ -537,4 +570,11 @@ def _job(j: JobInfo) -> SlurmJob:
     return SlurmJob(job_id=j.job_id, name=j.name, state=state, nodes=tuple(expand_hostlist(j.nodes)),
                     requeue=j.requeue, reason=reason, restarts=j.restart_cnt,
                     partitions=tuple(p for p in j.partition.split(",") if p), node_count=_number(j.node_count) or 1,
-                    hold=j.hold)
+                    hold=j.hold, admin_comment=j.admin_comment, comment=j.comment, user=j.user_name,
+                    account=j.account, submit_time=_epoch(j.submit_time), start_time=_epoch(j.start_time),
+                    end_time=_epoch(j.end_time), exit_code=str(j.exit_code) if j.exit_code else "")
+
+
+def _epoch(v: "NoValInt | int | None") -> float | None:
+    n = _number(v)
+    return float(n) if n else None

@@ -1,0 +1,135 @@
+"""`gpufleet why JOBID`: a Slurm job's story, for the ML engineer who asks "why was my job requeued?".
+
+Gathers what Slurm and Kubernetes know (the job from slurmrestd, the Slurm nodes' operator comments for
+their Kubernetes nodes, the remediations, the GPU conditions and Events of those nodes) and hands it to
+the pure `reconciler.core.job_story`. Accounting (slurmdbd) is not read: the story has what slurmctld
+still remembers (an ended job for MinJobAge), and gpufleet's records for the rest.
+"""
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpufleet import local_cluster
+from gpufleet.console import EXIT_FAILED, _err, app
+
+XID = re.compile(r"\bxid\s*(\d+)", re.IGNORECASE)
+
+
+def _time(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, timezone.utc) if epoch else None
+
+
+def job_facts(j):
+    """A SlurmJob (adapters) as the story's JobFacts (core)."""
+    from reconciler.core.job_story import ENDED, JobFacts
+
+    # For a pending job Slurm's start_time is an expected start, for a running one end_time the expected end.
+    started = None if j.state == "PENDING" else _time(j.start_time)
+    ended = _time(j.end_time) if j.state in ENDED else None
+    return JobFacts(j.job_id, j.name, j.state, j.user, j.account, j.nodes, _time(j.submit_time), started, ended,
+                    j.restarts, j.reason, j.exit_code, j.admin_comment or "")
+
+
+def kube_node_of(comment: str) -> str | None:
+    """The Kubernetes node in the JSON Slinky's operator writes into a Slurm node's comment."""
+    try:
+        node = json.loads(comment).get("node") if comment else None
+    except (ValueError, AttributeError):
+        return None
+    return node if isinstance(node, str) and node else None
+
+
+def slurm_hosts(api) -> dict[str, str]:
+    """Slurm node -> Kubernetes node, from the NodeSet pods (their hostname label, where they run): what
+    the reconciler itself reads."""
+    from kubernetes import client
+
+    from fleetspec import labels
+
+    pods = client.CoreV1Api(api).list_pod_for_all_namespaces(label_selector=labels.SLINKY_POD_HOSTNAME).items
+    return {p.metadata.labels[labels.SLINKY_POD_HOSTNAME]: p.spec.node_name for p in pods if p.spec.node_name}
+
+
+def node_faults(api, nodes: set[str]) -> list:
+    """The GPU faults seen on these Kubernetes nodes: each condition whose reason names an XID, and each
+    Event on the node that names one (a detector's or the agent's)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from reconciler.core.job_story import NodeFault
+
+    core, out = client.CoreV1Api(api), []
+    for name in sorted(nodes):
+        try:
+            node = core.read_node(name)
+        except ApiException as e:
+            if e.status == 404:
+                continue
+            raise
+        for c in node.status.conditions or []:
+            m = XID.search(c.reason or "")
+            if m and c.status == "False" and c.last_transition_time:
+                out.append(NodeFault(name, c.last_transition_time, int(m.group(1)), c.message or ""))
+        events = core.list_namespaced_event("default", field_selector=f"involvedObject.kind=Node,involvedObject.name={name}")
+        for e in events.items:
+            m = XID.search(f"{e.reason} {e.message}")
+            at = e.last_timestamp or e.event_time or e.first_timestamp
+            if m and at:
+                out.append(NodeFault(name, at, int(m.group(1)), e.message or ""))
+    return out
+
+
+@app.command()
+def why(
+    job_id: int = typer.Argument(..., help="The Slurm job id."),
+    as_json: bool = typer.Option(False, "--json", help="The story as JSON, for machines."),
+    stack: Optional[str] = typer.Option(None, "--stack", "-s", help="The environment (default: the local one)."),
+    kubeconfig: Optional[Path] = typer.Option(None, help="Kubeconfig (default: the local environment's, or yours)."),
+    slurm_url: Optional[str] = typer.Option(None, help="slurmrestd URL; locally the running environment's."),
+    slurm_token_file: Optional[Path] = typer.Option(None, help="File with a Slurm JWT (SLURM_JWT)."),
+    slurm_jwt_key_file: Optional[Path] = typer.Option(None, help="The cluster's JWT key, to sign a token."),
+    slurm_user: str = typer.Option("slurm", help="Slurm user of a token signed from --slurm-jwt-key-file."),
+) -> None:
+    """Why was this job requeued, held or stopped? Its story from Slurm and gpufleet, with a verdict.
+    Exit 1 when neither Slurm nor gpufleet knows the job."""
+    from kubernetes.client.exceptions import ApiException
+
+    from reconciler.adapters.records import KubeRemediationStore
+    from reconciler.adapters.slurm import SlurmError, make_client
+    from reconciler.core import job_story
+    from reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.commands import _api
+
+    local = local_cluster.find() if stack in (None, "local") else None
+    if local is not None and not (slurm_url or slurm_token_file or slurm_jwt_key_file):
+        slurm_url, slurm_jwt_key_file = local.slurm_rest_url, local.slurm_jwt_key
+    try:
+        slurm = make_client("rest", url=slurm_url, token_file=slurm_token_file, jwt_key_file=slurm_jwt_key_file,
+                            user=slurm_user)
+    except ValueError as e:
+        _err(str(e))
+        raise typer.Exit(EXIT_FAILED)
+    api = _api(kubeconfig, stack)
+    try:
+        found = slurm.job(job_id)
+        kube_nodes = {n.name: k for n in slurm.nodes() if (k := kube_node_of(n.comment))} | slurm_hosts(api)
+        remediations = KubeRemediationStore(api).list()
+        job = job_facts(found) if found is not None else None
+        nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}
+        nodes |= {r.node for r in remediations if job_id in r.jobs}
+        faults = node_faults(api, nodes)
+    except (SlurmError, TemporaryError, PermanentError, ApiException) as e:
+        _err(f"gpufleet why {job_id}: {e}")
+        raise typer.Exit(EXIT_FAILED)
+    s = job_story.story(job_id, job, remediations, faults, kube_nodes, datetime.now(timezone.utc))
+    if s is None:
+        _err(f"job {job_id}: unknown to Slurm (slurmctld forgets ended jobs after MinJobAge; accounting is not "
+             "read) and to every gpufleet remediation")
+        raise typer.Exit(EXIT_FAILED)
+    typer.echo(json.dumps(s.to_json(), indent=2) if as_json else job_story.render(s))

@@ -1,0 +1,159 @@
+"""What gpufleet writes into a Slurm job's admin comment when it signals, requeues or holds the job, and
+when the job runs again: one short dated line per event, appended to what is there, so `scontrol show job`
+(and `sacct --format=JobID,AdminComment` where accounting runs) says why the job was touched.
+
+Pure. Every line is built from the remediation's recorded phases and times (and, for the resume, from the
+job's own start time), so the same event always gives the same line: writing is append-if-absent, and a
+pass that repeats after a crash or a failed write adds nothing twice (at least once, never twice).
+
+The admin comment is Slurm's field for administrators (slurmctld lets only a super user set it:
+slurm-26-05-3-1 src/slurmctld/job_mgr.c, the admin_comment checks in `_update_job`); the user's own
+`comment` is never touched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+from fleetspec.faults import describe
+from fleetspec.models import WebhookTarget
+
+from reconciler.core.model import Remediation
+from reconciler.core.phases import Phase
+
+RUNNING = "RUNNING"
+
+PREFIX = "gpufleet"
+SEPARATOR = " | "  # between lines: one admin comment reads on one line in scontrol and sacct
+RESUME_WINDOW = timedelta(hours=24)  # after a remediation ends, how long its jobs are watched for their restart
+FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                      "DEADLINE", "OUT_OF_MEMORY"})
+SIGNALLED, REQUEUED, HELD, RESUMED = "signalled", "requeued", "held", "running again"
+
+
+@dataclass(frozen=True)
+class JobSeen:
+    """A Slurm job as the notes need it (from slurmrestd's GET job)."""
+
+    job_id: int
+    state: str
+    nodes: tuple[str, ...] = ()
+    start_time: datetime | None = None
+    admin_comment: str = ""
+    user: str = ""
+    account: str = ""
+
+
+def stamp(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def note_line(at: datetime, what: str, fault: str, node: str, remediation: str, grace_seconds: int | None = None) -> str:
+    """The one line for one event. `fault` is a short summary of the fault (today `fault_summary`; a richer
+    fault record, e.g. an XID with its PCI address, gives its own)."""
+    text = f"{PREFIX} {stamp(at)}: {what}: {fault} on {node}; remediation {remediation}"
+    if grace_seconds:
+        text += f"; checkpoint grace {grace_seconds} s"
+    return text
+
+
+def fault_summary(r: Remediation) -> str:
+    """What the remediation knows of its fault: its name and the GPU it names (the condition's message is
+    left to `why`)."""
+    return describe(r.xid, r.kind) + (f" GPU {r.pci}" if r.pci else "")
+
+
+def grace_of(r: Remediation) -> int | None:
+    start = r.entered(Phase.CHECKPOINTING)
+    if start is None or r.grace_deadline is None:
+        return None
+    return max(0, round((r.grace_deadline - start).total_seconds()))
+
+
+def lines_for(r: Remediation, job: JobSeen) -> tuple[str, ...]:
+    """Every line the remediation owes this job, oldest first (whether written or not)."""
+    if job.job_id not in r.jobs:
+        return ()
+    fault, out = fault_summary(r), []
+    checkpointing = r.entered(Phase.CHECKPOINTING)
+    if checkpointing is not None and "signal:TERM" in r.intents:
+        out.append(note_line(checkpointing, f"{SIGNALLED} SIGTERM to checkpoint", fault, r.node, r.name, grace_of(r)))
+    requeued = r.entered(Phase.REQUEUED)
+    if requeued is not None:
+        out.append(note_line(requeued, REQUEUED, fault, r.node, r.name))
+    held = r.entered(Phase.HELD)
+    if held is not None:
+        out.append(note_line(held, f"{HELD} (its replacement waits for admission)", fault, r.node, r.name))
+    after = back_after(r, job)
+    if after is not None and job.start_time is not None:
+        line = note_line(job.start_time, f"{RESUMED} on {','.join(job.nodes) or '?'}", fault, r.node, r.name)
+        out.append(f"{line}; {after:.0f} s after the fault")
+    return tuple(out)
+
+
+def back_after(r: Remediation, job: JobSeen) -> float | None:
+    """Seconds from the fault to the job running again after the remediation requeued it; None until then."""
+    requeued = r.entered(Phase.REQUEUED)
+    if requeued is None or job.state != RUNNING or job.start_time is None or job.start_time < requeued:
+        return None
+    return (job.start_time - r.created).total_seconds()
+
+
+def writable(job: JobSeen) -> bool:
+    """slurmctld takes no update of a finished job (ESLURM_JOB_FINISHED: slurm-26-05-3-1
+    src/slurmctld/job_mgr.c `_update_job`)."""
+    return job.state not in FINISHED
+
+
+def settled(r: Remediation, job: JobSeen | None, now: datetime) -> bool:
+    """Nothing more will be owed to this job: it is gone or finished (once requeued: a job that ends on its
+    SIGTERM is requeued after), it ran again, or its remediation ended long ago."""
+    if job is None:
+        return True
+    if not writable(job):
+        return r.phase.terminal or r.entered(Phase.REQUEUED) is not None
+    if not r.phase.terminal:
+        return False
+    if back_after(r, job) is not None:
+        return True
+    ended = r.phase_times[-1][1] if r.phase_times else r.created
+    return now - ended > RESUME_WINDOW
+
+
+def appended(existing: str, lines: tuple[str, ...]) -> str | None:
+    """The admin comment with the lines it lacks appended; None when it has them all. What was there (a
+    person's text, earlier lines) is kept as it is."""
+    missing = [line for line in lines if line not in existing]
+    if not missing:
+        return None
+    return SEPARATOR.join(([existing] if existing else []) + missing)
+
+
+# --- telling the job's owner (webhook targets with `job_owners`) ----------------------------------
+
+def event_of(line: str) -> str:
+    """The event a line tells: signalled | requeued | held | running-again."""
+    what = line.split(": ", 2)[1] if line.count(": ") >= 2 else ""
+    for event in (SIGNALLED, REQUEUED, HELD, RESUMED):
+        if what.startswith(event):
+            return event.replace(" ", "-")
+    return "noted"
+
+
+def owner_routes(targets: Sequence[WebhookTarget], job: JobSeen) -> tuple[str, ...]:
+    """The owner routes that tell this job's user or account."""
+    out = []
+    for t in targets:
+        o = t.job_owners
+        if o is None:
+            continue
+        if "*" in o.users or "*" in o.accounts or (job.user and job.user in o.users) or (
+                job.account and job.account in o.accounts):
+            out.append(t.name)
+    return tuple(out)
+
+
+def may_tell(sent: Sequence[datetime], now: datetime, per_hour: int) -> bool:
+    """Rate limit per job: fewer than `per_hour` messages about it within the last hour."""
+    return sum(1 for t in sent if now - t < timedelta(hours=1)) < per_hour

@@ -1,0 +1,212 @@
+"""A Slurm job's story as gpufleet knows it (`gpufleet why JOBID`): when it ran and where, the faults on its
+nodes while it ran, each remediation that touched it with its phases, its requeues, the time from the fault
+to running again, and a one-line verdict. Pure: the command gathers the records and this assembles them.
+
+Where a fact comes from: the job's fields from slurmctld (slurmrestd GET job; slurmctld forgets an ended
+job after MinJobAge, and without accounting nothing older is known), the remediations from their objects,
+the faults from the node conditions and Events (an application XID, e.g. 13, points at the job itself).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+from fleetspec.faults import FaultAction, Kind, default_action, describe
+
+from reconciler.core.job_notes import stamp
+from reconciler.core.model import Remediation
+from reconciler.core.phases import Phase
+
+HEALED, HEALING, FAILED, OWN_ERROR, NOTHING = "healed", "healing", "heal-failed", "own-error", "nothing"
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "OUT_OF_MEMORY",
+         "DEADLINE")
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """The job as slurmctld remembers it."""
+
+    job_id: int
+    name: str = ""
+    state: str = ""
+    user: str = ""
+    account: str = ""
+    nodes: tuple[str, ...] = ()  # Slurm nodes of its latest run
+    submitted: datetime | None = None
+    started: datetime | None = None  # its latest start
+    ended: datetime | None = None
+    restarts: int = 0
+    reason: str = ""  # why it waits
+    exit_code: str = ""
+    admin_comment: str = ""
+
+
+@dataclass(frozen=True)
+class NodeFault:
+    """A fault seen on a Kubernetes node: its GPU condition or an Event naming an XID."""
+
+    node: str
+    at: datetime
+    xid: int | None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Entry:
+    at: datetime | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Story:
+    job_id: int
+    known_to_slurm: bool
+    verdict: str  # HEALED | HEALING | FAILED | OWN_ERROR | NOTHING
+    summary: str  # the verdict in one line
+    job: JobFacts | None = None
+    kube_nodes: tuple[str, ...] = ()  # the Kubernetes nodes of its Slurm nodes (as far as known)
+    remediations: tuple[str, ...] = ()
+    entries: tuple[Entry, ...] = field(default_factory=tuple)
+    fault_to_running_seconds: float | None = None
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        for e in d["entries"]:
+            e["at"] = stamp(e["at"]) if e["at"] else None
+        if d["job"]:
+            for k in ("submitted", "started", "ended"):
+                d["job"][k] = stamp(d["job"][k]) if d["job"][k] else None
+        return d
+
+
+def touched(r: Remediation, job_id: int) -> bool:
+    return job_id in r.jobs
+
+
+def _phases(r: Remediation) -> list[Entry]:
+    out = []
+    for phase, at in r.phase_times:
+        if phase == Phase.DETECTED.value:
+            continue
+        text = f"remediation {r.name}: {phase}"
+        if phase == Phase.CHECKPOINTING.value and r.grace_deadline is not None:
+            text += f" (SIGTERM, {max(0, round((r.grace_deadline - at).total_seconds()))} s to checkpoint)"
+        elif phase == Phase.REQUEUED.value:
+            text += " (the job went back to Slurm's queue)"
+        elif phase == Phase.HELD.value:
+            text += f" ({r.held_message or 'admission held the replacement'})"
+        elif phase == Phase.RESUMING.value and r.replacement:
+            text += f" (replacement {r.replacement})"
+        elif phase in (Phase.FAILED.value, Phase.ESCALATED.value) and r.reason:
+            text += f": {r.reason}"
+        out.append(Entry(at, text))
+    if r.reclaim_started is not None:
+        out.append(Entry(r.reclaim_started, f"remediation {r.name}: its spare {r.replacement or ''} was lent; "
+                                            "the borrowers were evicted first (this delayed the heal)"))
+    return out
+
+
+def _ran_while(job: JobFacts | None, f: NodeFault, now: datetime) -> bool:
+    if job is None or job.started is None:
+        return False
+    return job.started <= f.at <= (job.ended or now)
+
+
+def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], faults: list[NodeFault],
+          kube_nodes: dict[str, str], now: datetime) -> Story | None:
+    """The story of one job; None when neither Slurm nor any remediation knows it. `kube_nodes` maps
+    Slurm node names to Kubernetes node names (from the operator's comment on each Slurm node)."""
+    mine = sorted((r for r in remediations if touched(r, job_id)), key=lambda r: (r.created, r.name))
+    if job is None and not mine:
+        return None
+    entries: list[Entry] = []
+    if job is not None and job.submitted:
+        # slurmctld sets the submit time anew at each requeue (accounting keeps the first)
+        entries.append(Entry(job.submitted, "back in Slurm's queue (its submit time, set anew by the requeue)"
+                             if job.restarts else f"submitted by {owner(job)}"))
+    for r in mine:
+        slurm = ",".join(r.slurm_nodes) or "?"
+        entries.append(Entry(r.created, f"fault: {describe(r.xid, r.kind)} on {r.node} (Slurm {slurm}), "
+                                        f"the node the job ran on: {r.message}"))
+        entries.extend(_phases(r))
+    seen = {(r.node, r.xid) for r in mine}
+    job_nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())} | {r.node for r in mine}
+    own = []
+    for f in sorted(faults, key=lambda f: f.at):
+        if f.node not in job_nodes or (f.node, f.xid) in seen or not _ran_while(job, f, now):
+            continue
+        if _application(f.xid):
+            own.append(f)
+            entries.append(Entry(f.at, f"{describe(f.xid)} on its node {f.node}: a fault in the job's code, "
+                                       "not the hardware"))
+        else:
+            entries.append(Entry(f.at, f"{describe(f.xid) if f.xid else 'fault'} on its node {f.node}: "
+                                       f"{f.message}"))
+    back = None
+    if job is not None and job.started is not None:
+        where = ",".join(job.nodes) or "?"
+        if mine and job.started >= mine[-1].created:
+            back = (job.started - mine[-1].created).total_seconds()
+            entries.append(Entry(job.started, f"running again on {where} ({job.restarts} requeue(s)), "
+                                              f"{back:.0f} s after the fault"))
+        else:
+            entries.append(Entry(job.started, f"started on {where}"))
+    if job is not None and job.state in ENDED and job.ended is not None:
+        entries.append(Entry(job.ended, f"ended {job.state}" + (f" ({job.exit_code})" if job.exit_code else "")))
+    verdict, summary = _verdict(job, mine, own, back)
+    entries.sort(key=lambda e: (e.at is None, e.at or now))
+    return Story(job_id=job_id, known_to_slurm=job is not None, verdict=verdict, summary=summary, job=job,
+                 kube_nodes=tuple(sorted(job_nodes)), remediations=tuple(r.name for r in mine),
+                 entries=tuple(entries), fault_to_running_seconds=back)
+
+
+def _application(xid: int | None) -> bool:
+    """An XID whose action (NVIDIA's catalogue: RESTART_APP) is the job's: a fault in its code, not the GPU's."""
+    return xid is not None and default_action(Kind.XID, xid) is FaultAction.RESTART_APP
+
+
+def _verdict(job: JobFacts | None, mine: list[Remediation], own: list[NodeFault],
+             back: float | None) -> tuple[str, str]:
+    if mine:
+        last = mine[-1]
+        fault = f"{describe(last.xid, last.kind)} on {last.node}"
+        if last.phase in (Phase.FAILED, Phase.ESCALATED):
+            return FAILED, f"hardware fault ({fault}); its remediation {last.phase.value.lower()}: {last.reason}"
+        if last.active:
+            return HEALING, (f"hardware fault ({fault}): gpufleet is healing it ({last.phase.value}); "
+                             "the job waits in Slurm's queue")
+        if back is not None:
+            return HEALED, f"hardware fault healed ({fault}): the job ran again {back:.0f} s after the fault"
+        waits = f" (Slurm: {job.reason})" if job is not None and job.reason else ""
+        return HEALED, f"hardware fault healed ({fault}); the job waits in Slurm's queue{waits}"
+    if own:
+        f = own[-1]
+        return OWN_ERROR, (f"the job's own error: {describe(f.xid)} on {f.node} at {stamp(f.at)} is a fault "
+                           "in the job's code, not the hardware")
+    state = f" (Slurm: {job.state}{', ' + job.exit_code if job and job.exit_code else ''})" if job else ""
+    return NOTHING, f"nothing gpufleet saw: no GPU fault on its nodes while it ran{state}"
+
+
+def owner(j: JobFacts) -> str:
+    return (j.user or "?") + (f"/{j.account}" if j.account else "")
+
+
+def render(s: Story) -> str:
+    """The story as text for a person."""
+    j = s.job
+    head = f"job {s.job_id}"
+    if j is not None:
+        head += f" ({j.name or '?'}, {owner(j)}): {j.state}"
+        if j.nodes:
+            head += f" on {','.join(j.nodes)}"
+    else:
+        head += ": slurmctld no longer remembers it (accounting is off here); from gpufleet's records"
+    lines = [head]
+    if s.kube_nodes:
+        lines.append(f"  Kubernetes nodes: {', '.join(s.kube_nodes)}")
+    for e in s.entries:
+        lines.append(f"  {stamp(e.at) if e.at else '?':20}  {e.text}")
+    if j is not None and j.admin_comment:
+        lines.append(f"  Slurm admin comment: {j.admin_comment}")
+    lines.append(f"verdict: {s.summary}")
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""The job notes pass (a timed runnable): every job a remediation signalled, requeued or held gets a dated
+line in its Slurm admin comment (`core/job_notes.py` says which), and one more when it runs again.
+
+Apart from healing on purpose: a Slurm that refuses or does not answer delays only these notes, never a
+heal. Level-based: each pass reads the jobs still owed a line and appends what is missing, so a failed
+write, a crash or a new leader is made good on a later pass (at least once; a line present is never added
+again). Jobs with nothing more to come are remembered as settled and not read again.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Callable
+
+from fleetspec.models import FleetSpec
+
+from reconciler.adapters.slurm import SlurmClient, SlurmJob, call
+from reconciler.core import job_notes
+from reconciler.core.actions import NoteJob, NotifyOwner
+from reconciler.core.model import Remediation
+from reconciler.errors import PermanentError, TemporaryError
+from reconciler.runtime.caches import Caches
+from reconciler.runtime.executor import Executor
+from reconciler.runtime.metrics import Metrics
+
+log = logging.getLogger(__name__)
+BUSY, IDLE, AFTER_ERROR = 2.0, 5.0, 15.0  # seconds to the next pass: jobs owed a line, none (it reads only the cache), a failure
+
+
+def job_seen(j: SlurmJob) -> job_notes.JobSeen:
+    start = datetime.fromtimestamp(j.start_time, timezone.utc) if j.start_time else None
+    return job_notes.JobSeen(j.job_id, j.state, j.nodes, start, j.admin_comment or "", j.user, j.account)
+
+
+class JobNotesPass:
+    def __init__(self, spec: FleetSpec, caches: Caches, slurm: SlurmClient | None, executor: Executor,
+                 metrics: Metrics, clock: Callable[[], datetime]):
+        self.spec, self.caches, self.slurm, self.executor = spec, caches, slurm, executor
+        self.metrics, self.clock = metrics, clock
+        self._settled: set[tuple[str, int]] = set()  # (remediation, job) owed nothing more
+        self._unreadable_said = False
+        self._told: dict[int, list[datetime]] = {}  # job -> when its owner was told (the rate limit)
+        self._routes = [t for t in spec.healing.notifications if getattr(t, "job_owners", None) is not None]
+
+    def __call__(self) -> float:
+        if self.slurm is None:
+            return IDLE * 10
+        self.executor.fenced()
+        pools = {p.name for p in self.spec.pools}
+        pairs = [(r, j) for r in self.caches.remediations_in(pools) for j in r.jobs]
+        self._settled &= {(r.name, j) for r, j in pairs}  # forget what retention deleted
+        owed = [(r, j) for r, j in pairs if (r.name, j) not in self._settled]
+        failed = False
+        for r, jid in sorted(owed, key=lambda x: (x[0].created, x[0].name, x[1])):
+            try:
+                self._note(r, jid)
+            except (TemporaryError, PermanentError) as e:
+                failed = True
+                kind = "temporary" if isinstance(e, TemporaryError) else "permanent"
+                self.metrics.action_errors.labels("NoteJob", kind).inc()
+                log.warning("job %s: admin comment not written (%s), tried again later: %s", jid, kind, e,
+                            extra={"remediation": r.name, "node": r.node})
+        if failed:
+            return AFTER_ERROR
+        return BUSY if any((r.name, j) not in self._settled for r, j in owed) else IDLE
+
+    def _note(self, r: Remediation, jid: int) -> None:
+        found = call(self.slurm.job, jid)
+        seen = job_seen(found) if found is not None else None
+        if found is not None and found.admin_comment is None:
+            if not self._unreadable_said:
+                log.warning("this Slurm backend does not read admin comments (use --slurm rest): jobs get no notes")
+                self._unreadable_said = True
+            self._settled.add((r.name, jid))
+            return
+        if seen is not None and job_notes.writable(seen):
+            lines = job_notes.lines_for(r, seen)
+            text = job_notes.appended(seen.admin_comment, lines)
+            if text is not None:
+                self.executor.run(NoteJob(jid, text), r)
+                if not self.executor.dry_run:
+                    log.info("job %s: admin comment noted", jid, extra={"remediation": r.name, "node": r.node})
+                    back = job_notes.back_after(r, seen)
+                    if back is not None and any(job_notes.RESUMED in x and x not in seen.admin_comment for x in lines):
+                        self.metrics.job_back_seconds.observe(back)  # once: when its resume line is written
+                    self._tell(r, seen, [x for x in lines if x not in seen.admin_comment])
+        if job_notes.settled(r, seen, self.clock()):
+            self._settled.add((r.name, jid))
+
+    def _tell(self, r: Remediation, job: job_notes.JobSeen, new_lines: list[str]) -> None:
+        """Each line just written, to the owner routes of the job's user or account, within the rate limit.
+        Sent after the line is in Slurm, so a line is told once (a crash in between loses the message)."""
+        routes = job_notes.owner_routes(self._routes, job)
+        if not routes:
+            return
+        per_hour = min(t.job_owners.max_per_job_per_hour for t in self._routes if t.name in routes)
+        for line in new_lines:
+            now, sent = self.clock(), self._told.setdefault(job.job_id, [])
+            if not job_notes.may_tell(sent, now, per_hour):
+                log.warning("job %s: owner not told (more than %d messages within the hour): %s", job.job_id,
+                            per_hour, line, extra={"remediation": r.name})
+                continue
+            sent.append(now)
+            for route in routes:
+                self.executor.run(NotifyOwner(route, job.job_id, job.user, job.account, job_notes.event_of(line),
+                                              f"your job {job.job_id}: {line}"), r)

@@ -1,0 +1,233 @@
+"""The lines gpufleet writes into a job's admin comment (pure, table-tested), and the pass that writes them:
+at least once, never twice, and never in the way of a heal."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from reconciler.adapters.slurm import SlurmJob
+from reconciler.core import job_notes
+from reconciler.core.job_notes import JobSeen, appended, lines_for, note_line, settled
+from reconciler.core.model import Remediation
+from reconciler.core.phases import Phase
+from tests.unit.fakes import T0, World, fleet
+
+S = timedelta(seconds=1)
+
+
+def remediation(*phases: tuple[Phase, int], jobs=(7,), intents=("signal:TERM",), grace=120) -> Remediation:
+    """A remediation of h100-3 (XID 79) that went through `phases` (each at T0 + seconds)."""
+    r = Remediation("h100-3-xid79-1", "h100-3", "h100", 79, "off the bus", Phase.DETECTED, T0,
+                    phase_times=(("Detected", T0),), jobs=jobs, intents=intents)
+    for phase, at in phases:
+        extra = {"grace_deadline": T0 + at * S + grace * S} if phase is Phase.CHECKPOINTING else {}
+        r = r.moved(phase, T0 + at * S, jobs=jobs, **extra)
+    return r
+
+
+HEALED = ((Phase.SLURM_DRAINING, 0), (Phase.CHECKPOINTING, 1), (Phase.REQUEUED, 60), (Phase.EVICTING, 60),
+          (Phase.REPLACING, 61), (Phase.RESUMING, 70), (Phase.SUCCEEDED, 80))
+
+
+def test_one_line_names_the_time_the_event_the_fault_the_node_the_remediation_and_the_grace():
+    assert note_line(T0, "requeued", "XID 79 (GPU has fallen off the bus)", "h100-3", "r1", 120) == (
+        "gpufleet 2026-11-29T12:00:00Z: requeued: XID 79 (GPU has fallen off the bus) on h100-3; remediation r1; "
+        "checkpoint grace 120 s")
+    assert "grace" not in note_line(T0, "requeued", "XID 79", "h100-3", "r1")
+
+
+@pytest.mark.parametrize("phases, intents, job, expected", [
+    # contained and signalled: one line, with the grace the remediation gave
+    (HEALED[:2], ("signal:TERM",), JobSeen(7, "RUNNING", ("h100-w3",), T0 - 600 * S),
+     ["signalled SIGTERM to checkpoint: XID 79 (GPU has fallen off the bus) on h100-3; remediation h100-3-xid79-1; "
+      "checkpoint grace 120 s"]),
+    # no grace (grace_period_seconds 0): no signal, straight to the requeue
+    (((Phase.SLURM_DRAINING, 0), (Phase.CHECKPOINTING, 1), (Phase.REQUEUED, 1)), (), JobSeen(7, "PENDING"),
+     ["requeued: XID 79"]),
+    # healed, the job waiting in the queue: signalled and requeued, no resume yet
+    (HEALED, ("signal:TERM",), JobSeen(7, "PENDING"), ["signalled", "requeued"]),
+    # healed and the job running again since after the requeue: the resume, with the time from the fault
+    (HEALED, ("signal:TERM",), JobSeen(7, "RUNNING", ("h100-w9",), T0 + 85 * S),
+     ["signalled", "requeued", "2026-11-29T12:01:25Z: running again on h100-w9: XID 79 (GPU has fallen off the bus) "
+      "on h100-3; remediation h100-3-xid79-1; 85 s after the fault"]),
+    # still running from before the requeue (start before it): not a resume
+    (HEALED[:3], ("signal:TERM",), JobSeen(7, "RUNNING", ("h100-w3",), T0 - 600 * S), ["signalled", "requeued"]),
+    # admission held the replacement
+    (HEALED[:3] + ((Phase.HELD, 62),), ("signal:TERM",), JobSeen(7, "PENDING"),
+     ["signalled", "requeued", "held (its replacement waits for admission)"]),
+    # a job this remediation never touched: nothing
+    (HEALED, ("signal:TERM",), JobSeen(8, "RUNNING", ("h100-w9",), T0 + 85 * S), []),
+])
+def test_the_lines_a_remediation_owes_a_job(phases, intents, job, expected):
+    lines = lines_for(remediation(*phases, intents=intents), job)
+    assert len(lines) == len(expected)
+    for line, part in zip(lines, expected):
+        assert line.startswith("gpufleet 2026-11-29T12:") and part in line
+
+
+def test_the_lines_are_the_same_on_every_pass_so_none_is_written_twice():
+    r, job = remediation(*HEALED), JobSeen(7, "RUNNING", ("h100-w9",), T0 + 85 * S)
+    once = appended("", lines_for(r, job))
+    assert once is not None and appended(once, lines_for(r, job)) is None
+
+
+@pytest.mark.parametrize("existing, expected", [
+    ("", "A | B"),
+    ("checked by ops", "checked by ops | A | B"),  # a person's text stays first, as it was
+    ("checked by ops | A", "checked by ops | A | B"),  # only what is missing
+])
+def test_appending_keeps_what_was_there(existing, expected):
+    assert appended(existing, ("A", "B")) == expected
+
+
+def test_settled_once_the_job_ran_again_or_is_gone_or_the_remediation_ended_long_ago():
+    healed = remediation(*HEALED)
+    now = T0 + 100 * S
+    assert settled(healed, None, now)
+    assert settled(healed, JobSeen(7, "RUNNING", ("h100-w9",), T0 + 85 * S), now)
+    assert not settled(healed, JobSeen(7, "PENDING"), now)  # waits for its restart
+    assert settled(healed, JobSeen(7, "PENDING"), T0 + 80 * S + job_notes.RESUME_WINDOW + S)
+    assert settled(healed, JobSeen(7, "CANCELLED"), now)  # finished: Slurm takes no more updates
+    assert not settled(remediation(*HEALED[:2]), JobSeen(7, "COMPLETED"), now)  # ended on SIGTERM: requeued next
+    assert settled(remediation(*HEALED[:3]), JobSeen(7, "COMPLETED"), now)
+    assert not settled(remediation(*HEALED[:3]), JobSeen(7, "RUNNING", ("h100-w9",), T0 + 85 * S), now)  # live
+
+
+# --- the pass, with the runtime's fakes --------------------------------------------------------------
+
+def job_world(**healing) -> World:
+    w = World(fleet(**healing))
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w3",))
+    w.slurm.comments[7] = "checked by ops"  # an earlier admin comment
+    return w
+
+
+def test_a_requeued_job_gets_its_lines_after_what_was_there_and_its_resume_once_it_runs_again():
+    w = job_world(grace_period_seconds=5)
+    w.fault("h100-3")
+    w.run(seconds=20)
+    r = w.remediation("h100-3")
+    assert r.jobs == (7,) and r.phase is Phase.RESUMING
+    text = w.slurm.comments[7]
+    assert text.startswith("checked by ops | gpufleet ")
+    assert "signalled SIGTERM to checkpoint: XID 79" in text and ": requeued: XID 79" in text
+    assert "checkpoint grace 5 s" in text
+    writes = w.slurm.comment_writes
+    w.run(seconds=10)
+    assert w.slurm.comment_writes == writes  # nothing new: nothing written
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w10",), start_time=w.clock.now.timestamp())
+    w.run(seconds=5)
+    assert ": running again on h100-w10: XID 79" in w.slurm.comments[7]
+    assert w.slurm.comments[7].count("gpufleet ") == 3
+    w.run(seconds=5)
+    registry = w.manager.metrics.registry
+    assert registry.get_sample_value("gpufleet_job_back_seconds_count") == 1  # observed once, with its resume line
+
+
+def test_a_slurm_that_refuses_the_comment_delays_the_note_never_the_heal():
+    w = job_world(grace_period_seconds=0)
+    refused = []
+
+    def refuse(job_id, text):
+        refused.append(job_id)
+        raise __import__("reconciler.adapters.slurm", fromlist=["SlurmError"]).SlurmError("slurmctld busy",
+                                                                                            temporary=True)
+
+    w.slurm.set_admin_comment = refuse
+    w.fault("h100-3")
+    w.run(seconds=30)
+    assert refused and w.remediation("h100-3").phase is Phase.RESUMING  # healed all the same
+    assert w.slurm.comments[7] == "checked by ops"
+    del w.slurm.set_admin_comment  # Slurm takes it again
+    w.run(seconds=20)
+    assert w.slurm.comments[7].count(": requeued: ") == 1
+
+
+def test_a_restarted_reconciler_adds_nothing_twice():
+    w = job_world(grace_period_seconds=0)
+    w.fault("h100-3")
+    w.run(seconds=10)
+    before = w.slurm.comments[7]
+    w.restart()
+    w.run(seconds=10)
+    assert w.slurm.comments[7] == before
+
+
+def test_a_dry_run_writes_no_comment():
+    w = World(fleet(grace_period_seconds=0), dry_run=True)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w3",))
+    w.fault("h100-3")
+    w.run(seconds=10)
+    assert w.slurm.comment_writes == 0
+
+
+def test_a_finished_job_is_not_written_to_slurm_would_refuse_it():
+    w = job_world(grace_period_seconds=0)
+    w.fault("h100-3")
+    w.run(seconds=10)
+    writes = w.slurm.comment_writes
+    w.slurm.jobs[7] = SlurmJob(7, "train", "COMPLETED", ("h100-w10",), start_time=w.clock.now.timestamp())
+    w.run(seconds=10)
+    assert w.slurm.comment_writes == writes
+    assert w.manager.metrics.registry.get_sample_value("gpufleet_action_errors_total",
+                                                       {"action": "NoteJob", "error": "permanent"}) is None
+
+
+# --- telling the job's owner -----------------------------------------------------------------------
+
+def owner_world(per_hour=6):
+    from fleetspec import parse_fleet
+
+    doc = fleet(grace_period_seconds=5).model_dump(mode="json")
+    doc["healing"]["notifications"] = [
+        {"type": "webhook", "name": "oncall", "url_secret": "oncall"},
+        {"type": "webhook", "name": "ml-team", "url_secret": "ml", "job_owners": {
+            "accounts": ["ml"], "max_per_job_per_hour": per_hour}}]
+    w = World(parse_fleet(doc))
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w3",), user="alice", account="ml")
+    w.slurm.jobs[8] = SlurmJob(8, "train", "RUNNING", ("h100-w3",), user="bob", account="physics")
+    return w
+
+
+def told(w) -> list:
+    return [m for route, m in w.notifier.to_owners if route == "ml-team"]
+
+
+def test_the_owner_route_of_the_jobs_account_gets_one_message_per_transition_and_no_other_account_does():
+    w = owner_world()
+    w.fault("h100-3")
+    w.run(seconds=20)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w10",), start_time=w.clock.now.timestamp(),
+                               user="alice", account="ml")
+    w.run(seconds=20)
+    sent = told(w)
+    assert [(m.event, m.job["job_id"], m.job["user"]) for m in sent] == [
+        ("signalled", 7, "alice"), ("requeued", 7, "alice"), ("running-again", 7, "alice")]
+    assert sent[1].text.startswith("your job 7: gpufleet ") and "XID 79" in sent[1].text
+    assert sent[1].fields()["remediation"] == w.remediation("h100-3").name
+    assert {route for route, _ in w.notifier.to_owners} == {"ml-team"}  # job 8 (physics) told no one
+
+
+def test_messages_about_one_job_are_rate_limited():
+    w = owner_world(per_hour=2)
+    w.fault("h100-3")
+    w.run(seconds=20)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w10",), start_time=w.clock.now.timestamp(),
+                               user="alice", account="ml")
+    w.run(seconds=20)
+    assert [m.event for m in told(w)] == ["signalled", "requeued"]  # the third within the hour is not sent
+    assert ": running again on h100-w10" in w.slurm.comments[7]  # the note is written all the same
+
+
+@pytest.mark.parametrize("users, accounts, user, account, told", [
+    (["alice"], [], "alice", "ml", True),
+    ([], ["ml"], "bob", "ml", True),
+    (["*"], [], "anyone", "", True),
+    (["alice"], ["ml"], "bob", "physics", False),
+])
+def test_owner_routes_match_the_user_or_the_account(users, accounts, user, account, told):
+    from fleetspec.models import WebhookTarget
+
+    t = WebhookTarget(type="webhook", name="r", url_secret="x", job_owners={"users": users, "accounts": accounts})
+    assert (job_notes.owner_routes([t], JobSeen(7, "RUNNING", user=user, account=account)) == ("r",)) is told

@@ -1,0 +1,113 @@
+"""`gpufleet why`'s story, assembled from Slurm's job fields, the remediations and the node faults: pure,
+table-tested."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from reconciler.core.job_story import (
+    FAILED, HEALED, HEALING, NOTHING, OWN_ERROR, JobFacts, NodeFault, render, story)
+from reconciler.core.model import Remediation
+from reconciler.core.phases import Phase
+from tests.unit.fakes import T0
+
+S = timedelta(seconds=1)
+KUBE = {"gpu-a-0": "kgpu-0", "gpu-a-2": "kgpu-spare-0"}
+
+
+def healed(until: Phase = Phase.SUCCEEDED, jobs=(7,)) -> Remediation:
+    r = Remediation("kgpu-0-xid79-1", "kgpu-0", "kgpu", 79, "GPU has fallen off the bus", Phase.DETECTED, T0,
+                    phase_times=(("Detected", T0),), jobs=jobs, slurm_nodes=("gpu-a-0",))
+    path = [(Phase.SLURM_DRAINING, 0, {}), (Phase.CHECKPOINTING, 1, {"grace_deadline": T0 + 121 * S}),
+            (Phase.REQUEUED, 60, {}), (Phase.EVICTING, 60, {}), (Phase.REPLACING, 61, {"replacement": "kgpu-spare-0"}),
+            (Phase.RESUMING, 70, {}), (Phase.SUCCEEDED, 80, {})]
+    for phase, at, extra in path:
+        r = r.moved(phase, T0 + at * S, **extra)
+        if phase is until:
+            break
+    return r
+
+
+def job(state="RUNNING", nodes=("gpu-a-2",), started=85, ended=None, restarts=1, **kw) -> JobFacts:
+    return JobFacts(7, "train", state, "alice", "ml", nodes, T0 - 900 * S, T0 + started * S if started is not None else None,
+                    T0 + ended * S if ended is not None else None, restarts, **kw)
+
+
+BEFORE = dict(nodes=("gpu-a-0",), started=-600, restarts=0)
+
+
+@pytest.mark.parametrize("name, the_job, remediations, faults, verdict, says", [
+    ("healed and running again", job(), [healed()], [], HEALED,
+     ["fault: XID 79 (GPU has fallen off the bus) on kgpu-0 (Slurm gpu-a-0)", "Checkpointing (SIGTERM, 120 s",
+      "Requeued", "Resuming (replacement kgpu-spare-0)", "Succeeded", "running again on gpu-a-2 (1 requeue(s)), 85 s"]),
+    ("healed, still queued", job("PENDING", (), None, reason="Priority"), [healed()], [], HEALED,
+     ["waits in Slurm's queue (Slurm: Priority)"]),
+    ("being healed", job("PENDING", (), None), [healed(Phase.REPLACING)], [], HEALING, ["gpufleet is healing it"]),
+    ("heal failed", job("PENDING", (), None),
+     [healed(Phase.RESUMING).moved(Phase.FAILED, T0 + 400 * S, reason="replacement not taking jobs")], [], FAILED,
+     ["remediation failed: replacement not taking jobs"]),
+    ("its own XID 13 while it ran", job("FAILED", ended=-60, exit_code="ERROR 1", **BEFORE), [],
+     [NodeFault("kgpu-0", T0 - 120 * S, 13, "Graphics Engine Exception")], OWN_ERROR,
+     ["XID 13 (Graphics engine exception) on its node kgpu-0: a fault in the job's code", "ended FAILED (ERROR 1)"]),
+    ("an XID 13 on another node", job(**BEFORE), [], [NodeFault("kgpu-1", T0, 13)], NOTHING, ["nothing gpufleet saw"]),
+    ("an XID 13 before it started", job(**BEFORE), [], [NodeFault("kgpu-0", T0 - 700 * S, 13)], NOTHING, []),
+    ("a remediation of another job", job(**BEFORE), [healed(jobs=(8,))], [], NOTHING, []),
+    ("completed, never touched", job("COMPLETED", ended=-10, exit_code="SUCCESS 0", **BEFORE), [], [], NOTHING,
+     ["(Slurm: COMPLETED, SUCCESS 0)"]),
+])
+def test_the_story_and_its_verdict(name, the_job, remediations, faults, verdict, says):
+    s = story(7, the_job, remediations, faults, KUBE, T0 + 1000 * S)
+    text = render(s)
+    assert s.verdict == verdict, text
+    for part in says:
+        assert part in text, text
+    assert text.splitlines()[-1].startswith("verdict: ")
+    times = [e.at for e in s.entries]
+    assert times == sorted(times)  # in the order it happened
+
+
+def test_a_requeued_jobs_submit_time_is_told_as_its_return_to_the_queue():
+    text = render(story(7, job(), [healed()], [], KUBE, T0 + 1000 * S))
+    assert "back in Slurm's queue" in text and "submitted by" not in text
+    assert text.startswith("job 7 (train, alice/ml): RUNNING on gpu-a-2")
+    first = render(story(7, replace(job(restarts=0), account=""), [], [], KUBE, T0 + 1000 * S))
+    assert "submitted by alice" in first and first.startswith("job 7 (train, alice): ")
+
+
+def test_the_fault_itself_is_told_once_not_again_as_a_node_fault():
+    s = story(7, job(), [healed()], [NodeFault("kgpu-0", T0, 79, "off the bus")], KUBE, T0 + 1000 * S)
+    assert sum("XID 79" in e.text for e in s.entries) == 1
+    assert s.fault_to_running_seconds == 85
+
+
+def test_unknown_to_slurm_and_to_every_remediation_is_no_story():
+    assert story(7, None, [healed(jobs=(8,))], [], KUBE, T0) is None
+
+
+def test_a_job_slurm_forgot_is_told_from_the_remediations():
+    s = story(7, None, [healed()], [], KUBE, T0 + 1000 * S)
+    assert not s.known_to_slurm and s.verdict == HEALED
+    assert "no longer remembers it" in render(s)
+
+
+def test_json_is_plain_data_with_utc_stamps():
+    d = json.loads(json.dumps(story(7, job(), [healed()], [], KUBE, T0 + 1000 * S).to_json()))
+    assert d["verdict"] == HEALED and d["remediations"] == ["kgpu-0-xid79-1"]
+    assert d["job"]["started"] == "2026-11-29T12:01:25Z" and d["entries"][0]["at"].endswith("Z")
+    assert d["kube_nodes"] == ["kgpu-0", "kgpu-spare-0"]
+
+
+def test_slurms_expected_times_are_not_taken_for_a_start_or_an_end():
+    from gpufleet.why_command import job_facts
+    from reconciler.adapters.slurm import SlurmJob
+
+    t = T0.timestamp()
+    pending = job_facts(SlurmJob(7, "train", "PENDING", start_time=t + 600, end_time=t + 4200, submit_time=t))
+    assert pending.started is None and pending.ended is None  # an expected start and end
+    running = job_facts(SlurmJob(7, "train", "RUNNING", ("gpu-a-2",), start_time=t, end_time=t + 3600))
+    assert running.started == T0 and running.ended is None
+    done = job_facts(SlurmJob(7, "train", "COMPLETED", start_time=t, end_time=t + 60, admin_comment=None))
+    assert done.ended == T0 + 60 * S and done.admin_comment == ""
