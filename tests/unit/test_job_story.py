@@ -51,7 +51,7 @@ BEFORE = dict(nodes=("gpu-a-0",), started=-600, restarts=0)
      ["remediation failed: replacement not taking jobs"]),
     ("its own XID 13 while it ran", job("FAILED", ended=-60, exit_code="ERROR 1", **BEFORE), [],
      [NodeFault("kgpu-0", T0 - 120 * S, 13, "Graphics Engine Exception")], OWN_ERROR,
-     ["XID 13 (Graphics engine exception) on its node kgpu-0: a fault in the job's code", "ended FAILED (ERROR 1)"]),
+     ["XID 13 (Graphics Engine Exception) on its node kgpu-0: a fault in the job's code", "ended FAILED (ERROR 1)"]),
     ("an XID 13 on another node", job(**BEFORE), [], [NodeFault("kgpu-1", T0, 13)], NOTHING, ["nothing gpufleet saw"]),
     ("an XID 13 before it started", job(**BEFORE), [], [NodeFault("kgpu-0", T0 - 700 * S, 13)], NOTHING, []),
     ("a remediation of another job", job(**BEFORE), [healed(jobs=(8,))], [], NOTHING, []),
