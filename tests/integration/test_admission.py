@@ -140,6 +140,9 @@ def prod_like(kube_cluster) -> Iterator[Setup]:
         client.CoreV1Api(rec).patch_node, NODE_A, {"metadata": {"labels": {"kubernetes.io/hostname": "x"}}},
         dry_run="All")[0] == 403, timeout=60)
     yield s
+    for name in (NODE_A, NODE_B):  # the cluster is the session's: later modules' reconcilers must not see them
+        if _status(s.core.delete_node, name)[0] not in (200, 404):
+            raise AssertionError(f"{name} could not be deleted")
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from kubernetes import client
 from typer.testing import CliRunner
 
 from fleetspec import parse_fleet
@@ -19,7 +17,7 @@ from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
 
 from .test_reconciler_kube import api, reconciler, records_for, run_until  # noqa: F401
-from .test_reconciler_slurm import POOL, fleet_with_slurm  # noqa: F401
+from .test_reconciler_slurm import POOL, fleet_with_slurm, moved_by_the_operator  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -71,6 +69,7 @@ def test_a_requeued_job_carries_the_reason_keeps_its_comment_its_owner_is_told_a
     run_until(rec, lambda: (j := rest.job(jid)) and j.state == "RUNNING" and j.nodes == ("gpu-a-0",), timeout=30)
     slurm.scontrol("update", f"JobId={jid}", "AdminComment=priority raised by ops")  # an earlier admin comment
     Kube(api).set_condition(f"{POOL}-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+    moved_by_the_operator(api, rec, f"{POOL}-0", "gpu-a-0")  # the heal succeeds once its Slurm node is back
 
     def resumed():
         j = rest.job(jid)
@@ -114,18 +113,15 @@ def test_why_of_a_job_that_saw_only_an_application_xid_is_its_own_error_and_an_u
     spec, rec, channel, slurm, rest = fleet_with_slurm
     jid = submit(slurm, tmp_path, "-w", "gpu-a-1")
     run_until(rec, lambda: (j := rest.job(jid)) and j.state == "RUNNING", timeout=30)
-    # An application XID is logged, not a condition (reconciler/agent/daemon.py); an Event on the node
-    # names it here, as a detector reports one.
-    client.CoreV1Api(api).create_namespaced_event("default", {
-        "metadata": {"generateName": f"{POOL}-1."}, "involvedObject": {"kind": "Node", "name": f"{POOL}-1"},
-        "reason": "Xid13", "message": "NVRM: Xid (PCI:0000:3b:00): 13, Graphics Engine Exception", "type": "Warning",
-        "lastTimestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "source": {"component": "gpufleet-agent"}})
+    # An application XID leaves the node in service: the node agent posts it as a Warning Event on the node
+    # (reconciler/agent/daemon.py, through the same adapter call, with its reason and condition-format message).
+    Kube(api).node_event(f"{POOL}-1", "Xid13", "[action=restart-app pci=0000:3b:00] NVRM: Xid (PCI:0000:3b:00): 13, "
+                                               "Graphics Engine Exception")
     slurm.run(["scancel", str(jid)], check=True)
     run_until(rec, lambda: rest.job(jid).state == "CANCELLED", timeout=30)
     out = why(kube_cluster, slurm, jid)
     assert out.exit_code == 0, out.output
-    assert f"XID 13 (Graphics engine exception) on its node {POOL}-1: a fault in the job's code" in out.output
+    assert f"XID 13 (Graphics Engine Exception) on its node {POOL}-1: a fault in the job's code" in out.output
     assert "verdict: the job's own error" in out.output
     assert not records_for(rec, f"{POOL}-1")  # and gpufleet healed nothing
 

@@ -514,7 +514,8 @@ def test_a_nodeset_pod_no_node_can_take_is_read_with_the_schedulers_own_words(ku
     core.create_namespaced_pod("default", body)
     try:
         seen = wait_for("the scheduler to find no node for it", lambda: (lambda v: v if v.unschedulable else None)(
-            pod_view(api.sanitize_for_serialization(core.read_namespaced_pod("slurm-worker-nowhere-0", "default")))),
+            pod_view(api.sanitize_for_serialization(core.read_namespaced_pod("slurm-worker-nowhere-0", "default")),
+                     slurm_namespace="default")),
             timeout=60)
         # the scheduler's FitError text: "0/<n> nodes are available: <why per node>" (kubernetes
         # pkg/scheduler/framework/types.go, FitError.Error)

@@ -119,18 +119,18 @@ CALLS = [
     # a NodeSet pod a stale busy-pod PodDisruptionBudget keeps at the drain timeout (decide.end_eviction)
     Call("", "pods", "delete", SLURM_NS, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
         "no-such-pod", SLURM_NS)),  # 404: allowed
-]
-# When a pool lends (reconciler/runtime/executor.py _evict_borrowers, reconciler/adapters/kube.py read_ledger,
-# write_ledger): a borrower still there after the reclaim grace, in whatever namespace it runs; the ledger.
-LENDING_CALLS = [
-    Call("", "pods", "delete", "default", lambda a: client.CoreV1Api(a).delete_namespaced_pod(
-        "no-such-pod", "default")),  # 404: allowed
     # the health-check Jobs (reconciler/adapters/health_checks.py start, verdict; issue 25)
     Call("batch", "jobs", "create", NS, lambda a: client.BatchV1Api(a).create_namespaced_job(NS, {
         "metadata": {"name": "rbac-health-check"}, "spec": {"template": {"spec": {
             "restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}})),
     Call("batch", "jobs", "get", NS, lambda a: client.BatchV1Api(a).read_namespaced_job(
         "no-such-job", NS)),  # 404: allowed
+]
+# When a pool lends (reconciler/runtime/executor.py _evict_borrowers, reconciler/adapters/kube.py read_ledger,
+# write_ledger): a borrower still there after the reclaim grace, in whatever namespace it runs; the ledger.
+LENDING_CALLS = [
+    Call("", "pods", "delete", "default", lambda a: client.CoreV1Api(a).delete_namespaced_pod(
+        "no-such-pod", "default")),  # 404: allowed
     # the lending ledger (reconciler/adapters/kube.py read_ledger, write_ledger)
     Call("", "configmaps", "get", NS, lambda a: client.CoreV1Api(a).read_namespaced_config_map(
         labels.LENDING_LEDGER, NS)),  # 404: allowed

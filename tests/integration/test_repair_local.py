@@ -111,7 +111,7 @@ def test_a_kwok_nodes_reset_is_answered_once_per_id_as_the_agent_answers(kube_cl
 
     from fleetspec.node_repair import RepairRequest
     from localenv.gpu_hardware_standin import RESET_FIXES
-    spec = fleet("rst", nodes=2, spares=0)
+    spec = fleet("rgp", nodes=2, spares=0)
     make_nodes(kube_cluster, spec)
     core = client.CoreV1Api(api)
 
@@ -121,18 +121,18 @@ def test_a_kwok_nodes_reset_is_answered_once_per_id_as_the_agent_answers(kube_cl
         return wait_for(f"the answer to {rid}", lambda: (a := parse_result(annotations(core, node).get(
             labels.REPAIR_RESULT))) and a.id == rid and a, timeout=30)
 
-    simulate(core, "rst-0", RESET_FIXES)
-    simulate(core, "rst-1", REBOOT_FIXES)
-    boot = core.read_node("rst-0").status.node_info.boot_id
-    fixed, lost = ask("rst-0", "t/1-reset-gpu"), ask("rst-1", "t/1-reset-gpu")
-    assert fixed.ok and annotations(core, "rst-0")[labels.SIMULATED_GPU_STATE] == "healthy"
-    assert fixed.boot == boot == core.read_node("rst-0").status.node_info.boot_id, "a reset is no reboot"
+    simulate(core, "rgp-0", RESET_FIXES)
+    simulate(core, "rgp-1", REBOOT_FIXES)
+    boot = core.read_node("rgp-0").status.node_info.boot_id
+    fixed, lost = ask("rgp-0", "t/1-reset-gpu"), ask("rgp-1", "t/1-reset-gpu")
+    assert fixed.ok and annotations(core, "rgp-0")[labels.SIMULATED_GPU_STATE] == "healthy"
+    assert fixed.boot == boot == core.read_node("rgp-0").status.node_info.boot_id, "a reset is no reboot"
     assert not lost.ok and "Unable to reset" in lost.message
-    assert annotations(core, "rst-1")[labels.SIMULATED_GPU_STATE] == REBOOT_FIXES
+    assert annotations(core, "rgp-1")[labels.SIMULATED_GPU_STATE] == REBOOT_FIXES
     # the same request written again (a reconciler that crashed before noting it) is not acted on again: once a
     # later request on another node is answered, the stand-in has seen it, and the first answer stands
-    simulate(core, "rst-0", RESET_FIXES)
-    ask("rst-0", "t/1-reset-gpu")  # the same id: its answer is there already
-    ask("rst-1", "t/2-reset-gpu")
-    assert parse_result(annotations(core, "rst-0")[labels.REPAIR_RESULT]).at == fixed.at
-    assert annotations(core, "rst-0")[labels.SIMULATED_GPU_STATE] == RESET_FIXES
+    simulate(core, "rgp-0", RESET_FIXES)
+    ask("rgp-0", "t/1-reset-gpu")  # the same id: its answer is there already
+    ask("rgp-1", "t/2-reset-gpu")
+    assert parse_result(annotations(core, "rgp-0")[labels.REPAIR_RESULT]).at == fixed.at
+    assert annotations(core, "rgp-0")[labels.SIMULATED_GPU_STATE] == RESET_FIXES
