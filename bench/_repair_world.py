@@ -53,6 +53,7 @@ class Params:
     job_nodes: int = 16  # a stopped job spans this many nodes, all waiting while it waits for a spare
     heal_step: float = 5.0  # the clock's step while a heal is under way (the reconciler's RECHECK)
     repair_step: float = 60.0  # while only repairs are under way (reboot and check take minutes)
+    wait_step: float = 600.0  # while jobs only wait for a spare (the core's refill deadlines and pages still run)
 
 
 @dataclass
@@ -214,7 +215,8 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
         waits = [r for r in rems if r.phase is Phase.WAITING_FOR_SPARE]
         now = sim.now()
         nxt = sim.events[0][0] if sim.events else end
-        step = p.heal_step if healing else p.repair_step if (repairing or waits) else max(nxt - now, 0.0)
+        # only waits: nothing frees a spare before the next event (a refill, a person), so the step is long
+        step = p.heal_step if healing else p.repair_step if repairing else p.wait_step if waits else max(nxt - now, 0.0)
         step = min(step, max(nxt - now, 0.0), end - now) if nxt > now else 0.0
         # what holds over the step
         spares = sum(1 for o in w.kube.nodes.values() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_SPARE)
