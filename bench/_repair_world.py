@@ -209,10 +209,12 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
         sim.settle()
         res.steps += 1
         rems = w.store.list()
-        healing = any(not r.phase.terminal and r.phase is not Phase.WAITING_FOR_SPARE for r in rems) or any(
-            _faulted(o) and o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_ACTIVE for o in w.kube.nodes.values())
-        repairing = any(r.repair is not None and r.repair.active for r in rems)
         waits = [r for r in rems if r.phase is Phase.WAITING_FOR_SPARE]
+        waiting_nodes = {r.node for r in waits}  # faulted, still active: they wait for a spare
+        healing = any(not r.phase.terminal and r.phase is not Phase.WAITING_FOR_SPARE for r in rems) or any(
+            _faulted(o) and o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_ACTIVE and name not in waiting_nodes
+            for name, o in w.kube.nodes.items())
+        repairing = any(r.repair is not None and r.repair.active for r in rems)
         now = sim.now()
         nxt = sim.events[0][0] if sim.events else end
         # only waits: nothing frees a spare before the next event (a refill, a person), so the step is long
