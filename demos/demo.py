@@ -1,5 +1,7 @@
 """The main job, end to end on the local environment: bring the fleet up with `pulumi up`,
-run a training job under Slurm, break a GPU under it, and show the fleet heal.
+run a training job under Slurm, break a GPU under it, and show the fleet heal: the job resumes on a spare,
+then the faulty node is repaired (the reset or reboot its fault needs, done by the local GPU hardware
+stand-in), health-checked and returned to the spares (issue 25: replace first, repair after).
 
 Each step prints a progress line; the end is a timeline and a check that no training step
 was lost (the resumed job's final weights equal an uninterrupted run's).
@@ -16,15 +18,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from fleetspec import labels
 from fleetspec.faults import Kind, describe
 from fleetspec.faults.condition import FaultSignal, format_message, reason_for
 from fleetspec.faults.policy import FaultPolicy
 from fleetspec.models import FleetSpec
+from fleetspec.repair import RESET_GPU
 
 from localenv import train
+from localenv.gpu_hardware_standin import REBOOT_FIXES, RESET_FIXES
 from localenv.env import LocalEnv
 from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
+from reconciler.core.repair_phases import RepairPhase
 
 STEPS, EVERY, DELAY = 300, 10, 0.05
 
@@ -122,7 +128,7 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
     from reconciler.adapters.records import KubeRemediationStore
 
     fault = demo_fault(spec, xid)  # before anything starts
-    total = 7
+    total = 8
     kube, alive, where = bring_up(spec, env, stack, total=total, fresh=fresh, grace=grace, out=out)
     api = kube.api
 
@@ -141,6 +147,9 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
 
     node = kube_node_of(kube, spec.slurm.namespace, batch)  # Slurm names are the NodeSet pods' hostnames
     out(f"[5/{total}] inject {describe(xid)}, which needs {fault.action.value}, on {node} (Slurm node {batch})")
+    # The kwok node's simulated GPU hardware (localenv/gpu_hardware_standin.py): broken in the way the fault's
+    # action fixes, so its repair has something to do; the reconciler never reads this.
+    kube.patch_node(node, {"metadata": {"annotations": {labels.SIMULATED_GPU_STATE: hardware_state(fault)}}})
     fault_at = time.time()
     kube.set_condition(node, spec.healing.condition_types[0], "False", reason_for(Kind.XID, xid),
                        format_message(fault, "injected by gpufleet demo"))  # as the node agent writes it
@@ -187,8 +196,46 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
           f"{'no training step was lost' if same else 'steps were lost or repeated'}", flush=True)
     if not same:
         raise RuntimeError("the resumed job's result differs from an uninterrupted run")
+    out(f"[8/{total}] replace first, repair after: {node} is repaired, checked and back among the spares")
+    show_repair(store, kube, node, fault_at, alive, where, timeout, out)
     print_why(job, out)
     return tl
+
+
+def hardware_state(fault: FaultSignal) -> str:
+    """What the demo's node is made to need (the hardware stand-in's state): what its fault's action fixes."""
+    return RESET_FIXES if fault.action.value == RESET_GPU else REBOOT_FIXES
+
+
+def show_repair(store, kube, node: str, fault_at: float, alive: Callable[[], bool], where: str, timeout: float,
+                out: Callable[[str], None] = say) -> None:
+    """Wait for the faulty node's repair to end (the remediation's `status.repair`), printing each phase as it
+    is entered; it must end Returned, the node a spare again."""
+    seen: set[str] = set()
+
+    def ended():
+        if not alive():
+            raise RuntimeError(f"the reconciler is not running; see {where}")
+        recs = [r for r in store.list() if r.node == node]
+        rep = max(recs, key=lambda r: r.created).repair if recs else None
+        if rep is None:
+            return None
+        for phase, at in rep.phase_times:
+            if phase not in seen:
+                seen.add(phase)
+                out(f"      +{at.timestamp() - fault_at:5.1f}s  {phase}  {rep.reason if phase == rep.phase.value else ''}".rstrip())
+        return rep if rep.phase.terminal else None
+
+    try:
+        rep = wait_for("the faulty node's repair to end", ended, timeout, interval=0.5)
+    except TimeoutError:
+        raise RuntimeError(f"the repair of {node} did not end within {timeout}s; see {where}") from None
+    role = (kube.get_node(node)["metadata"].get("labels") or {}).get(labels.ROLE)
+    steps = ", ".join(f"{e.step} {e.outcome}" for e in rep.history)
+    out(f"      {node}: repair {rep.phase.value} ({steps}); role now {role}")
+    if rep.phase is not RepairPhase.RETURNED or role != labels.ROLE_SPARE:
+        raise RuntimeError(f"the repair of {node} ended {rep.phase.value} (role {role}), not back among the spares; "
+                           f"see {where}")
 
 
 def print_why(job: int, out: Callable[[str], None] = say) -> None:

@@ -136,3 +136,47 @@ def test_a_kwok_nodes_reset_is_answered_once_per_id_as_the_agent_answers(kube_cl
     ask("rgp-1", "t/2-reset-gpu")
     assert parse_result(annotations(core, "rgp-0")[labels.REPAIR_RESULT]).at == fixed.at
     assert annotations(core, "rgp-0")[labels.SIMULATED_GPU_STATE] == RESET_FIXES
+
+
+def test_a_reset_fixable_node_is_replaced_then_reset_validated_and_returned_with_no_reboot(kube_cluster, api):
+    """XID 95 (uncontained memory error): the catalogue's action is reset-gpu (fleetspec/faults), so the loop's
+    first rung is a reset of the GPU the fault names, asked for once; the stand-in's reset fixes a `reset-fixes`
+    node without a reboot (same boot id); its check passes and it is a spare again."""
+    from fleetspec.faults import FaultAction, Kind
+    from fleetspec.faults.condition import FaultSignal, format_message, reason_for
+    from localenv.gpu_hardware_standin import RESET_FIXES
+    spec = fleet("rsf", nodes=2, spares=1)
+    make_nodes(kube_cluster, spec)
+    core, kube = client.CoreV1Api(api), Kube(api)
+    rec = reconciler(api, spec)
+    run_until(rec, lambda: proven(core, "rsf-spare-0"))
+    boot = core.read_node("rsf-0").status.node_info.boot_id
+
+    simulate(core, "rsf-0", RESET_FIXES)
+    fault = FaultSignal(Kind.XID, 95, FaultAction.RESET_GPU, "0000:3b:00")
+    kube.set_condition("rsf-0", "GpuHealthy", "False", reason_for(Kind.XID, 95), format_message(fault, "injected by a test"))
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rsf-0") if r.phase.terminal])
+    assert r.replacement == "rsf-spare-0", "replaced first: the job's node gets the proven spare"
+    assert core.read_node("rsf-spare-0").metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE
+
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rsf-0")
+                                   if r.repair is not None and r.repair.phase.terminal], timeout=120)
+    assert r.repair.phase is RepairPhase.RETURNED, r.repair
+    assert r.repair.rungs == ("reset-gpu",), "the fault's action on the record: a reset first, and enough"
+    assert [(e.step, e.outcome) for e in r.repair.history] == [("reset-gpu", "asked"), ("reset-gpu", "ok"), ("return", "ok")]
+    assert f"passed its health check ({r.repair.job})" in r.repair.history[-1].message
+    node = core.read_node("rsf-0")
+    answer = parse_result(node.metadata.annotations[labels.REPAIR_RESULT])
+    assert answer.ok and answer.id == f"{r.name}/1-reset-gpu"  # one request id, answered once
+    assert r.pci and r.repair.gpus == (r.pci,) and "3b:00" in r.pci.lower(), "the reset named only the faulty GPU"
+    assert node.status.node_info.boot_id == boot, "a reset, no reboot: the same boot id"
+    assert node.metadata.labels[labels.ROLE] == labels.ROLE_SPARE and proven(core, "rsf-0")
+    assert {c.type: c.status for c in node.status.conditions}["GpuHealthy"] == "True"
+    assert node.metadata.annotations[labels.SIMULATED_GPU_STATE] == "healthy"
+    pod = next(p for p in check_pods(core, "rsf-0") if p.metadata.labels.get("batch.kubernetes.io/job-name") == r.repair.job)
+    assert pod.status.phase == "Succeeded" and pod.spec.node_name == "rsf-0"
+    for _ in range(3):  # more passes change nothing: no second request, no reboot
+        step(rec)
+    again = core.read_node("rsf-0")
+    assert again.status.node_info.boot_id == boot
+    assert parse_result(again.metadata.annotations[labels.REPAIR_RESULT]).at == answer.at

@@ -1,0 +1,263 @@
+"""The world around the real reconciler for bench/repair_month.py: a fleet's month of GPU faults, refills
+and (without the repair loop) the person who fixes a node. The reconciler itself (runtime and core) runs
+unchanged through the unit tests' fakes (tests/unit/fakes.py `World`): nothing here decides what it
+decides; every parameter below is declared and printed with the result.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Callable
+
+from fleetspec import labels
+from fleetspec.models import FleetSpec
+from fleetspec.oncall import MARK_HEALTHY, RETIRE, PersonRequest
+from reconciler.core.phases import Phase
+from reconciler.core.repair_phases import RepairPhase
+from tests.unit.fakes import FakeNodes, Provider, World, pool_node
+
+# Meta, The Llama 3 Herd of Models (arXiv:2407.21783), section 3.3.4 and table 5: 419 unexpected
+# interruptions in a 54-day snapshot on 16,384 H100 GPUs; 58.7 % of them GPU faults.
+LLAMA3_INTERRUPTIONS, LLAMA3_DAYS, LLAMA3_GPUS, LLAMA3_GPU_SHARE = 419, 54, 16_384, 0.587
+
+# (category, its share of the interruptions in table 5, the XID assumed for it). The XIDs are an assumption:
+# the paper names categories, not codes. The catalogue (fleetspec/faults) gives each XID its action.
+CATEGORIES = (
+    ("faulty GPU: off the bus", 0.301 / 2, 79),  # reboot
+    ("faulty GPU: NVLink", 0.301 / 2, 74),  # reset-gpu
+    ("HBM3 memory", 0.172, 48),  # double-bit ECC: reset-gpu
+    ("SRAM memory", 0.045, 95),  # uncontained memory error: reset-gpu
+    ("GPU system processor", 0.041, 119),  # GSP RPC timeout: reset-gpu
+    ("other GPU (thermal, sensor, SDC)", LLAMA3_GPU_SHARE - 0.301 - 0.172 - 0.045 - 0.041, 54),  # replace
+)
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Params:
+    days: float = 30.0
+    seed: int = 1
+    fault_scale: float = 1.0  # times Llama 3's GPU fault rate
+    reset_fixes: float = 0.70  # of reset-gpu faults: the reset fixes it
+    reboot_fixes_after_reset: float = 0.20  # of reset-gpu faults: only a reboot fixes it (the rest: nothing)
+    reboot_fixes: float = 0.85  # of reboot faults: the reboot fixes it (the rest: nothing)
+    reboot_minutes: float = 10.0
+    check_minutes: float = 15.0
+    refill_success: float = 0.30  # a refill is granted (H100 capacity is scarce); else the pool runs short
+    refill_minutes: float = 20.0
+    person_hours: float = 24.0  # without the loop: a person acts this long after the fault
+    job_nodes: int = 16  # a stopped job spans this many nodes, all waiting while it waits for a spare
+    heal_step: float = 5.0  # the clock's step while a heal is under way (the reconciler's RECHECK)
+    repair_step: float = 60.0  # while only repairs are under way (reboot and check take minutes)
+    wait_step: float = 600.0  # while jobs only wait for a spare (the core's refill deadlines and pages still run)
+
+
+@dataclass
+class Result:
+    mode: str
+    faults: int = 0
+    spares_min: int = 0
+    spares_mean: float = 0.0
+    jobs_waited: int = 0
+    wait_max_h: float = 0.0
+    gpu_h_waited: float = 0.0  # the stopped job's GPUs, while it waited for a spare
+    gpu_h_out: float = 0.0  # broken nodes' GPUs until back among the spares (or retired)
+    returned: int = 0
+    retired: int = 0
+    failed_loops: int = 0  # repairs stopped for a person, heals escalated
+    human_tasks: int = 0
+    steps: int = 0
+    by_action: dict = field(default_factory=dict)
+
+
+def fault_rate_per_gpu_hour(p: Params) -> float:
+    return LLAMA3_INTERRUPTIONS * LLAMA3_GPU_SHARE / (LLAMA3_DAYS * 24 * LLAMA3_GPUS) * p.fault_scale
+
+
+class RefillingProvider(Provider):
+    """The fakes' provider, whose refills are granted `refill_success` of the time, `refill_minutes` later."""
+
+    def __init__(self, kube, sim: "Sim"):
+        super().__init__(kube)
+        self.sim = sim
+
+    def request_capacity(self, pool, reason, key):
+        super().request_capacity(pool, reason, key)
+        if self.sim.rng_refill.random() < self.sim.p.refill_success:
+            self.sim.schedule(self.sim.p.refill_minutes * 60, "refill", pool)
+
+
+class Sim:
+    def __init__(self, spec: FleetSpec, p: Params, loop: bool):
+        self.p, self.loop = p, loop
+        self.spec = _bench_spec(spec, loop)
+        self.w = World(self.spec, operator=True)
+        self.rng_refill = random.Random(p.seed * 7 + 1)
+        self.w.provider = RefillingProvider(self.w.kube, self)
+        self.w.hardware.reboot_seconds = p.reboot_minutes * 60
+        self.w.checks.seconds = p.check_minutes * 60
+        self.w.restart()
+        self.t0 = self.w.clock.now
+        self.events: list[tuple[float, int, str, object]] = []
+        self.seq = 0
+        self.refills = 0
+        self.truth: dict[str, str] = {}  # remediated node -> what fixes it
+
+    def now(self) -> float:
+        return (self.w.clock.now - self.t0).total_seconds()
+
+    def schedule(self, after: float, kind: str, data: object) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (self.now() + after, self.seq, kind, data))
+
+    # --- the world's events -------------------------------------------------------------------------
+
+    def fault(self, k: int) -> str | None:
+        """Fault k of the trace: the same node draw and category in both modes (a per-fault generator)."""
+        rng = random.Random(self.p.seed * 1_000_003 + k)
+        nodes = self.w.kube.nodes
+        serving = sorted(n for n, o in nodes.items() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_ACTIVE
+                         and not any(c["type"] == "GpuHealthy" for c in o["status"]["conditions"]))
+        if not serving:
+            return None
+        node = rng.choice(serving)
+        _, _, xid = rng.choices(CATEGORIES, weights=[c[1] for c in CATEGORIES])[0]
+        action = {79: "reboot", 54: "replace"}.get(xid, "reset-gpu")
+        u = rng.random()
+        if action == "reset-gpu":
+            state = FakeNodes.RESET_FIXES if u < self.p.reset_fixes else \
+                FakeNodes.REBOOT_FIXES if u < self.p.reset_fixes + self.p.reboot_fixes_after_reset else FakeNodes.BROKEN
+        elif action == "reboot":
+            state = FakeNodes.REBOOT_FIXES if u < self.p.reboot_fixes else FakeNodes.BROKEN
+        else:
+            state = FakeNodes.BROKEN
+        self.w.hardware.state[node] = state
+        self.truth[node] = state
+        self.w.fault(node, xid)
+        if not self.loop:
+            self.schedule(self.p.person_hours * HOUR, "person", node)
+        return action
+
+    def refill(self, pool: str) -> None:
+        self.refills += 1
+        name = f"{pool}-refill-{self.refills}"
+        self.w.kube.nodes[name] = pool_node(self.spec.pool(pool), name, labels.ROLE_SPARE)
+
+    def person(self, node: str) -> None:
+        """Today's way: a person looks at the quarantined node, fixes it (a reboot, a reseat) and says
+        `gpufleet mark-healthy`, or `gpufleet retire` when nothing fixes it."""
+        rems = [r for r in self.w.store.list() if r.node == node]
+        if not rems:
+            return
+        r = max(rems, key=lambda x: x.created)
+        broken = self.w.hardware.state.get(node) == FakeNodes.BROKEN
+        if not broken:
+            self.w.hardware.state[node] = FakeNodes.HEALTHY
+        obj = json.loads(self.w.store.objects[r.name])
+        req = PersonRequest(RETIRE if broken else MARK_HEALTHY, "oncall", self.w.clock.now)
+        obj["metadata"].setdefault("annotations", {})[labels.ONCALL_REQUEST] = req.dumps()
+        self.w.store.objects[r.name] = json.dumps(obj)
+
+    # --- the reconciler's turn ----------------------------------------------------------------------
+
+    def settle(self) -> None:
+        w = self.w
+        for _ in range(50):
+            w.hardware.tick()
+            w.slinky()
+            w.sync()
+            if not w.manager.process_due():
+                break
+
+
+def _faulted(o: dict) -> bool:
+    """A node showing a GPU fault (in its grace period, the heal not yet begun, or healed)."""
+    return any(c["type"] == "GpuHealthy" and c["status"] == "False" for c in o["status"]["conditions"])
+
+
+def _bench_spec(spec: FleetSpec, loop: bool) -> FleetSpec:
+    """The stack's fleet with lending off (bench/lending.py measures lending: here a spare is idle) and the
+    repair loop on or off."""
+    pools = [p.model_copy(update={"lending": None}) for p in spec.pools]
+    repair = spec.healing.repair.model_copy(update={"enabled": loop})
+    healing = spec.healing.model_copy(update={"repair": repair})
+    return spec.model_copy(update={"pools": pools, "healing": healing})
+
+
+def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] = lambda s: None) -> Result:
+    sim = Sim(spec, p, loop)
+    w = sim.w
+    res = Result("with the loop" if loop else "without (today)")
+    end = p.days * 24 * HOUR
+    gpus = {n.name: n.gpus_per_node for n in sim.spec.pools}
+    in_service_gpus = sum(x.nodes * x.gpus_per_node for x in sim.spec.pools)
+    rng = random.Random(p.seed)
+    t, k, rate = 0.0, 0, fault_rate_per_gpu_hour(p) * in_service_gpus / HOUR
+    while True:
+        t += rng.expovariate(rate)
+        if t >= end:
+            break
+        heapq.heappush(sim.events, (t, -k, "fault", k))
+        k += 1
+    waiting: dict[str, float] = {}  # remediation -> seconds waited for a spare
+    spares_area, spares_min, last_day = 0.0, None, -1
+    while True:
+        sim.settle()
+        res.steps += 1
+        rems = w.store.list()
+        waits = [r for r in rems if r.phase is Phase.WAITING_FOR_SPARE]
+        waiting_nodes = {r.node for r in waits}  # faulted, still active: they wait for a spare
+        healing = any(not r.phase.terminal and r.phase is not Phase.WAITING_FOR_SPARE for r in rems) or any(
+            _faulted(o) and o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_ACTIVE and name not in waiting_nodes
+            for name, o in w.kube.nodes.items())
+        repairing = any(r.repair is not None and r.repair.active for r in rems)
+        now = sim.now()
+        nxt = sim.events[0][0] if sim.events else end
+        # only waits: nothing frees a spare before the next event (a refill, a person), so the step is long
+        step = p.heal_step if healing else p.repair_step if repairing else p.wait_step if waits else max(nxt - now, 0.0)
+        step = min(step, max(nxt - now, 0.0), end - now) if nxt > now else 0.0
+        # what holds over the step
+        spares = sum(1 for o in w.kube.nodes.values() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_SPARE)
+        spares_min = spares if spares_min is None else min(spares_min, spares)
+        spares_area += spares * step
+        for r in waits:
+            waiting[r.name] = waiting.get(r.name, 0.0) + step
+            res.gpu_h_waited += p.job_nodes * gpus[r.pool] * step / HOUR
+        out = [o for o in w.kube.nodes.values() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_QUARANTINED]
+        res.gpu_h_out += sum(gpus[o["metadata"]["labels"][labels.POOL]] for o in out) * step / HOUR
+        if now >= end:
+            break
+        if step > 0:
+            w.clock.advance(step)
+        while sim.events and sim.events[0][0] <= sim.now() + 1e-3:  # the clock counts microseconds
+            _, _, kind, data = heapq.heappop(sim.events)
+            if kind == "fault":
+                action = sim.fault(int(data))
+                if action:
+                    res.faults += 1
+                    res.by_action[action] = res.by_action.get(action, 0) + 1
+            elif kind == "refill":
+                sim.refill(str(data))
+            elif kind == "person":
+                sim.person(str(data))
+        day = int(sim.now() // (24 * HOUR))
+        if day != last_day and day % 5 == 0:
+            last_day = day
+            progress(f"  day {day}: {res.faults} faults, {spares} spares free, {res.steps} reconciler turns")
+    rems = w.store.list()
+    res.spares_min = spares_min or 0
+    res.spares_mean = spares_area / end
+    res.jobs_waited = len(waiting)
+    res.wait_max_h = max(waiting.values(), default=0.0) / HOUR
+    res.returned = sum(1 for r in rems if r.repair is not None and r.repair.phase is RepairPhase.RETURNED)
+    res.retired = sum(1 for o in w.kube.nodes.values() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_RETIRED)
+    res.failed_loops = sum(1 for r in rems if (r.repair is not None and r.repair.phase is RepairPhase.STOPPED)
+                           or r.phase in (Phase.ESCALATED, Phase.FAILED))
+    res.human_tasks = (res.retired + res.failed_loops) if loop else res.faults
+    res.gpu_h_waited, res.gpu_h_out, res.spares_mean = (round(x, 1) for x in (res.gpu_h_waited, res.gpu_h_out,
+                                                                             res.spares_mean))
+    return res
