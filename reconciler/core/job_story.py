@@ -276,8 +276,11 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
             entries.append(Entry(job.started, f"started on {where}"))
     if job is not None and job.state in ENDED and job.ended is not None:
         entries.append(Entry(job.ended, f"ended {job.state}" + (f" ({job.exit_code})" if job.exit_code else "")))
-    entries.extend(delays(job, job_nodes, pools, reclaimed))
+    waited = delays(job, job_nodes, pools, reclaimed)
+    entries.extend(waited)
     verdict, summary = _verdict(job, mine, own, back)
+    if waited and verdict == NOTHING:
+        summary += f"; its start waited for {len(waited)} node(s) taken back from inference"
     entries.sort(key=lambda e: (e.at is None, e.at or now))
     return Story(job_id=job_id, known_to_slurm=job is not None, verdict=verdict, summary=summary, job=job,
                  kube_nodes=tuple(sorted(job_nodes)), remediations=tuple(r.name for r in mine),

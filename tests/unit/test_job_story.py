@@ -160,6 +160,7 @@ def test_reclaims_that_delayed_its_start(name, the_job, ledgers, events, says, n
         assert part in text, text
     for part in not_says:
         assert part not in text, text
+    assert ("its start waited for 1 node(s) taken back from inference" in s.summary) == bool(says), s.summary
     assert [e.at for e in s.entries] == sorted(e.at for e in s.entries)
 
 
