@@ -181,7 +181,9 @@ def reclaims(ledgers: Mapping[str, PoolLedger], events: Iterable[LendingEvent],
                 if loan.node in reclaiming:
                     out.append(told(loan.node, pool, loan.reclaimed or reclaiming[loan.node][1], loan.start, None))
                 continue
-            r = told(loan.node, pool, loan.reclaimed, loan.start, loan.end)
+            # The ledger closes a loan on the pass after the one that ended it; its Reclaimed Event is on time.
+            back = within(loan.node, "Reclaimed", loan.reclaimed or loan.start, loan.end)
+            r = told(loan.node, pool, loan.reclaimed, loan.start, back[0].at if back else loan.end)
             if r.began is not None:
                 out.append(r)
     for node, evs in sorted(by_node.items()):

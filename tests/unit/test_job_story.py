@@ -137,7 +137,8 @@ FIRST = dict(nodes=("gpu-a-0",), started=0, restarts=0)  # submitted at -900, st
 
 
 @pytest.mark.parametrize("name, the_job, ledgers, events, says, not_says", [
-    ("delayed by a reclaim (ledger and Events)", job(**FIRST), {"kgpu": _ledger(_loan("kgpu-0", -3600, -100, -140))},
+    # the ledger closes the loan a pass late (-99); the Reclaimed Event has the time it ended (-100)
+    ("delayed by a reclaim (ledger and Events)", job(**FIRST), {"kgpu": _ledger(_loan("kgpu-0", -3600, -99, -140))},
      BACK, ["kgpu-0 was lent to inference and taken back for it: the reclaim took 40 s (reclaim grace 30 s",
             "why: 1 node(s) asked for by pending Slurm jobs"], []),
     ("the ledger alone, its Events expired", job(**FIRST), {"kgpu": _ledger(_loan("kgpu-0", -3600, -100, -140))},
