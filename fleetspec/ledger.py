@@ -7,7 +7,7 @@ namespace; `data[<pool>]` is one pool's ledger as compact JSON:
      "capacity": {"active_busy": 1, "active_idle": 0, "active_lent": 1, "spares_lent": 1,
                   "spares_unlent": 1, "quarantined": 0, "gpus_lent": 16},
      "loans": [{"node": "kwok-h100-spare-0", "kind": "spare", "gpus": 8,
-                "start": "2026-12-01T11:58:00Z", "end": null}]}
+                "start": "2026-12-01T11:58:00Z", "end": null, "reclaimed": null}]}
 
 Shared like the Remediation CRD: the reconciler writes it (its bookkeeping is
 `reconciler/core/ledger.py`), `gpufleet capacity` reads it; both go through `parse` and `dump`.
@@ -53,13 +53,16 @@ class Capacity(_Frozen):
 
 
 class Loan(_Frozen):
-    """One node lent to borrowers from `start` until `end` (None: lent now)."""
+    """One node lent to borrowers from `start` until `end` (None: lent now). `reclaimed`: when gpufleet began
+    to take it back (its borrowers evicted from then); None for a loan not taken back (yet), or one that ended
+    otherwise (its node faulted). Kept here because the Events that say so expire within hours."""
 
     node: str = Field(min_length=1)
     kind: Literal["spare", "idle"]  # the lent label's values, fleetspec.labels.LENT_SPARE | LENT_IDLE
     gpus: Count
     start: Time
     end: Time | None = None
+    reclaimed: Time | None = None
 
     @model_validator(mode="after")
     def _ends_after_start(self) -> "Loan":

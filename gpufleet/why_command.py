@@ -1,7 +1,8 @@
 """`gpufleet why JOBID`: a Slurm job's story, for the ML engineer who asks "why was my job requeued?".
 
 Gathers what Slurm and Kubernetes know (the job from slurmrestd, the Slurm nodes' operator comments for
-their Kubernetes nodes, the remediations, the GPU conditions and Events of those nodes) and hands it to
+their Kubernetes nodes, the remediations, the GPU conditions and Events of those nodes, the lending ledger,
+the lending pass's reclaim Events and the reclaims under way on the nodes) and hands it to
 the pure `reconciler.core.job_story`. Accounting (slurmdbd) is not read: the story has what slurmctld
 still remembers (an ended job for MinJobAge), and gpufleet's records for the rest.
 """
@@ -85,6 +86,46 @@ def node_faults(api, nodes: set[str]) -> list:
     return out
 
 
+RECLAIM_EVENTS = frozenset({"Reclaiming", "ReclaimForced", "Reclaimed"})  # reconciler/runtime/executor.py
+
+
+def lending_records(api, namespace: str) -> tuple[dict, list, dict[str, tuple[str, datetime]], dict[str, str]]:
+    """The lending ledger (per pool; {} without one), the lending pass's reclaim Events on nodes, the
+    reclaims under way (node -> its pool, when it began) and every node's pool."""
+    from kubernetes import client
+
+    from fleetspec import labels
+    from fleetspec.ledger import LedgerError, parse_data
+    from reconciler.adapters.kube import Kube
+    from reconciler.core.job_story import LendingEvent
+    from reconciler.core.observe import parse_time
+    from reconciler.errors import PermanentError, TemporaryError
+
+    kube = Kube(api)
+    try:  # one who may not read the reconciler's namespace still gets the story, with the Events' reclaims
+        ledgers = parse_data(kube.read_ledger(namespace))
+    except (LedgerError, PermanentError, TemporaryError) as e:
+        _err(f"{namespace}/{labels.LENDING_LEDGER}: {e}; reclaims are told from the Events alone")
+        ledgers = {}
+    events = []
+    for e in client.CoreV1Api(api).list_namespaced_event("default", field_selector="involvedObject.kind=Node").items:
+        at = e.last_timestamp or e.event_time or e.first_timestamp
+        if e.reason in RECLAIM_EVENTS and at:
+            events.append(LendingEvent(e.involved_object.name, at, e.reason, e.message or ""))
+    pools, under_way = {}, {}
+    for n in kube.list_nodes()[0]:
+        meta = n["metadata"]
+        pool = (meta.get("labels") or {}).get(labels.POOL, "")
+        pools[meta["name"]] = pool
+        since = (meta.get("annotations") or {}).get(labels.RECLAIMING)
+        try:
+            if since:
+                under_way[meta["name"]] = (pool, parse_time(since))
+        except ValueError:
+            continue
+    return ledgers, events, under_way, pools
+
+
 @app.command()
 def why(
     job_id: int = typer.Argument(..., help="The Slurm job id."),
@@ -95,6 +136,7 @@ def why(
     slurm_token_file: Optional[Path] = typer.Option(None, help="File with a Slurm JWT (SLURM_JWT)."),
     slurm_jwt_key_file: Optional[Path] = typer.Option(None, help="The cluster's JWT key, to sign a token."),
     slurm_user: str = typer.Option("slurm", help="Slurm user of a token signed from --slurm-jwt-key-file."),
+    namespace: str = typer.Option("gpufleet-system", help="The reconciler's namespace (its lending ledger)."),
 ) -> None:
     """Why was this job requeued, held or stopped? Its story from Slurm and gpufleet, with a verdict.
     Exit 1 when neither Slurm nor gpufleet knows the job."""
@@ -118,16 +160,22 @@ def why(
     api = _api(kubeconfig, stack)
     try:
         found = slurm.job(job_id)
-        kube_nodes = {n.name: k for n in slurm.nodes() if (k := kube_node_of(n.comment))} | slurm_hosts(api)
+        slurm_nodes = slurm.nodes()
+        kube_nodes = {n.name: k for n in slurm_nodes if (k := kube_node_of(n.comment))} | slurm_hosts(api)
         remediations = KubeRemediationStore(api).list()
         job = job_facts(found) if found is not None else None
         nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}
         nodes |= {r.node for r in remediations if job_id in r.jobs}
         faults = node_faults(api, nodes)
+        ledgers, events, under_way, pool_of = lending_records(api, namespace)
     except (SlurmError, TemporaryError, PermanentError, ApiException) as e:
         _err(f"gpufleet why {job_id}: {e}")
         raise typer.Exit(EXIT_FAILED)
-    s = job_story.story(job_id, job, remediations, faults, kube_nodes, datetime.now(timezone.utc))
+    # The pools its partitions use: those of the Kubernetes nodes under the partitions' Slurm nodes.
+    parts = set(found.partitions) if found is not None else set()
+    pools = {pool_of.get(kube_nodes.get(n.name, n.name), "") for n in slurm_nodes if parts & set(n.partitions)} - {""}
+    s = job_story.story(job_id, job, remediations, faults, kube_nodes, datetime.now(timezone.utc),
+                        job_story.reclaims(ledgers, events, under_way), pools)
     if s is None:
         _err(f"job {job_id}: unknown to Slurm (slurmctld forgets ended jobs after MinJobAge; accounting is not "
              "read) and to every gpufleet remediation")

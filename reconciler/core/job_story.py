@@ -4,14 +4,18 @@ to running again, and a one-line verdict. Pure: the command gathers the records 
 
 Where a fact comes from: the job's fields from slurmctld (slurmrestd GET job; slurmctld forgets an ended
 job after MinJobAge, and without accounting nothing older is known), the remediations from their objects,
-the faults from the node conditions and Events (an application XID, e.g. 13, points at the job itself).
+the faults from the node conditions and Events (an application XID, e.g. 13, points at the job itself), the
+reclaims from the lending ledger's loans (kept a week) and the lending pass's Events (kept an hour or so).
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from fleetspec.faults import FaultAction, Kind, default_action, describe
+from fleetspec.ledger import PoolLedger
 
 from reconciler.core.job_notes import stamp
 from reconciler.core.model import Remediation
@@ -49,6 +53,35 @@ class NodeFault:
     at: datetime
     xid: int | None
     message: str = ""
+
+
+@dataclass(frozen=True)
+class LendingEvent:
+    """An Event the lending pass posted on a node (reconciler/runtime/executor.py): Reclaiming when it began
+    taking the node back (the message says why), ReclaimForced when borrowers outlasted the grace, Reclaimed
+    when the loan ended."""
+
+    node: str
+    at: datetime
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class NodeReclaim:
+    """A node lent to inference (preemptible) borrowers and taken back: from `began` (borrowers evicted) to
+    `ended` (the loan over, the node back to Slurm); `ended` None: under way."""
+
+    node: str
+    pool: str
+    began: datetime | None  # None: not known (an old ledger, its Event expired)
+    ended: datetime | None
+    why: str = ""
+    grace_seconds: int | None = None  # known when the borrowers outlasted it
+
+    @property
+    def took_seconds(self) -> float | None:
+        return (self.ended - self.began).total_seconds() if self.began and self.ended else None
 
 
 @dataclass(frozen=True)
@@ -112,10 +145,102 @@ def _ran_while(job: JobFacts | None, f: NodeFault, now: datetime) -> bool:
     return job.started <= f.at <= (job.ended or now)
 
 
+GRACE = re.compile(r"the (\d+)s reclaim grace")
+WHY = re.compile(r"^taking \S+ back: (.*)$", re.DOTALL)
+
+
+def reclaims(ledgers: Mapping[str, PoolLedger], events: Iterable[LendingEvent],
+             reclaiming: Mapping[str, tuple[str, datetime]]) -> list[NodeReclaim]:
+    """Every reclaim the records show. The ledger's loans are the record (each pool's, kept a week): a loan
+    marked `reclaimed` was taken back; an unmarked one that ended counts only where a Reclaiming Event says
+    so (a loan ended by a fault is no reclaim). The Events add why and the grace; without a ledger entry
+    for the node, a Reclaiming Event and the Reclaimed one after it are the reclaim. `reclaiming`: node ->
+    (its pool, when its reclaim began), from the nodes' annotations: those under way now."""
+    by_node: dict[str, list[LendingEvent]] = {}
+    for e in sorted(events, key=lambda e: e.at):
+        by_node.setdefault(e.node, []).append(e)
+
+    def within(node: str, reason: str, since: datetime | None, until: datetime | None) -> list[LendingEvent]:
+        return [e for e in by_node.get(node, ()) if e.reason == reason and (since is None or e.at >= since)
+                and (until is None or e.at <= until)]
+
+    def told(node: str, pool: str, began: datetime | None, since: datetime, ended: datetime | None) -> NodeReclaim:
+        asked = within(node, "Reclaiming", since, ended)
+        began = began or (asked[-1].at if asked else None)
+        why = next((m.group(1) for e in reversed(asked) if (m := WHY.match(e.message))), "")
+        grace = next((int(m.group(1)) for e in within(node, "ReclaimForced", began or since, ended)
+                      if (m := GRACE.search(e.message))), None)
+        return NodeReclaim(node, pool, began, ended, why, grace)
+
+    out: list[NodeReclaim] = []
+    in_ledger: set[str] = set()
+    for pool, led in sorted(ledgers.items()):
+        for loan in led.loans:
+            in_ledger.add(loan.node)
+            if loan.open:
+                if loan.node in reclaiming:
+                    out.append(told(loan.node, pool, loan.reclaimed or reclaiming[loan.node][1], loan.start, None))
+                continue
+            # The ledger closes a loan on the pass after the one that ended it; its Reclaimed Event is on time.
+            back = within(loan.node, "Reclaimed", loan.reclaimed or loan.start, loan.end)
+            r = told(loan.node, pool, loan.reclaimed, loan.start, back[0].at if back else loan.end)
+            if r.began is not None:
+                out.append(r)
+    for node, evs in sorted(by_node.items()):
+        if node in in_ledger:
+            continue
+        pool = reclaiming.get(node, ("", None))[0]
+        start = None
+        for e in evs:
+            if e.reason == "Reclaiming":
+                start = start or e.at
+            elif e.reason == "Reclaimed" and start is not None:
+                out.append(told(node, pool, start, start, e.at))
+                start = None
+        if start is not None and node in reclaiming:
+            out.append(told(node, pool, start, start, None))
+    for node, (pool, began) in sorted(reclaiming.items()):
+        if node not in in_ledger and node not in by_node:
+            out.append(NodeReclaim(node, pool, began, None))
+    return out
+
+
+def _reclaim_text(r: NodeReclaim) -> str:
+    took = r.took_seconds
+    text = f"{r.node} was lent to inference and taken back for it"
+    if took is not None:
+        text += f": the reclaim took {took:.0f} s"
+    if r.grace_seconds is not None:
+        text += f" (reclaim grace {r.grace_seconds} s, outlasted: its borrowers were deleted)"
+    return text + (f"; why: {r.why}" if r.why else "")
+
+
+def delays(job: JobFacts | None, job_nodes: Iterable[str], pools: Iterable[str],
+           found: Iterable[NodeReclaim]) -> list[Entry]:
+    """The reclaims that delayed the job's start: each on a node it runs (ran) on that ended between its
+    submit time and its start; for a pending job, each under way on a node of a pool its partitions use."""
+    if job is None or job.submitted is None:
+        return []
+    nodes, pools = set(job_nodes), set(pools)
+    out = []
+    for r in found:
+        if r.ended is None:
+            if job.started is None and job.state == "PENDING" and r.pool in pools:
+                since = f" since {stamp(r.began)}" if r.began else ""
+                out.append(Entry(r.began, f"{r.node} (pool {r.pool}, of the job's partition) is being taken back "
+                                          f"from inference{since}: the job may start once it is back"
+                                          + (f"; why: {r.why}" if r.why else "")))
+        elif r.node in nodes and job.started is not None and job.submitted <= r.ended <= job.started:
+            out.append(Entry(r.ended, _reclaim_text(r)))
+    return out
+
+
 def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], faults: list[NodeFault],
-          kube_nodes: dict[str, str], now: datetime) -> Story | None:
+          kube_nodes: dict[str, str], now: datetime, reclaimed: Iterable[NodeReclaim] = (),
+          pools: Iterable[str] = ()) -> Story | None:
     """The story of one job; None when neither Slurm nor any remediation knows it. `kube_nodes` maps
-    Slurm node names to Kubernetes node names (from the operator's comment on each Slurm node)."""
+    Slurm node names to Kubernetes node names (from the operator's comment on each Slurm node);
+    `reclaimed`: the reclaims the records show (`reclaims`); `pools`: those its partitions use."""
     mine = sorted((r for r in remediations if touched(r, job_id)), key=lambda r: (r.created, r.name))
     if job is None and not mine:
         return None
@@ -153,7 +278,11 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
             entries.append(Entry(job.started, f"started on {where}"))
     if job is not None and job.state in ENDED and job.ended is not None:
         entries.append(Entry(job.ended, f"ended {job.state}" + (f" ({job.exit_code})" if job.exit_code else "")))
+    waited = delays(job, job_nodes, pools, reclaimed)
+    entries.extend(waited)
     verdict, summary = _verdict(job, mine, own, back)
+    if waited and verdict == NOTHING:
+        summary += f"; its start waited for {len(waited)} node(s) taken back from inference"
     entries.sort(key=lambda e: (e.at is None, e.at or now))
     return Story(job_id=job_id, known_to_slurm=job is not None, verdict=verdict, summary=summary, job=job,
                  kube_nodes=tuple(sorted(job_nodes)), remediations=tuple(r.name for r in mine),

@@ -32,9 +32,21 @@ def close_loan(ledger: PoolLedger, node: str, now: datetime) -> PoolLedger:
     loan = ledger.open_loan_of(node)
     if loan is None:
         return ledger
-    closed = Loan(node=loan.node, kind=loan.kind, gpus=loan.gpus, start=loan.start, end=max(loan.start, now))
+    closed = Loan(node=loan.node, kind=loan.kind, gpus=loan.gpus, start=loan.start, end=max(loan.start, now),
+                  reclaimed=loan.reclaimed)
     return PoolLedger(at=ledger.at, capacity=ledger.capacity,
                       loans=tuple(closed if x is loan else x for x in ledger.loans))
+
+
+def mark_reclaim(ledger: PoolLedger, node: str, since: datetime) -> PoolLedger:
+    """The ledger with `node`'s open loan taken back since `since` (`gpufleet why` tells the delay it caused);
+    unchanged when none is open or it is marked already."""
+    loan = ledger.open_loan_of(node)
+    if loan is None or loan.reclaimed is not None:
+        return ledger
+    marked = Loan(node=loan.node, kind=loan.kind, gpus=loan.gpus, start=loan.start, reclaimed=max(loan.start, since))
+    return PoolLedger(at=ledger.at, capacity=ledger.capacity,
+                      loans=tuple(marked if x is loan else x for x in ledger.loans))
 
 
 def prune(ledger: PoolLedger, now: datetime, keep: timedelta = KEEP) -> PoolLedger:
@@ -57,6 +69,8 @@ def book(old: PoolLedger | None, pool: str, nodes: Iterable[NodeView], capacity:
     for n in on_loan.values():
         kind = labels.LENT_SPARE if n.is_spare or n.lent == labels.LENT_SPARE else labels.LENT_IDLE
         new = open_loan(new, n.name, kind, n.gpus, n.lent_since or now)
+        if n.reclaiming is not None:
+            new = mark_reclaim(new, n.name, n.reclaiming)
     for name in new.lent_nodes():
         if name not in on_loan:
             new = close_loan(new, name, now)

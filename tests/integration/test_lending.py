@@ -222,7 +222,7 @@ def test_never_below_the_floor_nor_a_node_a_person_drained(world):
     assert (c.active_lent, c.spares_lent, c.spares_unlent, c.active_idle + c.active_busy, c.gpus_lent) == (1, 1, 1, 1, 16)
 
 
-def test_a_pending_job_takes_an_idle_node_back_and_starts_on_it(world):
+def test_a_pending_job_takes_an_idle_node_back_and_starts_on_it(world, kube_cluster):
     w = world
     w.reset()
     w.reconciler(lending_spec())
@@ -249,7 +249,22 @@ def test_a_pending_job_takes_an_idle_node_back_and_starts_on_it(world):
     book = ledger.parse(w.core.read_namespaced_config_map(labels.LENDING_LEDGER, "default").data[POOL], POOL)
     closed = [x for x in book.loans if x.node == host and not x.open]
     assert closed and closed[-1].end >= closed[-1].start  # the loan ended when the node came back
+    assert closed[-1].reclaimed is not None and closed[-1].start <= closed[-1].reclaimed <= closed[-1].end
     print(f"pending job to running on a reclaimed node: {took:.1f}s")
+
+    # its owner asks why it waited: `gpufleet why` tells the reclaim, from the ledger and the Events
+    from typer.testing import CliRunner
+
+    from gpufleet.cli import app
+
+    out = CliRunner().invoke(app, ["why", str(jid), "--kubeconfig", str(kube_cluster.kubeconfig_path),
+                                   "--slurm-url", w.slurm.rest_url, "--slurm-jwt-key-file", str(w.slurm.jwt_key_path),
+                                   "--namespace", "default"])
+    assert out.exit_code == 0, out.output
+    assert f"{host} was lent to inference and taken back for it: the reclaim took " in out.output, out.output
+    assert "why: 1 node(s) asked for by pending Slurm jobs" in out.output, out.output
+    assert "its start waited for 1 node(s) taken back from inference" in out.output, out.output
+    print(out.output)
 
 
 def test_a_fault_takes_a_lent_spare_after_its_borrowers_leave_forced_past_the_grace(world):

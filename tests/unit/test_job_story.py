@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from reconciler.core.job_story import (
-    FAILED, HEALED, HEALING, NOTHING, OWN_ERROR, JobFacts, NodeFault, render, story)
+    FAILED, HEALED, HEALING, NOTHING, OWN_ERROR, JobFacts, LendingEvent, NodeFault, reclaims, render, story)
 from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
 from tests.unit.fakes import T0
@@ -111,3 +111,75 @@ def test_slurms_expected_times_are_not_taken_for_a_start_or_an_end():
     assert running.started == T0 and running.ended is None
     done = job_facts(SlurmJob(7, "train", "COMPLETED", start_time=t, end_time=t + 60, admin_comment=None))
     assert done.ended == T0 + 60 * S and done.admin_comment == ""
+
+
+# --- reclaims for lending that delayed the start (issue 22 item 2) ---
+
+def _loan(node, start, end=None, reclaimed=None):
+    from fleetspec.ledger import Loan
+
+    at = lambda s: T0 + s * S if s is not None else None  # noqa: E731
+    return Loan(node=node, kind="idle", gpus=8, start=at(start), end=at(end), reclaimed=at(reclaimed))
+
+
+def _ledger(*loans):
+    from fleetspec.ledger import PoolLedger
+
+    return PoolLedger(at=T0, loans=loans)
+
+
+BACK = [LendingEvent("kgpu-0", T0 - 140 * S, "Reclaiming",
+                     "taking kgpu-0 back: 1 node(s) asked for by pending Slurm jobs, 0 idle"),
+        LendingEvent("kgpu-0", T0 - 110 * S, "ReclaimForced", "borrowers on kgpu-0 outlasted the 30s reclaim grace "
+                     "(a PodDisruptionBudget, or a slow exit): deleted"),
+        LendingEvent("kgpu-0", T0 - 100 * S, "Reclaimed", "kgpu-0 is back from its loan after 3500s")]
+FIRST = dict(nodes=("gpu-a-0",), started=0, restarts=0)  # submitted at -900, started at 0
+
+
+@pytest.mark.parametrize("name, the_job, ledgers, events, says, not_says", [
+    # the ledger closes the loan a pass late (-99); the Reclaimed Event has the time it ended (-100)
+    ("delayed by a reclaim (ledger and Events)", job(**FIRST), {"kgpu": _ledger(_loan("kgpu-0", -3600, -99, -140))},
+     BACK, ["kgpu-0 was lent to inference and taken back for it: the reclaim took 40 s (reclaim grace 30 s",
+            "why: 1 node(s) asked for by pending Slurm jobs"], []),
+    ("the ledger alone, its Events expired", job(**FIRST), {"kgpu": _ledger(_loan("kgpu-0", -3600, -100, -140))},
+     [], ["kgpu-0 was lent to inference and taken back for it: the reclaim took 40 s"], ["grace", "why:"]),
+    ("the Events alone, no ledger", job(**FIRST), {}, BACK, ["the reclaim took 40 s (reclaim grace 30 s"], []),
+    ("a reclaim before it was submitted does not count", job(**FIRST),
+     {"kgpu": _ledger(_loan("kgpu-0", -3600, -1000, -1040))}, [], [], ["taken back"]),
+    ("a reclaim on another pool's node does not count", job(**FIRST),
+     {"other": _ledger(_loan("kother-0", -3600, -100, -140))}, [], [], ["taken back"]),
+    ("a loan ended by a fault is no reclaim", job(**FIRST), {"kgpu": _ledger(_loan("kgpu-0", -3600, -100))}, [],
+     [], ["taken back"]),
+    ("a reclaim after it started does not count", job(**FIRST),
+     {"kgpu": _ledger(_loan("kgpu-0", -3600, 100, 60))}, [], [], ["taken back"]),
+])
+def test_reclaims_that_delayed_its_start(name, the_job, ledgers, events, says, not_says):
+    found = reclaims(ledgers, events, {})
+    s = story(7, the_job, [], [], KUBE, T0 + 1000 * S, found, pools=("kgpu",))
+    text = render(s)
+    for part in says:
+        assert part in text, text
+    for part in not_says:
+        assert part not in text, text
+    assert ("its start waited for 1 node(s) taken back from inference" in s.summary) == bool(says), s.summary
+    assert [e.at for e in s.entries] == sorted(e.at for e in s.entries)
+
+
+def test_a_pending_job_is_told_of_a_reclaim_under_way_in_its_pool_only():
+    under_way = {"kgpu-1": ("kgpu", T0 + 900 * S)}
+    events = [LendingEvent("kgpu-1", T0 + 900 * S, "Reclaiming", "taking kgpu-1 back: 1 node(s) asked for by "
+                                                                  "pending Slurm jobs, 0 idle")]
+    found = reclaims({"kgpu": _ledger(_loan("kgpu-1", 0))}, events, under_way)
+    assert [(r.node, r.ended) for r in found] == [("kgpu-1", None)]
+    pending = job("PENDING", (), None, restarts=0, reason="Resources")
+    text = render(story(7, pending, [], [], KUBE, T0 + 1000 * S, found, pools=("kgpu",)))
+    assert "kgpu-1 (pool kgpu, of the job's partition) is being taken back from inference since " \
+           "2026-11-29T12:15:00Z" in text and "why: 1 node(s) asked for" in text, text
+    elsewhere = render(story(7, pending, [], [], KUBE, T0 + 1000 * S, found, pools=("other",)))
+    assert "taken back" not in elsewhere
+    running = render(story(7, job(**FIRST), [], [], KUBE, T0 + 1000 * S, found, pools=("kgpu",)))
+    assert "taken back" not in running  # an open loan delayed nothing it ran on
+
+
+def test_an_open_loan_not_being_taken_back_is_no_reclaim():
+    assert reclaims({"kgpu": _ledger(_loan("kgpu-1", 0))}, [], {}) == []

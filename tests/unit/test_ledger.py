@@ -18,6 +18,7 @@ def sample() -> L.PoolLedger:
     led = L.empty(T0)
     led = B.open_loan(led, "kwok-h100-spare-0", labels.LENT_SPARE, 8, T0)
     led = B.open_loan(led, "kwok-h100-1", labels.LENT_IDLE, 8, T0 + H)
+    led = B.mark_reclaim(led, "kwok-h100-1", T0 + 2 * H - timedelta(seconds=40))
     led = B.close_loan(led, "kwok-h100-1", T0 + 2 * H)
     cap = L.Capacity(active_busy=1, active_idle=0, active_lent=0, spares_lent=1, spares_unlent=1, gpus_lent=8)
     return B.record_capacity(led, cap, T0 + 2 * H)
@@ -34,9 +35,10 @@ def test_dump_is_the_documented_json_and_parses_back():
     assert doc["capacity"] == {"active_busy": 1, "active_idle": 0, "active_lent": 0, "spares_lent": 1,
                                "spares_unlent": 1, "quarantined": 0, "gpus_lent": 8}
     assert doc["loans"] == [
-        {"node": "kwok-h100-spare-0", "kind": "spare", "gpus": 8, "start": "2026-12-01T12:00:00Z", "end": None},
+        {"node": "kwok-h100-spare-0", "kind": "spare", "gpus": 8, "start": "2026-12-01T12:00:00Z", "end": None,
+         "reclaimed": None},
         {"node": "kwok-h100-1", "kind": "idle", "gpus": 8, "start": "2026-12-01T13:00:00Z",
-         "end": "2026-12-01T14:00:00Z"}]
+         "end": "2026-12-01T14:00:00Z", "reclaimed": "2026-12-01T13:59:20Z"}]
 
 
 def test_times_are_utc_to_the_second():
@@ -56,6 +58,28 @@ def test_opening_or_closing_twice_changes_nothing():
     assert B.close_loan(led, "never-lent", T0 + H) == led
     again = B.open_loan(closed, "a", "idle", 8, T0 + 2 * H)  # lent anew: a second loan
     assert [x.end for x in again.loans] == [T0 + H, None] and again.lent_nodes() == ("a",)
+
+
+def test_a_reclaim_is_marked_once_on_the_open_loan_and_kept_when_it_closes():
+    led = B.open_loan(L.empty(T0), "a", "idle", 8, T0)
+    marked = B.mark_reclaim(led, "a", T0 + H)
+    assert marked.loans[0].reclaimed == T0 + H and marked.open_loan_of("a") is not None
+    assert B.mark_reclaim(marked, "a", T0 + 2 * H) == marked  # each pass sees the same annotation
+    assert B.mark_reclaim(led, "never-lent", T0) == led
+    assert B.close_loan(marked, "a", T0 + 2 * H).loans[0].reclaimed == T0 + H
+    assert B.close_loan(led, "a", T0 + H).loans[0].reclaimed is None  # ended otherwise (a fault)
+
+
+def test_the_book_marks_a_reclaim_the_node_shows():
+    from reconciler.core.model import NodeView
+
+    lent = NodeView("a", pool="p", role=labels.ROLE_ACTIVE, lent=labels.LENT_IDLE, lent_since=T0, gpus=8)
+    first = L.parse(B.book(None, "p", [lent], L.Capacity(), T0).text, "p")
+    back = NodeView("a", pool="p", role=labels.ROLE_ACTIVE, lent_since=T0, reclaiming=T0 + H, gpus=8)
+    marked = L.parse(B.book(first, "p", [back], L.Capacity(), T0 + H).text, "p")
+    assert marked.loans[0].reclaimed == T0 + H and marked.loans[0].open
+    ended = L.parse(B.book(marked, "p", [], L.Capacity(), T0 + 2 * H).text, "p")
+    assert (ended.loans[0].reclaimed, ended.loans[0].end) == (T0 + H, T0 + 2 * H)
 
 
 def test_a_close_before_the_start_ends_at_the_start():
