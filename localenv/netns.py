@@ -113,7 +113,11 @@ def delete(name: str, link: Link | None = None) -> None:
     if path(name).exists():
         _ip("netns", "delete", name)
     if link is not None and _has_link(link.host_if):
-        _ip("link", "delete", link.host_if)
+        # The kernel destroys the pair with the namespace, asynchronously: the host's end may go between
+        # the look and the delete, which is the outcome wanted.
+        r = subprocess.run(["ip", "link", "delete", link.host_if], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0 and _has_link(link.host_if):
+            raise NetnsError(f"ip link delete {link.host_if}: {r.stderr.strip()}")
 
 
 def release_block(block: str) -> None:

@@ -283,8 +283,11 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
         "agent-forger", ns).status.phase == "Failed", timeout=90)
     log = _termination_message(core, "agent-forger", ns)
     assert failed and "403" in log and "only the node its token is bound to" in log, log
-    gpu = lambda n: [(c.status, c.reason, c.message) for c in n.status.conditions or [] if c.type == cond_type]  # noqa: E731
-    assert gpu(core.read_node("kwok-l40s-0")) == gpu(before)  # (kwok's heartbeats move the Ready condition's times)
+    # nothing of the forger's on kwok-l40s-0 (its other conditions move on their own: kwok's heartbeats, the
+    # repair loop's return of the node the lending test faulted)
+    forged = [c for c in core.read_node("kwok-l40s-0").status.conditions or []
+              if c.type == cond_type and (c.reason == "Xid95" or "LTC TAG" in (c.message or ""))]
+    assert forged == [] and not [c for c in before.status.conditions or [] if c.reason == "Xid95"]
     core.delete_namespaced_pod("agent-forger", ns, grace_period_seconds=0)
     Kube(local_pods.env.kube.api_client()).set_condition("system-0", cond_type, "True", "DrillOver", "cleared")
 
