@@ -14,7 +14,7 @@ from fleetspec.node_repair import HealthCheckRecord, RepairRequest, RepairResult
 from fleetspec.oncall import PersonRequest
 
 from reconciler.core import slurm_states
-from reconciler.core.phases import Phase, check_transition
+from reconciler.core.phases import Phase, check_transition, last_entered
 from reconciler.core.repair_phases import Repair
 
 
@@ -223,10 +223,7 @@ class Remediation:
         return replace(self, phase=phase, phase_times=self.phase_times + ((phase.value, now),), **changes)
 
     def entered(self, phase: Phase) -> datetime | None:
-        for name, at in reversed(self.phase_times):
-            if name == phase.value:
-                return at
-        return None
+        return last_entered(self.phase_times, phase.value)
 
     @property
     def active(self) -> bool:

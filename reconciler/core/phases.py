@@ -24,6 +24,8 @@ idempotent actions are written together with the next (`Step.carry`, reconciler/
 """
 from __future__ import annotations
 
+from datetime import datetime
+
 from enum import Enum
 
 
@@ -84,3 +86,11 @@ def check_transition(src: Phase, dst: Phase) -> None:
     if dst is Phase.FAILED or dst in _ALLOWED[src]:
         return
     raise InvalidTransition(f"{src.value} -> {dst.value} is not an allowed transition")
+
+
+def last_entered(phase_times: tuple[tuple[str, datetime], ...], value: str) -> datetime | None:
+    """When a record last entered the phase named `value` (its phase_times, oldest first), or None."""
+    for name, at in reversed(phase_times):
+        if name == value:
+            return at
+    return None

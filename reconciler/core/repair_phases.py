@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
 
+from reconciler.core.phases import last_entered
+
 
 class RepairPhase(str, Enum):
     REPAIRING = "Repairing"  # a reset or a reboot was asked for; its outcome is awaited (`step` says which)
@@ -104,10 +106,7 @@ class Repair:
         return replace(self, history=self.history + (event,), **changes)
 
     def entered(self, phase: RepairPhase) -> datetime | None:
-        for name, at in reversed(self.phase_times):
-            if name == phase.value:
-                return at
-        return None
+        return last_entered(self.phase_times, phase.value)
 
     @property
     def active(self) -> bool:
