@@ -24,6 +24,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_NAME=build-images
+# shellcheck source=lib/build.sh
+source "$ROOT/scripts/lib/build.sh"
 FORCE=0; CHECK=0; PRINT_JSON=0; QUIET=0
 for arg in "$@"; do
   case "$arg" in
@@ -31,20 +34,16 @@ for arg in "$@"; do
     --check) CHECK=1 ;;
     --print-json) PRINT_JSON=1 ;;
     --quiet) QUIET=1 ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage 22; exit 0 ;;
     *) echo "build-images: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
-
-START=$SECONDS
-log() { [[ $QUIET == 1 ]] || printf '[build-images] %4ds  %s\n' "$((SECONDS - START))" "$*" >&2; }
-die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # shellcheck source=../tools/containers/versions.env
 source "$ROOT/tools/containers/versions.env"
 : "${DEBIAN_SUITE:?}" "${DEBIAN_VARIANT:?}" "${DEBIAN_PACKAGES:?}" "${IMAGES_BUILD_REV:?}"
 
-CACHE_ROOT="${GPUFLEET_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet/images}"
+CACHE_ROOT="${GPUFLEET_IMAGES_CACHE:-$GPUFLEET_CACHE/images}"
 mkdir -p "$CACHE_ROOT/rootfs" "$CACHE_ROOT/containers"
 
 # --- podman/buildah configuration of the project's own --------------------------------------
@@ -64,14 +63,14 @@ mv "$CONTAINERS_STORAGE_CONF.tmp" "$CONTAINERS_STORAGE_CONF"
 have() { command -v "$1" >/dev/null 2>&1 || [[ -x /usr/sbin/$1 ]]; }
 pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo none; }
 ROOTFS_KEY="$(printf '%s\n' "$DEBIAN_SUITE" "$DEBIAN_VARIANT" "$DEBIAN_PACKAGES" "$IMAGES_BUILD_REV" \
-  "$(pkgver debootstrap)" | sha256sum | cut -c1-10)"
+  "$(pkgver debootstrap)" | short_hash)"
 ROOTFS_TAR="$CACHE_ROOT/rootfs/debian-$DEBIAN_SUITE-$DEBIAN_VARIANT-$ROOTFS_KEY.tar"
 # The images: the root's key, the Containerfiles and every file the wheel is built from.
 SOURCE_HASH="$(cd "$ROOT" && git ls-files -co --exclude-standard -- pyproject.toml images fleetspec components \
   reconciler policies gpufleet | LC_ALL=C sort | while read -r f; do [[ -f $f ]] && printf '%s  %s\n' \
-  "$(sha256sum <"$f" | cut -c1-64)" "$f"; done | sha256sum | cut -c1-10)"
+  "$(sha256sum <"$f" | cut -c1-64)" "$f"; done | short_hash)"
 SOURCE_HASH="$(printf '%s %s\n' "$SOURCE_HASH" "$(sha256sum <"$ROOT/requirements/runtime.lock" | cut -c1-64)" \
-  | sha256sum | cut -c1-10)"  # the locked dependencies are sources of the images too
+  | short_hash)"  # the locked dependencies are sources of the images too
 KEY="$ROOTFS_KEY-$SOURCE_HASH"
 OUT="$CACHE_ROOT/$KEY"
 JSON="$OUT/images.json"

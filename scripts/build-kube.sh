@@ -20,6 +20,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_NAME=build-kube
+# shellcheck source=lib/build.sh
+source "$ROOT/scripts/lib/build.sh"
 KUBE_SRC="$ROOT/tools/kube"
 
 FORCE=0
@@ -32,17 +35,10 @@ for arg in "$@"; do
     --print-bin-dir) PRINT_BIN_DIR=1 ;;
     --check) CHECK=1 ;;
     --quiet) QUIET=1 ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage 19; exit 0 ;;
     *) echo "build-kube: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
-
-START=$SECONDS
-log() {
-  [[ $QUIET == 1 ]] && return 0
-  printf '[build-kube] %4ds  %s\n' "$((SECONDS - START))" "$*" >&2
-}
-die() { printf '[build-kube] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # --- pinned versions -------------------------------------------------------
 # shellcheck source=../tools/kube/versions.env
@@ -63,8 +59,8 @@ check_pin kwok/go.mod sigs.k8s.io/kwok "$KWOK_VERSION"
 # Cache key: pinned versions + hash of the build inputs under tools/kube (versions.env
 # carries BUILD_REV: bump it when this script's build flags change).
 INPUT_HASH="$(cd "$KUBE_SRC" && cat versions.env k8s/go.mod k8s/go.sum etcd/go.mod etcd/go.sum etcd/*.go \
-  kwok/go.mod kwok/go.sum | sha256sum | cut -c1-10)"
-CACHE_ROOT="${GPUFLEET_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet/tools}"
+  kwok/go.mod kwok/go.sum | short_hash)"
+CACHE_ROOT="${GPUFLEET_TOOLS_CACHE:-$GPUFLEET_CACHE/tools}"
 NAME="kube-${K8S_VERSION}-etcd-${ETCD_VERSION}-kwok-${KWOK_VERSION}-${INPUT_HASH}"
 CACHE_DIR="$CACHE_ROOT/$NAME"
 BIN_DIR="$CACHE_DIR/bin"

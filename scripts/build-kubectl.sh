@@ -11,28 +11,27 @@
 # A build takes under a minute when the control plane's Go build cache is warm.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_NAME=build-kubectl
+# shellcheck source=lib/build.sh
+source "$ROOT/scripts/lib/build.sh"
 SRC="$ROOT/tools/kube/kubectl"
 PRINT=0; QUIET=0
 for arg in "$@"; do
   case "$arg" in
     --print-path) PRINT=1 ;;
     --quiet) QUIET=1 ;;
-    -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) usage 11; exit 0 ;;
     *) echo "build-kubectl: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
-START=$SECONDS
-log() { [[ $QUIET == 1 ]] || printf '[build-kubectl] %4ds  %s\n' "$((SECONDS - START))" "$*" >&2; }
-die() { printf '[build-kubectl] ERROR: %s\n' "$*" >&2; exit 1; }
-
 # shellcheck source=../tools/kube/versions.env
 source "$ROOT/tools/kube/versions.env"
 : "${K8S_VERSION:?}" "${K8S_STAGING_VERSION:?}"
 grep -Eq "^[[:space:]]*k8s.io/kubectl[[:space:]]+$K8S_STAGING_VERSION([[:space:]]|$)" "$SRC/go.mod" \
   || die "tools/kube/kubectl/go.mod does not require k8s.io/kubectl $K8S_STAGING_VERSION (versions.env says so)"
 
-HASH="$(cd "$SRC" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-10)"
-CACHE_ROOT="${GPUFLEET_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet/tools}"
+HASH="$(cd "$SRC" && cat go.mod go.sum ./*.go | short_hash)"
+CACHE_ROOT="${GPUFLEET_TOOLS_CACHE:-$GPUFLEET_CACHE/tools}"
 DIR="$CACHE_ROOT/kubectl-$K8S_VERSION-$HASH"
 BIN="$DIR/bin/kubectl"
 

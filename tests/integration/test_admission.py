@@ -30,6 +30,7 @@ from gpufleet.waiting import wait_for
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.providers import placeholder_pod
 from reconciler.errors import PermanentError
+from tests.fixtures.kube_cluster import create_or_keep
 from tests.integration.test_reconciler_rbac import ROOT
 
 pytestmark = pytest.mark.integration
@@ -43,14 +44,6 @@ def spec_for(system_ns: str, agent_ns: str) -> FleetSpec:
     doc = load_stack_file(ROOT / "Pulumi.local.yaml").fleet.model_dump(mode="json")
     doc["healing"]["reconciler"].update(namespace=system_ns, agent_namespace=agent_ns)
     return FleetSpec.model_validate(doc)
-
-
-def _create(fn, *args) -> None:
-    try:
-        fn(*args)
-    except ApiException as e:
-        if e.status != 409:
-            raise
 
 
 def _status(fn, *args, **kw) -> tuple[int, str]:
@@ -83,24 +76,24 @@ class Setup:
         dep = spec.healing.reconciler
         self.ns, self.agent_ns = dep.namespace, dep.agent_namespace
         for ns, level in ((self.ns, system_level), (self.agent_ns, "privileged")):
-            _create(self.core.create_namespace, {"metadata": {"name": ns, "labels": pod_security_labels(level)}})
+            create_or_keep(self.core.create_namespace, {"metadata": {"name": ns, "labels": pod_security_labels(level)}})
         for ns, sa, rules, ns_rules in ((self.ns, RECONCILER, cluster_rules(spec), namespace_rules(spec)),
                                         (self.agent_ns, AGENT, agent_rules(), None)):
             name = f"{ns}-{sa}"
             subject = [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
             ref = lambda kind, n=name: {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": n}  # noqa: E731
-            _create(self.core.create_namespaced_service_account, ns, {"metadata": {"name": sa}})
-            _create(rbac.create_cluster_role, {"metadata": {"name": name}, "rules": rules})
-            _create(rbac.create_cluster_role_binding, {"metadata": {"name": name}, "roleRef": ref("ClusterRole"),
+            create_or_keep(self.core.create_namespaced_service_account, ns, {"metadata": {"name": sa}})
+            create_or_keep(rbac.create_cluster_role, {"metadata": {"name": name}, "rules": rules})
+            create_or_keep(rbac.create_cluster_role_binding, {"metadata": {"name": name}, "roleRef": ref("ClusterRole"),
                                                        "subjects": subject})
             if ns_rules:
-                _create(rbac.create_namespaced_role, ns, {"metadata": {"name": name}, "rules": ns_rules})
-                _create(rbac.create_namespaced_role_binding, ns, {"metadata": {"name": name}, "roleRef": ref("Role"),
+                create_or_keep(rbac.create_namespaced_role, ns, {"metadata": {"name": name}, "rules": ns_rules})
+                create_or_keep(rbac.create_namespaced_role_binding, ns, {"metadata": {"name": name}, "roleRef": ref("Role"),
                                                                   "subjects": subject})
         self.policies = policies(spec, reconciler_username(spec), agent_username(spec))
         for p in self.policies:
-            _create(adm.create_validating_admission_policy, p)
-            _create(adm.create_validating_admission_policy_binding, binding(p))
+            create_or_keep(adm.create_validating_admission_policy, p)
+            create_or_keep(adm.create_validating_admission_policy_binding, binding(p))
 
     def token(self, ns: str, sa: str, bound_pod: dict | None = None) -> client.ApiClient:
         body: dict = {"spec": {"expirationSeconds": 600}}
@@ -133,7 +126,7 @@ def prod_like(kube_cluster) -> Iterator[Setup]:
     """The reconciler's namespace at `restricted`, as on a cluster."""
     s = Setup(kube_cluster, spec_for("gf-sec-system", "gf-sec-agent"), "restricted")
     _nodes(s.core)
-    _create(s.core.create_namespace, {"metadata": {"name": OTHER_NS}})
+    create_or_keep(s.core.create_namespace, {"metadata": {"name": OTHER_NS}})
     # the policies act once the API server's admission has loaded them: a dry run is refused then
     rec = s.reconciler()
     wait_for("the reconciler's node policy in force", lambda: _status(
@@ -239,12 +232,12 @@ def test_the_reconciler_deletes_borrowers_and_its_placeholders_only(prod_like):
     assert classes  # the local stack lends
     sched = client.SchedulingV1Api(s.admin)
     for name, value in classes.items():
-        _create(sched.create_priority_class, {"metadata": {"name": name}, "value": value,
+        create_or_keep(sched.create_priority_class, {"metadata": {"name": name}, "value": value,
                                               "preemptionPolicy": "Never"})
     borrower = _pod("gf-sec-borrower", priorityClassName=next(iter(classes)))
     tenant = _pod("gf-sec-tenant-job")
     for body in (borrower, tenant):
-        _create(s.core.create_namespaced_pod, OTHER_NS, body)
+        create_or_keep(s.core.create_namespaced_pod, OTHER_NS, body)
     kube = Kube(s.reconciler())
     assert _status(kube.delete_pod, OTHER_NS, "gf-sec-tenant-job", 0)[0] == 403  # a force-delete of a tenant's pod
     assert _status(kube.delete_pod, OTHER_NS, "gf-sec-tenant-job", 30)[0] == 403  # any delete
@@ -258,9 +251,9 @@ def test_the_reconciler_deletes_borrowers_and_its_placeholders_only(prod_like):
     # pod that carries the same label elsewhere is not one
     nodeset = {"metadata": {"name": "gf-sec-nodeset-0", "labels": {labels.SLINKY_POD_HOSTNAME: "gpu-0"}},
                "spec": _pod("x")["spec"]}
-    _create(s.core.create_namespace, {"metadata": {"name": s.spec.slurm.namespace}})
+    create_or_keep(s.core.create_namespace, {"metadata": {"name": s.spec.slurm.namespace}})
     for ns in (s.spec.slurm.namespace, OTHER_NS):
-        _create(s.core.create_namespaced_pod, ns, nodeset)
+        create_or_keep(s.core.create_namespaced_pod, ns, nodeset)
     assert _status(kube.delete_pod, OTHER_NS, "gf-sec-nodeset-0", 0)[0] == 403
     assert _status(kube.delete_pod, s.spec.slurm.namespace, "gf-sec-nodeset-0", 0) == (200, "")
 
@@ -274,7 +267,7 @@ def agents(prod_like) -> dict[str, client.ApiClient]:
     out = {}
     for node in (NODE_A, NODE_B):
         name = f"agent-{node}"
-        _create(s.core.create_namespaced_pod, s.agent_ns, _pod(name, nodeName=node, serviceAccountName=AGENT))
+        create_or_keep(s.core.create_namespaced_pod, s.agent_ns, _pod(name, nodeName=node, serviceAccountName=AGENT))
         out[node] = s.token(s.agent_ns, AGENT, s.core.read_namespaced_pod(name, s.agent_ns))
     out["unbound"] = s.token(s.agent_ns, AGENT)
     return out

@@ -173,12 +173,10 @@ def test_a_restarted_agent_reports_nothing_twice_and_nothing_from_before_the_rep
 # --- issue 21: each fault does what it needs, agent and reconciler together ---------------------------
 
 from kubernetes import client  # noqa: E402
-from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 from fleetspec import parse_fleet, remediation_crd  # noqa: E402
 from fleetspec.faults.condition import parse_condition  # noqa: E402
-from localenv import fake_nodes  # noqa: E402
-from reconciler.app import build  # noqa: E402
+from tests.fixtures.reconciler_kube import make_nodes, pod, reconciler, step  # noqa: E402
 
 XID94_MIG = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No"
 XID154_NONE = "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)"
@@ -196,52 +194,12 @@ def fleet(pool: str, **faults):
     })
 
 
-@pytest.fixture(scope="module")
-def api(kube_cluster):
-    api = kube_cluster.api_client()
-    try:
-        client.ApiextensionsV1Api(api).create_custom_resource_definition(remediation_crd.manifest())
-    except ApiException as e:
-        assert e.status == 409
-    wait_for("the API to serve remediations", lambda: _serves(api), timeout=30)
-    return api
-
-
-def _serves(api) -> bool:
-    try:
-        client.CustomObjectsApi(api).list_cluster_custom_object("gpufleet.io", remediation_crd.VERSION, "remediations")
-        return True
-    except ApiException:
-        return False
-
-
-class Quiet:
-    name = "quiet"
-
-    def send(self, msg) -> None:
-        pass
-
-
 def pool_with_a_job(kube_cluster, api, spec):
     """The pool's node and spare as the local environment makes them, and a running job's pod on the node."""
-    core = client.CoreV1Api(api)
-    for n in fake_nodes.fleet_nodes(spec)[1:]:
-        core.create_node(n)
+    make_nodes(kube_cluster, spec)
     node = spec.pools[0].node_names()[0]
-    for n in spec.pools[0].node_names() + spec.pools[0].spare_names():
-        kube_cluster.wait_node_ready(n)
-    core.create_namespaced_pod("default", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{node}-job", "labels": {"app": "train"}},
-        "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "c", "image": "registry.example/train:1.0"}]}})
-    rec = build(spec, api, slurm=None)
-    rec.notifier.channels = [Quiet()]
-    return node, rec
-
-
-def step(rec) -> None:
-    rec.sync()
-    rec.process_due()
+    client.CoreV1Api(api).create_namespaced_pod("default", pod(f"{node}-job", node))
+    return node, reconciler(api, spec)
 
 
 def node_events(api, node: str) -> list:

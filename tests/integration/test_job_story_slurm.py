@@ -15,8 +15,8 @@ from fleetspec import parse_fleet
 from gpufleet.cli import app
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
+from tests.fixtures.reconciler_kube import reconciler, records_for, run_until
 
-from .test_reconciler_kube import api, reconciler, records_for, run_until  # noqa: F401
 from .test_reconciler_slurm import POOL, fleet_with_slurm, moved_by_the_operator  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -28,9 +28,8 @@ from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from reconciler.app import build
 from fleetspec import ledger
 from reconciler.core.phases import Phase
+from tests.fixtures.reconciler_kube import Recorder
 from tests.fixtures.slurm_cluster import build_slurm_root
-
-from .test_reconciler_kube import Recorder, api  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 

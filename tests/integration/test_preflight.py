@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from components.slinky import KINDS, crd_manifest
 from gpufleet.cli import app
 from localenv.fake_nodes import fake_node
+from tests.fixtures.kube_cluster import create_or_keep
 from tests.unit.test_components import ROOT
 
 pytestmark = pytest.mark.integration
@@ -30,13 +31,8 @@ def cluster(kube_cluster):
         if e.status != 409:
             raise
         core.patch_namespace("slurm", {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
-    ext = client.ApiextensionsV1Api(api)
     for kind in KINDS:
-        try:
-            ext.create_custom_resource_definition(crd_manifest(kind))
-        except ApiException as e:
-            if e.status != 409:
-                raise
+        create_or_keep(client.ApiextensionsV1Api(api).create_custom_resource_definition, crd_manifest(kind))
     yield kube_cluster
     core.delete_node("pf-h100-a-0")
     core.patch_namespace("slurm", {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": None}}})

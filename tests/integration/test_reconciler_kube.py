@@ -9,99 +9,17 @@ from datetime import datetime, timezone
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from fleetspec import labels, parse_fleet, remediation_crd
+from fleetspec import labels, remediation_crd
 from localenv import fake_nodes
 from gpufleet.waiting import wait_for
 from reconciler.app import build
 from reconciler.adapters.kube import Kube
 from reconciler.runtime.leader import LeaseElector
-from reconciler.adapters.notify import Message
 from reconciler.core.phases import Phase
+from tests.fixtures.reconciler_kube import Recorder, fleet, make_nodes, pod, reconciler, records_for, run_until, step
 
 pytestmark = pytest.mark.integration
-
-
-class Recorder:
-    name = "recorder"
-
-    def __init__(self):
-        self.messages: list[Message] = []
-
-    def send(self, msg: Message) -> None:
-        self.messages.append(msg)
-
-
-def fleet(pool: str, nodes: int = 3, spares: int = 1, **healing):
-    return parse_fleet({
-        "environment": "itest", "cluster": {"kind": "local"},
-        "pools": [{"name": pool, "node_type": "kwok", "gpu_model": "H100", "gpus_per_node": 8, "cpus_per_node": 4,
-                   "memory_per_node": "16Gi", "nodes": nodes, "spares": spares, "provider": "kubernetes-spares",
-                   "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}],
-        "slurm": {"partitions": [{"name": "p", "pools": [pool]}]},
-        "healing": {"grace_period_seconds": 0, "drain_timeout_seconds": 10, "max_unhealthy_fraction": 0.9,
-                    "reconciler": {"namespace": "default"}, **healing},
-    })
-
-
-@pytest.fixture(scope="module")
-def api(kube_cluster):
-    api = kube_cluster.api_client()
-    crd = remediation_crd.manifest()
-    ext = client.ApiextensionsV1Api(api)
-    try:
-        ext.create_custom_resource_definition(crd)
-    except ApiException as e:
-        assert e.status == 409
-    wait_for("the API to serve remediations", lambda: served(api), timeout=30)
-    return api
-
-
-def served(api) -> bool:
-    try:
-        client.CustomObjectsApi(api).list_cluster_custom_object(labels.GROUP, remediation_crd.VERSION, "remediations")
-        return True
-    except ApiException:
-        return False
-
-
-def make_nodes(kube_cluster, spec):
-    core = client.CoreV1Api(kube_cluster.api_client())
-    for node in fake_nodes.fleet_nodes(spec)[1:]:  # the pool's nodes and spares
-        core.create_node(node)
-    for pool in spec.pools:
-        for n in pool.node_names() + pool.spare_names():
-            kube_cluster.wait_node_ready(n)
-
-
-def pod(name: str, node: str, pod_labels: dict | None = None) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": pod_labels or {"app": "train"}},
-            "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "c", "image": "registry.example/train:1.0"}]}}
-
-
-def reconciler(api, spec, channel=None, slurm=None):
-    rec = build(spec, api, slurm=slurm)
-    rec.notifier.channels = [channel or Recorder()]
-    return rec
-
-
-def step(rec):
-    """What the watches and the workers do, in this thread: list, queue what changed, process what is due."""
-    rec.sync()
-    rec.process_due()
-
-
-def run_until(rec, done, timeout=60.0):
-    """Step the reconciler until `done` holds (the shared polling loop; a timeout shows the records)."""
-    return wait_for("the condition", lambda: (step(rec), done())[1], timeout, 0.2,
-                    explain=lambda: f"records: {rec.store.list()}")
-
-
-def records_for(rec, node):
-    return [r for r in rec.store.list() if r.node == node]
 
 
 def heartbeat(node: str, api) -> None:

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from components.reconciler import cluster_rules, namespace_rules, slurm_namespace_rules
 from fleetspec import labels, load_stack_file, remediation_crd
-from gpufleet.waiting import wait_for
+from tests.fixtures.kube_cluster import create_or_keep
 
 pytestmark = pytest.mark.integration
 
@@ -174,41 +174,21 @@ def without(rules: list[dict], group: str, resource: str, verb: str) -> list[dic
 
 
 @pytest.fixture(scope="module")
-def cluster(kube_cluster):
-    """The Remediation CRD, a node, the two namespaces, a Lease and a Remediation to act on (as admin)."""
+def cluster(kube_cluster, api):
+    """The Remediation CRD (served: `api`), a node, the two namespaces, a Lease and a Remediation to act on
+    (as admin)."""
     global _admin_node, _admin_lease
-    api = kube_cluster.api_client()
     core = client.CoreV1Api(api)
-    ext = client.ApiextensionsV1Api(api)
-    try:
-        ext.create_custom_resource_definition(remediation_crd.manifest())
-    except ApiException as e:
-        if e.status != 409:
-            raise
-    wait_for("remediation CRD served", lambda: _served(api), timeout=30)
-    for create in (lambda: core.create_namespace({"metadata": {"name": NS}}),
-                   lambda: core.create_namespace({"metadata": {"name": SLURM_NS}}),
-                   lambda: core.create_node({"metadata": {"name": NODE}}),
-                   lambda: client.CoordinationV1Api(api).create_namespaced_lease(
-                       NS, {"metadata": {"name": "rbac-existing"}, "spec": {"holderIdentity": "x"}}),
-                   lambda: client.CustomObjectsApi(api).create_cluster_custom_object(
-                       GROUP, VERSION, PLURAL, _remediation("rbac-existing"))):
-        try:
-            create()
-        except ApiException as e:
-            if e.status != 409:
-                raise
+    create_or_keep(core.create_namespace, {"metadata": {"name": NS}})
+    create_or_keep(core.create_namespace, {"metadata": {"name": SLURM_NS}})
+    create_or_keep(core.create_node, {"metadata": {"name": NODE}})
+    create_or_keep(client.CoordinationV1Api(api).create_namespaced_lease,
+                   NS, {"metadata": {"name": "rbac-existing"}, "spec": {"holderIdentity": "x"}})
+    create_or_keep(client.CustomObjectsApi(api).create_cluster_custom_object,
+                   GROUP, VERSION, PLURAL, _remediation("rbac-existing"))
     _admin_node = core.read_node(NODE)
     _admin_lease = client.CoordinationV1Api(api).read_namespaced_lease("rbac-existing", NS)
     return kube_cluster
-
-
-def _served(api) -> bool:
-    try:
-        client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)
-        return True
-    except ApiException:
-        return False
 
 
 def token_for(kube, name: str, rules_: dict[str, list[dict]]) -> client.ApiClient:
@@ -229,11 +209,7 @@ def token_for(kube, name: str, rules_: dict[str, list[dict]]) -> client.ApiClien
                         lambda ns=scope: rbac.create_namespaced_role_binding(
                             ns, {"metadata": {"name": name}, "roleRef": ref("Role"), "subjects": subject})]
     for create in creates:
-        try:
-            create()
-        except ApiException as e:
-            if e.status != 409:
-                raise
+        create_or_keep(create)
     token = core.create_namespaced_service_account_token(
         name, NS, {"spec": {"expirationSeconds": 600}}).status.token
     cfg = client.Configuration()

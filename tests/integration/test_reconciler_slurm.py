@@ -15,9 +15,7 @@ from gpufleet.waiting import wait_for
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
 
-from .test_reconciler_kube import (  # noqa: F401
-    Recorder, api, fleet, make_nodes, reconciler, records_for, run_until, step,
-)
+from tests.fixtures.reconciler_kube import Recorder, fleet, make_nodes, reconciler, records_for, run_until, step
 
 pytestmark = pytest.mark.integration
 POOL = "kgpu"  # Kubernetes: kgpu-0, kgpu-1, kgpu-spare-0; Slurm: gpu-a-0, gpu-a-1, gpu-a-2 (the fixture's)

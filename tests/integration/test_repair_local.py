@@ -17,7 +17,7 @@ from gpufleet.waiting import wait_for
 from localenv.gpu_hardware_standin import BROKEN, REBOOT_FIXES
 from reconciler.adapters.kube import Kube
 from reconciler.core.repair_phases import RepairPhase
-from tests.integration.test_reconciler_kube import api, fleet, make_nodes, reconciler, records_for, run_until, step  # noqa: F401
+from tests.fixtures.reconciler_kube import fleet, make_nodes, reconciler, records_for, run_until, step
 
 pytestmark = pytest.mark.integration
 
@@ -41,24 +41,36 @@ def check_pods(core, node):
     return core.list_namespaced_pod("default", label_selector=f"{labels.HEALTH_CHECK_NODE}={node}").items
 
 
-def test_a_reboot_fixable_node_is_replaced_then_rebooted_validated_and_returned_to_the_spares(kube_cluster, api):
-    spec = fleet("rpr", nodes=2, spares=1)
+def a_pool_with_a_proven_spare(kube_cluster, api, pool: str):
+    """Two nodes and a spare, and the reconciler; the spare is proven (a health-check Job on it, passed) before
+    anything may use it."""
+    spec = fleet(pool, nodes=2, spares=1)
     make_nodes(kube_cluster, spec)
-    core, kube = client.CoreV1Api(api), Kube(api)
     rec = reconciler(api, spec)
-    # the spare is proven before anything may use it: a health-check Job on it, passed
-    run_until(rec, lambda: proven(core, "rpr-spare-0"))
+    run_until(rec, lambda: proven(client.CoreV1Api(api), f"{pool}-spare-0"))
+    return rec
+
+
+def replaced_then_returned(rec, core, node: str, spare: str):
+    """Replace first, repair after: `node`'s remediation ends with `spare` serving in its place, then its repair
+    returns it to the spares. The record."""
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, node) if r.phase.terminal])
+    assert r.replacement == spare, "replaced first: the job's node gets the proven spare"
+    assert core.read_node(spare).metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, node)
+                                   if r.repair is not None and r.repair.phase.terminal], timeout=120)
+    assert r.repair.phase is RepairPhase.RETURNED, r.repair
+    return r
+
+
+def test_a_reboot_fixable_node_is_replaced_then_rebooted_validated_and_returned_to_the_spares(kube_cluster, api):
+    rec = a_pool_with_a_proven_spare(kube_cluster, api, "rpr")
+    core, kube = client.CoreV1Api(api), Kube(api)
     boot = core.read_node("rpr-0").status.node_info.boot_id
 
     simulate(core, "rpr-0", REBOOT_FIXES)
     kube.set_condition("rpr-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
-    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rpr-0") if r.phase.terminal])
-    assert r.replacement == "rpr-spare-0", "replaced first: the job's node gets the proven spare"
-    assert core.read_node("rpr-spare-0").metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE
-
-    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rpr-0")
-                                   if r.repair is not None and r.repair.phase.terminal], timeout=120)
-    assert r.repair.phase is RepairPhase.RETURNED, r.repair
+    r = replaced_then_returned(rec, core, "rpr-0", "rpr-spare-0")
     assert r.repair.rungs == ("reboot",)  # until the fault's action is on the record (branch xid): a reboot
     assert [(e.step, e.outcome) for e in r.repair.history] == [("reboot", "asked"), ("reboot", "ok"), ("return", "ok")]
     assert f"passed its health check ({r.repair.job})" in r.repair.history[-1].message
@@ -145,23 +157,14 @@ def test_a_reset_fixable_node_is_replaced_then_reset_validated_and_returned_with
     from fleetspec.faults import FaultAction, Kind
     from fleetspec.faults.condition import FaultSignal, format_message, reason_for
     from localenv.gpu_hardware_standin import RESET_FIXES
-    spec = fleet("rsf", nodes=2, spares=1)
-    make_nodes(kube_cluster, spec)
+    rec = a_pool_with_a_proven_spare(kube_cluster, api, "rsf")
     core, kube = client.CoreV1Api(api), Kube(api)
-    rec = reconciler(api, spec)
-    run_until(rec, lambda: proven(core, "rsf-spare-0"))
     boot = core.read_node("rsf-0").status.node_info.boot_id
 
     simulate(core, "rsf-0", RESET_FIXES)
     fault = FaultSignal(Kind.XID, 95, FaultAction.RESET_GPU, "0000:3b:00")
     kube.set_condition("rsf-0", "GpuHealthy", "False", reason_for(Kind.XID, 95), format_message(fault, "injected by a test"))
-    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rsf-0") if r.phase.terminal])
-    assert r.replacement == "rsf-spare-0", "replaced first: the job's node gets the proven spare"
-    assert core.read_node("rsf-spare-0").metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE
-
-    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rsf-0")
-                                   if r.repair is not None and r.repair.phase.terminal], timeout=120)
-    assert r.repair.phase is RepairPhase.RETURNED, r.repair
+    r = replaced_then_returned(rec, core, "rsf-0", "rsf-spare-0")
     assert r.repair.rungs == ("reset-gpu",), "the fault's action on the record: a reset first, and enough"
     assert [(e.step, e.outcome) for e in r.repair.history] == [("reset-gpu", "asked"), ("reset-gpu", "ok"), ("return", "ok")]
     assert f"passed its health check ({r.repair.job})" in r.repair.history[-1].message

@@ -13,6 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from components.slinky import GROUP, KINDS, VERSION, crd_manifest
+from tests.fixtures.kube_cluster import create_or_keep
 
 pytestmark = pytest.mark.integration
 
@@ -22,11 +23,7 @@ def slinky_api(kube_cluster):
     api = kube_cluster.api_client()
     ext = client.ApiextensionsV1Api(api)
     for kind in KINDS:
-        try:
-            ext.create_custom_resource_definition(crd_manifest(kind))
-        except ApiException as e:
-            if e.status != 409:
-                raise
+        create_or_keep(ext.create_custom_resource_definition, crd_manifest(kind))
     deadline = time.monotonic() + 30
     for kind in KINDS:
         name = f"{kind.lower()}s.{GROUP}"
@@ -36,11 +33,7 @@ def slinky_api(kube_cluster):
             time.sleep(0.2)
     core = client.CoreV1Api(api)
     for ns in ("slurm", "gpufleet-system", "crd-test"):
-        try:
-            core.create_namespace({"metadata": {"name": ns}})
-        except ApiException as e:
-            if e.status != 409:
-                raise
+        create_or_keep(core.create_namespace, {"metadata": {"name": ns}})
     return client.CustomObjectsApi(api)
 
 

@@ -16,7 +16,8 @@ from components.slinky import JWT_KEY, JWT_SECRET, TOKEN_KEY, TOKEN_SECRET, toke
 from reconciler.adapters.slurm import SlurmError
 from reconciler.adapters.slurm.rest import RENEW_BEFORE_S
 from reconciler.adapters.slurm.token_secret import SecretRef, SecretToken
-from tests.integration.test_admission import _create, token_client
+from tests.fixtures.kube_cluster import create_or_keep
+from tests.integration.test_admission import token_client
 
 pytestmark = pytest.mark.integration
 
@@ -45,11 +46,11 @@ def setup(kube_cluster):
     admin = kube_cluster.api_client()
     core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
     for ns in (SLURM_NS, READER_NS):
-        _create(core.create_namespace, {"metadata": {"name": ns}})
-    _create(core.create_namespaced_secret, SLURM_NS, {"metadata": {"name": JWT_SECRET}, "stringData": {JWT_KEY: KEY}})
-    _create(core.create_namespaced_service_account, READER_NS, {"metadata": {"name": READER}})
-    _create(rbac.create_namespaced_role, SLURM_NS, {"metadata": {"name": READER}, "rules": token_reader_rules()})
-    _create(rbac.create_namespaced_role_binding, SLURM_NS, {
+        create_or_keep(core.create_namespace, {"metadata": {"name": ns}})
+    create_or_keep(core.create_namespaced_secret, SLURM_NS, {"metadata": {"name": JWT_SECRET}, "stringData": {JWT_KEY: KEY}})
+    create_or_keep(core.create_namespaced_service_account, READER_NS, {"metadata": {"name": READER}})
+    create_or_keep(rbac.create_namespaced_role, SLURM_NS, {"metadata": {"name": READER}, "rules": token_reader_rules()})
+    create_or_keep(rbac.create_namespaced_role_binding, SLURM_NS, {
         "metadata": {"name": READER},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": READER},
         "subjects": [{"kind": "ServiceAccount", "name": READER, "namespace": READER_NS}]})

@@ -150,27 +150,35 @@ def test_max_concurrent_holds_replacement_not_containment_and_no_spare_is_given_
     assert len(promoted) == len(set(promoted)) >= 2
 
 
-def test_parallel_workers_never_give_a_spare_twice():
-    w = World(fleet(nodes=40, spares=20, max_concurrent=100, max_unhealthy_fraction=1.0, grace_period_seconds=0))
-    for i in range(20):
-        w.fault(f"h100-{i}")
-    w.sync()
+def work_in_parallel(w, workers: int, done, rounds: int, advance: float = 0.0) -> None:
+    """Run `workers` of the manager's worker threads until `done()` holds or `rounds` rounds have passed; each
+    round delivers what the watches would (a sync) and moves the clock by `advance`, then the workers stop."""
     stop = threading.Event()
-    threads = [threading.Thread(target=w.manager.work, args=(stop, None)) for _ in range(8)]
+    threads = [threading.Thread(target=w.manager.work, args=(stop, None)) for _ in range(workers)]
     for t in threads:
         t.start()
     try:
-        for _ in range(200):
-            if len([c for c in w.provider.calls if c[0] == "promote"]) >= 20:
+        for _ in range(rounds):
+            if done():
                 break
-            w.sync()  # what the watches would deliver
-            w.clock.advance(0.5)
+            w.sync()
+            if advance:
+                w.clock.advance(advance)
             stop.wait(0.05)
     finally:
         stop.set()
         w.manager.queue.shut_down()
         for t in threads:
             t.join()
+
+
+def test_parallel_workers_never_give_a_spare_twice():
+    w = World(fleet(nodes=40, spares=20, max_concurrent=100, max_unhealthy_fraction=1.0, grace_period_seconds=0))
+    for i in range(20):
+        w.fault(f"h100-{i}")
+    w.sync()
+    work_in_parallel(w, 8, lambda: len([c for c in w.provider.calls if c[0] == "promote"]) >= 20, rounds=200,
+                     advance=0.5)
     promoted = [c[1] for c in w.provider.calls if c[0] == "promote"]
     assert len(promoted) == 20 and len(set(promoted)) == 20
 
@@ -516,21 +524,8 @@ def test_two_workers_that_read_the_job_at_once_signal_it_once():
     w.fault("h100-0")
     w.fault("h100-1")
     w.sync()
-    stop = threading.Event()
-    threads = [threading.Thread(target=w.manager.work, args=(stop, None)) for _ in range(2)]
-    for t in threads:
-        t.start()
-    try:
-        for _ in range(100):
-            if {r.phase for r in w.store.list()} == {Phase.CHECKPOINTING} and len(w.store.list()) == 2:
-                break
-            w.sync()
-            stop.wait(0.05)
-    finally:
-        stop.set()
-        w.manager.queue.shut_down()
-        for t in threads:
-            t.join()
+    work_in_parallel(w, 2, lambda: {r.phase for r in w.store.list()} == {Phase.CHECKPOINTING}
+                     and len(w.store.list()) == 2, rounds=100)
     assert reads["n"] >= 2 and not both_read.broken
     assert [c for c in w.slurm.calls if c[0] == "signal"] == [("signal", (7,))]
     assert sorted(len(r.signalled) for r in w.store.list()) == [0, 1]

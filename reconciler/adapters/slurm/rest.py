@@ -12,7 +12,8 @@ requeues every requeueable job on it. A job with no drained node is refused (per
 error) rather than taking a healthy node down.
 
 Tokens (``X-SLURM-USER-TOKEN``): :class:`TokenFile` reads the token that a Slinky ``Token``
-resource keeps refreshed in a Secret mounted as a file; :class:`SignedToken` signs its own
+resource keeps refreshed in a Secret mounted as a file (token_secret.SecretToken reads that Secret
+through the API server; both are a :class:`KeptToken`); :class:`SignedToken` signs its own
 HS256 JWT (claim ``sun``) from the mounted JWT key, as the operator does. Both are renewed a
 minute before expiry, and once on a rejected token. slurmrestd answers an expired token
 and one signed with another key alike (HTTP 401/511, Slurm error 1007), so the client
@@ -41,7 +42,7 @@ from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_ta
 from reconciler.adapters.slurm.cli import expand_hostlist
 from reconciler.core.slurm_states import ON_NODE_JOB_STATES, PENDING
 
-__all__ = ["KNOWN_PARSERS", "SignedToken", "SlurmREST", "TokenFile", "TokenSource"]
+__all__ = ["KNOWN_PARSERS", "KeptToken", "SignedToken", "SlurmREST", "TokenFile", "TokenSource"]
 
 log = logging.getLogger(__name__)
 
@@ -105,22 +106,59 @@ def token_expiry(token: str) -> float | None:
     return float(exp) if exp is not None else None
 
 
-class TokenFile:
-    """A token kept fresh in a file by someone else: the Secret (key ``SLURM_JWT``) of a
-    Slinky ``Token`` resource mounted into the pod. Read again when the one in hand is
-    within RENEW_BEFORE_S of its expiry, when the file changed, and on `refresh()`."""
+class KeptToken:
+    """A token someone else keeps fresh (a Slinky ``Token``'s controller), fetched again when the one in
+    hand is within RENEW_BEFORE_S of its expiry, when its source says it changed, and on `refresh()`
+    (a rejected token). A subclass says where it lives: `describe`, `_fetch` and, if its source can
+    tell, `_changed`."""
 
-    def __init__(self, path: Path | str, clock=time.time):
-        self.path = Path(path)
+    def __init__(self, clock=time.time):
         self._clock = clock
         self._token: str | None = None
-        self._mtime: float | None = None
         self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def _fetch(self) -> str:
+        """The token its source holds now; a temporary SlurmError when there is none to be had."""
+        raise NotImplementedError
+
+    def _changed(self) -> bool:
+        """Whether the source changed since the last fetch, when it can tell without fetching."""
+        return False
+
+    def _read(self) -> str:
+        self._token = self._fetch()
+        return self._token
+
+    def token(self) -> str:
+        with self._lock:
+            if self._token is None:
+                return self._read()
+            exp = token_expiry(self._token)
+            if self._changed() or (exp is not None and exp - self._clock() < RENEW_BEFORE_S):
+                return self._read()
+            return self._token
+
+    def refresh(self) -> str:
+        with self._lock:
+            return self._read()
+
+
+class TokenFile(KeptToken):
+    """A token kept fresh in a file: the Secret (key ``SLURM_JWT``) of a Slinky ``Token`` resource
+    mounted into the pod; read again also when the file changed."""
+
+    def __init__(self, path: Path | str, clock=time.time):
+        super().__init__(clock)
+        self.path = Path(path)
+        self._mtime: float | None = None
 
     def describe(self) -> str:
         return f"token file {self.path}"
 
-    def _read(self) -> str:
+    def _fetch(self) -> str:
         try:
             text = self.path.read_text().strip()
             self._mtime = self.path.stat().st_mtime
@@ -130,25 +168,13 @@ class TokenFile:
             text = text.split("=", 1)[1].strip()
         if not text:
             raise SlurmError(f"Slurm REST: the token file {self.path} is empty", temporary=True)
-        self._token = text
         return text
 
-    def token(self) -> str:
-        with self._lock:
-            if self._token is None:
-                return self._read()
-            exp = token_expiry(self._token)
-            try:
-                changed = self.path.stat().st_mtime != self._mtime
-            except OSError:
-                changed = True
-            if changed or (exp is not None and exp - self._clock() < RENEW_BEFORE_S):
-                return self._read()
-            return self._token
-
-    def refresh(self) -> str:
-        with self._lock:
-            return self._read()
+    def _changed(self) -> bool:
+        try:
+            return self.path.stat().st_mtime != self._mtime
+        except OSError:
+            return True
 
 
 class SignedToken:

@@ -10,7 +10,6 @@ own namespace, so the reconciler reads the minted token with `get` on that one S
 from __future__ import annotations
 
 import base64
-import threading
 import time
 from dataclasses import dataclass
 
@@ -18,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.rest import RENEW_BEFORE_S, token_expiry
+from reconciler.adapters.slurm.rest import KeptToken
 
 __all__ = ["SecretRef", "SecretToken"]
 
@@ -41,21 +40,18 @@ class SecretRef:
         return f"{self.namespace}/{self.name}"
 
 
-class SecretToken:
-    """The token in a Secret that someone else keeps fresh (the Token's controller). Read again when
-    the one in hand is within RENEW_BEFORE_S of its expiry, and on `refresh()` (a rejected token)."""
+class SecretToken(KeptToken):
+    """The token in a Secret that the Token's controller keeps fresh, read through the API server."""
 
     def __init__(self, api: client.ApiClient, ref: SecretRef, clock=time.time):
+        super().__init__(clock)
         self.core = client.CoreV1Api(api)
         self.ref = ref
-        self._clock = clock
-        self._token: str | None = None
-        self._lock = threading.Lock()
 
     def describe(self) -> str:
         return f"Secret {self.ref} key {self.ref.key}"
 
-    def _read(self) -> str:
+    def _fetch(self) -> str:
         try:
             secret = self.core.read_namespaced_secret(self.ref.name, self.ref.namespace, _request_timeout=10)
         except ApiException as e:
@@ -70,18 +66,4 @@ class SecretToken:
         text = base64.b64decode(raw).decode(errors="replace").strip() if raw else ""
         if not text:
             raise SlurmError(f"Slurm REST: the token's {self.describe()} is empty", temporary=True)
-        self._token = text
         return text
-
-    def token(self) -> str:
-        with self._lock:
-            if self._token is None:
-                return self._read()
-            exp = token_expiry(self._token)
-            if exp is not None and exp - self._clock() < RENEW_BEFORE_S:
-                return self._read()
-            return self._token
-
-    def refresh(self) -> str:
-        with self._lock:
-            return self._read()
