@@ -284,6 +284,27 @@ def test_with_no_spare_free_the_pool_may_repair_in_place_and_the_node_takes_its_
     assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-0"  # its Slurm node came back to it
 
 
+
+def test_a_job_waiting_for_a_spare_in_one_pool_takes_no_node_of_another_and_the_other_pool_heals():
+    """bench/repair_month.py's week at 10.5x: an l40s job waited for a spare (its pool had none) while faults in
+    the h100 pools healed. Its NodeSet pod selects its own pool's nodes (components/slinky.py: the template's
+    nodeSelector), so it stays pending; it must not take the spare promoted for another pool's node, whose own pod
+    would then have nowhere to run (12 heals Failed that way in the bench, each after RESUME_TIMEOUT)."""
+    spec = fleet(nodes=4, spares=1, pools=("h100", "l40s"), grace_period_seconds=0)
+    spec = spec.model_copy(update={"pools": [spec.pools[0], spec.pools[1].model_copy(update={"spares": 0})]})
+    w = World(spec, operator=True)
+    w.fault("l40s-0", xid=48)
+    w.run(seconds=10)
+    assert w.remediation("l40s-0").phase is Phase.WAITING_FOR_SPARE
+    assert "slurm/slurm-worker-l40s-w0" not in w.kube.pods  # evicted, pending: no l40s node takes it
+    w.fault("h100-0", xid=48)
+    w.run(seconds=10)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0", r
+    assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-spare-0"
+    assert "slurm/slurm-worker-l40s-w0" not in w.kube.pods
+    assert w.remediation("l40s-0").phase is Phase.WAITING_FOR_SPARE
+
 # --- a person's commands (issue 23, item 7) -------------------------------------------------------------
 
 def test_release_admits_a_pool_held_by_the_brake():
