@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-minutes", type=float, default=d.check_minutes)
     ap.add_argument("--job-nodes", type=int, default=d.job_nodes,
                     help="nodes of the job a fault stops (it waits whole for a spare)")
+    ap.add_argument("--explain", action="store_true",
+                    help="print each failed loop's record and each wait for a spare (its pool's spares over time, "
+                         "the remediations that took them); always in the JSON's raw")
     add_json_option(ap)
     a = ap.parse_args(argv)
     out = Output("repair_month", a.json)
@@ -67,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     for loop in (False, True):
         say(f"{'with' if loop else 'without'} the repair loop: {p.days:g} days of {a.stack}")
         results.append(world.run(spec, p, loop=loop, progress=say))
+    if a.explain:
+        for r in results:
+            for line in world.explain_lines(r):
+                say(line)
     weeks = p.days / 7
     cols = ["mode", "faults", "spares free min", "spares free mean", "jobs waited for a spare", "wait max h",
             "GPU-h jobs waited", "GPU-h nodes out", "nodes returned", "nodes retired", "loops failed",
