@@ -51,6 +51,7 @@ class Params:
     refill_minutes: float = 20.0
     person_hours: float = 24.0  # without the loop: a person acts this long after the fault
     job_nodes: int = 16  # a stopped job spans this many nodes, all waiting while it waits for a spare
+    in_place: bool = False  # every pool repairs in place when no spare is free (pools[].repair.in_place; prod: off)
     heal_step: float = 5.0  # the clock's step while a heal is under way (the reconciler's RECHECK)
     repair_step: float = 60.0  # while only repairs are under way (reboot and check take minutes)
     wait_step: float = 600.0  # while jobs only wait for a spare (the core's refill deadlines and pages still run)
@@ -97,7 +98,7 @@ class RefillingProvider(Provider):
 class Sim:
     def __init__(self, spec: FleetSpec, p: Params, loop: bool):
         self.p, self.loop = p, loop
-        self.spec = _bench_spec(spec, loop)
+        self.spec = _bench_spec(spec, loop, p.in_place)
         self.w = World(self.spec, operator=True)
         self.rng_refill = random.Random(p.seed * 7 + 1)
         self.w.provider = RefillingProvider(self.w.kube, self)
@@ -182,10 +183,11 @@ def _faulted(o: dict) -> bool:
     return any(c["type"] == "GpuHealthy" and c["status"] == "False" for c in o["status"]["conditions"])
 
 
-def _bench_spec(spec: FleetSpec, loop: bool) -> FleetSpec:
-    """The stack's fleet with lending off (bench/lending.py measures lending: here a spare is idle) and the
-    repair loop on or off."""
-    pools = [p.model_copy(update={"lending": None}) for p in spec.pools]
+def _bench_spec(spec: FleetSpec, loop: bool, in_place: bool = False) -> FleetSpec:
+    """The stack's fleet with lending off (bench/lending.py measures lending: here a spare is idle), the
+    repair loop on or off, and (`in_place`) every pool repairing in place when it has no spare free."""
+    pools = [p.model_copy(update={"lending": None, **({"repair": p.repair.model_copy(update={"in_place": True})}
+                                                      if in_place else {})}) for p in spec.pools]
     repair = spec.healing.repair.model_copy(update={"enabled": loop})
     healing = spec.healing.model_copy(update={"repair": repair})
     return spec.model_copy(update={"pools": pools, "healing": healing})
