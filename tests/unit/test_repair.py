@@ -289,7 +289,7 @@ def test_a_job_waiting_for_a_spare_in_one_pool_takes_no_node_of_another_and_the_
     """bench/repair_month.py's week at 10.5x: an l40s job waited for a spare (its pool had none) while faults in
     the h100 pools healed. Its NodeSet pod selects its own pool's nodes (components/slinky.py: the template's
     nodeSelector), so it stays pending; it must not take the spare promoted for another pool's node, whose own pod
-    would then have nowhere to run (12 heals Failed that way in the bench, each after RESUME_TIMEOUT)."""
+    would then have nowhere to run (14 heals Failed that way in the bench, each after RESUME_TIMEOUT)."""
     spec = fleet(nodes=4, spares=1, pools=("h100", "l40s"), grace_period_seconds=0)
     spec = spec.model_copy(update={"pools": [spec.pools[0], spec.pools[1].model_copy(update={"spares": 0})]})
     w = World(spec, operator=True)
