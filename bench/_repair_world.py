@@ -76,6 +76,7 @@ class Result:
     failed: list = field(default_factory=list)  # each failed loop's record (explain())
     waits: list = field(default_factory=list)  # each wait for a spare: its pool's spares and what took them
     pool_spares_min: dict = field(default_factory=dict)  # pool -> fewest spares it had
+    heals: list = field(default_factory=list)  # every remediation: (pool, node, hours from the start, phase at the end)
 
 
 def fault_rate_per_gpu_hour(p: Params) -> float:
@@ -272,6 +273,8 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
     res.human_tasks = (res.retired + res.failed_loops) if loop else res.faults
     res.failed, res.waits = explain(rems, waiting, pool_spares, sim.t0, end)
     res.pool_spares_min = {pool: min(n for _, n in tl) for pool, tl in pool_spares.items()}
+    res.heals = [(r.pool, r.node, round((r.created - sim.t0).total_seconds() / HOUR, 2), r.phase.value)
+                 for r in sorted(rems, key=lambda x: x.created)]
     res.gpu_h_waited, res.gpu_h_out, res.spares_mean = (round(x, 1) for x in (res.gpu_h_waited, res.gpu_h_out,
                                                                              res.spares_mean))
     return res
