@@ -88,6 +88,23 @@ def test_the_returned_node_takes_the_next_fault():
     assert w.remediation("h100-1").replacement == "h100-0"
 
 
+def test_a_heal_waiting_for_a_spare_takes_the_node_the_loop_returns():
+    """No spare and no refill: the second fault's job waits; the first node, repaired and proven, is the spare
+    it takes: a spare the repair loop returns serves a waiting heal like any proven spare (bench/repair_month.py's
+    week at 10.5x asked whether it did; there l40s's waits had no returned node to take)."""
+    w = world(spares=1)
+    w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES
+    w.fault("h100-0", xid=48)  # double-bit ECC: a reset
+    w.run(seconds=5)
+    w.fault("h100-1", xid=79)
+    w.run(seconds=5)
+    assert w.remediation("h100-1").phase is Phase.WAITING_FOR_SPARE
+    w.run(seconds=120, step=5)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.RETURNED
+    r = w.remediation("h100-1")
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-0", r
+    assert role(w, "h100-0") == labels.ROLE_ACTIVE
+
 def test_a_node_nothing_fixes_climbs_the_ladder_and_is_retired_with_its_history_and_a_page():
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.BROKEN
