@@ -51,6 +51,7 @@ class Params:
     refill_minutes: float = 20.0
     person_hours: float = 24.0  # without the loop: a person acts this long after the fault
     job_nodes: int = 16  # a stopped job spans this many nodes, all waiting while it waits for a spare
+    in_place: bool = False  # every pool repairs in place when no spare is free (pools[].repair.in_place; prod: off)
     heal_step: float = 5.0  # the clock's step while a heal is under way (the reconciler's RECHECK)
     repair_step: float = 60.0  # while only repairs are under way (reboot and check take minutes)
     wait_step: float = 600.0  # while jobs only wait for a spare (the core's refill deadlines and pages still run)
@@ -72,6 +73,10 @@ class Result:
     human_tasks: int = 0
     steps: int = 0
     by_action: dict = field(default_factory=dict)
+    failed: list = field(default_factory=list)  # each failed loop's record (explain())
+    waits: list = field(default_factory=list)  # each wait for a spare: its pool's spares and what took them
+    pool_spares_min: dict = field(default_factory=dict)  # pool -> fewest spares it had
+    heals: list = field(default_factory=list)  # every remediation: (pool, node, hours from the start, phase at the end)
 
 
 def fault_rate_per_gpu_hour(p: Params) -> float:
@@ -94,7 +99,7 @@ class RefillingProvider(Provider):
 class Sim:
     def __init__(self, spec: FleetSpec, p: Params, loop: bool):
         self.p, self.loop = p, loop
-        self.spec = _bench_spec(spec, loop)
+        self.spec = _bench_spec(spec, loop, p.in_place)
         self.w = World(self.spec, operator=True)
         self.rng_refill = random.Random(p.seed * 7 + 1)
         self.w.provider = RefillingProvider(self.w.kube, self)
@@ -179,10 +184,11 @@ def _faulted(o: dict) -> bool:
     return any(c["type"] == "GpuHealthy" and c["status"] == "False" for c in o["status"]["conditions"])
 
 
-def _bench_spec(spec: FleetSpec, loop: bool) -> FleetSpec:
-    """The stack's fleet with lending off (bench/lending.py measures lending: here a spare is idle) and the
-    repair loop on or off."""
-    pools = [p.model_copy(update={"lending": None}) for p in spec.pools]
+def _bench_spec(spec: FleetSpec, loop: bool, in_place: bool = False) -> FleetSpec:
+    """The stack's fleet with lending off (bench/lending.py measures lending: here a spare is idle), the
+    repair loop on or off, and (`in_place`) every pool repairing in place when it has no spare free."""
+    pools = [p.model_copy(update={"lending": None, **({"repair": p.repair.model_copy(update={"in_place": True})}
+                                                      if in_place else {})}) for p in spec.pools]
     repair = spec.healing.repair.model_copy(update={"enabled": loop})
     healing = spec.healing.model_copy(update={"repair": repair})
     return spec.model_copy(update={"pools": pools, "healing": healing})
@@ -205,6 +211,7 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
         k += 1
     waiting: dict[str, float] = {}  # remediation -> seconds waited for a spare
     spares_area, spares_min, last_day = 0.0, None, -1
+    pool_spares: dict[str, list[tuple[float, int]]] = {x: [] for x in gpus}  # pool -> (s, spares) at each change
     while True:
         sim.settle()
         res.steps += 1
@@ -221,7 +228,14 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
         step = p.heal_step if healing else p.repair_step if repairing else p.wait_step if waits else max(nxt - now, 0.0)
         step = min(step, max(nxt - now, 0.0), end - now) if nxt > now else 0.0
         # what holds over the step
-        spares = sum(1 for o in w.kube.nodes.values() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_SPARE)
+        by_pool = dict.fromkeys(gpus, 0)
+        for o in w.kube.nodes.values():
+            if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_SPARE:
+                by_pool[o["metadata"]["labels"][labels.POOL]] += 1
+        for pool, n in by_pool.items():
+            if not pool_spares[pool] or pool_spares[pool][-1][1] != n:
+                pool_spares[pool].append((now, n))
+        spares = sum(by_pool.values())
         spares_min = spares if spares_min is None else min(spares_min, spares)
         spares_area += spares * step
         for r in waits:
@@ -255,9 +269,72 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
     res.wait_max_h = max(waiting.values(), default=0.0) / HOUR
     res.returned = sum(1 for r in rems if r.repair is not None and r.repair.phase is RepairPhase.RETURNED)
     res.retired = sum(1 for o in w.kube.nodes.values() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_RETIRED)
-    res.failed_loops = sum(1 for r in rems if (r.repair is not None and r.repair.phase is RepairPhase.STOPPED)
-                           or r.phase in (Phase.ESCALATED, Phase.FAILED))
+    res.failed_loops = sum(1 for r in rems if _loop_failed(r))
     res.human_tasks = (res.retired + res.failed_loops) if loop else res.faults
+    res.failed, res.waits = explain(rems, waiting, pool_spares, sim.t0, end)
+    res.pool_spares_min = {pool: min(n for _, n in tl) for pool, tl in pool_spares.items()}
+    res.heals = [(r.pool, r.node, round((r.created - sim.t0).total_seconds() / HOUR, 2), r.phase.value)
+                 for r in sorted(rems, key=lambda x: x.created)]
     res.gpu_h_waited, res.gpu_h_out, res.spares_mean = (round(x, 1) for x in (res.gpu_h_waited, res.gpu_h_out,
                                                                              res.spares_mean))
     return res
+
+
+def _loop_failed(r) -> bool:
+    return (r.repair is not None and r.repair.phase is RepairPhase.STOPPED) or r.phase in (Phase.ESCALATED, Phase.FAILED)
+
+
+def explain(rems: list, waiting: dict[str, float], pool_spares: dict[str, list[tuple[float, int]]], t0,
+            end: float) -> tuple[list[dict], list[dict]]:
+    """Each failed loop's record, and each wait for a spare with its pool's spares over time and the pool's
+    earlier remediations (which spare each took, how its node's repair ended, whether its refill came): what a
+    person needs to tell the bench's world from the reconciler's decisions. Hours from the run's start."""
+    def h(t) -> float | None:
+        return None if t is None else round((t - t0).total_seconds() / HOUR, 2)
+
+    def record(r) -> dict:
+        rep = r.repair
+        return {"name": r.name, "node": r.node, "pool": r.pool, "xid": r.xid, "created_h": h(r.created),
+                "phase": r.phase.value, "reason": r.reason, "replacement": r.replacement,
+                "phases": [(ph, h(at)) for ph, at in r.phase_times],
+                "refill": None if r.refill is None else {"state": r.refill.state, "at_h": h(r.refill.at),
+                                                         "message": r.refill.message},
+                "repair": None if rep is None else {
+                    "phase": rep.phase.value, "rungs": list(rep.rungs), "reason": rep.reason,
+                    "ended_h": h(rep.ended), "history": [(e.step, e.outcome, h(e.at), e.message) for e in rep.history]}}
+
+    failed = [record(r) for r in sorted(rems, key=lambda x: x.created) if _loop_failed(r)]
+    waits = []
+    by_name = {r.name: r for r in rems}
+    for name, secs in sorted(waiting.items(), key=lambda kv: -kv[1]):
+        r = by_name[name]
+        start = r.entered(Phase.WAITING_FOR_SPARE)
+        earlier = [x for x in sorted(rems, key=lambda x: x.created) if x.pool == r.pool and x.created <= r.created
+                   and x.name != name]
+        waits.append({
+            "remediation": name, "pool": r.pool, "from_h": h(start), "waited_h": round(secs / HOUR, 2),
+            "ended": r.phase.value if r.phase is not Phase.WAITING_FOR_SPARE else f"still waiting at {end / HOUR:g} h",
+            "pool_spares": [(round(t / HOUR, 2), n) for t, n in pool_spares[r.pool]],
+            "pool_before": [record(x) for x in earlier], "record": record(r)})
+    return failed, waits
+
+
+def explain_lines(res: Result) -> list[str]:
+    """explain()'s findings as lines for a person (bench/repair_month.py --explain)."""
+    out = [f"{res.mode}: {len(res.failed)} failed loops, {len(res.waits)} waits for a spare; "
+           f"fewest spares per pool {res.pool_spares_min}"]
+    for f in res.failed:
+        rep = f["repair"]
+        out.append(f"  failed {f['name']} ({f['pool']}, XID {f['xid']}, at {f['created_h']} h): {f['phase']}: "
+                   f"{f['reason']}; replacement {f['replacement']}; repair "
+                   + ("none" if rep is None else f"{rep['phase']} {rep['rungs']}: {rep['reason']}"))
+    for wt in res.waits:
+        out.append(f"  wait {wt['remediation']} ({wt['pool']}): from {wt['from_h']} h, {wt['waited_h']} h, "
+                   f"{wt['ended']}; pool spares (h, n): {wt['pool_spares']}")
+        for x in wt["pool_before"]:
+            rep, refill = x["repair"], x["refill"]
+            out.append(f"    before it: {x['node']} at {x['created_h']} h took {x['replacement'] or 'no spare'}; "
+                       f"refill {refill['state'] + ' at ' + str(refill['at_h']) + ' h' if refill else 'none'}; repair "
+                       + ("none" if rep is None else f"{rep['phase']} at {rep['ended_h']} h ({' -> '.join(rep['rungs']) or 'no rung'}): "
+                                                     f"{rep['reason']}"))
+    return out

@@ -55,18 +55,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-minutes", type=float, default=d.check_minutes)
     ap.add_argument("--job-nodes", type=int, default=d.job_nodes,
                     help="nodes of the job a fault stops (it waits whole for a spare)")
+    ap.add_argument("--in-place", action="store_true",
+                    help="every pool repairs in place when no spare is free (pools[].repair.in_place; prod: off)")
+    ap.add_argument("--explain", action="store_true",
+                    help="print each failed loop's record and each wait for a spare (its pool's spares over time, "
+                         "the remediations that took them); always in the JSON's raw")
     add_json_option(ap)
     a = ap.parse_args(argv)
     out = Output("repair_month", a.json)
     exit_on_sigterm()
     p = world.Params(days=a.days, seed=a.seed, fault_scale=a.fault_scale, refill_success=a.refill_success,
                      refill_minutes=a.refill_minutes, person_hours=a.person_hours, reboot_minutes=a.reboot_minutes,
-                     check_minutes=a.check_minutes, job_nodes=a.job_nodes)
+                     check_minutes=a.check_minutes, job_nodes=a.job_nodes, in_place=a.in_place)
     spec = load_stack_file(a.stack).fleet
     results = []
     for loop in (False, True):
         say(f"{'with' if loop else 'without'} the repair loop: {p.days:g} days of {a.stack}")
         results.append(world.run(spec, p, loop=loop, progress=say))
+    if a.explain:
+        for r in results:
+            for line in world.explain_lines(r):
+                say(line)
     weeks = p.days / 7
     cols = ["mode", "faults", "spares free min", "spares free mean", "jobs waited for a spare", "wait max h",
             "GPU-h jobs waited", "GPU-h nodes out", "nodes returned", "nodes retired", "loops failed",
@@ -80,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
              f"Faults: {world.fault_rate_per_gpu_hour(p) * 24:.2e} per GPU-day (Llama 3's GPU faults x {p.fault_scale:g}); "
              f"refill granted {p.refill_success:.0%}, in {p.refill_minutes:g} min; reboot {p.reboot_minutes:g} min, "
              f"check {p.check_minutes:g} min; a person acts {p.person_hours:g} h after a fault (without the loop); "
-             f"a stopped job spans {p.job_nodes} nodes.",
+             f"a stopped job spans {p.job_nodes} nodes; repair in place with no spare free: "
+             f"{'on in every pool' if p.in_place else 'as the stack says'}.",
              "Human tasks: without the loop every fault (a person checks, fixes or retires the node); with it, "
              "the retired nodes (RMA) and the loops that stopped for a person."]
     t = Table("Repair loop over a month (real runtime and core, modelled world)", cols, rows, notes)

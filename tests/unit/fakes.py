@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from fleetspec import labels, parse_fleet
 from fleetspec.node_repair import PASSED, REBOOT, RESET_GPU, HealthCheckRecord, RepairResult, parse_request
 from fleetspec.models import FleetSpec, NodePool
-from fleetspec.placement import node_labels, node_taints
+from fleetspec.placement import node_labels, node_taints, worker_selector
 from reconciler.adapters.records import MemoryRemediationStore
 from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
 from reconciler.core.membership import MembershipFacts
@@ -401,7 +401,7 @@ class World:
                 self.kube.pods[f"slurm/slurm-worker-{host}"] = {
                     "metadata": {"name": f"slurm-worker-{host}", "namespace": "slurm", "uid": f"uid-{host}",
                                  "labels": {labels.SLINKY_POD_HOSTNAME: host}},
-                    "spec": {"nodeName": name}, "status": {"phase": "Running"}}
+                    "spec": {"nodeName": name, "nodeSelector": worker_selector(pool)}, "status": {"phase": "Running"}}
                 self.slurm.table[host] = SlurmNode(host, frozenset({"ALLOCATED"}), "")
             for name in pool.spare_names():
                 self.kube.nodes[name] = pool_node(pool, name, labels.ROLE_SPARE)
@@ -445,14 +445,18 @@ class World:
 
     def slinky(self) -> None:
         """What Slinky's operator does with an evicted NodeSet pod (StatefulSet mode): made again under the
-        same name, it runs on a node that takes it (active, schedulable, untainted, no NodeSet pod there), and
-        its slurmd registers with that node in its comment (the drain gpufleet set stays until resumed)."""
+        same name, it runs on a node that takes it (its NodeSet's nodeSelector, the pool's label, as
+        components/slinky.py renders the template; active, schedulable, untainted, no NodeSet pod there), and
+        its slurmd registers with that node in its comment (the drain gpufleet set stays until resumed). With no
+        such node it stays pending: kube-scheduler never places a pod on a node its nodeSelector does not match."""
         for pod in list(self.kube.evicted):
             host = pod["metadata"]["labels"][labels.SLINKY_POD_HOSTNAME]
             taken = {p["spec"]["nodeName"] for p in self.kube.pods.values()}
+            selector = pod["spec"].get("nodeSelector") or {}
             to = next((name for name, n in sorted(self.kube.nodes.items())
                        if n["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_ACTIVE and not n["spec"].get("unschedulable")
-                       and not n["spec"].get("taints") and name not in taken), None)
+                       and not n["spec"].get("taints") and name not in taken
+                       and all(n["metadata"]["labels"].get(k) == v for k, v in selector.items())), None)
             if to is None:
                 continue
             self.kube.evicted.remove(pod)

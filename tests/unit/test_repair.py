@@ -88,6 +88,23 @@ def test_the_returned_node_takes_the_next_fault():
     assert w.remediation("h100-1").replacement == "h100-0"
 
 
+def test_a_heal_waiting_for_a_spare_takes_the_node_the_loop_returns():
+    """No spare and no refill: the second fault's job waits; the first node, repaired and proven, is the spare
+    it takes: a spare the repair loop returns serves a waiting heal like any proven spare (bench/repair_month.py's
+    week at 10.5x asked whether it did; there l40s's waits had no returned node to take)."""
+    w = world(spares=1)
+    w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES
+    w.fault("h100-0", xid=48)  # double-bit ECC: a reset
+    w.run(seconds=5)
+    w.fault("h100-1", xid=79)
+    w.run(seconds=5)
+    assert w.remediation("h100-1").phase is Phase.WAITING_FOR_SPARE
+    w.run(seconds=120, step=5)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.RETURNED
+    r = w.remediation("h100-1")
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-0", r
+    assert role(w, "h100-0") == labels.ROLE_ACTIVE
+
 def test_a_node_nothing_fixes_climbs_the_ladder_and_is_retired_with_its_history_and_a_page():
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.BROKEN
@@ -283,6 +300,27 @@ def test_with_no_spare_free_the_pool_may_repair_in_place_and_the_node_takes_its_
     assert ("quarantine", "h100-0") not in w.provider.calls  # it never left its pool's service for good
     assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-0"  # its Slurm node came back to it
 
+
+
+def test_a_job_waiting_for_a_spare_in_one_pool_takes_no_node_of_another_and_the_other_pool_heals():
+    """bench/repair_month.py's week at 10.5x: an l40s job waited for a spare (its pool had none) while faults in
+    the h100 pools healed. Its NodeSet pod selects its own pool's nodes (components/slinky.py: the template's
+    nodeSelector), so it stays pending; it must not take the spare promoted for another pool's node, whose own pod
+    would then have nowhere to run (14 heals Failed that way in the bench, each after RESUME_TIMEOUT)."""
+    spec = fleet(nodes=4, spares=1, pools=("h100", "l40s"), grace_period_seconds=0)
+    spec = spec.model_copy(update={"pools": [spec.pools[0], spec.pools[1].model_copy(update={"spares": 0})]})
+    w = World(spec, operator=True)
+    w.fault("l40s-0", xid=48)
+    w.run(seconds=10)
+    assert w.remediation("l40s-0").phase is Phase.WAITING_FOR_SPARE
+    assert "slurm/slurm-worker-l40s-w0" not in w.kube.pods  # evicted, pending: no l40s node takes it
+    w.fault("h100-0", xid=48)
+    w.run(seconds=10)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0", r
+    assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-spare-0"
+    assert "slurm/slurm-worker-l40s-w0" not in w.kube.pods
+    assert w.remediation("l40s-0").phase is Phase.WAITING_FOR_SPARE
 
 # --- a person's commands (issue 23, item 7) -------------------------------------------------------------
 
