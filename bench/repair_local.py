@@ -46,7 +46,7 @@ from gpufleet.waiting import wait_for
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
 from reconciler.core.repair_phases import RepairPhase
-from tests.integration.test_reconciler_kube import fleet, make_nodes, reconciler
+from tests.fixtures.reconciler_kube import fleet, make_nodes, reconciler
 from tests.integration.test_repair_local import proven, simulate
 
 POOL = "rlb"
