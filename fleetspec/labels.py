@@ -83,8 +83,13 @@ CONFIG_CHECKSUM = f"{GROUP}/config-checksum"  # pod template annotation: a confi
 SLINKY_TOPOLOGY_SPEC = "topology.slinky.slurm.net/spec"
 SLURM_TOPOLOGY = "blocks"
 
-# Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)
+# Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname). It counts only on a pod
+# that a NodeSet controls: slurm-operator 1.2.1 gives each NodeSet pod a controller ownerReference to its NodeSet
+# (internal/controller/nodeset/utils/utils.go NewNodeSetStatefulSetPod: metav1.NewControllerRef(nodeset,
+# NodeSetGVK); api/v1beta1/groupversion_info.go, nodeset_types.go).
 SLINKY_POD_HOSTNAME = "nodeset.slinky.slurm.net/pod-hostname"
+SLINKY_NODESET_API_VERSION = "slinky.slurm.net/v1beta1"
+SLINKY_NODESET_KIND = "NodeSet"
 
 # Pod opt-out (key configurable in the spec; this is the default)
 DEFAULT_OPT_OUT = f"{GROUP}/auto-replace-opt-out"

@@ -107,17 +107,29 @@ def _signals(value: str | None) -> tuple[datetime, ...]:
 _POD_LABELS = (labels.SLINKY_POD_HOSTNAME, labels.POOL, labels.HEALTH_CHECK_NODE)
 
 
-def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT, *, slurm_namespace: str) -> PodView:
+def nodeset_owner(meta: dict[str, Any]) -> str | None:
+    """The NodeSet that controls this pod (its controller ownerReference, as slurm-operator 1.2.1 sets it:
+    internal/controller/nodeset/utils/utils.go NewNodeSetStatefulSetPod), or None."""
+    for o in meta.get("ownerReferences") or []:
+        if o.get("controller") is True:
+            if o.get("kind") == labels.SLINKY_NODESET_KIND and o.get("apiVersion") == labels.SLINKY_NODESET_API_VERSION:
+                return o.get("name") or None
+            return None  # one controller at most (the API server refuses two)
+    return None
+
+
+def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT, *, slurm_namespace: str,
+             nodesets: frozenset[str]) -> PodView:
     """The few fields of a pod the core reads; its other labels are dropped (the cache stays small).
 
-    The pod-hostname label makes a pod a Slurm node's (slurm_names.py) only in the Slurm namespace, where
-    the operator makes the NodeSet pods and tenants make none: anyone may put the label on a pod of their
-    own, which must then neither steer a drain to another Slurm node nor pass for a NodeSet pod (and so
-    escape a reclaim). Elsewhere the label is dropped and the pod is like any other."""
+    The pod-hostname label makes a pod a Slurm node's (slurm_names.py) only on a NodeSet pod: in the Slurm
+    namespace, controlled by one of the NodeSets the spec declares (`nodesets`). Anyone may put the label on a
+    pod of their own, which must then neither steer a drain to another Slurm node nor pass for a NodeSet pod
+    (and so escape a reclaim). Elsewhere the label is dropped and the pod is like any other."""
     meta = pod.get("metadata", {})
     lab = meta.get("labels") or {}
     keep = {k: v for k, v in lab.items() if k in _POD_LABELS or k == opt_out_label}
-    if meta.get("namespace", "") != slurm_namespace:
+    if meta.get("namespace", "") != slurm_namespace or nodeset_owner(meta) not in nodesets:
         keep.pop(labels.SLINKY_POD_HOSTNAME, None)
     unplaced = next((c.get("message") or "no node fits it" for c in (pod.get("status") or {}).get("conditions") or []
                      if c.get("type") == "PodScheduled" and c.get("status") == "False"

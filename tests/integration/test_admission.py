@@ -27,6 +27,7 @@ from components.reconciler import NAME as RECONCILER, cluster_rules, namespace_r
 from fleetspec import labels, load_stack_file
 from fleetspec.models import FleetSpec
 from gpufleet.waiting import wait_for
+from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.providers import placeholder_pod
 from reconciler.errors import PermanentError
@@ -254,14 +255,20 @@ def test_the_reconciler_deletes_borrowers_and_its_placeholders_only(prod_like):
     assert _status(client.CoreV1Api(s.reconciler()).create_namespaced_pod, s.ns, placeholder)[0] in (200, 409)
     assert _status(kube.delete_pod, s.ns, placeholder["metadata"]["name"], 0) == (200, "")
     assert s.core.read_namespaced_pod("gf-sec-tenant-job", OTHER_NS).metadata.deletion_timestamp is None
-    # a NodeSet pod a stale busy-pod PDB keeps (decide.py end_eviction): in the Slurm namespace only; a tenant's
-    # pod that carries the same label elsewhere is not one
-    nodeset = {"metadata": {"name": "gf-sec-nodeset-0", "labels": {labels.SLINKY_POD_HOSTNAME: "gpu-0"}},
-               "spec": _pod("x")["spec"]}
+    # a NodeSet pod a stale busy-pod PDB keeps (decide.py end_eviction): in the Slurm namespace only, controlled
+    # by a NodeSet the spec declares; a pod that carries the same label elsewhere, or there without that
+    # NodeSet's controller reference, is not one
     _create(s.core.create_namespace, {"metadata": {"name": s.spec.slurm.namespace}})
+    (owner,) = declare_nodesets(s.core.api_client, s.spec.slurm.namespace, [NodeSetDef(s.spec.pools[0].name, 0, {})])
+    nodeset = {"metadata": {"name": "gf-sec-nodeset-0", "labels": {labels.SLINKY_POD_HOSTNAME: "gpu-0"},
+                            "ownerReferences": [nodeset_owner(owner)]}, "spec": _pod("x")["spec"]}
+    lookalike = {"metadata": {"name": "gf-sec-lookalike-0", "labels": {labels.SLINKY_POD_HOSTNAME: "gpu-0"}},
+                 "spec": _pod("x")["spec"]}
     for ns in (s.spec.slurm.namespace, OTHER_NS):
-        _create(s.core.create_namespaced_pod, ns, nodeset)
-    assert _status(kube.delete_pod, OTHER_NS, "gf-sec-nodeset-0", 0)[0] == 403
+        _create(s.core.create_namespaced_pod, ns, lookalike)
+    _create(s.core.create_namespaced_pod, s.spec.slurm.namespace, nodeset)
+    assert _status(kube.delete_pod, OTHER_NS, "gf-sec-lookalike-0", 0)[0] == 403
+    assert _status(kube.delete_pod, s.spec.slurm.namespace, "gf-sec-lookalike-0", 0)[0] == 403
     assert _status(kube.delete_pod, s.spec.slurm.namespace, "gf-sec-nodeset-0", 0) == (200, "")
 
 
