@@ -98,6 +98,13 @@ OPT_OUT_EXPIRES = f"{GROUP}/opt-out-expires"
 
 # Node condition the agent and inject-fault write, and the reconciler reads by default
 GPU_CONDITION = "GpuHealthy"
+# The field managers gpufleet writes node conditions as: a condition's manager in the node's managedFields names
+# who reported a fault (reconciler/core/observe.py condition_reporters). Another detector is known by its own
+# (node-problem-detector's, kubectl's for a person's `kubectl patch`). A manager name is the writer's claim; what
+# bounds a forger is who may write a node's conditions at all (components/admission.py: an agent its own node).
+MANAGER_AGENT = "gpufleet-agent"
+MANAGER_INJECT_FAULT = "gpufleet-inject-fault"  # a person, with `gpufleet inject-fault` / `mark-healthy`
+MANAGER_RECONCILER = "gpufleet-reconciler"
 
 # Slurm drain/down reasons written by gpufleet carry this prefix; Slinky's carry
 # "slurm-operator:". Anything else was set by a person and is never undone.

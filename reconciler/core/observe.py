@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
@@ -27,6 +28,24 @@ def fault_since(condition: dict[str, Any]) -> datetime:
     return parse_time(value) if value else EPOCH
 
 
+def condition_reporters(managed: Iterable[dict[str, Any]] | None) -> dict[str, str]:
+    """Condition type -> the field manager that last wrote its status or reason (the node's managedFields:
+    an update takes the fields it changes from their earlier managers), i.e. who reported it."""
+    out: dict[str, str] = {}
+    for entry in managed or []:
+        conds = (((entry.get("fieldsV1") or {}).get("f:status") or {}).get("f:conditions") or {})
+        for key, fields in conds.items():
+            if not key.startswith("k:") or not isinstance(fields, dict):
+                continue
+            try:
+                ctype = json.loads(key[2:]).get("type")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(ctype, str) and ("f:status" in fields or "f:reason" in fields):
+                out[ctype] = str(entry.get("manager") or "")[:128]
+    return out
+
+
 def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> NodeView:
     """`conditions`: how faults are read (FaultReader.from_spec), or condition types in gpufleet's
     own format. Of several faulted conditions, the one that needs most is the node's fault."""
@@ -36,6 +55,7 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
     reader = FaultReader.of(conditions)
     types = reader.types
     ready, fault, healthy_check = False, None, False
+    reporters = None
     for c in status.get("conditions") or []:
         if c.get("type") == "Ready":
             ready = c.get("status") == "True"
@@ -44,7 +64,8 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
                 healthy_check = True
             elif (f := reader.read(c, fault_since(c))) is not None and (
                     fault is None or f.needs.rank > fault.needs.rank):
-                fault = f
+                reporters = condition_reporters(meta.get("managedFields")) if reporters is None else reporters
+                fault = replace(f, reporter=reporters.get(c.get("type"), ""))
     return NodeView(
         name=meta["name"],
         pool=lab.get(labels.POOL),

@@ -505,9 +505,13 @@ def test_a_nodeset_pod_no_node_can_take_is_read_with_the_schedulers_own_words(ku
     from reconciler.core.model import Remediation, StepFacts
     from reconciler.core.observe import pod_view
 
+    from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
+
     core = client.CoreV1Api(api)
+    (nodeset,) = declare_nodesets(api, "default", [NodeSetDef("nowhere", 0, {})])
     body = {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "slurm-worker-nowhere-0", "namespace": "default",
+                         "ownerReferences": [nodeset_owner(nodeset)],
                          "labels": {labels.SLINKY_POD_HOSTNAME: "nowhere-0"}},
             "spec": {"nodeSelector": {"gpufleet.io/no-such-pool": "x"},
                      "containers": [{"name": "slurmd", "image": "registry.example/slurmd:26.05"}]}}
@@ -515,7 +519,7 @@ def test_a_nodeset_pod_no_node_can_take_is_read_with_the_schedulers_own_words(ku
     try:
         seen = wait_for("the scheduler to find no node for it", lambda: (lambda v: v if v.unschedulable else None)(
             pod_view(api.sanitize_for_serialization(core.read_namespaced_pod("slurm-worker-nowhere-0", "default")),
-                     slurm_namespace="default")),
+                     slurm_namespace="default", nodesets=frozenset({"nowhere"}))),
             timeout=60)
         # the scheduler's FitError text: "0/<n> nodes are available: <why per node>" (kubernetes
         # pkg/scheduler/framework/types.go, FitError.Error)
