@@ -308,7 +308,7 @@ def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_c
     make_nodes(kube_cluster, spec)
     channel = Recorder()
     rec = reconciler(api, spec, channel)
-    kube = Kube(api)
+    kube = Kube(api, manager=labels.MANAGER_INJECT_FAULT)  # one writer (a person's inject-fault) faults both
     for n in ("stm-0", "stm-1"):
         kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
     run_until(rec, lambda: len([r for r in rec.store.list() if r.pool == "stm" and r.phase is Phase.HELD]) == 2)
@@ -323,6 +323,10 @@ def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_c
     rec.alerts.refresh_gauges()
     storms = [m for m in channel.messages if m.event == "storm"]
     assert len(storms) == 1 and storms[0].severity == "critical" and "2 of 3 nodes in pool stm" in storms[0].text
+    # who reported them, from the API server's managedFields: one writer, named, with the warning
+    assert (f"reported by {labels.MANAGER_INJECT_FAULT} on stm-0, stm-1; {labels.MANAGER_INJECT_FAULT} alone reported"
+            in storms[0].text)
+    assert {r.reporter for r in rec.store.list() if r.pool == "stm"} == {labels.MANAGER_INJECT_FAULT}
     assert rec.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
     # The gate is a condition on the remediations it holds (what `kubectl get remediations` shows) ...
     for obj in client.CustomObjectsApi(api).list_cluster_custom_object(
