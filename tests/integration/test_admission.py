@@ -379,8 +379,28 @@ def test_a_kubelet_writes_its_node_but_no_membership(prod_like, kubelet_a):
     assert prod_like.core.read_node(NODE_A).metadata.resource_version == before  # nothing written
 
 
+NODE_RESTRICTED = "node-restriction.kubernetes.io/gpufleet-pool"  # a label no kubelet can set (issue 24 item 2)
+
+
+def test_no_kubelet_sets_a_node_restriction_label_on_its_node_at_registration_or_after(prod_like, kubelet_a):
+    """The premise of membership a kubelet cannot forge: NodeRestriction (on the local API server, as in a kubeadm
+    cluster) refuses a kubelet any `node-restriction.kubernetes.io/` label on its own Node, when it registers it
+    and after (kubernetes v1.34 plugin/pkg/admission/noderestriction/admission.go; core/v1 well_known_labels.go
+    LabelNamespaceNodeRestriction), while a trusted party (here the admin) may set one."""
+    status, why = _status(kubelet_a.patch_node, NODE_A, {"metadata": {"labels": {NODE_RESTRICTED: "h100"}}})
+    assert status == 403 and NODE_RESTRICTED in why and KUBELET_PREFIX + NODE_A in why, why
+    newcomer = "gf-sec-newcomer"
+    registering = client.CoreV1Api(as_kubelet(prod_like, newcomer))
+    status, why = _status(registering.create_node, {"metadata": {"name": newcomer, "labels": {NODE_RESTRICTED: "h100"}}})
+    assert status == 403 and "is not allowed to set the following labels" in why and NODE_RESTRICTED in why, why
+    assert newcomer not in {n.metadata.name for n in prod_like.core.list_node().items}
+    assert _status(prod_like.core.patch_node, NODE_A, {"metadata": {"labels": {NODE_RESTRICTED: "h100"}}}) == (200, "")
+    assert prod_like.core.read_node(NODE_A).metadata.labels[NODE_RESTRICTED] == "h100"
+    prod_like.core.patch_node(NODE_A, {"metadata": {"labels": {NODE_RESTRICTED: None}}})
+
+
 def test_a_kubelet_cannot_enrol_another_node(prod_like, kubelet_a):
-    """Without NodeRestriction (the local API server's default) a kubelet may write any node; the policy
-    still refuses membership there."""
+    """NodeRestriction refuses a kubelet any other node (where a platform runs without it, the membership
+    policy still refuses membership there: it keys on any kubelet's username)."""
     status, why = _status(kubelet_a.patch_node, NODE_B, {"metadata": {"labels": {labels.ROLE: labels.ROLE_SYSTEM}}})
-    assert status == 403 and "kubelet-membership" in why, why
+    assert status == 403 and "is not allowed to modify node" in why and NODE_B in why, why
