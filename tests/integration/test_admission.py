@@ -388,7 +388,7 @@ def test_no_kubelet_sets_a_node_restriction_label_on_its_node_at_registration_or
     and after (kubernetes v1.34 plugin/pkg/admission/noderestriction/admission.go; core/v1 well_known_labels.go
     LabelNamespaceNodeRestriction), while a trusted party (here the admin) may set one."""
     status, why = _status(kubelet_a.patch_node, NODE_A, {"metadata": {"labels": {NODE_RESTRICTED: "h100"}}})
-    assert status == 403 and NODE_RESTRICTED in why and KUBELET_PREFIX + NODE_A in why, why
+    assert status == 403 and "is not allowed to modify labels" in why and NODE_RESTRICTED in why, why
     newcomer = "gf-sec-newcomer"
     registering = client.CoreV1Api(as_kubelet(prod_like, newcomer))
     status, why = _status(registering.create_node, {"metadata": {"name": newcomer, "labels": {NODE_RESTRICTED: "h100"}}})
