@@ -34,12 +34,14 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
 from __future__ import annotations
 
 import json
+from typing import Iterable
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from fleetspec import labels
 from fleetspec.models import FleetSpec
+from fleetspec.placement import nodeset_names
 
 from .agent import agent_username
 from .meta import metadata
@@ -154,6 +156,14 @@ def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
                   {"name": "newTaints", "expression": "object.spec.?taints.orValue([])"}])
 
 
+def nodeset_controlled(obj: str, nodesets: Iterable[str]) -> str:
+    """CEL: `obj` has a controller ownerReference to one of these NodeSets, as slurm-operator 1.2.1 gives its pods
+    (internal/controller/nodeset/utils/utils.go NewNodeSetStatefulSetPod); what observe.pod_view reads."""
+    return (f"{obj}.metadata.?ownerReferences.orValue([]).exists(o, o.?controller.orValue(false) && "
+            f"o.kind == {json.dumps(labels.SLINKY_NODESET_KIND)} && "
+            f"o.apiVersion == {json.dumps(labels.SLINKY_NODESET_API_VERSION)} && o.name in {_strings(nodesets)})")
+
+
 def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
     dep = spec.healing.reconciler
     capacity = f"{labels.GROUP}/capacity-request"
@@ -163,7 +173,8 @@ def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
                        f"oldObject.metadata.?labels[?{json.dumps(capacity)}].hasValue()) || "
                        # a NodeSet pod a stale busy-pod PDB keeps at the drain timeout (decide.py end_eviction)
                        f"(request.namespace == {json.dumps(spec.slurm.namespace)} && "
-                       f"oldObject.metadata.?labels[?{json.dumps(labels.SLINKY_POD_HOSTNAME)}].hasValue()) || "
+                       f"oldObject.metadata.?labels[?{json.dumps(labels.SLINKY_POD_HOSTNAME)}].hasValue() && "
+                       f"{nodeset_controlled('oldObject', nodeset_names(spec.pools))}) || "
                        f"oldObject.spec.?priorityClassName.orValue('') in {borrowers}",
          "messageExpression": "'the reconciler deletes only borrowers (PriorityClass " + ", ".join(
              sorted(spec.borrower_classes())) + "), its own capacity requests and the NodeSet pods in the Slurm "

@@ -83,8 +83,13 @@ CONFIG_CHECKSUM = f"{GROUP}/config-checksum"  # pod template annotation: a confi
 SLINKY_TOPOLOGY_SPEC = "topology.slinky.slurm.net/spec"
 SLURM_TOPOLOGY = "blocks"
 
-# Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname)
+# Slinky's NodeSet pods: the label carrying the pod's Slurm node name (its hostname). It counts only on a pod
+# that a NodeSet controls: slurm-operator 1.2.1 gives each NodeSet pod a controller ownerReference to its NodeSet
+# (internal/controller/nodeset/utils/utils.go NewNodeSetStatefulSetPod: metav1.NewControllerRef(nodeset,
+# NodeSetGVK); api/v1beta1/groupversion_info.go, nodeset_types.go).
 SLINKY_POD_HOSTNAME = "nodeset.slinky.slurm.net/pod-hostname"
+SLINKY_NODESET_API_VERSION = "slinky.slurm.net/v1beta1"
+SLINKY_NODESET_KIND = "NodeSet"
 
 # Pod opt-out (key configurable in the spec; this is the default)
 DEFAULT_OPT_OUT = f"{GROUP}/auto-replace-opt-out"
@@ -93,6 +98,13 @@ OPT_OUT_EXPIRES = f"{GROUP}/opt-out-expires"
 
 # Node condition the agent and inject-fault write, and the reconciler reads by default
 GPU_CONDITION = "GpuHealthy"
+# The field managers gpufleet writes node conditions as: a condition's manager in the node's managedFields names
+# who reported a fault (reconciler/core/observe.py condition_reporters). Another detector is known by its own
+# (node-problem-detector's, kubectl's for a person's `kubectl patch`). A manager name is the writer's claim; what
+# bounds a forger is who may write a node's conditions at all (components/admission.py: an agent its own node).
+MANAGER_AGENT = "gpufleet-agent"
+MANAGER_INJECT_FAULT = "gpufleet-inject-fault"  # a person, with `gpufleet inject-fault` / `mark-healthy`
+MANAGER_RECONCILER = "gpufleet-reconciler"
 
 # Slurm drain/down reasons written by gpufleet carry this prefix; Slinky's carry
 # "slurm-operator:". Anything else was set by a person and is never undone.

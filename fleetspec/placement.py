@@ -4,12 +4,19 @@ Shared by the stack (NodeSets, capacity ConfigMaps) and the node providers (join
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from . import labels
 from .models import NodePool
 
 
 # The taint that keeps everything off a spare until it is promoted (or lent: reconciler/core/lending.py).
 SPARE_TAINT = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
+
+
+def nodeset_names(pools: Iterable[NodePool]) -> frozenset[str]:
+    """The NodeSets the stack declares: one per pool, named after it (components/slinky.py)."""
+    return frozenset(p.name for p in pools)
 
 
 def node_labels(pool: NodePool, role: str) -> dict[str, str]:

@@ -237,6 +237,8 @@ def manifest() -> dict:
                                         "gpuInstance": {"type": "integer"},
                                         "computeInstance": {"type": "integer"},
                                         "source": {"type": "string"},
+                                        # who wrote the condition: its field manager on the node (managedFields)
+                                        "reportedBy": {"type": "string"},
                                     },
                                 },
                             },

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
+from fleetspec import labels
 from gpufleet import local_cluster
 
 
@@ -155,7 +156,7 @@ def agent(
         raise typer.Exit(EXIT_INVALID)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    kube = Kube(_api(kubeconfig))
+    kube = Kube(_api(kubeconfig), manager=labels.MANAGER_AGENT)
     ag = Agent(kube, node, kernel_log, condition=condition or "GpuHealthy", policy=faults,
                stop=stop, max_backoff=max_backoff)
     if repairs:
@@ -202,7 +203,7 @@ def inject_fault(
     if need is FaultAction.NONE:
         typer.echo(f"{node}: {describe(xid)} needs nothing; the agent would only log it")
         return
-    kube = Kube(_api(kubeconfig, stack))
+    kube = Kube(_api(kubeconfig, stack), manager=labels.MANAGER_INJECT_FAULT)
     try:
         if need.remediates:
             kube.set_condition(node, condition, "False", reason, text)
@@ -225,8 +226,8 @@ def mark_healthy(
     """Remediation that NODE passed its GPU health check; the reconciler then returns it to the spares."""
     from reconciler.adapters.kube import Kube
 
-    Kube(_api(kubeconfig, stack)).set_condition(node, condition, "True", "HealthCheckPassed",
-                                               "GPU health check passed")
+    Kube(_api(kubeconfig, stack), manager=labels.MANAGER_INJECT_FAULT).set_condition(
+        node, condition, "True", "HealthCheckPassed", "GPU health check passed")
     typer.echo(f"{node}: {condition}=True reason=HealthCheckPassed")
 
 

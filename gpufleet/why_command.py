@@ -47,14 +47,16 @@ def kube_node_of(comment: str) -> str | None:
 
 
 def slurm_hosts(api) -> dict[str, str]:
-    """Slurm node -> Kubernetes node, from the NodeSet pods (their hostname label, where they run): what
-    the reconciler itself reads."""
+    """Slurm node -> Kubernetes node, from the NodeSet pods (their hostname label, where they run; only pods a
+    NodeSet controls, as the reconciler reads them: observe.pod_view)."""
     from kubernetes import client
 
     from fleetspec import labels
+    from reconciler.core.observe import nodeset_owner
 
     pods = client.CoreV1Api(api).list_pod_for_all_namespaces(label_selector=labels.SLINKY_POD_HOSTNAME).items
-    return {p.metadata.labels[labels.SLINKY_POD_HOSTNAME]: p.spec.node_name for p in pods if p.spec.node_name}
+    return {p.metadata.labels[labels.SLINKY_POD_HOSTNAME]: p.spec.node_name for p in pods if p.spec.node_name
+            and nodeset_owner(api.sanitize_for_serialization(p.metadata))}
 
 
 def node_faults(api, nodes: set[str]) -> list:

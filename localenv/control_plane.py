@@ -374,6 +374,10 @@ class LocalKube:
                 f"--tls-private-key-file={pki.apiserver_key}",
                 f"--client-ca-file={pki.ca_cert}",
                 "--authorization-mode=Node,RBAC",
+                # NodeRestriction, as kubeadm clusters run it (it is not among kube-apiserver v1.34.4's default
+                # plugins: `kube-apiserver --help`): a kubelet writes only its own Node and its pods, and never a
+                # `node-restriction.kubernetes.io/` label (on create or update), where trusted membership can live.
+                "--enable-admission-plugins=NodeRestriction",
                 # What it needs to reach the kubelets' own servers (logs, exec, port-forward): the client
                 # certificate as kubeadm sets it (cmd/kubeadm/app/phases/controlplane/manifests.go,
                 # v1.34.4), and, which kubeadm does not (it leaves a kubelet's serving certificate

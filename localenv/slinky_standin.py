@@ -11,7 +11,8 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
   initIdentity; builder/labels/labels.go; workerbuilder/worker_app.go): `replicas` pods named
   `<nodeset>-<ordinal>`, hostname the pod name (the Slurm node name), labels app.kubernetes.io/name
   slurmd, instance <nodeset>, component worker, slinky.slurm.net/cluster <controller>, and
-  nodeset.slinky.slurm.net/pod-name, pod-index, pod-hostname, scaling-mode; the pod template's
+  nodeset.slinky.slurm.net/pod-name, pod-index, pod-hostname, scaling-mode; a controller ownerReference
+  to the NodeSet object (its real uid: NewControllerRef(nodeset, NodeSetGVK)); the pod template's
   nodeSelector and tolerations plus the operator's worker toleration, the slurmd container's
   resources, anti-affinity to other slurmd pods. kube-scheduler places them. A failed or finished pod
   is deleted and made again (nodeset_sync.go processNodeSetPod); a pod beyond `replicas` is drained in
@@ -70,6 +71,7 @@ from typing import Any, Callable
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.waiting import wait_for
 from localenv import slinky_conf
 from localenv.slurm import LocalSlurm
 
@@ -94,17 +96,18 @@ CORDON_REASON_ANNOTATION = "nodeset.slinky.slurm.net/node-cordon-reason"
 TOPOLOGY_ANNOTATION = "topology.slinky.slurm.net/spec"
 WORKER_TOLERATION = {"key": "nodeset.slinky.slurm.net/worker", "operator": "Equal", "effect": "NoExecute"}
 BUSY = {"ALLOCATED", "MIXED", "COMPLETING"}
+DECLARED_ANNOTATION = "localenv.gpufleet.io/declared"  # on a fixed NodeSet: its definition's hash (ours, not upstream's)
 
 
 @dataclass(frozen=True)
 class NodeSetDef:
-    """A NodeSet for a run without a stack (benchmarks, tests): the stand-in makes it a NodeSet resource."""
+    """A NodeSet for a run without a stack (benchmarks, tests): the stand-in declares it as a NodeSet resource on
+    the API server (`SlinkyStandIn.declare_fixed`), whose uid its pods' controller reference names."""
     name: str
     replicas: int
     node_selector: dict[str, str]
     tolerations: list[dict[str, str]] = field(default_factory=list)
     gpus: int = 0
-    uid: str = ""
     controller: str = "slurm"
 
     def hostname(self, i: int) -> str:
@@ -116,7 +119,8 @@ class NodeSetDef:
     def resource(self, namespace: str) -> dict[str, Any]:
         """As components/slinky.py declares a pool's NodeSet."""
         limits = {"nvidia.com/gpu": self.gpus} if self.gpus else {}
-        return {"metadata": {"name": self.name, "namespace": namespace, "uid": self.uid or f"standin-{self.name}"},
+        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeSet",
+                "metadata": {"name": self.name, "namespace": namespace},
                 "spec": {"controllerRef": {"name": self.controller}, "replicas": self.replicas,
                          "extraConf": f"Gres=gpu:{self.gpus}" if self.gpus else "",
                          "slurmd": {"resources": {"limits": limits}},
@@ -147,8 +151,7 @@ def pod_manifest(nodeset: dict, i: int, namespace: str) -> dict[str, Any]:
     slurmd = spec.get("slurmd") or {}
     resources = {k: {r: str(v) for r, v in (slurmd.get("resources") or {}).get(k, {}).items()}
                  for k in ("limits", "requests") if (slurmd.get("resources") or {}).get(k)}
-    owner = [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeSet", "name": meta["name"], "uid": meta["uid"],
-              "controller": True, "blockOwnerDeletion": True}] if meta.get("uid", "").count("-") >= 4 else []
+    owner = [nodeset_owner(nodeset)] if meta.get("uid") else []
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": pod_labels, "ownerReferences": owner,
@@ -165,6 +168,61 @@ def pod_manifest(nodeset: dict, i: int, namespace: str) -> dict[str, Any]:
             "terminationGracePeriodSeconds": 30,
         },
     }
+
+
+def nodeset_owner(nodeset: dict) -> dict[str, Any]:
+    """The controller reference a NodeSet pod carries to its NodeSet (controller/nodeset/utils/utils.go
+    NewNodeSetStatefulSetPod: metav1.NewControllerRef(nodeset, NodeSetGVK), with the NodeSet object's uid)."""
+    meta = nodeset["metadata"]
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeSet", "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def declare_nodesets(api: client.ApiClient, namespace: str, defs: list[NodeSetDef]) -> list[dict]:
+    """NodeSets of a run without a stack as objects on the API server, made (or brought to their definition)
+    first, with their kind if the API server lacks it: a pod's controller reference names its NodeSet's real
+    uid, as with the operator, and the garbage collector keeps a pod whose owner exists. A definition's hash
+    in an annotation says whether the object is current."""
+    custom = client.CustomObjectsApi(api)
+    if not defs:
+        return []
+    try:
+        listed = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "nodesets")["items"]
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        _ensure_nodeset_crd(api)
+        listed = []
+    have = {o["metadata"]["name"]: o for o in listed}
+    out = []
+    for d in defs:
+        body = d.resource(namespace)
+        digest = hashlib.sha256(json.dumps(body["spec"], sort_keys=True).encode()).hexdigest()[:16]
+        body["metadata"]["annotations"] = {DECLARED_ANNOTATION: digest}
+        cur = have.get(d.name)
+        if cur is None:
+            cur = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "nodesets", body)
+        elif (cur["metadata"].get("annotations") or {}).get(DECLARED_ANNOTATION) != digest:
+            body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+            cur = custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, "nodesets", d.name, body)
+        out.append(cur)
+    return out
+
+
+def _ensure_nodeset_crd(api: client.ApiClient) -> None:
+    """The NodeSet kind (gpufleet's copy of the release's CRD), for an API server no stack was applied to."""
+    from components.slinky_schema import crd_manifest  # (not needed when a stack declares the NodeSets)
+
+    ext = client.ApiextensionsV1Api(api)
+    name = f"nodesets.{GROUP}"
+    try:
+        ext.create_custom_resource_definition(crd_manifest("NodeSet"))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    wait_for(f"CRD {name} to be established", lambda: any(
+        c.type == "Established" and c.status == "True"
+        for c in ext.read_custom_resource_definition(name).status.conditions or []), timeout=30, interval=0.2)
 
 
 def pod_info(pod: Any, nodeset: dict) -> str:
@@ -224,8 +282,12 @@ class SlinkyStandIn:
 
     def nodesets(self) -> list[dict]:
         if self.fixed is not None:
-            return [ns.resource(self.namespace) for ns in self.fixed]
+            return self.declare_fixed()
         return self._list("nodesets")
+
+    def declare_fixed(self) -> list[dict]:
+        self._ensure_namespace()
+        return declare_nodesets(self.core.api_client, self.namespace, self.fixed or [])
 
     # ------------------------------------------------------------------ one pass
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from fleetspec import FleetSpec, parse_fleet
+from fleetspec import FleetSpec, labels, parse_fleet
 
 from reconciler.adapters.health_checks import HealthChecks
 from reconciler.adapters.kube import Kube
@@ -47,7 +47,7 @@ def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmC
 def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, namespace: str | None = None,
           leader_elect: bool = False, dry_run: bool = False, aws_session=None) -> Manager:
     """The reconciler process. A dry run takes no Lease: it must never keep the real reconciler from leading."""
-    kube = Kube(api, background_events=True)  # a worker does not wait for an Event
+    kube = Kube(api, background_events=True, manager=labels.MANAGER_RECONCILER)  # a worker does not wait for an Event
     metrics = Metrics()
     namespace = namespace or spec.healing.reconciler.namespace
     notifier = Notifier(channels_from_spec(spec), kube, namespace,

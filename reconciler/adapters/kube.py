@@ -68,10 +68,13 @@ def keep_connections(api: client.ApiClient, connections: int) -> None:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient, connections: int = CONNECTIONS, background_events: bool = False):
+    def __init__(self, api: client.ApiClient, connections: int = CONNECTIONS, background_events: bool = False,
+                 manager: str | None = None):
         """`background_events`: Events (best effort) are sent by threads of their own, each object's in
-        order, so a worker does not wait for them (the reconciler; `flush_events` before exit)."""
+        order, so a worker does not wait for them (the reconciler; `flush_events` before exit). `manager`: the
+        field manager node conditions are written as (labels.MANAGER_*), which names who reported a fault."""
         self.api = api
+        self.manager = manager
         keep_connections(api, connections)
         self._events: list[queue.Queue] = [queue.Queue(maxsize=2_500) for _ in range(EVENT_SENDERS)] \
             if background_events else []
@@ -277,7 +280,8 @@ class Kube:
         cond = {"type": ctype, "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now,
                 "lastTransitionTime": now if changed else old.get("lastTransitionTime", now)}
         _call(f"set condition {ctype} on {name}", self.core.patch_node_status, name,
-              {"status": {"conditions": [cond]}}, _preload_content=False)
+              {"status": {"conditions": [cond]}}, _preload_content=False,
+              **({"field_manager": self.manager} if self.manager else {}))
 
     # --- pods ----------------------------------------------------------------------------------
 

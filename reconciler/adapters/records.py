@@ -97,7 +97,7 @@ def _fault(r: Remediation) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": r.kind.value, "code": r.xid}
     if r.action is not None:
         out["action"] = r.action.value
-    for key, value in (("pci", r.pci), ("source", r.source)):
+    for key, value in (("pci", r.pci), ("source", r.source), ("reportedBy", r.reporter)):
         if value:
             out[key] = value
     for key, value in (("gpuInstance", r.gpu_instance), ("computeInstance", r.compute_instance)):
@@ -112,7 +112,8 @@ def _fault_fields(f: dict[str, Any]) -> dict[str, Any]:
     return {"kind": Kind(f.get("kind", Kind.XID.value)),
             "action": FaultAction(f["action"]) if f.get("action") else None,
             "pci": str(f.get("pci") or ""), "gpu_instance": opt_int("gpuInstance"),
-            "compute_instance": opt_int("computeInstance"), "source": str(f.get("source") or "")}
+            "compute_instance": opt_int("computeInstance"), "source": str(f.get("source") or ""),
+            "reporter": str(f.get("reportedBy") or "")}
 
 
 class CorruptRemediation(PermanentError):

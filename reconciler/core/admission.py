@@ -44,6 +44,8 @@ def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], re
     unhealthy |= {n.name for n in pool_nodes if n.is_active and n.fault and n.fault.needs.remediates
                   and now - n.fault.since <= storm and n.name not in opted_out}
     unhealthy -= stand_ins([r for r in remediations if r.name != remediation.name], pool, storm, now)
+    reporters = {n.name: n.fault.reporter for n in pool_nodes if n.name in unhealthy and n.fault}
+    reporters |= {r.node: r.reporter for r in remediations if r.node in unhealthy and r.pool == pool and r.reporter}
     attempts = timedelta(seconds=policy.attempts_window_seconds)
     taken = {r.replacement for r in remediations if r.active and r.replacement}
     return Admission(
@@ -57,6 +59,7 @@ def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], re
         stands_in_for=stood_in_for(remediation.node, [r for r in remediations if r.pool == pool], storm, now),
         free_spares=sum(1 for n in pool_nodes if n.is_spare and n.ready and n.fault is None and not n.unschedulable
                         and n.name not in taken),
+        reporters=tuple(sorted(reporters.items())),
     )
 
 
@@ -68,7 +71,7 @@ def gate(remediation: Remediation, a: Admission, spec: FleetSpec) -> Gate | None
         return Gate(Reason.TOO_MANY_UNHEALTHY, remediation.pool,
                     f"{n} of {size} nodes in pool {remediation.pool} unhealthy within "
                     f"{policy.unhealthy_window_seconds}s (> {policy.max_unhealthy_fraction:.0%}): faulted nodes are "
-                    "contained (cordoned, drained in Slurm), none is replaced until a human looks")
+                    f"contained (cordoned, drained in Slurm), none is replaced until a human looks; {pages.sources(a)}")
     if a.in_flight >= policy.max_concurrent:
         return Gate(Reason.MAX_CONCURRENT, None,
                     f"{a.in_flight} replacements in progress (max {policy.max_concurrent}): {remediation.node} is "

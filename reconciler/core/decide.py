@@ -92,7 +92,7 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
         phase=Phase.DETECTED, created=now, phase_times=((Phase.DETECTED.value, now),),
         reason=f"{describe(f.xid, f.kind)} needs {f.needs.value}: {f.message}", was_spare=node.is_spare,
         kind=f.kind, action=f.needs, pci=f.pci, gpu_instance=f.gpu_instance, compute_instance=f.compute_instance,
-        source=f.source,
+        source=f.source, reporter=f.reporter,
     ))
 
 

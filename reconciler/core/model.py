@@ -31,6 +31,7 @@ class Fault:
     gpu_instance: int | None = None
     compute_instance: int | None = None
     source: str = ""  # the condition type it was read from
+    reporter: str = ""  # who wrote that condition: its field manager in the node's managedFields ("" unknown)
 
     @property
     def needs(self) -> FaultAction:
@@ -212,6 +213,7 @@ class Remediation:
     gpu_instance: int | None = None
     compute_instance: int | None = None
     source: str = ""
+    reporter: str = ""  # who reported the fault (Fault.reporter)
     repair: Repair | None = None  # the node's repair once its heal is over (issue 25)
     request: PersonRequest | None = None  # a person's decision (an annotation, not the status)
     requests_done: tuple[str, ...] = ()  # the ids of the person's requests carried out
@@ -265,6 +267,7 @@ class Admission:
     storm_paged: bool = False  # a live remediation of the pool has sent the storm page already
     stands_in_for: str = ""  # the remediation whose replacement this node was, and broke before it succeeded
     free_spares: int = 0  # the pool's spares free now (what an escalated node leaves unused)
+    reporters: tuple[tuple[str, str], ...] = ()  # (node, who reported its fault) for the unhealthy nodes
 
 
 @dataclass(frozen=True)

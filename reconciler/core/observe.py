@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
@@ -27,6 +28,24 @@ def fault_since(condition: dict[str, Any]) -> datetime:
     return parse_time(value) if value else EPOCH
 
 
+def condition_reporters(managed: Iterable[dict[str, Any]] | None) -> dict[str, str]:
+    """Condition type -> the field manager that last wrote its status or reason (the node's managedFields:
+    an update takes the fields it changes from their earlier managers), i.e. who reported it."""
+    out: dict[str, str] = {}
+    for entry in managed or []:
+        conds = (((entry.get("fieldsV1") or {}).get("f:status") or {}).get("f:conditions") or {})
+        for key, fields in conds.items():
+            if not key.startswith("k:") or not isinstance(fields, dict):
+                continue
+            try:
+                ctype = json.loads(key[2:]).get("type")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(ctype, str) and ("f:status" in fields or "f:reason" in fields):
+                out[ctype] = str(entry.get("manager") or "")[:128]
+    return out
+
+
 def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> NodeView:
     """`conditions`: how faults are read (FaultReader.from_spec), or condition types in gpufleet's
     own format. Of several faulted conditions, the one that needs most is the node's fault."""
@@ -36,6 +55,7 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
     reader = FaultReader.of(conditions)
     types = reader.types
     ready, fault, healthy_check = False, None, False
+    reporters = None
     for c in status.get("conditions") or []:
         if c.get("type") == "Ready":
             ready = c.get("status") == "True"
@@ -44,7 +64,8 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
                 healthy_check = True
             elif (f := reader.read(c, fault_since(c))) is not None and (
                     fault is None or f.needs.rank > fault.needs.rank):
-                fault = f
+                reporters = condition_reporters(meta.get("managedFields")) if reporters is None else reporters
+                fault = replace(f, reporter=reporters.get(c.get("type"), ""))
     return NodeView(
         name=meta["name"],
         pool=lab.get(labels.POOL),
@@ -107,17 +128,29 @@ def _signals(value: str | None) -> tuple[datetime, ...]:
 _POD_LABELS = (labels.SLINKY_POD_HOSTNAME, labels.POOL, labels.HEALTH_CHECK_NODE)
 
 
-def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT, *, slurm_namespace: str) -> PodView:
+def nodeset_owner(meta: dict[str, Any]) -> str | None:
+    """The NodeSet that controls this pod (its controller ownerReference, as slurm-operator 1.2.1 sets it:
+    internal/controller/nodeset/utils/utils.go NewNodeSetStatefulSetPod), or None."""
+    for o in meta.get("ownerReferences") or []:
+        if o.get("controller") is True:
+            if o.get("kind") == labels.SLINKY_NODESET_KIND and o.get("apiVersion") == labels.SLINKY_NODESET_API_VERSION:
+                return o.get("name") or None
+            return None  # one controller at most (the API server refuses two)
+    return None
+
+
+def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT, *, slurm_namespace: str,
+             nodesets: frozenset[str]) -> PodView:
     """The few fields of a pod the core reads; its other labels are dropped (the cache stays small).
 
-    The pod-hostname label makes a pod a Slurm node's (slurm_names.py) only in the Slurm namespace, where
-    the operator makes the NodeSet pods and tenants make none: anyone may put the label on a pod of their
-    own, which must then neither steer a drain to another Slurm node nor pass for a NodeSet pod (and so
-    escape a reclaim). Elsewhere the label is dropped and the pod is like any other."""
+    The pod-hostname label makes a pod a Slurm node's (slurm_names.py) only on a NodeSet pod: in the Slurm
+    namespace, controlled by one of the NodeSets the spec declares (`nodesets`). Anyone may put the label on a
+    pod of their own, which must then neither steer a drain to another Slurm node nor pass for a NodeSet pod
+    (and so escape a reclaim). Elsewhere the label is dropped and the pod is like any other."""
     meta = pod.get("metadata", {})
     lab = meta.get("labels") or {}
     keep = {k: v for k, v in lab.items() if k in _POD_LABELS or k == opt_out_label}
-    if meta.get("namespace", "") != slurm_namespace:
+    if meta.get("namespace", "") != slurm_namespace or nodeset_owner(meta) not in nodesets:
         keep.pop(labels.SLINKY_POD_HOSTNAME, None)
     unplaced = next((c.get("message") or "no node fits it" for c in (pod.get("status") or {}).get("conditions") or []
                      if c.get("type") == "PodScheduled" and c.get("status") == "False"

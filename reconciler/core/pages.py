@@ -10,7 +10,7 @@ turn) sends no page; the record says it.
 """
 from __future__ import annotations
 
-from fleetspec import FleetSpec
+from fleetspec import FleetSpec, labels
 from fleetspec.faults import describe
 
 from reconciler.core.model import Admission, Remediation
@@ -60,6 +60,22 @@ def failed(r: Remediation, reason: str) -> str:
             f"{r.node} stays cordoned and drained in Slurm. Action needed: see why (`kubectl describe remediation "
             f"{r.name}`), then repair {r.node} and return it (`gpufleet mark-healthy {r.node}` after its health "
             "check) or retire it.")
+
+
+def sources(a: Admission) -> str:
+    """Who reported the unhealthy nodes' faults, grouped by reporter (the condition's field manager), and a
+    warning when one writer other than the nodes' own agents reported several: a burst one source could forge.
+    (An agent writes only its own node's conditions: components/admission.py.)"""
+    by: dict[str, list[str]] = {}
+    for node, who in a.reporters:
+        by.setdefault(who, []).append(node)
+    if not by:
+        return "no reporter seen"
+    said = "; ".join(f"{who or 'an unknown writer'} on {', '.join(sorted(nodes))}" for who, nodes in sorted(by.items()))
+    single = [who for who, nodes in by.items() if len(nodes) > 1 and who not in ("", labels.MANAGER_AGENT)]
+    warn = (f"; {' and '.join(sorted(single))} alone reported faults on several nodes: check they are real before "
+            "returning them (a burst one writer reports could be forged)") if single else ""
+    return f"reported by {said}{warn}"
 
 
 def storm(message: str, pool: str) -> str:

@@ -2,7 +2,8 @@
 
 Slinky names a Slurm node after its NodeSet pod's hostname (`gpu-0` for pod `slurm-worker-gpu-0`),
 not after the Kubernetes node, and the pod may move. So the only truth is the pods: those on the
-node that carry the `nodeset.slinky.slurm.net/pod-hostname` label. The operator also writes the
+node that carry the `nodeset.slinky.slurm.net/pod-hostname` label and that a NodeSet of the spec controls in
+the Slurm namespace (`observe.pod_view` drops the label on any other pod). The operator also writes the
 Kubernetes node into each Slurm node's comment (JSON); that is a cross-check, never the source.
 """
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fleetspec import labels
 from fleetspec.models import FleetSpec
+from fleetspec.placement import nodeset_names
 
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.records import RemediationStore, Unreadable
@@ -34,14 +35,14 @@ class Caches:
     def __init__(self, spec: FleetSpec, kube: Kube, store: RemediationStore,
                  on_node: OnChange, on_pod: OnChange, on_remediation: OnChange):
         self.conditions = FaultReader.from_spec(spec.healing)  # gpufleet's conditions and other detectors'
-        opt_out, slurm_ns = spec.healing.opt_out_label, spec.slurm.namespace
+        opt_out, slurm_ns, nodesets = spec.healing.opt_out_label, spec.slurm.namespace, nodeset_names(spec.pools)
         self.nodes: Informer[NodeView] = Informer(
             "nodes", lambda c: kube.list_page("nodes", PAGE, c), lambda rv: kube.watch("nodes", rv),
             lambda o: node_view(o, self.conditions), indexers={"pool": lambda v: [v.pool] if v.pool else []},
             on_change=on_node)
         self.pods: Informer[PodView] = Informer(
             "pods", lambda c: kube.list_page("pods", PAGE, c), lambda rv: kube.watch("pods", rv),
-            lambda o: pod_view(o, opt_out, slurm_namespace=slurm_ns), key=lambda o: f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}",
+            lambda o: pod_view(o, opt_out, slurm_namespace=slurm_ns, nodesets=nodesets), key=lambda o: f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}",
             indexers={"node": lambda p: [p.node] if p.node else [],
                       "slurm": lambda p: [h] if (h := p.label(labels.SLINKY_POD_HOSTNAME)) else []},
             on_change=on_pod, accept=_not_undeleted)

@@ -27,6 +27,7 @@ from components.reconciler import NAME as RECONCILER, cluster_rules, namespace_r
 from fleetspec import labels, load_stack_file
 from fleetspec.models import FleetSpec
 from gpufleet.waiting import wait_for
+from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.providers import placeholder_pod
 from reconciler.errors import PermanentError
@@ -247,14 +248,20 @@ def test_the_reconciler_deletes_borrowers_and_its_placeholders_only(prod_like):
     assert _status(client.CoreV1Api(s.reconciler()).create_namespaced_pod, s.ns, placeholder)[0] in (200, 409)
     assert _status(kube.delete_pod, s.ns, placeholder["metadata"]["name"], 0) == (200, "")
     assert s.core.read_namespaced_pod("gf-sec-tenant-job", OTHER_NS).metadata.deletion_timestamp is None
-    # a NodeSet pod a stale busy-pod PDB keeps (decide.py end_eviction): in the Slurm namespace only; a tenant's
-    # pod that carries the same label elsewhere is not one
-    nodeset = {"metadata": {"name": "gf-sec-nodeset-0", "labels": {labels.SLINKY_POD_HOSTNAME: "gpu-0"}},
-               "spec": _pod("x")["spec"]}
+    # a NodeSet pod a stale busy-pod PDB keeps (decide.py end_eviction): in the Slurm namespace only, controlled
+    # by a NodeSet the spec declares; a pod that carries the same label elsewhere, or there without that
+    # NodeSet's controller reference, is not one
     create_or_keep(s.core.create_namespace, {"metadata": {"name": s.spec.slurm.namespace}})
+    (owner,) = declare_nodesets(s.core.api_client, s.spec.slurm.namespace, [NodeSetDef(s.spec.pools[0].name, 0, {})])
+    nodeset = {"metadata": {"name": "gf-sec-nodeset-0", "labels": {labels.SLINKY_POD_HOSTNAME: "gpu-0"},
+                            "ownerReferences": [nodeset_owner(owner)]}, "spec": _pod("x")["spec"]}
+    lookalike = {"metadata": {"name": "gf-sec-lookalike-0", "labels": {labels.SLINKY_POD_HOSTNAME: "gpu-0"}},
+                 "spec": _pod("x")["spec"]}
     for ns in (s.spec.slurm.namespace, OTHER_NS):
-        create_or_keep(s.core.create_namespaced_pod, ns, nodeset)
-    assert _status(kube.delete_pod, OTHER_NS, "gf-sec-nodeset-0", 0)[0] == 403
+        create_or_keep(s.core.create_namespaced_pod, ns, lookalike)
+    create_or_keep(s.core.create_namespaced_pod, s.spec.slurm.namespace, nodeset)
+    assert _status(kube.delete_pod, OTHER_NS, "gf-sec-lookalike-0", 0)[0] == 403
+    assert _status(kube.delete_pod, s.spec.slurm.namespace, "gf-sec-lookalike-0", 0)[0] == 403
     assert _status(kube.delete_pod, s.spec.slurm.namespace, "gf-sec-nodeset-0", 0) == (200, "")
 
 
@@ -365,8 +372,28 @@ def test_a_kubelet_writes_its_node_but_no_membership(prod_like, kubelet_a):
     assert prod_like.core.read_node(NODE_A).metadata.resource_version == before  # nothing written
 
 
+NODE_RESTRICTED = "node-restriction.kubernetes.io/gpufleet-pool"  # a label no kubelet can set (issue 24 item 2)
+
+
+def test_no_kubelet_sets_a_node_restriction_label_on_its_node_at_registration_or_after(prod_like, kubelet_a):
+    """The premise of membership a kubelet cannot forge: NodeRestriction (on the local API server, as in a kubeadm
+    cluster) refuses a kubelet any `node-restriction.kubernetes.io/` label on its own Node, when it registers it
+    and after (kubernetes v1.34 plugin/pkg/admission/noderestriction/admission.go; core/v1 well_known_labels.go
+    LabelNamespaceNodeRestriction), while a trusted party (here the admin) may set one."""
+    status, why = _status(kubelet_a.patch_node, NODE_A, {"metadata": {"labels": {NODE_RESTRICTED: "h100"}}})
+    assert status == 403 and "is not allowed to modify labels" in why and NODE_RESTRICTED in why, why
+    newcomer = "gf-sec-newcomer"
+    registering = client.CoreV1Api(as_kubelet(prod_like, newcomer))
+    status, why = _status(registering.create_node, {"metadata": {"name": newcomer, "labels": {NODE_RESTRICTED: "h100"}}})
+    assert status == 403 and "is not allowed to set the following labels" in why and NODE_RESTRICTED in why, why
+    assert newcomer not in {n.metadata.name for n in prod_like.core.list_node().items}
+    assert _status(prod_like.core.patch_node, NODE_A, {"metadata": {"labels": {NODE_RESTRICTED: "h100"}}}) == (200, "")
+    assert prod_like.core.read_node(NODE_A).metadata.labels[NODE_RESTRICTED] == "h100"
+    prod_like.core.patch_node(NODE_A, {"metadata": {"labels": {NODE_RESTRICTED: None}}})
+
+
 def test_a_kubelet_cannot_enrol_another_node(prod_like, kubelet_a):
-    """Without NodeRestriction (the local API server's default) a kubelet may write any node; the policy
-    still refuses membership there."""
+    """NodeRestriction refuses a kubelet any other node (where a platform runs without it, the membership
+    policy still refuses membership there: it keys on any kubelet's username)."""
     status, why = _status(kubelet_a.patch_node, NODE_B, {"metadata": {"labels": {labels.ROLE: labels.ROLE_SYSTEM}}})
-    assert status == 403 and "kubelet-membership" in why, why
+    assert status == 403 and "is not allowed to modify node" in why and NODE_B in why, why

@@ -260,8 +260,9 @@ def test_an_xid_46_is_contained_and_its_remediation_says_it_needs_a_gpu_reset(ku
     assert (r.xid, r.kind.value, r.action.value, r.pci, r.source) == (46, "xid", "reset-gpu", "0000:3b:00", "GpuHealthy")
     obj = client.CustomObjectsApi(api).get_cluster_custom_object("gpufleet.io", remediation_crd.VERSION,
                                                                  "remediations", r.name)
+    # reportedBy: the condition's field manager on the node, the agent's (issue 24: who reported the fault)
     assert obj["spec"]["fault"] == {"kind": "xid", "code": 46, "action": "reset-gpu", "pci": "0000:3b:00",
-                                    "source": "GpuHealthy"}
+                                    "source": "GpuHealthy", "reportedBy": "gpufleet-agent"}
 
 
 def test_the_policys_override_changes_what_the_agent_reports(kube_cluster, api, agents, tmp_path):

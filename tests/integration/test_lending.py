@@ -38,7 +38,7 @@ ACTIVE = ["kwok-lend-0", "kwok-lend-1"]
 SPARES = ["kwok-lend-spare-0", "kwok-lend-spare-1"]
 SPARE_TAINT = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
 BORROWER = {"app.kubernetes.io/name": "inference"}
-NODESET = NodeSetDef(POOL, 2, {labels.POOL: POOL}, [], gpus=8, uid="nodeset-uid-lend")
+NODESET = NodeSetDef(POOL, 2, {labels.POOL: POOL}, [], gpus=8)
 
 
 def lending_spec(**lending):

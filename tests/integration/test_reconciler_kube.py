@@ -226,7 +226,7 @@ def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_c
     make_nodes(kube_cluster, spec)
     channel = Recorder()
     rec = reconciler(api, spec, channel)
-    kube = Kube(api)
+    kube = Kube(api, manager=labels.MANAGER_INJECT_FAULT)  # one writer (a person's inject-fault) faults both
     for n in ("stm-0", "stm-1"):
         kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
     run_until(rec, lambda: len([r for r in rec.store.list() if r.pool == "stm" and r.phase is Phase.HELD]) == 2)
@@ -241,6 +241,10 @@ def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_c
     rec.alerts.refresh_gauges()
     storms = [m for m in channel.messages if m.event == "storm"]
     assert len(storms) == 1 and storms[0].severity == "critical" and "2 of 3 nodes in pool stm" in storms[0].text
+    # who reported them, from the API server's managedFields: one writer, named, with the warning
+    assert (f"reported by {labels.MANAGER_INJECT_FAULT} on stm-0, stm-1; {labels.MANAGER_INJECT_FAULT} alone reported"
+            in storms[0].text)
+    assert {r.reporter for r in rec.store.list() if r.pool == "stm"} == {labels.MANAGER_INJECT_FAULT}
     assert rec.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
     # The gate is a condition on the remediations it holds (what `kubectl get remediations` shows) ...
     for obj in client.CustomObjectsApi(api).list_cluster_custom_object(
@@ -423,9 +427,13 @@ def test_a_nodeset_pod_no_node_can_take_is_read_with_the_schedulers_own_words(ku
     from reconciler.core.model import Remediation, StepFacts
     from reconciler.core.observe import pod_view
 
+    from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
+
     core = client.CoreV1Api(api)
+    (nodeset,) = declare_nodesets(api, "default", [NodeSetDef("nowhere", 0, {})])
     body = {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "slurm-worker-nowhere-0", "namespace": "default",
+                         "ownerReferences": [nodeset_owner(nodeset)],
                          "labels": {labels.SLINKY_POD_HOSTNAME: "nowhere-0"}},
             "spec": {"nodeSelector": {"gpufleet.io/no-such-pool": "x"},
                      "containers": [{"name": "slurmd", "image": "registry.example/slurmd:26.05"}]}}
@@ -433,7 +441,7 @@ def test_a_nodeset_pod_no_node_can_take_is_read_with_the_schedulers_own_words(ku
     try:
         seen = wait_for("the scheduler to find no node for it", lambda: (lambda v: v if v.unschedulable else None)(
             pod_view(api.sanitize_for_serialization(core.read_namespaced_pod("slurm-worker-nowhere-0", "default")),
-                     slurm_namespace="default")),
+                     slurm_namespace="default", nodesets=frozenset({"nowhere"}))),
             timeout=60)
         # the scheduler's FitError text: "0/<n> nodes are available: <why per node>" (kubernetes
         # pkg/scheduler/framework/types.go, FitError.Error)

@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fleetspec import labels
 from gpufleet.waiting import wait_for
+from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
 
@@ -24,9 +25,11 @@ POOL = "kgpu"  # Kubernetes: kgpu-0, kgpu-1, kgpu-spare-0; Slurm: gpu-a-0, gpu-a
 SLURM_NS = "default"  # the spec's Slurm namespace (set below): NodeSet pods count there only
 
 
-def nodeset_pod(slurm_name: str, node: str) -> dict:
+def nodeset_pod(api, slurm_name: str, node: str) -> dict:
+    """A pod of the pool's NodeSet (an object on the API server, that the pod's controller reference names)."""
+    (nodeset,) = declare_nodesets(api, SLURM_NS, [NodeSetDef(POOL, 0, {})])
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": slurm_name, "namespace": SLURM_NS,
+            "metadata": {"name": slurm_name, "namespace": SLURM_NS, "ownerReferences": [nodeset_owner(nodeset)],
                          "labels": {labels.SLINKY_POD_HOSTNAME: slurm_name, "app.kubernetes.io/name": "slurmd"}},
             "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
                      "containers": [{"name": "slurmd", "image": "ghcr.io/slinkyproject/slurmd:26.05"}]}}
@@ -41,7 +44,7 @@ def place(api, slurm_name: str, node: str) -> None:
         assert e.status == 404
     wait_for(f"{name} to be gone", lambda: name not in {p.metadata.name for p in core.list_namespaced_pod(SLURM_NS).items},
              timeout=10)
-    core.create_namespaced_pod(SLURM_NS, nodeset_pod(slurm_name, node))
+    core.create_namespaced_pod(SLURM_NS, nodeset_pod(api, slurm_name, node))
 
 
 @pytest.fixture
@@ -160,3 +163,30 @@ def test_a_long_outage_fails_with_the_reason_and_keeps_the_node_contained(fleet_
         assert client.CoreV1Api(api).read_node(f"{POOL}-0").spec.unschedulable  # never handed back broken
     finally:
         slurm.up()
+
+
+def test_a_pod_in_the_slurm_namespace_that_no_nodeset_controls_names_no_slurm_node(fleet_with_slurm, api):
+    """A pod in the Slurm namespace carrying the pod-hostname label of another node's Slurm node (gpu-a-1, on
+    kgpu-1), but no controller reference to a NodeSet (slurm-operator 1.2.1 gives every NodeSet pod one:
+    internal/controller/nodeset/utils/utils.go NewNodeSetStatefulSetPod): a fault on the node it sits on drains
+    only that node's own Slurm node; gpu-a-1 is touched by nothing."""
+    spec, rec, channel, slurm, rest = fleet_with_slurm
+    forged = nodeset_pod(api, "forged-gpu-a-1", f"{POOL}-0")
+    forged["metadata"]["labels"][labels.SLINKY_POD_HOSTNAME] = "gpu-a-1"
+    del forged["metadata"]["ownerReferences"]
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod(SLURM_NS, forged)
+    try:
+        before = slurm_node(slurm, "gpu-a-1")
+        Kube(api).set_condition(f"{POOL}-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+        (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-0") if r.phase is Phase.RESUMING],
+                         timeout=90)
+        assert r.slurm_nodes == ("gpu-a-0",)
+        assert "DRAIN" in slurm_node(slurm, "gpu-a-0")
+        after = slurm_node(slurm, "gpu-a-1")
+        assert "DRAIN" not in after and "gpufleet" not in after and "DRAIN" not in before
+    finally:
+        try:
+            core.delete_namespaced_pod("forged-gpu-a-1", SLURM_NS, grace_period_seconds=0)
+        except ApiException as e:
+            assert e.status == 404  # evicted with the node's other pods

@@ -34,7 +34,7 @@ POOL = "pool-a"
 KUBE_NODES = ["kwok-a-0", "kwok-a-1"]
 SPARE = "kwok-a-spare-0"
 SPARE_TAINT = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
-NODESET = NodeSetDef(POOL, 2, {labels.POOL: POOL}, [], gpus=8, uid="nodeset-uid-a")
+NODESET = NodeSetDef(POOL, 2, {labels.POOL: POOL}, [], gpus=8)
 RESYNC = 4.0  # the operator's is 30 s (nodeset_sync.go); shorter here, the same rule
 
 
@@ -95,8 +95,16 @@ def test_pods_are_named_by_ordinal_and_slurmd_registers_with_the_nodesets_conf(w
     placed = settle(standin, "both NodeSet pods Running", lambda: (
         (ps := pods(core)) and len(ps) == 2 and all(p.status.phase == "Running" for p in ps.values()) and ps))
     assert set(placed) == {"pool-a-0", "pool-a-1"}
+    # the NodeSet object on the API server, as the operator's pods find theirs (stack-less runs declare it)
+    nodeset = client.CustomObjectsApi(core.api_client).get_namespaced_custom_object(
+        "slinky.slurm.net", "v1beta1", NS, "nodesets", POOL)
+    uid = nodeset["metadata"]["uid"]
     for name, p in placed.items():
         assert p.spec.hostname == name == p.metadata.labels[POD_HOSTNAME_LABEL]
+        # utils.go NewNodeSetStatefulSetPod: metav1.NewControllerRef(nodeset, NodeSetGVK)
+        (owner,) = p.metadata.owner_references
+        assert (owner.api_version, owner.kind, owner.name, owner.uid, owner.controller, owner.block_owner_deletion) == (
+            "slinky.slurm.net/v1beta1", "NodeSet", POOL, uid, True, True)
         assert p.metadata.labels["app.kubernetes.io/instance"] == POOL
         assert p.metadata.labels["slinky.slurm.net/cluster"] == "slurm"
     on = where(core)
@@ -105,7 +113,7 @@ def test_pods_are_named_by_ordinal_and_slurmd_registers_with_the_nodesets_conf(w
            lambda: {n.name for n in cli.nodes() if n.comment} == set(on))
     for n in cli.nodes():
         assert json.loads(n.comment) == {"namespace": NS, "podName": n.name, "node": on[n.name],
-                                         "nodeSetName": POOL, "nodeSetUID": "nodeset-uid-a"}
+                                         "nodeSetName": POOL, "nodeSetUID": uid}
         assert not n.drained_or_down
     info = slurm.node_info()["pool-a-0"]
     assert "gpu:8" in str(info.get("gres", "")) and POOL in str(info.get("features", ""))
@@ -207,7 +215,7 @@ def test_scale_in_drains_first_and_keeps_the_slurm_node_record(world) -> None:
     applies to DaemonSet NodeSets only (syncSlurmNodeRecords)."""
     standin, core, cli, _ = world
     settle(standin, "two pods Running", lambda: len([p for p in pods(core).values() if p.status.phase == "Running"]) == 2)
-    standin.fixed = [NodeSetDef(POOL, 1, {labels.POOL: POOL}, [], gpus=8, uid="nodeset-uid-a")]
+    standin.fixed = [NodeSetDef(POOL, 1, {labels.POOL: POOL}, [], gpus=8)]
     settle(standin, "pool-a-1 gone", lambda: "pool-a-1" not in pods(core), timeout=90)
     n = cli.node("pool-a-1")
     assert n is not None and "DOWN" in n.states  # the record stays, DOWN by the preStop

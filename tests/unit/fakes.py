@@ -37,6 +37,13 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
+
+def nodeset_owner(nodeset: str) -> dict:
+    """The controller ownerReference slurm-operator 1.2.1 gives a NodeSet pod (internal/controller/nodeset/utils/
+    utils.go NewNodeSetStatefulSetPod: metav1.NewControllerRef(nodeset, NodeSetGVK))."""
+    return {"apiVersion": labels.SLINKY_NODESET_API_VERSION, "kind": labels.SLINKY_NODESET_KIND, "name": nodeset,
+            "uid": f"uid-nodeset-{nodeset}", "controller": True, "blockOwnerDeletion": True}
+
 def pool_node(pool: NodePool, name: str, role: str, proven: bool = True) -> dict:
     """A Ready node of the pool in a role, as the API server would send it; a spare `proven` by a passed
     health check on its boot."""
@@ -400,7 +407,8 @@ class World:
                 host = f"{pool.name}-w{i}"
                 self.kube.pods[f"slurm/slurm-worker-{host}"] = {
                     "metadata": {"name": f"slurm-worker-{host}", "namespace": "slurm", "uid": f"uid-{host}",
-                                 "labels": {labels.SLINKY_POD_HOSTNAME: host}},
+                                 "labels": {labels.SLINKY_POD_HOSTNAME: host},
+                                 "ownerReferences": [nodeset_owner(pool.name)]},
                     "spec": {"nodeName": name, "nodeSelector": worker_selector(pool)}, "status": {"phase": "Running"}}
                 self.slurm.table[host] = SlurmNode(host, frozenset({"ALLOCATED"}), "")
             for name in pool.spare_names():

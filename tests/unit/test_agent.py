@@ -282,10 +282,12 @@ def test_the_command_exits_clearly_for_an_unreadable_log_and_a_refusal(tmp_path,
     kube = FakeKube()
     kube.refuse = "cannot patch resource nodes"
     monkeypatch.setattr(commands, "_api", lambda *_: None)
-    monkeypatch.setattr("reconciler.adapters.kube.Kube", lambda _api: kube)
+    managers = []
+    monkeypatch.setattr("reconciler.adapters.kube.Kube", lambda _api, manager=None: managers.append(manager) or kube)
     r = runner.invoke(app, ["agent", "--node", NODE, "--kmsg", str(log.path)])
     assert r.exit_code == 1 and "403 Forbidden cannot patch resource nodes" in r.output
     assert "Traceback" not in r.output
+    assert managers == [labels.MANAGER_AGENT]  # its conditions name it as their reporter (managedFields)
 
 
 # --- the agent's decisions on the corpus of real-format lines (tests/fixtures/kernel_lines.yaml) ----------

@@ -95,6 +95,9 @@ def test_each_environment_declares_its_fleet(env):
     spec = build(env)
     types = [r.typ for r in MOCKS.resources]
     assert types.count("kubernetes:slinky.slurm.net/v1beta1:NodeSet") == len(spec.pools)
+    # the NodeSets whose pods the reconciler takes for Slurm nodes (observe.pod_view) are the ones declared
+    from fleetspec.placement import nodeset_names
+    assert {r.inputs["metadata"]["name"] for r in MOCKS.of_type(CR + "NodeSet")} == nodeset_names(spec.pools)
     # capacity per pool, policy (and the agent's copy), gres.conf, the lending ledger where a pool lends, and
     # the dashboard where the spec asks for it
     assert types.count("kubernetes:core/v1:ConfigMap") == (len(spec.pools) + 3 + bool(spec.lending_pools())

@@ -662,3 +662,67 @@ def test_a_slurm_node_still_on_a_broken_replacement_is_not_resumed_there():
     assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation is None
     moved = replace(on_broken, replacement_slurm=("gpu-3",), slurm_pods=(nodeset_pod("gpu-3", "h100-spare-1"),))
     assert plan_step(r, moved, spec(), T0).actions == (ResumeSlurm("gpu-3"),)
+
+
+# --- who reported the faults (issue 24): a burst one writer could forge is contained, and named -----------
+
+def _node_written_by(name: str, *managers: tuple[str, str]) -> dict:
+    """A node whose GPU condition is False (XID 79), with the managedFields entries (manager, operation) of
+    the API server: each later update takes the fields it changed (here: the whole condition)."""
+    key = 'k:{"type":"GpuHealthy"}'
+    fields = {".": {}, "f:lastHeartbeatTime": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:reason": {},
+              "f:status": {}, "f:type": {}}
+    return {"metadata": {"name": name, "labels": {labels.POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE},
+                         "managedFields": [
+                             {"manager": "kubelet", "operation": "Update", "subresource": "status",
+                              "fieldsV1": {"f:status": {"f:conditions": {'k:{"type":"Ready"}': {"f:status": {}}}}}},
+                             *({"manager": m, "operation": op, "subresource": "status",
+                                "fieldsV1": {"f:status": {"f:conditions": {key: fields}}}} for m, op in managers)]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"},
+                                      {"type": "GpuHealthy", "status": "False", "reason": "Xid79", "message": "off the bus",
+                                       "lastTransitionTime": "2026-11-29T12:00:00Z"}]}}
+
+
+def test_a_fault_names_who_wrote_its_condition_from_the_nodes_managed_fields():
+    v = node_view(_node_written_by("h100-0", (labels.MANAGER_AGENT, "Update")), ["GpuHealthy"])
+    assert v.fault.xid == 79 and v.fault.reporter == labels.MANAGER_AGENT
+    # a later writer of the condition (a person's kubectl) owns it now; the kubelet's Ready is not the fault's
+    v = node_view(_node_written_by("h100-0", (labels.MANAGER_AGENT, "Update"), ("kubectl-patch", "Update")),
+                  ["GpuHealthy"])
+    assert v.fault.reporter == "kubectl-patch"
+    bare = _node_written_by("h100-0")
+    bare["metadata"].pop("managedFields")
+    assert node_view(bare, ["GpuHealthy"]).fault.reporter == ""  # unknown: said so, never guessed
+    # the remediation keeps it (the record's spec.fault.reportedBy)
+    d = detect(node_view(_node_written_by("h100-0", ("kubectl-patch", "Update")), ["GpuHealthy"]), [], spec(), T0)
+    assert d.remediation.reporter == "kubectl-patch"
+
+
+def _storm_of(writer) -> tuple:
+    """Four faulted nodes of pool h100 (10 nodes, brake at 30%), node i's fault reported by writer(i)."""
+    faulted = [replace(node(f"h100-{i}", xid=79), fault=replace(node(f"h100-{i}", xid=79).fault, reporter=writer(i)))
+               for i in range(4)]
+    r = replace(rec(faulted[0], Phase.REQUEUED), reporter=writer(0))
+    a = admission_facts(r, faulted, [r], spec(max_concurrent=100), T0)
+    return r, a, plan_step(r, StepFacts(admission=a), spec(max_concurrent=100), T0)
+
+
+def test_a_storm_one_writer_reported_is_still_contained_and_the_record_and_page_name_it():
+    r, a, st = _storm_of(lambda i: "kubectl-patch")
+    assert a.reporters == tuple((f"h100-{i}", "kubectl-patch") for i in range(4))
+    assert st.remediation.phase is Phase.HELD and st.gate.reason == "TooManyUnhealthy"  # contained, held
+    (page,) = [x for x in st.actions if x.kind == "Notify"]
+    for text in (st.remediation.held_message, page.text):
+        assert "reported by kubectl-patch on h100-0, h100-1, h100-2, h100-3" in text
+        assert "kubectl-patch alone reported faults on several nodes" in text and "forged" in text
+
+
+def test_a_storm_each_nodes_own_agent_reported_names_them_without_the_warning():
+    r, a, st = _storm_of(lambda i: labels.MANAGER_AGENT if i < 3 else "node-problem-detector")
+    (page,) = [x for x in st.actions if x.kind == "Notify"]
+    assert (f"reported by {labels.MANAGER_AGENT} on h100-0, h100-1, h100-2; node-problem-detector on h100-3"
+            in page.text)
+    assert "alone reported" not in page.text
+    _, _, unknown = _storm_of(lambda i: "")
+    assert "reported by an unknown writer on h100-0, h100-1, h100-2, h100-3" in unknown.remediation.held_message
+    assert "alone reported" not in unknown.remediation.held_message  # unknown is not one writer

@@ -293,11 +293,12 @@ def test_the_remediation_keeps_the_fault_and_reads_remediations_from_before_it()
     from reconciler.core.decide import detect
     from reconciler.core.model import Fault
 
-    f = Fault(94, "m", T0, Kind.XID, FaultAction.RESET_GPU, "0000:01:00", 5, 0, "GpuHealthy")
+    f = Fault(94, "m", T0, Kind.XID, FaultAction.RESET_GPU, "0000:01:00", 5, 0, "GpuHealthy", "gpufleet-agent")
     r = detect(_node(f), [], _spec(), T0).remediation
     obj = to_object(r)
     assert obj["spec"]["fault"] == {"kind": "xid", "code": 94, "action": "reset-gpu", "pci": "0000:01:00",
-                                    "source": "GpuHealthy", "gpuInstance": 5, "computeInstance": 0}
+                                    "source": "GpuHealthy", "reportedBy": "gpufleet-agent", "gpuInstance": 5,
+                                    "computeInstance": 0}
     assert from_object(obj) == r
     del obj["spec"]["fault"]  # a remediation written before the fault carried its action
     old = from_object(obj)

@@ -14,7 +14,7 @@ from reconciler.adapters.records import to_object
 from reconciler.adapters.slurm import SlurmJob, SlurmNode
 from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
-from tests.unit.fakes import T0, World, fleet, pool_node
+from tests.unit.fakes import T0, World, fleet, nodeset_owner, pool_node
 
 
 def test_nothing_is_decided_before_every_cache_has_listed():
@@ -52,12 +52,26 @@ def test_a_pod_that_forges_the_pod_hostname_label_names_no_slurm_node():
     assert r.slurm_nodes == ("h100-w3",)
     assert ("drain", "h100-w5") not in w.slurm.calls and ("drain", "h100-w3") in w.slurm.calls
     assert any(c[0] == "evict" and "squatter" in str(c) for c in w.kube.calls), w.kube.calls
-    # and the same pod in the Slurm namespace is a NodeSet pod: its Slurm node is drained with the node's
+    # in the Slurm namespace but controlled by no NodeSet, or by a NodeSet the spec does not declare, or by
+    # something else that calls itself NodeSet: not a NodeSet pod either
+    for owners in ([], [nodeset_owner("l40s")], [{**nodeset_owner("h100"), "apiVersion": "example.com/v1"}],
+                   [{**nodeset_owner("h100"), "controller": False}]):
+        w = World(fleet(grace_period_seconds=0))
+        w.kube.pods["slurm/lookalike"] = {
+            "metadata": {"name": "lookalike", "namespace": "slurm", "uid": "uid-lookalike",
+                         "labels": {labels.SLINKY_POD_HOSTNAME: "h100-w5"}, "ownerReferences": owners},
+            "spec": {"nodeName": "h100-3"}, "status": {"phase": "Running"}}
+        w.fault("h100-3")
+        w.run()
+        assert w.remediation("h100-3").slurm_nodes == ("h100-w3",), owners
+        assert ("drain", "h100-w5") not in w.slurm.calls, owners
+    # and the same pod in the Slurm namespace, controlled by the pool's NodeSet, is a NodeSet pod: its Slurm
+    # node is drained with the node's
     w = World(fleet(grace_period_seconds=0))
     w.kube.pods["slurm/slurm-worker-extra"] = {**w.kube.pods.pop("slurm/slurm-worker-h100-w3")}
     w.kube.pods["slurm/slurm-worker-extra"]["metadata"] = {
         "name": "slurm-worker-extra", "namespace": "slurm", "uid": "uid-extra",
-        "labels": {labels.SLINKY_POD_HOSTNAME: "h100-w5"}}
+        "labels": {labels.SLINKY_POD_HOSTNAME: "h100-w5"}, "ownerReferences": [nodeset_owner("h100")]}
     w.fault("h100-3")
     w.run()
     assert ("drain", "h100-w5") in w.slurm.calls
@@ -645,7 +659,7 @@ def test_a_slurm_node_whose_pod_landed_on_the_replacement_that_broke_is_resumed_
     w.run(seconds=2)
     assert w.remediation("h100-0").replacement == "h100-spare-0"
     pod = {"metadata": {"name": "slurm-worker-h100-w0", "namespace": "slurm", "uid": "uid-h100-w0-2",
-                        "labels": {labels.SLINKY_POD_HOSTNAME: "h100-w0"}},
+                        "labels": {labels.SLINKY_POD_HOSTNAME: "h100-w0"}, "ownerReferences": [nodeset_owner("h100")]},
            "spec": {"nodeName": "h100-spare-0"}, "status": {"phase": "Running"}}
     w.kube.pods["slurm/slurm-worker-h100-w0"] = pod
     w.fault("h100-spare-0")
@@ -665,7 +679,7 @@ def slurm_pod(host: str, node: str | None, uid: str, unschedulable: str = "") ->
     status = {"phase": "Running"} if node else {"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}]}
     return {"metadata": {"name": f"slurm-worker-{host}", "namespace": "slurm", "uid": uid,
-                         "labels": {labels.SLINKY_POD_HOSTNAME: host}},
+                         "labels": {labels.SLINKY_POD_HOSTNAME: host}, "ownerReferences": [nodeset_owner("h100")]},
             "spec": {"nodeName": node} if node else {}, "status": status}
 
 
