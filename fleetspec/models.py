@@ -462,8 +462,11 @@ Database = Annotated[ExternalDatabase | MariaDbDatabase, Field(discriminator="ki
 
 
 class AccountingSpec(Strict):
-    enabled: bool = False
-    database: Database | None = None
+    """Slurm accounting (slurmdbd). On by default: the reconciler's Slurm user has its AdminLevel there
+    (slurm.reconciler_user); the default database is a MariaDB the stack deploys beside slurmdbd."""
+
+    enabled: bool = True
+    database: Database | None = Field(default_factory=lambda: MariaDbDatabase(kind="mariadb"))
 
     @model_validator(mode="after")
     def _database(self) -> "AccountingSpec":

@@ -323,7 +323,9 @@ class LocalSlurm:
         controller = slinky_conf.synthetic_controller(self.cluster_name, "\n".join(lines + self.extra_conf) + "\n")
         nodesets = [slinky_conf.synthetic_nodeset(n) for n in self.nodesets]
         stack = local_stack_slurm()  # the config files the local stack declares; its cgroup.conf replaces the operator's
-        files = {"slurm.conf": slinky_conf.slurm_conf(controller, None, nodesets),
+        # With accounting applied, the Accounting the stack would declare beside the Controller (only its name counts).
+        accounting = {"metadata": {"name": controller["metadata"]["name"]}} if self.accounting else None
+        files = {"slurm.conf": slinky_conf.slurm_conf(controller, accounting, nodesets),
                  "cgroup.conf": stack.cgroup_conf if stack.cgroup_conf is not None else slinky_conf.cgroup_conf()}
         if stack.gres_conf is not None:
             files["gres.conf"] = stack.gres_conf

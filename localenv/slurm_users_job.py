@@ -43,6 +43,12 @@ def script_of(job: Any, core: client.CoreV1Api, namespace: str) -> str | None:
     return (cm.data or {}).get(name)
 
 
+def run_script(slurm: LocalSlurm, script: str):
+    """The Job's script as its container runs it: as the SlurmUser (the Job's securityContext), in the Slurm
+    root, with this cluster's slurm.conf."""
+    return slurm.run(["runuser", "-u", SLURM_USER, "--", "sh", "-c", script], timeout=60)
+
+
 def run_pending(batch: client.BatchV1Api, core: client.CoreV1Api, slurm: LocalSlurm, namespace: str,
                 done: set[str]) -> None:
     """Run the script of each SlurmUsers Job whose uid is not in `done`; add those that succeed."""
@@ -62,7 +68,7 @@ def run_pending(batch: client.BatchV1Api, core: client.CoreV1Api, slurm: LocalSl
         if script is None:
             log.info("job %s: its script's ConfigMap is not there yet", job.metadata.name)
             continue
-        r = slurm.run(["runuser", "-u", SLURM_USER, "--", "sh", "-c", script], timeout=60)
+        r = run_script(slurm, script)
         out = (r.stdout + r.stderr).strip()
         if r.returncode == 0:
             done.add(job.metadata.uid)
