@@ -45,8 +45,10 @@ def script_of(job: Any, core: client.CoreV1Api, namespace: str) -> str | None:
 
 def run_script(slurm: LocalSlurm, script: str):
     """The Job's script as its container runs it: as the SlurmUser (the Job's securityContext), in the Slurm
-    root, with this cluster's slurm.conf."""
-    return slurm.run(["runuser", "-u", SLURM_USER, "--", "sh", "-c", script], timeout=60)
+    root, with this cluster's slurm.conf (as the daemons see it: the SlurmUser may not enter the work dir's
+    parents)."""
+    return slurm.run(["runuser", "-u", SLURM_USER, "--", "env", f"SLURM_CONF={slurm.daemon_conf}", "sh", "-c", script],
+                     timeout=60)
 
 
 def run_pending(batch: client.BatchV1Api, core: client.CoreV1Api, slurm: LocalSlurm, namespace: str,
