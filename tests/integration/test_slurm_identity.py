@@ -119,3 +119,25 @@ def test_operator_is_not_enough_for_node_updates(slurm_fresh: LocalSlurm) -> Non
     finally:
         tenant.close()
         slurm_fresh.run(["sacctmgr", "-i", "delete", "user", f"name={TENANT_USER}"], check=True)
+
+
+def test_accounting_remembers_a_job_for_gpufleet_why(slurm_fresh: LocalSlurm, reconciler: SlurmREST) -> None:
+    """`gpufleet why`'s fallback once slurmctld forgot a job: slurmrestd's GET /slurmdb/v0.0.45/job/{id} from the
+    real slurmdbd, read by the reconciler's user (an Administrator sees every user's jobs)."""
+    from gpufleet.why_command import accounted
+
+    job_id = submit_as(slurm_fresh, TENANT_USER)
+    wait_for("the tenant's job to run", lambda: running(reconciler, job_id))
+    reconciler.set_admin_comment(job_id, "gpufleet: requeued off gpu-a-0")
+    reconciler.signal_jobs([job_id], "KILL")
+
+    def recorded():
+        j = reconciler.accounted_job(job_id)
+        return j if j is not None and j.end_time and j.admin_comment else None
+
+    j = wait_for("slurmdbd to record the job's end", recorded, 60, interval=1)
+    assert j.job_id == job_id and j.user == TENANT_USER and j.nodes == (NODE,) and j.partitions == ("gpu",)
+    assert j.state in ("CANCELLED", "FAILED") and j.admin_comment == "gpufleet: requeued off gpu-a-0"
+    assert j.submit_time and j.start_time and j.end_time >= j.start_time
+    assert accounted(reconciler, job_id) == j
+    assert reconciler.accounted_job(987654) is None and accounted(reconciler, 987654) is None

@@ -67,18 +67,18 @@ def world(kube_cluster, tmp_path_factory) -> Iterator[tuple[SlinkyStandIn, Local
                                                       "spec": slurm_users_job(spec)})
     ctld, rest = free_ports(2)
     slurm = LocalSlurm(tmp_path_factory.mktemp("acct-slurm"), {"gpu": ["pool-a"]}, root=build_slurm_root(),
-                       ctld_port=ctld, rest_port=rest)
+                       ctld_port=ctld, rest_port=rest, cluster_name="acct-it")
     slurm.up()
     objs.create_namespaced_custom_object(GROUP, VERSION, NS, "accountings", {
         "apiVersion": API_VERSION, "kind": "Accounting", "metadata": {"name": "slurm"},
-        "spec": {"slurmKeyRef": {"name": "k", "key": "k"}, "storageConfig": {
+        "spec": {"slurmKeyRef": {"name": "k", "key": "k"}, "jwtKeyRef": {"name": "j", "key": "j"}, "storageConfig": {
             "host": "slurm-accounting-db", "port": 3306, "database": "slurm_acct_db", "username": "slurm",
             "passwordKeyRef": {"name": "db-pass", "key": "password"}}}})
     objs.create_namespaced_custom_object(GROUP, VERSION, NS, "controllers", {
         "apiVersion": API_VERSION, "kind": "Controller", "metadata": {"name": "slurm"},
-        "spec": {"clusterName": "acct-it", "slurmKeyRef": {"name": "k", "key": "k"}, "accountingRef": {"name": "slurm"},
-                 "extraConf": "GresTypes=gpu\nPartitionName=gpu Nodes=pool-a State=UP Default=YES\n"
-                              + "\n".join(slurm.extra_conf) + "\n",
+        "spec": {"clusterName": "acct-it", "slurmKeyRef": {"name": "k", "key": "k"}, "jwtKeyRef": {"name": "j", "key": "j"},
+                 "accountingRef": {"name": "slurm"},
+                 "extraConf": "GresTypes=gpu\n" + "\n".join(slurm.extra_conf) + "\n",  # no NodeSet: no partition
                  "configFileRefs": [{"name": CONFIG_FILES}]}})
     try:
         yield SlinkyStandIn(api, slurm, None, namespace=NS), slurm, api
