@@ -13,7 +13,9 @@ Follows slurm-operator v1.2.1:
 - internal/builder/common/const.go (paths, ports, users),
 - internal/builder/workerbuilder/worker_app.go (slurmdConfArgs: `Features=<nodeset>` merged with the
   NodeSet's extraConf, keys title-cased, sorted),
-- api/v1beta1/controller_keys.go, accounting_keys.go (ClusterName's default, Service names).
+- internal/builder/accountingbuilder/accounting_config.go (buildSlurmdbdConf: slurmdbd.conf; the local Slurm
+  replaces only LOCAL_DBD_KEYS),
+- api/v1beta1/controller_keys.go, accounting_keys.go (ClusterName's default, Service names, PrimaryName).
 """
 from __future__ import annotations
 
