@@ -254,3 +254,9 @@ def test_the_reconciler_has_a_slurm_identity_of_its_own_by_default():
     local["storage"][0].update(storage_class=None, host_path="/tmp/x")
     local["slurm"].update(reconciler_user="slurm", accounting={"enabled": False})
     assert parse_fleet(local).slurm.reconciler_user == "slurm"
+
+
+@pytest.mark.parametrize("env", ["local", "staging", "prod"])
+def test_every_stack_gives_the_reconciler_its_own_slurm_user_with_accounting(env):
+    slurm = load_stack_file(ROOT / f"Pulumi.{env}.yaml").fleet.slurm
+    assert slurm.reconciler_user == "gpufleet" and slurm.accounting.enabled and slurm.accounting.database is not None
