@@ -12,7 +12,8 @@ the operator's own partition per NodeSet stays off, so every job meets gpufleet'
 Around them: the LoginSet's sssd.conf Secret, Accounting with its database and password Secret,
 gres.conf and topology.yaml for the pools, slurmctld's state on a claim the spec sizes, the RestApi,
 and the reconciler's Token (beside the JWT key it is minted from, and a Role that lets the reconciler
-read its Secret and nothing else here). The control plane runs on the system pool.
+read its Secret and nothing else here), minted for the reconciler's own Slurm user, which a Job declares in
+accounting with the AdminLevel its calls need (SlurmUsers, `_slurm_users`). The control plane runs on the system pool.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from fleetspec import labels
-from fleetspec.models import FleetSpec, MariaDbDatabase
+from fleetspec.models import RECONCILER_ADMIN_LEVEL, SLURM_USER, FleetSpec, MariaDbDatabase
 
 from .meta import metadata, resources
 from .node_pool import GpuNodePool
@@ -50,6 +51,9 @@ SLURM_KEY_SECRET, SLURM_KEY = "slurm-auth-slurm", "slurm.key"
 SSSD_SECRET, SSSD_KEY = "slurm-sssd-conf", "sssd.conf"
 DB_SECRET, DB_KEY = "slurm-accounting-db", "password"
 CONFIG_FILES = "slurm-config-files"
+SLURM_USERS = "gpufleet-slurm-users"  # the Job that declares the reconciler's Slurm user, and its script's ConfigMap
+SLURM_USERS_SCRIPT = "ensure-users.sh"
+SLURM_UID = 401  # the SlurmUser's uid in Slinky's images (slurm-operator v1.2.1 internal/builder/common/const.go)
 
 
 def restapi_url(spec: FleetSpec) -> str:
@@ -115,6 +119,65 @@ def config_files(spec: FleetSpec) -> dict[str, str]:
     if bad:
         raise ValueError(f"config files {bad} are reserved for the operator or unknown to Slurm")
     return files
+
+
+def dedicated_reconciler_user(spec: FleetSpec) -> bool:
+    """Whether the reconciler's Slurm user is one the stack declares (not root or the SlurmUser, which need
+    nothing: slurmctld treats both as root; only the local cluster may use them)."""
+    return spec.slurm.reconciler_user not in ("root", SLURM_USER)
+
+
+def slurm_users_script(spec: FleetSpec) -> str:
+    """The script of the SlurmUsers Job: the reconciler's Slurm user in accounting with its AdminLevel
+    (fleetspec.models.RECONCILER_ADMIN_LEVEL), idempotent (sacctmgr(1) 26.05: `add` of an existing user adds
+    nothing, `modify` sets the level again), and it fails unless accounting then shows that level. Under the
+    cluster's root account: the association every registered cluster has."""
+    user, level = spec.slurm.reconciler_user, RECONCILER_ADMIN_LEVEL
+    return (
+        "#!/bin/sh\n"
+        "# gpufleet: the reconciler's Slurm user, declared by the stack (components/slinky.py SlurmUsers)\n"
+        "set -u\n"
+        f"user={user}\nlevel={level}\n"
+        'sacctmgr -i add user name="$user" account=root adminlevel="$level" || true\n'
+        'sacctmgr -i modify user where name="$user" set adminlevel="$level" || true\n'
+        'got=$(sacctmgr -n -P show user name="$user" format=adminlevel)\n'
+        'if [ "$got" != "$level" ]; then\n'
+        '  echo "gpufleet: Slurm user $user has AdminLevel \'$got\', not $level (is slurmdbd up?)" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        'echo "gpufleet: Slurm user $user has AdminLevel $level"\n'
+    )
+
+
+def slurm_users_job(spec: FleetSpec) -> dict:
+    """The Job's spec: sacctmgr in Slinky's slurmctld image (the image slurm-operator v1.2.1's own e2e test runs
+    `sacctmgr add user` in: test/e2e/e2e_test_utils.go), as the SlurmUser, with the operator's slurm.conf (the
+    Controller's ConfigMap `<controller>-config`, api/v1beta1/controller_keys.go ConfigKey) and the Slurm key
+    (auth/slurm) in /etc/slurm. Retried until slurmdbd and the cluster's registration are there."""
+    files = {"projected": {"defaultMode": 0o440, "sources": [
+        {"configMap": {"name": f"{CLUSTER}-config"}},
+        {"secret": {"name": SLURM_KEY_SECRET, "items": [{"key": SLURM_KEY, "path": SLURM_KEY}]}},
+    ]}}
+    return {
+        "backoffLimit": 30,
+        "template": {"spec": {
+            **system_placement(spec),
+            "restartPolicy": "OnFailure",
+            "securityContext": {"runAsUser": SLURM_UID, "runAsGroup": SLURM_UID, "fsGroup": SLURM_UID,
+                                "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "sacctmgr", "image": spec.slurm.image("slurmctld"),
+                "command": ["/bin/sh", f"/etc/gpufleet/{SLURM_USERS_SCRIPT}"],
+                "env": [{"name": "SLURM_CONF", "value": "/etc/slurm/slurm.conf"}],
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                "resources": resources("100m", "128Mi", "500m", "256Mi"),
+                "volumeMounts": [{"name": "slurm", "mountPath": "/etc/slurm", "readOnly": True},
+                                 {"name": "script", "mountPath": "/etc/gpufleet", "readOnly": True}],
+            }],
+            "volumes": [{"name": "slurm", **files},
+                        {"name": "script", "configMap": {"name": SLURM_USERS}}],
+        }},
+    }
 
 
 def system_placement(spec: FleetSpec) -> dict:
@@ -281,6 +344,9 @@ class SlinkySlurm(pulumi.ComponentResource):
             "template": system,
         }, [*keys, files] + ([accounting] if accounting is not None else []))
         controller_ref = {"name": CLUSTER}
+        self.slurm_users = None
+        if accounting is not None and dedicated_reconciler_user(spec):
+            self.slurm_users = self._slurm_users(name, spec, env, [accounting, controller, *keys])
 
         # Claims are named after the storage (SharedStorage creates them in this namespace).
         volumes = [{"name": s.name, "persistentVolumeClaim": {"claimName": s.name}} for s in spec.storage]
@@ -363,6 +429,26 @@ class SlinkySlurm(pulumi.ComponentResource):
             "nodesets": list(self.nodesets),
             "restapi_url": restapi_url(spec) if slurm.restapi else "",
         })
+
+    def _slurm_users(self, name: str, spec: FleetSpec, env: str, depends: list) -> k8s.batch.v1.Job:
+        """SlurmUsers: the reconciler's Slurm user and its AdminLevel, declared by the stack as a Job in the Slurm
+        namespace that runs `slurm_users_script` with sacctmgr. Why a Job: slurm-operator v1.2.1 has no resource
+        for Slurm users or accounts (api/v1beta1: Controller, NodeSet, LoginSet, RestApi, Accounting, Token);
+        slurmrestd's `/slurmdb/v0.0.45/users/` would need a super-user token where Pulumi runs (outside the
+        cluster, with a copy of the JWT key), while the Job runs beside the key and slurm.conf it needs, in the
+        namespace that already holds them, and is idempotent, so a re-run (a replaced Job, a restored database)
+        converges. Pulumi does not wait for it (slurmdbd may come up later; the Job retries); the reconciler's
+        Token for that user works once it has run (until then slurmrestd refuses its node updates)."""
+        script = k8s.core.v1.ConfigMap(
+            f"{name}-slurm-users-script", metadata=metadata(SLURM_USERS, "slurm-users", env, self.namespace),
+            data={SLURM_USERS_SCRIPT: slurm_users_script(spec)}, opts=pulumi.ResourceOptions(parent=self))
+        return k8s.batch.v1.Job(
+            f"{name}-slurm-users",
+            metadata=metadata(SLURM_USERS, "slurm-users", env, self.namespace,
+                              annotations={"pulumi.com/skipAwait": "true"}),
+            spec=slurm_users_job(spec),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[script, *depends],
+                                        replace_on_changes=["spec"], delete_before_replace=True))
 
     def _mariadb(self, name: str, spec: FleetSpec, db: MariaDbDatabase, env: str,
                  child: pulumi.ResourceOptions) -> k8s.apps.v1.StatefulSet:

@@ -49,8 +49,8 @@ def reconcile(
     slurm_jwt_key_file: Optional[Path] = typer.Option(None, help="The cluster's JWT key: sign tokens here "
                                                       "instead of reading a Token's. Refused unless the spec's "
                                                       "cluster is local: whoever holds the key is any Slurm user."),
-    slurm_user: str = typer.Option("slurm", help="Slurm user of tokens signed from --slurm-jwt-key-file "
-                                   "(root or the SlurmUser: node changes need one of them)."),
+    slurm_user: Optional[str] = typer.Option(None, help="Slurm user of tokens signed from --slurm-jwt-key-file "
+                                             "(default: the spec's slurm.reconciler_user, the reconciler's own)."),
     namespace: Optional[str] = typer.Option(None, help="Namespace for the Lease and Events."),
     leader_elect: bool = typer.Option(False, "--leader-elect", help="Act only while holding the Lease."),
     metrics_port: int = typer.Option(9102, help="Port for /metrics and /healthz (0: off)."),
@@ -82,7 +82,7 @@ def reconcile(
     try:
         client = slurm_client(slurm, slurm_env, url=slurm_url, token_file=slurm_token_file,
                               token_secret=slurm_token_secret, api=api, jwt_key_file=slurm_jwt_key_file,
-                              user=slurm_user)
+                              user=slurm_user or spec.slurm.reconciler_user)
     except ValueError as e:
         _err(str(e))
         raise typer.Exit(EXIT_FAILED)

@@ -26,15 +26,31 @@ def _time(epoch: float | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, timezone.utc) if epoch else None
 
 
-def job_facts(j):
-    """A SlurmJob (adapters) as the story's JobFacts (core)."""
+def job_facts(j, source: str = "slurmctld"):
+    """A SlurmJob (adapters) as the story's JobFacts (core); `source`: slurmctld, or accounting."""
     from reconciler.core.job_story import ENDED, JobFacts
 
     # For a pending job Slurm's start_time is an expected start, for a running one end_time the expected end.
     started = None if j.state == "PENDING" else _time(j.start_time)
     ended = _time(j.end_time) if j.state in ENDED else None
     return JobFacts(j.job_id, j.name, j.state, j.user, j.account, j.nodes, _time(j.submit_time), started, ended,
-                    j.restarts, j.reason, j.exit_code, j.admin_comment or "")
+                    j.restarts, j.reason, j.exit_code, j.admin_comment or "", source)
+
+
+def accounted(slurm, job_id: int):
+    """The job as accounting recorded it (slurmrestd's slurmdb API), where the client reads accounting; None
+    when it has no record, or no accounting runs (slurmrestd then answers with slurmdbd's error)."""
+    from reconciler.adapters.slurm import SlurmError
+
+    read = getattr(slurm, "accounted_job", None)
+    if read is None:
+        return None
+    try:
+        return read(job_id)
+    except SlurmError as e:
+        if e.temporary:
+            raise
+        return None
 
 
 def kube_node_of(comment: str) -> str | None:
@@ -161,11 +177,13 @@ def why(
         raise typer.Exit(EXIT_FAILED)
     api = _api(kubeconfig, stack)
     try:
-        found = slurm.job(job_id)
+        found, source = slurm.job(job_id), "slurmctld"
+        if found is None:
+            found, source = accounted(slurm, job_id), "accounting"
         slurm_nodes = slurm.nodes()
         kube_nodes = {n.name: k for n in slurm_nodes if (k := kube_node_of(n.comment))} | slurm_hosts(api)
         remediations = KubeRemediationStore(api).list()
-        job = job_facts(found) if found is not None else None
+        job = job_facts(found, source) if found is not None else None
         nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}
         nodes |= {r.node for r in remediations if job_id in r.jobs}
         faults = node_faults(api, nodes)
@@ -179,7 +197,7 @@ def why(
     s = job_story.story(job_id, job, remediations, faults, kube_nodes, datetime.now(timezone.utc),
                         job_story.reclaims(ledgers, events, under_way), pools)
     if s is None:
-        _err(f"job {job_id}: unknown to Slurm (slurmctld forgets ended jobs after MinJobAge; accounting is not "
-             "read) and to every gpufleet remediation")
+        _err(f"job {job_id}: unknown to Slurm (slurmctld forgets ended jobs after MinJobAge, and accounting has "
+             "no record of it or does not run) and to every gpufleet remediation")
         raise typer.Exit(EXIT_FAILED)
     typer.echo(json.dumps(s.to_json(), indent=2) if as_json else job_story.render(s))

@@ -148,6 +148,29 @@ class LocalEnv:
 
         wait_for(f"Slurm nodes {names} up", ready, timeout, interval=0.5,
                  explain=lambda: f"sinfo: {self.slurm.node_states()}; stand-in log tail:\n{self.standin_log_tail()}")
+        self.wait_reconciler_slurm_user(timeout)
+
+    def wait_reconciler_slurm_user(self, timeout: float = 120.0) -> None:
+        """Until the stack's SlurmUsers Job (its stand-in: localenv/slurm_users_job.py) has given the reconciler's
+        Slurm user its AdminLevel, so the reconciler's first node update is not refused. Nothing to wait for
+        when the reconciler acts as root or the SlurmUser (no accounting entry), or when no Accounting was applied
+        (NodeSets without a stack: the stand-in renders the Accounting before it places any pod)."""
+        from fleetspec.models import RECONCILER_ADMIN_LEVEL, SLURM_USER
+
+        user = self.spec.slurm.reconciler_user
+        if user in ("root", SLURM_USER) or not self.spec.slurm.accounting.enabled or not self.slurm.accounting:
+            return
+
+        def level() -> str:
+            if not self.slurm.accounting:
+                return ""
+            r = self.slurm.run(["sacctmgr", "-n", "-P", "show", "user", f"name={user}", "format=adminlevel"],
+                               timeout=15)
+            return r.stdout.strip() if r.returncode == 0 else ""
+
+        wait_for(f"the reconciler's Slurm user {user} with AdminLevel {RECONCILER_ADMIN_LEVEL}",
+                 lambda: level() == RECONCILER_ADMIN_LEVEL, timeout, interval=0.5,
+                 explain=lambda: f"stand-in log tail:\n{self.standin_log_tail()}")
 
     # --- what the product and the stack are told --------------------------------------------------
 

@@ -13,7 +13,9 @@ Follows slurm-operator v1.2.1:
 - internal/builder/common/const.go (paths, ports, users),
 - internal/builder/workerbuilder/worker_app.go (slurmdConfArgs: `Features=<nodeset>` merged with the
   NodeSet's extraConf, keys title-cased, sorted),
-- api/v1beta1/controller_keys.go, accounting_keys.go (ClusterName's default, Service names).
+- internal/builder/accountingbuilder/accounting_config.go (buildSlurmdbdConf: slurmdbd.conf; the local Slurm
+  replaces only LOCAL_DBD_KEYS),
+- api/v1beta1/controller_keys.go, accounting_keys.go (ClusterName's default, Service names, PrimaryName).
 """
 from __future__ import annotations
 
@@ -203,13 +205,50 @@ def slurmd_conf(nodeset: Resource) -> str:
 LOCAL_KEYS = frozenset({
     "SlurmctldHost", "SlurmctldPort", "StateSaveLocation", "SlurmdSpoolDir", "SlurmctldLogFile", "SlurmSchedLogFile",
     "SlurmdLogFile", "AuthType", "CredType", "AuthInfo", "AuthAltParameters",
+    "AccountingStorageHost", "AccountingStoragePort",
+})
+# slurmdbd.conf's where-it-runs settings (host, ports, auth, log); everything else is the operator's.
+LOCAL_DBD_KEYS = frozenset({
+    "DbdHost", "DbdPort", "AuthType", "AuthInfo", "AuthAltParameters", "StorageHost", "StoragePort", "LogFile",
 })
 
 
-def localize(conf: str, values: Mapping[str, str]) -> str:
-    """`conf` (the operator's slurm.conf) with the values of LOCAL_KEYS replaced by `values`, wherever
-    a line sets them (the merged section too). Raises for a key outside LOCAL_KEYS."""
-    unknown = set(values) - LOCAL_KEYS
+def slurmdbd_conf(accounting: Resource, storage_pass: str) -> str:
+    """buildSlurmdbdConf() (internal/builder/accountingbuilder/accounting_config.go): slurmdbd.conf for an
+    Accounting, its storage password read from `spec.storageConfig.passwordKeyRef` (the caller reads it)."""
+    spec = _spec(accounting)
+    storage = spec.get("storageConfig") or {}
+    alt = [JWT_PARAMETER] + ([JWKS_PARAMETER] if spec.get("jwksKeyRef") else [])
+    merge = {"AuthInfo": [AUTH_INFO], "AuthAltParameters": alt}
+    lines = [
+        "#", "### GENERAL ###",
+        f"DbdHost={accounting['metadata']['name']}-0",  # Accounting.PrimaryName() (api/v1beta1/accounting_keys.go)
+        f"DbdPort={SLURMDBD_PORT}", f"SlurmUser={SLURM_USER}",
+        "#", "### PLUGINS & PARAMETERS ###",
+        f"AuthType={AUTH_TYPE}", f"AuthAltTypes={AUTH_ALT_TYPES}",
+        f"AuthAltParameters={','.join(merge['AuthAltParameters'])}", f"AuthInfo={','.join(merge['AuthInfo'])}",
+        "#", "### STORAGE ###",
+        "StorageType=accounting_storage/mysql",
+        f"StorageHost={storage.get('host', '')}", f"StoragePort={storage.get('port', 0)}",
+        f"StorageUser={storage.get('username', '')}", f"StorageLoc={storage.get('database', '')}",
+        f"StoragePass={storage_pass}",
+        "#", "### LOGGING ###",
+        "LogFile=/dev/null",
+    ]
+    extra = spec.get("extraConf") or ""
+    if extra:
+        lines += ["#", "### EXTRA CONFIG ###", extra]
+    merged = merged_config(extra, merge)
+    if merged:
+        lines += ["#", "### MERGED CONFIG ###", merged]
+    return "\n".join(lines) + "\n"
+
+
+def localize(conf: str, values: Mapping[str, str], keys: frozenset[str] = LOCAL_KEYS) -> str:
+    """`conf` (the operator's slurm.conf, or slurmdbd.conf with `keys` LOCAL_DBD_KEYS) with the values of
+    `keys` replaced by `values`, wherever a line sets them (the merged section too). Raises for a key outside
+    `keys`."""
+    unknown = set(values) - keys
     if unknown:
         raise ValueError(f"{sorted(unknown)} are not where-it-runs settings; declare them in the stack")
     lower = {k.lower(): v for k, v in values.items()}

@@ -45,6 +45,11 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
   objects change (the NodeSet, any update of its pods, a cordon or a metadata change of their nodes:
   eventhandler/eventhandler_pod.go, eventhandler_node.go), or `RESYNC_SECONDS` after its last sync
   (nodeset_sync.go: every NodeSet is requeued 30 s later); Slurm changes alone trigger nothing sooner.
+* **Accounting** (internal/builder/accountingbuilder/accounting_config.go, via `slinky_conf.slurmdbd_conf`):
+  the Controller's Accounting becomes the local Slurm's slurmdbd, its storage password read from the
+  Accounting's `storageConfig.passwordKeyRef` Secret as the operator reads it, started before slurmctld; a
+  MariaDB process of the local Slurm (`localenv.slurm.ACCOUNTING_DB`) stands in for the database it names.
+  The stack's SlurmUsers Job, whose pod cannot run here, runs through `localenv.slurm_users_job`.
 * **Tokens** (controller/token): the Secret `spec.secretRef` holding a JWT for `spec.username`,
   signed with the key slurmctld uses, renewed when a fifth of its `lifetime` is left (`refresh`).
 
@@ -269,6 +274,8 @@ class SlinkyStandIn:
         self.resync = resync
         self.clock = clock
         self._synced: dict[str, tuple[str, float]] = {}  # NodeSet -> (fingerprint, when) of its last Slurm sync
+        self.batch = client.BatchV1Api(api)
+        self._users_done: set[str] = set()  # uids of the SlurmUsers Jobs whose script succeeded
 
     # ------------------------------------------------------------------ reading
 
@@ -296,6 +303,11 @@ class SlinkyStandIn:
             self._sync_tokens()
         except Exception as e:  # noqa: BLE001 - tokens must not stop the NodeSet pods
             log.warning("tokens: %s", e)
+        if self.fixed is None:
+            try:
+                self._sync_slurm_users()
+            except Exception as e:  # noqa: BLE001 - nor the Slurm users Job
+                log.warning("slurm users job: %s", e)
         nodesets = self.nodesets()
         if self.fixed is not None:
             self._ensure_namespace()
@@ -344,6 +356,8 @@ class SlinkyStandIn:
         if spec.get("accountingRef"):
             accounting = next((a for a in self._list("accountings")
                                if a["metadata"]["name"] == spec["accountingRef"].get("name")), None)
+        if accounting is not None and not self._sync_accounting(accounting):
+            return  # the operator fails the sync until the Accounting's Secret exists
         files: dict[str, str] = {}
         for ref in spec.get("configFileRefs") or []:
             try:
@@ -358,6 +372,38 @@ class SlinkyStandIn:
         if self.slurm.apply_operator_files(files):
             log.info("controller %s: slurm.conf and config files changed: slurmctld restarted with them",
                      controller["metadata"]["name"])
+
+    # ------------------------------------------------------------------ accounting (accountingbuilder)
+
+    def _sync_accounting(self, accounting: dict) -> bool:
+        """The Accounting's slurmdbd.conf (BuildAccountingConfig: its password from passwordKeyRef) and the
+        database it names, given to the local Slurm, which (re)starts slurmdbd and the database stand-in.
+        False while the password's Secret is missing (BuildAccountingConfig returns the error)."""
+        import base64
+
+        from localenv.slurm import AccountingDb
+
+        storage = _spec(accounting).get("storageConfig") or {}
+        ref = storage.get("passwordKeyRef") or {}
+        try:
+            secret = self.core.read_namespaced_secret(ref.get("name", ""), self.namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            log.warning("accounting %s: Secret %s not found yet", accounting["metadata"]["name"], ref.get("name"))
+            return False
+        password = base64.b64decode((secret.data or {}).get(ref.get("key", ""), "")).decode()
+        db = AccountingDb(database=storage.get("database", ""), user=storage.get("username", ""), password=password)
+        if self.slurm.apply_accounting(slinky_conf.slurmdbd_conf(accounting, password), db):
+            log.info("accounting %s: slurmdbd and the database stand-in for %s:%s started with it",
+                     accounting["metadata"]["name"], storage.get("host"), storage.get("port"))
+        return True
+
+    def _sync_slurm_users(self) -> None:
+        """The stack's SlurmUsers Job (its pod's stand-in: localenv/slurm_users_job.py)."""
+        from localenv import slurm_users_job
+
+        slurm_users_job.run_pending(self.batch, self.core, self.slurm, self.namespace, self._users_done)
 
     # ------------------------------------------------------------------ pods (nodeset_sync.go)
 

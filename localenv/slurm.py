@@ -72,7 +72,12 @@ DAEMON_VIEW = Path("/run/gpufleet")
 MUNGE_SOCKET_IN_ROOT = "/run/munge/munge.socket.2"
 
 # Client tools wrapped in <workdir>/bin.
-TOOLS = ("scontrol", "squeue", "sinfo", "sbatch", "scancel", "srun", "sacct", "sprio", "sdiag")
+TOOLS = ("scontrol", "squeue", "sinfo", "sbatch", "scancel", "srun", "sacct", "sprio", "sdiag", "sacctmgr")
+
+# The process that stands in for the accounting database a stack names (slurm.accounting.database: an external
+# MySQL/MariaDB, or the MariaDB StatefulSet components/slinky.py declares): MariaDB from the Slurm root.
+ACCOUNTING_DB = "accounting-db"
+DB_USER = "mysql"  # MariaDB's own user in the root (Debian's mariadb-server)
 
 # sinfo %T long states of a node whose slurmd registered and answers ("down" without "*": a DOWN node
 # whose slurmd answers, e.g. registered again under ReturnToService=0).
@@ -138,6 +143,22 @@ class _Daemon:
     logs: tuple[Path, ...]       # its own log files (the supervisor keeps its output)
     ports: tuple[int, ...] = ()  # must be free before it starts
     env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class AccountingDb:
+    """What slurmdbd's storage needs from the database (an Accounting's storageConfig and its password)."""
+    database: str
+    user: str
+    password: str
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @dataclass
@@ -216,6 +237,8 @@ class LocalSlurm:
         self.state_dir = self.ctld_dir / "state"
         self.rest_dir = d / "rest"
         self.nodes_dir = d / "nodes"
+        self.acct_dir = d / "accounting"  # slurmdbd's files and the database's (apply_accounting)
+        self.dbd_conf_path = self.etc_dir / "slurmdbd.conf"  # next to slurm.conf: slurmdbd looks there
         if len(str(self.munge_socket)) > 100:
             raise ValueError(f"workdir too long for a Unix socket path: {self.munge_socket}")
         self.supervisor = Supervisor(d / "run", d / "log", start_timeout=start_timeout, stop_timeout=10.0,
@@ -300,7 +323,9 @@ class LocalSlurm:
         controller = slinky_conf.synthetic_controller(self.cluster_name, "\n".join(lines + self.extra_conf) + "\n")
         nodesets = [slinky_conf.synthetic_nodeset(n) for n in self.nodesets]
         stack = local_stack_slurm()  # the config files the local stack declares; its cgroup.conf replaces the operator's
-        files = {"slurm.conf": slinky_conf.slurm_conf(controller, None, nodesets),
+        # With accounting applied, the Accounting the stack would declare beside the Controller (only its name counts).
+        accounting = {"metadata": {"name": controller["metadata"]["name"]}} if self.accounting else None
+        files = {"slurm.conf": slinky_conf.slurm_conf(controller, accounting, nodesets),
                  "cgroup.conf": stack.cgroup_conf if stack.cgroup_conf is not None else slinky_conf.cgroup_conf()}
         if stack.gres_conf is not None:
             files["gres.conf"] = stack.gres_conf
@@ -332,6 +357,8 @@ class LocalSlurm:
             "SlurmdLogFile": f"{v(self.nodes_dir)}/%n/slurmd.log",
             "AuthType": "auth/munge", "CredType": "cred/munge", "AuthInfo": f"socket={MUNGE_SOCKET_IN_ROOT}",
             "AuthAltParameters": f"jwt_key={v(self.jwt_key_path)}",
+            **({"AccountingStorageHost": "127.0.0.1", "AccountingStoragePort": str(ports["dbd"])}
+               if (ports := self._acct_ports()) else {}),
         }
 
     def _inroot_script(self) -> str:
@@ -460,6 +487,7 @@ class LocalSlurm:
                     self.rest_ok, f"slurmrestd to answer on {self.rest_url}", (), (self.rest_port,),
                     (("SLURM_CONF", conf), ("SLURM_JWT", "daemon"))),
         ]
+        ds += self._accounting_daemons()
         if with_nodes:
             ds += [self._slurmd(s) for s in self._specs() if s.wanted]
         return ds
@@ -600,8 +628,11 @@ class LocalSlurm:
         changed = self._write_files()
         daemons = {d.name: d for d in self._daemons()}
         if changed:
-            self._stop([d for name, d in daemons.items() if name != "munged"])
-        for name in ("munged", "slurmctld", "slurmrestd"):  # each answers before the next starts
+            self._stop([d for name, d in daemons.items() if name not in ("munged", ACCOUNTING_DB)])
+        order = ["munged", ACCOUNTING_DB, "slurmdbd", "slurmctld", "slurmrestd"]
+        if ACCOUNTING_DB in daemons:
+            self._init_accounting_db()
+        for name in (n for n in order if n in daemons):  # each answers before the next starts
             self._ensure([daemons[name]])
         self._ensure([self._slurmd(s) for s in self._specs() if s.wanted])
         return self
@@ -669,10 +700,11 @@ class LocalSlurm:
                 self._cancel_all_jobs(timeout=KILL_WAIT + 5)
             except (LocalSlurmError, subprocess.TimeoutExpired, OSError):
                 pass
-        daemons = self._daemons()
-        self._stop(daemons[3:])  # the slurmds, then slurmrestd, slurmctld and munged
-        for d in reversed(daemons[:3]):
-            self._stop([d])
+        daemons = {d.name: d for d in self._daemons()}
+        self._stop([d for n, d in daemons.items() if n.startswith("slurmd:")])
+        for name in ("slurmrestd", "slurmctld", "slurmdbd", ACCOUNTING_DB, "munged"):  # the slurmds first
+            if name in daemons:
+                self._stop([daemons[name]])
         self._kill_leftover_jobs()
 
     def _cancel_all_jobs(self, timeout: float) -> None:
@@ -750,6 +782,118 @@ class LocalSlurm:
         st = self.status()
         return (bool(st["daemons"]) and all(v is not None for v in st["daemons"].values())  # type: ignore[union-attr]
                 and bool(st["controller"]) and bool(st["rest"]) and self.nodes_up())
+
+    # ------------------------------------------------------------------ accounting (slurmdbd and its database)
+
+    def _acct_ports(self) -> dict[str, int] | None:
+        """{"dbd": slurmdbd's port, "db": the database's}, chosen once by apply_accounting; None without accounting."""
+        try:
+            return json.loads((self.acct_dir / "ports.json").read_text())
+        except FileNotFoundError:
+            return None
+
+    @property
+    def accounting(self) -> bool:
+        """Whether this Slurm runs accounting (an Accounting was applied)."""
+        return (self.acct_dir / "slurmdbd.operator.conf").exists()
+
+    def apply_accounting(self, dbd_conf: str, db: AccountingDb) -> bool:
+        """The operator's slurmdbd.conf for the Accounting (localenv/slinky_conf.py slurmdbd_conf) and what its
+        database needs: from now on `up()` runs the database stand-in and slurmdbd before slurmctld, and
+        slurm.conf's AccountingStorage lines point at this slurmdbd. Returns whether anything changed; then
+        slurmdbd (and the database, for a new user or password) restart with it."""
+        self.acct_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.acct_dir, 0o755)
+        if self._acct_ports() is None:
+            from localenv.ports import free_ports
+
+            dbd, dbp = free_ports(2)
+            (self.acct_dir / "ports.json").write_text(json.dumps({"dbd": dbd, "db": dbp}))
+        want = {"slurmdbd.operator.conf": dbd_conf, "db.json": json.dumps(asdict(db))}
+        old = {n: (self.acct_dir / n).read_text() if (self.acct_dir / n).exists() else None for n in want}
+        if old == want:
+            return False
+        for name, text in want.items():  # both hold the password: root only
+            tmp = self.acct_dir / f".{name}.tmp"
+            tmp.write_text(text)
+            os.chmod(tmp, 0o600)
+            tmp.rename(self.acct_dir / name)
+        names = ["slurmdbd"] + ([ACCOUNTING_DB] if old["db.json"] != want["db.json"] else [])
+        self._stop([d for d in self._daemons(with_nodes=False) if d.name in names])
+        self.up()
+        return True
+
+    def _accounting_db(self) -> AccountingDb:
+        return AccountingDb(**json.loads((self.acct_dir / "db.json").read_text()))
+
+    def _dbd_conf(self) -> str:
+        """slurmdbd.conf: the operator's, where it runs replaced (slinky_conf.LOCAL_DBD_KEYS)."""
+        from localenv.slinky_conf import LOCAL_DBD_KEYS, localize
+
+        v, ports = self.daemon_path, self._acct_ports() or {}
+        return localize((self.acct_dir / "slurmdbd.operator.conf").read_text(), {
+            "DbdHost": "localhost", "DbdPort": str(ports["dbd"]),
+            "StorageHost": "127.0.0.1", "StoragePort": str(ports["db"]),
+            "AuthType": "auth/munge", "AuthInfo": f"socket={MUNGE_SOCKET_IN_ROOT}",
+            "AuthAltParameters": f"jwt_key={v(self.jwt_key_path)}",
+            "LogFile": str(v(self.acct_dir / "dbd" / "slurmdbd.log")),
+        }, LOCAL_DBD_KEYS)
+
+    def _write_accounting_files(self) -> None:
+        """slurmdbd.conf (mode 0600, the SlurmUser's: slurmdbd refuses others), its log folder, and the SQL the
+        database runs at each start: the storage user with its password and rights on its database (what a
+        platform team sets up for an external database, and the mariadb image's MARIADB_USER/PASSWORD do)."""
+        uid, gid = _root_user(self.root, SLURM_USER)
+        (self.acct_dir / "dbd").mkdir(exist_ok=True)
+        os.chown(self.acct_dir / "dbd", uid, gid)
+        tmp = self.dbd_conf_path.with_suffix(".tmp")
+        tmp.write_text(self._dbd_conf())
+        os.chmod(tmp, 0o600)
+        os.chown(tmp, uid, gid)
+        tmp.rename(self.dbd_conf_path)
+        db = self._accounting_db()
+        q = lambda text: text.replace("\\", "\\\\").replace("'", "\\'")  # noqa: E731 - SQL string literal
+        who = f"'{q(db.user)}'@'127.0.0.1'"
+        sql = (f"CREATE DATABASE IF NOT EXISTS `{db.database.replace('`', '``')}`;\n"
+               f"CREATE USER IF NOT EXISTS {who} IDENTIFIED BY '{q(db.password)}';\n"
+               f"ALTER USER {who} IDENTIFIED BY '{q(db.password)}';\n"
+               f"GRANT ALL ON `{db.database.replace('`', '``')}`.* TO {who};\n")
+        muid, mgid = _root_user(self.root, DB_USER)
+        init = self.acct_dir / "init.sql"
+        tmp = init.with_suffix(".tmp")
+        tmp.write_text(sql)
+        os.chmod(tmp, 0o600)
+        os.chown(tmp, muid, mgid)
+        tmp.rename(init)
+
+    def _init_accounting_db(self) -> None:
+        """The database's data folder, made once (mariadb-install-db), and this start's files."""
+        self._write_accounting_files()
+        data = self.acct_dir / "db"
+        if not (data / "mysql").is_dir():
+            shutil.rmtree(data, ignore_errors=True)
+            self.run(["mariadb-install-db", "--no-defaults", f"--datadir={self.daemon_path(data)}", f"--user={DB_USER}",
+                      "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=180, check=True)
+
+    def _accounting_daemons(self) -> list[_Daemon]:
+        """The database stand-in (MariaDB) and slurmdbd, when an Accounting was applied."""
+        ports = self._acct_ports()
+        if not self.accounting or ports is None:
+            return []
+        v, a = self.daemon_path, self.acct_dir
+        conf = str(self.daemon_conf)  # slurmdbd reads slurmdbd.conf next to it
+        return [
+            _Daemon(ACCOUNTING_DB,
+                    ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={v(a / 'db')}", f"--user={DB_USER}",
+                     f"--socket={v(a / 'db' / 'mysqld.sock')}", f"--port={ports['db']}", "--bind-address=127.0.0.1",
+                     "--skip-name-resolve", f"--pid-file={v(a / 'db' / 'mariadbd.pid')}",
+                     f"--init-file={v(a / 'init.sql')}", "--innodb-buffer-pool-size=16M"],
+                    lambda: _port_open(ports["db"]), f"the accounting database on 127.0.0.1:{ports['db']}",
+                    (), (ports["db"],)),
+            _Daemon("slurmdbd", ["/usr/sbin/slurmdbd", "-D"], lambda: _port_open(ports["dbd"]),
+                    f"slurmdbd on 127.0.0.1:{ports['dbd']}", (a / "dbd" / "slurmdbd.log",), (ports["dbd"],),
+                    (("SLURM_CONF", conf),)),
+        ]
 
     # ------------------------------------------------------------------ helpers
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the root filesystem the local Slurm runs from: Debian's unstable suite (sid)
-# with Slurm 26.05 (slurmctld, slurmd, slurmrestd, the JWT plugin, munge) and python3
+# with Slurm 26.05 (slurmctld, slurmd, slurmrestd, slurmdbd, the JWT plugin, munge),
+# MariaDB (the accounting database the stack declares: slurmdbd writes to it) and python3
 # (the demo job localenv/train.py runs as a Slurm batch job inside it).
 # No Debian suite but sid has the Slurm that Slinky 1.x needs (>= 25.11).
 #
@@ -41,15 +42,20 @@ log() {
 die() { printf '[build-slurm-root] ERROR: %s\n' "$*" >&2; exit 1; }
 
 SUITE="${GPUFLEET_SLURM_SUITE:-sid}"
-PACKAGES=(slurmctld slurmd slurmrestd munge slurm-client slurm-wlm-jwt-plugin python3)
+PACKAGES=(slurmctld slurmd slurmrestd slurmdbd munge slurm-client slurm-wlm-jwt-plugin mariadb-server python3)
 # The user slurmrestd runs as (it refuses root) and Slurm's own SlurmUser stays root.
 REST_USER=slurmrest
+# Users the local tests and the stack need to resolve in the root (slurmctld and slurmdbd look a JWT's
+# user up by name): the reconciler's dedicated Slurm user (Pulumi.local.yaml slurm.reconciler_user)
+# and an ordinary user whose token may change nothing.
+ROOT_USERS=(gpufleet tenant)
 # Bump when the recipe below changes in a way the package list does not show.
 BUILD_REV=1
-RECIPE="$(printf '%s\n' "$SUITE" "${PACKAGES[*]}" "$REST_USER" "$BUILD_REV" | sha256sum | cut -c1-10)"
+RECIPE="$(printf '%s\n' "$SUITE" "${PACKAGES[*]}" "$REST_USER" "${ROOT_USERS[*]}" "$BUILD_REV" | sha256sum | cut -c1-10)"
 CACHE_ROOT="${GPUFLEET_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet/tools}"
-BINARIES=(usr/sbin/slurmctld usr/sbin/slurmd usr/sbin/slurmrestd usr/sbin/munged usr/bin/sbatch
-          usr/bin/scontrol usr/bin/squeue usr/bin/sinfo usr/bin/scancel usr/bin/python3)
+BINARIES=(usr/sbin/slurmctld usr/sbin/slurmd usr/sbin/slurmrestd usr/sbin/slurmdbd usr/sbin/munged usr/bin/sbatch
+          usr/bin/scontrol usr/bin/squeue usr/bin/sinfo usr/bin/scancel usr/bin/sacctmgr usr/sbin/mariadbd
+          usr/bin/mariadb-install-db usr/bin/python3)
 
 # Checked inside the root: its /usr/sbin/slurmctld etc. are absolute alternatives links.
 has_binaries() { # dir
@@ -80,7 +86,7 @@ finish() { # dir
   if [[ $QUIET == 0 ]]; then
     {
       echo "[build-slurm-root] root in $1 (linked from .tools/slurm-root):"
-      grep -E '^(SUITE|SLURM|MUNGE|PYTHON)=' "$1/.complete" | sed 's/^/  /'
+      grep -E '^(SUITE|SLURM|MUNGE|MARIADB|PYTHON)=' "$1/.complete" | sed 's/^/  /'
     } >&2
   fi
   log "done"
@@ -171,6 +177,9 @@ step "apt-get update (in the root)" in_root apt-get update -q
 step "apt-get install ${PACKAGES[*]}" in_root apt-get install -y -q --no-install-recommends \
   -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${PACKAGES[@]}"
 in_root sh -c "getent passwd $REST_USER >/dev/null || useradd --system --no-create-home --shell /usr/sbin/nologin $REST_USER"
+for u in "${ROOT_USERS[@]}"; do
+  in_root sh -c "getent passwd $u >/dev/null || useradd --no-create-home --shell /usr/sbin/nologin $u"
+done
 in_root apt-get clean
 cleanup
 
@@ -184,8 +193,10 @@ DIR="$CACHE_ROOT/slurm-root-$SUITE-$SLURM_UP-$HASH"
   echo "SUITE=$SUITE"; echo "RECIPE=$RECIPE"; echo "BUILD_REV=$BUILD_REV"; echo "HASH=$HASH"
   echo "SLURM=$SLURM_V"
   echo "MUNGE=$(chroot "$STAGE" dpkg-query -W -f='${Version}' munge)"
+  echo "MARIADB=$(chroot "$STAGE" dpkg-query -W -f='${Version}' mariadb-server)"
   echo "PYTHON=$(chroot "$STAGE" dpkg-query -W -f='${Version}' python3)"
   echo "REST_USER=$REST_USER"
+  echo "ROOT_USERS=${ROOT_USERS[*]}"
   echo "PACKAGES=${PACKAGES[*]}"
   echo "BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "BUILD_SECONDS=$((SECONDS - START))"

@@ -28,7 +28,8 @@ ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"
 
 @dataclass(frozen=True)
 class JobFacts:
-    """The job as slurmctld remembers it."""
+    """The job as slurmctld remembers it, or, once slurmctld forgot it (MinJobAge), as accounting recorded it
+    (`source` "accounting": its latest run)."""
 
     job_id: int
     name: str = ""
@@ -43,6 +44,7 @@ class JobFacts:
     reason: str = ""  # why it waits
     exit_code: str = ""
     admin_comment: str = ""
+    source: str = "slurmctld"  # or "accounting"
 
 
 @dataclass(frozen=True)
@@ -328,8 +330,10 @@ def render(s: Story) -> str:
         head += f" ({j.name or '?'}, {owner(j)}): {j.state}"
         if j.nodes:
             head += f" on {','.join(j.nodes)}"
+        if j.source == "accounting":
+            head += " (from accounting: slurmctld no longer remembers it)"
     else:
-        head += ": slurmctld no longer remembers it (accounting is off here); from gpufleet's records"
+        head += ": neither slurmctld nor accounting remembers it; from gpufleet's records"
     lines = [head]
     if s.kube_nodes:
         lines.append(f"  Kubernetes nodes: {', '.join(s.kube_nodes)}")

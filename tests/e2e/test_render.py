@@ -77,7 +77,7 @@ def test_prod_slinky_manifests_fit_the_operator_schema(rendered):
     acct = find(docs, "Accounting", "slurm")["spec"]
     assert acct["storageConfig"]["passwordKeyRef"] == {"name": "slurm-accounting-db", "key": "password"}
     token = find(docs, "Token", "gpufleet-reconciler")
-    assert token["metadata"]["namespace"] == "slurm" and token["spec"]["username"] == "slurm"  # beside its key
+    assert token["metadata"]["namespace"] == "slurm" and token["spec"]["username"] == "gpufleet"  # beside its key
     assert "DisableRootJobs=YES" in ctl["extraConf"].splitlines()
     assert find(docs, "RestApi", "slurm")  # its Service: slurm-restapi (restapi_keys.go)
     args = find(docs, "Deployment", "gpufleet-reconciler")["spec"]["template"]["spec"]["containers"][0]["args"]

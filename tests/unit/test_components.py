@@ -98,10 +98,11 @@ def test_each_environment_declares_its_fleet(env):
     # the NodeSets whose pods the reconciler takes for Slurm nodes (observe.pod_view) are the ones declared
     from fleetspec.placement import nodeset_names
     assert {r.inputs["metadata"]["name"] for r in MOCKS.of_type(CR + "NodeSet")} == nodeset_names(spec.pools)
-    # capacity per pool, policy (and the agent's copy), gres.conf, the lending ledger where a pool lends, and
-    # the dashboard where the spec asks for it
+    # capacity per pool, policy (and the agent's copy), gres.conf, the lending ledger where a pool lends, the
+    # dashboard where the spec asks for it, and the script of the Job that declares the reconciler's Slurm user
     assert types.count("kubernetes:core/v1:ConfigMap") == (len(spec.pools) + 3 + bool(spec.lending_pools())
-                                                         + spec.healing.grafana_dashboard)
+                                                         + spec.healing.grafana_dashboard + 1)
+    assert types.count("kubernetes:batch/v1:Job") == 1  # SlurmUsers: every stack uses a dedicated Slurm user
     assert types.count("kubernetes:scheduling.k8s.io/v1:PriorityClass") == len(spec.borrower_classes())
     assert types.count("kubernetes:core/v1:PersistentVolumeClaim") == len(spec.storage)
     assert types.count("pulumi:providers:kubernetes") == 1
@@ -113,8 +114,8 @@ def test_each_environment_declares_its_fleet(env):
     else:
         assert helm == 0 and crds == 7  # six Slinky kinds + Remediation
     # the resource count grows with pools, never with nodes (14: the agent's namespace, 4 admission policies
-    # and their bindings, 5 NetworkPolicies)
-    assert len(MOCKS.resources) < 48 + 14 + 3 * len(spec.pools)
+    # and their bindings, 5 NetworkPolicies; 4: accounting with its Secret, the Slurm-user Job and its script)
+    assert len(MOCKS.resources) < 48 + 14 + 4 + 3 * len(spec.pools)
 
 
 
@@ -402,8 +403,9 @@ def test_staging_operator_runs_without_cert_manager():
     build("staging")
     rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "staging-slurm-operator")
     assert rel.inputs["values"]["certManager"] == {"enabled": False}
-    assert not _crs("Accounting")  # accounting off: no Accounting, no accountingRef
-    assert "accountingRef" not in MOCKS.named(CR + "Controller", "slurm").inputs["spec"]
+    # accounting on (the reconciler's Slurm user needs it), with the MariaDB the stack deploys
+    assert MOCKS.named(CR + "Controller", "slurm").inputs["spec"]["accountingRef"] == {"name": "slurm"}
+    assert MOCKS.named(CR + "Accounting", "slurm").inputs["spec"]["storageConfig"]["host"] == "mariadb"
 
 
 def test_a_mariadb_the_stack_deploys_backs_accounting():
@@ -435,7 +437,7 @@ def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     # secretRef in the Token's namespace): no copy of the key in the reconciler's namespace.
     token = MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs
     assert token["metadata"]["namespace"] == spec.slurm.namespace
-    assert token["spec"] == {"jwtKeyRef": {"name": "slurm-auth-jwt", "key": "jwt.key"}, "username": "slurm",
+    assert token["spec"] == {"jwtKeyRef": {"name": "slurm-auth-jwt", "key": "jwt.key"}, "username": "gpufleet",
                              "lifetime": "1h", "refresh": True,
                              "secretRef": {"name": "gpufleet-reconciler-slurm-token", "key": "SLURM_JWT"}}
     keys = [r for r in MOCKS.of_type("kubernetes:core/v1:Secret") if r.inputs["metadata"]["name"] == "slurm-auth-jwt"]
@@ -454,7 +456,7 @@ def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     flag = lambda f: args[args.index(f) + 1]  # noqa: E731
     assert flag("--slurm") == "rest"
     assert flag("--slurm-url") == "http://slurm-restapi.slurm:6820"
-    assert flag("--slurm-user") == "slurm"
+    assert flag("--slurm-user") == "gpufleet"
     assert flag("--slurm-token-secret") == "slurm/gpufleet-reconciler-slurm-token/SLURM_JWT"
     assert "--slurm-token-file" not in args and "--slurm-jwt-key-file" not in args
     assert [v["name"] for v in pod["volumes"]] == ["policy"]  # no Secret mounted
@@ -708,3 +710,39 @@ def test_the_dashboard_configmap_is_declared_when_the_spec_asks_for_it():
     build("prod")  # not asked
     assert not [r for r in MOCKS.of_type("kubernetes:core/v1:ConfigMap")
                 if r.inputs["metadata"]["name"] == "gpufleet-dashboard"]
+
+
+def test_the_reconcilers_slurm_user_is_declared_by_a_job_with_the_admin_level_its_calls_need():
+    """SlurmUsers: a Job in the Slurm namespace runs sacctmgr (Slinky's slurmctld image) as the SlurmUser with the
+    operator's slurm.conf and the Slurm key, after the Accounting; its script adds the Token's user with
+    AdminLevel Administrator (slurmctld's validate_super_user for node updates and admin comments) and
+    fails unless accounting shows that level."""
+    spec = build("prod")
+    job = MOCKS.named("kubernetes:batch/v1:Job", "gpufleet-slurm-users").inputs
+    assert job["metadata"]["namespace"] == spec.slurm.namespace
+    assert job["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}  # slurmdbd may come later; it retries
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "OnFailure" and pod["nodeSelector"] == spec.system_pool.node_selector
+    assert pod["securityContext"]["runAsUser"] == 401 and pod["securityContext"]["runAsNonRoot"] is True
+    (c,) = pod["containers"]
+    assert c["image"] == spec.slurm.image("slurmctld")
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    sources = next(v for v in pod["volumes"] if v["name"] == "slurm")["projected"]["sources"]
+    assert {"configMap": {"name": "slurm-config"}} in sources  # the operator's slurm.conf (controller_keys.go)
+    assert any(src.get("secret", {}).get("name") == "slurm-auth-slurm" for src in sources)
+    script = MOCKS.named("kubernetes:core/v1:ConfigMap", "gpufleet-slurm-users").inputs["data"]["ensure-users.sh"]
+    assert c["command"] == ["/bin/sh", "/etc/gpufleet/ensure-users.sh"]
+    assert "user=gpufleet\nlevel=Administrator\n" in script
+    assert 'sacctmgr -i add user name="$user" account=root adminlevel="$level"' in script
+    assert 'set adminlevel="$level"' in script and "exit 1" in script
+    token = MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs["spec"]
+    assert token["username"] == spec.slurm.reconciler_user == "gpufleet"
+
+
+def test_a_local_stack_with_the_slurm_user_declares_no_users_job():
+    """root or the SlurmUser (the local cluster only) need no accounting entry: no Job."""
+    spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
+    spec = spec.model_copy(update={"slurm": spec.slurm.model_copy(update={"reconciler_user": "slurm"})})
+    build_spec(spec, "local")
+    assert not MOCKS.of_type("kubernetes:batch/v1:Job")
+    assert MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs["spec"]["username"] == "slurm"

@@ -90,7 +90,18 @@ def test_unknown_to_slurm_and_to_every_remediation_is_no_story():
 def test_a_job_slurm_forgot_is_told_from_the_remediations():
     s = story(7, None, [healed()], [], KUBE, T0 + 1000 * S)
     assert not s.known_to_slurm and s.verdict == HEALED
-    assert "no longer remembers it" in render(s)
+    assert "neither slurmctld nor accounting remembers it" in render(s)
+
+
+def test_a_job_slurmctld_forgot_is_told_from_accounting_and_says_so():
+    """`gpufleet why` falls back to accounting (slurmrestd's GET /slurmdb/v0.0.45/job/{id}) once slurmctld forgot
+    the job: the story is the same, its head names where the job's facts come from."""
+    s = story(7, job("COMPLETED", ended=900, source="accounting"), [healed()], [], KUBE, T0 + 1000 * S)
+    assert s.known_to_slurm
+    head = render(s).splitlines()[0]
+    assert head == "job 7 (train, alice/ml): COMPLETED on gpu-a-2 (from accounting: slurmctld no longer remembers it)"
+    assert s.to_json()["job"]["source"] == "accounting"
+    assert "from accounting" not in render(story(7, job(), [healed()], [], KUBE, T0 + 1000 * S))
 
 
 def test_json_is_plain_data_with_utc_stamps():

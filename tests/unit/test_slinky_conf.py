@@ -106,3 +106,26 @@ def test_a_slurm_started_without_a_stack_runs_what_the_local_stack_would_declare
     conf = slurm.slurm_conf()
     assert "PartitionName=train Nodes=h100 State=UP Default=YES" in conf and "NodeSet=l40s Feature=l40s" in conf
     assert "AuthType=auth/munge" in conf and f"SlurmctldPort={slurm.ctld_port}" in conf
+
+
+def test_slurmdbd_conf_is_the_accounting_builders():
+    """accountingbuilder/accounting_config.go buildSlurmdbdConf: DbdHost the Accounting's primary pod
+    (`<name>-0`), the operator's auth, the storageConfig with the password read from its Secret, no log file;
+    localized, only the where-it-runs keys change."""
+    acct = {"metadata": {"name": "slurm", "namespace": "slurm"},
+            "spec": {"storageConfig": {"host": "db.example", "port": 3306, "database": "acct", "username": "su",
+                                       "passwordKeyRef": {"name": "s", "key": "k"}}}}
+    conf = sc.slurmdbd_conf(acct, "pw")
+    lines = conf.splitlines()
+    for line in ("DbdHost=slurm-0", "DbdPort=6819", "SlurmUser=slurm", "AuthType=auth/slurm",
+                 "AuthAltTypes=auth/jwt", "AuthAltParameters=jwt_key=/etc/slurm/jwt.key", "AuthInfo=use_client_ids",
+                 "StorageType=accounting_storage/mysql", "StorageHost=db.example", "StoragePort=3306",
+                 "StorageUser=su", "StorageLoc=acct", "StoragePass=pw", "LogFile=/dev/null"):
+        assert line in lines
+    assert "### EXTRA CONFIG ###" not in conf
+    local = sc.localize(conf, {"DbdHost": "localhost", "StorageHost": "127.0.0.1"}, sc.LOCAL_DBD_KEYS)
+    assert "DbdHost=localhost" in local and "StorageHost=127.0.0.1" in local and "StoragePass=pw" in local
+    with pytest.raises(ValueError, match="StoragePass"):
+        sc.localize(conf, {"StoragePass": "x"}, sc.LOCAL_DBD_KEYS)
+    extra = sc.slurmdbd_conf({**acct, "spec": {**acct["spec"], "extraConf": "AuthInfo=cred_expire=70"}}, "pw")
+    assert extra.split("### MERGED CONFIG ###\n")[1].strip() == "AuthInfo=cred_expire=70,use_client_ids"

@@ -67,6 +67,15 @@ CASES = [
      "healing.admission_hold_seconds", "600"),
     ("root's jobs outside local", lambda d: d["slurm"].__setitem__("disable_root_jobs", False),
      "slurm.disable_root_jobs", "only on the local cluster"),
+    # issue 24: the reconciler's Slurm identity
+    ("reconciler as the SlurmUser outside local", lambda d: d["slurm"].__setitem__("reconciler_user", "slurm"),
+     "slurm.reconciler_user", "super user to slurmctld"),
+    ("reconciler as root outside local", lambda d: d["slurm"].__setitem__("reconciler_user", "root"),
+     "slurm.reconciler_user", "dedicated Slurm user"),
+    ("reconciler user without accounting", lambda d: d["slurm"].__setitem__("accounting", {"enabled": False}),
+     "slurm.accounting.enabled", "AdminLevel (Administrator) from accounting"),
+    ("reconciler user not a user name", lambda d: d["slurm"].__setitem__("reconciler_user", "gp fleet"),
+     "slurm.reconciler_user", "pattern"),
     ("critical_xids is gone", lambda d: d["healing"].__setitem__("critical_xids", [79]), "healing.critical_xids",
      "faults.actions"),
     ("xid not a number", lambda d: d["healing"].__setitem__("faults", {"actions": {"xid": {"seventy": "reboot"}}}),
@@ -230,3 +239,24 @@ def test_slurm_images_by_tag_and_by_digest_where_recorded():
     slurm = f.slurm.model_copy(update={"image_digests": {"slurmd": digest}})
     assert slurm.image("slurmd") == f"{slurm.image_registry}/slurmd:{slurm.image_tag}@{digest}"
     assert slurm.image("slurmctld") == f"{slurm.image_registry}/slurmctld:{slurm.image_tag}"
+
+
+def test_the_reconciler_has_a_slurm_identity_of_its_own_by_default():
+    """Default: the dedicated user `gpufleet` with accounting on (a MariaDB the stack deploys); root and the
+    SlurmUser only on the local cluster, where accounting may then be off."""
+    doc = base()
+    doc["slurm"].pop("accounting", None)
+    spec = parse_fleet(doc)
+    assert spec.slurm.reconciler_user == "gpufleet" and spec.slurm.accounting.enabled
+    assert spec.slurm.accounting.database.kind == "mariadb"
+    local = base()
+    local["cluster"] = {"kind": "local"}
+    local["storage"][0].update(storage_class=None, host_path="/tmp/x")
+    local["slurm"].update(reconciler_user="slurm", accounting={"enabled": False})
+    assert parse_fleet(local).slurm.reconciler_user == "slurm"
+
+
+@pytest.mark.parametrize("env", ["local", "staging", "prod"])
+def test_every_stack_gives_the_reconciler_its_own_slurm_user_with_accounting(env):
+    slurm = load_stack_file(ROOT / f"Pulumi.{env}.yaml").fleet.slurm
+    assert slurm.reconciler_user == "gpufleet" and slurm.accounting.enabled and slurm.accounting.database is not None

@@ -297,6 +297,43 @@ class JobsResponse(Envelope):
     jobs: list[JobInfo] = Field(default_factory=list)
 
 
+class AccountedState(_Model):
+    current: list[str] = Field(default_factory=list)
+    reason: str = ""
+
+
+class AccountedTime(_Model):
+    submission: "NoValInt | int | None" = None
+    start: "NoValInt | int | None" = None
+    end: "NoValInt | int | None" = None
+
+
+class AccountedComment(_Model):
+    administrator: str = ""
+    job: str = ""
+    system: str = ""
+
+
+class AccountedJob(_Model):
+    """A job as slurmdbd records it: v0.0.45 `job` (src/plugins/data_parser/v0.0.45/parsers.c PARSER_ARRAY(JOB) at
+    slurm-26-05-3-1: `state/current`, `time/submission`, `comment/administrator`, `user`, `restart_cnt`, ...)."""
+    job_id: int
+    name: str = ""
+    account: str = ""
+    user: str = ""
+    partition: str = ""
+    nodes: str = ""
+    restart_cnt: int = 0
+    state: AccountedState = Field(default_factory=AccountedState)
+    time: AccountedTime = Field(default_factory=AccountedTime)
+    comment: AccountedComment = Field(default_factory=AccountedComment)
+    exit_code: "ExitCode | None" = None
+
+
+class AccountedJobsResponse(Envelope):
+    jobs: list[AccountedJob] = Field(default_factory=list)
+
+
 class NodeUpdate(_Model):
     """v0.0.4x update_node_msg: the fields the client sets."""
     state: list[str]
@@ -460,6 +497,15 @@ class SlurmREST:
                 return _job(j)
         return None
 
+    def accounted_job(self, job_id: int) -> SlurmJob | None:
+        """The job as accounting recorded it (`GET /slurmdb/v0.0.45/job/{id}`), for a job slurmctld forgot
+        (MinJobAge); None when accounting has no record of it. Its latest record (a requeued job has one per
+        run). Raises SlurmError where no accounting runs (slurmrestd answers with slurmdbd's error)."""
+        resp = self._call("GET", f"/slurmdb/{self.parser}/job/{int(job_id)}", AccountedJobsResponse,
+                          versioned=False, ok_status=(404,))
+        runs = [j for j in resp.jobs if j.job_id == int(job_id)]
+        return _accounted_job(runs[-1]) if runs else None
+
     # ------------------------------------------------------------------ nodes
 
     def _update_node(self, name: str, update: NodeUpdate) -> None:
@@ -599,6 +645,16 @@ def _job(j: JobInfo) -> SlurmJob:
                     hold=j.hold, admin_comment=j.admin_comment, comment=j.comment, user=j.user_name,
                     account=j.account, submit_time=_epoch(j.submit_time), start_time=_epoch(j.start_time),
                     end_time=_epoch(j.end_time), exit_code=str(j.exit_code) if j.exit_code else "")
+
+
+def _accounted_job(j: AccountedJob) -> SlurmJob:
+    reason = "" if j.state.reason in ("None", "(null)") else j.state.reason
+    return SlurmJob(job_id=j.job_id, name=j.name, state=j.state.current[0] if j.state.current else "",
+                    nodes=tuple(expand_hostlist(j.nodes)) if j.nodes not in ("", "None assigned") else (),
+                    reason=reason, restarts=j.restart_cnt, partitions=tuple(p for p in j.partition.split(",") if p),
+                    admin_comment=j.comment.administrator, comment=j.comment.job, user=j.user, account=j.account,
+                    submit_time=_epoch(j.time.submission), start_time=_epoch(j.time.start),
+                    end_time=_epoch(j.time.end), exit_code=str(j.exit_code) if j.exit_code else "")
 
 
 def _epoch(v: "NoValInt | int | None") -> float | None:
