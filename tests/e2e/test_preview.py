@@ -59,9 +59,10 @@ def test_prod_and_staging_preview_with_the_policy_pack(pulumi_bin_dir, tmp_path,
         # Prod names its images only once the release workflow recorded their digests (gpufleet's, and the
         # Slurm images' at their tag): until then its mandatory images-pinned rule blocks it, for exactly those
         # and nothing else: the agent, the reconciler, slurmdbd, slurmctld, slurmd of each of the 4 pools,
-        # login and slurmrestd.
-        assert r.returncode == 1 and summary["mandatory_violations"] == 10, r.stdout + r.stderr
-        assert r.stdout.count("[mandatory] images-pinned") == 10 and "[mandatory]" not in r.stdout.replace(
+        # login, slurmrestd, and the slurmctld image the Job that declares the reconciler's Slurm user runs.
+        assert r.returncode == 1 and summary["mandatory_violations"] == 11, r.stdout + r.stderr
+        assert "Job slurm/gpufleet-slurm-users" in r.stdout, r.stdout
+        assert r.stdout.count("[mandatory] images-pinned") == 11 and "[mandatory]" not in r.stdout.replace(
             "[mandatory] images-pinned", "")
     else:
         assert r.returncode == 0 and summary["mandatory_violations"] == 0, r.stdout + r.stderr

@@ -51,10 +51,11 @@ def test_every_slinky_resource_of_each_stack_is_accepted(slinky_api, env):
     build(env)
     crs = [r for r in MOCKS.resources if r.typ.startswith(f"kubernetes:{GROUP}/{VERSION}:")]
     assert {"Controller", "NodeSet", "RestApi", "Token"} <= {r.typ.rsplit(":", 1)[-1] for r in crs}
+    # A dry run in a namespace of the test's own: the schema and the CEL rules do not look at the namespace, and
+    # the stack's own ("slurm") may hold the Slinky stand-in's NodeSets of the same names from other tests.
     for r in crs:
         meta = r.inputs["metadata"]
-        create(slinky_api, r.typ.rsplit(":", 1)[-1], meta["name"], meta["namespace"], _ints(r.inputs["spec"]),
-               dry_run=True)
+        create(slinky_api, r.typ.rsplit(":", 1)[-1], meta["name"], "crd-test", _ints(r.inputs["spec"]), dry_run=True)
 
 
 def _ints(v):
