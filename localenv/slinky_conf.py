@@ -167,13 +167,16 @@ def slurm_conf(controller: Resource, accounting: Resource | None, nodesets: Iter
             sets.append(" ".join([f"PartitionName={n}", f"Nodes={n}", part.get("config") or ""]))
     if sets:
         lines += ["#", "### NODESET & PARTITION ###", "\n".join(sets)]
-    extra = spec.get("extraConf") or ""
-    if extra:
-        lines += ["#", "### EXTRA CONFIG ###", extra]
-    merged = merged_config(extra, merge)
-    if merged:
-        lines += ["#", "### MERGED CONFIG ###", merged]
+    lines += extra_and_merged(spec.get("extraConf") or "", merge)
     return "\n".join(lines + [""])
+
+
+def extra_and_merged(extra: str, merge: Mapping[str, list[str]]) -> list[str]:
+    """The two closing sections both of the operator's builders write: the CR's extraConf as given, then the
+    keys it merges with the operator's own values (merged_config)."""
+    lines = ["#", "### EXTRA CONFIG ###", extra] if extra else []
+    merged = merged_config(extra, merge)
+    return lines + (["#", "### MERGED CONFIG ###", merged] if merged else [])
 
 
 def cgroup_conf() -> str:
@@ -235,12 +238,7 @@ def slurmdbd_conf(accounting: Resource, storage_pass: str) -> str:
         "#", "### LOGGING ###",
         "LogFile=/dev/null",
     ]
-    extra = spec.get("extraConf") or ""
-    if extra:
-        lines += ["#", "### EXTRA CONFIG ###", extra]
-    merged = merged_config(extra, merge)
-    if merged:
-        lines += ["#", "### MERGED CONFIG ###", merged]
+    lines += extra_and_merged(spec.get("extraConf") or "", merge)
     return "\n".join(lines) + "\n"
 
 
