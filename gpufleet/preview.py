@@ -426,7 +426,7 @@ def scratch_stack(stack: str, secret_keys: list[str], extra_env: dict[str, str] 
         st = Stack(stack, project_dir=proj, extra_env=env)
         st.run("stack", "init", stack, "--secrets-provider", "passphrase", stack_flag=False, capture=True)
         for k in secret_keys:
-            st.run("config", "set", "--secret", k, (secret_values or {}).get(k, PLACEHOLDER_SECRET), capture=True)
+            st.set_secret(k, (secret_values or {}).get(k, PLACEHOLDER_SECRET))
         yield st
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -98,12 +98,12 @@ class Stack:
         return ["--config-file", str(cf)] if cf is not None and args and args[0] in CONFIG_COMMANDS else []
 
     def run(self, *args: str, capture: bool = False, check: bool = True, timeout: float | None = 1800,
-            stack_flag: bool = True) -> subprocess.CompletedProcess:
+            stack_flag: bool = True, stdin_text: str | None = None) -> subprocess.CompletedProcess:
         argv = [pulumi_binary(), *args, *self.config_args(args), "--cwd", str(self.project_dir), "--non-interactive"]
         if stack_flag:
             argv += ["--stack", self.name]
-        proc = subprocess.run(argv, env=self.env(), text=True, timeout=timeout,
-                              capture_output=capture, stdin=subprocess.DEVNULL)
+        feed = {"input": stdin_text} if stdin_text is not None else {"stdin": subprocess.DEVNULL}
+        proc = subprocess.run(argv, env=self.env(), text=True, timeout=timeout, capture_output=capture, **feed)
         if check and proc.returncode != 0:
             detail = (proc.stderr or proc.stdout or "")[-3000:] if capture else ""
             raise PulumiError(f"pulumi {' '.join(args)} failed (exit {proc.returncode}) {detail}".strip())
@@ -126,8 +126,14 @@ class Stack:
         cfg = json.loads(self.run("config", "--json", capture=True).stdout or "{}")
         missing = [k for k in keys if f"gpufleet:{k}" not in cfg]
         for k in missing:
-            self.run("config", "set", "--secret", k, secrets.token_urlsafe(32), capture=True)
+            self.set_secret(k, secrets.token_urlsafe(32))
         return missing
+
+    def set_secret(self, key: str, value: str) -> None:
+        """`pulumi config set --secret KEY` with the value on stdin, as pulumi reads it when not on a
+        terminal: a value on the command line would be read as a flag when it starts with `-` (a
+        token_urlsafe does, one time in 64) and would show in the process table and in our errors."""
+        self.run("config", "set", "--secret", key, capture=True, stdin_text=value)
 
     def up(self, *extra: str) -> subprocess.CompletedProcess:
         return self.run("up", "--yes", "--skip-preview", *extra)
