@@ -205,7 +205,7 @@ def run(a: argparse.Namespace) -> tuple[list[Table], dict]:
         core = lt.client.CoreV1Api(api)
         for name in lt.ACTIVE + lt.SPARES:
             role = lt.labels.ROLE_SPARE if name in lt.SPARES else lt.labels.ROLE_ACTIVE
-            core.create_node(lt.fake_node(name, {lt.labels.POOL: lt.POOL, lt.labels.ROLE: role},
+            core.create_node(lt.fake_node(name, {lt.labels.NODE_POOL: lt.POOL, lt.labels.ROLE: role},
                                           [lt.SPARE_TAINT] if name in lt.SPARES else [], cpus=8, memory="32Gi", gpus=8))
         for name in lt.ACTIVE + lt.SPARES:
             kube.wait_node_ready(name)

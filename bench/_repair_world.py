@@ -231,7 +231,7 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
         by_pool = dict.fromkeys(gpus, 0)
         for o in w.kube.nodes.values():
             if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_SPARE:
-                by_pool[o["metadata"]["labels"][labels.POOL]] += 1
+                by_pool[o["metadata"]["labels"][labels.NODE_POOL]] += 1
         for pool, n in by_pool.items():
             if not pool_spares[pool] or pool_spares[pool][-1][1] != n:
                 pool_spares[pool].append((now, n))
@@ -242,7 +242,7 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
             waiting[r.name] = waiting.get(r.name, 0.0) + step
             res.gpu_h_waited += p.job_nodes * gpus[r.pool] * step / HOUR
         out = [o for o in w.kube.nodes.values() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_QUARANTINED]
-        res.gpu_h_out += sum(gpus[o["metadata"]["labels"][labels.POOL]] for o in out) * step / HOUR
+        res.gpu_h_out += sum(gpus[o["metadata"]["labels"][labels.NODE_POOL]] for o in out) * step / HOUR
         if now >= end:
             break
         if step > 0:

@@ -118,7 +118,7 @@ def run(a: argparse.Namespace) -> dict:
                 if deadline and time.monotonic() > deadline:
                     say(f"budget of {a.budget:g}s spent: stopping after {len(raw['rounds'])} rounds")
                     return raw
-                active = sorted(n.metadata.name for n in core.list_node(label_selector=f"{labels.POOL}={POOL},"
+                active = sorted(n.metadata.name for n in core.list_node(label_selector=f"{labels.NODE_POOL}={POOL},"
                                                                          f"{labels.ROLE}={labels.ROLE_ACTIVE}").items)
                 node = active[turn % len(active)]
                 turn += 1

@@ -105,7 +105,7 @@ def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str],
         views = list_nodes_raw(api)
         active = sorted((v["metadata"]["name"] for v in views
                          if (v["metadata"].get("labels") or {}).get("gpufleet.io/role") == "active"
-                         and (v["metadata"].get("labels") or {}).get("gpufleet.io/pool") == POOL
+                         and (v["metadata"].get("labels") or {}).get("node-restriction.kubernetes.io/gpufleet-pool") == POOL
                          and not (v.get("spec") or {}).get("unschedulable")),
                         key=lambda s: (len(s), s))
         step = max(1, len(active) // a.faults)

@@ -25,11 +25,12 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
   its GPU condition. A token without a node name writes no node.
 - `<ns>-kubelet-membership`: a kubelet (any `system:node:` user) changes no `gpufleet.io/` label or taint and
   none of the pools' membership labels on a node that exists, its own included, so a compromised
-  kubelet cannot enrol its node as a spare or a system node, nor shed the spare taint. (NodeRestriction,
-  when the API server enables it, confines a kubelet to its own node and its
-  `node-restriction.kubernetes.io/` labels; it is not on by default, and the local API server runs
-  without it.) What a node registers with is the node bootstrap's to decide (`--node-labels`); see the
-  README's security section.
+  kubelet cannot enrol its node as a spare or a system node, nor shed the spare taint. What a node
+  registers with (`--node-labels`) this policy cannot judge; that is why membership and the system mark
+  are `node-restriction.kubernetes.io/` labels (fleetspec/labels.py NODE_POOL, SYSTEM_NODE), which
+  NodeRestriction (on in kubeadm and managed clusters, and in the local API server) refuses a kubelet at
+  registration too, and why the membership pass trusts no label a kubelet may set
+  (reconciler/core/membership.py).
 """
 from __future__ import annotations
 
@@ -117,8 +118,9 @@ def reconciler_pods_policy(spec: FleetSpec, username: str) -> dict:
 
 
 def pool_label_keys(spec: FleetSpec) -> set[str]:
-    """Labels membership sets on a pool's nodes (fleetspec/placement.py node_labels) outside gpufleet's prefix."""
-    keys = {labels.GPU_MODEL, labels.GPU_COUNT}
+    """Labels membership sets on a pool's nodes (fleetspec/placement.py node_labels) outside gpufleet's prefix,
+    the proven pool (labels.NODE_POOL) among them."""
+    keys = {labels.GPU_MODEL, labels.GPU_COUNT, labels.NODE_POOL}
     for p in spec.pools:
         keys |= set(p.labels)
     return {k for k in keys if not k.startswith(OWN)}

@@ -94,7 +94,7 @@ def agent_pod_spec(spec: FleetSpec, service_account: str = AGENT) -> dict:
     pod: dict = {
         "serviceAccountName": service_account,
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": labels.POOL, "operator": "Exists"}]}]}}},
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": labels.NODE_POOL, "operator": "Exists"}]}]}}},
         "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],

@@ -35,7 +35,7 @@ def loans(core, spec: FleetSpec) -> dict[str, tuple[str, str]]:
     for n in core.list_node().items:
         lab = n.metadata.labels or {}
         if any(t.key == labels.LENDING_TAINT for t in n.spec.taints or []):
-            out[n.metadata.name] = (lab.get(labels.POOL, "?"), lab.get(labels.LENT) or "reclaiming")
+            out[n.metadata.name] = (lab.get(labels.NODE_POOL, "?"), lab.get(labels.LENT) or "reclaiming")
     return out
 
 
@@ -89,7 +89,7 @@ def state_of(env: LocalEnv, kube, pool: NodePool, partition: str, job: int | Non
     if job is not None:
         lines.append("squeue: " + env.slurm.run(["squeue", "-h", "-t", "all", "-j", str(job), "-o", "%T %r %D %N"]).stdout.strip())
     lines.append("sinfo:\n" + env.slurm.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %T %E"]).stdout.rstrip())
-    for n in kube.core.list_node(label_selector=f"{labels.POOL}={pool.name}").items:
+    for n in kube.core.list_node(label_selector=f"{labels.NODE_POOL}={pool.name}").items:
         marks = {k: v for k, v in {**(n.metadata.labels or {}), **(n.metadata.annotations or {})}.items()
                  if k.startswith("gpufleet.io/")}
         taints = [t.key for t in n.spec.taints or []]
@@ -197,9 +197,9 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
     spare_pool = next((p for p in pools if any(v == (p.name, labels.LENT_SPARE) for v in lent.values())
                        and not any(n.metadata.labels.get(labels.ROLE) == labels.ROLE_SPARE
                                    and labels.LENT not in (n.metadata.labels or {})
-                                   for n in core.list_node(label_selector=f"{labels.POOL}={p.name}").items)), None)
+                                   for n in core.list_node(label_selector=f"{labels.NODE_POOL}={p.name}").items)), None)
     if spare_pool is not None:
-        victim = next(n.metadata.name for n in core.list_node(label_selector=f"{labels.POOL}={spare_pool.name},"
+        victim = next(n.metadata.name for n in core.list_node(label_selector=f"{labels.NODE_POOL}={spare_pool.name},"
                                                                               f"{labels.ROLE}={labels.ROLE_ACTIVE}").items)
         out(f"[7/{total}] a fault takes a lent spare: XID 79 on {victim} (pool {spare_pool.name}, every spare lent)")
         fault_at = time.time()

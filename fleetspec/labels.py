@@ -9,7 +9,7 @@ from __future__ import annotations
 GROUP = "gpufleet.io"
 API_VERSION = f"{GROUP}/v1alpha1"
 
-# Node labels
+# Node labels (a Node's pool is NODE_POOL below; POOL names the pool on gpufleet's own objects)
 POOL = f"{GROUP}/pool"
 ROLE = f"{GROUP}/role"
 ROLE_ACTIVE = "active"
@@ -18,6 +18,14 @@ ROLE_QUARANTINED = "quarantined"
 ROLE_SYSTEM = "system"
 ROLE_RETIRED = "retired"  # out for good: quarantined for the vendor (RMA), never returned by gpufleet
 TOPOLOGY_BLOCK = f"{GROUP}/topology-block"
+# Membership a kubelet cannot claim for its own node: the API server's NodeRestriction admission refuses a
+# kubelet any label under this prefix, at registration and after (k8s.io/api v0.34 core/v1 well_known_labels.go
+# LabelNamespaceNodeRestriction, enforced by k8s.io/kubernetes plugin/pkg/admission/noderestriction; the local
+# API server runs it, tests/integration/test_admission.py shows it). Only the reconciler (on its provider's
+# evidence) or the platform sets them.
+TRUSTED_PREFIX = "node-restriction.kubernetes.io/"
+NODE_POOL = f"{TRUSTED_PREFIX}gpufleet-pool"      # on a Node: the pool it is proven to belong to
+SYSTEM_NODE = f"{TRUSTED_PREFIX}gpufleet-system"  # on a Node: "true" where the platform runs gpufleet and Slurm's control plane
 GPU_MODEL = "nvidia.com/gpu.product"
 GPU_COUNT = "nvidia.com/gpu.count"
 

@@ -130,13 +130,30 @@ class Taint(Strict):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
 
+def untrusted_keys(selector: dict[str, str]) -> list[str]:
+    """The keys of a node selector that a kubelet may set on its own node (all but labels.TRUSTED_PREFIX)."""
+    return sorted(k for k in selector if not k.startswith(labels.TRUSTED_PREFIX))
+
+
+def trusted_selector_error(field: str, selector: dict[str, str], what: str) -> FieldError | None:
+    bad = untrusted_keys(selector)
+    if not bad:
+        return None
+    return FieldError(field, f"{bad}: a kubelet may set these labels on its own node, so a compromised node could "
+                             f"make itself {what}; select on labels under {labels.TRUSTED_PREFIX}, which "
+                             f"NodeRestriction keeps from kubelets and the platform sets (Cluster API syncs them "
+                             f"from its Machines)")
+
+
 class AwsNodeGroup(Strict):
     """The Auto Scaling group behind a pool with provider `aws-asg`. Its instances are the pool's
-    members; `node_labels` are the kubelet labels its launch template sets, when it sets any."""
+    members, as the group says; `node_labels` are the kubelet labels its launch template sets, when it sets
+    any: a hint for `gpufleet preflight` only, never proof of membership (a kubelet sets them itself)."""
 
     asg_name: str = Field(min_length=1)
     region: str = Field("us-east-1", min_length=1)
-    node_labels: Labels = Field(default_factory=dict, description="Kubelet labels the launch template puts on its nodes.")
+    node_labels: Labels = Field(default_factory=dict, description="Kubelet labels the launch template puts on its "
+                                "nodes (preflight's hint; membership is the group's word).")
     on_fault: Literal["terminate", "quarantine"] = Field(
         "quarantine",
         description="What happens to a faulted instance after it leaves the group (desired capacity decremented): "
@@ -207,8 +224,9 @@ class NodePool(Strict):
     aws: AwsNodeGroup | None = None
     member_selector: Labels = Field(
         default_factory=dict,
-        description="kubernetes-spares: labels that make a node a member of this pool (e.g. its node group's label); "
-        "default: the pool label itself.",
+        description="kubernetes-spares: labels that make a node a member of this pool, all under "
+        "node-restriction.kubernetes.io/ (set by the platform, never by a kubelet); default: the pool label itself "
+        "(node-restriction.kubernetes.io/gpufleet-pool).",
     )
     lending: LendingSpec | None = Field(None, description="Lend idle GPUs to preemptible workloads (issue 13).")
     repair: PoolRepair = Field(default_factory=PoolRepair, description="How its broken nodes are repaired (issue 25).")
@@ -222,6 +240,8 @@ class NodePool(Strict):
         if self.provider == "aws-asg" and self.member_selector:
             raise FieldError("member_selector", "aws-asg pools are known by their Auto Scaling group; "
                              "declare the launch template's kubelet labels in aws.node_labels instead")
+        if (e := trusted_selector_error("member_selector", dict(self.member_selector), "a member of this pool")):
+            raise e
         reserved = [k for k in self.labels if k.startswith(labels.GROUP + "/")]
         if reserved:
             raise FieldError("labels", f"labels {reserved} use the reserved prefix {labels.GROUP}/")
@@ -777,8 +797,17 @@ class Toleration(Strict):
 class SystemPool(Strict):
     """The nodes where the reconciler and the Slinky operator run (not GPU nodes)."""
 
-    node_selector: Labels = Field(default_factory=lambda: {labels.ROLE: labels.ROLE_SYSTEM}, min_length=1)
+    node_selector: Labels = Field(default_factory=lambda: {labels.SYSTEM_NODE: "true"}, min_length=1,
+                                  description="Labels under node-restriction.kubernetes.io/ the platform sets on its "
+                                  "system nodes.")
     tolerations: list[Toleration] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _trusted(self) -> "SystemPool":
+        if (e := trusted_selector_error("node_selector", dict(self.node_selector),
+                                        "a system node (the reconciler, slurmctld and the Slurm key)")):
+            raise e
+        return self
 
 
 # --- the whole fleet ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def node_labels(pool: NodePool, role: str) -> dict[str, str]:
     """Labels a node of this pool carries in a role (active, spare, quarantined)."""
     out = {
         **pool.labels,
-        labels.POOL: pool.name,
+        labels.NODE_POOL: pool.name,
         labels.ROLE: role,
         labels.GPU_MODEL: pool.gpu_model,
         labels.GPU_COUNT: str(pool.gpus_per_node),
@@ -51,7 +51,8 @@ def worker_tolerations(pool: NodePool) -> list[dict[str, str]]:
 
 
 def worker_selector(pool: NodePool) -> dict[str, str]:
-    return {labels.POOL: pool.name}
+    """Where a pool's workers may run: its proven members (a label no kubelet can set on itself)."""
+    return {labels.NODE_POOL: pool.name}
 
 
 def borrower_placement(pool: NodePool) -> dict:
@@ -64,6 +65,6 @@ def borrower_placement(pool: NodePool) -> dict:
         "tolerations": worker_tolerations(pool) + [
             {"key": labels.LENDING_TAINT, "operator": "Equal", "value": pool.name, "effect": "NoSchedule"}],
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": labels.POOL, "operator": "In", "values": [pool.name]},
+            {"matchExpressions": [{"key": labels.NODE_POOL, "operator": "In", "values": [pool.name]},
                                   {"key": labels.LENT, "operator": "Exists"}]}]}}},
     }

@@ -67,8 +67,9 @@ class Finding:
 
 def _pool_members(spec: FleetSpec, pool, nodes) -> list[Mapping[str, Any]]:
     """A pool's nodes as a cluster shows them before gpufleet labelled them: its pool label, its
-    member_selector, or its Auto Scaling group's kubelet labels."""
-    selectors = [{labels.POOL: pool.name}]
+    member_selector, or its Auto Scaling group's kubelet labels (a hint for this check only: membership
+    itself never trusts a label a kubelet sets)."""
+    selectors = [{labels.NODE_POOL: pool.name}]
     if pool.member_selector:
         selectors.append(dict(pool.member_selector))
     if pool.aws is not None and pool.aws.node_labels:

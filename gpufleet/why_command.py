@@ -133,7 +133,7 @@ def lending_records(api, namespace: str) -> tuple[dict, list, dict[str, tuple[st
     pools, under_way = {}, {}
     for n in kube.list_nodes()[0]:
         meta = n["metadata"]
-        pool = (meta.get("labels") or {}).get(labels.POOL, "")
+        pool = (meta.get("labels") or {}).get(labels.NODE_POOL, "")
         pools[meta["name"]] = pool
         since = (meta.get("annotations") or {}).get(labels.RECLAIMING)
         try:

@@ -45,7 +45,7 @@ def group_labels(pool: NodePool) -> dict[str, str]:
     """What a node of the pool's node group carries when it joins, before gpufleet's membership pass: the
     pool's own labels, its member selector (the node group's label; the pool label where it has none, as
     the capacity request's node selector asks) and the GPU labels the GPU feature discovery sets."""
-    return {**pool.labels, **(dict(pool.member_selector) or {labels.POOL: pool.name}),
+    return {**pool.labels, **(dict(pool.member_selector) or {labels.NODE_POOL: pool.name}),
             labels.GPU_MODEL: pool.gpu_model, labels.GPU_COUNT: str(pool.gpus_per_node)}
 
 
@@ -69,7 +69,8 @@ def reserve_names(pool: NodePool, prefix: str = KWOK_PREFIX) -> list[str]:
 
 def fleet_nodes(spec: FleetSpec, prefix: str = "") -> list[dict[str, Any]]:
     """Every fake node of the local fleet: a system node, then each pool's nodes and spares."""
-    out = [fake_node(SYSTEM_NODE, {labels.ROLE: labels.ROLE_SYSTEM}, [], cpus=8, memory="32Gi")]
+    out = [fake_node(SYSTEM_NODE, {labels.ROLE: labels.ROLE_SYSTEM, labels.SYSTEM_NODE: "true"}, [], cpus=8,
+                     memory="32Gi")]
     for pool in spec.pools:
         out += [pool_node(pool, prefix + n, labels.ROLE_ACTIVE) for n in pool.node_names()]
         out += [pool_node(pool, prefix + n, labels.ROLE_SPARE) for n in pool.spare_names()]

@@ -4,8 +4,10 @@ Each node is a kubelet (built from the same k8s.io/kubernetes module as the cont
 containerd of its own (Debian's): root, state, socket, runc state, CNI configuration and cgroup root
 all in ``<root>/nodes/<name>/`` and ``/sys/fs/cgroup/*/gf-<env hash>-<name>``, so two nodes and the host
 never see each other's containers. gpufleet's images (scripts/build-images.sh) are imported into it,
-the pause image included: nothing is pulled. The nodes carry ``gpufleet.io/role=system`` and no kwok
-annotation, so kwok (which manages only annotated nodes) leaves them alone.
+the pause image included: nothing is pulled. The nodes register with ``gpufleet.io/role=system`` and no kwok
+annotation, so kwok (which manages only annotated nodes) leaves them alone; once Ready, the environment
+gives them the system mark (``node-restriction.kubernetes.io/gpufleet-system``) as a platform would: no
+kubelet may set it on itself.
 
 Measured on this machine kind (Debian 12, root without CAP_SYS_RESOURCE, cgroup v1 hybrid):
 * containerd must not lower a pod's oom_score_adj (``restrict_oom_score_adj = true``);
@@ -432,8 +434,14 @@ class SystemNodes:
             raise NodeError(str(e)) from e
         for node in nodes:
             self.wait_ready(node, timeout - (time.monotonic() - t0))
+            self.mark_system(node)
         if self.progress:
             self.progress(f"[local] kubelet nodes Ready: {', '.join(self.names)} ({time.monotonic() - t0:.1f}s)")
+
+    def mark_system(self, node: KubeletNode) -> None:
+        """What the platform does for a system node once it registered: the system mark, a label no kubelet
+        may set on itself (NodeRestriction; labels.SYSTEM_NODE), set here as the cluster's admin."""
+        self.kube.core_v1().patch_node(node.name, {"metadata": {"labels": {labels.SYSTEM_NODE: "true"}}})
 
     def wait_ready(self, node: KubeletNode, timeout: float) -> None:
         from kubernetes.client.exceptions import ApiException

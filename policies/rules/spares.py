@@ -86,12 +86,18 @@ def check_membership(r: Resource, cfg: dict[str, Any]) -> list[str]:
         cap = json.loads(doc) if isinstance(doc, str) else {}
     except ValueError:
         return []  # gpu-pool-spares reports a malformed document
-    if cap.get("provider") != "kubernetes-spares" or cap.get("memberSelector"):
-        return []
     pool = cap.get("pool") or r.name[len(POOL_CONFIGMAP_PREFIX):]
+    selector = cap.get("memberSelector") or {}
+    forgeable = sorted(k for k in selector if not str(k).startswith(labels.TRUSTED_PREFIX))
+    if forgeable:
+        return [f"{r.ref}: pool {pool!r} selects its members on {forgeable}, labels a kubelet may set on its own "
+                f"node, so a compromised node could enrol itself. Fix: select on {labels.TRUSTED_PREFIX} labels "
+                f"the platform sets."]
+    if cap.get("provider") != "kubernetes-spares" or selector:
+        return []
     return [f"{r.ref}: pool {pool!r} (kubernetes-spares) declares no member_selector, so no node joins it unless a "
-            f"person labels it {POOL_LABEL}={pool}. Fix: set `member_selector` (e.g. its node group's label) for "
-            f"pool {pool} in gpufleet:fleet.pools."]
+            f"person labels it {POOL_LABEL}={pool}. Fix: set `member_selector` (a {labels.TRUSTED_PREFIX} label "
+            f"the platform sets) for pool {pool} in gpufleet:fleet.pools."]
 
 
 def validate_membership(args: Any, report_violation) -> None:
@@ -101,10 +107,11 @@ def validate_membership(args: Any, report_violation) -> None:
             report(report_violation, None, msg)
 
 
-POOL_LABEL = labels.POOL
+POOL_LABEL = labels.NODE_POOL
 MEMBERSHIP_RULE = Rule(
     name=MEMBERSHIP,
-    description="Every pool says how its nodes are known: its Auto Scaling group, or a member selector.",
+    description="Every pool says how its nodes are known, by evidence no kubelet can forge: its Auto Scaling group, "
+                "or a member selector on node-restriction.kubernetes.io/ labels.",
     validate=validate_membership,
     config_schema=MEMBERSHIP_SCHEMA,
     remediation="Set `member_selector` for each kubernetes-spares pool in the stack's gpufleet:fleet.pools.",

@@ -98,7 +98,7 @@ def placeholder_pod(pool: NodePool, key: str, reason: str, namespace: str, exist
 
     It passes Pod Security `restricted` (its namespace's level) and the admission policy that limits what
     the reconciler may create (components/admission.py): non-root, no privilege, no capability, no volume."""
-    selector = dict(pool.member_selector) or {labels.POOL: pool.name}
+    selector = dict(pool.member_selector) or {labels.NODE_POOL: pool.name}
     not_these = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in sorted(set(existing))]
     affinity = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchFields": not_these}]}}}} if not_these else {}
@@ -156,7 +156,7 @@ class KubernetesSpares:
                                                           "effect": "NoSchedule"}],
                                 remove_taints=[labels.SPARE_TAINT], schedulable=False,
                                 annotations={labels.RETIRED: reason[:1000], labels.REPAIR_REQUEST: None})
-        pool = (view["metadata"].get("labels") or {}).get(labels.POOL)
+        pool = (view["metadata"].get("labels") or {}).get(labels.NODE_POOL)
         if refill and pool:
             self.request_capacity(pool, f"{node} retired", refill)
 
@@ -190,7 +190,7 @@ class KubernetesSpares:
     def pool_node_names(self, pool: str) -> list[str]:
         """The nodes a capacity request of the pool must not land on: every node its selector matches now."""
         p = self.spec.pool(pool)
-        selector = ",".join(f"{k}={v}" for k, v in (dict(p.member_selector) or {labels.POOL: p.name}).items())
+        selector = ",".join(f"{k}={v}" for k, v in (dict(p.member_selector) or {labels.NODE_POOL: p.name}).items())
         names, cont = [], None
         while True:
             data = _json(_call("list the pool's nodes", self.kube.core.list_node, label_selector=selector, limit=500,
@@ -243,7 +243,7 @@ class KubernetesSpares:
                 lab, ann = meta.get("labels") or {}, meta.get("annotations") or {}
                 out.append({"metadata": {
                     "name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp"),
-                    "labels": {k: lab[k] for k in (labels.POOL, labels.ROLE) if k in lab},
+                    "labels": {k: lab[k] for k in (labels.NODE_POOL, labels.ROLE) if k in lab},
                     "annotations": {labels.FULFILS: ann[labels.FULFILS]} if labels.FULFILS in ann else {}}})
             if not cont:
                 return out
@@ -291,10 +291,10 @@ class AwsAsgProvider(KubernetesSpares):
         return self._client("autoscaling", pool.aws.region)
 
     def _pool_of(self, node: dict) -> NodePool:
-        name = (node["metadata"].get("labels") or {}).get(labels.POOL)
+        name = (node["metadata"].get("labels") or {}).get(labels.NODE_POOL)
         pool = next((p for p in self.spec.pools if p.name == name), None)
         if pool is None or pool.aws is None:
-            raise PermanentError(f"node {node['metadata']['name']} is in no aws-asg pool (label {labels.POOL}={name})")
+            raise PermanentError(f"node {node['metadata']['name']} is in no aws-asg pool (label {labels.NODE_POOL}={name})")
         return pool
 
     instance_id = staticmethod(instance_id)

@@ -1,16 +1,21 @@
 """Which pool a node belongs to, and the labels and taints that say so. Pure: no I/O.
 
-A node is known to a pool by its node provider's facts, never by its name:
-- `aws-asg`: its instance (the node's `providerID`) is in the pool's Auto Scaling group, or it
-  carries the kubelet labels the group's launch template sets (`aws.node_labels`);
-- `kubernetes-spares`: it matches the pool's `member_selector`;
-- any provider: it already carries `gpufleet.io/pool`.
+A node is known to a pool by evidence its kubelet cannot forge, never by its name or by a label the
+kubelet set on itself:
+- `aws-asg`: its instance (the node's `providerID`) is in the pool's Auto Scaling group, as the
+  group itself says, and no other node names that instance (a kubelet registers its own providerID);
+- `kubernetes-spares`: it matches the pool's `member_selector`, whose keys are all under
+  `node-restriction.kubernetes.io/` (the spec refuses others), which a kubelet may not set;
+- any provider: it carries `node-restriction.kubernetes.io/gpufleet-pool` (labels.NODE_POOL), which
+  only this pass or the platform sets.
 
 A member without a role becomes `active` while the pool has fewer active nodes than it declares,
 else a `spare` (with the spare taint), so a node that joins after a fault refills the spares. The
 pool's own labels and taints are added where missing. Nothing is removed, a node already labelled
-for another pool is reported, never relabelled; a GPU node that belongs to no pool is reported.
-Planning again after the changes are applied plans nothing.
+for another pool is reported, never relabelled; a GPU node that belongs to no pool is reported, and
+one that claims a pool or a role by its own labels (`gpufleet.io/pool`, `gpufleet.io/role`) without
+the evidence is reported as unproven and enrols in nothing. Planning again after the changes are
+applied plans nothing.
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ class NodeChange:
 class MembershipPlan:
     changes: tuple[NodeChange, ...] = ()
     unlabelled_gpu_nodes: tuple[str, ...] = ()  # GPU nodes no pool claims: report them
+    unproven: tuple[str, ...] = ()              # nodes whose own labels claim a pool or role no evidence backs
     conflicts: tuple[str, ...] = ()             # nodes two pools claim, or labelled for another pool
 
 
@@ -78,11 +84,17 @@ def claims(pool: NodePool, node: Mapping, facts: MembershipFacts) -> bool:
     node_labels = _labels(node)
     if pool.provider == "aws-asg" and pool.aws is not None:
         iid = instance_id(node)
-        return (iid is not None and facts.instance_groups.get(iid) == pool.aws.asg_name) \
-            or _matches(node_labels, pool.aws.node_labels)
+        return iid is not None and facts.instance_groups.get(iid) == pool.aws.asg_name
     if pool.provider == "kubernetes-spares":
         return _matches(node_labels, pool.member_selector)
     return False
+
+
+def self_claimed(node_labels: Mapping[str, str]) -> bool:
+    """Whether a node's own labels claim a place in the fleet: the labels a kubelet may set on itself
+    (`--node-labels`, or a patch of its own Node) and that once meant membership."""
+    return labels.POOL in node_labels or node_labels.get(labels.ROLE) in (labels.ROLE_ACTIVE, labels.ROLE_SPARE,
+                                                                           labels.ROLE_SYSTEM)
 
 
 def is_gpu_node(node: Mapping) -> bool:
@@ -100,7 +112,7 @@ def is_gpu_node(node: Mapping) -> bool:
 def pool_labels(pool: NodePool) -> dict[str, str]:
     """The labels that make a node the pool's (not the role; not the GPU labels, which the GPU
     feature discovery owns)."""
-    out = {**pool.labels, labels.POOL: pool.name}
+    out = {**pool.labels, labels.NODE_POOL: pool.name}
     if pool.topology_block:
         out[labels.TOPOLOGY_BLOCK] = pool.topology_block
     return out
@@ -121,24 +133,37 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
     nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
     pools = {p.name: p for p in spec.pools}
     members: list[tuple[Mapping, NodePool]] = []
-    unlabelled, conflicts = [], []
+    unlabelled, conflicts, unproven = [], [], []
+    by_instance: dict[str, list[str]] = {}
+    for node in nodes:
+        if (iid := instance_id(node)) is not None:
+            by_instance.setdefault(iid, []).append(node["metadata"]["name"])
     for node in nodes:
         name, have = node["metadata"]["name"], _labels(node)
         claimed = [p.name for p in spec.pools if claims(p, node, facts)]
-        labelled = have.get(labels.POOL)
+        labelled = have.get(labels.NODE_POOL)
+        twins = by_instance.get(instance_id(node) or "", [name])
+        if claimed and not labelled and len(twins) > 1:
+            conflicts.append(f"{name}: instance {instance_id(node)} is named by nodes {twins} (a providerID is what "
+                             f"a kubelet registered); none of them not yet a member enrols")
+            continue
         if labelled is not None and labelled not in pools:
-            conflicts.append(f"{name}: labelled {labels.POOL}={labelled}, a pool the spec does not declare")
+            conflicts.append(f"{name}: labelled {labels.NODE_POOL}={labelled}, a pool the spec does not declare")
             continue
         if len(claimed) > 1:
             conflicts.append(f"{name}: claimed by pools {claimed}; make their selectors disjoint")
             continue
         if labelled and claimed and claimed[0] != labelled:
-            conflicts.append(f"{name}: labelled {labels.POOL}={labelled} but its provider places it in pool "
+            conflicts.append(f"{name}: labelled {labels.NODE_POOL}={labelled} but its provider places it in pool "
                              f"{claimed[0]}; left as it is")
             continue
         pool_name = labelled or (claimed[0] if claimed else None)
         if pool_name is None:
-            if is_gpu_node(node) and have.get(labels.ROLE) != labels.ROLE_SYSTEM:
+            if have.get(labels.SYSTEM_NODE) == "true":
+                continue  # the platform's system node
+            if self_claimed(have):
+                unproven.append(name)
+            elif is_gpu_node(node):
                 unlabelled.append(name)
             continue
         members.append((node, pools[pool_name]))
@@ -176,7 +201,7 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
             why.append(f"Slurm topology {topo[labels.SLINKY_TOPOLOGY_SPEC]}")
         if set_labels or add or topo:
             changes.append(NodeChange(name, pool.name, set_labels, add, "; ".join(why), topo))
-    return MembershipPlan(tuple(changes), tuple(unlabelled), tuple(conflicts))
+    return MembershipPlan(tuple(changes), tuple(unlabelled), unproven=tuple(unproven), conflicts=tuple(conflicts))
 
 
 def membership_actions(result: MembershipPlan, reported: frozenset[str] = frozenset()) -> tuple[Action, ...]:
@@ -186,7 +211,12 @@ def membership_actions(result: MembershipPlan, reported: frozenset[str] = frozen
                                     dict(c.annotations)) for c in result.changes)
     reports = tuple(Report("Node", n, "NodeInNoPool", "a GPU node no pool claims: gpufleet does not heal it")
                     for n in result.unlabelled_gpu_nodes if n not in reported)
-    return changes + (SettleCapacityRequests(),) + reports
+    unproven = tuple(Report("Node", n, "NodeMembershipUnproven",
+                            f"the node's own labels claim a pool or role ({labels.POOL}, {labels.ROLE}) that no "
+                            f"provider evidence backs: it enrols in nothing until its provider proves it a member "
+                            f"({labels.NODE_POOL} or the pool's member_selector)")
+                     for n in result.unproven if n not in reported)
+    return changes + (SettleCapacityRequests(),) + reports + unproven
 
 
 # --- kubernetes-spares capacity requests ---------------------------------------------------------
@@ -219,7 +249,7 @@ def settle(requests: Iterable[Mapping], nodes: Iterable[Mapping], pool_label: st
         pool = ((req["metadata"].get("labels") or {}).get(pool_label))
         since = req["metadata"].get("creationTimestamp") or ""
         fresh = sorted(
-            (n for n in nodes if _labels(n).get(labels.POOL) == pool and _labels(n).get(labels.ROLE) == labels.ROLE_SPARE
+            (n for n in nodes if _labels(n).get(labels.NODE_POOL) == pool and _labels(n).get(labels.ROLE) == labels.ROLE_SPARE
              and n["metadata"]["name"] not in used and (n["metadata"].get("creationTimestamp") or "") >= since),
             key=lambda n: (n["metadata"].get("creationTimestamp") or "", n["metadata"]["name"]))
         if fresh:

@@ -68,7 +68,7 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
                 fault = replace(f, reporter=reporters.get(c.get("type"), ""))
     return NodeView(
         name=meta["name"],
-        pool=lab.get(labels.POOL),
+        pool=lab.get(labels.NODE_POOL),
         role=lab.get(labels.ROLE, ""),
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),

@@ -32,8 +32,11 @@ class MembershipPass:
                       merge_facts(p.membership_facts() for p in once))
         self.metrics.unlabelled.set(len(result.unlabelled_gpu_nodes))
         for name in result.unlabelled_gpu_nodes:
-            log.warning("GPU node %s belongs to no pool: give it a pool's labels or fix the pool's member_selector",
-                        name)
+            log.warning("GPU node %s belongs to no pool: have its provider prove it a member (the pool's "
+                        "member_selector or Auto Scaling group)", name)
+        for name in result.unproven:
+            log.warning("node %s claims a pool or role by labels it may have set itself, with no provider "
+                        "evidence: it enrols in nothing", name)
         for msg in result.conflicts:
             log.warning("membership conflict: %s", msg)
         for a in membership_actions(result, frozenset(self._reported)):

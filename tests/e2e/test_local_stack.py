@@ -86,13 +86,13 @@ def test_reconciler_killed_mid_remediation_finishes_without_repeating(local):
     # the unlent spares (the pool lends its spare beyond the floor; a fault takes an unlent one first)
     spare_before = sorted(n["metadata"]["name"] for n in kube.list_nodes()[0]
                           if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_SPARE
-                          and n["metadata"]["labels"].get(labels.POOL) == "h100"
+                          and n["metadata"]["labels"].get(labels.NODE_POOL) == "h100"
                           and labels.LENT not in n["metadata"]["labels"])
     assert spare_before, "the pool's spare was refilled after the first remediation"
     # an active node of the pool (which one the demo's fault left active depends on where its pods landed)
     victim = sorted(n["metadata"]["name"] for n in kube.list_nodes()[0]
                     if (n["metadata"].get("labels") or {}).get(labels.ROLE) == labels.ROLE_ACTIVE
-                    and n["metadata"]["labels"].get(labels.POOL) == "h100")[0]
+                    and n["metadata"]["labels"].get(labels.NODE_POOL) == "h100")[0]
     kube.set_condition(victim, "GpuHealthy", "False", "Xid48", "Double bit ECC error")
     wait_for("a phase past Detected", lambda: [r for r in _records(env, victim) if r.phase not in (Phase.DETECTED,)],
              120)

@@ -32,13 +32,14 @@ def test_kubelet_nodes_are_the_system_pool_and_kwok_leaves_them_alone(local_pods
     for name in names:
         node = core.read_node(name)
         assert node.metadata.labels[labels.ROLE] == labels.ROLE_SYSTEM
+        assert node.metadata.labels[labels.SYSTEM_NODE] == "true"  # set by the environment, as a platform would
         assert KWOK_ANNOTATION not in (node.metadata.annotations or {})
         assert node.status.node_info.kubelet_version == "v1.34.4"
         assert node.status.node_info.container_runtime_version.startswith("containerd://1.6")
         assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
         # the kubelet, not kwok, holds the node's Lease
         assert coord.read_namespaced_lease(name, "kube-node-lease").spec.holder_identity == name
-    fake_system = [n.metadata.name for n in core.list_node(label_selector=f"{labels.ROLE}={labels.ROLE_SYSTEM}").items
+    fake_system = [n.metadata.name for n in core.list_node(label_selector=f"{labels.SYSTEM_NODE}=true").items
                    if KWOK_ANNOTATION in (n.metadata.annotations or {})]
     assert fake_system == []
 

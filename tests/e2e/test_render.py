@@ -53,7 +53,7 @@ def test_prod_manifests_carry_labels_checksum_and_irsa(rendered):
     assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == spec.healing.reconciler.iam_role_arn
     for pool in spec.pools:
         ns = find(docs, "NodeSet", pool.name)
-        assert ns["spec"]["template"]["spec"]["nodeSelector"] == {labels.POOL: pool.name}
+        assert ns["spec"]["template"]["spec"]["nodeSelector"] == {labels.NODE_POOL: pool.name}
     assert find(docs, "PrometheusRule", "gpufleet-alerts")
     values = yaml.safe_load((out / "slurm-operator-values.yaml").read_text())
     assert values["certManager"] == {"enabled": True}

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 def test_local_stack_applies_its_slinky_resources(kube_cluster, pulumi_bin_dir, tmp_path):
     spec = load_stack_file(PROJECT_DIR / "Pulumi.local.yaml").fleet
     for i in range(spec.healing.reconciler.replicas):  # one per replica: the replicas' hostPort takes a node each
-        kube_cluster.create_fake_node(f"apply-system-{i}", labels={labels.ROLE: labels.ROLE_SYSTEM})
+        kube_cluster.create_fake_node(f"apply-system-{i}", labels={labels.ROLE: labels.ROLE_SYSTEM, labels.SYSTEM_NODE: "true"})
     with scratch_stack("local", spec.secret_keys()) as st:
         # What the local environment supplies: this control plane's kubeconfig and address, the built images.
         cfg = st.project_dir / "Pulumi.local.yaml"

@@ -8,7 +8,9 @@ reconciler's and the agent's ServiceAccounts.
   through the reconciler's own adapter code, and no other field;
 - it deletes borrowers and its placeholders, no other pod;
 - the agent's token, bound to a pod on node A, writes A's GPU condition and kernel-log cursor, and nothing
-  of node B; a token bound to no pod writes no node.
+  of node B; a token bound to no pod writes no node;
+- a kubelet sets no membership on its node (NodeRestriction for `node-restriction.kubernetes.io/` labels, the
+  membership policy for the rest), and what it registers with enrols nothing.
 """
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ from components.meta import pod_security_labels
 from components.reconciler import NAME as RECONCILER, cluster_rules, namespace_rules, reconciler_username
 from fleetspec import labels, load_stack_file
 from fleetspec.models import FleetSpec
+from fleetspec.placement import worker_selector
 from gpufleet.waiting import wait_for
 from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.providers import placeholder_pod
+from reconciler.core import membership
 from reconciler.errors import PermanentError
 from tests.fixtures.kube_cluster import create_or_keep
 from tests.integration.test_reconciler_rbac import ROOT
@@ -116,7 +120,7 @@ def _nodes(core: client.CoreV1Api) -> None:
             if e.status != 404:
                 raise
         wait_for(f"{name} gone", lambda n=name: _status(core.read_node, n)[0] == 404, timeout=30)
-        core.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, labels.POOL: "h100",
+        core.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, labels.NODE_POOL: "h100",
                                                                  labels.ROLE: labels.ROLE_SPARE}},
                           "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
                                               {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}]}})
@@ -372,7 +376,7 @@ def test_a_kubelet_writes_its_node_but_no_membership(prod_like, kubelet_a):
     assert prod_like.core.read_node(NODE_A).metadata.resource_version == before  # nothing written
 
 
-NODE_RESTRICTED = "node-restriction.kubernetes.io/gpufleet-pool"  # a label no kubelet can set (issue 24 item 2)
+NODE_RESTRICTED = labels.NODE_POOL  # a label no kubelet can set (issue 24 item 2)
 
 
 def test_no_kubelet_sets_a_node_restriction_label_on_its_node_at_registration_or_after(prod_like, kubelet_a):
@@ -397,3 +401,33 @@ def test_a_kubelet_cannot_enrol_another_node(prod_like, kubelet_a):
     policy still refuses membership there: it keys on any kubelet's username)."""
     status, why = _status(kubelet_a.patch_node, NODE_B, {"metadata": {"labels": {labels.ROLE: labels.ROLE_SYSTEM}}})
     assert status == 403 and "is not allowed to modify node" in why and NODE_B in why, why
+
+
+def test_a_kubelets_own_labels_enrol_nothing_while_the_platforms_do(prod_like):
+    """A kubelet registers its Node claiming a pool and the spare role with labels it may set at registration
+    (NodeRestriction and the membership policy judge neither). The membership plan, over the nodes as the
+    reconciler's token reads them, gives it nothing and names it unproven, so no NodeSet pod (the pool's worker
+    selector) and no promotion ever reaches it. A node the platform labelled with the pool's member selector (a
+    `node-restriction.kubernetes.io/` label) joins, and the reconciler's own token writes its proven pool."""
+    forger, proven = "gf-sec-forger", "gf-sec-proven"
+    pool = prod_like.spec.pool("h100")
+    claims = {labels.POOL: pool.name, labels.ROLE: labels.ROLE_SPARE, "nvidia.com/gpu.present": "true"}
+    registering = client.CoreV1Api(as_kubelet(prod_like, forger))
+    assert _status(registering.create_node, {"metadata": {"name": forger, "labels": claims}}) == (200, "")
+    create_or_keep(prod_like.core.create_node, {"metadata": {"name": proven, "labels": dict(pool.member_selector)}})
+    try:
+        kube = Kube(prod_like.reconciler())
+        nodes = [n for n in kube.list_nodes()[0] if n["metadata"]["name"] in (forger, proven)]
+        plan = membership.plan(nodes, prod_like.spec)
+        assert plan.unproven == (forger,) and [c.node for c in plan.changes] == [proven]
+        for c in plan.changes:
+            kube.apply_membership(c.node, dict(c.labels), list(c.add_taints), dict(c.annotations))
+        assert prod_like.core.read_node(proven).metadata.labels[labels.NODE_POOL] == pool.name
+        forged = prod_like.core.read_node(forger)
+        assert labels.NODE_POOL not in forged.metadata.labels and not forged.spec.taints
+        assert any(forged.metadata.labels.get(k) != v for k, v in worker_selector(pool).items())
+        assert membership.plan([n for n in kube.list_nodes()[0] if n["metadata"]["name"] == forger],
+                               prod_like.spec).changes == ()  # and stays so, pass after pass
+    finally:
+        for name in (forger, proven):
+            assert _status(prod_like.core.delete_node, name)[0] in (200, 404)

@@ -20,7 +20,7 @@ from reconciler.core import membership
 
 pytestmark = pytest.mark.integration
 NS = "gpufleet-asi"
-GROUP_LABEL = "gpufleet.local/node-group"
+GROUP_LABEL = "node-restriction.kubernetes.io/node-group"
 SPEC = parse_fleet({
     "environment": "itest", "cluster": {"kind": "local"},
     "pools": [{"name": "asi", "node_type": "kwok-gpu", "gpu_model": "L40S", "gpus_per_node": 4, "nodes": 1,

@@ -41,7 +41,7 @@ def capacity(tmp_path, monkeypatch, kubeconfig: str) -> tuple[int, str]:
 def test_capacity_reads_the_nodes_then_the_ledger(kube_cluster, tmp_path, monkeypatch):
     api = kube_cluster.api_client()
     core = client.CoreV1Api(api)
-    role = lambda r, lent=None: {labels.POOL: "cap", labels.ROLE: r, **({labels.LENT: lent} if lent else {})}  # noqa: E731
+    role = lambda r, lent=None: {labels.NODE_POOL: "cap", labels.ROLE: r, **({labels.LENT: lent} if lent else {})}  # noqa: E731
     gpus = {"nvidia.com/gpu": "8"}
     kube_cluster.create_fake_node("cap-0", labels=role(labels.ROLE_ACTIVE), capacity=gpus)
     kube_cluster.create_fake_node("cap-1", labels=role(labels.ROLE_ACTIVE, labels.LENT_IDLE), capacity=gpus)

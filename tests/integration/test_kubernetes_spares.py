@@ -12,7 +12,7 @@ from reconciler.adapters.kube import Kube
 from reconciler.adapters.providers import KubernetesSpares
 
 pytestmark = pytest.mark.integration
-NODEGROUP = "eks.amazonaws.com/nodegroup"
+NODEGROUP = "node-restriction.kubernetes.io/node-group"  # the platform sets it (no kubelet can)
 
 SPEC = parse_fleet({
     "environment": "itest", "cluster": {"kind": "local"},
@@ -64,7 +64,7 @@ def test_a_refill_is_a_capacity_request_and_the_joining_node_becomes_a_spare(kub
     plan = label_members()
     assert [(c.node, c.labels.get(labels.ROLE)) for c in plan.changes] == [("ks-b", labels.ROLE_SPARE)]
     node = core.read_node("ks-b")
-    assert node.metadata.labels[labels.POOL] == "ks"
+    assert node.metadata.labels[labels.NODE_POOL] == "ks"
     assert {labels.SPARE_TAINT, "nvidia.com/gpu"} <= {t.key for t in node.spec.taints}
 
     # The answered request is settled: the placeholder does not keep the spare's GPUs, and a replay

@@ -38,7 +38,7 @@ ACTIVE = ["kwok-lend-0", "kwok-lend-1"]
 SPARES = ["kwok-lend-spare-0", "kwok-lend-spare-1"]
 SPARE_TAINT = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
 BORROWER = {"app.kubernetes.io/name": "inference"}
-NODESET = NodeSetDef(POOL, 2, {labels.POOL: POOL}, [], gpus=8)
+NODESET = NodeSetDef(POOL, 2, {labels.NODE_POOL: POOL}, [], gpus=8)
 
 
 def lending_spec(**lending):
@@ -165,7 +165,7 @@ def world(kube_cluster, api, tmp_path_factory) -> Iterator[World]:  # noqa: F811
     core = client.CoreV1Api(api)
     for name in ACTIVE + SPARES:
         role = labels.ROLE_SPARE if name in SPARES else labels.ROLE_ACTIVE
-        core.create_node(fake_node(name, {labels.POOL: POOL, labels.ROLE: role},
+        core.create_node(fake_node(name, {labels.NODE_POOL: POOL, labels.ROLE: role},
                                    [SPARE_TAINT] if name in SPARES else [], cpus=8, memory="32Gi", gpus=8))
     for name in ACTIVE + SPARES:
         kube_cluster.wait_node_ready(name)

@@ -34,7 +34,7 @@ POOL = "pool-a"
 KUBE_NODES = ["kwok-a-0", "kwok-a-1"]
 SPARE = "kwok-a-spare-0"
 SPARE_TAINT = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
-NODESET = NodeSetDef(POOL, 2, {labels.POOL: POOL}, [], gpus=8)
+NODESET = NodeSetDef(POOL, 2, {labels.NODE_POOL: POOL}, [], gpus=8)
 RESYNC = 4.0  # the operator's is 30 s (nodeset_sync.go); shorter here, the same rule
 
 
@@ -44,7 +44,7 @@ def world(kube_cluster, tmp_path_factory) -> Iterator[tuple[SlinkyStandIn, clien
     core = client.CoreV1Api(api)
     for name in KUBE_NODES + [SPARE]:
         taints = [SPARE_TAINT] if name == SPARE else []
-        core.create_node(fake_node(name, {labels.POOL: POOL}, taints, cpus=8, memory="32Gi", gpus=8))
+        core.create_node(fake_node(name, {labels.NODE_POOL: POOL}, taints, cpus=8, memory="32Gi", gpus=8))
     for name in KUBE_NODES + [SPARE]:
         kube_cluster.wait_node_ready(name)
     ctld, rest = free_ports(2)
@@ -215,7 +215,7 @@ def test_scale_in_drains_first_and_keeps_the_slurm_node_record(world) -> None:
     applies to DaemonSet NodeSets only (syncSlurmNodeRecords)."""
     standin, core, cli, _ = world
     settle(standin, "two pods Running", lambda: len([p for p in pods(core).values() if p.status.phase == "Running"]) == 2)
-    standin.fixed = [NodeSetDef(POOL, 1, {labels.POOL: POOL}, [], gpus=8)]
+    standin.fixed = [NodeSetDef(POOL, 1, {labels.NODE_POOL: POOL}, [], gpus=8)]
     settle(standin, "pool-a-1 gone", lambda: "pool-a-1" not in pods(core), timeout=90)
     n = cli.node("pool-a-1")
     assert n is not None and "DOWN" in n.states  # the record stays, DOWN by the preStop

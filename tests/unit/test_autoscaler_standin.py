@@ -51,13 +51,13 @@ def test_the_joining_node_is_the_pools_with_no_role_yet():
     node = group.node("kwok-h100-spare-2")
     meta = node["metadata"]
     assert meta["name"] == "kwok-h100-spare-2" and meta["labels"]["kubernetes.io/hostname"] == "kwok-h100-spare-2"
-    assert meta["labels"]["gpufleet.local/node-group"] == "h100" and labels.ROLE not in meta["labels"]
+    assert meta["labels"]["node-restriction.kubernetes.io/node-group"] == "h100" and labels.ROLE not in meta["labels"]
     assert [t["key"] for t in node["spec"]["taints"]] == ["nvidia.com/gpu"]  # no spare taint: membership adds it
     assert group.reserve == tuple(fake_nodes.reserve_names(SPEC.pool("h100")))
     assert group.max_size == SPEC.pool("h100").nodes + SPEC.pool("h100").spares + fake_nodes.RESERVE
     # the environment's first nodes are of the same group (membership knows them by its label)
     first = fake_nodes.pool_node(SPEC.pool("h100"), "kwok-h100-0", labels.ROLE_ACTIVE)
-    assert first["metadata"]["labels"]["gpufleet.local/node-group"] == "h100"
+    assert first["metadata"]["labels"]["node-restriction.kubernetes.io/node-group"] == "h100"
 
 
 def test_a_pod_that_would_not_fit_says_why():

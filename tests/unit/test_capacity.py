@@ -22,7 +22,7 @@ H = timedelta(hours=1)
 
 
 def node(name: str, pool: str | None, role: str, lent: str | None = None, gpus: int | None = 8) -> dict:
-    lab = {labels.ROLE: role, **({labels.POOL: pool} if pool else {}), **({labels.LENT: lent} if lent else {})}
+    lab = {labels.ROLE: role, **({labels.NODE_POOL: pool} if pool else {}), **({labels.LENT: lent} if lent else {})}
     return {"metadata": {"name": name, "labels": lab},
             "status": {"capacity": {"nvidia.com/gpu": str(gpus)}} if gpus is not None else {}}
 

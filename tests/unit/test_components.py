@@ -138,7 +138,7 @@ def test_nodeset_per_pool_bound_by_selector_and_tolerations():
     for pool in spec.pools:
         ns = MOCKS.named(CR + "NodeSet", pool.name).inputs["spec"]
         assert ns["replicas"] == pool.nodes
-        assert ns["template"]["spec"]["nodeSelector"] == {labels.POOL: pool.name}
+        assert ns["template"]["spec"]["nodeSelector"] == {labels.NODE_POOL: pool.name}
         tol = ns["template"]["spec"]["tolerations"]
         assert {t["key"] for t in tol} == {t.key for t in pool.taints}
         assert labels.SPARE_TAINT not in {t["key"] for t in tol}  # never lands on an unpromoted spare
@@ -465,10 +465,10 @@ def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
 def test_reconciler_and_operator_run_on_the_declared_system_pool():
     spec = build("prod")
     pod = MOCKS.named("kubernetes:apps/v1:Deployment", "gpufleet-reconciler").inputs["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-prod-system"} == spec.system_pool.node_selector
+    assert pod["nodeSelector"] == {"node-restriction.kubernetes.io/gpufleet-system": "true"} == spec.system_pool.node_selector
     rel = next(r for r in MOCKS.of_type("kubernetes:helm.sh/v3:Release") if r.name == "prod-slurm-operator")
     for part in ("operator", "webhook"):
-        assert rel.inputs["values"][part]["nodeSelector"] == {"eks.amazonaws.com/nodegroup": "gpu-prod-system"}
+        assert rel.inputs["values"][part]["nodeSelector"] == {"node-restriction.kubernetes.io/gpufleet-system": "true"}
 
 
 def _checksum(spec, webhook: str = "https://hooks.example.com/a") -> str:

@@ -102,7 +102,7 @@ def test_stale_condition_after_success_does_not_start_again():
 
 
 def test_a_condition_without_transition_time_names_one_record_however_often_it_is_read():
-    raw = {"metadata": {"name": "h100-0", "labels": {labels.POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE}},
+    raw = {"metadata": {"name": "h100-0", "labels": {labels.NODE_POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE}},
            "status": {"conditions": [{"type": "GpuHealthy", "status": "False", "reason": "Xid79", "message": "m"}]}}
     a = detect(node_view(raw, ["GpuHealthy"]), [], spec(), T0).remediation
     b = detect(node_view(raw, ["GpuHealthy"]), [], spec(), T0 + timedelta(seconds=30)).remediation
@@ -672,7 +672,7 @@ def _node_written_by(name: str, *managers: tuple[str, str]) -> dict:
     key = 'k:{"type":"GpuHealthy"}'
     fields = {".": {}, "f:lastHeartbeatTime": {}, "f:lastTransitionTime": {}, "f:message": {}, "f:reason": {},
               "f:status": {}, "f:type": {}}
-    return {"metadata": {"name": name, "labels": {labels.POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE},
+    return {"metadata": {"name": name, "labels": {labels.NODE_POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE},
                          "managedFields": [
                              {"manager": "kubelet", "operation": "Update", "subresource": "status",
                               "fieldsV1": {"f:status": {"f:conditions": {'k:{"type":"Ready"}': {"f:status": {}}}}}},

@@ -167,7 +167,7 @@ def cond(ctype, status, reason, message, ago=0):
 
 
 def view(reader, *conditions):
-    return node_view({"metadata": {"name": "n", "labels": {"gpufleet.io/pool": "p", "gpufleet.io/role": "active"}},
+    return node_view({"metadata": {"name": "n", "labels": {"node-restriction.kubernetes.io/gpufleet-pool": "p", "gpufleet.io/role": "active"}},
                       "status": {"conditions": [{"type": "Ready", "status": "True"}, *conditions]}}, reader)
 
 

@@ -1,11 +1,14 @@
-"""Pool membership from the node providers' facts: which labels and taints a node gets (pure)."""
+"""Pool membership from the node providers' facts: which labels and taints a node gets (pure), and that a
+node's own labels (which its kubelet may set) prove nothing."""
 from __future__ import annotations
 
 import pytest
 
 from fleetspec import labels, parse_fleet
-from reconciler.core.membership import MembershipFacts, merge_facts, plan
+from reconciler.core.actions import Report
+from reconciler.core.membership import MembershipFacts, membership_actions, merge_facts, plan
 
+NODE_GROUP = "node-restriction.kubernetes.io/node-group"  # the platform's label (Cluster API syncs it from Machines)
 SPARE = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "", "effect": "NoSchedule"}
 
@@ -16,7 +19,7 @@ SPEC = parse_fleet({
          "aws": {"asg_name": "asg-h100", "node_labels": {"eks.amazonaws.com/nodegroup": "ng-h100"}},
          "taints": [{"key": "nvidia.com/gpu"}], "topology_block": "block-a"},
         {"name": "l40s", "node_type": "g6e", "gpu_model": "L40S", "nodes": 1, "spares": 1,
-         "member_selector": {"eks.amazonaws.com/nodegroup": "ng-l40s"}},
+         "member_selector": {NODE_GROUP: "ng-l40s"}},
     ],
     "slurm": {"partitions": [{"name": "p", "pools": ["h100", "l40s"]}]},
     "healing": {"reconciler": {"iam_role_arn": "arn:aws:iam::123456789012:role/r"}},
@@ -32,7 +35,7 @@ def node(name, labels_=None, taints=(), iid=None, gpus=8):
 
 
 def member(name, pool, role, taints=()):
-    return node(name, {labels.POOL: pool, labels.ROLE: role}, taints)
+    return node(name, {labels.NODE_POOL: pool, labels.ROLE: role}, taints)
 
 
 def apply(nodes, p):
@@ -50,7 +53,7 @@ def test_a_pools_nodes_carry_its_slurm_topology_block_for_the_operator():
     """slurm-operator 1.2.1 gives the Slurm node of each NodeSet pod the topology in its Kubernetes node's
     topology.slinky.slurm.net/spec annotation (nodeset_sync.go syncSlurmTopology): a pool with a
     topology_block gets `blocks:<block>`, the block the stack's topology.yaml declares; others none."""
-    nodes = [node("a", iid="i-1"), node("l", {"eks.amazonaws.com/nodegroup": "ng-l40s"})]
+    nodes = [node("a", iid="i-1"), node("l", {NODE_GROUP: "ng-l40s"})]
     p = plan(nodes, SPEC, H100_FACTS)
     by = {c.node: c for c in p.changes}
     assert by["a"].annotations == {labels.SLINKY_TOPOLOGY_SPEC: "blocks:block-a"}
@@ -69,10 +72,10 @@ H100_FACTS = MembershipFacts({"i-1": "asg-h100", "i-2": "asg-h100", "i-3": "asg-
      [member("a", "h100", labels.ROLE_ACTIVE, [GPU_TAINT]), member("b", "h100", labels.ROLE_ACTIVE, [GPU_TAINT]),
       member("bad", "h100", labels.ROLE_QUARANTINED, [GPU_TAINT]), node("new", iid="i-3")], H100_FACTS,
      {"new": labels.ROLE_SPARE}),
-    ("the launch template's kubelet labels are enough",
-     [node("k", {"eks.amazonaws.com/nodegroup": "ng-h100"})], MembershipFacts(), {"k": labels.ROLE_ACTIVE}),
+    ("the launch template's kubelet labels prove nothing",
+     [node("k", {"eks.amazonaws.com/nodegroup": "ng-h100"})], MembershipFacts(), {}),
     ("kubernetes-spares: the member selector",
-     [member("l0", "l40s", labels.ROLE_ACTIVE), node("l1", {"eks.amazonaws.com/nodegroup": "ng-l40s"}, gpus=4)],
+     [member("l0", "l40s", labels.ROLE_ACTIVE), node("l1", {NODE_GROUP: "ng-l40s"}, gpus=4)],
      MembershipFacts(), {"l1": labels.ROLE_SPARE}),
     ("an instance of another group is not ours", [node("x", iid="i-9")], H100_FACTS, {}),
 ])
@@ -81,7 +84,7 @@ def test_members_get_pool_and_role(case, nodes, facts, want):
     got = {c.node: c.labels.get(labels.ROLE) for c in p.changes if labels.ROLE in c.labels}
     assert got == want, case
     for c in p.changes:
-        assert c.labels.get(labels.POOL, c.pool) == c.pool
+        assert c.labels.get(labels.NODE_POOL, c.pool) == c.pool
         if c.labels.get(labels.ROLE) == labels.ROLE_SPARE:
             assert SPARE in c.add_taints, case
         if c.labels.get(labels.ROLE) == labels.ROLE_ACTIVE:
@@ -90,7 +93,7 @@ def test_members_get_pool_and_role(case, nodes, facts, want):
 
 
 def test_pool_labels_and_taints_are_added_not_removed():
-    n = node("a", {labels.POOL: "h100", labels.ROLE: labels.ROLE_SPARE, "keep": "me"},
+    n = node("a", {labels.NODE_POOL: "h100", labels.ROLE: labels.ROLE_SPARE, "keep": "me"},
              [{"key": "other", "effect": "NoExecute"}])
     (c,) = plan([n], SPEC).changes
     assert c.labels == {labels.TOPOLOGY_BLOCK: "block-a"}
@@ -102,19 +105,68 @@ def test_pool_labels_and_taints_are_added_not_removed():
 
 def test_unlabelled_gpu_nodes_are_reported_not_ignored():
     nodes = [node("stray-gpu"), node("cpu-only", gpus=0),
-             node("system", {labels.ROLE: labels.ROLE_SYSTEM}, gpus=0), node("gfd", {labels.GPU_COUNT: "8"}, gpus=0)]
+             node("system", {labels.SYSTEM_NODE: "true"}), node("gfd", {labels.GPU_COUNT: "8"}, gpus=0)]
     p = plan(nodes, SPEC)
-    assert p.unlabelled_gpu_nodes == ("gfd", "stray-gpu") and p.changes == ()
+    assert p.unlabelled_gpu_nodes == ("gfd", "stray-gpu") and p.changes == () and p.unproven == ()
+
+
+@pytest.mark.parametrize("own_labels", [
+    {labels.POOL: "h100", labels.ROLE: labels.ROLE_SPARE},   # what a kubelet's --node-labels could say
+    {labels.ROLE: labels.ROLE_ACTIVE},
+    {labels.ROLE: labels.ROLE_SYSTEM},
+    {labels.POOL: "l40s", "nvidia.com/gpu.present": "true"},
+])
+def test_a_nodes_own_claims_enrol_nothing_and_are_reported_once(own_labels):
+    """Labels a kubelet may set on itself are no membership: the node gets no pool label, role or taint
+    change, and one NodeMembershipUnproven Event names it (not repeated once reported)."""
+    n = node("forger", own_labels)
+    p = plan([n], SPEC, H100_FACTS)
+    assert p.changes == () and p.unproven == ("forger",) and p.unlabelled_gpu_nodes == ()
+    reports = [a for a in membership_actions(p) if isinstance(a, Report)]
+    assert [(r.name, r.reason) for r in reports] == [("forger", "NodeMembershipUnproven")]
+    assert not [a for a in membership_actions(p, frozenset({"forger"})) if isinstance(a, Report)]
+
+
+def test_provider_evidence_enrols_a_node_whatever_its_own_labels_claim():
+    """An instance of the pool's group joins the pool the group names, not the one its own labels say."""
+    n = node("a", {labels.POOL: "l40s", labels.ROLE: labels.ROLE_SPARE}, iid="i-1")
+    (c,) = plan([n], SPEC, H100_FACTS).changes
+    assert c.pool == "h100" and c.labels[labels.NODE_POOL] == "h100"
+
+
+def test_pools_and_system_nodes_select_only_on_labels_no_kubelet_can_set():
+    from fleetspec.load import SpecError
+
+    raw = SPEC.model_dump(mode="json")
+    raw["pools"][1]["member_selector"] = {"eks.amazonaws.com/nodegroup": "ng-l40s"}
+    with pytest.raises(SpecError, match=r"pools\[1\]\.member_selector.*eks.amazonaws.com/nodegroup"):
+        parse_fleet(raw)
+    raw = SPEC.model_dump(mode="json")
+    raw["system_pool"] = {"node_selector": {labels.ROLE: labels.ROLE_SYSTEM}}
+    with pytest.raises(SpecError, match=r"system_pool\.node_selector.*gpufleet.io/role"):
+        parse_fleet(raw)
+    assert SPEC.system_pool.node_selector == {labels.SYSTEM_NODE: "true"}
 
 
 @pytest.mark.parametrize("n,facts,message", [
-    (node("a", {labels.POOL: "gone"}), MembershipFacts(), "does not declare"),
-    (node("a", {labels.POOL: "l40s"}, iid="i-1"), H100_FACTS, "left as it is"),
-    (node("a", {"eks.amazonaws.com/nodegroup": "ng-l40s"}, iid="i-1"), H100_FACTS, "claimed by pools"),
+    (node("a", {labels.NODE_POOL: "gone"}), MembershipFacts(), "does not declare"),
+    (node("a", {labels.NODE_POOL: "l40s"}, iid="i-1"), H100_FACTS, "left as it is"),
+    (node("a", {NODE_GROUP: "ng-l40s"}, iid="i-1"), H100_FACTS, "claimed by pools"),
 ])
 def test_conflicts_are_reported_and_left_alone(n, facts, message):
     p = plan([n], SPEC, facts)
     assert p.changes == () and message in p.conflicts[0]
+
+
+def test_a_second_node_naming_a_members_instance_enrols_in_nothing():
+    """A kubelet registers its own providerID, so a compromised node may name another instance of the group:
+    while two nodes name one instance, neither that is not a member yet joins; the member stays one."""
+    real, forger = member("real", "h100", labels.ROLE_ACTIVE), node("forger", iid="i-1")
+    real["spec"]["providerID"] = "aws:///us-east-1a/i-1"
+    p = plan([real, forger], SPEC, H100_FACTS)
+    assert "forger" not in {c.node for c in p.changes} and any("i-1" in c and "forger" in c for c in p.conflicts)
+    p = plan([node("x", iid="i-2"), node("y", iid="i-2")], SPEC, H100_FACTS)
+    assert p.changes == () and len(p.conflicts) == 2
 
 
 def test_facts_merge_across_providers():

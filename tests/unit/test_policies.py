@@ -178,6 +178,22 @@ def capacity(pool: str, nodes: int, spares: int) -> dict:
             "data": {"capacity.json": json.dumps({"pool": pool, "nodes": nodes, "spares": spares})}}
 
 
+def _membership(selector: dict, provider: str = "kubernetes-spares") -> dict:
+    return {"metadata": meta("gpufleet-pool-l40s"), "data": {"capacity.json": json.dumps(
+        {"pool": "l40s", "nodes": 2, "spares": 1, "provider": provider, "memberSelector": selector})}}
+
+
+@pytest.mark.parametrize("selector,needle", [
+    ({"node-restriction.kubernetes.io/node-group": "l40s"}, None),
+    ({"eks.amazonaws.com/nodegroup": "l40s"}, "labels a kubelet may set on its own node"),
+    ({"node-restriction.kubernetes.io/node-group": "l40s", "gpufleet.io/pool": "l40s"}, "['gpufleet.io/pool']"),
+    ({}, "declares no member_selector"),
+])
+def test_pool_members_are_selected_on_labels_no_kubelet_can_set(selector, needle):
+    msgs = run("pool-membership-declared", CM, _membership(selector))
+    assert (msgs == []) if needle is None else (len(msgs) == 1 and needle in msgs[0]), msgs
+
+
 def test_pool_with_spares_passes_and_without_fails():
     assert run("gpu-pool-spares", CM, capacity("h100", 8, 1)) == []
     msgs = run("gpu-pool-spares", CM, capacity("h100", 8, 0))

@@ -15,7 +15,7 @@ STAGING = load_stack_file(ROOT / "Pulumi.staging.yaml").fleet
 
 
 def _gpu_nodes(spec, gpus=None):
-    return tuple({"name": f"{p.name}-{i}", "labels": {labels.POOL: p.name}, "gpus": p.gpus_per_node if gpus is None else gpus}
+    return tuple({"name": f"{p.name}-{i}", "labels": {labels.NODE_POOL: p.name}, "gpus": p.gpus_per_node if gpus is None else gpus}
                  for p in spec.pools for i in range(2))
 
 

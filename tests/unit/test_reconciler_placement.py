@@ -21,7 +21,7 @@ def test_locally_the_host_network_and_the_api_server_on_loopback():
     spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
     p = placement(ReconcilerArgs(spec, host_network_api=HostNetworkApi("127.0.0.1", 31443)))
     assert p.pod["hostNetwork"] is True and p.pod["dnsPolicy"] == "ClusterFirstWithHostNet"
-    assert p.pod["nodeSelector"] == {"gpufleet.io/role": "system"}
+    assert p.pod["nodeSelector"] == {"node-restriction.kubernetes.io/gpufleet-system": "true"}  # the platform's mark
     assert {e["name"]: e["value"] for e in p.env} == {"KUBERNETES_SERVICE_HOST": "127.0.0.1",
                                                       "KUBERNETES_SERVICE_PORT": "31443"}
     assert p.probe == {"path": "/healthz", "port": 9103, "host": "127.0.0.1"}  # the probes' own port

@@ -382,7 +382,7 @@ def test_a_node_that_joins_is_labelled_into_its_pool_and_a_gpu_node_of_no_pool_i
                                "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": ready}}
     w.run(seconds=2)
     joined = w.kube.nodes["new-0"]["metadata"]["labels"]
-    assert joined[labels.POOL] == "h100" and joined[labels.ROLE] == labels.ROLE_SPARE  # the pool's actives are full
+    assert joined[labels.NODE_POOL] == "h100" and joined[labels.ROLE] == labels.ROLE_SPARE  # the pool's actives are full
     assert labels.SPARE_TAINT in {t["key"] for t in w.kube.nodes["new-0"]["spec"]["taints"]}
     w.run(seconds=60)  # two more passes: the stray node is reported once
     assert w.kube.calls.count(("event", "NodeInNoPool")) == 1

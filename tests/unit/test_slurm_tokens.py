@@ -93,7 +93,7 @@ def test_parser_choice_and_errors_in_the_body() -> None:
 def test_standin_pod_is_named_as_slinky_names_it() -> None:
     """slurm-operator v1.2.1 controller/nodeset/utils/utils.go GetOrdinalPodName, initIdentity;
     builder/labels/labels.go WithWorkerLabels; pkg/taints/taints.go TolerationWorkerNode."""
-    ns = NodeSetDef("h100", 2, {"gpufleet.io/pool": "h100"}, [], gpus=8).resource("slurm")
+    ns = NodeSetDef("h100", 2, {"node-restriction.kubernetes.io/gpufleet-pool": "h100"}, [], gpus=8).resource("slurm")
     pod = pod_manifest(ns, 1, "slurm")
     assert pod["metadata"]["name"] == "h100-1"
     assert pod["spec"]["hostname"] == "h100-1" == pod["metadata"]["labels"][POD_HOSTNAME_LABEL]
@@ -102,7 +102,7 @@ def test_standin_pod_is_named_as_slinky_names_it() -> None:
         "app.kubernetes.io/component": "worker", "slinky.slurm.net/cluster": "slurm"}
     assert pod["metadata"]["labels"]["nodeset.slinky.slurm.net/pod-index"] == "1"
     assert pod["metadata"]["labels"]["nodeset.slinky.slurm.net/scaling-mode"] == "StatefulSet"
-    assert pod["spec"]["nodeSelector"] == {"gpufleet.io/pool": "h100"}
+    assert pod["spec"]["nodeSelector"] == {"node-restriction.kubernetes.io/gpufleet-pool": "h100"}
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert pod["spec"]["tolerations"] == [{"key": "nodeset.slinky.slurm.net/worker", "operator": "Equal",
                                            "effect": "NoExecute"}]
