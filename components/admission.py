@@ -9,8 +9,10 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
 
 - `<ns>-reconciler-pods`: the reconciler creates only its capacity-request placeholders
   (reconciler/adapters/providers.py placeholder_pod): in its namespace, the placeholder image, no host
-  namespace, volume, privilege or capability, non-root. So a stolen token starts no privileged pod,
-  even where the namespace's Pod Security level would let one in (the local environment's).
+  namespace, volume, privilege or capability, non-root. So a stolen token starts no privileged pod of its
+  own, even where the namespace's Pod Security level would let one in (the local environment's). Not
+  judged here: the health-check Jobs it creates (the Job controller makes their pods), held only to the
+  namespace's Pod Security level (`restricted` outside the local environment).
 - `<ns>-reconciler-nodes`: on a node it may change its own marks (`gpufleet.io/` labels, annotations and
   taints), Slinky's cordon reason and topology annotation, the cordon itself, and add the pool's labels
   and taints that membership sets; in its status (the subresource it patches to mark a repaired node
