@@ -229,7 +229,6 @@ def test_the_reconciler_cannot_change_unrelated_node_fields(prod_like, what, pat
     assert after.metadata.resource_version == before.metadata.resource_version  # nothing written
 
 
-
 def test_the_reconciler_sets_the_gpu_condition_and_nothing_else_of_a_nodes_status(prod_like):
     """The status subresource (patched to mark a repaired node healthy: kube.set_condition) is held to the GPU
     condition: no Ready condition, no address the API server would dial the kubelet at."""
@@ -247,6 +246,7 @@ def test_the_reconciler_sets_the_gpu_condition_and_nothing_else_of_a_nodes_statu
         status, why = _status(call)
         assert status == 403 and "reconciler-nodes" in why, (what, why)
     assert prod_like.core.read_node(NODE_B).metadata.resource_version == before.metadata.resource_version
+
 
 # --- which pods it may delete --------------------------------------------------------------------------
 
