@@ -9,11 +9,14 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
 
 - `<ns>-reconciler-pods`: the reconciler creates only its capacity-request placeholders
   (reconciler/adapters/providers.py placeholder_pod): in its namespace, the placeholder image, no host
-  namespace, volume, privilege or capability, non-root. So a stolen token starts no privileged pod,
-  even where the namespace's Pod Security level would let one in (the local environment's).
+  namespace, volume, privilege or capability, non-root. So a stolen token starts no privileged pod of its
+  own, even where the namespace's Pod Security level would let one in (the local environment's). Not
+  judged here: the health-check Jobs it creates (the Job controller makes their pods), held only to the
+  namespace's Pod Security level (`restricted` outside the local environment).
 - `<ns>-reconciler-nodes`: on a node it may change its own marks (`gpufleet.io/` labels, annotations and
   taints), Slinky's cordon reason and topology annotation, the cordon itself, and add the pool's labels
-  and taints that membership sets; nothing else of a node.
+  and taints that membership sets; in its status (the subresource it patches to mark a repaired node
+  healthy) only the GPU condition; nothing else of a node.
 - `<ns>-reconciler-pod-deletion`: it deletes (with any grace, force included) only borrowers (a pod of
   a borrower PriorityClass) and its own placeholders. Evictions go through PodDisruptionBudgets and
   are not limited here.
@@ -130,6 +133,19 @@ def pool_taint_keys(spec: FleetSpec) -> set[str]:
     return {t.key for p in spec.pools for t in p.taints if not t.key.startswith(OWN)}
 
 
+STATUS_FIELDS = ("capacity", "allocatable", "addresses", "nodeInfo", "daemonEndpoints")
+SUBRESOURCE = {"name": "subResource", "expression": "request.?subResource.orValue('')"}  # absent on the object itself
+
+
+def status_only_conditions(condition_types) -> str:
+    """CEL: on a node's status subresource, only the conditions of `condition_types` change (not Ready, not the
+    addresses the API server dials the kubelet at, not capacity). Needs the variable `subResource`."""
+    types = _strings(condition_types)
+    others = lambda o: f"{o}.status.?conditions.orValue([]).filter(c, !(c.type in {types}))"  # noqa: E731
+    same = " && ".join(f"object.status.?{f} == oldObject.status.?{f}" for f in STATUS_FIELDS)
+    return f"variables.subResource != 'status' || ({others('object')} == {others('oldObject')} && {same})"
+
+
 def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
     dep = spec.healing.reconciler
     own = f"k.startsWith({json.dumps(OWN)})"
@@ -138,7 +154,7 @@ def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
     # a taint is the same when key, value and effect are (timeAdded is the API server's)
     taint_in = lambda t, where: (f"variables.{where}.exists(x, x.key == {t}.key && x.?value == {t}.?value && "  # noqa: E731
                                  f"x.effect == {t}.effect)")
-    return _policy(f"{dep.namespace}-reconciler-nodes", username, [_rule(["nodes"], ["UPDATE"])], [
+    return _policy(f"{dep.namespace}-reconciler-nodes", username, [_rule(["nodes", "nodes/status"], ["UPDATE"])], [
         {"expression": _changed_only("oldLabels", "newLabels", f"{own} || (k in {pool_labels} && k in variables.newLabels)"),
          "message": f"the reconciler changes only {OWN} labels, and adds the pool labels membership sets"},
         {"expression": _changed_only("oldAnnotations", "newAnnotations",
@@ -153,7 +169,10 @@ def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
         {"expression": "object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && "
                        "object.metadata.?finalizers == oldObject.metadata.?finalizers",
          "message": "the reconciler changes no owner or finalizer of a node"},
-    ], variables=[*_maps("Labels", "labels"), *_maps("Annotations", "annotations"),
+        {"expression": status_only_conditions(spec.healing.condition_types),
+         "message": f"in a node's status the reconciler changes only the GPU condition "
+                    f"({', '.join(spec.healing.condition_types)}) it sets back after a repair"},
+    ], variables=[SUBRESOURCE, *_maps("Labels", "labels"), *_maps("Annotations", "annotations"),
                   {"name": "oldTaints", "expression": "oldObject.spec.?taints.orValue([])"},
                   {"name": "newTaints", "expression": "object.spec.?taints.orValue([])"}])
 
@@ -185,11 +204,7 @@ def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
 
 
 def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
-    types = _strings(spec.healing.condition_types)
     own = _strings({labels.KMSG_REPORTED, labels.REPAIR_RESULT})
-    others = lambda o: f"{o}.status.?conditions.orValue([]).filter(c, !(c.type in {types}))"  # noqa: E731
-    status_same = " && ".join(f"object.status.?{f} == oldObject.status.?{f}"
-                              for f in ("capacity", "allocatable", "addresses", "nodeInfo", "daemonEndpoints"))
     return _policy(f"{spec.healing.reconciler.agent_namespace}-agent-own-node", username,
                    [_rule(["nodes", "nodes/status"], ["UPDATE"])], [
         {"expression": "variables.tokenNode.size() == 1 && variables.tokenNode[0] == object.metadata.name",
@@ -201,13 +216,11 @@ def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
                        + _changed_only("oldAnnotations", "newAnnotations", f"k in {own}") + ")",
          "message": f"on its node the agent changes only its kernel-log cursor ({labels.KMSG_REPORTED}) and the "
                     f"answer to a repair ({labels.REPAIR_RESULT})"},
-        {"expression": f"variables.subResource != 'status' || ({others('object')} == {others('oldObject')} && "
-                       f"{status_same})",
+        {"expression": status_only_conditions(spec.healing.condition_types),
          "message": f"in its node's status the agent changes only its condition ({', '.join(spec.healing.condition_types)})"},
     ], variables=[{"name": "tokenNode",
                    "expression": f"request.userInfo.extra[?{json.dumps(NODE_NAME_KEY)}].orValue([])"},
-                  # absent, not empty, on a request for the object itself
-                  {"name": "subResource", "expression": "request.?subResource.orValue('')"},
+                  SUBRESOURCE,
                   *_maps("Annotations", "annotations")])
 
 

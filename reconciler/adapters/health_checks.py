@@ -6,7 +6,8 @@ The pod lands on that node whatever holds it out of service: it is pinned by `ma
 ReplaceDaemonSetPodNodeNameNodeAffinity) and tolerates every taint, `node.kubernetes.io/unschedulable`
 (the cordon) included (kube-scheduler's NodeUnschedulable plugin admits a pod that tolerates it:
 pkg/scheduler/framework/plugins/nodeunschedulable). It asks for every GPU of the node, so the device
-plugin gives it all of them and nothing else runs there. It runs unprivileged; `activeDeadlineSeconds`
+plugin gives it all of them and nothing else runs there. It runs unprivileged and passes Pod Security
+`restricted` (non-root, RuntimeDefault seccomp, no capability); `activeDeadlineSeconds`
 is the check's timeout, and the TTL controller deletes the Job a day after it ended (no delete grant).
 """
 from __future__ import annotations
@@ -43,6 +44,11 @@ def job_manifest(spec: FleetSpec, pool: NodePool, node: str, name: str, namespac
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
+                    # Pod Security `restricted`, which the reconciler's namespace enforces outside the local
+                    # environment: without these the Job controller's pods are refused, the Job fails at its
+                    # deadline and every node it checks fails validation. 65532: the images' own user.
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [{"matchFields": [
                             {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},

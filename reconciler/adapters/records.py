@@ -52,9 +52,9 @@ def _status(r: Remediation) -> dict[str, Any]:
         "reclaimStarted": _ts(r.reclaim_started),
         "delivered": list(r.delivered),
         "signalledJobs": list(r.signalled),
-        "failedReplacements": [{"node": f.node, "at": _ts(f.at), "why": f.why} for f in r.failed_replacements],
+        "failedReplacements": [{"node": f.node, "at": _ts(f.at), "why": redact(f.why)} for f in r.failed_replacements],
         "standsInFor": r.stands_in_for or None,
-        "refill": {"key": r.refill.key, "state": r.refill.state, "at": _ts(r.refill.at), "message": r.refill.message}
+        "refill": {"key": r.refill.key, "state": r.refill.state, "at": _ts(r.refill.at), "message": redact(r.refill.message)}
         if r.refill else None,
         "waiting": r.waiting or None,
         "failingSince": _ts(r.failing_since),

@@ -10,6 +10,7 @@ from fleetspec.oncall import PersonRequest, parse
 
 from reconciler.core.observe import parse_time
 from reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase
+from reconciler.redact import redact  # no URL or token in a record (records.py)
 
 KEEP_HISTORY = 40  # lines of a repair's history kept on the object
 
@@ -32,15 +33,15 @@ def repair_status(rep: Repair | None) -> dict[str, Any] | None:
         "bootID": rep.boot,
         "deadline": _ts(rep.deadline),
         "job": rep.job,
-        "reason": rep.reason,
-        "history": [{"step": e.step, "outcome": e.outcome, "at": _ts(e.at), "message": e.message[:500]}
+        "reason": redact(rep.reason),
+        "history": [{"step": e.step, "outcome": e.outcome, "at": _ts(e.at), "message": redact(e.message)[:500]}
                     for e in rep.history[-KEEP_HISTORY:]],
         "stoppedFrom": rep.stopped_from,
         "gpus": list(rep.gpus),
         "rungs": list(rep.rungs),
         "resent": rep.resent,
         "inPlace": rep.in_place,
-        "error": rep.error,
+        "error": redact(rep.error),
     }
     return {k: v for k, v in out.items() if v not in (None, "", [])}
 

@@ -10,7 +10,8 @@ kubelet set on itself:
   only this pass or the platform sets.
 
 A member without a role becomes `active` while the pool has fewer active nodes than it declares,
-else a `spare` (with the spare taint), so a node that joins after a fault refills the spares. The
+else a `spare` (with the spare taint), so a node that joins after a fault refills the spares; one that
+joins already saying `active` (a label its kubelet may have set) keeps it only on the same terms. The
 pool's own labels and taints are added where missing. Nothing is removed, a node already labelled
 for another pool is reported, never relabelled; a GPU node that belongs to no pool is reported, and
 one that claims a pool or a role by its own labels (`gpufleet.io/pool`, `gpufleet.io/role`) without
@@ -169,17 +170,37 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
         members.append((node, pools[pool_name]))
 
     roles: dict[str, dict[str, int]] = {p: {} for p in pools}
+    self_active: list[tuple[Mapping, NodePool]] = []
     for node, pool in members:
-        role = _labels(node).get(labels.ROLE)
-        if role:
+        have = _labels(node)
+        role = have.get(labels.ROLE)
+        if role == labels.ROLE_ACTIVE and labels.NODE_POOL not in have:
+            self_active.append((node, pool))  # `active` before it was a proven member: its kubelet may have said so
+        elif role:
             roles[pool.name][role] = roles[pool.name].get(role, 0) + 1
+    # A node joining with `active` on it (set by whoever registered it, its kubelet included) keeps it only while
+    # its pool has fewer active nodes than it declares, as a node without a role would get; past that it joins as
+    # a spare (spare taint, checked before it serves), so a kubelet's own label never takes a place in service.
+    demoted = set()
+    for node, pool in self_active:
+        count = roles[pool.name]
+        if count.get(labels.ROLE_ACTIVE, 0) < pool.nodes:
+            count[labels.ROLE_ACTIVE] = count.get(labels.ROLE_ACTIVE, 0) + 1
+        else:
+            demoted.add(node["metadata"]["name"])
 
     changes = []
     for node, pool in members:
         name, have = node["metadata"]["name"], _labels(node)
         want = pool_labels(pool)
         role, why = have.get(labels.ROLE), []
-        if not role:
+        if name in demoted:
+            count = roles[pool.name]
+            role = want[labels.ROLE] = labels.ROLE_SPARE
+            count[role] = count.get(role, 0) + 1
+            why.append(f"joined pool {pool.name} as {role}: its own label said {labels.ROLE_ACTIVE}, and the pool "
+                       f"has its {pool.nodes} active nodes")
+        elif not role:
             count = roles[pool.name]
             role = labels.ROLE_ACTIVE if count.get(labels.ROLE_ACTIVE, 0) < pool.nodes else labels.ROLE_SPARE
             count[role] = count.get(role, 0) + 1

@@ -229,6 +229,25 @@ def test_the_reconciler_cannot_change_unrelated_node_fields(prod_like, what, pat
     assert after.metadata.resource_version == before.metadata.resource_version  # nothing written
 
 
+def test_the_reconciler_sets_the_gpu_condition_and_nothing_else_of_a_nodes_status(prod_like):
+    """The status subresource (patched to mark a repaired node healthy: kube.set_condition) is held to the GPU
+    condition: no Ready condition, no address the API server would dial the kubelet at."""
+    kube = Kube(prod_like.reconciler())
+    kube.set_condition(NODE_B, labels.GPU_CONDITION, "True", "HealthCheckPassed", "repaired")
+    before = prod_like.core.read_node(NODE_B)
+    assert any(c.type == labels.GPU_CONDITION and c.reason == "HealthCheckPassed" for c in before.status.conditions)
+    for what, call in [
+        ("the Ready condition", lambda: kube.set_condition(NODE_B, "Ready", "False", "Forged", "forged")),
+        ("an address", lambda: client.CoreV1Api(prod_like.reconciler()).patch_node_status(
+            NODE_B, {"status": {"addresses": [{"type": "InternalIP", "address": "203.0.113.9"}]}})),
+        ("the capacity", lambda: client.CoreV1Api(prod_like.reconciler()).patch_node_status(
+            NODE_B, {"status": {"capacity": {"nvidia.com/gpu": "64"}}})),
+    ]:
+        status, why = _status(call)
+        assert status == 403 and "reconciler-nodes" in why, (what, why)
+    assert prod_like.core.read_node(NODE_B).metadata.resource_version == before.metadata.resource_version
+
+
 # --- which pods it may delete --------------------------------------------------------------------------
 
 def test_the_reconciler_deletes_borrowers_and_its_placeholders_only(prod_like):

@@ -654,6 +654,19 @@ def test_admission_policies_bind_each_identity():
     assert all(f'"{c}"' in deletion for c in spec.borrower_classes())
 
 
+
+def test_the_status_subresource_is_judged_for_the_reconciler_as_for_the_agent():
+    """The reconciler patches nodes/status (a repaired node's GPU condition): its node policy judges that
+    subresource too, with the agent's rule (only the GPU condition changes), not only the node itself."""
+    spec = build("prod")
+    dep = spec.healing.reconciler
+    policies = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in MOCKS.of_type(VAP)}
+    rec, agent = policies[f"{dep.namespace}-reconciler-nodes"], policies[f"{dep.agent_namespace}-agent-own-node"]
+    assert rec["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes", "nodes/status"]
+    status_rule = next(v["expression"] for v in agent["validations"] if "variables.subResource != 'status'" in v["expression"])
+    assert status_rule in [v["expression"] for v in rec["validations"]]
+    assert {"name": "subResource", "expression": "request.?subResource.orValue('')"} in rec["variables"]
+
 def test_network_policies_for_the_reconciler_the_agent_and_slurmrestd():
     spec = build("prod")
     dep = spec.healing.reconciler

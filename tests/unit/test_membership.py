@@ -134,6 +134,28 @@ def test_provider_evidence_enrols_a_node_whatever_its_own_labels_claim():
     assert c.pool == "h100" and c.labels[labels.NODE_POOL] == "h100"
 
 
+
+def test_a_role_a_node_joins_with_takes_no_active_place_its_pool_lacks():
+    """`gpufleet.io/role=active` on a node not yet a proven member may be its kubelet's own (--node-labels): it
+    counts only while the pool lacks active nodes, as no role would; past that the node joins as a spare, with
+    the spare taint, and the honest newcomer is not pushed aside."""
+    full = [member("a", "l40s", labels.ROLE_ACTIVE)]  # l40s declares 1 active node
+    forger = node("m-forger", {NODE_GROUP: "ng-l40s", labels.ROLE: labels.ROLE_ACTIVE}, gpus=4)
+    nodes = full + [forger]
+    p = plan(nodes, SPEC)
+    (c,) = p.changes
+    assert c.node == "m-forger" and c.labels[labels.ROLE] == labels.ROLE_SPARE and SPARE in c.add_taints
+    assert plan(apply(nodes, p), SPEC).changes == ()
+    # with room in the pool it is active, as a node without a role would be (the legacy of labelled members)
+    alone = node("m-new", {NODE_GROUP: "ng-l40s", labels.ROLE: labels.ROLE_ACTIVE}, gpus=4)
+    (c,) = plan([alone], SPEC).changes
+    assert labels.ROLE not in c.labels and SPARE not in c.add_taints
+    # two ASG instances both saying active, one place left: the first by name keeps it
+    h = [member("a", "h100", labels.ROLE_ACTIVE, [GPU_TAINT]),
+         node("b", {labels.ROLE: labels.ROLE_ACTIVE}, iid="i-2"), node("c", {labels.ROLE: labels.ROLE_ACTIVE}, iid="i-3")]
+    roles = {c.node: c.labels.get(labels.ROLE) for c in plan(h, SPEC, H100_FACTS).changes if c.node != "a"}
+    assert roles == {"b": None, "c": labels.ROLE_SPARE}
+
 def test_pools_and_system_nodes_select_only_on_labels_no_kubelet_can_set():
     from fleetspec.load import SpecError
 

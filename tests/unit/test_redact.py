@@ -65,6 +65,24 @@ def test_a_record_carries_no_url_or_token():
     assert "eyJzdWIiOiJzbHVybSJ9" not in obj and "X-SLURM-USER-TOKEN=<redacted>" in obj
 
 
+
+def test_every_free_text_of_a_record_is_redacted():
+    """Not only the reason and the last error: a broken replacement's why, a refill's message and a repair's
+    reason, history and error are texts other code wrote too (a provider's, a node's, an API's error)."""
+    from dataclasses import replace
+
+    from reconciler.core.model import Refill, RefillState, ReplacementFailure
+    from reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase
+
+    leak = f"POST https://hooks.slack.com/services/{TOKEN} refused"
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rec = replace(REC, failed_replacements=(ReplacementFailure("h100-9", at, leak),),
+                  refill=Refill("k", RefillState.FAILED, at, leak),
+                  repair=Repair(RepairPhase.STOPPED, at, reason=leak, error=leak,
+                                history=(RepairEvent("reboot", "failed", at, leak),)))
+    obj = json.dumps(to_object(rec))
+    assert TOKEN not in obj and obj.count("hooks.slack.com/<redacted>") >= 6
+
 class Events:
     def __init__(self):
         self.got: list[str] = []
