@@ -17,7 +17,7 @@ from typing import Optional
 import typer
 
 from gpufleet import local_cluster
-from gpufleet.console import EXIT_FAILED, _err, app
+from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app
 
 XID = re.compile(r"\bxid\s*(\d+)", re.IGNORECASE)
 
@@ -152,8 +152,9 @@ def why(
     kubeconfig: Optional[Path] = typer.Option(None, help="Kubeconfig (default: the local environment's, or yours)."),
     slurm_url: Optional[str] = typer.Option(None, help="slurmrestd URL; locally the running environment's."),
     slurm_token_file: Optional[Path] = typer.Option(None, help="File with a Slurm JWT (SLURM_JWT)."),
-    slurm_jwt_key_file: Optional[Path] = typer.Option(None, help="The cluster's JWT key, to sign a token."),
-    slurm_user: str = typer.Option("slurm", help="Slurm user of a token signed from --slurm-jwt-key-file."),
+    slurm_jwt_key_file: Optional[Path] = typer.Option(None, help="The local cluster's JWT key, to sign a token "
+                                                      "(refused for any other stack)."),
+    slurm_user: str = typer.Option("slurm", help="Slurm user of a token signed from --slurm-jwt-key-file (local)."),
     namespace: str = typer.Option("gpufleet-system", help="The reconciler's namespace (its lending ledger)."),
 ) -> None:
     """Why was this job requeued, held or stopped? Its story from Slurm and gpufleet, with a verdict.
@@ -166,6 +167,11 @@ def why(
     from reconciler.errors import PermanentError, TemporaryError
     from gpufleet.commands import _api
 
+    if slurm_jwt_key_file and stack not in (None, "local"):
+        _err(f"--slurm-jwt-key-file: refused for stack {stack}: the JWT key signs a token for any Slurm user, root "
+             "included, and stays where slurmctld reads it; give --slurm-token-file (a token of your own, "
+             "`scontrol token`) instead")
+        raise typer.Exit(EXIT_INVALID)
     local = local_cluster.find() if stack in (None, "local") else None
     if local is not None and not (slurm_url or slurm_token_file or slurm_jwt_key_file):
         slurm_url, slurm_jwt_key_file = local.slurm_rest_url, local.slurm_jwt_key

@@ -118,3 +118,14 @@ def test_demo_injects_the_fault_as_the_agent_writes_it():
     fault = demo_fault(load_spec("local", None), 79)
     assert fault.action is FaultAction.REBOOT
     assert parse_header(format_message(fault, "x")) == {"action": "reboot", "pci": "0000:3b:00"}
+
+
+@pytest.mark.parametrize("cmd", [["reconcile", "--stack", "prod", "--once"], ["why", "7", "--stack", "prod"]])
+def test_no_command_signs_a_slurm_token_from_the_key_outside_local(cmd, tmp_path):
+    """Issue 24 item 3: the JWT key signs a token for any Slurm user, root included; only the local environment's
+    may be used to sign one. Refused before anything is contacted (exit 2, naming the flag)."""
+    key = tmp_path / "jwt"
+    key.write_bytes(b"k" * 32)
+    r = runner.invoke(app, [*cmd, "--slurm-jwt-key-file", str(key)], env={"PULUMI_BACKEND_URL": "file:///nowhere"})
+    assert r.exit_code == 2, r.output
+    assert "--slurm-jwt-key-file: refused" in r.output
