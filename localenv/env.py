@@ -263,6 +263,8 @@ class LocalEnv:
         return extra + nodes
 
     def down(self) -> None:
+        """What calls Slurm and the API server stops first (the reconciler, the stand-ins: a stand-in's pass in
+        flight is abandoned at its SIGTERM), then the nodes, Slurm and the control plane."""
         self.stop_reconciler()
         self.stop_autoscaler()
         self.stop_standin()

@@ -78,7 +78,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.waiting import wait_for
 from localenv import slinky_conf
-from localenv.slurm import LocalSlurm
+from localenv.slurm import Cancelled, LocalSlurm
 
 log = logging.getLogger("slinky-standin")
 
@@ -687,9 +687,16 @@ class SlinkyStandIn:
     # ------------------------------------------------------------------ loop
 
     def run(self, stop: threading.Event, interval: float = 1.0) -> None:
+        """Passes until `stop` is set. Give the local Slurm the same event as its `cancel` (main() does): a stop
+        then abandons the pass in flight at its next Slurm command or daemon wait, as the operator's manager
+        cancels its context on SIGTERM (controller-runtime pkg/manager/signals). The pass is level-based: the
+        next start does what was left."""
         while not stop.is_set():
             try:
                 self.reconcile_once()
+            except Cancelled:
+                log.info("stopping: the pass in flight abandoned")
+                return
             except Exception as e:  # noqa: BLE001 - a failing pass is logged and tried again
                 log.warning("pass failed: %s", e)
             stop.wait(interval)
@@ -724,9 +731,9 @@ class StandInConfig:
         return StandInConfig(**json.loads(path.read_text()))
 
 
-def local_slurm(args: dict[str, Any]) -> LocalSlurm:
+def local_slurm(args: dict[str, Any], cancel: threading.Event | None = None) -> LocalSlurm:
     a = dict(args)
-    return LocalSlurm(a.pop("workdir"), a.pop("partitions"), **a)
+    return LocalSlurm(a.pop("workdir"), a.pop("partitions"), cancel=cancel, **a)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -738,19 +745,26 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = StandInConfig.read(a.config)
     nodesets = None if cfg.nodesets is None else [NodeSetDef(**n) for n in cfg.nodesets]
-    standin = SlinkyStandIn(config.new_client_from_config(config_file=cfg.kubeconfig), local_slurm(cfg.slurm),
+    stop = threading.Event()  # set on SIGTERM; the local Slurm's cancel, so the pass in flight ends with it
+    standin = SlinkyStandIn(config.new_client_from_config(config_file=cfg.kubeconfig), local_slurm(cfg.slurm, stop),
                             nodesets, cfg.namespace, resync=cfg.resync)
     if a.once:
         standin.reconcile_once()
         return 0
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    term: list[float] = []  # when SIGTERM came, for the log
+
+    def on_term(*_: Any) -> None:
+        term.append(time.monotonic())
+        stop.set()
+    signal.signal(signal.SIGTERM, on_term)
     log.info("running for %s in namespace %s", "the Slinky resources" if nodesets is None
              else "NodeSets " + ", ".join(n.name for n in nodesets), cfg.namespace)
     try:
         standin.run(stop, a.interval)
     except KeyboardInterrupt:
         pass
+    if term:
+        log.info("stopped %.1fs after SIGTERM", time.monotonic() - term[0])
     return 0
 
 

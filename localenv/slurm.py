@@ -44,6 +44,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,6 +88,13 @@ _UP_STATES = {"idle", "allocated", "mixed", "completing", "drained", "draining",
 
 class LocalSlurmError(RuntimeError):
     """The local cluster could not be started or is unhealthy."""
+
+
+class Cancelled(BaseException):
+    """The caller's `cancel` event is set: raised by a Slurm command, or a wait for a daemon, that starts or ends
+    after it, as a Go call returns ctx.Err() once its context is cancelled (the Slinky stand-in's stop on SIGTERM,
+    as controller-runtime's manager cancels its context). A BaseException, so that no `except Exception` (a
+    health check, a pass that is logged and tried again) swallows it: it unwinds the work in flight."""
 
 
 def local_stack_slurm():
@@ -189,6 +197,8 @@ class LocalSlurm:
         extra_conf: slurm.conf lines a stack declares (slurm.extra_conf), for a Slurm started without
             a stack's resources; default: the local stack's (Pulumi.local.yaml).
         start_timeout: seconds to wait for each stage of `up()` and `start_node()`.
+        cancel: once set, every Slurm command and every wait for a daemon raises :class:`Cancelled` (a command
+            in flight is not waited for again: its result is dropped when it ends).
     """
 
     def __init__(
@@ -205,6 +215,7 @@ class LocalSlurm:
         cluster_name: str = "gpufleet",
         extra_conf: Iterable[str] | None = None,
         start_timeout: float = 60.0,
+        cancel: threading.Event | None = None,
     ):
         if not partitions:
             raise ValueError("at least one partition is needed")
@@ -223,6 +234,7 @@ class LocalSlurm:
         self.cluster_name = cluster_name
         self.extra_conf = list(local_stack_extra_conf() if extra_conf is None else extra_conf)
         self.start_timeout = start_timeout
+        self.cancel = cancel
 
         d = self.workdir
         self.bin_dir = d / "bin"
@@ -507,7 +519,14 @@ class LocalSlurm:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         env.update(d.env)
         env["GPUFLEET_LOCAL_SLURM"] = str(self.workdir)  # inherited by slurmstepd: see _kill_leftover_jobs
-        return Proc(d.name, [*self._inroot, *d.argv], d.health, url=d.what, ports=d.ports, env=env, cwd=Path("/"))
+        def health() -> bool:  # the supervisor's wait for it looks here: a cancel ends the wait
+            self._check_cancel()
+            return d.health()
+        return Proc(d.name, [*self._inroot, *d.argv], health, url=d.what, ports=d.ports, env=env, cwd=Path("/"))
+
+    def _check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("the local Slurm's caller cancelled")
 
     def _running(self, d: _Daemon) -> int | None:
         return self.supervisor.pid(d.name)
@@ -538,9 +557,13 @@ class LocalSlurm:
 
     def run(self, argv: Sequence[str], *, timeout: float = 30, check: bool = False,
             input: str | None = None) -> subprocess.CompletedProcess:
-        """Run a command (scontrol, squeue, sbatch, ...) inside the root against this cluster."""
+        """Run a command (scontrol, squeue, sbatch, ...) inside the root against this cluster. Raises
+        :class:`Cancelled` when `cancel` is set before it starts or by the time it ends (the stop that set it
+        may have killed it)."""
+        self._check_cancel()
         r = subprocess.run([*self._inroot, *argv], env=self.env(), capture_output=True, text=True,
                            timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
+        self._check_cancel()
         if check and r.returncode != 0:
             raise LocalSlurmError(f"{shlex.join(argv)} (in the Slurm root) failed ({r.returncode}): "
                                   f"{(r.stderr or r.stdout).strip()}")
