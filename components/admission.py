@@ -10,13 +10,18 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
 - `<ns>-reconciler-pods`: the reconciler creates only its capacity-request placeholders
   (reconciler/adapters/providers.py placeholder_pod): in its namespace, the placeholder image, no host
   namespace, volume, privilege or capability, non-root. So a stolen token starts no privileged pod of its
-  own, even where the namespace's Pod Security level would let one in (the local environment's). Not
-  judged here: the health-check Jobs it creates (the Job controller makes their pods), held only to the
-  namespace's Pod Security level (`restricted` outside the local environment).
+  own, even where the namespace's Pod Security level would let one in (the local environment's).
+- `<ns>-reconciler-jobs`: the Jobs it creates are its health checks (reconciler/adapters/health_checks.py
+  job_manifest), judged by their pod template, since the Job controller, not the reconciler, creates their
+  pods: in its namespace, labelled with the node they check, one container of the health-check image
+  (`healing.repair.health_check.image`, else the agent's), no host namespace, volume or ServiceAccount token,
+  no privilege or capability, non-root with RuntimeDefault seccomp. So no Job starts a privileged pod for it
+  either, whatever the namespace's level.
 - `<ns>-reconciler-nodes`: on a node it may change its own marks (`gpufleet.io/` labels, annotations and
   taints), Slinky's cordon reason and topology annotation, the cordon itself, and add the pool's labels
-  and taints that membership sets; in its status (the subresource it patches to mark a repaired node
-  healthy) only the GPU condition; nothing else of a node.
+  and taints that membership sets; the proven pool (`node-restriction.kubernetes.io/gpufleet-pool`) only
+  where a node has none, never changed or removed (membership never relabels a node); in its status (the
+  subresource it patches to mark a repaired node healthy) only the GPU condition; nothing else of a node.
 - `<ns>-reconciler-pod-deletion`: it deletes (with any grace, force included) only borrowers (a pod of
   a borrower PriorityClass) and its own placeholders. Evictions go through PodDisruptionBudgets and
   are not limited here.
@@ -63,8 +68,8 @@ def _strings(values) -> str:
     return "[" + ", ".join(json.dumps(v) for v in sorted(set(values))) + "]"
 
 
-def _rule(resources: list[str], operations: list[str]) -> dict:
-    return {"apiGroups": [""], "apiVersions": ["v1"], "operations": operations, "resources": resources}
+def _rule(resources: list[str], operations: list[str], group: str = "") -> dict:
+    return {"apiGroups": [group], "apiVersions": ["v1"], "operations": operations, "resources": resources}
 
 
 def _policy(name: str, username: str, rules: list[dict], validations: list[dict],
@@ -120,6 +125,47 @@ def reconciler_pods_policy(spec: FleetSpec, username: str) -> dict:
     ])
 
 
+def reconciler_jobs_policy(spec: FleetSpec, username: str) -> dict:
+    """The health-check Jobs (reconciler/adapters/health_checks.py job_manifest), judged by their pod template
+    (the Job controller, not the reconciler, creates their pods): in its namespace, labelled with the node they
+    check, the health-check image, and as restricted as the placeholders but for the GPUs they ask for."""
+    dep = spec.healing.reconciler
+    image = spec.healing.health_check_image()
+    node = json.dumps(labels.HEALTH_CHECK_NODE)
+    return _policy(f"{dep.namespace}-reconciler-jobs", username, [_rule(["jobs"], ["CREATE", "UPDATE"], "batch")], [
+        {"expression": f"request.namespace == {json.dumps(dep.namespace)}",
+         "message": f"the reconciler creates Jobs only in {dep.namespace}"},
+        {"expression": f"object.metadata.?labels[?{node}].hasValue() && "
+                       f"object.spec.template.?metadata.?labels[?{node}].hasValue()",
+         "message": f"the reconciler creates only health-check Jobs (label {labels.HEALTH_CHECK_NODE} on the Job "
+                    "and its pods)"},
+        {"expression": "!variables.pod.?hostNetwork.orValue(false) && !variables.pod.?hostPID.orValue(false) && "
+                       "!variables.pod.?hostIPC.orValue(false)",
+         "message": "a health check shares no host namespace"},
+        {"expression": "variables.pod.?volumes.orValue([]).size() == 0 && "
+                       "variables.pod.?automountServiceAccountToken.orValue(true) == false",
+         "message": "a health check mounts nothing, not even a ServiceAccount token"},
+        {"expression": "variables.pod.?initContainers.orValue([]).size() == 0 && "
+                       "variables.pod.?ephemeralContainers.orValue([]).size() == 0 && "
+                       "variables.pod.containers.size() == 1",
+         "message": "a health check has one container"},
+        {"expression": f"variables.pod.containers.all(c, c.image == {json.dumps(image)} && "
+                       "!c.?securityContext.?privileged.orValue(false) && "
+                       "c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false && "
+                       "c.?securityContext.?capabilities.?add.orValue([]).size() == 0 && "
+                       "c.?securityContext.?runAsNonRoot.orValue(true) == true && "
+                       "c.?securityContext.?runAsUser.orValue(1) != 0 && "
+                       "c.?securityContext.?seccompProfile.?type.orValue('RuntimeDefault') == 'RuntimeDefault' && "
+                       "c.?ports.orValue([]).size() == 0)",
+         "message": f"a health check runs {image} (healing.repair.health_check.image, else the agent's image), "
+                    "unprivileged, without capabilities or ports"},
+        {"expression": "variables.pod.?securityContext.?runAsNonRoot.orValue(false) == true && "
+                       "variables.pod.?securityContext.?runAsUser.orValue(1) != 0 && "
+                       "variables.pod.?securityContext.?seccompProfile.?type.orValue('') == 'RuntimeDefault'",
+         "message": "a health check runs as non-root with the RuntimeDefault seccomp profile"},
+    ], variables=[{"name": "pod", "expression": "object.spec.template.spec"}])
+
+
 def pool_label_keys(spec: FleetSpec) -> set[str]:
     """Labels membership sets on a pool's nodes (fleetspec/placement.py node_labels) outside gpufleet's prefix,
     the proven pool (labels.NODE_POOL) among them."""
@@ -149,14 +195,19 @@ def status_only_conditions(condition_types) -> str:
 def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
     dep = spec.healing.reconciler
     own = f"k.startsWith({json.dumps(OWN)})"
-    pool_labels, pool_taints = _strings(pool_label_keys(spec)), _strings(pool_taint_keys(spec))
+    pool_labels = _strings(pool_label_keys(spec) - {labels.NODE_POOL})
+    pool_taints = _strings(pool_taint_keys(spec))
+    # the proven pool is set once (membership adds it to a node without one and never relabels: core/membership.py)
+    proven = f"(k == {json.dumps(labels.NODE_POOL)} && !(k in variables.oldLabels))"
     same = lambda f: f"object.spec.?{f} == oldObject.spec.?{f}"  # noqa: E731
     # a taint is the same when key, value and effect are (timeAdded is the API server's)
     taint_in = lambda t, where: (f"variables.{where}.exists(x, x.key == {t}.key && x.?value == {t}.?value && "  # noqa: E731
                                  f"x.effect == {t}.effect)")
     return _policy(f"{dep.namespace}-reconciler-nodes", username, [_rule(["nodes", "nodes/status"], ["UPDATE"])], [
-        {"expression": _changed_only("oldLabels", "newLabels", f"{own} || (k in {pool_labels} && k in variables.newLabels)"),
-         "message": f"the reconciler changes only {OWN} labels, and adds the pool labels membership sets"},
+        {"expression": _changed_only("oldLabels", "newLabels",
+                                     f"{own} || (k in {pool_labels} && k in variables.newLabels) || {proven}"),
+         "message": f"the reconciler changes only {OWN} labels, and adds the pool labels membership sets "
+                    f"({labels.NODE_POOL} only to a node without one: it never changes or removes it)"},
         {"expression": _changed_only("oldAnnotations", "newAnnotations",
                                      f"{own} || k in {_strings(SLINKY_NODE_ANNOTATIONS)}"),
          "message": f"the reconciler changes only {OWN} annotations and Slinky's {', '.join(SLINKY_NODE_ANNOTATIONS)}"},
@@ -250,7 +301,8 @@ def kubelet_membership_policy(spec: FleetSpec) -> dict:
 def policies(spec: FleetSpec, reconciler: str, agent: str) -> list[dict]:
     """Every policy, for the reconciler's and the agent's usernames, and the kubelets'."""
     return [reconciler_pods_policy(spec, reconciler), reconciler_nodes_policy(spec, reconciler),
-            reconciler_pod_deletion_policy(spec, reconciler), agent_nodes_policy(spec, agent),
+            reconciler_pod_deletion_policy(spec, reconciler), reconciler_jobs_policy(spec, reconciler),
+            agent_nodes_policy(spec, agent),
             kubelet_membership_policy(spec)]
 
 

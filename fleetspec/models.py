@@ -761,6 +761,11 @@ class HealingSpec(Strict):
     reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)
     repair: RepairSpec = Field(default_factory=RepairSpec, description="The repair loop after a heal (issue 25).")
 
+    def health_check_image(self) -> str:
+        """The image of the health-check Jobs (reconciler/adapters/health_checks.py): the check's own, else the
+        node agent's. The only image the reconciler's Job admission policy admits (components/admission.py)."""
+        return self.repair.health_check.image or self.reconciler.agent_image
+
     @model_validator(mode="before")
     @classmethod
     def _no_critical_xids(cls, data: object) -> object:

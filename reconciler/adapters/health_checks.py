@@ -29,7 +29,7 @@ JOB_NAME = "batch.kubernetes.io/job-name"  # the label the Job controller puts o
 
 def job_manifest(spec: FleetSpec, pool: NodePool, node: str, name: str, namespace: str) -> dict[str, Any]:
     check = spec.healing.repair.health_check
-    image = check.image or spec.healing.reconciler.agent_image
+    image = spec.healing.health_check_image()
     gpus = str(pool.gpus_per_node)
     meta_labels = {labels.HEALTH_CHECK_NODE: node, labels.POOL: pool.name, labels.APP_PART_OF: labels.PART_OF}
     return {

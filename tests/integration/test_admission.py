@@ -4,8 +4,11 @@ reconciler's and the agent's ServiceAccounts.
 
 - the reconciler's token creates its capacity-request placeholders and nothing else: no privileged pod, in
   its restricted namespace (prod) nor in a namespace whose level admits one (the local environment's);
+- it creates its health-check Jobs (the adapter's own job_manifest) and no other Job: none that would start a
+  privileged pod, none without the health-check label, none outside its namespace;
 - it changes its own marks on a node (cordon, gpufleet.io labels, taints and annotations, the pool's labels)
-  through the reconciler's own adapter code, and no other field;
+  through the reconciler's own adapter code, and no other field; it adds a node's proven pool, never changes
+  or removes it;
 - it deletes borrowers and its placeholders, no other pod;
 - the agent's token, bound to a pod on node A, writes A's GPU condition and kernel-log cursor, and nothing
   of node B; a token bound to no pod writes no node;
@@ -31,6 +34,7 @@ from fleetspec.models import FleetSpec
 from fleetspec.placement import worker_selector
 from gpufleet.waiting import wait_for
 from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
+from reconciler.adapters.health_checks import HealthChecks, job_manifest
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.providers import placeholder_pod
 from reconciler.core import membership
@@ -187,6 +191,100 @@ def test_the_reconciler_creates_its_placeholders_and_no_privileged_pod(where, re
         assert status == 403, why
 
 
+# --- which Jobs it may create ----------------------------------------------------------------------------
+
+def _job_variants(s: Setup) -> list[tuple[str, object, str]]:
+    """(what, how a real health-check Job is changed, the refusal's words): each a health check in every way but one."""
+    pod = lambda j: j["spec"]["template"]["spec"]  # noqa: E731
+    c = lambda j: pod(j)["containers"][0]  # noqa: E731
+    return [
+        ("a privileged container", lambda j: c(j).update(securityContext={"privileged": True}), "unprivileged"),
+        ("an added capability", lambda j: c(j)["securityContext"].update(capabilities={"add": ["SYS_ADMIN"]}),
+         "without capabilities"),
+        ("privilege escalation", lambda j: c(j)["securityContext"].update(allowPrivilegeEscalation=True),
+         "unprivileged"),
+        ("another image", lambda j: c(j).update(image="docker.io/library/busybox:1.36"),
+         f"runs {s.spec.healing.health_check_image()}"),
+        ("the host's PID namespace", lambda j: pod(j).update(hostPID=True), "no host namespace"),
+        ("the host's network", lambda j: pod(j).update(hostNetwork=True), "no host namespace"),
+        ("a host path", lambda j: pod(j).update(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
+         "mounts nothing"),
+        ("a ServiceAccount token", lambda j: pod(j).update(automountServiceAccountToken=True), "mounts nothing"),
+        ("root", lambda j: pod(j)["securityContext"].update(runAsNonRoot=False, runAsUser=0), "non-root"),
+        ("a second container", lambda j: pod(j)["containers"].append({**c(j), "name": "more"}), "one container"),
+        ("no health-check label", _unlabel, "only health-check Jobs"),
+    ]
+
+
+def _unlabel(job: dict) -> None:
+    for meta in (job["metadata"], job["spec"]["template"]["metadata"]):
+        meta["labels"] = {k: v for k, v in meta["labels"].items() if k != labels.HEALTH_CHECK_NODE}
+
+
+def _job(s: Setup, name: str, namespace: str | None = None) -> dict:
+    """The Job the reconciler's adapter creates to check NODE_A (reconciler/adapters/health_checks.py)."""
+    return job_manifest(s.spec, s.spec.pools[0], NODE_A, name, namespace or s.ns)
+
+
+def _jobs_policy_in_force(s: Setup) -> None:
+    batch = client.BatchV1Api(s.reconciler())
+    unlabelled = _job(s, "probe")
+    _unlabel(unlabelled)
+    wait_for("the reconciler's Job policy in force", lambda: _status(
+        batch.create_namespaced_job, s.ns, unlabelled, dry_run="All")[0] == 403, timeout=60)
+
+
+@pytest.mark.parametrize("where", ["prod_like", "local_like"])
+def test_the_reconciler_creates_its_health_check_jobs_and_no_other_job(where, request):
+    """The real job_manifest, created through the reconciler's adapter (HealthChecks.start) with its token, is
+    admitted; the same Job changed in one way is refused by the policy (a Job's pod is not the reconciler's: the
+    Job controller creates it, so the pod policy never sees it, and locally Pod Security admits a privileged one)."""
+    s: Setup = request.getfixturevalue(where)
+    _jobs_policy_in_force(s)
+    admin = client.BatchV1Api(s.admin)
+    name = f"gf-sec-check-{where.replace('_', '-')}"
+    try:
+        HealthChecks(s.reconciler(), s.spec).start(NODE_A, s.spec.pools[0].name, name)
+        job = admin.read_namespaced_job(name, s.ns)
+        assert job.metadata.labels[labels.HEALTH_CHECK_NODE] == NODE_A
+        assert HealthChecks(s.reconciler(), s.spec).verdict(name).state == "running"
+    finally:
+        assert _status(admin.delete_namespaced_job, name, s.ns, propagation_policy="Background")[0] in (200, 404)
+    batch = client.BatchV1Api(s.reconciler())
+    for i, (what, change, words) in enumerate(_job_variants(s)):
+        body = _job(s, f"gf-sec-bad-{i}")
+        change(body)
+        status, why = _status(batch.create_namespaced_job, s.ns, body)
+        assert status == 403 and f"{s.ns}-reconciler-jobs" in why and words in why, (what, why)
+        assert _status(admin.read_namespaced_job, f"gf-sec-bad-{i}", s.ns)[0] == 404, what
+
+
+def test_the_reconciler_creates_no_job_outside_its_namespace_even_where_rbac_would_let_it(prod_like):
+    """RBAC grants the Jobs in its namespace only; should a grant elsewhere appear, the policy still refuses."""
+    s = prod_like
+    _jobs_policy_in_force(s)
+    rbac = client.RbacAuthorizationV1Api(s.admin)
+    name = "gf-sec-stray-jobs"
+    create_or_keep(rbac.create_namespaced_role, OTHER_NS, {"metadata": {"name": name}, "rules": [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]}]})
+    create_or_keep(rbac.create_namespaced_role_binding, OTHER_NS, {
+        "metadata": {"name": name}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": RECONCILER, "namespace": s.ns}]})
+    try:
+        # RBAC now admits it (so the refusal below is the policy's): the API server's own answer for this identity
+        review = client.AuthorizationV1Api(s.admin).create_subject_access_review({"spec": {
+            "user": reconciler_username(s.spec), "groups": ["system:serviceaccounts", f"system:serviceaccounts:{s.ns}"],
+            "resourceAttributes": {"namespace": OTHER_NS, "verb": "create", "group": "batch", "resource": "jobs"}}})
+        assert review.status.allowed
+        batch = client.BatchV1Api(s.reconciler())
+        status, why = _status(batch.create_namespaced_job, OTHER_NS, _job(s, "gf-sec-elsewhere", OTHER_NS))
+        assert status == 403 and f"{s.ns}-reconciler-jobs" in why and f"only in {s.ns}" in why, why
+        assert _status(client.BatchV1Api(s.admin).read_namespaced_job, "gf-sec-elsewhere", OTHER_NS)[0] == 404
+    finally:
+        rbac.delete_namespaced_role_binding(name, OTHER_NS)
+        rbac.delete_namespaced_role(name, OTHER_NS)
+
+
 # --- which node fields it may change -----------------------------------------------------------------
 
 def test_the_reconciler_changes_its_own_marks_on_a_node(prod_like):
@@ -220,6 +318,8 @@ def test_the_reconciler_changes_its_own_marks_on_a_node(prod_like):
     ("a taint removed", {"spec": {"taints": [{"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}]}}),
     ("the provider id", {"spec": {"providerID": "aws:///us-east-1a/i-0123456789"}}),
     ("the pod CIDR", {"spec": {"podCIDR": "10.9.0.0/24", "podCIDRs": ["10.9.0.0/24"]}}),
+    ("the proven pool changed", {"metadata": {"labels": {labels.NODE_POOL: "l40s"}}}),
+    ("the proven pool removed", {"metadata": {"labels": {labels.NODE_POOL: None}}}),
 ])
 def test_the_reconciler_cannot_change_unrelated_node_fields(prod_like, what, patch):
     before = prod_like.core.read_node(NODE_B)
@@ -227,6 +327,31 @@ def test_the_reconciler_cannot_change_unrelated_node_fields(prod_like, what, pat
     assert status == 403 and "reconciler-nodes" in why, (what, why)
     after = prod_like.core.read_node(NODE_B)
     assert after.metadata.resource_version == before.metadata.resource_version  # nothing written
+
+
+def test_the_reconciler_adds_a_proven_pool_and_never_changes_or_removes_one(prod_like):
+    """Membership sets labels.NODE_POOL on a node without one and never relabels (reconciler/core/membership.py):
+    through the reconciler's adapter, the add is admitted, a change or a removal is not."""
+    node, core = "gf-sec-joining", prod_like.core
+    create_or_keep(core.create_node, {"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+    try:
+        kube = Kube(prod_like.reconciler())
+        kube.apply_membership(node, {labels.NODE_POOL: "h100"})
+        assert core.read_node(node).metadata.labels[labels.NODE_POOL] == "h100"
+        before = core.read_node(node).metadata.resource_version
+        status, why = _status(kube.apply_membership, node, {labels.NODE_POOL: "l40s"})
+        assert status == 403 and "reconciler-nodes" in why, why  # (the adapter's error keeps 300 characters)
+
+        def without_pool(n: dict) -> bool:
+            n["metadata"]["labels"].pop(labels.NODE_POOL)
+            return True
+
+        status, why = _status(kube.update_node, node, without_pool)
+        assert status == 403 and "reconciler-nodes" in why, why
+        after = core.read_node(node)
+        assert after.metadata.labels[labels.NODE_POOL] == "h100" and after.metadata.resource_version == before
+    finally:
+        assert _status(core.delete_node, node)[0] in (200, 404)
 
 
 def test_the_reconciler_sets_the_gpu_condition_and_nothing_else_of_a_nodes_status(prod_like):

@@ -113,9 +113,9 @@ def test_each_environment_declares_its_fleet(env):
         assert helm == 2 and crds == 1  # the operator charts; gpufleet's own Remediation CRD
     else:
         assert helm == 0 and crds == 7  # six Slinky kinds + Remediation
-    # the resource count grows with pools, never with nodes (14: the agent's namespace, 4 admission policies
+    # the resource count grows with pools, never with nodes (18: the agent's namespace, 6 admission policies
     # and their bindings, 5 NetworkPolicies; 4: accounting with its Secret, the Slurm-user Job and its script)
-    assert len(MOCKS.resources) < 48 + 14 + 4 + 3 * len(spec.pools)
+    assert len(MOCKS.resources) < 48 + 18 + 4 + 3 * len(spec.pools)
 
 
 
@@ -640,6 +640,7 @@ def test_admission_policies_bind_each_identity():
     bindings = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in MOCKS.of_type(VAPB)}
     assert set(policies) == set(bindings) == {f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-nodes",
                                               f"{dep.namespace}-reconciler-pod-deletion",
+                                              f"{dep.namespace}-reconciler-jobs",
                                               f"{dep.agent_namespace}-agent-own-node", f"{dep.namespace}-kubelet-membership"}
     for name, b in bindings.items():
         assert b == {"policyName": name, "validationActions": ["Deny"]}
@@ -652,6 +653,12 @@ def test_admission_policies_bind_each_identity():
     assert who[f"{dep.namespace}-kubelet-membership"] == 'request.userInfo.username.startsWith("system:node:")'
     deletion = policies[f"{dep.namespace}-reconciler-pod-deletion"]["validations"][0]["expression"]
     assert all(f'"{c}"' in deletion for c in spec.borrower_classes())
+    jobs = policies[f"{dep.namespace}-reconciler-jobs"]
+    assert who[f"{dep.namespace}-reconciler-jobs"] == who[f"{dep.namespace}-reconciler-nodes"]
+    assert jobs["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]}]
+    # the image the health-check Jobs run (reconciler/adapters/health_checks.py job_manifest) and no other
+    assert any(f'c.image == "{spec.healing.health_check_image()}"' in v["expression"] for v in jobs["validations"])
 
 
 
