@@ -120,23 +120,6 @@ def test_demo_injects_the_fault_as_the_agent_writes_it():
     assert parse_header(format_message(fault, "x")) == {"action": "reboot", "pci": "0000:3b:00"}
 
 
-@pytest.fixture
-def root_logging():
-    """`reconcile` sets the root logger up on the runner's stderr; put the test session's back, so no later
-    thread logs into a stream the runner closed."""
-    import logging
-
-    from reconciler import logs
-
-    handlers, level = logging.root.handlers[:], logging.root.level
-    yield
-    if logs._listener is not None:
-        logs._listener.stop()
-        logs._listener = None
-    logging.root.handlers[:] = handlers
-    logging.root.setLevel(level)
-
-
 @pytest.mark.parametrize("cmd", [["reconcile", "--stack", "prod", "--once"], ["why", "7", "--stack", "prod"]])
 def test_no_command_signs_a_slurm_token_from_the_key_outside_local(cmd, tmp_path, root_logging):
     """Issue 24 item 3: the JWT key signs a token for any Slurm user, root included; only the local environment's

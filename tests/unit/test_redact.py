@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
 from datetime import datetime, timezone
 
@@ -108,7 +107,7 @@ def refusing_hook():
     server.shutdown()
 
 
-def test_a_failed_webhook_leaves_no_url_or_token_in_logs_or_events(capfd, refusing_hook):
+def test_a_failed_webhook_leaves_no_url_or_token_in_logs_or_events(capfd, refusing_hook, root_logging):
     """The leak issue 24 found: httpx names the URL, token included, in its error text ("Client error '403
     Forbidden' for url ..."); the notifier logged it and raised it as a Warning Event. Here a webhook that
     answers 403, with the JSON logs the reconciler writes."""
@@ -121,7 +120,6 @@ def test_a_failed_webhook_leaves_no_url_or_token_in_logs_or_events(capfd, refusi
         logging.getLogger("test").error("and the url once more: %s", url)
     finally:
         logs.flush()
-        logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]
     err = capfd.readouterr().err
     assert "notification to slack failed" in err  # the failure is logged ...
     failed = [m for m in events.got if m.startswith("critical:")]
