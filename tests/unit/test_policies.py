@@ -625,6 +625,10 @@ def test_prod_before_a_release_is_blocked_by_its_unpinned_images_only(recorder):
     assert all("requires a digest" in m for m in pinned)
     assert {m.split("image '")[1].split(":")[0].rsplit("/", 1)[1] for m in pinned} == {
         "reconciler", "agent", "slurmctld", "slurmd", "login", "slurmrestd", "slurmdbd"}
+    # one per declaring resource (slurmd per pool, slurmctld twice: the controller and the Slurm-user Job), 11 as
+    # tests/e2e/test_preview.py counts; the reconciler's policy adds none: the placeholders' default image is
+    # pinned, and the health checks, naming none, run the agent's, reported on its DaemonSet
+    assert len(pinned) == 11 and not any(m.startswith("ConfigMap ") for m in pinned)
 
 
 @pytest.mark.parametrize("env", ["local", "staging"])
