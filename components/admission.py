@@ -31,6 +31,11 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
   ServiceAccountTokenPodNodeInfo, on by default since 1.30 and GA, locked on, since 1.32:
   k8s.io/kubernetes v1.34.4 pkg/features/kube_features.go), and there only its kernel-log cursor and
   its GPU condition. A token without a node name writes no node.
+- `<agent ns>-agent-own-events`: the Events the agent creates (a fault that leaves its node in service:
+  core/v1, in `default`; events.k8s.io/v1 is judged alike) are about the node its token is bound to
+  (`involvedObject`, or `regarding`: kind Node, that name), since `gpufleet why` counts an Event on a
+  node that names an Xid as that node's fault: root on node A cannot write node B's history. A token
+  without a node name creates no Event.
 - `<ns>-kubelet-membership`: a kubelet (any `system:node:` user) changes no `gpufleet.io/` label or taint and
   none of the pools' membership labels on a node that exists, its own included, so a compromised
   kubelet cannot enrol its node as a spare or a system node, nor shed the spare taint. What a node
@@ -275,6 +280,29 @@ def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
                   *_maps("Annotations", "annotations")])
 
 
+def agent_events_policy(spec: FleetSpec, username: str) -> dict:
+    """The agent's Events (reconciler/adapters/kube.py node_event: core/v1, in `default`, about its node, for a
+    fault that leaves the node in service) are about the node its token is bound to: `gpufleet why` reads an
+    Event on a node that names an Xid as that node's fault (gpufleet/why_command.py node_faults), so root on
+    node A must not write node B's history. events.k8s.io/v1 (the same objects; `regarding` for
+    `involvedObject`) is judged alike, though the agent's role grants only the core group's."""
+    return _policy(f"{spec.healing.reconciler.agent_namespace}-agent-own-events", username,
+                   [_rule(["events"], ["CREATE", "UPDATE"]), _rule(["events"], ["CREATE", "UPDATE"], "events.k8s.io")], [
+        {"expression": "variables.tokenNode.size() == 1 && variables.about.?kind.orValue('') == 'Node' && "
+                       "variables.about.?name.orValue('') == variables.tokenNode[0]",
+         "messageExpression": "'the node agent creates Events only about the node its token is bound to (' + "
+                              "(variables.tokenNode.size() == 1 ? variables.tokenNode[0] : 'none: not a pod-bound "
+                              "token') + '), not ' + variables.about.?kind.orValue('<no kind>') + ' ' + "
+                              "variables.about.?name.orValue('<no name>')"},
+        {"expression": "request.namespace == 'default'",
+         "message": "the node agent's Events are in default, where Events about nodes live"},
+    ], variables=[{"name": "tokenNode",
+                   "expression": f"request.userInfo.extra[?{json.dumps(NODE_NAME_KEY)}].orValue([])"},
+                  {"name": "about",
+                   "expression": "request.resource.group == 'events.k8s.io' ? object.?regarding.orValue({}) : "
+                                 "object.?involvedObject.orValue({})"}])
+
+
 KUBELET_PREFIX = "system:node:"  # a kubelet's username (k8s.io/apiserver pkg/authentication/user: NodeUserNamePrefix)
 
 
@@ -302,7 +330,7 @@ def policies(spec: FleetSpec, reconciler: str, agent: str) -> list[dict]:
     """Every policy, for the reconciler's and the agent's usernames, and the kubelets'."""
     return [reconciler_pods_policy(spec, reconciler), reconciler_nodes_policy(spec, reconciler),
             reconciler_pod_deletion_policy(spec, reconciler), reconciler_jobs_policy(spec, reconciler),
-            agent_nodes_policy(spec, agent),
+            agent_nodes_policy(spec, agent), agent_events_policy(spec, agent),
             kubelet_membership_policy(spec)]
 
 

@@ -17,8 +17,8 @@ because nothing else opens the device; /dev/kmsg is still mounted read-only (the
 the kernel log) and nothing else of the host is. Both as uid 0: Kubernetes sets no ambient
 capabilities, so a process of the image's own user (65532) holds none, privileged or not, and under
 `dmesg_restrict=1` reads nothing (tests/e2e/test_reconciler_pods.py saw exactly that on a real node). Both: read-only root filesystem, no host namespaces,
-seccomp RuntimeDefault; RBAC get/patch on nodes and patch on nodes/status, confined
-by admission (components/admission.py) to the node the pod's token names.
+seccomp RuntimeDefault; RBAC get/patch on nodes, patch on nodes/status and create on Events, confined
+by admission (components/admission.py) to the node the pod's token names (Events: about that node).
 
 With the repair loop on (`healing.repair.enabled`, issue 25) the agent also resets GPUs and reboots its
 node when the reconciler asks (reconciler/agent/repairs.py), with the host's own tools through nsenter
@@ -50,7 +50,8 @@ def agent_rules() -> list[dict]:
         # patch on nodes: the agent keeps its kernel-log cursor in an annotation on its node
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-        # a fault that needs only the job restarted is an Event on the node, which stays in service
+        # a fault that needs only the job restarted is an Event on the node, which stays in service (admission:
+        # only about the node its token names, components/admission.py agent_events_policy)
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     ]
 

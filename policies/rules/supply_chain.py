@@ -2,15 +2,21 @@
 every container says what it needs and may use (cpu and memory requests and limits).
 
 Containers are those of pod templates and the Slinky components the operator turns into
-containers (`spec.slurmctld`, `spec.slurmd`, `spec.login`...).
+containers (`spec.slurmctld`, `spec.slurmd`, `spec.login`...). Images the reconciler starts at run time
+reach the cluster only in its policy (the ConfigMap `gpufleet-policy`, `data["fleet.json"]`): the
+capacity-request placeholders' (`healing.reconciler.placeholder_image`) and the health checks'
+(`healing.repair.health_check.image`; unset, the checks run the agent's image, judged on the agent's
+DaemonSet), so they are judged there, by the same rules.
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 from .base import Rule
-from .k8s import UNKNOWN, Resource, as_dict, config, containers, report
+from .healing import is_policy
+from .k8s import UNKNOWN, Resource, as_dict, config, containers, dig, report
 
 IMAGES = "images-pinned"
 RESOURCES = "container-resources"
@@ -76,11 +82,56 @@ def check_images(r: Resource, cfg: dict[str, Any]) -> list[str]:
     return out
 
 
+# The images the reconciler starts at run time (fleetspec/models.py), by their place in the fleet spec: what
+# each becomes, and where in the spec it lives.
+RUNTIME_IMAGES = (
+    ("healing.reconciler.placeholder_image", "capacity-request placeholder pods (reconciler/adapters/providers.py)"),
+    ("healing.repair.health_check.image", "health-check Jobs (reconciler/adapters/health_checks.py)"),
+)
+
+
+def runtime_images(r: Resource) -> list[tuple[str, str, Any]]:
+    """(field, what runs it, image) for each image the reconciler's policy names, when `r` is that policy. A
+    missing field is the spec's default: the placeholder's is pinned by digest (fleetspec/models.py
+    PAUSE_IMAGE), and the health checks' is then the agent's image, judged on the agent's DaemonSet. A policy
+    that does not parse is healing-enabled's to report."""
+    if not is_policy(r):
+        return []
+    doc = dig(r.props, "data", "fleet.json")
+    try:
+        fleet = json.loads(doc) if isinstance(doc, str) else None
+    except ValueError:
+        return []
+    out = []
+    for field, what in RUNTIME_IMAGES:
+        image = dig(fleet, *field.split("."))
+        if image is not None:
+            out.append((field, what, image))
+    return out
+
+
+def check_runtime_images(r: Resource, cfg: dict[str, Any]) -> list[str]:
+    out = []
+    for field, what, image in runtime_images(r):
+        if not isinstance(image, str) or not image:
+            out.append(f"{r.ref}: data[\"fleet.json\"] {field} is {image!r}, not an image. Fix: set {field} in the "
+                       f"stack file to an image pinned by digest.")
+            continue
+        why = check_image(image, cfg)
+        if why:
+            fix = f"{parse_image(image)[0]}@sha256:<digest> (e.g. from `crane digest {image}`)" \
+                if cfg["requireDigest"] else f"{parse_image(image)[0]}:<version> or @sha256:<digest>"
+            out.append(f"{r.ref}: {field} image {image!r} {why}; the reconciler starts it at run time in its "
+                       f"{what}, so no declared pod shows it. Fix: set {field} in the stack file to {fix}.")
+    return out
+
+
 def validate_images(args: Any, report_violation) -> None:
     r = Resource.of(args)
     if not r.is_k8s:
         return
-    for msg in check_images(r, config(args, IMAGES_SCHEMA)):
+    cfg = config(args, IMAGES_SCHEMA)
+    for msg in check_images(r, cfg) + check_runtime_images(r, cfg):
         report(report_violation, None, msg)
 
 

@@ -12,6 +12,8 @@ reconciler's and the agent's ServiceAccounts.
 - it deletes borrowers and its placeholders, no other pod;
 - the agent's token, bound to a pod on node A, writes A's GPU condition and kernel-log cursor, and nothing
   of node B; a token bound to no pod writes no node;
+- the agent's token on node A creates an Event about A (the agent's own node_event), none about B or about
+  anything but its node; a token bound to no pod creates none;
 - a kubelet sets no membership on its node (NodeRestriction for `node-restriction.kubernetes.io/` labels, the
   membership policy for the rest), and what it registers with enrols nothing.
 """
@@ -474,6 +476,50 @@ def test_on_its_own_node_the_agent_writes_only_its_cursor_and_condition(prod_lik
     status, why = _status(call, Kube(agents[NODE_A]))
     assert status == 403, (what, why)
     assert prod_like.core.read_node(NODE_A).metadata.resource_version == before  # nothing written
+
+
+def _events_about(core: client.CoreV1Api, node: str, reason: str) -> list:
+    return [e for e in core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={node}").items if e.reason == reason]
+
+
+def test_the_agent_creates_events_about_its_own_node(prod_like, agents):
+    """The agent's own call (reconciler/adapters/kube.py node_event, what reconciler/agent/daemon.py sends for a
+    fault that leaves the node in service): `gpufleet why` reads such an Event as the node's fault."""
+    Kube(agents[NODE_A]).node_event(NODE_A, "Xid13", "NVRM: Xid 13 (test): restart the job")
+    (event,) = _events_about(prod_like.core, NODE_A, "Xid13")
+    assert event.source.component == "gpufleet-agent" and event.type == "Warning"
+
+
+@pytest.mark.parametrize("who", [NODE_A, "unbound"])
+def test_the_agent_cannot_write_another_nodes_history(prod_like, agents, who):
+    """Root on node A holds A's agent token: it creates no Event about node B, through the core group or
+    events.k8s.io (RBAC grants it only the core group's; admission judges both), and none about another kind.
+    A token bound to no pod creates no Event at all."""
+    kube = Kube(agents[who])
+    core = client.CoreV1Api(agents[who])
+    forged = {"metadata": {"generateName": f"{NODE_B}.", "namespace": "default"}, "reason": "Xid79",
+              "involvedObject": {"kind": "Node", "name": NODE_B, "apiVersion": "v1"}, "message": "forged",
+              "type": "Warning", "source": {"component": "gpufleet-agent", "host": NODE_A}}
+    # the policy acts once the API server's admission has loaded it: a dry run about B is refused then
+    wait_for("the agent's Event policy in force", lambda: _status(
+        core.create_namespaced_event, "default", forged, dry_run="All")[0] == 403, timeout=60)
+    status, why = _status(kube.node_event, NODE_B, "Xid79", "NVRM: Xid 79 (forged)")
+    assert status == 403 and "Events only about the node its token is bound to" in why, why
+    pod = {**forged, "involvedObject": {"kind": "Pod", "name": NODE_A, "namespace": "default", "apiVersion": "v1"}}
+    assert _status(core.create_namespaced_event, "default", pod)[0] == 403
+    if who == NODE_A:  # its own node, but not where Events about nodes live (the API server's validation
+        # admits another namespace when the involvedObject names it too)
+        status, why = _status(core.create_namespaced_event, OTHER_NS, {
+            **forged, "metadata": {"generateName": f"{NODE_A}.", "namespace": OTHER_NS},
+            "involvedObject": {"kind": "Node", "name": NODE_A, "namespace": OTHER_NS, "apiVersion": "v1"}})
+        assert status == 403 and "are in default" in why, why
+    status, why = _status(client.EventsV1Api(agents[who]).create_namespaced_event, "default", {
+        "metadata": {"generateName": f"{NODE_B}.", "namespace": "default"}, "reason": "Xid79", "note": "forged",
+        "type": "Warning", "action": "Fault", "reportingController": "gpufleet-agent", "reportingInstance": NODE_A,
+        "eventTime": "2026-12-02T00:00:00.000000Z", "regarding": {"kind": "Node", "name": NODE_B, "apiVersion": "v1"}})
+    assert status == 403, why
+    assert _events_about(prod_like.core, NODE_B, "Xid79") == []
 
 
 # --- what a kubelet may change of a node's membership ---------------------------------------------------

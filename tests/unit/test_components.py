@@ -113,9 +113,9 @@ def test_each_environment_declares_its_fleet(env):
         assert helm == 2 and crds == 1  # the operator charts; gpufleet's own Remediation CRD
     else:
         assert helm == 0 and crds == 7  # six Slinky kinds + Remediation
-    # the resource count grows with pools, never with nodes (18: the agent's namespace, 6 admission policies
+    # the resource count grows with pools, never with nodes (20: the agent's namespace, 7 admission policies
     # and their bindings, 5 NetworkPolicies; 4: accounting with its Secret, the Slurm-user Job and its script)
-    assert len(MOCKS.resources) < 48 + 18 + 4 + 3 * len(spec.pools)
+    assert len(MOCKS.resources) < 48 + 20 + 4 + 3 * len(spec.pools)
 
 
 
@@ -641,12 +641,14 @@ def test_admission_policies_bind_each_identity():
     assert set(policies) == set(bindings) == {f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-nodes",
                                               f"{dep.namespace}-reconciler-pod-deletion",
                                               f"{dep.namespace}-reconciler-jobs",
-                                              f"{dep.agent_namespace}-agent-own-node", f"{dep.namespace}-kubelet-membership"}
+                                              f"{dep.agent_namespace}-agent-own-node",
+                                              f"{dep.agent_namespace}-agent-own-events",
+                                              f"{dep.namespace}-kubelet-membership"}
     for name, b in bindings.items():
         assert b == {"policyName": name, "validationActions": ["Deny"]}
         assert policies[name]["failurePolicy"] == "Fail"
     who = {n: p["matchConditions"][0]["expression"] for n, p in policies.items()}
-    assert who[f"{dep.agent_namespace}-agent-own-node"] == \
+    assert who[f"{dep.agent_namespace}-agent-own-node"] == who[f"{dep.agent_namespace}-agent-own-events"] == \
         f'request.userInfo.username == "system:serviceaccount:{dep.agent_namespace}:gpufleet-agent"'
     assert who[f"{dep.namespace}-reconciler-nodes"] == \
         f'request.userInfo.username == "system:serviceaccount:{dep.namespace}:gpufleet-reconciler"'
@@ -660,6 +662,32 @@ def test_admission_policies_bind_each_identity():
     # the image the health-check Jobs run (reconciler/adapters/health_checks.py job_manifest) and no other
     assert any(f'c.image == "{spec.healing.health_check_image()}"' in v["expression"] for v in jobs["validations"])
 
+
+
+def test_the_agents_events_are_about_its_own_node():
+    """The agent creates Events (components/agent.py agent_rules; reconciler/adapters/kube.py node_event): the
+    policy keys them, core/v1 and events.k8s.io/v1 alike, on the node its token names, as it keys node writes."""
+    from components.admission import NODE_NAME_KEY, agent_events_policy
+    from components.agent import agent_rules, agent_username
+
+    spec = build("prod")
+    dep = spec.healing.reconciler
+    assert {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]} in agent_rules()
+    policies = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in MOCKS.of_type(VAP)}
+    events = policies[f"{dep.agent_namespace}-agent-own-events"]
+    assert events == agent_events_policy(spec, agent_username(spec))["spec"]
+    assert events["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [g], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["events"]}
+        for g in ("", "events.k8s.io")]
+    own, where = (v["expression"] for v in events["validations"])
+    assert own == ("variables.tokenNode.size() == 1 && variables.about.?kind.orValue('') == 'Node' && "
+                   "variables.about.?name.orValue('') == variables.tokenNode[0]")
+    assert where == "request.namespace == 'default'"  # where node_event writes them, and `gpufleet why` reads them
+    variables = {v["name"]: v["expression"] for v in events["variables"]}
+    assert variables["tokenNode"] == f'request.userInfo.extra[?"{NODE_NAME_KEY}"].orValue([])'
+    assert "object.?regarding" in variables["about"] and "object.?involvedObject" in variables["about"]
+    node = policies[f"{dep.agent_namespace}-agent-own-node"]
+    assert {"name": "tokenNode", "expression": variables["tokenNode"]} in node["variables"]
 
 
 def test_the_status_subresource_is_judged_for_the_reconciler_as_for_the_agent():

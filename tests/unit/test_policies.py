@@ -462,6 +462,43 @@ def test_prod_requires_digests_the_slurm_images_too():
     assert len(run("images-pinned", CONTROLLER, ctl_latest, prod)) == 1
 
 
+def _policy_configmap(**changes) -> dict:
+    """The reconciler's policy ConfigMap (components/reconciler.py) for the prod spec, released, with changes."""
+    return {"metadata": meta("gpufleet-policy"), "data": {"fleet.json": prod_spec(**changes).model_dump_json()}}
+
+
+@pytest.mark.parametrize("field,changes", [
+    ("healing.reconciler.placeholder_image", {"healing__reconciler__placeholder_image": "registry.k8s.io/pause:3.10"}),
+    ("healing.repair.health_check.image", {"healing__repair__health_check__image": "ghcr.io/acme/gpu-check:2.1"}),
+])
+def test_images_the_reconciler_starts_at_run_time_are_pinned_in_its_policy(field, changes):
+    """The placeholders' and the health checks' images appear in no declared pod: the reconciler starts them
+    from its policy, so the rule judges them there, naming the field to fix."""
+    prod = env_config("prod")["images-pinned"]
+    (msg,) = run("images-pinned", CM, _policy_configmap(**changes), prod)
+    assert msg.startswith("ConfigMap gpufleet-system/gpufleet-policy") and "requires a digest" in msg, msg
+    assert f"Fix: set {field} in the stack file to " in msg and "at run time" in msg
+    image = next(iter(changes.values()))
+    assert run("images-pinned", CM, _policy_configmap(**{k: f"{v}@{DIGEST}" for k, v in changes.items()}), prod) == []
+    assert run("images-pinned", CM, _policy_configmap(**changes)) == []  # a tag is enough without requireDigest
+    latest = run("images-pinned", CM, _policy_configmap(**{k: image.rsplit(":", 1)[0] for k in changes}))
+    assert len(latest) == 1 and "no tag" in latest[0] and field in latest[0]
+
+
+def test_the_health_checks_run_the_agents_image_when_they_name_none():
+    """Unset, the checks run the agent's image, which its DaemonSet declares and the rule judges there: the
+    policy reports it not a second time. The agent's own ConfigMap (the same spec) is not the reconciler's."""
+    prod = env_config("prod")["images-pinned"]
+    unreleased = {"metadata": meta("gpufleet-policy"), "data": {"fleet.json": prod_spec(released=False).model_dump_json()}}
+    assert prod_spec(released=False).healing.repair.health_check.image is None
+    assert run("images-pinned", CM, unreleased, prod) == []
+    agents = _policy_configmap(healing__repair__health_check__image="ghcr.io/acme/gpu-check:2.1")
+    agents["metadata"]["name"] = "gpufleet-agent-policy"
+    assert run("images-pinned", CM, agents, prod) == []
+    unknown = {"metadata": meta("gpufleet-policy"), "data": {"fleet.json": UNKNOWN_STRING_VALUE}}
+    assert run("images-pinned", CM, unknown, prod) == []  # a preview before the value is known
+
+
 def test_containers_set_requests_and_limits():
     assert run("container-resources", DEP, workload("r")) == []
     bare = workload("r", [{"name": "main", "image": "x:1", "resources": {"limits": {"cpu": "1"}}}])
@@ -588,6 +625,10 @@ def test_prod_before_a_release_is_blocked_by_its_unpinned_images_only(recorder):
     assert all("requires a digest" in m for m in pinned)
     assert {m.split("image '")[1].split(":")[0].rsplit("/", 1)[1] for m in pinned} == {
         "reconciler", "agent", "slurmctld", "slurmd", "login", "slurmrestd", "slurmdbd"}
+    # one per declaring resource (slurmd per pool, slurmctld twice: the controller and the Slurm-user Job), 11 as
+    # tests/e2e/test_preview.py counts; the reconciler's policy adds none: the placeholders' default image is
+    # pinned, and the health checks, naming none, run the agent's, reported on its DaemonSet
+    assert len(pinned) == 11 and not any(m.startswith("ConfigMap ") for m in pinned)
 
 
 @pytest.mark.parametrize("env", ["local", "staging"])
@@ -607,6 +648,10 @@ def test_other_shipped_environments_are_clean_too(recorder, env):
     ({"slurm__login__service_annotations": {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"}},
      "load-balancers-internal", "aws-load-balancer-internal"),
     ({"slurm__image_digests": {}}, "images-pinned", "slurmctld"),
+    ({"healing__reconciler__placeholder_image": "registry.k8s.io/pause:3.10"}, "images-pinned",
+     "healing.reconciler.placeholder_image"),
+    ({"healing__repair__health_check__image": "ghcr.io/acme/gpu-check:2.1"}, "images-pinned",
+     "healing.repair.health_check.image"),
     ({"healing__reconciler__agent_namespace": "kube-system"}, "pod-host-access", "runs privileged"),
     ({"pools__3__member_selector": {}}, "pool-membership-declared", "'l40s' (kubernetes-spares) declares no"),
     ({"pools__0__lending__spare_floor": 0}, "lending-safe", "pools[0].lending.spare_floor: 0"),
