@@ -186,6 +186,8 @@ def pool_taint_keys(spec: FleetSpec) -> set[str]:
 
 STATUS_FIELDS = ("capacity", "allocatable", "addresses", "nodeInfo", "daemonEndpoints")
 SUBRESOURCE = {"name": "subResource", "expression": "request.?subResource.orValue('')"}  # absent on the object itself
+# the node a pod-bound token names (absent from other tokens): the agent's policies key on it
+TOKEN_NODE = {"name": "tokenNode", "expression": f"request.userInfo.extra[?{json.dumps(NODE_NAME_KEY)}].orValue([])"}
 
 
 def status_only_conditions(condition_types) -> str:
@@ -274,8 +276,7 @@ def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
                     f"answer to a repair ({labels.REPAIR_RESULT})"},
         {"expression": status_only_conditions(spec.healing.condition_types),
          "message": f"in its node's status the agent changes only its condition ({', '.join(spec.healing.condition_types)})"},
-    ], variables=[{"name": "tokenNode",
-                   "expression": f"request.userInfo.extra[?{json.dumps(NODE_NAME_KEY)}].orValue([])"},
+    ], variables=[TOKEN_NODE,
                   SUBRESOURCE,
                   *_maps("Annotations", "annotations")])
 
@@ -296,8 +297,7 @@ def agent_events_policy(spec: FleetSpec, username: str) -> dict:
                               "variables.about.?name.orValue('<no name>')"},
         {"expression": "request.namespace == 'default'",
          "message": "the node agent's Events are in default, where Events about nodes live"},
-    ], variables=[{"name": "tokenNode",
-                   "expression": f"request.userInfo.extra[?{json.dumps(NODE_NAME_KEY)}].orValue([])"},
+    ], variables=[TOKEN_NODE,
                   {"name": "about",
                    "expression": "request.resource.group == 'events.k8s.io' ? object.?regarding.orValue({}) : "
                                  "object.?involvedObject.orValue({})"}])

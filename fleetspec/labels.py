@@ -26,6 +26,11 @@ TOPOLOGY_BLOCK = f"{GROUP}/topology-block"
 TRUSTED_PREFIX = "node-restriction.kubernetes.io/"
 NODE_POOL = f"{TRUSTED_PREFIX}gpufleet-pool"      # on a Node: the pool it is proven to belong to
 SYSTEM_NODE = f"{TRUSTED_PREFIX}gpufleet-system"  # on a Node: "true" where the platform runs gpufleet and Slurm's control plane
+
+
+def untrusted_keys(keys) -> list[str]:
+    """The label keys (of a node selector) a kubelet may set on its own node: all but TRUSTED_PREFIX's."""
+    return sorted(str(k) for k in keys if not str(k).startswith(TRUSTED_PREFIX))
 GPU_MODEL = "nvidia.com/gpu.product"
 GPU_COUNT = "nvidia.com/gpu.count"
 

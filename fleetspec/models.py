@@ -130,13 +130,8 @@ class Taint(Strict):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
 
-def untrusted_keys(selector: dict[str, str]) -> list[str]:
-    """The keys of a node selector that a kubelet may set on its own node (all but labels.TRUSTED_PREFIX)."""
-    return sorted(k for k in selector if not k.startswith(labels.TRUSTED_PREFIX))
-
-
 def trusted_selector_error(field: str, selector: dict[str, str], what: str) -> FieldError | None:
-    bad = untrusted_keys(selector)
+    bad = labels.untrusted_keys(selector)
     if not bad:
         return None
     return FieldError(field, f"{bad}: a kubelet may set these labels on its own node, so a compromised node could "

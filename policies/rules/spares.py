@@ -88,7 +88,7 @@ def check_membership(r: Resource, cfg: dict[str, Any]) -> list[str]:
         return []  # gpu-pool-spares reports a malformed document
     pool = cap.get("pool") or r.name[len(POOL_CONFIGMAP_PREFIX):]
     selector = cap.get("memberSelector") or {}
-    forgeable = sorted(k for k in selector if not str(k).startswith(labels.TRUSTED_PREFIX))
+    forgeable = labels.untrusted_keys(selector)
     if forgeable:
         return [f"{r.ref}: pool {pool!r} selects its members on {forgeable}, labels a kubelet may set on its own "
                 f"node, so a compromised node could enrol itself. Fix: select on {labels.TRUSTED_PREFIX} labels "

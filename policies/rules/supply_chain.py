@@ -64,6 +64,13 @@ def check_image(ref: str, cfg: dict[str, Any]) -> str | None:
     return None
 
 
+def pinning_fix(image: str, cfg: dict[str, Any]) -> str:
+    """What to set an unacceptable image to, for this environment's rule."""
+    repo = parse_image(image)[0]
+    return (f"{repo}@sha256:<digest> (e.g. from `crane digest {image}`)" if cfg["requireDigest"]
+            else f"{repo}:<version> or @sha256:<digest>")
+
+
 def check_images(r: Resource, cfg: dict[str, Any]) -> list[str]:
     out = []
     for c in containers(r):
@@ -75,9 +82,8 @@ def check_images(r: Resource, cfg: dict[str, Any]) -> list[str]:
             continue
         why = check_image(image, cfg)
         if why:
-            fix = (f"{parse_image(image)[0]}@sha256:<digest> (e.g. from `crane digest {image}`)"
-                   if cfg["requireDigest"] else f"{parse_image(image)[0]}:<version> or @sha256:<digest>")
-            out.append(f"{r.ref}: container {c.name} image {image!r} {why}. Fix: set {c.path}.image to {fix}; "
+            out.append(f"{r.ref}: container {c.name} image {image!r} {why}. Fix: set {c.path}.image to "
+                       f"{pinning_fix(image, cfg)}; "
                        f"for gpufleet's own images that is healing.reconciler.image/agent_image in the stack file.")
     return out
 
@@ -119,10 +125,9 @@ def check_runtime_images(r: Resource, cfg: dict[str, Any]) -> list[str]:
             continue
         why = check_image(image, cfg)
         if why:
-            fix = f"{parse_image(image)[0]}@sha256:<digest> (e.g. from `crane digest {image}`)" \
-                if cfg["requireDigest"] else f"{parse_image(image)[0]}:<version> or @sha256:<digest>"
             out.append(f"{r.ref}: {field} image {image!r} {why}; the reconciler starts it at run time in its "
-                       f"{what}, so no declared pod shows it. Fix: set {field} in the stack file to {fix}.")
+                       f"{what}, so no declared pod shows it. Fix: set {field} in the stack file to "
+                       f"{pinning_fix(image, cfg)}.")
     return out
 
 
