@@ -207,8 +207,13 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
                            "Xid 79 on PCI:0000:3b:00: GPU has fallen off the bus.")
         from reconciler.adapters.records import KubeRemediationStore
         store = KubeRemediationStore(kube.api)
+        def heal_state() -> str:
+            now = [f"record {r.name}: {r.phase.value} ({r.reason})" for r in store.list() if r.node == victim]
+            spare_part = next(x.name for x in spec.slurm.partitions if spare_pool.name in x.pools)
+            return "\n".join(now or ["no record yet"]) + "\n" + state_of(env, kube, spare_pool, spare_part, job)
+
         record = wait_for("the heal", lambda: next((r for r in store.list() if r.node == victim and r.phase.terminal),
-                                                   None), timeout)
+                                                   None), timeout, explain=heal_state)
         for phase, at in record.phase_times:
             out(f"      +{at.timestamp() - fault_at:5.1f}s  {phase}")
         out(f"      {record.phase.value}: {record.replacement} replaces {victim}; {record.reason.split('; ', 1)[-1]}")

@@ -22,6 +22,7 @@ from urllib3.exceptions import HTTPError
 from fleetspec import labels, remediation_crd
 from fleetspec.placement import SPARE_TAINT
 
+from reconciler.core.actions import NodeShape
 from reconciler.errors import Conflict, NotFound, PermanentError, TemporaryError, TooManyRequests, api_error
 from reconciler.redact import redact
 
@@ -249,12 +250,22 @@ class Kube:
         return self.update_node(name, mutate)
 
     def apply_membership(self, name: str, set_labels: dict[str, str], add_taints: list[dict] | tuple = (),
-                         set_annotations: dict[str, str] | None = None) -> dict:
+                         set_annotations: dict[str, str] | None = None, seen: NodeShape | None = None) -> bool:
         """Set labels (and annotations) and add taints a membership plan asks for
-        (reconciler/core/membership.py); never removes anything, writes nothing when nothing is missing."""
+        (reconciler/core/membership.py); never removes anything, writes nothing when nothing is missing.
+        With `seen`, writes only while the node's role and taints are as the plan read them (from a cache
+        that may be a moment old): a spare promoted meanwhile keeps its promotion, and the next pass plans
+        again. False when it was left for that reason."""
+        stale = False
+
         def mutate(node: dict) -> bool:
+            nonlocal stale
             meta, spec = node["metadata"], node.setdefault("spec", {})
             have = meta.setdefault("labels", {})
+            if seen is not None and (have.get(labels.ROLE, "") != seen.role or
+                                     {t.get("key") for t in spec.get("taints") or []} != seen.taints):
+                stale = True
+                return False
             changed = {k: v for k, v in set_labels.items() if have.get(k) != v}
             have.update(changed)
             ann = meta.setdefault("annotations", {}) if set_annotations else {}
@@ -267,7 +278,8 @@ class Kube:
                 spec["taints"] = taints + new
             return bool(changed or new)
 
-        return self.update_node(name, mutate)
+        self.update_node(name, mutate)
+        return not stale
 
     def set_condition(self, name: str, ctype: str, status: str, reason: str, message: str) -> None:
         """Set one node condition (the agent's and inject-fault's write). The transition time

@@ -200,15 +200,24 @@ class DeleteRemediation(Action):
 # --- pool membership (reconciler/core/membership.py decides them) ---------------------------------
 
 @dataclass(frozen=True)
+class NodeShape:
+    """What a membership plan read of a node to decide its changes: its role label and its taint keys."""
+
+    role: str
+    taints: frozenset[str]
+
+
+@dataclass(frozen=True)
 class ApplyMembership(Action):
     """Set these labels (and annotations) and add these taints on a node (only what is missing; nothing is
-    removed)."""
+    removed), if the node still has the shape the plan saw: a spare promoted since is not tainted again."""
 
     node: str
     labels: Mapping[str, str]
     add_taints: tuple[Mapping[str, str], ...]
     why: str
     annotations: Mapping[str, str] = field(default_factory=dict)  # the Slinky topology spec
+    seen: NodeShape | None = None  # None: whatever its shape now
 
 
 @dataclass(frozen=True)

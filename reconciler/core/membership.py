@@ -27,7 +27,7 @@ from fleetspec import labels
 from fleetspec.models import FleetSpec, NodePool
 from fleetspec.placement import node_taints
 
-from reconciler.core.actions import Action, ApplyMembership, Report, SettleCapacityRequests
+from reconciler.core.actions import Action, ApplyMembership, NodeShape, Report, SettleCapacityRequests
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -49,6 +49,7 @@ class NodeChange:
     add_taints: tuple[Mapping[str, str], ...]
     why: str
     annotations: Mapping[str, str] = field(default_factory=dict)  # the Slinky topology spec
+    seen: NodeShape | None = None  # the node as the plan read it; written only while it still is
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,8 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
         if topo:
             why.append(f"Slurm topology {topo[labels.SLINKY_TOPOLOGY_SPEC]}")
         if set_labels or add or topo:
-            changes.append(NodeChange(name, pool.name, set_labels, add, "; ".join(why), topo))
+            seen = NodeShape(have.get(labels.ROLE, ""), frozenset(taint_keys))
+            changes.append(NodeChange(name, pool.name, set_labels, add, "; ".join(why), topo, seen))
     return MembershipPlan(tuple(changes), tuple(unlabelled), unproven=tuple(unproven), conflicts=tuple(conflicts))
 
 
@@ -229,7 +231,7 @@ def membership_actions(result: MembershipPlan, reported: frozenset[str] = frozen
     """The plan as actions: its label and taint changes, the settling of answered capacity requests, and
     one Warning Event per GPU node of no pool not `reported` yet."""
     changes = tuple(ApplyMembership(c.node, dict(c.labels), tuple(c.add_taints), c.why,
-                                    dict(c.annotations)) for c in result.changes)
+                                    dict(c.annotations), c.seen) for c in result.changes)
     reports = tuple(Report("Node", n, "NodeInNoPool", "a GPU node no pool claims: gpufleet does not heal it")
                     for n in result.unlabelled_gpu_nodes if n not in reported)
     unproven = tuple(Report("Node", n, "NodeMembershipUnproven",

@@ -157,9 +157,11 @@ class Executor:
                     self.store.delete(r)
                 self.caches.remediation_deleted(a.name)
             case ApplyMembership():
-                self.kube.apply_membership(a.node, dict(a.labels), [dict(t) for t in a.add_taints],
-                                           dict(a.annotations))
-                log.info("membership: %s: %s", a.node, a.why)
+                if self.kube.apply_membership(a.node, dict(a.labels), [dict(t) for t in a.add_taints],
+                                              dict(a.annotations), a.seen):
+                    log.info("membership: %s: %s", a.node, a.why)
+                else:
+                    log.info("membership: %s changed since the plan (%s): planned again next pass", a.node, a.why)
             case SettleCapacityRequests():
                 nodes = [membership_dict(v) for v in self.caches.nodes.values()]
                 for p in {type(p): p for p in self.providers.values()}.values():  # one of each kind covers its pools

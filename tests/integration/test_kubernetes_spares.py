@@ -90,3 +90,50 @@ def test_a_refill_is_a_capacity_request_and_the_joining_node_becomes_a_spare(kub
     assert provider.settle_capacity_requests(cached) == []  # ks-b answered the first request already
     assert selectors == []
     core.delete_collection_namespaced_pod("gpufleet-ks", label_selector=labels.CAPACITY_REQUEST, grace_period_seconds=0)
+
+
+RACE = parse_fleet({
+    "environment": "itest", "cluster": {"kind": "local"},
+    "pools": [{"name": "kr", "node_type": "g6e", "gpu_model": "L40S", "gpus_per_node": 4, "nodes": 1, "spares": 1,
+               "member_selector": {NODEGROUP: "ng-kr"}}],
+    "slurm": {"partitions": [{"name": "p", "pools": ["kr"]}]},
+    "healing": {"reconciler": {"namespace": "gpufleet-kr"}},
+})
+
+
+def test_a_plan_made_before_a_promotion_does_not_taint_the_promoted_spare(kube_cluster):
+    """The membership pass plans from a cache a moment old. A spare taken back from its loan for a fault
+    has no spare taint for that moment; a plan made then gives it one, and if that plan is written after
+    the remediation promoted the spare, the promoted node is tainted again: Slurm's pod never lands on it
+    and the remediation waits forever (the lending e2e test's failure of 2026-12-02). The write carries
+    the shape it was planned from, and the API server's node decides."""
+    api = kube_cluster.api_client()
+    core, kube = client.CoreV1Api(api), Kube(api)
+    gpu = {"nvidia.com/gpu": "4"}
+    member = {NODEGROUP: "ng-kr", labels.NODE_POOL: "kr"}
+    kube_cluster.create_fake_node("kr-a", labels={**member, labels.ROLE: labels.ROLE_ACTIVE}, capacity=gpu)
+    kube_cluster.create_fake_node("kr-s", labels={**member, labels.ROLE: labels.ROLE_SPARE}, capacity=gpu)
+    provider = KubernetesSpares(kube, RACE)
+
+    def plan():
+        nodes = [n for n in kube.list_nodes()[0] if n["metadata"]["name"].startswith("kr-")]
+        return membership.plan(nodes, RACE, provider.membership_facts())
+
+    stale = plan()
+    (change,) = [c for c in stale.changes if c.node == "kr-s"]
+    assert labels.SPARE_TAINT in {t["key"] for t in change.add_taints}  # a spare without its taint: planned
+    provider.promote("kr-s", "kr-a")  # the remediation's write lands first
+    (write,) = [a for a in membership.membership_actions(stale) if getattr(a, "node", None) == "kr-s"]
+    assert kube.apply_membership(write.node, dict(write.labels), [dict(t) for t in write.add_taints],
+                                 dict(write.annotations), write.seen) is False
+    node = core.read_node("kr-s")
+    assert node.metadata.labels[labels.ROLE] == labels.ROLE_ACTIVE
+    assert labels.SPARE_TAINT not in {t.key for t in node.spec.taints or []}
+    # Planned again from the node as it is: an active node gets no spare taint.
+    assert all(labels.SPARE_TAINT not in {t["key"] for t in c.add_taints} for c in plan().changes if c.node == "kr-s")
+    # A plan that still matches the node is written.
+    kube_cluster.create_fake_node("kr-n", labels={NODEGROUP: "ng-kr"}, capacity=gpu)
+    (fresh,) = [a for a in membership.membership_actions(plan()) if getattr(a, "node", None) == "kr-n"]
+    assert kube.apply_membership(fresh.node, dict(fresh.labels), [dict(t) for t in fresh.add_taints],
+                                 dict(fresh.annotations), fresh.seen) is True
+    assert core.read_node("kr-n").metadata.labels[labels.NODE_POOL] == "kr"

@@ -80,14 +80,18 @@ def moved_by_the_operator(api, rec, node: str, slurm_name: str) -> None:
 
 
 def job_on(slurm, node: str, tmp_path, slow_checkpoint: bool = False) -> int:
-    """A job that saves and exits on SIGTERM (or, slow_checkpoint, goes on for its whole grace period)."""
+    """A job that saves and exits on SIGTERM (or, slow_checkpoint, goes on for its whole grace period).
+
+    It counts as running once its script has set its trap and said so: squeue says RUNNING as soon as
+    slurmctld allocates, and a SIGTERM before the trap would kill it unsaved. Its output is appended to,
+    so a requeued run does not truncate what the first one wrote."""
     script = tmp_path / "job.sh"
     on_term = "echo saving" if slow_checkpoint else "echo saved; exit 0"
-    script.write_text(f"#!/bin/bash\ntrap '{on_term}' TERM\nwhile true; do sleep 0.2; done\n")
+    script.write_text(f"#!/bin/bash\ntrap '{on_term}' TERM\necho started\nwhile true; do sleep 0.2; done\n")
     script.chmod(0o755)
-    jid = slurm.sbatch("--requeue", "-w", node, "-o", str(tmp_path / "out-%j"), str(script))
-    wait_for(f"job {jid} to run", lambda: "RUNNING" in slurm.run(["squeue", "-h", "-j", str(jid), "-o", "%T"]).stdout,
-             timeout=30)
+    jid = slurm.sbatch("--requeue", "--open-mode=append", "-w", node, "-o", str(tmp_path / "out-%j"), str(script))
+    out = tmp_path / f"out-{jid}"
+    wait_for(f"job {jid} to run and set its trap", lambda: out.exists() and "started" in out.read_text(), timeout=30)
     return jid
 
 

@@ -83,12 +83,16 @@ class FakeKube:
         self.nodes[name]["spec"]["unschedulable"] = True
         return json.loads(json.dumps(self.nodes[name]))
 
-    def apply_membership(self, name, set_labels, add_taints=(), set_annotations=None):
-        self._write("membership", name)
+    def apply_membership(self, name, set_labels, add_taints=(), set_annotations=None, seen=None):
         n = self.nodes[name]
+        if seen is not None and (n["metadata"]["labels"].get(labels.ROLE, "") != seen.role
+                                 or {t["key"] for t in n["spec"].get("taints") or []} != seen.taints):
+            return False
+        self._write("membership", name)
         n["metadata"]["labels"].update(set_labels)
         n["metadata"].setdefault("annotations", {}).update(set_annotations or {})
         n["spec"]["taints"] = (n["spec"].get("taints") or []) + [dict(t) for t in add_taints]
+        return True
 
     def carry_drain(self, name, drains):
         self._write("carry-drain", name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleetspec import labels, parse_fleet
-from reconciler.core.actions import Report
+from reconciler.core.actions import ApplyMembership, NodeShape, Report
 from reconciler.core.membership import MembershipFacts, membership_actions, merge_facts, plan
 
 NODE_GROUP = "node-restriction.kubernetes.io/node-group"  # the platform's label (Cluster API syncs it from Machines)
@@ -101,6 +101,17 @@ def test_pool_labels_and_taints_are_added_not_removed():
     apply([n], plan([n], SPEC))
     assert n["metadata"]["labels"]["keep"] == "me" and "other" in {t["key"] for t in n["spec"]["taints"]}
     assert plan([n], SPEC).changes == ()
+
+
+def test_each_write_carries_the_shape_it_was_planned_from():
+    """The adapter writes a change only while the node still has this shape (a promotion since wins);
+    tests/integration/test_kubernetes_spares.py holds the API server's node to it."""
+    n = node("a", {labels.NODE_POOL: "h100", labels.ROLE: labels.ROLE_SPARE}, [{"key": "other", "effect": "NoExecute"}])
+    (a,) = [x for x in membership_actions(plan([n], SPEC)) if isinstance(x, ApplyMembership)]
+    assert a.seen == NodeShape(labels.ROLE_SPARE, frozenset({"other"}))
+    newcomer = node("b", {NODE_GROUP: "ng-l40s"})
+    (b,) = [x for x in membership_actions(plan([newcomer], SPEC)) if isinstance(x, ApplyMembership)]
+    assert b.seen == NodeShape("", frozenset()) and b.labels[labels.ROLE] == labels.ROLE_ACTIVE
 
 
 def test_unlabelled_gpu_nodes_are_reported_not_ignored():
