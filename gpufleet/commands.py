@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
+from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec, refuse_jwt_key
 from fleetspec import labels
 from gpufleet import local_cluster
 
@@ -74,10 +74,7 @@ def reconcile(
                                                       or slurm_jwt_key_file):
         slurm_url, slurm_jwt_key_file = local.slurm_rest_url, local.slurm_jwt_key
     if slurm_jwt_key_file and spec.cluster.kind != "local":
-        _err(f"--slurm-jwt-key-file: refused for a {spec.cluster.kind} cluster (cluster.kind): the JWT key signs "
-             "a token for any Slurm user, root included, so it stays where slurmctld and the Token's controller "
-             "read it; give --slurm-token-secret (the stack's Token) instead")
-        raise typer.Exit(EXIT_INVALID)
+        refuse_jwt_key(f"a {spec.cluster.kind} cluster (cluster.kind)", "--slurm-token-secret (the stack's Token)")
     api = _api(kubeconfig, stack)
     try:
         client = slurm_client(slurm, slurm_env, url=slurm_url, token_file=slurm_token_file,

@@ -28,6 +28,14 @@ def _err(msg: str) -> None:
     typer.secho(msg, fg=typer.colors.RED, err=True)
 
 
+def refuse_jwt_key(where: str, instead: str) -> None:
+    """Exit 2: the Slurm JWT key signs a token for any Slurm user, root included, so no command reads it
+    outside the local environment (`reconcile`, `why`); `instead` names the token to give."""
+    _err(f"--slurm-jwt-key-file: refused for {where}: the JWT key signs a token for any Slurm user, root "
+         f"included, so it stays where slurmctld and the Token's controller read it; give {instead} instead")
+    raise typer.Exit(EXIT_INVALID)
+
+
 def load_spec(stack: Optional[str], file: Optional[Path], project_dir: Path = Path(".")) -> FleetSpec:
     """The fleet of a stack or a file; exits 2 with `path: reason` lines when invalid."""
     try:

@@ -17,7 +17,7 @@ from typing import Optional
 import typer
 
 from gpufleet import local_cluster
-from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app
+from gpufleet.console import EXIT_FAILED, _err, app, refuse_jwt_key
 
 XID = re.compile(r"\bxid\s*(\d+)", re.IGNORECASE)
 
@@ -168,10 +168,7 @@ def why(
     from gpufleet.commands import _api
 
     if slurm_jwt_key_file and stack not in (None, "local"):
-        _err(f"--slurm-jwt-key-file: refused for stack {stack}: the JWT key signs a token for any Slurm user, root "
-             "included, and stays where slurmctld reads it; give --slurm-token-file (a token of your own, "
-             "`scontrol token`) instead")
-        raise typer.Exit(EXIT_INVALID)
+        refuse_jwt_key(f"stack {stack}", "--slurm-token-file (a token of your own, `scontrol token`)")
     local = local_cluster.find() if stack in (None, "local") else None
     if local is not None and not (slurm_url or slurm_token_file or slurm_jwt_key_file):
         slurm_url, slurm_jwt_key_file = local.slurm_rest_url, local.slurm_jwt_key

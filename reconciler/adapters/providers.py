@@ -455,24 +455,47 @@ class AwsAsgProvider(KubernetesSpares):
                 {"ResourceId": name, "ResourceType": "auto-scaling-group", "Key": k} for k in old])
 
     def membership_facts(self) -> MembershipFacts:
-        """Which instance is in which of the spec's groups (one describe call per region)."""
+        """Which instance is in which of the spec's groups, and each one's private DNS name: the Node name
+        its kubelet may register on EKS (reconciler/core/membership.py). One describe of the groups per
+        region, one describe of their instances per hundred."""
         by_region: dict[str, list[str]] = {}
         for p in self.spec.pools:
             if p.provider == "aws-asg" and p.aws is not None:
                 by_region.setdefault(p.aws.region, []).append(p.aws.asg_name)
-        out: dict[str, str] = {}
-        for region, names in by_region.items():
+        groups: dict[str, str] = {}
+        names: dict[str, str] = {}
+        for region, asg_names in by_region.items():
             asg = self._client("autoscaling", region)
+            here: dict[str, str] = {}
             token = None
             while True:
-                kw = {"AutoScalingGroupNames": names, **({"NextToken": token} if token else {})}
+                kw = {"AutoScalingGroupNames": asg_names, **({"NextToken": token} if token else {})}
                 page = self._aws("describe-auto-scaling-groups", asg.describe_auto_scaling_groups, **kw)
                 for g in page["AutoScalingGroups"]:
-                    out.update({i["InstanceId"]: g["AutoScalingGroupName"] for i in g.get("Instances") or []})
+                    here.update({i["InstanceId"]: g["AutoScalingGroupName"] for i in g.get("Instances") or []})
                 token = page.get("NextToken")
                 if not token:
                     break
-        return MembershipFacts(out)
+            groups.update(here)
+            names.update(self._private_dns_names(region, sorted(here)))
+        return MembershipFacts(groups, names)
+
+    def _private_dns_names(self, region: str, ids: list[str]) -> dict[str, str]:
+        ec2 = self._client("ec2", region)
+        out: dict[str, str] = {}
+        for start in range(0, len(ids), 100):
+            token = None
+            while True:
+                kw = {"InstanceIds": ids[start:start + 100], **({"NextToken": token} if token else {})}
+                page = self._aws("describe-instances", ec2.describe_instances, **kw)
+                for reservation in page.get("Reservations") or []:
+                    for i in reservation.get("Instances") or []:
+                        if i.get("PrivateDnsName"):
+                            out[i["InstanceId"]] = i["PrivateDnsName"]
+                token = page.get("NextToken")
+                if not token:
+                    break
+        return out
 
     def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]:
         return []  # the group's desired capacity is the request; nothing to settle

@@ -3,7 +3,12 @@
 A node is known to a pool by evidence its kubelet cannot forge, never by its name or by a label the
 kubelet set on itself:
 - `aws-asg`: its instance (the node's `providerID`) is in the pool's Auto Scaling group, as the
-  group itself says, and no other node names that instance (a kubelet registers its own providerID);
+  group itself says, and the node bears the one name that instance's kubelet may register. A kubelet
+  writes its own providerID, so that alone proves nothing; but on EKS a node's credentials map to the
+  user `system:node:{{EC2PrivateDNSName}}`, the instance's private DNS name as EC2 says
+  (aws-iam-authenticator pkg/server/server.go renderTemplate, pkg/ec2provider GetPrivateDNSName), and
+  NodeRestriction lets that user write only the Node of that name. A node named otherwise that claims
+  the instance is reported, never enrolled;
 - `kubernetes-spares`: it matches the pool's `member_selector`, whose keys are all under
   `node-restriction.kubernetes.io/` (the spec refuses others), which a kubelet may not set;
 - any provider: it carries `node-restriction.kubernetes.io/gpufleet-pool` (labels.NODE_POOL), which
@@ -34,9 +39,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 @dataclass(frozen=True)
 class MembershipFacts:
-    """What node providers know about nodes: EC2 instance id -> Auto Scaling group name."""
+    """What node providers know about nodes: EC2 instance id -> Auto Scaling group name, and instance id ->
+    its private DNS name (the only Node name its kubelet can register)."""
 
     instance_groups: Mapping[str, str] = field(default_factory=dict)
+    instance_names: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,10 +68,12 @@ class MembershipPlan:
 
 
 def merge_facts(facts: Iterable[MembershipFacts]) -> MembershipFacts:
-    out: dict[str, str] = {}
+    groups: dict[str, str] = {}
+    names: dict[str, str] = {}
     for f in facts:
-        out.update(f.instance_groups)
-    return MembershipFacts(out)
+        groups.update(f.instance_groups)
+        names.update(f.instance_names)
+    return MembershipFacts(groups, names)
 
 
 def instance_id(node: Mapping) -> str | None:
@@ -86,7 +95,8 @@ def claims(pool: NodePool, node: Mapping, facts: MembershipFacts) -> bool:
     node_labels = _labels(node)
     if pool.provider == "aws-asg" and pool.aws is not None:
         iid = instance_id(node)
-        return iid is not None and facts.instance_groups.get(iid) == pool.aws.asg_name
+        return iid is not None and facts.instance_groups.get(iid) == pool.aws.asg_name and \
+            facts.instance_names.get(iid) == node["metadata"]["name"]
     if pool.provider == "kubernetes-spares":
         return _matches(node_labels, pool.member_selector)
     return False
@@ -136,18 +146,15 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
     pools = {p.name: p for p in spec.pools}
     members: list[tuple[Mapping, NodePool]] = []
     unlabelled, conflicts, unproven = [], [], []
-    by_instance: dict[str, list[str]] = {}
-    for node in nodes:
-        if (iid := instance_id(node)) is not None:
-            by_instance.setdefault(iid, []).append(node["metadata"]["name"])
     for node in nodes:
         name, have = node["metadata"]["name"], _labels(node)
         claimed = [p.name for p in spec.pools if claims(p, node, facts)]
         labelled = have.get(labels.NODE_POOL)
-        twins = by_instance.get(instance_id(node) or "", [name])
-        if claimed and not labelled and len(twins) > 1:
-            conflicts.append(f"{name}: instance {instance_id(node)} is named by nodes {twins} (a providerID is what "
-                             f"a kubelet registered); none of them not yet a member enrols")
+        iid = instance_id(node)
+        if not labelled and iid in facts.instance_groups and facts.instance_names.get(iid) != name:
+            conflicts.append(f"{name}: names instance {iid} of group {facts.instance_groups[iid]}, whose kubelet "
+                             f"registers as {facts.instance_names.get(iid) or '(no private DNS name)'}; a providerID "
+                             f"is what a kubelet wrote: not enrolled")
             continue
         if labelled is not None and labelled not in pools:
             conflicts.append(f"{name}: labelled {labels.NODE_POOL}={labelled}, a pool the spec does not declare")

@@ -68,29 +68,39 @@ def spec_for(pool: str, asg: str, on_fault: str):
     })
 
 
-def join(core, name: str, iid: str) -> None:
-    """A node the kubelet of a new instance registers: no gpufleet label yet, only its providerID."""
+def private_dns_name(session, iid: str) -> str:
+    return session.client("ec2").describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["PrivateDnsName"]
+
+
+def join(core, session, iid: str, name: str | None = None) -> str:
+    """A node the kubelet of a new instance registers: no gpufleet label yet, only its providerID, under
+    the one name its credentials allow on EKS (the instance's private DNS name), unless `name` forges one."""
+    name = name or private_dns_name(session, iid)
     core.create_node({"apiVersion": "v1", "kind": "Node",
                       "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name},
                                    "annotations": {"kwok.x-k8s.io/node": "fake"}},
                       "spec": {"providerID": f"aws:///us-east-1a/{iid}"},
                       "status": {"capacity": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"}}})
+    return name
 
 
 def label_members(kube: Kube, provider: AwsAsgProvider, spec) -> membership.MembershipPlan:
     """What a membership pass does (reconciler/runtime/membership_pass.py): the core plans from the provider's
     facts, and each change is made as the executor makes it."""
-    nodes = [n for n in kube.list_nodes()[0] if n["metadata"]["name"].startswith(spec.pools[0].name)]
-    result = membership.plan(nodes, spec, provider.membership_facts())
+    facts = provider.membership_facts()
+    ours = set(facts.instance_groups)
+    nodes = [n for n in kube.list_nodes()[0] if (n["metadata"].get("labels") or {}).get(labels.NODE_POOL)
+             == spec.pools[0].name or membership.instance_id(n) in ours]
+    result = membership.plan(nodes, spec, facts)
     for a in membership.membership_actions(result):
         if isinstance(a, ApplyMembership):
-            kube.apply_membership(a.node, dict(a.labels), [dict(t) for t in a.add_taints])
+            kube.apply_membership(a.node, dict(a.labels), [dict(t) for t in a.add_taints], seen=a.seen)
     return result
 
 
-def roles(core, prefix: str) -> dict[str, str]:
-    return {n.metadata.name: (n.metadata.labels or {}).get(labels.ROLE) for n in core.list_node().items
-            if n.metadata.name.startswith(prefix)}
+def roles(core, pool: str) -> dict[str, str]:
+    return {n.metadata.name: (n.metadata.labels or {}).get(labels.ROLE)
+            for n in core.list_node(label_selector=f"{labels.NODE_POOL}={pool}").items}
 
 
 def replace_step(provider, spare: str, bad: str, pool: str, key: str) -> None:
@@ -107,8 +117,8 @@ def joined_group(kube_cluster, aws, asg: str, pool: str, on_fault: str, max_size
     api = kube_cluster.api_client()
     core, kube = client.CoreV1Api(api), Kube(api)
     _, ids = group(aws, asg)
-    for i, iid in enumerate(ids):
-        join(core, f"{pool}-n{i}", iid)
+    for iid in ids:
+        join(core, aws, iid)
     return spec, core, kube, AwsAsgProvider(kube, spec, None, session=aws), ids
 
 
@@ -135,9 +145,9 @@ def test_one_instance_per_fault_through_the_whole_chain(kube_cluster, aws):
 
     # The new instance joins and becomes the pool's spare.
     (new_iid,) = set(after) - set(ids)
-    join(core, f"{pool}-n3", new_iid)
+    new = join(core, aws, new_iid)
     plan = label_members(kube, provider, spec)
-    assert [(c.node, c.labels.get(labels.ROLE)) for c in plan.changes] == [(f"{pool}-n3", "spare")]
+    assert [(c.node, c.labels.get(labels.ROLE)) for c in plan.changes] == [(new, "spare")]
 
     # A replay after a restart (a new provider, the same step): nothing changes.
     again = AwsAsgProvider(kube, spec, None, session=boto3.session.Session())
@@ -155,7 +165,7 @@ def test_one_instance_per_fault_through_the_whole_chain(kube_cluster, aws):
     g, final = group(aws, asg)
     assert g["DesiredCapacity"] == 4 and len(final) == 4
     # At MaxSize a replacement still fits: the faulted instance leaves first, then the refill.
-    join(core, f"{pool}-n4", sorted(set(final) - set(after))[0])
+    join(core, aws, sorted(set(final) - set(after))[0])
     label_members(kube, again, spec)
     now = roles(core, pool)
     actives = sorted(n for n, r in now.items() if r == "active")
@@ -196,3 +206,26 @@ def test_botocore_errors_are_typed(kube_cluster, aws, monkeypatch):
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     with pytest.raises(TemporaryError, match="AWS describe-auto-scaling-groups"):
         AwsAsgProvider(kube, spec, None, session=boto3.session.Session()).request_capacity("awse", "x", "k")
+
+
+def test_a_kubelet_naming_a_fresh_instance_of_the_group_enrols_in_nothing(kube_cluster, aws):
+    """A compromised kubelet writes a providerID of its choice, that of an instance the group just started
+    whose node has not registered yet. Its name it cannot choose (EKS maps a node's credentials to
+    system:node:<the instance's private DNS name>, and NodeRestriction holds it to that Node), so the
+    forged node is reported and enrols in nothing, and the instance's own node joins when it registers."""
+    asg, pool = "gpu-itest-forged", "awsf"
+    make_group(aws, asg, desired=1, max_size=1)
+    spec = spec_for(pool, asg, "quarantine")
+    api = kube_cluster.api_client()
+    core, kube = client.CoreV1Api(api), Kube(api)
+    provider = AwsAsgProvider(kube, spec, None, session=aws)
+    _, (iid,) = group(aws, asg)
+    forged = join(core, aws, iid, name="awsf-forger")  # first to register, naming the fresh instance
+    result = label_members(kube, provider, spec)
+    assert result.changes == () and any(c.startswith(f"{forged}: names instance {iid}") for c in result.conflicts)
+    assert labels.NODE_POOL not in (core.read_node(forged).metadata.labels or {})
+    real = join(core, aws, iid)
+    assert real == private_dns_name(aws, iid) and real.startswith("ip-")  # as EC2 names it (moto follows)
+    result = label_members(kube, provider, spec)
+    assert [(c.node, c.labels.get(labels.ROLE)) for c in result.changes] == [(real, labels.ROLE_ACTIVE)]
+    assert roles(core, pool) == {real: labels.ROLE_ACTIVE}

@@ -6,7 +6,7 @@ import pytest
 
 from fleetspec import labels, parse_fleet
 from reconciler.core.actions import ApplyMembership, NodeShape, Report
-from reconciler.core.membership import MembershipFacts, membership_actions, merge_facts, plan
+from reconciler.core.membership import MembershipFacts, instance_id, membership_actions, merge_facts, plan
 
 NODE_GROUP = "node-restriction.kubernetes.io/node-group"  # the platform's label (Cluster API syncs it from Machines)
 SPARE = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
@@ -54,14 +54,22 @@ def test_a_pools_nodes_carry_its_slurm_topology_block_for_the_operator():
     topology.slinky.slurm.net/spec annotation (nodeset_sync.go syncSlurmTopology): a pool with a
     topology_block gets `blocks:<block>`, the block the stack's topology.yaml declares; others none."""
     nodes = [node("a", iid="i-1"), node("l", {NODE_GROUP: "ng-l40s"})]
-    p = plan(nodes, SPEC, H100_FACTS)
+    p = plan(nodes, SPEC, eks(nodes))
     by = {c.node: c for c in p.changes}
     assert by["a"].annotations == {labels.SLINKY_TOPOLOGY_SPEC: "blocks:block-a"}
     assert by["l"].annotations == {}
-    assert plan(apply(nodes, p), SPEC, H100_FACTS).changes == ()
+    assert plan(apply(nodes, p), SPEC, eks(nodes)).changes == ()
 
 
-H100_FACTS = MembershipFacts({"i-1": "asg-h100", "i-2": "asg-h100", "i-3": "asg-h100", "i-9": "asg-other"})
+H100_GROUPS = {"i-1": "asg-h100", "i-2": "asg-h100", "i-3": "asg-h100", "i-9": "asg-other"}
+H100_FACTS = MembershipFacts(H100_GROUPS)  # the groups alone: no instance's name known
+
+
+def eks(nodes, groups=H100_GROUPS) -> MembershipFacts:
+    """The facts of honest EKS nodes: each instance's private DNS name is the name of the node naming it
+    (its kubelet may register no other)."""
+    names = {instance_id(n): n["metadata"]["name"] for n in nodes if instance_id(n) in groups}
+    return MembershipFacts(dict(groups), names)
 
 
 @pytest.mark.parametrize("case,nodes,facts,want", [
@@ -80,6 +88,7 @@ H100_FACTS = MembershipFacts({"i-1": "asg-h100", "i-2": "asg-h100", "i-3": "asg-
     ("an instance of another group is not ours", [node("x", iid="i-9")], H100_FACTS, {}),
 ])
 def test_members_get_pool_and_role(case, nodes, facts, want):
+    facts = eks(nodes, facts.instance_groups)
     p = plan(nodes, SPEC, facts)
     got = {c.node: c.labels.get(labels.ROLE) for c in p.changes if labels.ROLE in c.labels}
     assert got == want, case
@@ -131,7 +140,7 @@ def test_a_nodes_own_claims_enrol_nothing_and_are_reported_once(own_labels):
     """Labels a kubelet may set on itself are no membership: the node gets no pool label, role or taint
     change, and one NodeMembershipUnproven Event names it (not repeated once reported)."""
     n = node("forger", own_labels)
-    p = plan([n], SPEC, H100_FACTS)
+    p = plan([n], SPEC, eks([n]))
     assert p.changes == () and p.unproven == ("forger",) and p.unlabelled_gpu_nodes == ()
     reports = [a for a in membership_actions(p) if isinstance(a, Report)]
     assert [(r.name, r.reason) for r in reports] == [("forger", "NodeMembershipUnproven")]
@@ -141,7 +150,7 @@ def test_a_nodes_own_claims_enrol_nothing_and_are_reported_once(own_labels):
 def test_provider_evidence_enrols_a_node_whatever_its_own_labels_claim():
     """An instance of the pool's group joins the pool the group names, not the one its own labels say."""
     n = node("a", {labels.POOL: "l40s", labels.ROLE: labels.ROLE_SPARE}, iid="i-1")
-    (c,) = plan([n], SPEC, H100_FACTS).changes
+    (c,) = plan([n], SPEC, eks([n])).changes
     assert c.pool == "h100" and c.labels[labels.NODE_POOL] == "h100"
 
 
@@ -164,7 +173,7 @@ def test_a_role_a_node_joins_with_takes_no_active_place_its_pool_lacks():
     # two ASG instances both saying active, one place left: the first by name keeps it
     h = [member("a", "h100", labels.ROLE_ACTIVE, [GPU_TAINT]),
          node("b", {labels.ROLE: labels.ROLE_ACTIVE}, iid="i-2"), node("c", {labels.ROLE: labels.ROLE_ACTIVE}, iid="i-3")]
-    roles = {c.node: c.labels.get(labels.ROLE) for c in plan(h, SPEC, H100_FACTS).changes if c.node != "a"}
+    roles = {c.node: c.labels.get(labels.ROLE) for c in plan(h, SPEC, eks(h)).changes if c.node != "a"}
     assert roles == {"b": None, "c": labels.ROLE_SPARE}
 
 def test_pools_and_system_nodes_select_only_on_labels_no_kubelet_can_set():
@@ -187,29 +196,39 @@ def test_pools_and_system_nodes_select_only_on_labels_no_kubelet_can_set():
     (node("a", {NODE_GROUP: "ng-l40s"}, iid="i-1"), H100_FACTS, "claimed by pools"),
 ])
 def test_conflicts_are_reported_and_left_alone(n, facts, message):
-    p = plan([n], SPEC, facts)
+    p = plan([n], SPEC, eks([n], facts.instance_groups))
     assert p.changes == () and message in p.conflicts[0]
 
 
-def test_a_second_node_naming_a_members_instance_enrols_in_nothing():
-    """A kubelet registers its own providerID, so a compromised node may name another instance of the group:
-    while two nodes name one instance, neither that is not a member yet joins; the member stays one."""
-    real, forger = member("real", "h100", labels.ROLE_ACTIVE), node("forger", iid="i-1")
-    real["spec"]["providerID"] = "aws:///us-east-1a/i-1"
-    p = plan([real, forger], SPEC, H100_FACTS)
-    assert "forger" not in {c.node for c in p.changes} and any("i-1" in c and "forger" in c for c in p.conflicts)
-    p = plan([node("x", iid="i-2"), node("y", iid="i-2")], SPEC, H100_FACTS)
-    assert p.changes == () and len(p.conflicts) == 2
+def test_a_node_naming_an_instance_under_another_name_enrols_in_nothing():
+    """A kubelet writes its own providerID, so a compromised node may name any instance of the group, a fresh
+    one included; its name it cannot choose (EKS: the instance's private DNS name). A node whose name is not
+    its instance's is reported and enrols in nothing; the instance's own node joins, whoever came first."""
+    real, forger = node("ip-10-0-0-1.ec2.internal", iid="i-1"), node("aaa-forger", iid="i-1")
+    facts = MembershipFacts(H100_GROUPS, {"i-1": "ip-10-0-0-1.ec2.internal"})
+    p = plan([forger, real], SPEC, facts)
+    assert {c.node for c in p.changes} == {"ip-10-0-0-1.ec2.internal"}
+    (why,) = p.conflicts
+    assert why.startswith("aaa-forger: names instance i-1 of group asg-h100") and "ip-10-0-0-1.ec2.internal" in why
+    # an instance with no name known (EC2 did not say) enrols no node
+    p = plan([node("x", iid="i-2")], SPEC, H100_FACTS)
+    assert p.changes == () and "no private DNS name" in p.conflicts[0]
+    # a member the platform labelled keeps its place whatever its name
+    labelled = member("old-name", "h100", labels.ROLE_ACTIVE)
+    labelled["spec"]["providerID"] = "aws:///us-east-1a/i-3"
+    assert plan([labelled], SPEC, facts).conflicts == ()
 
 
 def test_facts_merge_across_providers():
-    merged = merge_facts([MembershipFacts({"i-1": "a"}), MembershipFacts(), MembershipFacts({"i-2": "b"})])
+    merged = merge_facts([MembershipFacts({"i-1": "a"}, {"i-1": "n1"}), MembershipFacts(),
+                          MembershipFacts({"i-2": "b"}, {"i-2": "n2"})])
     assert dict(merged.instance_groups) == {"i-1": "a", "i-2": "b"}
+    assert dict(merged.instance_names) == {"i-1": "n1", "i-2": "n2"}
 
 
 def test_spares_fill_only_after_the_active_count():
     nodes = [node(f"n{i}", iid=f"i-{i}") for i in range(5)]
-    facts = MembershipFacts({f"i-{i}": "asg-h100" for i in range(5)})
+    facts = eks(nodes, {f"i-{i}": "asg-h100" for i in range(5)})
     roles = [c.labels[labels.ROLE] for c in plan(nodes, SPEC, facts).changes]
     assert roles == ["active", "active", "spare", "spare", "spare"]  # a surplus node waits as a spare
 
