@@ -269,6 +269,7 @@ class AwsAsgProvider(KubernetesSpares):
 
         self._session = session or boto3.session.Session()
         self._clients: dict[tuple[str, str], Any] = {}
+        self._dns_names: dict[str, str] = {}  # instance id -> private DNS name: fixed for the instance's life
         self.clock = clock
 
     def _client(self, service: str, region: str):
@@ -457,13 +458,13 @@ class AwsAsgProvider(KubernetesSpares):
     def membership_facts(self) -> MembershipFacts:
         """Which instance is in which of the spec's groups, and each one's private DNS name: the Node name
         its kubelet may register on EKS (reconciler/core/membership.py). One describe of the groups per
-        region, one describe of their instances per hundred."""
+        region; a describe of their instances (per hundred) only for those not seen before, since an
+        instance's private DNS name is fixed for its life (the membership pass runs often in a storm)."""
         by_region: dict[str, list[str]] = {}
         for p in self.spec.pools:
             if p.provider == "aws-asg" and p.aws is not None:
                 by_region.setdefault(p.aws.region, []).append(p.aws.asg_name)
         groups: dict[str, str] = {}
-        names: dict[str, str] = {}
         for region, asg_names in by_region.items():
             asg = self._client("autoscaling", region)
             here: dict[str, str] = {}
@@ -477,8 +478,9 @@ class AwsAsgProvider(KubernetesSpares):
                 if not token:
                     break
             groups.update(here)
-            names.update(self._private_dns_names(region, sorted(here)))
-        return MembershipFacts(groups, names)
+            self._dns_names.update(self._private_dns_names(region, sorted(set(here) - set(self._dns_names))))
+        self._dns_names = {i: n for i, n in self._dns_names.items() if i in groups}  # forget those that left
+        return MembershipFacts(groups, dict(self._dns_names))
 
     def _private_dns_names(self, region: str, ids: list[str]) -> dict[str, str]:
         ec2 = self._client("ec2", region)

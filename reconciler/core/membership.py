@@ -64,7 +64,8 @@ class MembershipPlan:
     changes: tuple[NodeChange, ...] = ()
     unlabelled_gpu_nodes: tuple[str, ...] = ()  # GPU nodes no pool claims: report them
     unproven: tuple[str, ...] = ()              # nodes whose own labels claim a pool or role no evidence backs
-    conflicts: tuple[str, ...] = ()             # nodes two pools claim, or labelled for another pool
+    conflicts: tuple[tuple[str, str], ...] = ()  # (node, why): two pools claim it, it is labelled for another
+    #                                              pool, or it names an instance under another name
 
 
 def merge_facts(facts: Iterable[MembershipFacts]) -> MembershipFacts:
@@ -152,19 +153,19 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
         labelled = have.get(labels.NODE_POOL)
         iid = instance_id(node)
         if not labelled and iid in facts.instance_groups and facts.instance_names.get(iid) != name:
-            conflicts.append(f"{name}: names instance {iid} of group {facts.instance_groups[iid]}, whose kubelet "
+            conflicts.append((name, f"names instance {iid} of group {facts.instance_groups[iid]}, whose kubelet "
                              f"registers as {facts.instance_names.get(iid) or '(no private DNS name)'}; a providerID "
-                             f"is what a kubelet wrote: not enrolled")
+                             f"is what a kubelet wrote: not enrolled"))
             continue
         if labelled is not None and labelled not in pools:
-            conflicts.append(f"{name}: labelled {labels.NODE_POOL}={labelled}, a pool the spec does not declare")
+            conflicts.append((name, f"labelled {labels.NODE_POOL}={labelled}, a pool the spec does not declare"))
             continue
         if len(claimed) > 1:
-            conflicts.append(f"{name}: claimed by pools {claimed}; make their selectors disjoint")
+            conflicts.append((name, f"claimed by pools {claimed}; make their selectors disjoint"))
             continue
         if labelled and claimed and claimed[0] != labelled:
-            conflicts.append(f"{name}: labelled {labels.NODE_POOL}={labelled} but its provider places it in pool "
-                             f"{claimed[0]}; left as it is")
+            conflicts.append((name, f"labelled {labels.NODE_POOL}={labelled} but its provider places it in pool "
+                                    f"{claimed[0]}; left as it is"))
             continue
         pool_name = labelled or (claimed[0] if claimed else None)
         if pool_name is None:
@@ -236,17 +237,21 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
 
 def membership_actions(result: MembershipPlan, reported: frozenset[str] = frozenset()) -> tuple[Action, ...]:
     """The plan as actions: its label and taint changes, the settling of answered capacity requests, and
-    one Warning Event per GPU node of no pool not `reported` yet."""
+    one Warning Event per node not `reported` yet that is a GPU node of no pool, claims membership by its own
+    labels, or is in conflict (a forged providerID among them)."""
     changes = tuple(ApplyMembership(c.node, dict(c.labels), tuple(c.add_taints), c.why,
                                     dict(c.annotations), c.seen) for c in result.changes)
     reports = tuple(Report("Node", n, "NodeInNoPool", "a GPU node no pool claims: gpufleet does not heal it")
                     for n in result.unlabelled_gpu_nodes if n not in reported)
+    conflicts = tuple(Report("Node", n, "NodeMembershipConflict", f"gpufleet left this node's membership as it is: "
+                                                                   f"{why}")
+                      for n, why in result.conflicts if n not in reported)
     unproven = tuple(Report("Node", n, "NodeMembershipUnproven",
                             f"the node's own labels claim a pool or role ({labels.POOL}, {labels.ROLE}) that no "
                             f"provider evidence backs: it enrols in nothing until its provider proves it a member "
                             f"({labels.NODE_POOL} or the pool's member_selector)")
                      for n in result.unproven if n not in reported)
-    return changes + (SettleCapacityRequests(),) + reports + unproven
+    return changes + (SettleCapacityRequests(),) + reports + unproven + conflicts
 
 
 # --- kubernetes-spares capacity requests ---------------------------------------------------------

@@ -37,8 +37,8 @@ class MembershipPass:
         for name in result.unproven:
             log.warning("node %s claims a pool or role by labels it may have set itself, with no provider "
                         "evidence: it enrols in nothing", name)
-        for msg in result.conflicts:
-            log.warning("membership conflict: %s", msg)
+        for name, why in result.conflicts:
+            log.warning("membership conflict: %s: %s", name, why)
         for a in membership_actions(result, frozenset(self._reported)):
             self.executor.run(a)
             if isinstance(a, Report) and not self.executor.dry_run:

@@ -222,10 +222,21 @@ def test_a_kubelet_naming_a_fresh_instance_of_the_group_enrols_in_nothing(kube_c
     _, (iid,) = group(aws, asg)
     forged = join(core, aws, iid, name="awsf-forger")  # first to register, naming the fresh instance
     result = label_members(kube, provider, spec)
-    assert result.changes == () and any(c.startswith(f"{forged}: names instance {iid}") for c in result.conflicts)
+    assert result.changes == () and any(n == forged and why.startswith(f"names instance {iid}") for n, why in result.conflicts)
     assert labels.NODE_POOL not in (core.read_node(forged).metadata.labels or {})
     real = join(core, aws, iid)
     assert real == private_dns_name(aws, iid) and real.startswith("ip-")  # as EC2 names it (moto follows)
     result = label_members(kube, provider, spec)
     assert [(c.node, c.labels.get(labels.ROLE)) for c in result.changes] == [(real, labels.ROLE_ACTIVE)]
     assert roles(core, pool) == {real: labels.ROLE_ACTIVE}
+
+    # An instance's name is asked of EC2 once: it is fixed for the instance's life, and the membership
+    # pass runs about once a second in a storm.
+    asked: list[list[str]] = []
+    session = boto3.session.Session()
+    session.events.register("before-parameter-build.ec2.DescribeInstances",
+                            lambda params, **_: asked.append(sorted(params["InstanceIds"])))
+    counted = AwsAsgProvider(kube, spec, None, session=session)
+    assert dict(counted.membership_facts().instance_names) == {iid: real}
+    assert dict(counted.membership_facts().instance_names) == {iid: real}
+    assert asked == [[iid]]

@@ -6,10 +6,11 @@ import logging
 import pytest
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def root_logging():
-    """For a test that sets the reconciler's logging up (`reconcile`, logs.setup) on a stream the test owns:
-    the session's root logger back afterwards, so no later thread logs into a stream closed by then."""
+    """Every test: the session's root logger back afterwards. A test that sets the reconciler's logging up
+    (`reconcile` through the CLI runner, logs.setup) leaves it writing to a stream the test owned, and a later
+    test's log line would then fail in the writer thread ("Logging error")."""
     from reconciler import logs
 
     handlers, level = logging.root.handlers[:], logging.root.level

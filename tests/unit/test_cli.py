@@ -121,7 +121,7 @@ def test_demo_injects_the_fault_as_the_agent_writes_it():
 
 
 @pytest.mark.parametrize("cmd", [["reconcile", "--stack", "prod", "--once"], ["why", "7", "--stack", "prod"]])
-def test_no_command_signs_a_slurm_token_from_the_key_outside_local(cmd, tmp_path, root_logging):
+def test_no_command_signs_a_slurm_token_from_the_key_outside_local(cmd, tmp_path):
     """Issue 24 item 3: the JWT key signs a token for any Slurm user, root included; only the local environment's
     may be used to sign one. Refused before anything is contacted (exit 2, naming the flag)."""
     key = tmp_path / "jwt"

@@ -197,7 +197,10 @@ def test_pools_and_system_nodes_select_only_on_labels_no_kubelet_can_set():
 ])
 def test_conflicts_are_reported_and_left_alone(n, facts, message):
     p = plan([n], SPEC, eks([n], facts.instance_groups))
-    assert p.changes == () and message in p.conflicts[0]
+    assert p.changes == () and p.conflicts[0][0] == "a" and message in p.conflicts[0][1]
+    reports = [a for a in membership_actions(p) if isinstance(a, Report)]
+    assert [(r.name, r.reason) for r in reports] == [("a", "NodeMembershipConflict")] and message in reports[0].message
+    assert not [a for a in membership_actions(p, frozenset({"a"})) if isinstance(a, Report)]  # reported once
 
 
 def test_a_node_naming_an_instance_under_another_name_enrols_in_nothing():
@@ -208,11 +211,12 @@ def test_a_node_naming_an_instance_under_another_name_enrols_in_nothing():
     facts = MembershipFacts(H100_GROUPS, {"i-1": "ip-10-0-0-1.ec2.internal"})
     p = plan([forger, real], SPEC, facts)
     assert {c.node for c in p.changes} == {"ip-10-0-0-1.ec2.internal"}
-    (why,) = p.conflicts
-    assert why.startswith("aaa-forger: names instance i-1 of group asg-h100") and "ip-10-0-0-1.ec2.internal" in why
+    ((who, why),) = p.conflicts
+    assert who == "aaa-forger" and why.startswith("names instance i-1 of group asg-h100")
+    assert "ip-10-0-0-1.ec2.internal" in why
     # an instance with no name known (EC2 did not say) enrols no node
     p = plan([node("x", iid="i-2")], SPEC, H100_FACTS)
-    assert p.changes == () and "no private DNS name" in p.conflicts[0]
+    assert p.changes == () and "no private DNS name" in p.conflicts[0][1]
     # a member the platform labelled keeps its place whatever its name
     labelled = member("old-name", "h100", labels.ROLE_ACTIVE)
     labelled["spec"]["providerID"] = "aws:///us-east-1a/i-3"

@@ -107,7 +107,7 @@ def refusing_hook():
     server.shutdown()
 
 
-def test_a_failed_webhook_leaves_no_url_or_token_in_logs_or_events(capfd, refusing_hook, root_logging):
+def test_a_failed_webhook_leaves_no_url_or_token_in_logs_or_events(capfd, refusing_hook):
     """The leak issue 24 found: httpx names the URL, token included, in its error text ("Client error '403
     Forbidden' for url ..."); the notifier logged it and raised it as a Warning Event. Here a webhook that
     answers 403, with the JSON logs the reconciler writes."""
