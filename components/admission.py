@@ -53,7 +53,7 @@ from typing import Iterable
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec import labels
+from fleetspec import health_report, labels
 from fleetspec.models import FleetSpec
 from fleetspec.placement import nodeset_names
 
@@ -133,9 +133,15 @@ def reconciler_pods_policy(spec: FleetSpec, username: str) -> dict:
 def reconciler_jobs_policy(spec: FleetSpec, username: str) -> dict:
     """The health-check Jobs (reconciler/adapters/health_checks.py job_manifest), judged by their pod template
     (the Job controller, not the reconciler, creates their pods): in its namespace, labelled with the node they
-    check, the health-check image, and as restricted as the placeholders but for the GPUs they ask for."""
+    check and placed by the scheduler on that node only if it is a pool's, the health-check image running the
+    spec's check command, and as restricted as the placeholders but for the GPUs they ask for. So a stolen
+    token runs nothing but the check, and only on GPU pool nodes."""
     dep = spec.healing.reconciler
     image = spec.healing.health_check_image()
+    argv = spec.healing.repair.health_check.argv()
+    pools = json.dumps(sorted(p.name for p in spec.pools))
+    terms = "variables.pod.?affinity.?nodeAffinity.?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms" \
+        ".orValue([])"
     node = json.dumps(labels.HEALTH_CHECK_NODE)
     return _policy(f"{dep.namespace}-reconciler-jobs", username, [_rule(["jobs"], ["CREATE", "UPDATE"], "batch")], [
         {"expression": f"request.namespace == {json.dumps(dep.namespace)}",
@@ -168,6 +174,19 @@ def reconciler_jobs_policy(spec: FleetSpec, username: str) -> dict:
                        "variables.pod.?securityContext.?runAsUser.orValue(1) != 0 && "
                        "variables.pod.?securityContext.?seccompProfile.?type.orValue('') == 'RuntimeDefault'",
          "message": "a health check runs as non-root with the RuntimeDefault seccomp profile"},
+        {"expression": "variables.pod.?nodeName.orValue('') == '' && "
+                       f"variables.pod.?nodeSelector[?{json.dumps(labels.NODE_POOL)}].orValue('') in {pools} && "
+                       f"{terms}.size() > 0 && {terms}.all(t, t.?matchFields.orValue([]).exists(f, "
+                       "f.key == 'metadata.name' && f.operator == 'In' && "
+                       f"f.values == [object.metadata.?labels[?{node}].orValue('')]))",
+         "message": f"a health check is placed by the scheduler (no nodeName) on the node its label "
+                    f"{labels.HEALTH_CHECK_NODE} names (its affinity's matchFields metadata.name), a pool's node "
+                    f"({labels.NODE_POOL} in its nodeSelector)"},
+        {"expression": f"variables.pod.containers.all(c, c.?command.orValue([]) == {json.dumps(argv)} && "
+                       "c.?args.orValue([]).size() == 0 && c.?envFrom.orValue([]).size() == 0 && "
+                       f"c.?env.orValue([]).all(e, e.name == {json.dumps(health_report.EXPECTED_GPUS)}))",
+         "message": "a health check runs the spec's check command (healing.repair.health_check) with no other "
+                    f"argument, and no variable but {health_report.EXPECTED_GPUS}"},
     ], variables=[{"name": "pod", "expression": "object.spec.template.spec"}])
 
 

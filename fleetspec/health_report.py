@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 LIMIT = 4096
+EXPECTED_GPUS = "GPUFLEET_EXPECTED_GPUS"  # the check Job's one variable: the GPUs its node should have
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 ACTIONS = ("none", "reset-gpu", "reboot", "replace")  # what a failed check says the node needs, mildest first
 

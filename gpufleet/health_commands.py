@@ -9,7 +9,7 @@ import typer
 
 from gpufleet.console import EXIT_FAILED, app
 
-EXPECTED_GPUS = "GPUFLEET_EXPECTED_GPUS"  # set by the Job (reconciler/adapters/health_checks.py)
+from fleetspec.health_report import EXPECTED_GPUS  # set by the Job (reconciler/adapters/health_checks.py)
 
 
 @app.command("health-check")

@@ -1,7 +1,8 @@
 """Health-check Jobs (issue 25): one Job per node and attempt, in the reconciler's namespace, pinned
 to the node; its verdict read from the Job's status and its pod's termination message, never a log.
 
-The pod lands on that node whatever holds it out of service: it is pinned by `matchFields metadata.name`
+The pod lands on that node whatever holds it out of service (and only if it is a pool's node: the pool label
+in its nodeSelector): it is pinned by `matchFields metadata.name`
 (as the DaemonSet controller pins its pods: kubernetes v1.34 pkg/controller/daemon/util
 ReplaceDaemonSetPodNodeNameNodeAffinity) and tolerates every taint, `node.kubernetes.io/unschedulable`
 (the cordon) included (kube-scheduler's NodeUnschedulable plugin admits a pod that tolerates it:
@@ -49,6 +50,7 @@ def job_manifest(spec: FleetSpec, pool: NodePool, node: str, name: str, namespac
                     # deadline and every node it checks fails validation. 65532: the images' own user.
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                    "nodeSelector": {labels.NODE_POOL: pool.name},  # a pool's node (the admission policy)
                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [{"matchFields": [
                             {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
@@ -57,7 +59,7 @@ def job_manifest(spec: FleetSpec, pool: NodePool, node: str, name: str, namespac
                         "name": "check",
                         "image": image,
                         "command": check.argv(),
-                        "env": [{"name": "GPUFLEET_EXPECTED_GPUS", "value": gpus}],
+                        "env": [{"name": health_report.EXPECTED_GPUS, "value": gpus}],
                         "resources": {"requests": {"nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}},
                         "terminationMessagePath": "/dev/termination-log",
                         "terminationMessagePolicy": "File",

@@ -253,7 +253,7 @@ class Kube:
                          set_annotations: dict[str, str] | None = None, seen: NodeShape | None = None) -> bool:
         """Set labels (and annotations) and add taints a membership plan asks for
         (reconciler/core/membership.py); never removes anything, writes nothing when nothing is missing.
-        With `seen`, writes only while the node's role and taints are as the plan read them (from a cache
+        With `seen`, writes only while the node's role and own taints are as the plan read them (from a cache
         that may be a moment old): a spare promoted meanwhile keeps its promotion, and the next pass plans
         again. False when it was left for that reason."""
         stale = False
@@ -262,8 +262,8 @@ class Kube:
             nonlocal stale
             meta, spec = node["metadata"], node.setdefault("spec", {})
             have = meta.setdefault("labels", {})
-            if seen is not None and (have.get(labels.ROLE, "") != seen.role or
-                                     {t.get("key") for t in spec.get("taints") or []} != seen.taints):
+            if seen is not None and not seen.still(have.get(labels.ROLE, ""),
+                                                   (t.get("key") for t in spec.get("taints") or [])):
                 stale = True
                 return False
             changed = {k: v for k, v in set_labels.items() if have.get(k) != v}

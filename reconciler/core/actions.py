@@ -10,9 +10,11 @@ falls between the send and that mark). The others are idempotent: repeating one 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from fleetspec import labels
 
 
 @dataclass(frozen=True)
@@ -199,12 +201,24 @@ class DeleteRemediation(Action):
 
 # --- pool membership (reconciler/core/membership.py decides them) ---------------------------------
 
+GPUFLEET_TAINTS = frozenset({labels.SPARE_TAINT, labels.LENDING_TAINT, labels.QUARANTINE_TAINT})
+
+
 @dataclass(frozen=True)
 class NodeShape:
-    """What a membership plan read of a node to decide its changes: its role label and its taint keys."""
+    """What a membership plan read of a node to decide its changes: its role label and which of gpufleet's own
+    taints it carries. Other taints (the node lifecycle controller's `not-ready` on a node just registered)
+    come and go and change no decision."""
 
     role: str
     taints: frozenset[str]
+
+    @classmethod
+    def of(cls, role: str, taint_keys: Iterable[str]) -> NodeShape:
+        return cls(role, frozenset(taint_keys) & GPUFLEET_TAINTS)
+
+    def still(self, role: str, taint_keys: Iterable[str]) -> bool:
+        return self == NodeShape.of(role, taint_keys)
 
 
 @dataclass(frozen=True)

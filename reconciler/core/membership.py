@@ -230,7 +230,7 @@ def plan(nodes: Iterable[Mapping], spec: FleetSpec, facts: MembershipFacts = Mem
         if topo:
             why.append(f"Slurm topology {topo[labels.SLINKY_TOPOLOGY_SPEC]}")
         if set_labels or add or topo:
-            seen = NodeShape(have.get(labels.ROLE, ""), frozenset(taint_keys))
+            seen = NodeShape.of(have.get(labels.ROLE, ""), taint_keys)
             changes.append(NodeChange(name, pool.name, set_labels, add, "; ".join(why), topo, seen))
     return MembershipPlan(tuple(changes), tuple(unlabelled), unproven=tuple(unproven), conflicts=tuple(conflicts))
 

@@ -215,7 +215,25 @@ def _job_variants(s: Setup) -> list[tuple[str, object, str]]:
         ("root", lambda j: pod(j)["securityContext"].update(runAsNonRoot=False, runAsUser=0), "non-root"),
         ("a second container", lambda j: pod(j)["containers"].append({**c(j), "name": "more"}), "one container"),
         ("no health-check label", _unlabel, "only health-check Jobs"),
+        ("a nodeName", lambda j: pod(j).update(nodeName=NODE_A), "placed by the scheduler"),
+        ("no pool in its nodeSelector", lambda j: pod(j).pop("nodeSelector"), "a pool's node"),
+        ("a pool the spec does not declare", lambda j: pod(j).update(nodeSelector={labels.NODE_POOL: "nope"}),
+         "a pool's node"),
+        ("another node than its label names", lambda j: _pin(pod(j), "kube-system-node"), "the node its label"),
+        ("a second term without the pin", lambda j: pod(j)["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].append(
+            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}),
+         "the node its label"),
+        ("another command", lambda j: c(j).update(command=["/bin/sh", "-c", "id"]), "the spec's check command"),
+        ("extra arguments", lambda j: c(j).update(args=["--no-all-reduce"]), "the spec's check command"),
+        ("another variable", lambda j: c(j)["env"].append({"name": "LD_PRELOAD", "value": "/x.so"}),
+         "no variable but"),
     ]
+
+
+def _pin(pod: dict, node: str) -> None:
+    pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] = [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
 
 
 def _unlabel(job: dict) -> None:

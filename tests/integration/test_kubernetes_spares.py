@@ -131,9 +131,11 @@ def test_a_plan_made_before_a_promotion_does_not_taint_the_promoted_spare(kube_c
     assert labels.SPARE_TAINT not in {t.key for t in node.spec.taints or []}
     # Planned again from the node as it is: an active node gets no spare taint.
     assert all(labels.SPARE_TAINT not in {t["key"] for t in c.add_taints} for c in plan().changes if c.node == "kr-s")
-    # A plan that still matches the node is written.
+    # A plan that still matches the node is written, whatever taints others put on it meanwhile (the node
+    # lifecycle controller's not-ready on a node just registered).
     kube_cluster.create_fake_node("kr-n", labels={NODEGROUP: "ng-kr"}, capacity=gpu)
     (fresh,) = [a for a in membership.membership_actions(plan()) if getattr(a, "node", None) == "kr-n"]
+    core.patch_node("kr-n", {"spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}})
     assert kube.apply_membership(fresh.node, dict(fresh.labels), [dict(t) for t in fresh.add_taints],
                                  dict(fresh.annotations), fresh.seen) is True
     assert core.read_node("kr-n").metadata.labels[labels.NODE_POOL] == "kr"

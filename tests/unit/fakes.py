@@ -85,8 +85,8 @@ class FakeKube:
 
     def apply_membership(self, name, set_labels, add_taints=(), set_annotations=None, seen=None):
         n = self.nodes[name]
-        if seen is not None and (n["metadata"]["labels"].get(labels.ROLE, "") != seen.role
-                                 or {t["key"] for t in n["spec"].get("taints") or []} != seen.taints):
+        if seen is not None and not seen.still(n["metadata"]["labels"].get(labels.ROLE, ""),
+                                               (t["key"] for t in n["spec"].get("taints") or [])):
             return False
         self._write("membership", name)
         n["metadata"]["labels"].update(set_labels)

@@ -117,7 +117,10 @@ def test_each_write_carries_the_shape_it_was_planned_from():
     tests/integration/test_kubernetes_spares.py holds the API server's node to it."""
     n = node("a", {labels.NODE_POOL: "h100", labels.ROLE: labels.ROLE_SPARE}, [{"key": "other", "effect": "NoExecute"}])
     (a,) = [x for x in membership_actions(plan([n], SPEC)) if isinstance(x, ApplyMembership)]
-    assert a.seen == NodeShape(labels.ROLE_SPARE, frozenset({"other"}))
+    assert a.seen == NodeShape(labels.ROLE_SPARE, frozenset())  # "other" is no taint of gpufleet's
+    assert a.seen.still(labels.ROLE_SPARE, ["other", "node.kubernetes.io/not-ready"])  # they come and go
+    assert not a.seen.still(labels.ROLE_ACTIVE, ["other"])  # promoted meanwhile
+    assert not a.seen.still(labels.ROLE_SPARE, ["other", labels.LENDING_TAINT])  # lent meanwhile
     newcomer = node("b", {NODE_GROUP: "ng-l40s"})
     (b,) = [x for x in membership_actions(plan([newcomer], SPEC)) if isinstance(x, ApplyMembership)]
     assert b.seen == NodeShape("", frozenset()) and b.labels[labels.ROLE] == labels.ROLE_ACTIVE
