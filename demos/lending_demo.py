@@ -207,6 +207,7 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
                            "Xid 79 on PCI:0000:3b:00: GPU has fallen off the bus.")
         from reconciler.adapters.records import KubeRemediationStore
         store = KubeRemediationStore(kube.api)
+
         def heal_state() -> str:
             now = [f"record {r.name}: {r.phase.value} ({r.reason})" for r in store.list() if r.node == victim]
             spare_part = next(x.name for x in spec.slurm.partitions if spare_pool.name in x.pools)

@@ -6,7 +6,7 @@ Exit codes: 0 ok, 1 the operation failed, 2 invalid input (spec or arguments).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 
@@ -28,7 +28,7 @@ def _err(msg: str) -> None:
     typer.secho(msg, fg=typer.colors.RED, err=True)
 
 
-def refuse_jwt_key(where: str, instead: str) -> None:
+def refuse_jwt_key(where: str, instead: str) -> NoReturn:
     """Exit 2: the Slurm JWT key signs a token for any Slurm user, root included, so no command reads it
     outside the local environment (`reconcile`, `why`); `instead` names the token to give."""
     _err(f"--slurm-jwt-key-file: refused for {where}: the JWT key signs a token for any Slurm user, root "

@@ -201,13 +201,10 @@ class DeleteRemediation(Action):
 
 # --- pool membership (reconciler/core/membership.py decides them) ---------------------------------
 
-GPUFLEET_TAINTS = frozenset({labels.SPARE_TAINT, labels.LENDING_TAINT, labels.QUARANTINE_TAINT})
-
-
 @dataclass(frozen=True)
 class NodeShape:
     """What a membership plan read of a node to decide its changes: its role label and which of gpufleet's own
-    taints it carries. Other taints (the node lifecycle controller's `not-ready` on a node just registered)
+    taints (`gpufleet.io/`: spare, lending, quarantined) it carries. Other taints (the node lifecycle controller's `not-ready` on a node just registered)
     come and go and change no decision."""
 
     role: str
@@ -215,7 +212,7 @@ class NodeShape:
 
     @classmethod
     def of(cls, role: str, taint_keys: Iterable[str]) -> NodeShape:
-        return cls(role, frozenset(taint_keys) & GPUFLEET_TAINTS)
+        return cls(role, frozenset(k for k in taint_keys if k.startswith(f"{labels.GROUP}/")))
 
     def still(self, role: str, taint_keys: Iterable[str]) -> bool:
         return self == NodeShape.of(role, taint_keys)
