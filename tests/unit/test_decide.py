@@ -19,6 +19,7 @@ from reconciler.core.model import (
 )
 from reconciler.core.observe import node_view
 from reconciler.core.phases import InvalidTransition, Phase, check_transition
+from reconciler.core.repair_phases import RepairPhase, begin
 from tests.unit.fakes import PROVEN
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -368,16 +369,45 @@ def test_attempt_cap_escalates_after_containment_and_pages():
     assert [a.kind for a in st.actions] == ["Quarantine", "Notify"] and st.actions[1].severity == "critical"
 
 
-def test_admission_counts_the_window_not_only_live_records_and_never_opted_out_nodes():
+def test_admission_counts_nodes_unhealthy_now_never_opted_out_nodes():
+    """Cluster API's maxUnhealthy counts the machines unhealthy now: a finished heal whose node is still out
+    (quarantined, its repair under way) counts; a node repaired and returned, or retired, does not."""
     s = spec()
-    pool = [node("h100-0", xid=79), node("h100-1"), node("h100-2", xid=79)]
+    pool = [node("h100-0", xid=79), node("h100-1", role=labels.ROLE_QUARANTINED), node("h100-2", xid=79),
+            node("h100-3"), node("h100-4", role=labels.ROLE_RETIRED)]
     done = rec(node("h100-1", xid=48), Phase.SUCCEEDED, created=T0 - timedelta(minutes=5))
     out = rec(node("h100-2", xid=79), Phase.OPTED_OUT)
     old = rec(node("h100-3", xid=79), Phase.SUCCEEDED, created=T0 - timedelta(hours=2))
+    retired = rec(node("h100-4", xid=79), Phase.SUCCEEDED, created=T0 - timedelta(minutes=1))
     me = rec(node("h100-0", xid=79), Phase.REQUEUED)
-    a = admission_facts(me, pool, [done, out, old, me], s, T0)
-    assert a.unhealthy == {"h100-0", "h100-1"}  # the finished one within the window counts; opted out does not
+    a = admission_facts(me, pool, [done, out, old, retired, me], s, T0)
+    assert a.unhealthy == {"h100-0", "h100-1"}  # still out counts; back in service, retired, opted out do not
     assert a.in_flight == 0 and a.attempts == 0
+
+
+def test_the_brake_does_not_count_a_node_healed_repaired_and_returned_minutes_ago():
+    """A 2-node pool, brake at 50 %: h100-1 faulted, was healed on a spare, repaired and returned to the spares
+    four minutes ago; a fault on h100-0 now is one unhealthy node of two, not a storm, and is replaced."""
+    s = spec(max_unhealthy_fraction=0.5)
+    s = s.model_copy(update={"pools": [s.pools[0].model_copy(update={"nodes": 2, "spares": 1})] + s.pools[1:]})
+    earlier = T0 - timedelta(minutes=6)
+    returned = replace(rec(node("h100-1", xid=79, since=earlier), Phase.SUCCEEDED, created=earlier),
+                       replacement="h100-spare-0",
+                       repair=begin(RepairPhase.RETURNED, T0 - timedelta(minutes=4)))
+    pool = [node("h100-0", xid=79), node("h100-1", role=labels.ROLE_SPARE, ready=True),
+            node("h100-spare-0", ready=True)]
+    me = rec(node("h100-0", xid=79), Phase.REQUEUED)
+    a = admission_facts(me, pool, [returned, me], s, T0)
+    assert a.unhealthy == {"h100-0"} and a.pool_size == 2
+    st = plan_step(me, StepFacts(admission=a), s, T0)
+    assert st.remediation.phase is Phase.EVICTING and st.gate is None
+    # the same node still quarantined (its repair not over) is unhealthy now: 2 of 2 is a storm, and says so
+    still = [node("h100-0", xid=79), node("h100-1", role=labels.ROLE_QUARANTINED), node("h100-spare-0", ready=True)]
+    a = admission_facts(me, still, [replace(returned, repair=None), me], s, T0)
+    st = plan_step(me, StepFacts(admission=a), s, T0)
+    assert st.remediation.phase is Phase.HELD and st.gate.reason == "TooManyUnhealthy"
+    assert st.gate.message.startswith("2 of 2 nodes in pool h100 unhealthy now (> 50%; unhealthy: out for a fault "
+                                      "and not healthy again; 2: the active nodes the pool declares, its spares not counted)")
 
 
 def test_waiting_for_a_spare_holds_no_slot():
