@@ -661,12 +661,13 @@ def test_a_spare_that_broke_standing_in_is_counted_once_by_the_brake_and_replace
 # --- success only when the Slurm nodes the remediation moved are back (issue 23) ------------------------
 
 def test_a_heal_is_not_a_success_while_its_own_slurm_nodes_pod_can_be_placed_nowhere():
-    """Another Slurm node's pod landed on the replacement and takes jobs; the remediation's own waits
-    Pending with nowhere to go. Not Succeeded: the record says why at once, and the timeout fails it with that."""
+    """The replacement is ready, the remediation's own Slurm node waits Pending with nowhere to go. Not
+    Succeeded: the record says why at once, and the timeout fails it with that. (Another Slurm node's pod on the
+    replacement instead: the spare is given up and another taken, see the two-heals tests below.)"""
     r = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-3",))
     why = "0/12 nodes are available: 11 node(s) had untolerated taint {gpufleet.io/spare: true}, 1 node(s) were unschedulable."
-    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-9",),
-                      slurm=(slurm("gpu-9"),), slurm_pods=(nodeset_pod("gpu-3", unschedulable=why),))
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=(),
+                      slurm=(), slurm_pods=(nodeset_pod("gpu-3", unschedulable=why),))
     st = plan_step(r, facts, spec(), T0)
     assert st.remediation.phase is Phase.RESUMING and not any(a.kind == "ReleaseJobs" for a in st.actions)
     assert st.remediation.waiting == f"Slurm node gpu-3: pod slurm/slurm-worker-gpu-3 cannot be scheduled: {why}"
@@ -692,6 +693,55 @@ def test_a_slurm_node_still_on_a_broken_replacement_is_not_resumed_there():
     assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation is None
     moved = replace(on_broken, replacement_slurm=("gpu-3",), slurm_pods=(nodeset_pod("gpu-3", "h100-spare-1"),))
     assert plan_step(r, moved, spec(), T0).actions == (ResumeSlurm("gpu-3"),)
+
+
+# --- two heals, one spare: the scheduler decides which Slurm node the promoted spare takes ----------------
+
+WHY_PENDING = "0/4 nodes are available: 1 node(s) had untolerated taint {gpufleet.io/quarantined: true}, 3 node(s) didn't match pod anti-affinity rules."
+
+
+def test_a_spare_the_scheduler_gave_to_another_slurm_node_is_given_up_and_counted_by_that_ones_heal():
+    """h100-0 and h100-1 (Slurm nodes gpu-0, gpu-1) fault together; one spare. h100-0's remediation promoted
+    h100-spare-0, h100-1's waits for a spare; the scheduler put gpu-1 on h100-spare-0 and gpu-0 can go nowhere.
+    Neither waits on the other: h100-0's gives the spare up (the record says why) and waits for another,
+    h100-1's counts it as its replacement, quarantines its node (for its repair) and succeeds."""
+    s = spec()
+    a = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-0",))
+    b = replace(rec(node("h100-1", xid=79), Phase.WAITING_FOR_SPARE), slurm_nodes=("gpu-1",))
+    promoted = node("h100-spare-0", ready=True)  # promoted: active, untainted
+    pods = (nodeset_pod("gpu-0", unschedulable=WHY_PENDING), nodeset_pod("gpu-1", "h100-spare-0"))
+    on_spare = StepFacts(replacement=promoted, replacement_slurm=("gpu-1",), slurm=(slurm("gpu-1"),), slurm_pods=pods)
+    st = plan_step(a, on_spare, s, T0)
+    assert st.remediation.phase is Phase.REPLACING and st.remediation.replacement is None and not st.carry
+    assert "h100-spare-0 took Slurm node(s) gpu-1 instead of gpu-0" in st.remediation.reason
+    assert st.remediation.failed_replacements == ()  # the spare did not break
+    pool = (node("h100-0", xid=79, unschedulable=True), node("h100-1", xid=79, unschedulable=True), promoted)
+    nothing_free = StepFacts(pool_nodes=pool, claimed=frozenset({"h100-spare-0"}), slurm_pods=pods)
+    st = plan_step(st.remediation, nothing_free, s, T0)
+    assert st.remediation.phase is Phase.WAITING_FOR_SPARE and st.remediation.replacement is None
+    # h100-1's remediation: its Slurm node runs on a healthy node of the pool: that node is its replacement
+    st = plan_step(b, nothing_free, s, T0)
+    assert st.remediation.phase is Phase.REPLACING and st.carry
+    st = plan_step(st.remediation, nothing_free, s, T0)
+    assert st.remediation.phase is Phase.RESUMING and st.remediation.replacement == "h100-spare-0"
+    assert st.actions == (Quarantine("h100-1", 79, "h100", True),) and "came back on h100-spare-0" in st.remediation.reason
+    assert not any(isinstance(x, (PromoteSpare, RequestCapacity)) for x in st.actions)
+    st = plan_step(st.remediation, on_spare, s, T0)
+    assert st.remediation.phase is Phase.SUCCEEDED
+
+
+def test_a_slurm_node_still_on_its_faulted_node_or_a_pod_merely_pending_changes_no_spare():
+    """Nothing is given up or adopted on a guess: a pod still on the faulted node is not back; a replacement whose
+    own Slurm node's pod is not placed yet (no word from the scheduler) is waited on."""
+    s = spec()
+    b = replace(rec(node("h100-1", xid=79), Phase.WAITING_FOR_SPARE), slurm_nodes=("gpu-1",))
+    pool = (node("h100-1", xid=79, unschedulable=True), node("h100-spare-0", ready=True))
+    assert plan_step(b, StepFacts(pool_nodes=pool, slurm_pods=(nodeset_pod("gpu-1", "h100-1"),)), s, T0).remediation is None
+    a = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-0",))
+    pending = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-1",),
+                        slurm=(slurm("gpu-1"),), slurm_pods=(nodeset_pod("gpu-0"),))
+    st = plan_step(a, pending, s, T0)
+    assert st.remediation is None or st.remediation.phase is Phase.RESUMING
 
 
 # --- who reported the faults (issue 24): a burst one writer could forge is contained, and named -----------
