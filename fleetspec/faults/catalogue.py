@@ -273,6 +273,12 @@ _ROWS: tuple[tuple[int, str, str, str], ...] = (
 
 XIDS: dict[int, Entry] = {r[0]: Entry(*r) for r in _ROWS}
 
+# RESTART_APP codes the hardware raised and contained: the GPU stopped only the application that touched
+# the bad memory, and the GPU stays usable (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt, "Error
+# Containment": Xid 94 is a contained uncorrectable error, 95 an uncontained one). The other RESTART_APP
+# codes point at the application first (an engine exception, a page fault: the job's own bug, most often).
+CONTAINED_HARDWARE = frozenset({94})
+
 # NVSwitch SXids: the Fabric Manager user guide splits them into fatal and non-fatal, as the line
 # itself says ("Fatal," or "Non-fatal," after the code). A fatal one takes the NVSwitch and the GPUs of
 # its baseboard down together (NVSentinel's sxiderrorsmapping.csv: RESET_FABRIC for most); the node is
