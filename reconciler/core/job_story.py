@@ -259,7 +259,10 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
                                         f"the node the job ran on: {r.message}"))
         entries.extend(_phases(r))
     seen = {(r.node, r.xid) for r in mine}
-    job_nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())} | {r.node for r in mine}
+    # its nodes now, the faulted ones, and every node its jobs ran on when a remediation signalled them (a
+    # requeued job waiting in the queue has no nodes in Slurm: the record remembers them)
+    slurm_nodes = set(job.nodes if job else ()) | {n for r in mine for n in r.job_nodes}
+    job_nodes = {kube_nodes.get(n, n) for n in slurm_nodes} | {r.node for r in mine}
     own = []
     for f in sorted(faults, key=lambda f: f.at):
         if f.node not in job_nodes or (f.node, f.xid) in seen or not _ran_while(job, f, now):

@@ -149,12 +149,13 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
     assert [a.kind for a in plan_step(noted, StepFacts(), s, now).actions] == ["Cordon"]
     r = st.remediation
 
-    jobs = (JobView(41, "RUNNING"), JobView(42, "PENDING"), JobView(43, "COMPLETING"))
+    jobs = (JobView(41, "RUNNING", ("gpu-3", "gpu-4")), JobView(42, "PENDING"), JobView(43, "COMPLETING", ("gpu-3",)))
     st = plan_step(r, StepFacts(slurm=(slurm("gpu-3", "MIXED"),), jobs_on_node=jobs), s, now)
     assert st.actions == (DrainSlurm("gpu-3", st.actions[0].reason), SignalJobs((41,), "TERM"))
     assert st.actions[0].reason.startswith("gpufleet: XID 79") and r.name in st.actions[0].reason
     r = st.remediation
     assert r.phase is Phase.CHECKPOINTING and r.jobs == (41, 43) and r.grace_deadline == now + timedelta(seconds=120)
+    assert r.job_nodes == ("gpu-3", "gpu-4")  # every node of its jobs, for `gpufleet why` once they are requeued
 
     st = plan_step(r, StepFacts(jobs_on_node=(JobView(41, "RUNNING"),)), s, now + timedelta(seconds=5))
     assert st.remediation is None and st.actions == () and st.recheck_after == 1.0

@@ -209,3 +209,10 @@ def test_a_contained_memory_error_is_never_blamed_on_the_job():
     text = render(s)
     assert s.verdict == APP_RESTART
     assert "job's own error" not in text and "job's code" not in text and "hardware" in text
+
+
+def test_a_requeued_job_waiting_in_the_queue_lists_every_node_it_ran_on():
+    r = replace(healed(Phase.REQUEUED), job_nodes=("gpu-a-0", "gpu-a-1"))
+    s = story(7, job("PENDING", (), None), [r], [], {**KUBE, "gpu-a-1": "kgpu-1"}, T0 + 100 * S)
+    assert s.kube_nodes == ("kgpu-0", "kgpu-1")
+    assert "Kubernetes nodes: kgpu-0, kgpu-1" in render(s)
