@@ -721,9 +721,12 @@ def test_a_storm_one_writer_reported_is_still_contained_and_the_record_and_page_
 def test_a_storm_each_nodes_own_agent_reported_names_them_without_the_warning():
     r, a, st = _storm_of(lambda i: labels.MANAGER_AGENT if i < 3 else "node-problem-detector")
     (page,) = [x for x in st.actions if x.kind == "Notify"]
-    assert (f"reported by {labels.MANAGER_AGENT} on h100-0, h100-1, h100-2; node-problem-detector on h100-3"
-            in page.text)
+    assert (f"reported by the node agent ({labels.MANAGER_AGENT}) on h100-0, h100-1, h100-2; node-problem-detector on "
+            "h100-3" in page.text)
     assert "alone reported" not in page.text
     _, _, unknown = _storm_of(lambda i: "")
     assert "reported by an unknown writer on h100-0, h100-1, h100-2, h100-3" in unknown.remediation.held_message
     assert "alone reported" not in unknown.remediation.held_message  # unknown is not one writer
+    _, _, drill = _storm_of(lambda i: labels.MANAGER_INJECT_FAULT)
+    assert f"reported by a person (gpufleet inject-fault) ({labels.MANAGER_INJECT_FAULT}) on h100-0" in \
+        drill.remediation.held_message
