@@ -220,6 +220,11 @@ class KubeRemediationStore:
                           to_object(remediation, self._versions.get(remediation.name)), _preload_content=False))
         self._seen(obj)
 
+    def annotate(self, name: str, annotations: dict[str, str | None]) -> None:
+        """A person's write (the on-call commands): annotations on the object, never its status."""
+        _call(f"annotate remediation {name}", self.custom.patch_cluster_custom_object, *self._args, name,
+              {"metadata": {"annotations": annotations}}, _preload_content=False)
+
     def delete(self, remediation: Remediation) -> bool:
         """Delete a finished remediation (retention). Preconditioned on the last seen resourceVersion, so one
         changed since it was judged is not deleted (Conflict). False when it was gone already."""
