@@ -222,12 +222,14 @@ def plan_repair(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: dateti
 def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, stop: str) -> Step:
     node = facts.node
     assert node is not None
+    if r.phase is Phase.ESCALATED:
+        # The attempt cap held it for a person, and paged them (gpufleet release | return | retire |
+        # mark-healthy): one decision, one page. A lemon is never escalated (admission.lemon).
+        return Step()
     faults = faults_in_window(r, facts.history, spec, now)
     limit = spec.healing.repair.retire_after_faults
     if len(faults) >= limit:
         return retire(r, None, now, lemon_reason(r, faults, spec))
-    if r.phase is Phase.ESCALATED:
-        return Step()  # the attempt cap holds it for a person (gpufleet release | return | retire | mark-healthy)
     need = fault_needs(r)
     if need == REPLACE:
         return retire(r, None, now, f"{describe(r.xid, r.kind)} needs the vendor (action {REPLACE}): nothing to repair")

@@ -437,3 +437,33 @@ def test_the_first_rung_follows_the_faults_action(action, step):
     """The fault catalogue's action (branch xid: spec.fault.action) picks the first rung; a node taken out for a
     fault whose action needs no repair of the machine is rebooted, the catalogue's commonest answer."""
     assert repair.first_step(action) == step
+
+
+# --- one page per decision ------------------------------------------------------------------------------
+
+def test_a_third_fault_within_a_day_is_one_decision_with_one_page():
+    """The attempt cap (2 remediations within 24 h) and the lemon rule (3 faults within 7 days) both meet a
+    third fault within a day: the lemon rule decides it (the node is retired for the vendor, the job healed on a
+    spare, a refill asked), and the on-call gets that one page, not also an escalation telling them to repair
+    and return it."""
+    w = world()
+    for i in range(2):
+        r = replace(earlier(f"h100-1-old-{i}", "h100-1", 0.1 + i * 0.1), repair=None)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-1")
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-1"), key=lambda x: x.created)
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (0, 1), w.notifier.sent
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0"  # the job heals on a spare
+    assert r.repair.phase is RepairPhase.RETIRED and "a lemon: 3 faults" in r.repair.reason
+    assert "attempt cap" in r.reason and "lemon" in r.reason  # the record says why it was not escalated
+    assert role(w, "h100-1") == labels.ROLE_RETIRED
+
+
+def test_a_node_at_the_attempt_cap_that_is_no_lemon_is_escalated_with_one_page():
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0, repair={"retire_after_faults": 5}), operator=True)
+    r = escalated(w)
+    w.run(seconds=60)
+    r = next(x for x in w.store.list() if x.name == r.name)
+    assert r.phase is Phase.ESCALATED and r.repair is None
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (1, 0)
