@@ -184,6 +184,20 @@ def test_a_spare_that_rebooted_is_checked_again_before_it_serves():
     assert check.proves("boot-after-a-reboot")
 
 
+def test_a_spare_that_fails_its_check_is_repaired_with_what_the_check_said_it_needs():
+    """The check's verdict names what the node needs (here a GPU reset): the failed spare's repair starts
+    there, not with a reboot whatever the check said."""
+    w = world()
+    w.kube.nodes["h100-spare-0"] = pool_node(w.spec.pool("h100"), "h100-spare-0", labels.ROLE_SPARE, proven=False)
+    w.hardware.state["h100-spare-0"] = FakeNodes.RESET_FIXES
+    w.run(seconds=200)
+    bad = w.remediation("h100-spare-0")
+    assert bad.was_spare and bad.action is not None and bad.action.value == "reset-gpu"
+    assert bad.repair.rungs[0] == "reset-gpu", bad.repair
+    assert [x[0] for x in w.hardware.resets] == ["h100-spare-0"] and w.hardware.reboots == []
+    assert bad.repair.phase is RepairPhase.RETURNED and role(w, "h100-spare-0") == labels.ROLE_SPARE
+
+
 # --- the lemon rule, relapses, what stops the loop ---------------------------------------------------------
 
 def earlier(name: str, node: str, days_ago: float, returned_after: float = 300, rung: str = "reboot") -> Remediation:
