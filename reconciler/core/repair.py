@@ -41,7 +41,7 @@ from reconciler.core.model import NodeView, PodView, Remediation, SlurmNodeView,
 from reconciler.core.observe import opted_out_views
 from reconciler.core.phases import Phase
 from reconciler.core.repair_actions import (
-    MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
+    ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
 from reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase, begin
 from reconciler.core.slurm_names import slurm_nodes_on
@@ -200,7 +200,9 @@ def plan_repair(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: dateti
     """The next step of `r`'s repair (a person's requests are `oncall.py`'s, planned before this)."""
     node, rep = facts.node, r.repair
     if node is None:
-        return Step()  # the node is gone (deleted, terminated): nothing left to repair
+        # The node is gone (deleted, its instance terminated): nothing left to repair, but a live repair ends
+        # with a record and a page, and the provider settles what it kept for it.
+        return node_gone(r, now) if rep is not None and rep.active else Step()
     stop = stop_reason(r, facts, spec)
     if rep is None:
         return _start(r, facts, spec, now, stop)
@@ -434,6 +436,26 @@ def retire(r: Remediation, rep: Repair | None, now: datetime, why: str, by: str 
                            f"{r.node} ({r.pool}) is retired: {why}. Repair history: {history or 'none'}. Send it to the "
                            "vendor (RMA); gpufleet will not return it (`gpufleet return` once it is repaired)."),)
     return Step(actions, replace(r, repair=moved))
+
+
+def node_gone(r: Remediation, now: datetime) -> Step:
+    """The node's Node object disappeared while it was repaired (someone deleted it, or its instance was
+    terminated): the repair ends Gone, its provider settles its bookkeeping (and asks for a node when nothing
+    replaced it yet), and a person is told once."""
+    rep = r.repair
+    assert rep is not None and rep.active
+    was = rep.step or rep.phase.value
+    why = f"its Node object disappeared during the repair ({rep.phase.value}, {was})"
+    refilled = any(i.startswith("capacity:") for i in r.intents)
+    moved = rep.moved(RepairPhase.GONE, now, reason=why, step="").noted(RepairEvent("gone", "ended", now, why))
+    return Step((ForgetNode(r.node, r.pool, why, None if refilled else f"{r.name}/gone"),
+                 Notify("node-gone", "warning",
+                        f"{r.node} ({r.pool}) {why}: the repair is over, nothing was returned. gpufleet settled its "
+                        "provider's bookkeeping (an instance held out of its group for the repair is terminated or "
+                        "kept for the vendor, as the pool's on_fault says) and asked for a node if none replaced it. "
+                        f"Action needed only if it was not deleted on purpose: find out what removed it "
+                        f"(`kubectl describe remediation {r.name}`).")),
+                replace(r, repair=moved))
 
 
 def lemon_reason(r: Remediation, faults: list[Remediation], spec: FleetSpec) -> str:

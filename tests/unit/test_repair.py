@@ -295,6 +295,28 @@ def test_a_request_with_no_sign_of_it_is_asked_again_once_under_a_new_id():
     assert [e.outcome for e in r.repair.history if e.step == "reboot"] == ["asked", "asked again"]
 
 
+def test_a_repair_whose_node_disappears_ends_gone_with_one_page_and_the_provider_settles_it():
+    """The Node object is deleted mid-reboot (a person, or its instance terminated): the repair does not stay
+    Repairing for ever. It ends Gone with the reason, the provider settles what it kept for the repair (an
+    aws-asg instance held out of its group: test_aws_asg), and one page says so."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.BROKEN
+    w.hardware.reboot_seconds = 10_000
+    w.fault("h100-0")
+    w.run(seconds=10)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.REPAIRING
+    del w.kube.nodes["h100-0"]
+    w.run(seconds=60)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.GONE and "Node object disappeared" in r.repair.reason, r.repair
+    assert [(e.step, e.outcome) for e in r.repair.history][-1] == ("gone", "ended")
+    assert w.notifier.sent.count("node-gone") == 1 and "retired" not in w.notifier.sent
+    assert w.provider.calls.count(("forget", "h100-0")) == 1
+    assert not [c for c in w.provider.calls if c == ("capacity", f"{r.name}/gone")]  # the heal refilled already
+    w.run(seconds=60)
+    assert w.notifier.sent.count("node-gone") == 1 and w.remediation("h100-0").repair.phase is RepairPhase.GONE
+
+
 # --- repair in place ----------------------------------------------------------------------------------
 
 def test_with_no_spare_free_the_pool_may_repair_in_place_and_the_node_takes_its_job_back():
