@@ -134,6 +134,9 @@ APP_COMPONENT = "app.kubernetes.io/component"
 APP_PART_OF = "app.kubernetes.io/part-of"
 APP_MANAGED_BY = "app.kubernetes.io/managed-by"
 MIRROR_POD = "kubernetes.io/config.mirror"  # annotation the kubelet puts on static pods' mirrors
+# The node's instance type, as the kubelet or its cloud provider sets it (Kubernetes' well-known labels:
+# kubernetes.io/docs/reference/labels-annotations-taints/#nodekubernetesioinstance-type)
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 
 
 def standard_labels(name: str, component: str, instance: str) -> dict[str, str]:

@@ -281,7 +281,7 @@ def _begin_rung(r: Remediation, rep: Repair | None, rung: str, node: NodeView, s
     """Ask for a reset or a reboot: the request's id is written on the remediation, then it is sent."""
     attempt = (rep.attempt if rep else 0) + 1
     request = RepairRequest(f"{r.name}/{attempt}-{rung}", rung, now, fault_gpus(r) if rung == RESET_GPU else ())
-    timeout = spec.pool(r.pool).repair.timeout(rung)
+    timeout = spec.pool(r.pool).repair.timeout(rung, node.label(labels.INSTANCE_TYPE))
     fields = dict(step=rung, attempt=attempt, request=request.id, requested_at=now, boot=node.boot_id,
                   deadline=now + timedelta(seconds=timeout), job="", reason=why, gpus=request.gpus, resent=again)
     event = RepairEvent(rung, "asked again" if again else "asked", now, why)
@@ -311,11 +311,11 @@ def _repairing(r: Remediation, rep: Repair, node: NodeView, facts: RepairFacts, 
     if rep.step == REBOOT and result is not None and not result.ok:
         return _climb(r, rep, node, spec, now, f"reboot failed: {result.message}")
     if rep.deadline is not None and now >= rep.deadline:
-        timeout = spec.pool(r.pool).repair.timeout(rep.step)
+        timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))
         return _climb(r, rep, node, spec, now, f"{rep.step} gave no sign of success within {timeout}s")
     started = rep.requested_at or now
     if not rep.resent and result is None and (now - started).total_seconds() >= \
-            RESEND_AFTER * spec.pool(r.pool).repair.timeout(rep.step) and node.ready and node.boot_id == rep.boot:
+            RESEND_AFTER * spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE)) and node.ready and node.boot_id == rep.boot:
         return _begin_rung(r, rep, rep.step, node, spec, now, f"no sign of {rep.request} after "
                            f"{(now - started).total_seconds():.0f}s: asked again", again=True)
     wait = RECHECK if rep.deadline is None else min(RECHECK, max(0.0, (rep.deadline - now).total_seconds()))
