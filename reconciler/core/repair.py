@@ -310,12 +310,12 @@ def _repairing(r: Remediation, rep: Repair, node: NodeView, facts: RepairFacts, 
         return _begin_check(r, rep, node, spec, now, f"rebooted (boot id {rep.boot[:8] or '?'} -> {node.boot_id[:8]})")
     if rep.step == REBOOT and result is not None and not result.ok:
         return _climb(r, rep, node, spec, now, f"reboot failed: {result.message}")
+    timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))  # the node's type's
     if rep.deadline is not None and now >= rep.deadline:
-        timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))
         return _climb(r, rep, node, spec, now, f"{rep.step} gave no sign of success within {timeout}s")
     started = rep.requested_at or now
     if not rep.resent and result is None and (now - started).total_seconds() >= \
-            RESEND_AFTER * spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE)) and node.ready and node.boot_id == rep.boot:
+            RESEND_AFTER * timeout and node.ready and node.boot_id == rep.boot:
         return _begin_rung(r, rep, rep.step, node, spec, now, f"no sign of {rep.request} after "
                            f"{(now - started).total_seconds():.0f}s: asked again", again=True)
     wait = RECHECK if rep.deadline is None else min(RECHECK, max(0.0, (rep.deadline - now).total_seconds()))
