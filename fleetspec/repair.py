@@ -39,6 +39,9 @@ class PoolRepair(Strict):
         description="How long a reboot may take by instance type (the node's label node.kubernetes.io/instance-type), "
         "for types that boot slower (or faster) than reboot_timeout_seconds, which a node of any other type gets: "
         "e.g. {p5.48xlarge: 2400} for a machine whose firmware trains 2 TiB of memory at every boot.")
+    max_concurrent: int = Field(
+        4, ge=1, le=1000, description="Repairs of this pool under way at once (a reset, a reboot or a health check); "
+        "a repair over the cap waits its turn, oldest first, and its record says so.")
     in_place: bool = Field(
         False, description="When no spare is free and the fault allows a reset or a reboot, the node is repaired at "
         "once and takes its own job back (the job waits for the repair, not for a refill).")
@@ -101,3 +104,6 @@ class RepairSpec(Strict):
         "counts against the node: its repair did not hold, and the next starts a rung higher.")
     retire_after_faults: int = Field(3, ge=1, le=100, description="Faults of one node within the window that retire it.")
     retire_window_seconds: int = Field(7 * 86400, ge=3600, le=365 * 86400)
+    max_concurrent: int = Field(
+        16, ge=1, le=10000, description="Repairs under way at once across the fleet (each pool's own cap too): a bad "
+        "driver or agent cannot reboot the whole fleet at once; a repair over the cap waits its turn.")

@@ -43,12 +43,13 @@ from reconciler.core.phases import Phase
 from reconciler.core.repair_actions import (
     ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
-from reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase, begin
+from reconciler.core.repair_phases import UNDER_WAY, Repair, RepairEvent, RepairPhase, begin
 from reconciler.core.slurm_names import slurm_nodes_on
 from reconciler.core.validation import MISSING, PASSED, SLACK, Verdict, job_name, passed_record
 
 RECHECK = 5.0  # seconds between looks while a step is under way (the node's and its pods' changes wake it sooner)
 RECHECK_STOPPED = 30.0
+RECHECK_WAITING = 30.0  # seconds between looks while over the cap on concurrent repairs (an ending repair frees one)
 RESEND_AFTER = 0.5  # of a step's timeout: with no sign of the request by then, it is asked again (once)
 RUNG_EVENTS = {RESET_GPU: "GpuResetRequested", REBOOT: "RebootRequested"}
 
@@ -60,6 +61,17 @@ class RepairNeeds:
     pods: bool = True  # the node's pods: the pool's NodeSet pods gone? the opt-out label?
     slurm: tuple[str, ...] = ()  # Slurm nodes to ask about (where Slurm says they run; a person's drain)
     verdict: str = ""  # the health-check Job whose verdict is read
+    slots: bool = False  # the fleet's repairs under way and waiting (the caps on concurrent repairs)
+
+
+@dataclass(frozen=True)
+class RepairSlot:
+    """A repair that holds one of the caps' slots (Repairing, Validating) or waits for one (Waiting)."""
+
+    pool: str
+    name: str  # its remediation's
+    phase: RepairPhase
+    since: datetime  # when the repair began (a waiting one: when it began to wait)
 
 
 @dataclass(frozen=True)
@@ -70,12 +82,21 @@ class RepairFacts:
     verdict: Verdict | None = None
     history: tuple[Remediation, ...] = ()  # every remediation of the node (this one included), any phase
     promotions: tuple[datetime, ...] = ()  # when the node was promoted as a spare (other remediations chose it)
+    repairs: tuple[RepairSlot, ...] = ()  # the fleet's repairs under way or waiting (RepairNeeds.slots)
 
 
 def repair_needs(r: Remediation) -> RepairNeeds:
     rep = r.repair
     verdict = rep.job if rep is not None and rep.phase is RepairPhase.VALIDATING else ""
-    return RepairNeeds(slurm=r.slurm_nodes, verdict=verdict)
+    return RepairNeeds(slurm=r.slurm_nodes, verdict=verdict, slots=rep is None or rep.phase is RepairPhase.WAITING)
+
+
+def repair_slot(r: Remediation) -> RepairSlot | None:
+    """What `r`'s repair counts for the caps (None: nothing: not begun, held by a person, or over)."""
+    rep = r.repair
+    if rep is None or (rep.phase not in UNDER_WAY and rep.phase is not RepairPhase.WAITING):
+        return None
+    return RepairSlot(r.pool, r.name, rep.phase, rep.started)
 
 
 # --- the fault, as the repair reads it ------------------------------------------------------------------
@@ -204,7 +225,7 @@ def plan_repair(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: dateti
         # with a record and a page, and the provider settles what it kept for it.
         return node_gone(r, now) if rep is not None and rep.active else Step()
     stop = stop_reason(r, facts, spec)
-    if rep is None:
+    if rep is None or rep.phase is RepairPhase.WAITING:
         return _start(r, facts, spec, now, stop)
     if rep.phase is RepairPhase.STOPPED:
         if rep.error:
@@ -242,26 +263,64 @@ def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, s
     if back is not None:
         rung, why = back
         floor = _above(rung) if rung in RUNGS else floor
-    step = _first_step(r, node, spec, now, floor, why, stop)
+    step = _first_step(r, node, spec, now, floor, why, stop, facts)
     if back is None or step.remediation is None or step.remediation.repair is None:
         return step
     rep = step.remediation.repair  # the relapse heads the new repair's history (and counts in the metrics)
+    if any(e.outcome == "relapsed" for e in rep.history):
+        return step  # noted when it began to wait
     rep = replace(rep, history=(RepairEvent("relapse", "relapsed", now, why),) + rep.history)
     return replace(step, remediation=replace(step.remediation, repair=rep))
 
 
 def _first_step(r: Remediation, node: NodeView, spec: FleetSpec, now: datetime, floor: str | None, why: str,
-                stop: str) -> Step:
+                stop: str, facts: RepairFacts) -> Step:
     if floor is None:
         return retire(r, None, now, why + "; a reboot did not hold either")
     in_place = r.phase is Phase.WAITING_FOR_SPARE
+    waiting = r.repair if r.repair is not None and r.repair.phase is RepairPhase.WAITING else None
     if stop:
-        first = begin(RepairPhase.STOPPED, now, reason=f"stopped before it began: {stop}", in_place=in_place)
+        held = f"stopped before it began: {stop}"
+        first = waiting.moved(RepairPhase.STOPPED, now, reason=held, stopped_from=waiting.phase.value) if waiting \
+            else begin(RepairPhase.STOPPED, now, reason=held, in_place=in_place)
         return Step((NodeEvent(r.node, "RepairStopped", f"repair of {r.node} held: {stop}"),), replace(r, repair=first))
     rung = _first_allowed(spec, r.pool, floor)
     if rung is None:
         return retire(r, None, now, f"{why}; pool {r.pool} allows {spec.pool(r.pool).repair.actions or 'no rung'}")
-    return _begin_rung(r, None, rung, node, spec, now, why, in_place=in_place)
+    full = over_cap(r, facts.repairs, spec, now)
+    if full:
+        return _wait(r, waiting, now, f"waits its turn: {full}", in_place)
+    return _begin_rung(r, waiting, rung, node, spec, now, why, in_place=in_place)
+
+
+def over_cap(r: Remediation, repairs: tuple[RepairSlot, ...], spec: FleetSpec, now: datetime) -> str:
+    """Why `r`'s repair may not begin now ('' when it may): the pool's cap on concurrent repairs is taken by
+    repairs under way and the pool's repairs that waited longer (first come, first repaired), or the fleet's
+    by repairs under way."""
+    mine = r.repair.started if r.repair is not None and r.repair.phase is RepairPhase.WAITING else now
+    others = [x for x in repairs if x.name != r.name]
+    busy = [x for x in others if x.phase in UNDER_WAY]
+    pool_cap, fleet_cap = spec.pool(r.pool).repair.max_concurrent, spec.healing.repair.max_concurrent
+    in_pool = sum(1 for x in busy if x.pool == r.pool)
+    ahead = sum(1 for x in others if x.pool == r.pool and x.phase is RepairPhase.WAITING
+                and (x.since, x.name) < (mine, r.name))
+    if in_pool + ahead >= pool_cap:
+        return (f"{in_pool} repair(s) of pool {r.pool} under way and {ahead} waiting before it "
+                f"(pool {r.pool}'s repair.max_concurrent {pool_cap})")
+    if len(busy) >= fleet_cap:
+        return f"{len(busy)} repairs under way in the fleet (healing.repair.max_concurrent {fleet_cap})"
+    return ""
+
+
+def _wait(r: Remediation, waiting: Repair | None, now: datetime, why: str, in_place: bool) -> Step:
+    """Over a cap: the record says so (Waiting, and why), and the repair looks again; nothing is asked."""
+    if waiting is not None:
+        if waiting.reason == why:
+            return Step(recheck_after=RECHECK_WAITING)
+        return Step((), replace(r, repair=replace(waiting, reason=why)), recheck_after=RECHECK_WAITING)
+    new = begin(RepairPhase.WAITING, now, reason=why, in_place=in_place).noted(RepairEvent("wait", "waiting", now, why))
+    return Step((NodeEvent(r.node, "RepairWaiting", f"repair of {r.node} {why}"),), replace(r, repair=new),
+                recheck_after=RECHECK_WAITING)
 
 
 def _above(rung: str) -> str | None:

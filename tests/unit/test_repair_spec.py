@@ -90,3 +90,93 @@ def test_the_core_sets_the_deadline_from_the_nodes_instance_type():
                     created=T0)
     rep = plan_repair(r, facts_for(r, n), spec, T0).remediation.repair
     assert rep.step == "reboot" and rep.deadline == T0 + timedelta(seconds=2400)
+
+
+# --- caps on concurrent repairs --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where, value, path, reason", [
+    ("pool", 0, "pools[0].repair.max_concurrent", "greater than or equal to 1"),
+    ("pool", "two", "pools[0].repair.max_concurrent", "integer"),
+    ("fleet", 0, "healing.repair.max_concurrent", "greater than or equal to 1"),
+])
+def test_a_bad_cap_names_its_field(where, value, path, reason):
+    d = with_pool_repair(max_concurrent=value) if where == "pool" else prod()
+    if where == "fleet":
+        d.setdefault("healing", {}).setdefault("repair", {})["max_concurrent"] = value
+    with pytest.raises(SpecError) as e:
+        parse_fleet(d)
+    paths = [p for p, _ in e.value.issues]
+    assert any(p.endswith(path) for p in paths), (paths, str(e.value))
+    assert reason in str(e.value), str(e.value)
+
+
+def test_the_caps_have_defaults():
+    spec = parse_fleet(prod())
+    assert spec.healing.repair.max_concurrent == 16 and {p.repair.max_concurrent for p in spec.pools} == {4}
+
+
+def capped(pool_cap: int = 4, fleet_cap: int = 16, pools=("h100",)) -> World:
+    spec = fleet(nodes=4, spares=2, pools=pools, grace_period_seconds=0, repair={"max_concurrent": fleet_cap})
+    spec = spec.model_copy(update={"pools": [p.model_copy(update={"repair": p.repair.model_copy(
+        update={"max_concurrent": pool_cap})}) for p in spec.pools]})
+    return World(spec, operator=True)
+
+
+def test_a_repair_over_the_pools_cap_waits_its_turn_and_the_record_says_so():
+    w = capped(pool_cap=1)
+    for n in ("h100-0", "h100-1"):
+        w.hardware.state[n] = FakeNodes.REBOOT_FIXES
+    w.fault("h100-0")
+    w.run(seconds=5)
+    w.fault("h100-1")
+    w.run(seconds=10)
+    first, second = w.remediation("h100-0"), w.remediation("h100-1")
+    assert first.repair.phase is RepairPhase.REPAIRING
+    assert second.phase is Phase.SUCCEEDED  # the job healed on a spare: only the repair waits
+    assert second.repair.phase is RepairPhase.WAITING, second.repair
+    assert "1 repair(s) of pool h100 under way" in second.repair.reason and "max_concurrent 1" in second.repair.reason
+    assert [x[0] for x in w.hardware.reboots] == ["h100-0"]
+    w.run(seconds=600, step=5)
+    first, second = w.remediation("h100-0"), w.remediation("h100-1")
+    assert first.repair.phase is RepairPhase.RETURNED and second.repair.phase is RepairPhase.RETURNED, second.repair
+    assert [p for p, _ in second.repair.phase_times] == ["Waiting", "Repairing", "Validating", "Returned"]
+    assert [x[0] for x in w.hardware.reboots] == ["h100-0", "h100-1"]
+    began = second.repair.entered(RepairPhase.REPAIRING)
+    assert began >= first.repair.ended  # never two at once
+
+
+def test_the_fleets_cap_holds_a_repair_of_another_pool():
+    w = capped(fleet_cap=1, pools=("h100", "l40s"))
+    w.hardware.state["h100-0"] = w.hardware.state["l40s-0"] = FakeNodes.REBOOT_FIXES
+    w.fault("h100-0")
+    w.run(seconds=5)
+    w.fault("l40s-0")
+    w.run(seconds=10)
+    held = w.remediation("l40s-0").repair
+    assert held.phase is RepairPhase.WAITING and "healing.repair.max_concurrent 1" in held.reason, held
+    w.run(seconds=600, step=5)
+    assert w.remediation("l40s-0").repair.phase is RepairPhase.RETURNED
+
+
+def test_the_pools_waiting_repairs_go_oldest_first():
+    """Two repairs wait for the pool's one slot: when it frees, the one that waited longer goes first, whichever
+    is looked at first."""
+    from reconciler.core.repair import RepairSlot, over_cap
+    from reconciler.core.repair_phases import begin
+
+    spec = fleet(nodes=4, spares=2)
+    spec = spec.model_copy(update={"pools": [spec.pools[0].model_copy(update={"repair": spec.pools[0].repair.model_copy(
+        update={"max_concurrent": 1})})]})
+    older = Remediation(name="a", node="h100-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED, created=T0,
+                        repair=begin(RepairPhase.WAITING, T0))
+    newer = Remediation(name="b", node="h100-1", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED, created=T0,
+                        repair=begin(RepairPhase.WAITING, T0 + timedelta(seconds=10)))
+    slots = (RepairSlot("h100", "b", RepairPhase.WAITING, T0 + timedelta(seconds=10)),
+             RepairSlot("h100", "a", RepairPhase.WAITING, T0))
+    now = T0 + timedelta(seconds=60)
+    assert over_cap(older, slots, spec, now) == ""
+    assert "1 waiting before it" in over_cap(newer, slots, spec, now)
+    busy = slots + (RepairSlot("h100", "c", RepairPhase.VALIDATING, T0),)
+    assert "1 repair(s) of pool h100 under way" in over_cap(older, busy, spec, now)
+    stopped = slots[1:] + (RepairSlot("h100", "c", RepairPhase.STOPPED, T0),)  # a person's hold takes no slot
+    assert over_cap(older, stopped, spec, now) == ""
