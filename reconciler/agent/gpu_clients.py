@@ -10,7 +10,7 @@ discovery hold them, and so does persistence mode. NVIDIA's NVSentinel resets th
 (github.com/NVIDIA/NVSentinel):
 - janitor/pkg/gpuservices/manager.go: the GPU Operator's operands are stopped through the node labels the
   operator deploys them by (`nvidia.com/gpu.deploy.<operand>`: "true" deploys, "false" removes), only those
-  running on the node, waited for (TeardownTimeout, 5 minutes), and set back after the reset (RestoreTimeout);
+  running on the node, waited for (TeardownTimeout), and set back after the reset (RestoreTimeout);
 - gpu-reset/gpu_reset.sh: persistence mode "counts as an attachment to the device, so nvidia-smi --gpu-reset is
   refused with 'In use by another client' while it is enabled": it is turned off on the GPUs that had it,
   and back on after the reset, on the failure path too.
@@ -39,7 +39,9 @@ HOST_SERVICES = ("nvidia-persistenced", "nvidia-dcgm")
 # Every process with an NVIDIA device file open, on the host (psmisc's fuser: exit 0 and the PIDs when some
 # process has one open, 1 when none has).
 HOLDERS = ["sh", "-c", "fuser /dev/nvidiactl /dev/nvidia[0-9]* /dev/nvidia-uvm 2>&1"]
-TEARDOWN_SECONDS = 300.0  # NVSentinel's TeardownTimeout
+# NVSentinel waits up to 5 minutes (TeardownTimeout); here the whole reset answers within the pool's reset timeout
+# (reset_timeout_seconds, 300 s by default), before the reconciler asks again at half of it.
+TEARDOWN_SECONDS = 90.0
 POLL = 5.0
 
 
