@@ -470,7 +470,7 @@ def _resume_rung(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, n
         why = f"{lifted}; the GPU reset asked before it was done ({result.message}): the health check is next"
         return _begin_check(r, rep.noted(RepairEvent(rep.step, "ok", now, why)), node, spec, now, why)
     if result is not None:  # the agent answered "rebooting"; the new boot is not seen yet
-        timeout = spec.pool(r.pool).repair.timeout(rep.step)
+        timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))
         why = f"{lifted}; the reboot asked before it ({rep.request}) was answered, not seen yet: waiting for it {timeout}s"
         new = rep.moved(RepairPhase.REPAIRING, now, deadline=now + timedelta(seconds=timeout), reason=why)
         return Step((NodeEvent(r.node, "RepairResumed", f"repair of {r.node} resumed: {why}"),),
