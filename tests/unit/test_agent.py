@@ -311,8 +311,8 @@ def test_the_agent_reports_each_corpus_event_as_it_needs(case, lines, expect, tm
     ag.read_backlog()
     ag.connect()
     ag.report_pending()
-    faults = [e for e in expect if e["action"] not in ("none", "restart-app")]
-    notices = [e for e in expect if e["action"] == "restart-app"]
+    faults = [e for e in expect if e["action"] not in ("none", "restart-app", "diagnose")]
+    notices = [e for e in expect if e["action"] in ("restart-app", "diagnose")]
     written = [(r, parse_condition(r, m)) for _, r, m in kube.writes]
     # every write is one of the expected faults, with its action and GPU; the first is always written
     assert all((r, s.action.value, s.pci) in {(_reason(e), e["action"], e["pci"]) for e in faults}
