@@ -116,14 +116,14 @@ def _driver(node: NodeView) -> str:
     return ".".join(p for p in parts if p) if all(parts) else ""
 
 
-def vendor_case(r: Remediation, node: NodeView) -> str:
+def vendor_case(r: Remediation, node: NodeView, rule: str = "") -> str:
     """The vendor-case page: the facts a vendor asks for where gpufleet has them (the GPU's PCI address, the
     driver's version and the GPU model from GPU Feature Discovery's labels, the machine, the driver's own
     lines), and what to collect on the node where it does not (the serial number)."""
-    bucket = nvidia_bucket(r)
+    bucket = rule or nvidia_bucket(r)
     what = {"CHECK_MECHANICALS": "check the machine's mechanics (NVIDIA: CHECK_MECHANICALS)",
             "UPDATE_SWFW": "update its software or firmware (NVIDIA: UPDATE_SWFW)"}.get(
-        bucket, f"open a case with the vendor (NVIDIA: {bucket})")
+        bucket, f"open a case with the vendor ({'escalation rule ' if rule else 'NVIDIA: '}{bucket})")
     facts = [f"GPU PCI address: {r.pci or 'not named by the fault'}"]
     facts.append(f"driver version: {_driver(node) or 'not labelled (ask the node)'}")
     if node.label(GFD_PRODUCT):

@@ -35,8 +35,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from fleetspec import labels
-from fleetspec.faults import FaultAction, describe
+from fleetspec.faults import FaultAction, Kind, describe
 from fleetspec.faults.catalogue import application
+from fleetspec.faults.escalation import RULES, Escalation, RepeatRule, Seen, escalate
 from fleetspec.models import FleetSpec
 from fleetspec.node_repair import RepairRequest
 from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
@@ -136,6 +137,21 @@ def wants(r: Remediation, node: NodeView | None, spec: FleetSpec) -> bool:
 def held_for_a_person(r: Remediation) -> bool:
     """The fault asks for a person, not a repair: NVIDIA's CONTACT_SUPPORT and the buckets like it."""
     return r.action is FaultAction.CONTACT_SUPPORT
+
+
+HISTORY_RULES = tuple(x for x in RULES if isinstance(x, RepeatRule))  # what the records can tell (no registers)
+
+
+def escalated_by_history(r: Remediation, history: tuple[Remediation, ...]) -> Escalation | None:
+    """The escalation rules that count (fleetspec/faults/escalation.py: a repeated Xid 48, five fatal Xids on one
+    GPU within 24 h) applied to the node's records of the same GPU: they outlive the reboot that empties the
+    kernel log the agent judged. Only an escalation to a person counts here."""
+    if not r.pci or r.kind is not Kind.XID or r.action is None:
+        return None
+    before = [Seen(x.xid, x.created.timestamp(), x.action or FaultAction.NONE) for x in history
+              if x.name != r.name and x.pci == r.pci and x.kind is Kind.XID and x.created <= r.created]
+    esc = escalate(Seen(r.xid, r.created.timestamp(), r.action), before, HISTORY_RULES)
+    return esc if esc is not None and esc.action is FaultAction.CONTACT_SUPPORT else None
 
 
 def will_repair(r: Remediation, spec: FleetSpec) -> bool:
@@ -245,8 +261,9 @@ def plan_repair(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: dateti
 def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, stop: str) -> Step:
     node = facts.node
     assert node is not None
-    if held_for_a_person(r):
-        return vendor_case(r, node, now)  # before the lemon rule: the vendor wants the machine, not a retirement
+    esc = escalated_by_history(r, facts.history)
+    if held_for_a_person(r) or esc is not None:
+        return vendor_case(r, node, now, esc)  # before the lemon rule: the vendor wants the machine, not a retirement
     faults = faults_in_window(r, facts.history, spec, now)
     limit = spec.healing.repair.retire_after_faults
     if len(faults) >= limit:
@@ -459,15 +476,17 @@ def retire(r: Remediation, rep: Repair | None, now: datetime, why: str, by: str 
     return Step(actions, replace(r, repair=moved))
 
 
-def vendor_case(r: Remediation, node: NodeView, now: datetime) -> Step:
+def vendor_case(r: Remediation, node: NodeView, now: datetime, esc: Escalation | None = None) -> Step:
     """Held for a person: quarantined (the provider keeps the machine), a vendor-case page with what the
     vendor asks for, the repair stopped where only a person's command goes on (`gpufleet return` once the
-    vendor is done, `gpufleet retire` to let it go). Nothing retired, nothing terminated."""
-    why = f"{describe(r.xid, r.kind)} needs a person ({pages.nvidia_bucket(r)}): held, not repaired"
+    vendor is done, `gpufleet retire` to let it go). Nothing retired, nothing terminated. `esc`: the
+    escalation rule over the node's records that made it a case."""
+    rule = esc.nvidia if esc is not None else pages.nvidia_bucket(r)
+    why = f"{describe(r.xid, r.kind)} needs a person ({rule}): held, not repaired"
     rep = begin(RepairPhase.STOPPED, now, reason=why, error=f"vendor case: {why}")
     rep = rep.noted(RepairEvent("vendor-case", "held", now, why))
     return Step((NodeEvent(r.node, "VendorCase", f"{r.node} held for a person: {why}", "Warning"),
-                 Notify("vendor-case", "critical", pages.vendor_case(r, node))),
+                 Notify("vendor-case", "critical", pages.vendor_case(r, node, rule))),
                 replace(r, repair=rep))
 
 

@@ -253,6 +253,31 @@ def test_a_fault_that_needs_a_person_is_healed_then_held_with_a_vendor_case_neve
     assert r.repair.phase in (RepairPhase.VALIDATING, RepairPhase.RETURNED) and "returned by oncall" in r.repair.reason
 
 
+def test_a_second_xid_48_on_the_same_gpu_within_a_day_is_a_vendor_case_from_the_records():
+    """The agent's kernel log is gone after a reboot; the records are not. A second double-bit ECC error on the GPU
+    that was reset for one two hours ago is escalation rule RepeatedXID48OnSameGPU: held for the vendor, not reset
+    again. One on another GPU is reset as its row says."""
+    from fleetspec.faults import FaultAction
+    for pci, held in (("0000:3b:00", True), ("0000:3c:00", False)):
+        w = world()
+        w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES
+        prev = replace(earlier("h100-0-old", "h100-0", 2 / 24, rung="reset-gpu"), xid=48, pci="0000:3b:00",
+                       action=FaultAction.RESET_GPU)
+        w.store.objects[prev.name] = json.dumps(to_object(prev))
+        w.kube.nodes["h100-0"]["status"]["conditions"].append(
+            {"type": "GpuHealthy", "status": "False", "reason": "Xid48",
+             "message": f"[action=reset-gpu pci={pci}] XID 48 (Double Bit ECC Error): Xid 48 on PCI:{pci}",
+             "lastTransitionTime": w.clock.now.isoformat()})
+        w.run(seconds=10)
+        r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+        if held:
+            assert r.repair.phase is RepairPhase.STOPPED and "RepeatedXID48OnSameGPU" in r.repair.reason, r.repair
+            assert w.notifier.sent.count("vendor-case") == 1 and "h100-0" in w.provider.kept
+        else:
+            assert r.repair.phase is not RepairPhase.STOPPED and r.repair.rungs[:1] == ("reset-gpu",), r.repair
+            assert "vendor-case" not in w.notifier.sent
+
+
 def test_two_faults_in_the_window_are_repaired_not_retired():
     w = world()
     r = earlier("h100-0-old", "h100-0", 6)
