@@ -13,8 +13,13 @@ as the pool allows and no longer than the pool's timeout for it:
            ▼                       ▼
                       retired (quarantined for the vendor, paged; the provider replaces it)
 
-A fault that needs the vendor (`replace`) retires at once; so does a lemon: a node whose faults within
-`retire_window_seconds` reach `retire_after_faults`. A node that faults again within `min_healthy_seconds`
+A fault that asks for a person (`contact-support`: NVIDIA's CONTACT_SUPPORT, its unused codes,
+CHECK_MECHANICALS, UPDATE_SWFW, and the escalation rules of fleetspec/faults/escalation.py) is neither
+repaired nor retired: the node stays quarantined (the provider keeps the machine, whatever `on_fault`
+says) and a vendor-case page carries what the vendor asks for; a person's `gpufleet return` or `retire`
+goes on from there. A fault a spec says needs `replace` retires at once; so does a lemon: a node whose
+faults within `retire_window_seconds` reach `retire_after_faults` (application faults never count: a
+crashing job is not a failing machine). A node that faults again within `min_healthy_seconds`
 of serving again after a repair relapsed: that repair did not hold, and this one starts a rung higher.
 A person's drain in Slurm or the opt-out label (on the node or on a pod there) stops the loop; it goes on
 when they are lifted. The phases and their moves are in `repair_phases.py`; a person's commands in
@@ -30,11 +35,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from fleetspec import labels
-from fleetspec.faults import describe
+from fleetspec.faults import FaultAction, Kind, describe
+from fleetspec.faults.catalogue import application
+from fleetspec.faults.escalation import RULES, Escalation, RepeatRule, Seen, escalate
 from fleetspec.models import FleetSpec
 from fleetspec.node_repair import RepairRequest
 from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
+from reconciler.core import pages
 from reconciler.core.actions import Action, Notify, ReturnToSpares
 from reconciler.core.drains import drained_by_person, set_by
 from reconciler.core.model import NodeView, PodView, Remediation, SlurmNodeView, Step
@@ -132,7 +140,7 @@ def repairs_in_place(r: Remediation, spec: FleetSpec) -> bool:
         return False
     pool = spec.pool(r.pool)
     need = fault_needs(r)
-    return pool.repair.in_place and need != REPLACE and any(
+    return pool.repair.in_place and need != REPLACE and not held_for_a_person(r) and any(
         pool.repair.allows(x) for x in RUNGS[RUNGS.index(need):])
 
 
@@ -147,20 +155,51 @@ def wants(r: Remediation, node: NodeView | None, spec: FleetSpec) -> bool:
     return repairs_in_place(r, spec)
 
 
+def held_for_a_person(r: Remediation) -> bool:
+    """The fault asks for a person, not a repair: NVIDIA's CONTACT_SUPPORT and the buckets like it."""
+    return r.action is FaultAction.CONTACT_SUPPORT
+
+
+HISTORY_RULES = tuple(x for x in RULES if isinstance(x, RepeatRule))  # what the records can tell (no registers)
+
+
+def escalated_by_history(r: Remediation, history: tuple[Remediation, ...]) -> Escalation | None:
+    """The escalation rules that count (fleetspec/faults/escalation.py: a repeated Xid 48, five fatal Xids on one
+    GPU within 24 h) applied to the node's records of the same GPU: they outlive the reboot that empties the
+    kernel log the agent judged. Only an escalation to a person counts here."""
+    if not r.pci or r.kind is not Kind.XID or r.action is None:
+        return None
+    before = [Seen(x.xid, x.created.timestamp(), x.action or FaultAction.NONE) for x in history
+              if x.name != r.name and x.pci == r.pci and x.kind is Kind.XID and x.created <= r.created]
+    esc = escalate(Seen(r.xid, r.created.timestamp(), r.action), before, HISTORY_RULES)
+    return esc if esc is not None and esc.action is FaultAction.CONTACT_SUPPORT else None
+
+
 def will_repair(r: Remediation, spec: FleetSpec) -> bool:
-    """Whether a node quarantined by this remediation's heal is then repaired (a provider keeps such an
-    instance instead of letting it go at once)."""
+    """Whether a node quarantined by this remediation's heal is kept (a provider keeps such an instance
+    instead of letting it go at once): it is repaired next, or held for a person, whose vendor wants the
+    machine as it failed (never terminated, whatever the pool's `on_fault` says)."""
+    if held_for_a_person(r):
+        return True
     return loop_on(r, spec) and fault_needs(r) != REPLACE and any(
         spec.pool(r.pool).repair.allows(x) for x in RUNGS[RUNGS.index(fault_needs(r)):])
 
 
 # --- the lemon rule and relapses ----------------------------------------------------------------------
 
+def counts_as_fault(x: Remediation) -> bool:
+    """Whether a remediation counts toward the lemon rule: not an application fault (NVIDIA's catalogue puts
+    13, 31, 43, 45, 94, ... on the application; a record from before this rule may say `replace` for a
+    repeated 13), nor a diagnostic asked."""
+    return not application(x.kind, x.xid) and x.action not in (FaultAction.RESTART_APP, FaultAction.DIAGNOSE)
+
+
 def faults_in_window(r: Remediation, history: tuple[Remediation, ...], spec: FleetSpec,
                      now: datetime) -> list[Remediation]:
     window = timedelta(seconds=spec.healing.repair.retire_window_seconds)
-    seen = {x.name: x for x in history if now - x.created <= window}
-    seen[r.name] = r
+    seen = {x.name: x for x in history if now - x.created <= window and counts_as_fault(x)}
+    if counts_as_fault(r):
+        seen[r.name] = r
     return sorted(seen.values(), key=lambda x: x.created)
 
 
@@ -247,8 +286,12 @@ def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, s
     assert node is not None
     if r.phase is Phase.ESCALATED:
         # The attempt cap held it for a person, and paged them (gpufleet release | return | retire |
-        # mark-healthy): one decision, one page. A lemon is never escalated (admission.lemon).
+        # mark-healthy): one decision, one page. A lemon or a vendor case is never escalated
+        # (admission.repair_decides).
         return Step()
+    esc = escalated_by_history(r, facts.history)
+    if held_for_a_person(r) or esc is not None:
+        return vendor_case(r, node, now, esc)  # before the lemon rule: the vendor wants the machine, not a retirement
     faults = faults_in_window(r, facts.history, spec, now)
     limit = spec.healing.repair.retire_after_faults
     if len(faults) >= limit:
@@ -550,6 +593,20 @@ def node_gone(r: Remediation, now: datetime) -> Step:
                         f"Action needed only if it was not deleted on purpose: find out what removed it "
                         f"(`kubectl describe remediation {r.name}`).")),
                 replace(r, repair=moved))
+
+
+def vendor_case(r: Remediation, node: NodeView, now: datetime, esc: Escalation | None = None) -> Step:
+    """Held for a person: quarantined (the provider keeps the machine), a vendor-case page with what the
+    vendor asks for, the repair stopped where only a person's command goes on (`gpufleet return` once the
+    vendor is done, `gpufleet retire` to let it go). Nothing retired, nothing terminated. `esc`: the
+    escalation rule over the node's records that made it a case."""
+    rule = esc.nvidia if esc is not None else pages.nvidia_bucket(r)
+    why = f"{describe(r.xid, r.kind)} needs a person ({rule}): held, not repaired"
+    rep = begin(RepairPhase.STOPPED, now, reason=why, error=f"vendor case: {why}")
+    rep = rep.noted(RepairEvent("vendor-case", "held", now, why))
+    return Step((NodeEvent(r.node, "VendorCase", f"{r.node} held for a person: {why}", "Warning"),
+                 Notify("vendor-case", "critical", pages.vendor_case(r, node, rule))),
+                replace(r, repair=rep))
 
 
 def lemon_reason(r: Remediation, faults: list[Remediation], spec: FleetSpec) -> str:
