@@ -177,8 +177,9 @@ def inject_fault(
                                           "was injected by a person."),
     pci: str = typer.Option("", help="The faulted GPU's PCI address as the driver prints it (e.g. 0000:3b:00); "
                             "default: none named (the fault is the node's)."),
-    action: Optional[str] = typer.Option(None, help="What it needs (none, restart-app, reset-gpu, reboot, "
-                                         "replace); default: the catalogue's, with the stack's overrides."),
+    action: Optional[str] = typer.Option(None, help="What it needs (none, restart-app, diagnose, reset-gpu, "
+                                         "reboot, contact-support, replace); default: the catalogue's, with the "
+                                         "stack's overrides."),
     condition: str = typer.Option("GpuHealthy", help="Node condition to set."),
     kubeconfig: Optional[Path] = typer.Option(None),
     stack: Optional[str] = typer.Option(None, "--stack", "-s"),
