@@ -35,15 +35,16 @@ class PoolRepair(Strict):
     reboot_timeout_seconds: int = Field(1200, ge=60, le=7200,
                                         description="How long a reboot may take, until the node is Ready again.")
     in_place: bool = Field(
-        False, description="When no spare is free and the fault allows a reset or a reboot, the node is repaired at "
-        "once and takes its own job back (the job waits for the repair, not for a refill).")
+        True, description="When no spare is free and the fault allows a reset or a reboot, the node is repaired at "
+        "once and takes its own job back (the job waits for the repair, not for a refill). Off: the job waits for "
+        "a spare (a refill, or another node's repair).")
 
     @model_validator(mode="after")
     def _rungs(self) -> "PoolRepair":
         dupes = sorted({a for a in self.actions if self.actions.count(a) > 1})
         if dupes:
             raise FieldError("actions", f"{dupes} listed twice")
-        if self.in_place and not self.actions:
+        if self.in_place and not self.actions and "in_place" in self.model_fields_set:
             raise FieldError("in_place", "repairing in place needs a rung to repair with: allow reset-gpu or reboot")
         return self
 

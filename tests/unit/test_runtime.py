@@ -621,7 +621,7 @@ def test_a_refill_nobody_answers_in_time_is_a_failed_refill_in_the_record_a_page
     w.run(seconds=25)
     r = w.remediation("h100-0")
     assert r.refill.state == "Failed" and "nobody answered the capacity request for pool h100 within 120s" in r.refill.message
-    assert w.notifier.sent.count("refill-failed") == 1 and "Action needed: add a node to pool h100" in \
+    assert w.notifier.sent.count("refill-failed") == 1 and "Action needed: add capacity to pool h100" in \
         w.notifier.texts["refill-failed"][0]
     assert ("withdraw", f"{r.name}/refill") in w.provider.calls
     assert w.manager.metrics.refills.labels("h100", "failed")._value.get() == 1
