@@ -8,6 +8,8 @@ import json
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from fleetspec import labels, parse_fleet
 from reconciler.core import refills, surplus
 from reconciler.core.actions import GiveBack, Notify, RequestCapacity, ReturnToSpares, SettleRefill
@@ -234,3 +236,27 @@ def test_a_repaired_node_that_makes_a_surplus_is_given_back_by_the_membership_pa
     assert [a for a in (w.kube.nodes[n]["metadata"]["labels"][labels.ROLE] for n in w.kube.nodes)
             ].count(labels.ROLE_ACTIVE) == 4
 
+
+
+@pytest.mark.parametrize("crash_at", range(1, 7))  # 6: no crash (the run ends first)
+def test_a_refill_asked_again_across_a_crash_at_every_point_is_asked_once_per_key_and_never_forgotten(crash_at):
+    """The reconciler killed at its n-th call while a failed refill is asked again (a write, the request, its
+    withdrawal, a page), restarted, run on: no key is asked twice, the failure paged at most once, and the
+    record still knows its refill (asked, or failed with the time it is asked again)."""
+    from tests.unit.test_crashes import crash_after
+
+    w = World(fleet(grace_period_seconds=0, refill_timeout_seconds=60, repair={"enabled": False}))
+    w.provider.capacity_refusals = lambda pool, names: {n: MAX_SIZE for n in names}  # every request refused
+    w.fault("h100-0")
+    w.run(seconds=refills.ANSWER_LOOK + 3)
+    assert w.remediation("h100-0").refill.state == "Failed"
+    calls = [(w.store, "write_status"), (w.provider, "request_capacity"), (w.provider, "withdraw_capacity_request"),
+             (w.notifier, "send")]
+    crash_after(w, crash_at, calls, refills.RETRY_FIRST.total_seconds() + 20, lambda: {})
+    w.provider.capacity_refusals = lambda pool, names: {n: MAX_SIZE for n in names}
+    w.run(seconds=3 * refills.RETRY_FIRST.total_seconds(), step=5)
+    asks = [c[1] for c in w.provider.calls if c[0] == "capacity"]
+    assert len(asks) == len(set(asks)) and len(asks) >= 2, asks
+    assert w.notifier.sent.count("refill-failed") <= 1
+    f = w.remediation("h100-0").refill
+    assert f.attempt >= 2 and (f.state == "Requested" or (f.state == "Failed" and f.retry_at is not None)), f
