@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
 from fleetspec import FleetSpec
+from fleetspec.models import NodePool
 
 from reconciler.core.actions import Action, Notify, RequestCapacity, SettleRefill
 from reconciler.core.model import NodeView, Refill, RefillState, Remediation, Step, Stock
@@ -59,15 +60,20 @@ def backoff(attempt: int) -> timedelta:
 
 # --- what the pool lacks --------------------------------------------------------------------------------
 
-def stock(pool: str, declared: int, nodes: Iterable[NodeView], records: Iterable[Remediation], me: Remediation) -> Stock:
+def stock(pool: NodePool, nodes: Iterable[NodeView], records: Iterable[Remediation], me: Remediation,
+          spec: FleetSpec, now: datetime) -> Stock:
     """The pool's stock as `me` weighs it: `nodes` the pool's, `records` the pool's remediations (with those
-    being applied). Its own node and its chosen spare are not counted as spares."""
-    records = [x for x in records if x.pool == pool and x.name != me.name]
+    being applied). Its own node and its chosen spare are not counted as spares. A request nothing settles
+    (aws-asg: the group's desired capacity, raised at once) counts as outstanding only while its node may
+    still be joining (`healing.refill_timeout_seconds`); after that its node is among the spares, or lost."""
+    records = [x for x in records if x.pool == pool.name and x.name != me.name]
     taken = {x.replacement for x in records if x.active and x.replacement} | {me.node, me.replacement}
     spares = sum(1 for n in nodes if n.is_spare and n.fault is None and n.name not in taken)
-    requested = sum(1 for x in records if outstanding(x))
+    joining = timedelta(seconds=spec.healing.refill_timeout_seconds)
+    requested = sum(1 for x in records if outstanding(x)
+                    and (pool.provider in SETTLED_BY_NODES or now - x.refill.at < joining))
     waiting = sum(1 for x in records if x.phase is Phase.WAITING_FOR_SPARE)
-    return Stock(declared, spares, requested, waiting)
+    return Stock(pool.spares, spares, requested, waiting)
 
 
 # --- asking ---------------------------------------------------------------------------------------------

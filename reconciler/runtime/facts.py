@@ -78,7 +78,8 @@ class Facts:
             return None
         seen = {x.name: x for x in self.caches.remediations_in({r.pool})}
         seen.update({x.name: x for x in self.claims.applying() if x.pool == r.pool})
-        return refills.stock(r.pool, pool.spares, self.caches.nodes.by_index("pool", r.pool), seen.values(), r)
+        return refills.stock(pool, self.caches.nodes.by_index("pool", r.pool), seen.values(), r, self.spec,
+                             self.clock())
 
     def shared(self, r: Remediation, need: Needs, observed: StepFacts) -> StepFacts:
         """The facts counted across nodes, with the steps being applied. Call it under `claims.lock`."""

@@ -121,9 +121,24 @@ def test_the_stock_counts_neither_the_records_chosen_spare_nor_anothers_nor_a_fa
     waiting = rec(node("h100-2", xid=79), Phase.WAITING_FOR_SPARE)
     nodes = [node(f"h100-spare-{i}", role=labels.ROLE_SPARE) for i in range(3)] + \
         [node("h100-spare-3", role=labels.ROLE_SPARE, xid=48)]
-    s = refills.stock("h100", 2, nodes, [me, other, waiting], me)
+    s = refills.stock(spec().pool("h100"), nodes, [me, other, waiting], me, spec(), T0)
     assert s == Stock(declared=2, spares=1, requested=1, waiting=1)
     assert s.lacks() == 1
+
+
+def test_an_aws_request_counts_as_outstanding_only_while_its_instance_may_be_joining():
+    """aws-asg's requests are answered by the group at once and settled by nothing: one that stood for ever
+    would make the pool look covered for good."""
+    aws = parse_fleet({"environment": "t", "cluster": {"kind": "local"},
+                       "pools": [{"name": "h100", "node_type": "p5.48xlarge", "gpu_model": "H100", "nodes": 4,
+                                  "spares": 1, "provider": "aws-asg",
+                                  "aws": {"asg_name": "g", "region": "us-east-1"}}],
+                       "slurm": {"partitions": [{"name": "train", "pools": ["h100"]}]}})
+    me = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
+    old = replace(rec(node("h100-1", xid=79), Phase.SUCCEEDED), refill=Refill("k", RefillState.REQUESTED, T0))
+    timeout = timedelta(seconds=aws.healing.refill_timeout_seconds)
+    assert refills.stock(aws.pool("h100"), [], [me, old], me, aws, T0 + timeout / 2).requested == 1
+    assert refills.stock(aws.pool("h100"), [], [me, old], me, aws, T0 + timeout).requested == 0
 
 
 # --- a retirement asks for a replacement ------------------------------------------------------------
