@@ -380,6 +380,7 @@ def test_a_node_that_joins_is_labelled_into_its_pool_and_a_gpu_node_of_no_pool_i
                              "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": ready}}
     w.kube.nodes["stray-0"] = {"metadata": {"name": "stray-0", "labels": {}}, "spec": {},
                                "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": ready}}
+    w.kube.nodes["h100-spare-1"]["metadata"]["labels"][labels.ROLE] = labels.ROLE_RETIRED  # a spare short: not a surplus
     w.run(seconds=2)
     joined = w.kube.nodes["new-0"]["metadata"]["labels"]
     assert joined[labels.NODE_POOL] == "h100" and joined[labels.ROLE] == labels.ROLE_SPARE  # the pool's actives are full
