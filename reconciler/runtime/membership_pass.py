@@ -14,6 +14,7 @@ from reconciler.core.actions import Report
 from reconciler.core import surplus
 from reconciler.core.membership import membership_actions, merge_facts, plan
 from reconciler.core.observe import membership_dict
+from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.caches import Caches
 from reconciler.runtime.claims import LENDING_BUSY, LENDING_HOLD, Claims
 from reconciler.runtime.executor import Executor
@@ -65,7 +66,10 @@ class MembershipPass:
                 claims.hold_for_lending(touched, LENDING_BUSY)
             try:
                 for a in actions:
-                    self.executor.run(a)
+                    try:
+                        self.executor.run(a)
+                    except (TemporaryError, PermanentError) as e:  # the next pass plans it again
+                        log.warning("spares of pool %s: %s of %s failed: %s", pool.name, a.kind, a.node, e)
             finally:
                 with claims.lock:
                     claims.hold_for_lending(touched, LENDING_HOLD)

@@ -275,3 +275,19 @@ def test_a_refill_asked_again_across_a_crash_at_every_point_is_asked_once_per_ke
     assert w.notifier.sent.count("refill-failed") <= 1
     f = w.remediation("h100-0").refill
     assert f.attempt >= 2 and (f.state == "Requested" or (f.state == "Failed" and f.retry_at is not None)), f
+
+
+def test_a_second_heal_asks_for_no_node_while_the_first_ones_request_covers_what_the_pool_lacks():
+    """No pile-up: h100-0's heal took a spare and asked for one; a node joins meanwhile (a person, a late
+    answer), so when h100-1's heal takes the other spare the pool lacks one node, which the standing request
+    covers: the second record asks for nothing and says so."""
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0, repair={"enabled": False}))
+    w.fault("h100-0")
+    w.run(seconds=2)
+    w.kube.nodes["h100-spare-9"] = pool_node(w.spec.pool("h100"), "h100-spare-9", labels.ROLE_SPARE)
+    w.fault("h100-1")
+    w.run(seconds=3)
+    first, second = w.remediation("h100-0"), w.remediation("h100-1")
+    assert second.replacement is not None and second.phase in (Phase.RESUMING, Phase.SUCCEEDED)
+    assert [c[1] for c in w.provider.calls if c[0] == "capacity"] == [f"{first.name}/refill"]
+    assert second.refill.state == "Answered" and "lacks no node" in second.refill.message, second.refill
