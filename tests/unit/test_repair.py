@@ -122,6 +122,17 @@ def test_a_node_nothing_fixes_climbs_the_ladder_and_is_retired_with_its_history_
     assert w.notifier.sent.count("retired") == 1 and len(w.hardware.reboots) == 1
 
 
+def test_a_node_that_reported_no_boot_id_before_its_reboot_is_told_so_not_with_a_question_mark():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    node(w, "h100-0")["status"]["nodeInfo"]["bootID"] = ""  # a node whose kubelet reported none yet
+    w.fault("h100-0", xid=79)
+    w.run(seconds=200)
+    r = w.remediation("h100-0")
+    ok = next(e for e in r.repair.history if e.step == "reboot" and e.outcome == "ok")
+    assert "boot id ?" not in ok.message and "the node reported none before the reboot" in ok.message
+
+
 def test_a_reboot_that_never_comes_back_times_out_and_retires():
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.BROKEN
@@ -318,6 +329,8 @@ def test_a_relapse_within_min_healthy_seconds_counts_against_the_node_and_starts
     step = plan_repair(r, facts_for(r, n, [prev], [promoted]), spec, now)
     rep = step.remediation.repair
     assert rep.step == "reboot" and rep.history[0].outcome == "relapsed" and "held 1200s" in rep.history[0].message
+    assert "relapsed" not in rep.history[0].message  # the outcome says it; "relapsed: relapsed: ..." said it twice
+    assert rep.reason.startswith("relapsed: prev's repair (reset-gpu) held 1200s")
     held = Remediation(name="later", node="h100-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
                        created=promoted + timedelta(hours=2))  # held two hours: a new fault, not a relapse
     assert repair.relapse(held, facts_for(held, n, [prev], [promoted]), spec) is None
@@ -639,3 +652,18 @@ def test_a_node_at_the_attempt_cap_that_is_no_lemon_is_escalated_with_one_page()
     r = next(x for x in w.store.list() if x.name == r.name)
     assert r.phase is Phase.ESCALATED and r.repair is None
     assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (1, 0)
+
+
+def test_a_vendor_case_at_the_attempt_cap_is_one_decision_with_one_page():
+    """A fault NVIDIA sends to support (CONTACT_SUPPORT) on a node at the attempt cap: the repair loop holds it
+    for the vendor with its page; the attempt cap does not also escalate it with a second, different one."""
+    w = world()
+    for i in range(2):
+        r = replace(earlier(f"h100-1-old-{i}", "h100-1", 0.1 + i * 0.1), repair=None)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-1", xid=1)  # an Xid NVIDIA's catalogue answers with CONTACT_SUPPORT
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-1"), key=lambda x: x.created)
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("vendor-case")) == (0, 1), w.notifier.sent
+    assert "retired" not in w.notifier.sent and r.replacement == "h100-spare-0"
+    assert r.repair.phase is RepairPhase.STOPPED and "case for the vendor" in r.reason
