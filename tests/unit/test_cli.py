@@ -157,3 +157,24 @@ def test_inject_fault_names_no_gpu_it_was_not_given_and_says_the_meaning_once(mo
     assert r.exit_code == 0 and "pci=0000:3b:00" in written[-1][2]
     r = runner.invoke(app, ["inject-fault", "kwok-h100-1", "--pci", "0000:3b:00; rm -rf /"])
     assert r.exit_code == 2 and "--pci" in r.output
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_demo_leaves_nothing_running_unless_kept_and_says_which(keep, capsys):
+    """`make demo && make test`: the demo's environment holds the default ports the README test needs, so the
+    demo takes it down unless --keep, which leaves it up and says how to stop it."""
+    from pathlib import Path
+
+    from localenv.commands import leave
+
+    class Env:
+        root, downs = Path("/tmp/x/.local"), 0
+
+        def down(self):
+            self.downs += 1
+
+    env = Env()
+    leave(env, keep)
+    said = capsys.readouterr().out
+    assert env.downs == (0 if keep else 1)
+    assert ("gpufleet local down" in said) is keep and ("--keep" in said)
