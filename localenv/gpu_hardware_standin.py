@@ -33,7 +33,7 @@ import threading
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from kubernetes import client, config
 
@@ -54,6 +54,7 @@ OUTPUTS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpu"
 SMI_Q = "nvidia-smi-q.h100x8.535.161.08.txt"
 ALL_REDUCE = {LOW_BANDWIDTH: "nccl-all-reduce.h100x16.two-nodes.143gbs.txt"}
 ALL_REDUCE_OK = "nccl-all-reduce.h100x8.439gbs.txt"
+DCGM_SAMPLE = "dcgmi-diag-3x.nvidia-sample.json"
 NVLINK_DOWN_AT = (3, 5)  # (GPU, link) that an `nvlink-down` node prints <inactive>
 
 
@@ -95,27 +96,36 @@ def nvlink_status(state: str, gpus: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def tools(state: str, gpus: int) -> tuple[Callable, Callable]:
-    """(run, which) for `run_checks`: nvidia-smi and nccl-tests' all_reduce_perf are there, DCGM is not (the
-    local spec allows skipping it)."""
+def dcgm_diag() -> str:
+    """`dcgmi diag -j` of a node whose diagnostic passed: NVIDIA's own sample of the output with its failing
+    results marked passed (no published passing run was found whole)."""
+    return (OUTPUTS / DCGM_SAMPLE).read_text().replace('"Fail"', '"Pass"').replace('"FAIL"', '"PASS"')
+
+
+def tools(state: str, gpus: int, missing: Collection[str] = ()) -> tuple[Callable, Callable]:
+    """(run, which) for `run_checks`: nvidia-smi, dcgmi and nccl-tests' all_reduce_perf, but those `missing`
+    (a check image without them)."""
     def run(argv: list[str], timeout: int) -> Ran:
         if argv[:2] == ["nvidia-smi", "-q"]:
             return Ran(0, smi_q(state, gpus))
         if argv[:2] == ["nvidia-smi", "nvlink"]:
             return Ran(0, nvlink_status(state, gpus))
+        if argv[0] == "dcgmi":
+            return Ran(0, dcgm_diag())
         if argv[0] == "all_reduce_perf":
             return Ran(0, (OUTPUTS / ALL_REDUCE.get(state, ALL_REDUCE_OK)).read_text())
         return Ran(127, f"{argv[0]}: not found")
-    return run, (lambda name: name if name in ("nvidia-smi", "all_reduce_perf") else None)
+    present = {"nvidia-smi", "dcgmi", "all_reduce_perf"} - set(missing)
+    return run, (lambda name: name if name in present else None)
 
 
-def report(state: str, gpus: int = 8, argv: list[str] | None = None) -> HealthReport:
+def report(state: str, gpus: int = 8, argv: list[str] | None = None, missing: Collection[str] = ()) -> HealthReport:
     """What `gpufleet health-check` finds on a node in `state`: the real check (reconciler/healthcheck/run.py)
-    on the outputs above, with the options of the Job's command (`argv`: the spec's `--allow-skip`)."""
+    on the outputs above, with the options of the Job's command (`argv`: the spec's)."""
     argv = list(argv or [])
     skips = frozenset(argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--allow-skip")
     level = next((int(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--dcgm-level"), None)
-    run, which = tools(state, gpus)
+    run, which = tools(state, gpus, missing)
     return run_checks(level, "--no-all-reduce" not in argv, gpus, run, which, skips)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fleetspec import health_report
 from fleetspec.health_report import FAIL, PASS, SKIP
-from localenv.gpu_hardware_standin import HEALTHY, NVLINK_DOWN, nvlink_status
+from localenv.gpu_hardware_standin import HEALTHY, NVLINK_DOWN, dcgm_diag, nvlink_status
 from reconciler.healthcheck import dcgm, nccl, nvidia_smi, nvlink
 from reconciler.healthcheck.floors import floor_for
 from reconciler.core.validation import read_report
@@ -22,8 +22,7 @@ NCCL_H100 = (GPU / "nccl-all-reduce.h100x8.439gbs.txt").read_text()
 NCCL_H100_TWO_NODES = (GPU / "nccl-all-reduce.h100x16.two-nodes.143gbs.txt").read_text()
 NVLINK_A100 = (GPU / "nvidia-smi-nvlink-s.a100x2.excerpt.txt").read_text()
 NVLINK_V100_DEGRADED = (GPU / "nvidia-smi-nvlink-s.v100.two-inactive.txt").read_text()
-# DCGM's own sample with its three failing results marked passed: the same JSON a clean run writes
-DCGM_PASS = DCGM_3X.replace('"Fail"', '"Pass"').replace('"FAIL"', '"PASS"')
+DCGM_PASS = dcgm_diag()  # DCGM's own sample with its failing results marked passed (the stand-in's)
 
 
 def test_a_healthy_h100_node_reads_healthy_with_all_eight_gpus():

@@ -167,8 +167,7 @@ def test_a_node_whose_nvlink_is_down_or_whose_all_reduce_is_under_its_floor_fail
     bring the link or the bandwidth back, its check fails each time, and it is retired, never a spare again."""
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.BROKEN  # nothing fixes it
-    w.checks.reports["h100-0"] = standin_report(state, 8, w.spec.healing.repair.health_check.argv() + [
-        "--allow-skip", "dcgm"])
+    w.checks.reports["h100-0"] = standin_report(state, 8, w.spec.healing.repair.health_check.argv())
     w.fault("h100-0", xid=74)  # an NVLink error: a reset, then a reboot
     w.run(seconds=400)
     r = w.remediation("h100-0")
@@ -184,7 +183,8 @@ def test_a_node_its_check_cannot_prove_stops_for_a_person_with_the_image_it_need
     node neither returns nor climbs the ladder: its repair stops, and the page says which image to use."""
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.BROKEN
-    w.checks.reports["h100-0"] = standin_report(HEALTHY, 8, w.spec.healing.repair.health_check.argv())
+    w.checks.reports["h100-0"] = standin_report(HEALTHY, 8, w.spec.healing.repair.health_check.argv(),
+                                                missing={"dcgmi", "all_reduce_perf"})
     w.fault("h100-0", xid=79)
     w.run(seconds=400)
     r = w.remediation("h100-0")
@@ -254,7 +254,8 @@ def test_a_spare_its_check_cannot_prove_never_serves_and_is_paged_once():
     for name in ("h100-spare-0", "h100-spare-1"):
         w.kube.nodes[name] = pool_node(w.spec.pool("h100"), name, labels.ROLE_SPARE, proven=False)
     w.hardware.state["h100-spare-0"] = FakeNodes.BROKEN  # "not healthy" to FakeChecks: its report is read
-    w.checks.reports["h100-spare-0"] = standin_report(HEALTHY, 8, w.spec.healing.repair.health_check.argv())
+    w.checks.reports["h100-spare-0"] = standin_report(HEALTHY, 8, w.spec.healing.repair.health_check.argv(),
+                                                      missing={"dcgmi"})
     w.fault("h100-0")
     w.run(seconds=60)
     assert [c[1] for c in w.provider.calls if c[0] == "promote"] == ["h100-spare-1"]
