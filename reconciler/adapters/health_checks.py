@@ -106,8 +106,10 @@ class HealthChecks:
             return read_report(message, passed_job)
         if passed_job:
             return Verdict("passed", "exit 0 (no report)")
-        # No report: the check never gave a verdict (its deadline passed, its pod was evicted or died before
-        # writing one). That says nothing about the node: inconclusive (the repair runs it again once).
+        # No report: the check never gave a verdict (its deadline passed: "all of its running Pods are terminated
+        # and the Job status will become type: Failed with reason: DeadlineExceeded", Kubernetes' Jobs page, "Job
+        # termination and cleanup"; or its pod was evicted or died before writing one). That says nothing about
+        # the node: inconclusive (the check runs again once, on a fresh pod).
         failed = conditions["Failed"]
         why = failed.get("reason") or "Failed"
         detail = f"exit {exit_code}" if exit_code is not None else (failed.get("message") or "")

@@ -35,9 +35,9 @@ MISSING = "missing"  # no such Job (not made yet, or made and gone)
 INCONCLUSIVE = "inconclusive"  # the Job ended without a verdict (its deadline, or its pod died before writing one)
 UNPROVEN = "unproven"  # the check ran but could not prove the node: a check it must run had no tool in its image
 
-UNPROVEN_HELP = ("A check the spec requires found no tool in the check's image: run the check from an image that "
-                 "carries NVIDIA's DCGM (dcgmi) and nccl-tests (all_reduce_perf) (healing.repair.health_check.image; README: "
-                 "the health check), then `gpufleet return` the node.")
+UNPROVEN_HELP = ("A check the spec requires could not run (its tool is not in the check's image, or it could not "
+                 "start): run the check from an image that carries NVIDIA's DCGM (dcgmi) and nccl-tests "
+                 "(all_reduce_perf): healing.repair.health_check.image (README: what the health check proves).")
 
 
 @dataclass(frozen=True)
