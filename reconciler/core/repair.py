@@ -17,8 +17,13 @@ A check that gives no verdict (its Job outlived its deadline, or its pod ended w
 inconclusive, not failed: it runs once more on a fresh pod, and a second one without a verdict is a failed
 check. A check that could not prove the node (a required tool not in its image) stops the repair for a person.
 
-A fault that needs the vendor (`replace`) retires at once; so does a lemon: a node whose faults within
-`retire_window_seconds` reach `retire_after_faults`. A node that faults again within `min_healthy_seconds`
+A fault that asks for a person (`contact-support`: NVIDIA's CONTACT_SUPPORT, its unused codes,
+CHECK_MECHANICALS, UPDATE_SWFW, and the escalation rules of fleetspec/faults/escalation.py) is neither
+repaired nor retired: the node stays quarantined (the provider keeps the machine, whatever `on_fault`
+says) and a vendor-case page carries what the vendor asks for; a person's `gpufleet return` or `retire`
+goes on from there. A fault a spec says needs `replace` retires at once; so does a lemon: a node whose
+faults within `retire_window_seconds` reach `retire_after_faults` (application faults never count: a
+crashing job is not a failing machine). A node that faults again within `min_healthy_seconds`
 of serving again after a repair relapsed: that repair did not hold, and this one starts a rung higher.
 A person's drain in Slurm or the opt-out label (on the node or on a pod there) stops the loop; it goes on
 when they are lifted. The phases and their moves are in `repair_phases.py`; a person's commands in
@@ -34,13 +39,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from fleetspec import labels
-from fleetspec.faults import describe
+from fleetspec.faults import FaultAction, Kind, describe
+from fleetspec.faults.catalogue import application
+from fleetspec.faults.escalation import RULES, Escalation, RepeatRule, Seen, escalate
 from fleetspec.models import FleetSpec
 from fleetspec.node_repair import RepairRequest
 from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
+from reconciler.core import pages
 from reconciler.core.actions import Action, Notify, ReturnToSpares
-from reconciler.core.drains import drained_by_person
+from reconciler.core.drains import drained_by_person, set_by
 from reconciler.core.model import NodeView, PodView, Remediation, SlurmNodeView, Step
 from reconciler.core.observe import opted_out_views
 from reconciler.core.phases import Phase
@@ -117,7 +125,7 @@ def repairs_in_place(r: Remediation, spec: FleetSpec) -> bool:
         return False
     pool = spec.pool(r.pool)
     need = fault_needs(r)
-    return pool.repair.in_place and need != REPLACE and any(
+    return pool.repair.in_place and need != REPLACE and not held_for_a_person(r) and any(
         pool.repair.allows(x) for x in RUNGS[RUNGS.index(need):])
 
 
@@ -132,20 +140,51 @@ def wants(r: Remediation, node: NodeView | None, spec: FleetSpec) -> bool:
     return repairs_in_place(r, spec)
 
 
+def held_for_a_person(r: Remediation) -> bool:
+    """The fault asks for a person, not a repair: NVIDIA's CONTACT_SUPPORT and the buckets like it."""
+    return r.action is FaultAction.CONTACT_SUPPORT
+
+
+HISTORY_RULES = tuple(x for x in RULES if isinstance(x, RepeatRule))  # what the records can tell (no registers)
+
+
+def escalated_by_history(r: Remediation, history: tuple[Remediation, ...]) -> Escalation | None:
+    """The escalation rules that count (fleetspec/faults/escalation.py: a repeated Xid 48, five fatal Xids on one
+    GPU within 24 h) applied to the node's records of the same GPU: they outlive the reboot that empties the
+    kernel log the agent judged. Only an escalation to a person counts here."""
+    if not r.pci or r.kind is not Kind.XID or r.action is None:
+        return None
+    before = [Seen(x.xid, x.created.timestamp(), x.action or FaultAction.NONE) for x in history
+              if x.name != r.name and x.pci == r.pci and x.kind is Kind.XID and x.created <= r.created]
+    esc = escalate(Seen(r.xid, r.created.timestamp(), r.action), before, HISTORY_RULES)
+    return esc if esc is not None and esc.action is FaultAction.CONTACT_SUPPORT else None
+
+
 def will_repair(r: Remediation, spec: FleetSpec) -> bool:
-    """Whether a node quarantined by this remediation's heal is then repaired (a provider keeps such an
-    instance instead of letting it go at once)."""
+    """Whether a node quarantined by this remediation's heal is kept (a provider keeps such an instance
+    instead of letting it go at once): it is repaired next, or held for a person, whose vendor wants the
+    machine as it failed (never terminated, whatever the pool's `on_fault` says)."""
+    if held_for_a_person(r):
+        return True
     return loop_on(r, spec) and fault_needs(r) != REPLACE and any(
         spec.pool(r.pool).repair.allows(x) for x in RUNGS[RUNGS.index(fault_needs(r)):])
 
 
 # --- the lemon rule and relapses ----------------------------------------------------------------------
 
+def counts_as_fault(x: Remediation) -> bool:
+    """Whether a remediation counts toward the lemon rule: not an application fault (NVIDIA's catalogue puts
+    13, 31, 43, 45, 94, ... on the application; a record from before this rule may say `replace` for a
+    repeated 13), nor a diagnostic asked."""
+    return not application(x.kind, x.xid) and x.action not in (FaultAction.RESTART_APP, FaultAction.DIAGNOSE)
+
+
 def faults_in_window(r: Remediation, history: tuple[Remediation, ...], spec: FleetSpec,
                      now: datetime) -> list[Remediation]:
     window = timedelta(seconds=spec.healing.repair.retire_window_seconds)
-    seen = {x.name: x for x in history if now - x.created <= window}
-    seen[r.name] = r
+    seen = {x.name: x for x in history if now - x.created <= window and counts_as_fault(x)}
+    if counts_as_fault(r):
+        seen[r.name] = r
     return sorted(seen.values(), key=lambda x: x.created)
 
 
@@ -184,7 +223,7 @@ def stop_reason(r: Remediation, facts: RepairFacts, spec: FleetSpec) -> str:
         return f"a person's Slurm drain was carried to it ({labels.CARRIED_DRAIN}: {node.carried_drain})"
     held = [s for s in facts.slurm if s.comment_node == r.node and drained_by_person(s)]
     if held:
-        return f"Slurm node {held[0].name} on it was drained by a person ({held[0].reason!r})"
+        return f"Slurm node {held[0].name} on it was drained by a person ({held[0].reason!r}{set_by(held[0])})"
     return ""
 
 
@@ -228,6 +267,9 @@ def plan_repair(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: dateti
 def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, stop: str) -> Step:
     node = facts.node
     assert node is not None
+    esc = escalated_by_history(r, facts.history)
+    if held_for_a_person(r) or esc is not None:
+        return vendor_case(r, node, now, esc)  # before the lemon rule: the vendor wants the machine, not a retirement
     faults = faults_in_window(r, facts.history, spec, now)
     limit = spec.healing.repair.retire_after_faults
     if len(faults) >= limit:
@@ -279,20 +321,22 @@ def _first_allowed(spec: FleetSpec, pool: str, floor: str) -> str | None:
 
 
 def _begin_rung(r: Remediation, rep: Repair | None, rung: str, node: NodeView, spec: FleetSpec, now: datetime,
-                why: str, in_place: bool = False, again: bool = False) -> Step:
-    """Ask for a reset or a reboot: the request's id is written on the remediation, then it is sent."""
+                why: str, in_place: bool = False, again: bool = False, resumed: bool = False) -> Step:
+    """Ask for a reset or a reboot: the request's id is written on the remediation, then it is sent. `again`:
+    the same rung once more (no sign of the first request); `resumed`: after a person's hold, the rung that was
+    under way (asked again, not a new rung)."""
     attempt = (rep.attempt if rep else 0) + 1
     request = RepairRequest(f"{r.name}/{attempt}-{rung}", rung, now, fault_gpus(r) if rung == RESET_GPU else ())
     timeout = spec.pool(r.pool).repair.timeout(rung)
     fields = dict(step=rung, attempt=attempt, request=request.id, requested_at=now, boot=node.boot_id,
                   deadline=now + timedelta(seconds=timeout), job="", reason=why, gpus=request.gpus, resent=again)
-    event = RepairEvent(rung, "asked again" if again else "asked", now, why)
+    event = RepairEvent(rung, "asked again" if again or resumed else "asked", now, why)
     if rep is None:
         new = begin(RepairPhase.REPAIRING, now, in_place=in_place, rungs=(rung,), **fields)
     elif again:
         new = replace(rep, **{k: v for k, v in fields.items() if k not in ("deadline",)})
     else:
-        new = rep.moved(RepairPhase.REPAIRING, now, rungs=rep.rungs + (rung,), **fields)
+        new = rep.moved(RepairPhase.REPAIRING, now, rungs=rep.rungs if resumed else rep.rungs + (rung,), **fields)
     what = "reset of its GPU(s)" if rung == RESET_GPU else "reboot"
     gpus = f" {list(request.gpus)}" if request.gpus else ""
     return Step((NodeEvent(r.node, RUNG_EVENTS[rung], f"{what}{gpus} asked for ({request.id}): {why}"),
@@ -396,17 +440,50 @@ def _climb(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: da
 
 
 def _resume(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime) -> Step:
-    """The person's drain or the opt-out label is gone: the step that was stopped begins again."""
+    """The person's drain or the opt-out label is gone: the repair goes on where it stopped, and asks for
+    nothing already done.
+    - Stopped before it began: its first rung is asked for.
+    - Stopped while a reset or a reboot was asked for (the request stays on the node, and the node's agent may
+      carry it out meanwhile): the node rebooted (a new boot id) or the reset was answered done -> the health
+      check; answered failed -> the next rung; the reboot answered but not seen yet -> waited for again, with a
+      fresh timeout; no sign of it -> asked again under a new id (the agent acts on the newest id, once).
+    - Stopped while the health check ran: checked again by a new Job (the node may have changed while held)."""
     rep, node = r.repair, facts.node
     assert rep is not None and node is not None
-    event = RepairEvent("stop", "lifted", now, "a person's hold is gone")
-    rep = rep.noted(event)
+    rep = rep.noted(RepairEvent("stop", "lifted", now, "a person's hold is gone"))
+    lifted = "the hold is lifted"
     if rep.stopped_from == RepairPhase.VALIDATING.value:
-        return _begin_check(r, rep, node, spec, now, "resumed: checked again")
+        return _begin_check(r, rep, node, spec, now, f"{lifted}: health-checked again (a new check: the node may "
+                            "have changed while it was held)")
+    if rep.stopped_from == RepairPhase.REPAIRING.value and rep.request:
+        return _resume_rung(r, rep, node, spec, now, lifted)
     rung = rep.rungs[-1] if rep.rungs else _first_allowed(spec, r.pool, fault_needs(r))
     if rung is None:
         return retire(r, rep, now, f"pool {r.pool} allows no rung for {fault_needs(r)}")
-    return _begin_rung(r, rep, rung, node, spec, now, "resumed: asked again")
+    return _begin_rung(r, rep, rung, node, spec, now, f"{lifted}: the repair begins ({fault_needs(r)} needed)")
+
+
+def _resume_rung(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: datetime, lifted: str) -> Step:
+    """A hold lifted on a reset or a reboot asked for before it: what became of that request decides."""
+    what = "GPU reset" if rep.step == RESET_GPU else "reboot"
+    result = node.repair_result if node.repair_result and node.repair_result.id == rep.request else None
+    if node.ready and node.boot_id != rep.boot:
+        why = (f"{lifted}; the node rebooted while it was held (boot id {rep.boot[:8] or '?'} -> "
+               f"{node.boot_id[:8]}): no second {what}, the health check is next")
+        return _begin_check(r, rep.noted(RepairEvent(rep.step, "ok", now, why)), node, spec, now, why)
+    if result is not None and not result.ok:
+        return _climb(r, rep, node, spec, now, f"{what} failed while the node was held: {result.message}")
+    if result is not None and rep.step == RESET_GPU:
+        why = f"{lifted}; the GPU reset asked before it was done ({result.message}): the health check is next"
+        return _begin_check(r, rep.noted(RepairEvent(rep.step, "ok", now, why)), node, spec, now, why)
+    if result is not None:  # the agent answered "rebooting"; the new boot is not seen yet
+        timeout = spec.pool(r.pool).repair.timeout(rep.step)
+        why = f"{lifted}; the reboot asked before it ({rep.request}) was answered, not seen yet: waiting for it {timeout}s"
+        new = rep.moved(RepairPhase.REPAIRING, now, deadline=now + timedelta(seconds=timeout), reason=why)
+        return Step((NodeEvent(r.node, "RepairResumed", f"repair of {r.node} resumed: {why}"),),
+                    replace(r, repair=new.noted(RepairEvent(rep.step, "waiting", now, why))), recheck_after=RECHECK)
+    return _begin_rung(r, rep, rep.step, node, spec, now, f"{lifted}; the {what} asked before it ({rep.request}) "
+                       "shows no sign of being done: asked again", resumed=True)
 
 
 def stopped_by_error(r: Remediation, now: datetime, error: str) -> Step:
@@ -460,6 +537,20 @@ def retire(r: Remediation, rep: Repair | None, now: datetime, why: str, by: str 
                            f"{r.node} ({r.pool}) is retired: {why}. Repair history: {history or 'none'}. Send it to the "
                            "vendor (RMA); gpufleet will not return it (`gpufleet return` once it is repaired)."),)
     return Step(actions, replace(r, repair=moved))
+
+
+def vendor_case(r: Remediation, node: NodeView, now: datetime, esc: Escalation | None = None) -> Step:
+    """Held for a person: quarantined (the provider keeps the machine), a vendor-case page with what the
+    vendor asks for, the repair stopped where only a person's command goes on (`gpufleet return` once the
+    vendor is done, `gpufleet retire` to let it go). Nothing retired, nothing terminated. `esc`: the
+    escalation rule over the node's records that made it a case."""
+    rule = esc.nvidia if esc is not None else pages.nvidia_bucket(r)
+    why = f"{describe(r.xid, r.kind)} needs a person ({rule}): held, not repaired"
+    rep = begin(RepairPhase.STOPPED, now, reason=why, error=f"vendor case: {why}")
+    rep = rep.noted(RepairEvent("vendor-case", "held", now, why))
+    return Step((NodeEvent(r.node, "VendorCase", f"{r.node} held for a person: {why}", "Warning"),
+                 Notify("vendor-case", "critical", pages.vendor_case(r, node, rule))),
+                replace(r, repair=rep))
 
 
 def lemon_reason(r: Remediation, faults: list[Remediation], spec: FleetSpec) -> str:

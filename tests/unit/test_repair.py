@@ -324,6 +324,76 @@ def test_a_node_that_faults_three_times_in_the_window_is_retired_with_its_histor
     assert w.hardware.reboots == [] and w.notifier.sent.count("retired") == 1
 
 
+def test_application_faults_never_count_toward_a_lemon():
+    """Two records of a crashing job's XID 13 (a record of the old repeat rule says `replace`) and a reboot-fixable
+    fault now: the node is repaired, not retired as a lemon."""
+    from fleetspec.faults import FaultAction
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    for i, days in enumerate((3, 1)):
+        r = replace(earlier(f"h100-0-app-{i}", "h100-0", days), xid=13, action=FaultAction.REPLACE)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-0")
+    w.run(seconds=10)
+    r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+    assert r.repair.phase is RepairPhase.REPAIRING and r.repair.step == "reboot", r.repair
+    assert ("retire", "h100-0") not in w.provider.calls and "retired" not in w.notifier.sent
+
+
+@pytest.mark.parametrize("xid", [61, 54, 78])  # CONTACT_SUPPORT ("Unused"), CHECK_MECHANICALS, UPDATE_SWFW
+def test_a_fault_that_needs_a_person_is_healed_then_held_with_a_vendor_case_never_retired(xid):
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0, repair={"retire_after_faults": 2}), operator=True)
+    w.kube.nodes["h100-0"]["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = "570.158.01"
+    r = earlier("h100-0-old", "h100-0", 1)  # with this fault, a lemon: the vendor case still comes first
+    w.store.objects[r.name] = json.dumps(to_object(r))
+    w.kube.nodes["h100-0"]["status"]["conditions"].append(
+        {"type": "GpuHealthy", "status": "False", "reason": f"Xid{xid}",
+         "message": f"[action=contact-support pci=0000:3b:00] XID {xid}: Xid {xid} on PCI:0000:3b:00: Ch 00000010",
+         "lastTransitionTime": w.clock.now.isoformat()})
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0"  # the job's heal is as always
+    assert r.repair.phase is RepairPhase.STOPPED and r.repair.error.startswith("vendor case"), r.repair
+    assert role(w, "h100-0") == labels.ROLE_QUARANTINED and node(w, "h100-0")["spec"]["unschedulable"]
+    assert ("retire", "h100-0") not in w.provider.calls and "h100-0" in w.provider.kept  # the machine is kept
+    assert w.hardware.reboots == [] and w.notifier.sent.count("vendor-case") == 1
+    (page,) = w.notifier.texts["vendor-case"]
+    for fact in ("0000:3b:00", "570.158.01", f"Xid {xid} on PCI:0000:3b:00: Ch 00000010", "nvidia-smi -q -i 0000:3b:00",
+                 "gpufleet return h100-0"):
+        assert fact in page, (fact, page)
+    w.run(seconds=60)
+    assert w.notifier.sent.count("vendor-case") == 1 and ("retire", "h100-0") not in w.provider.calls
+    ask(w, r.name, RETURN)  # the vendor fixed it: a person's return checks it before it serves
+    w.run(seconds=20)
+    r = next(x for x in w.store.list() if x.name == r.name)
+    assert r.repair.phase in (RepairPhase.VALIDATING, RepairPhase.RETURNED) and "returned by oncall" in r.repair.reason
+
+
+def test_a_second_xid_48_on_the_same_gpu_within_a_day_is_a_vendor_case_from_the_records():
+    """The agent's kernel log is gone after a reboot; the records are not. A second double-bit ECC error on the GPU
+    that was reset for one two hours ago is escalation rule RepeatedXID48OnSameGPU: held for the vendor, not reset
+    again. One on another GPU is reset as its row says."""
+    from fleetspec.faults import FaultAction
+    for pci, held in (("0000:3b:00", True), ("0000:3c:00", False)):
+        w = world()
+        w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES
+        prev = replace(earlier("h100-0-old", "h100-0", 2 / 24, rung="reset-gpu"), xid=48, pci="0000:3b:00",
+                       action=FaultAction.RESET_GPU)
+        w.store.objects[prev.name] = json.dumps(to_object(prev))
+        w.kube.nodes["h100-0"]["status"]["conditions"].append(
+            {"type": "GpuHealthy", "status": "False", "reason": "Xid48",
+             "message": f"[action=reset-gpu pci={pci}] XID 48 (Double Bit ECC Error): Xid 48 on PCI:{pci}",
+             "lastTransitionTime": w.clock.now.isoformat()})
+        w.run(seconds=10)
+        r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+        if held:
+            assert r.repair.phase is RepairPhase.STOPPED and "RepeatedXID48OnSameGPU" in r.repair.reason, r.repair
+            assert w.notifier.sent.count("vendor-case") == 1 and "h100-0" in w.provider.kept
+        else:
+            assert r.repair.phase is not RepairPhase.STOPPED and r.repair.rungs[:1] == ("reset-gpu",), r.repair
+            assert "vendor-case" not in w.notifier.sent
+
+
 def test_two_faults_in_the_window_are_repaired_not_retired():
     w = world()
     r = earlier("h100-0-old", "h100-0", 6)
@@ -379,6 +449,71 @@ def test_the_opt_out_label_on_the_node_stops_the_loop_and_lifting_it_goes_on():
     del node(w, "h100-0")["metadata"]["labels"][labels.DEFAULT_OPT_OUT]
     w.run(seconds=200)
     assert w.remediation("h100-0").repair.phase is RepairPhase.RETURNED
+
+
+def _hold_then_lift(w: World, hold_seconds: float = 200) -> Remediation:
+    node(w, "h100-0")["metadata"]["labels"][labels.DEFAULT_OPT_OUT] = "true"  # a person looks at it
+    w.run(seconds=hold_seconds)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.STOPPED
+    del node(w, "h100-0")["metadata"]["labels"][labels.DEFAULT_OPT_OUT]
+    w.run(seconds=5)
+    return w.remediation("h100-0")
+
+
+def test_a_hold_lifted_after_the_reboot_happened_goes_on_to_the_check_not_a_second_reboot():
+    """The reboot was asked for, then a person held the repair; the node's agent carried the request out
+    meanwhile (it stays on the node). Lifting the hold goes on where the repair stood: the check."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    w.fault("h100-0")
+    w.run(seconds=5)
+    assert w.remediation("h100-0").repair.step == "reboot" and len(w.hardware.reboots) == 1
+    r = _hold_then_lift(w)
+    assert r.repair.phase is RepairPhase.VALIDATING, r.repair
+    assert "rebooted while it was held" in r.repair.reason and "no second reboot" in r.repair.reason
+    assert r.repair.rungs == ("reboot",)
+    w.run(seconds=200)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETURNED
+    assert len(w.hardware.reboots) == 1  # one reboot, not two
+    assert [(e.step, e.outcome) for e in r.repair.history if e.step in ("reboot", "stop")] == [
+        ("reboot", "asked"), ("stop", "stopped"), ("stop", "lifted"), ("reboot", "ok")]
+
+
+def test_a_hold_lifted_after_the_reset_was_done_goes_on_to_the_check_not_a_second_reset():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES
+    send = w.provider.request_repair
+
+    def held_as_it_is_sent(node_name, request):  # a person holds the node as the reset goes out
+        send(node_name, request)
+        node(w, node_name)["metadata"]["labels"][labels.DEFAULT_OPT_OUT] = "true"
+
+    w.provider.request_repair = held_as_it_is_sent
+    w.fault("h100-0", xid=48)  # a double-bit ECC error: the catalogue's action is a GPU reset
+    w.run(seconds=5)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.STOPPED and r.repair.stopped_from == "Repairing", r.repair
+    assert r.repair.step == "reset-gpu" and len(w.hardware.resets) == 1  # the agent did it meanwhile
+    w.provider.request_repair = send
+    r = _hold_then_lift(w, hold_seconds=60)
+    assert r.repair.phase is RepairPhase.VALIDATING and "GPU reset asked before it was done" in r.repair.reason
+    w.run(seconds=200)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.RETURNED
+    assert len(w.hardware.resets) == 1 and w.hardware.reboots == []
+
+
+def test_a_hold_lifted_on_a_request_never_carried_out_asks_it_again_as_the_same_rung():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    lost = []
+    w.provider.request_repair = lambda node, request: lost.append(request.id)  # never reaches the node
+    w.fault("h100-0")
+    w.run(seconds=5)
+    r = _hold_then_lift(w, hold_seconds=30)
+    assert r.repair.phase is RepairPhase.REPAIRING and len(lost) == 2 and lost[0] != lost[1]
+    assert "shows no sign of being done: asked again" in r.repair.reason
+    assert r.repair.rungs == ("reboot",)  # the same rung, not a second one climbed
 
 
 def test_a_request_with_no_sign_of_it_is_asked_again_once_under_a_new_id():
