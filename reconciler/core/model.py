@@ -279,6 +279,7 @@ class Admission:
     stands_in_for: str = ""  # the remediation whose replacement this node was, and broke before it succeeded
     free_spares: int = 0  # the pool's spares free now (what an escalated node leaves unused)
     reporters: tuple[tuple[str, str], ...] = ()  # (node, who reported its fault) for the unhealthy nodes
+    repair_decides: str = ""  # what the repair loop decides for this node after its heal, for good ('' nothing yet)
 
 
 @dataclass(frozen=True)

@@ -268,6 +268,11 @@ class Provider:
         if refill:
             self.calls.append(("capacity", refill))
 
+    def forget(self, node, pool, reason, refill=None):
+        self.calls.append(("forget", node))
+        if refill:
+            self.calls.append(("capacity", refill))
+
     def back_in_service(self, node):
         self.calls.append(("back", node))
         self._role(node, labels.ROLE_ACTIVE)

@@ -300,6 +300,20 @@ def test_a_spare_that_rebooted_is_checked_again_before_it_serves():
     assert check.proves("boot-after-a-reboot")
 
 
+def test_a_spare_that_fails_its_check_is_repaired_with_what_the_check_said_it_needs():
+    """The check's verdict names what the node needs (here a GPU reset): the failed spare's repair starts
+    there, not with a reboot whatever the check said."""
+    w = world()
+    w.kube.nodes["h100-spare-0"] = pool_node(w.spec.pool("h100"), "h100-spare-0", labels.ROLE_SPARE, proven=False)
+    w.hardware.state["h100-spare-0"] = FakeNodes.RESET_FIXES
+    w.run(seconds=200)
+    bad = w.remediation("h100-spare-0")
+    assert bad.was_spare and bad.action is not None and bad.action.value == "reset-gpu"
+    assert bad.repair.rungs[0] == "reset-gpu", bad.repair
+    assert [x[0] for x in w.hardware.resets] == ["h100-spare-0"] and w.hardware.reboots == []
+    assert bad.repair.phase is RepairPhase.RETURNED and role(w, "h100-spare-0") == labels.ROLE_SPARE
+
+
 # --- the lemon rule, relapses, what stops the loop ---------------------------------------------------------
 
 def earlier(name: str, node: str, days_ago: float, returned_after: float = 300, rung: str = "reboot") -> Remediation:
@@ -532,6 +546,28 @@ def test_a_request_with_no_sign_of_it_is_asked_again_once_under_a_new_id():
     assert [e.outcome for e in r.repair.history if e.step == "reboot"] == ["asked", "asked again"]
 
 
+def test_a_repair_whose_node_disappears_ends_gone_with_one_page_and_the_provider_settles_it():
+    """The Node object is deleted mid-reboot (a person, or its instance terminated): the repair does not stay
+    Repairing for ever. It ends Gone with the reason, the provider settles what it kept for the repair (an
+    aws-asg instance held out of its group: test_aws_asg), and one page says so."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.BROKEN
+    w.hardware.reboot_seconds = 10_000
+    w.fault("h100-0")
+    w.run(seconds=10)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.REPAIRING
+    del w.kube.nodes["h100-0"]
+    w.run(seconds=60)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.GONE and "Node object disappeared" in r.repair.reason, r.repair
+    assert [(e.step, e.outcome) for e in r.repair.history][-1] == ("gone", "ended")
+    assert w.notifier.sent.count("node-gone") == 1 and "retired" not in w.notifier.sent
+    assert w.provider.calls.count(("forget", "h100-0")) == 1
+    assert not [c for c in w.provider.calls if c == ("capacity", f"{r.name}/gone")]  # the heal refilled already
+    w.run(seconds=60)
+    assert w.notifier.sent.count("node-gone") == 1 and w.remediation("h100-0").repair.phase is RepairPhase.GONE
+
+
 # --- repair in place ----------------------------------------------------------------------------------
 
 def test_with_no_spare_free_the_pool_may_repair_in_place_and_the_node_takes_its_job_back():
@@ -688,3 +724,33 @@ def test_the_first_rung_follows_the_faults_action(action, step):
     """The fault catalogue's action (branch xid: spec.fault.action) picks the first rung; a node taken out for a
     fault whose action needs no repair of the machine is rebooted, the catalogue's commonest answer."""
     assert repair.first_step(action) == step
+
+
+# --- one page per decision ------------------------------------------------------------------------------
+
+def test_a_third_fault_within_a_day_is_one_decision_with_one_page():
+    """The attempt cap (2 remediations within 24 h) and the lemon rule (3 faults within 7 days) both meet a
+    third fault within a day: the lemon rule decides it (the node is retired for the vendor, the job healed on a
+    spare, a refill asked), and the on-call gets that one page, not also an escalation telling them to repair
+    and return it."""
+    w = world()
+    for i in range(2):
+        r = replace(earlier(f"h100-1-old-{i}", "h100-1", 0.1 + i * 0.1), repair=None)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-1")
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-1"), key=lambda x: x.created)
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (0, 1), w.notifier.sent
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0"  # the job heals on a spare
+    assert r.repair.phase is RepairPhase.RETIRED and "a lemon: 3 faults" in r.repair.reason
+    assert "attempt cap" in r.reason and "lemon" in r.reason  # the record says why it was not escalated
+    assert role(w, "h100-1") == labels.ROLE_RETIRED
+
+
+def test_a_node_at_the_attempt_cap_that_is_no_lemon_is_escalated_with_one_page():
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0, repair={"retire_after_faults": 5}), operator=True)
+    r = escalated(w)
+    w.run(seconds=60)
+    r = next(x for x in w.store.list() if x.name == r.name)
+    assert r.phase is Phase.ESCALATED and r.repair is None
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (1, 0)
