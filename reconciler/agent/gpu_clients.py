@@ -79,9 +79,6 @@ class GpuClients:
 
     # --- what runs now -----------------------------------------------------------------------------------
 
-    def _annotations(self) -> dict[str, str]:
-        return (self.kube.get_node(self.node).get("metadata") or {}).get("annotations") or {}
-
     def _labels(self) -> dict[str, str]:
         return (self.kube.get_node(self.node).get("metadata") or {}).get("labels") or {}
 
@@ -144,7 +141,3 @@ class GpuClients:
             self.kube.patch_node(self.node, {"metadata": {"labels": {k: ENABLED for k in stopped.labels}}})
         self.kube.patch_node(self.node, {"metadata": {"annotations": {labels.GPU_CLIENTS_STOPPED: None}}})
         return failed
-
-    def left_stopped(self) -> Stopped | None:
-        """What an earlier reset stopped and did not restore (the agent died half-way), if anything."""
-        return parse_stopped(self._annotations().get(labels.GPU_CLIENTS_STOPPED))

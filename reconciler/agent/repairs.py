@@ -28,7 +28,7 @@ from typing import Callable
 from fleetspec import labels
 from fleetspec.node_repair import REBOOT, RESET_GPU, RepairRequest, RepairResult, parse_request, parse_result
 
-from reconciler.agent.gpu_clients import HOST, GpuClients
+from reconciler.agent.gpu_clients import HOST, GpuClients, parse_stopped
 
 log = logging.getLogger(__name__)
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -58,11 +58,15 @@ class Repairs:
 
     def once(self) -> RepairResult | None:
         """Act on the node's request if it was not acted on yet; the answer written, or None."""
-        left = self.clients.left_stopped()
+        ann = (self.kube.get_node(self.node).get("metadata") or {}).get("annotations") or {}
+        noted = ann.get(labels.GPU_CLIENTS_STOPPED)
+        left = parse_stopped(noted)
+        if noted and left is None:
+            log.error("node %s: %s does not read (%r): restore the GPU Operator's labels and the host's GPU daemons "
+                      "by hand, then remove it", self.node, labels.GPU_CLIENTS_STOPPED, noted[:200])
         if left is not None:  # an agent died during a reset: what it stopped comes back first
             log.warning("node %s: restoring the GPU clients reset %s stopped: %s", self.node, left.request,
                         self.clients.restore(left) or "all back")
-        ann = (self.kube.get_node(self.node).get("metadata") or {}).get("annotations") or {}
         req = parse_request(ann.get(labels.REPAIR_REQUEST))
         done = parse_result(ann.get(labels.REPAIR_RESULT))
         if req is None or (done is not None and done.id == req.id):

@@ -754,3 +754,18 @@ def test_a_node_at_the_attempt_cap_that_is_no_lemon_is_escalated_with_one_page()
     r = next(x for x in w.store.list() if x.name == r.name)
     assert r.phase is Phase.ESCALATED and r.repair is None
     assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (1, 0)
+
+
+def test_a_vendor_case_at_the_attempt_cap_is_one_decision_with_one_page():
+    """A fault NVIDIA sends to support (CONTACT_SUPPORT) on a node at the attempt cap: the repair loop holds it
+    for the vendor with its page; the attempt cap does not also escalate it with a second, different one."""
+    w = world()
+    for i in range(2):
+        r = replace(earlier(f"h100-1-old-{i}", "h100-1", 0.1 + i * 0.1), repair=None)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-1", xid=1)  # an Xid NVIDIA's catalogue answers with CONTACT_SUPPORT
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-1"), key=lambda x: x.created)
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("vendor-case")) == (0, 1), w.notifier.sent
+    assert "retired" not in w.notifier.sent and r.replacement == "h100-spare-0"
+    assert r.repair.phase is RepairPhase.STOPPED and "case for the vendor" in r.reason
