@@ -210,7 +210,7 @@ def faults_in_window(r: Remediation, history: tuple[Remediation, ...], spec: Fle
 
 
 def relapse(r: Remediation, facts: RepairFacts, spec: FleetSpec) -> tuple[str, str] | None:
-    """(the rung that fixed it last time, why) when the node faulted within `min_healthy_seconds` of serving
+    """(the rung that fixed it last time, why: the event's message, which `relapsed` heads) when the node faulted within `min_healthy_seconds` of serving
     again after its last repair; None otherwise."""
     earlier = [x for x in facts.history if x.name != r.name and x.created < r.created and x.repair is not None
                and x.repair.phase is RepairPhase.RETURNED and x.repair.ended is not None]
@@ -223,7 +223,7 @@ def relapse(r: Remediation, facts: RepairFacts, spec: FleetSpec) -> tuple[str, s
     if lasted >= spec.healing.repair.min_healthy_seconds:
         return None
     rung = prev.repair.rungs[-1] if prev.repair.rungs else ""
-    return rung, (f"relapsed: {prev.name}'s repair ({rung or 'a health check'}) held {lasted:.0f}s after the node "
+    return rung, (f"{prev.name}'s repair ({rung or 'a health check'}) held {lasted:.0f}s after the node "
                   f"served again (min_healthy_seconds {spec.healing.repair.min_healthy_seconds}): it counts "
                   "against the node")
 
@@ -310,7 +310,8 @@ def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, s
     floor, why = need, f"{describe(r.xid, r.kind)} needs {need}"
     back = relapse(r, facts, spec)
     if back is not None:
-        rung, why = back
+        rung, held = back
+        why = f"relapsed: {held}"
         floor = _above(rung) if rung in RUNGS else floor
     step = _first_step(r, node, spec, now, floor, why, stop, facts)
     if back is None or step.remediation is None or step.remediation.repair is None:
@@ -318,7 +319,7 @@ def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, s
     rep = step.remediation.repair  # the relapse heads the new repair's history (and counts in the metrics)
     if any(e.outcome == "relapsed" for e in rep.history):
         return step  # noted when it began to wait
-    rep = replace(rep, history=(RepairEvent("relapse", "relapsed", now, why),) + rep.history)
+    rep = replace(rep, history=(RepairEvent("relapse", "relapsed", now, back[1]),) + rep.history)
     return replace(step, remediation=replace(step.remediation, repair=rep))
 
 
@@ -417,7 +418,9 @@ def _repairing(r: Remediation, rep: Repair, node: NodeView, facts: RepairFacts, 
         return _climb(r, rep, node, spec, now, f"GPU reset failed: {result.message}")
     rebooted = rep.step == REBOOT and node.boot_id != rep.boot and node.ready
     if rebooted:
-        return _begin_check(r, rep, node, spec, now, f"rebooted (boot id {rep.boot[:8] or '?'} -> {node.boot_id[:8]})")
+        was = f"boot id {rep.boot[:8]} -> {node.boot_id[:8]}" if rep.boot else \
+            f"boot id now {node.boot_id[:8]}; the node reported none before the reboot"
+        return _begin_check(r, rep, node, spec, now, f"rebooted ({was})")
     if rep.step == REBOOT and result is not None and not result.ok:
         return _climb(r, rep, node, spec, now, f"reboot failed: {result.message}")
     timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))  # the node's type's

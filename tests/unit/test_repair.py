@@ -193,6 +193,15 @@ def test_a_node_its_check_cannot_prove_stops_for_a_person_with_the_image_it_need
     (page,) = w.notifier.texts["repair-stopped"]
     assert "healing.repair.health_check.image" in page and "dcgmi" in page and "all_reduce_perf" in page
     assert role(w, "h100-0") == labels.ROLE_QUARANTINED
+def test_a_node_that_reported_no_boot_id_before_its_reboot_is_told_so_not_with_a_question_mark():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    node(w, "h100-0")["status"]["nodeInfo"]["bootID"] = ""  # a node whose kubelet reported none yet
+    w.fault("h100-0", xid=79)
+    w.run(seconds=200)
+    r = w.remediation("h100-0")
+    ok = next(e for e in r.repair.history if e.step == "reboot" and e.outcome == "ok")
+    assert "boot id ?" not in ok.message and "the node reported none before the reboot" in ok.message
 
 
 def test_a_reboot_that_never_comes_back_times_out_and_retires():
@@ -434,6 +443,8 @@ def test_a_relapse_within_min_healthy_seconds_counts_against_the_node_and_starts
     step = plan_repair(r, facts_for(r, n, [prev], [promoted]), spec, now)
     rep = step.remediation.repair
     assert rep.step == "reboot" and rep.history[0].outcome == "relapsed" and "held 1200s" in rep.history[0].message
+    assert "relapsed" not in rep.history[0].message  # the outcome says it; "relapsed: relapsed: ..." said it twice
+    assert rep.reason.startswith("relapsed: prev's repair (reset-gpu) held 1200s")
     held = Remediation(name="later", node="h100-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
                        created=promoted + timedelta(hours=2))  # held two hours: a new fault, not a relapse
     assert repair.relapse(held, facts_for(held, n, [prev], [promoted]), spec) is None

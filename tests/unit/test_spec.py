@@ -169,6 +169,11 @@ CASES = [
      "slurm.image_digests.slurmx.[key]", "slurmctld"),
     ("api server cidr", lambda d: d.__setitem__("network", {"api_server_cidrs": ["10.0.0.1/16"]}),
      "network.api_server_cidrs[0]", "CIDR"),
+    ("more GPUs than the model's machine has", lambda d: d["pools"][0].update(gpu_model="H100-SXM5-80GB", gpus_per_node=16),
+     "pools[0].gpus_per_node", "at most 8"),
+    ("more GPUs than a GB200 tray has", lambda d: d["pools"][0].update(gpu_model="NVIDIA GB200", gpus_per_node=8),
+     "pools[0].gpus_per_node", "at most 4"),
+    ("spares but no active nodes", lambda d: d["pools"][0].update(nodes=0, spares=2), "pools[0].nodes", "0 active nodes"),
     ("kmsg device not a resource name", lambda d: d["healing"].setdefault("reconciler", {}).__setitem__(
         "agent_kmsg_device", "not a name!"), "healing.reconciler.agent_kmsg_device", "label key"),
 ]
