@@ -193,6 +193,8 @@ def test_a_node_its_check_cannot_prove_stops_for_a_person_with_the_image_it_need
     (page,) = w.notifier.texts["repair-stopped"]
     assert "healing.repair.health_check.image" in page and "dcgmi" in page and "all_reduce_perf" in page
     assert role(w, "h100-0") == labels.ROLE_QUARANTINED
+
+
 def test_a_node_that_reported_no_boot_id_before_its_reboot_is_told_so_not_with_a_question_mark():
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
