@@ -915,6 +915,18 @@ class FleetSpec(Strict):
             raise FieldError("healing.reconciler.agent_namespace",
                              f"{dep.agent_namespace!r} is also the reconciler's or Slurm's namespace: the node agent needs "
                              f"one of its own (Pod Security level privileged), so theirs can stay restricted")
+        check = self.healing.repair.health_check
+        if self.cluster.kind != "local" and not check.command:
+            if check.allow_skip:
+                raise FieldError("healing.repair.health_check.allow_skip", f"{check.allow_skip}: a check may be skipped "
+                                 "only on the local cluster; elsewhere a node serves only once every check proved it "
+                                 "(run the check from an image that has the tools: healing.repair.health_check.image)")
+            if check.dcgm_level is None:
+                raise FieldError("healing.repair.health_check.dcgm_level", "DCGM's diagnostic may be left out only on "
+                                 "the local cluster: it is part of what proves a node (level 2 or more)")
+            if not check.all_reduce:
+                raise FieldError("healing.repair.health_check.all_reduce", "the all-reduce may be left out only on the "
+                                 "local cluster: it proves the NVLinks and the bandwidth between the node's GPUs")
         if self.healing.enabled and not self.slurm.restapi:
             raise FieldError("slurm.restapi", "the reconciler reaches Slurm through slurmrestd: keep restapi on "
                              "while healing is enabled")

@@ -13,6 +13,10 @@ as the pool allows and no longer than the pool's timeout for it:
            ▼                       ▼
                       retired (quarantined for the vendor, paged; the provider replaces it)
 
+A check that gives no verdict (its Job outlived its deadline, or its pod ended without a report) is
+inconclusive, not failed: it runs once more on a fresh pod, and a second one without a verdict is a failed
+check. A check that could not prove the node (a required tool not in its image) stops the repair for a person.
+
 A fault that asks for a person (`contact-support`: NVIDIA's CONTACT_SUPPORT, its unused codes,
 CHECK_MECHANICALS, UPDATE_SWFW, and the escalation rules of fleetspec/faults/escalation.py) is neither
 repaired nor retired: the node stays quarantined (the provider keeps the machine, whatever `on_fault`
@@ -44,8 +48,9 @@ from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
 from reconciler.core import pages
 from reconciler.core.actions import Action, Notify, ReturnToSpares
+from reconciler.core import refills
 from reconciler.core.drains import drained_by_person, set_by
-from reconciler.core.model import NodeView, PodView, Remediation, SlurmNodeView, Step
+from reconciler.core.model import NodeView, PodView, Refill, RefillState, Remediation, SlurmNodeView, Step
 from reconciler.core.observe import opted_out_views
 from reconciler.core.phases import Phase
 from reconciler.core.repair_actions import (
@@ -53,7 +58,9 @@ from reconciler.core.repair_actions import (
 )
 from reconciler.core.repair_phases import UNDER_WAY, Repair, RepairEvent, RepairPhase, begin
 from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.core.validation import MISSING, PASSED, SLACK, Verdict, job_name, passed_record
+from reconciler.core.validation import (
+    INCONCLUSIVE, MISSING, PASSED, SLACK, UNPROVEN, UNPROVEN_HELP, Verdict, job_name, passed_record,
+)
 
 RECHECK = 5.0  # seconds between looks while a step is under way (the node's and its pods' changes wake it sooner)
 RECHECK_STOPPED = 30.0
@@ -453,12 +460,34 @@ def _validating(r: Remediation, rep: Repair, node: NodeView, facts: RepairFacts,
         return back_to_spares(r, rep, node, now, f"passed its health check ({rep.job}): {v.message}".rstrip(": "))
     if v.state == "failed":
         return _climb(r, rep, node, spec, now, f"failed its health check ({rep.job}): {v.message}", v.action)
-    if rep.deadline is not None and now >= rep.deadline:
-        return _climb(r, rep, node, spec, now, f"health check {rep.job} gave no verdict within "
-                      f"{spec.healing.repair.health_check.timeout_seconds}s")
+    if v.state == UNPROVEN:
+        return stopped_by_error(r, now, f"health check {rep.job} could not prove {r.node} healthy: {v.message}. "
+                                f"{UNPROVEN_HELP}")
+    if v.state == INCONCLUSIVE or (rep.deadline is not None and now >= rep.deadline):
+        why = v.message if v.state == INCONCLUSIVE else \
+            f"no verdict within {spec.healing.repair.health_check.timeout_seconds}s"
+        return _inconclusive(r, rep, node, spec, now, f"health check {rep.job} gave no verdict ({why})")
     if v.state == MISSING:
         return Step((StartHealthCheck(r.node, r.pool, rep.job),), recheck_after=RECHECK)  # noted, not made (a crash)
     return Step(recheck_after=RECHECK)
+
+
+def _inconclusive(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: datetime, why: str) -> Step:
+    """A check that gave no verdict (it outlived its deadline, or its pod ended without writing one) says
+    nothing about the node: the check may have hung, not the GPU. It runs once more, on a fresh pod (a Job of
+    a new name); a second check in a row without a verdict is a failed check, and the ladder goes on."""
+    last = rep.history[-1] if rep.history else None
+    if last is not None and (last.step, last.outcome) == ("validate", INCONCLUSIVE):
+        return _climb(r, rep, node, spec, now, f"{why}, the second check in a row without one (the first: "
+                      f"{last.message})")
+    attempt = rep.attempt + 1
+    job = job_name(r.node, f"{r.name}/{attempt}")
+    timeout = spec.healing.repair.health_check.timeout_seconds
+    new = replace(rep, attempt=attempt, job=job, deadline=now + timedelta(seconds=timeout) + SLACK,
+                  reason=f"{why}: checked again")
+    return Step((NodeEvent(r.node, "HealthCheckInconclusive", f"{why}: checked again once, by {job}", "Warning"),
+                 StartHealthCheck(r.node, r.pool, job)),
+                replace(r, repair=new.noted(RepairEvent("validate", INCONCLUSIVE, now, why))), recheck_after=RECHECK)
 
 
 def _climb(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: datetime, why: str,
@@ -561,14 +590,20 @@ def back_to_spares(r: Remediation, rep: Repair | None, node: NodeView, now: date
 
 
 def retire(r: Remediation, rep: Repair | None, now: datetime, why: str, by: str = "") -> Step:
-    """Out for good: the provider retires it (and asks for a node when nothing replaced it yet), a page."""
-    refilled = any(i.startswith("capacity:") for i in r.intents)
+    """Out for good: the provider retires it (and asks for a node when nothing replaced it yet: no refill was
+    asked, or the one asked failed), a page. The request is the record's refill from then on, so it is
+    settled, read and asked again like any other (`refills.py`)."""
+    key = f"{r.name}/retire"
+    ask = refills.needs_refill_on_retire(r) and not (r.refill is not None and r.refill.key == key)
     moved = rep.moved(RepairPhase.RETIRED, now, reason=why, step="") if rep else \
         begin(RepairPhase.RETIRED, now, reason=why)
     moved = moved.noted(RepairEvent("retire", "ok", now, why))
     history = "; ".join(f"{e.step} {e.outcome}" for e in moved.history if e.step != "retire")
+    if ask:
+        attempt = r.refill.attempt + 1 if r.refill is not None else 1
+        r = replace(r, refill=Refill(key, RefillState.REQUESTED, now, f"{r.node} retired", attempt))
     actions: tuple[Action, ...] = (
-        Retire(r.node, r.pool, why, None if refilled else f"{r.name}/retire"),
+        Retire(r.node, r.pool, why, key if ask else None),
         NodeEvent(r.node, "NodeRetired", f"{r.node} retired: {why}", "Warning"),
     )
     if not by:
