@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from fleetspec import labels, parse_fleet
 from fleetspec.node_repair import parse_check
 from gpufleet.waiting import wait_for
+from localenv import fake_nodes
 from localenv.gpu_hardware_standin import REBOOT_FIXES
 from localenv.ports import free_ports
 from localenv.slinky_standin import NodeSetDef, SlinkyStandIn, pod_manifest
@@ -28,16 +29,17 @@ from reconciler.adapters.kube import Kube
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from reconciler.core.phases import Phase
 from reconciler.core.repair_phases import RepairPhase
-from tests.fixtures.reconciler_kube import make_nodes, reconciler
+from tests.fixtures.reconciler_kube import reconciler
 from tests.fixtures.slurm_cluster import build_slurm_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 NS = "slurm-two"
 TWO, BRAKE = "two", "brk"  # one pool per test: two nodes and one spare each
-PARTITIONS = {f"{TWO}p": [f"{TWO}w"], f"{BRAKE}p": [f"{BRAKE}w"]}
-NODESETS = [NodeSetDef(f"{TWO}w", 2, {labels.NODE_POOL: TWO}, [], gpus=8),
-            NodeSetDef(f"{BRAKE}w", 2, {labels.NODE_POOL: BRAKE}, [], gpus=8)]
+K = "kwok-"  # the Kubernetes nodes' prefix: the Slurm nodes are the NodeSets' (named after the pools), two-0 ...
+PARTITIONS = {f"{TWO}p": [TWO], f"{BRAKE}p": [BRAKE]}
+NODESETS = [NodeSetDef(TWO, 2, {labels.NODE_POOL: TWO}, [], gpus=8),
+            NodeSetDef(BRAKE, 2, {labels.NODE_POOL: BRAKE}, [], gpus=8)]
 
 
 def spec(fraction: float):
@@ -105,7 +107,12 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(kube_cluster, api, tmp_path_factory) -> Iterator[World]:  # noqa: F811
-    make_nodes(kube_cluster, spec(1.0))
+    core = client.CoreV1Api(api)
+    for node in fake_nodes.fleet_nodes(spec(1.0), prefix=K)[1:]:  # the pools' nodes and spares
+        core.create_node(node)
+    for p in (TWO, BRAKE):
+        for name in (f"{K}{p}-0", f"{K}{p}-1", f"{K}{p}-spare-0"):
+            kube_cluster.wait_node_ready(name)
     ctld, rest = free_ports(2)
     slurm = LocalSlurm(tmp_path_factory.mktemp("two-faults-slurm"), PARTITIONS, root=build_slurm_root(),
                        ctld_port=ctld, rest_port=rest)
@@ -113,14 +120,13 @@ def world(kube_cluster, api, tmp_path_factory) -> Iterator[World]:  # noqa: F811
     w = World(api, slurm, SlinkyStandIn(api, slurm, NODESETS, namespace=NS))
     try:
         w.until("NodeSet pods Running on the active nodes", lambda: sorted(v or "" for v in w.nodeset_pods().values())
-                == sorted(f"{p}-{i}" for p in (TWO, BRAKE) for i in range(2)), timeout=90)
+                == sorted(f"{K}{p}-{i}" for p in (TWO, BRAKE) for i in range(2)), timeout=90)
         yield w
     finally:
         w.rest.close()
         slurm.down()
-        core = client.CoreV1Api(api)
         for p in (TWO, BRAKE):
-            for name in (f"{p}-0", f"{p}-1", f"{p}-spare-0"):
+            for name in (f"{K}{p}-0", f"{K}{p}-1", f"{K}{p}-spare-0"):
                 try:
                     core.delete_node(name)
                 except ApiException:
@@ -139,39 +145,39 @@ def test_two_nodes_of_one_job_faulting_together_with_one_spare_both_heal_and_bot
     pod could be placed nowhere), one in WaitingForSpare; neither node was repaired, so no spare came back."""
     w = world
     w.reconciler(1.0)  # the brake never holds two faults of two nodes here: the heals are the point
-    w.until("the spare proven", lambda: proven(w, f"{TWO}-spare-0"))
+    w.until("the spare proven", lambda: proven(w, f"{K}{TWO}-spare-0"))
     jid = w.slurm.sbatch("--requeue", "-p", f"{TWO}p", "-N", "2", "--output=/dev/null", "--wrap", "sleep 3600")
     w.until("the 2-node job running", lambda: w.job(jid)[0] == "RUNNING")
 
     w.operator = False  # the operator's pass waits: both NodeSet pods are made again once the heals are placed
-    w.fault(f"{TWO}-0")
-    w.fault(f"{TWO}-1")
+    w.fault(f"{K}{TWO}-0")
+    w.fault(f"{K}{TWO}-1")
     w.until("one heal promoted the spare, the other waits for a spare", lambda: sorted(
-        (r.phase.value, r.replacement or "") for r in (w.record(f"{TWO}-0"), w.record(f"{TWO}-1")) if r) == [
-        (Phase.RESUMING.value, f"{TWO}-spare-0"), (Phase.WAITING_FOR_SPARE.value, "")])
-    promoted = next(n for n in (f"{TWO}-0", f"{TWO}-1") if w.record(n).replacement)
-    waiting = next(n for n in (f"{TWO}-0", f"{TWO}-1") if n != promoted)
+        (r.phase.value, r.replacement or "") for r in (w.record(f"{K}{TWO}-0"), w.record(f"{K}{TWO}-1")) if r) == [
+        (Phase.RESUMING.value, f"{K}{TWO}-spare-0"), (Phase.WAITING_FOR_SPARE.value, "")])
+    promoted = next(n for n in (f"{K}{TWO}-0", f"{K}{TWO}-1") if w.record(n).replacement)
+    waiting = next(n for n in (f"{K}{TWO}-0", f"{K}{TWO}-1") if n != promoted)
     (theirs,) = w.record(waiting).slurm_nodes
     # The operator makes the waiting heal's Slurm node's pod first (the real one makes missing pods in ordinal
     # order, as they were deleted): the scheduler puts it on the only node that takes a NodeSet pod, the spare
     # promoted for the other heal.
-    nodeset = next(n for n in w.standin.nodesets() if n["metadata"]["name"] == f"{TWO}w")
+    nodeset = next(n for n in w.standin.nodesets() if n["metadata"]["name"] == TWO)
     w.core.create_namespaced_pod(NS, pod_manifest(nodeset, int(theirs.rsplit("-", 1)[1]), NS))
-    w.until(f"{theirs}'s pod on the promoted spare", lambda: w.nodeset_pods(f"{TWO}w").get(theirs) == f"{TWO}-spare-0")
+    w.until(f"{theirs}'s pod on the promoted spare", lambda: w.nodeset_pods(TWO).get(theirs) == f"{K}{TWO}-spare-0")
     w.operator = True
 
     w.until("both heals over", lambda: all(w.record(n).phase is Phase.SUCCEEDED for n in (promoted, waiting)),
             timeout=300)
-    assert w.record(waiting).replacement == f"{TWO}-spare-0" and "came back on" in w.record(waiting).reason
+    assert w.record(waiting).replacement == f"{K}{TWO}-spare-0" and "came back on" in w.record(waiting).reason
     assert f"{TWO}-spare-0 took Slurm node(s) {theirs}" in w.record(promoted).reason
     w.until("both faulted nodes repaired", lambda: all(
         w.record(n).repair is not None and w.record(n).repair.phase is RepairPhase.RETURNED for n in (promoted, waiting)),
         timeout=240)
     w.until("the job running again on two Slurm nodes", lambda: w.job(jid)[0] == "RUNNING", timeout=60)
-    hosts = w.nodeset_pods(f"{TWO}w")
+    hosts = w.nodeset_pods(TWO)
     assert None not in hosts.values() and len(set(hosts.values())) == 2, hosts
     # the node promoted for the waiting heal once it came back, repaired: the other stays a spare
-    assert sorted(w.role(n) for n in (f"{TWO}-0", f"{TWO}-1", f"{TWO}-spare-0")) == \
+    assert sorted(w.role(n) for n in (f"{K}{TWO}-0", f"{K}{TWO}-1", f"{K}{TWO}-spare-0")) == \
         [labels.ROLE_ACTIVE, labels.ROLE_ACTIVE, labels.ROLE_SPARE]
     w.slurm.run(["scancel", str(jid)], timeout=15)
 
@@ -181,16 +187,16 @@ def test_a_fault_minutes_after_another_nodes_heal_and_repair_is_not_held_by_the_
     the other node's fault, within the brake's window, is one unhealthy node of two: replaced, never Held."""
     w = world
     w.reconciler(0.5)
-    w.until("the spare proven", lambda: proven(w, f"{BRAKE}-spare-0"))
-    w.fault(f"{BRAKE}-0")
-    w.until(f"{BRAKE}-0 healed, repaired and returned", lambda: (r := w.record(f"{BRAKE}-0")) is not None
+    w.until("the spare proven", lambda: proven(w, f"{K}{BRAKE}-spare-0"))
+    w.fault(f"{K}{BRAKE}-0")
+    w.until(f"{BRAKE}-0 healed, repaired and returned", lambda: (r := w.record(f"{K}{BRAKE}-0")) is not None
             and r.phase is Phase.SUCCEEDED and r.repair is not None and r.repair.phase is RepairPhase.RETURNED,
             timeout=240)
-    assert w.role(f"{BRAKE}-0") == labels.ROLE_SPARE
-    w.until(f"{BRAKE}-0 proven again", lambda: proven(w, f"{BRAKE}-0"))
-    w.fault(f"{BRAKE}-1")
-    w.until(f"{BRAKE}-1's heal over", lambda: (r := w.record(f"{BRAKE}-1")) is not None and r.phase.terminal,
+    assert w.role(f"{K}{BRAKE}-0") == labels.ROLE_SPARE
+    w.until(f"{BRAKE}-0 proven again", lambda: proven(w, f"{K}{BRAKE}-0"))
+    w.fault(f"{K}{BRAKE}-1")
+    w.until(f"{BRAKE}-1's heal over", lambda: (r := w.record(f"{K}{BRAKE}-1")) is not None and r.phase.terminal,
             timeout=120)
-    r = w.record(f"{BRAKE}-1")
-    assert r.phase is Phase.SUCCEEDED and r.replacement == f"{BRAKE}-0", r
+    r = w.record(f"{K}{BRAKE}-1")
+    assert r.phase is Phase.SUCCEEDED and r.replacement == f"{K}{BRAKE}-0", r
     assert Phase.HELD.value not in [p for p, _ in r.phase_times], r.phase_times
