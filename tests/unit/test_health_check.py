@@ -210,3 +210,15 @@ def test_the_reconciler_reads_passed_failed_unproven_and_no_verdict_apart():
     assert (failed.state, failed.action) == ("failed", "reboot")
     garbled = read_report("Traceback (most recent call last): ...", False)  # the pod died before its report
     assert garbled.state == "inconclusive"
+
+
+def test_nvmls_all_links_inactive_answer_fails_a_model_with_nvlink_and_not_one_without():
+    """The line NVML prints when no link is up (NVIDIA/open-gpu-kernel-modules issue #1150, as posted)."""
+    out = "NVML:Unable to retrieve Nvlink information as all links are inActive\n"
+    assert nvlink.parse(out) == ()
+    assert nvlink.findings((), floor_for("NVIDIA H100 80GB HBM3")) != [] and nvlink.findings((), None) == []
+    run, which = tools({**HEALTHY_H100, "nvidia-smi nvlink": Ran(0, out)})
+    assert [c.name for c in run_checks(2, True, 8, run, which).checks if c.status == FAIL] == ["nvlink"]
+    run, which = tools({"nvidia-smi -q": Ran(0, A10_PENDING), "nvidia-smi nvlink": Ran(0, "something else\n")})
+    links = run_checks(None, False, 1, run, which).checks[1]
+    assert links.name == "nvlink" and links.status == PASS and "did not read" in links.message
