@@ -35,7 +35,7 @@ from reconciler.core.actions import (
 )
 from reconciler.core import pages, refills, replacements, resume, signals
 from reconciler.core.admission import admit, evict
-from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, slurm_reason
+from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
 from reconciler.core.lending import evict_borrowers
 from reconciler.core.model import Gate, Needs, NodeView, Remediation, SlurmNodeView, Step, StepFacts, remediation_name
 from reconciler.core.observe import borrower_views, evictable_views
@@ -347,7 +347,7 @@ def carry_person_drains(r: Remediation, kept: tuple[str, ...], slurm: dict[str, 
     drains = tuple((n, slurm[n].reason) for n in kept if n in slurm)
     if not drains:
         return ()
-    said = "; ".join(f"{n}: {reason!r}" for n, reason in drains)
+    said = "; ".join(f"{n}: {reason!r}{set_by(slurm[n])}" for n, reason in drains)
     return (CarryDrain(r.node, drains),) + _once(r, Notify(
         "person-drain-carried", "warning",
         f"{r.node} faulted while a person had drained its Slurm node(s) ({said}). The drain is carried to "
