@@ -42,7 +42,7 @@ from reconciler.adapters.aws_errors import typed
 from reconciler.adapters.kube import Kube, _call, _json
 from reconciler.adapters.slurm import SlurmClient
 from reconciler.core.membership import MembershipFacts, instance_id, settle
-from reconciler.core.refills import request_name
+from reconciler.core.refills import NOT_TRIGGER_SCALE_UP, pool_refusals, request_name
 from reconciler.errors import AlreadyExists, NotFound, PermanentError
 
 log = logging.getLogger(__name__)
@@ -71,10 +71,12 @@ class NodeProvider(Protocol):
     def quarantine(self, node: str, xid: int, repair: bool = False) -> None: ...
     def request_repair(self, node: str, request: RepairRequest) -> None: ...
     def retire(self, node: str, reason: str, refill: str | None = None) -> None: ...
+    def forget(self, node: str, pool: str, reason: str, refill: str | None = None) -> None: ...
     def back_in_service(self, node: str) -> None: ...
     def request_capacity(self, pool: str, reason: str, key: str) -> None: ...
     def can_refill(self, pool: str) -> bool: ...
     def return_to_spares(self, node: str) -> None: ...
+    def give_back(self, node: str, why: str) -> None: ...
     def membership_facts(self) -> MembershipFacts: ...
     def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]: ...
     def withdraw_capacity_request(self, pool: str, key: str) -> None: ...
@@ -160,6 +162,12 @@ class KubernetesSpares:
         if refill and pool:
             self.request_capacity(pool, f"{node} retired", refill)
 
+    def forget(self, node: str, pool: str, reason: str, refill: str | None = None) -> None:
+        """The node's Node object is gone mid-repair: nothing of it is left on Kubernetes to undo; a node is
+        asked for when none replaced it yet (`refill`: the request's key)."""
+        if refill:
+            self.request_capacity(pool, f"{node} gone: {reason}", refill)
+
     def back_in_service(self, node: str) -> None:
         """Back to work where it is (its Slurm node still runs there): active, schedulable, untainted."""
         self.kube.set_node_role(node, labels.ROLE_ACTIVE, remove_taints=[labels.QUARANTINE_TAINT, labels.SPARE_TAINT],
@@ -202,6 +210,14 @@ class KubernetesSpares:
 
     def can_refill(self, pool: str) -> bool:
         return True  # whoever acts on the request decides; nothing to exceed here
+
+    def capacity_refusals(self, pool: str, names: list[str]) -> dict[str, str]:
+        """The cluster autoscaler's no to these requests: each placeholder's newest `NotTriggerScaleUp`
+        Event (core/refills.py `pool_refusals` cites upstream's source). One list of the namespace's Events
+        of that reason (a field selector on `reason`, which the API server indexes for Events)."""
+        data = _json(_call("list the capacity requests' events", self.kube.core.list_namespaced_event, self.namespace,
+                           field_selector=f"reason={NOT_TRIGGER_SCALE_UP}", _preload_content=False))
+        return pool_refusals(data.get("items") or [], names)
 
     def capacity_requests(self) -> list[dict]:
         data = _json(_call("list capacity requests", self.kube.core.list_namespaced_pod, self.namespace,
@@ -250,6 +266,13 @@ class KubernetesSpares:
 
     def membership_facts(self) -> MembershipFacts:
         return MembershipFacts()  # members are known by their labels (the pool's member_selector)
+
+    def give_back(self, node: str, why: str) -> None:
+        """A spare above the pool's count: role `surplus`, its spare taint kept (nothing lands there), so it is
+        an empty node the cluster autoscaler scales down once it has been unneeded long enough (its
+        --scale-down-unneeded-time, 10 minutes by default: cluster-autoscaler FAQ.md "How does scale-down
+        work?"). Membership leaves a node with a role as it is; a pool that runs short takes it back."""
+        self.kube.set_node_role(node, labels.ROLE_SURPLUS, annotations={labels.PROMOTED_FOR: None})
 
     def return_to_spares(self, node: str) -> None:
         self.kube.set_node_role(node, labels.ROLE_SPARE, add_taints=[SPARE_TAINT],
@@ -315,6 +338,14 @@ class AwsAsgProvider(KubernetesSpares):
     def can_refill(self, pool: str) -> bool:
         """Whether the group can take one more instance now (a refill with no instance leaving)."""
         return self.capacity(pool).can_add
+
+    def refill_refusal(self, pool: str) -> str:
+        """The group's no to one more instance, in its numbers ('' when it has room)."""
+        c, name = self.capacity(pool), self.spec.pool(pool).aws.asg_name
+        return "" if c.can_add else f"AWS: {name} is at its MaxSize {c.max_size} (desired {c.desired})"
+
+    def capacity_refusals(self, pool: str, names: list[str]) -> dict[str, str]:
+        return {}  # the group says no before it is asked (refill_refusal)
 
     def _instance(self, node: str) -> tuple[dict, NodePool, str]:
         obj = self.kube.get_node(node)
@@ -389,6 +420,20 @@ class AwsAsgProvider(KubernetesSpares):
             {"Key": labels.REPAIRING_TAG}, {"Key": labels.QUARANTINED_TAG}, {"Key": labels.QUARANTINED_FROM_TAG}])
         super().return_to_spares(node)
 
+    def give_back(self, node: str, why: str) -> None:
+        """Scaled in: role `surplus` first (so nothing takes it meanwhile), then the instance terminated with
+        the group's desired capacity decremented (TerminateInstanceInAutoScalingGroup,
+        ShouldDecrementDesiredCapacity), so the group does not replace it. Done again, the instance is out of
+        the group already and nothing changes."""
+        super().give_back(node, why)
+        _, pool, iid = self._instance(node)
+        if iid in {i["InstanceId"] for i in self.group(pool)["Instances"]}:
+            self._aws(f"terminate-instance-in-auto-scaling-group {iid}",
+                      self._asg(pool).terminate_instance_in_auto_scaling_group, InstanceId=iid,
+                      ShouldDecrementDesiredCapacity=True)
+            self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceScaledIn",
+                            f"{iid} terminated, {pool.aws.asg_name} desired capacity decremented: {why}", "Normal")
+
     def retire(self, node: str, reason: str, refill: str | None = None) -> None:
         """Terminated, or kept out of its group tagged for the vendor, as `aws.on_fault` says."""
         super().retire(node, reason, None)
@@ -409,6 +454,32 @@ class AwsAsgProvider(KubernetesSpares):
                         "Warning")
         if refill:
             self.request_capacity(pool.name, f"{node} retired", refill)
+
+    def forget(self, node: str, pool: str, reason: str, refill: str | None = None) -> None:
+        """The node's Node object is gone mid-repair. The instance held out of its group for the repair (found
+        by the tags `_hold_for_repair` wrote first: a detached instance is never forgotten) is settled as a
+        retirement is: terminated, or kept tagged for the vendor, as `aws.on_fault` says. An instance back in
+        its group is the group's own again; one already terminated needs nothing. Then the refill."""
+        p = self.spec.pool(pool)
+        ec2, name = self._client("ec2", p.aws.region), p.aws.asg_name
+        found = self._aws(f"describe-instances tagged {labels.NODE_TAG}={node}", ec2.describe_instances, Filters=[
+            {"Name": f"tag:{labels.NODE_TAG}", "Values": [node]},
+            {"Name": "tag-key", "Values": [labels.REPAIRING_TAG]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}])
+        held = sorted(i["InstanceId"] for res in found.get("Reservations") or [] for i in res.get("Instances") or [])
+        in_group = {i["InstanceId"] for i in self.group(p)["Instances"]}
+        for iid in (i for i in held if i not in in_group):
+            if p.aws.on_fault == "terminate":
+                self._aws(f"terminate-instances {iid}", ec2.terminate_instances, InstanceIds=[iid])
+                what = f"{iid} terminated"
+            else:
+                self._aws(f"create-tags {iid}", ec2.create_tags, Resources=[iid], Tags=[
+                    {"Key": labels.QUARANTINED_TAG, "Value": "retired"},
+                    {"Key": labels.QUARANTINED_FROM_TAG, "Value": name}, {"Key": labels.NODE_TAG, "Value": node}])
+                self._aws(f"delete-tags {iid}", ec2.delete_tags, Resources=[iid], Tags=[{"Key": labels.REPAIRING_TAG}])
+                what = f"{iid} kept out of {name}, tagged {labels.QUARANTINED_TAG}=retired for the vendor"
+            log.warning("%s (node %s gone mid-repair): %s", what, node, reason)
+        super().forget(node, pool, reason, refill)
 
     def request_capacity(self, pool_name: str, reason: str, key: str) -> None:
         """Raise the desired capacity by exactly one, once per key: the key is a group tag whose

@@ -24,11 +24,11 @@ from reconciler.core.actions import (
     Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
     EvictPods, Lend, NoteJob, NoteSignals, Notify, NotifyOwner,
     PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
-    ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
+    GiveBack, ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
 from reconciler.core.model import RefillState, Remediation
 from reconciler.core.repair_actions import (
-    BackInService, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
+    BackInService, ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
 from reconciler.core.observe import membership_dict
 from reconciler.errors import PermanentError
@@ -152,6 +152,11 @@ class Executor:
                 self._settle_refill(a, r)
             case ReturnToSpares():
                 self.providers[a.pool].return_to_spares(a.node)
+            case GiveBack():
+                self.providers[a.pool].give_back(a.node, a.why)
+                self.kube.event({"kind": "Node", "name": a.node, "apiVersion": "v1"}, "SpareGivenBack",
+                                f"{a.node} given back: {a.why}", "Normal")
+                log.info("spare %s given back: %s", a.node, a.why)
             case DeleteRemediation():
                 if r is not None:
                     self.store.delete(r)
@@ -200,6 +205,8 @@ class Executor:
                 self.providers[a.pool].back_in_service(a.node)
             case Retire():
                 self.providers[a.pool].retire(a.node, a.reason, a.refill)
+            case ForgetNode():
+                self.providers[a.pool].forget(a.node, a.pool, a.reason, a.refill)
             case NodeEvent():
                 self.kube.event({"kind": "Node", "name": a.node, "apiVersion": "v1"}, a.reason, a.message, a.type)
             case _:

@@ -197,6 +197,31 @@ def test_terminate_mode_decrements_then_refills(kube_cluster, aws):
     assert state(aws, bad_iid)[0] in ("shutting-down", "terminated")
 
 
+@pytest.mark.parametrize("on_fault", ["terminate", "quarantine"])
+def test_an_instance_held_for_repair_whose_node_disappears_is_settled_and_refilled(kube_cluster, aws, on_fault):
+    """A node held out of its group for a repair (detached, tagged) whose Node object is deleted: the provider
+    finds the instance by its tags, terminates it or keeps it tagged for the vendor as on_fault says, and asks
+    for one node, once (a replay changes nothing)."""
+    asg, pool = f"gpu-itest-gone-{on_fault}", f"gone{on_fault[0]}"
+    spec, core, kube, provider, _ = joined_group(kube_cluster, aws, asg, pool, on_fault, max_size=5)
+    label_members(kube, provider, spec)
+    bad = sorted(n for n, r in roles(core, pool).items() if r == "active")[0]
+    iid = core.read_node(bad).spec.provider_id.rsplit("/", 1)[-1]
+    provider.quarantine(bad, 79, repair=True)
+    g, members = group(aws, asg)
+    assert iid not in members and g["DesiredCapacity"] == 2 and labels.REPAIRING_TAG in state(aws, iid)[1]
+    core.delete_node(bad)
+    for _ in range(2):  # replayed
+        provider.forget(bad, pool, "its Node object disappeared during the repair", f"{bad}-rem/gone")
+    g, members = group(aws, asg)
+    assert g["DesiredCapacity"] == 3 and iid not in members
+    now, tags = state(aws, iid)
+    if on_fault == "terminate":
+        assert now in ("shutting-down", "terminated")
+    else:
+        assert now == "running" and tags[labels.QUARANTINED_TAG] == "retired" and labels.REPAIRING_TAG not in tags
+
+
 def test_botocore_errors_are_typed(kube_cluster, aws, monkeypatch):
     spec = spec_for("awse", "no-such-group", "quarantine")
     kube = Kube(kube_cluster.api_client())
@@ -240,3 +265,34 @@ def test_a_kubelet_naming_a_fresh_instance_of_the_group_enrols_in_nothing(kube_c
     assert dict(counted.membership_facts().instance_names) == {iid: real}
     assert dict(counted.membership_facts().instance_names) == {iid: real}
     assert asked == [[iid]]
+
+
+def test_a_surplus_spare_is_scaled_in_once_and_a_full_group_says_so_in_its_numbers(kube_cluster, aws):
+    """The surplus decision (core/surplus.py) acted on by aws-asg: the spare leaves the group with the
+    desired capacity decremented (the group does not replace it), once however often it is given back; a
+    group at its MaxSize answers a refill with its numbers, which the record and the page say."""
+    from reconciler.core import surplus
+    from reconciler.core.actions import GiveBack
+    from reconciler.core.observe import node_view
+
+    asg, pool = "gpu-itest-surplus", "awss"
+    spec, core, kube, provider, ids = joined_group(kube_cluster, aws, asg, pool, "terminate", max_size=3)
+    label_members(kube, provider, spec)
+    assert provider.refill_refusal(pool) == f"AWS: {asg} is at its MaxSize 3 (desired 3)"
+    # The pool declares 1 spare; a second one joins as a spare (a repaired node back, a late refill).
+    spare = next(n for n, r in roles(core, pool).items() if r == "spare")
+    core.patch_node(sorted(n for n, r in roles(core, pool).items() if r == "active")[0],
+                    {"metadata": {"labels": {labels.ROLE: labels.ROLE_SPARE}}})
+    views = [node_view(n, spec.healing.condition_types) for n in kube.list_nodes()[0]
+             if (n["metadata"].get("labels") or {}).get(labels.NODE_POOL) == pool]
+    (give,) = surplus.plan(spec.pool(pool), views, [])
+    assert isinstance(give, GiveBack) and give.node in {n for n, r in roles(core, pool).items() if r == "spare"}
+    iid = core.read_node(give.node).spec.provider_id.rsplit("/", 1)[-1]
+    provider.give_back(give.node, give.why)
+    provider.give_back(give.node, give.why)  # a replay: the instance is out of the group already
+    g, after = group(aws, asg)
+    assert g["DesiredCapacity"] == 2 and iid not in after and len(after) == 2
+    assert state(aws, iid)[0] in ("shutting-down", "terminated")
+    assert core.read_node(give.node).metadata.labels[labels.ROLE] == labels.ROLE_SURPLUS
+    assert provider.refill_refusal(pool) == ""  # room again for a refill
+    assert spare in roles(core, pool)
