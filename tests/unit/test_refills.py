@@ -291,3 +291,16 @@ def test_a_second_heal_asks_for_no_node_while_the_first_ones_request_covers_what
     assert second.replacement is not None and second.phase in (Phase.RESUMING, Phase.SUCCEEDED)
     assert [c[1] for c in w.provider.calls if c[0] == "capacity"] == [f"{first.name}/refill"]
     assert second.refill.state == "Answered" and "lacks no node" in second.refill.message, second.refill
+
+
+def test_the_no_spare_page_says_the_node_is_repaired_in_place_and_what_covers_the_pool():
+    r = rec(node("h100-0", xid=79), Phase.REPLACING)
+    covered = Stock(declared=1, spares=0, requested=2, waiting=0)
+    st = plan_step(r, StepFacts(stock=covered), spec(), T0)
+    (page,) = [a for a in st.actions if isinstance(a, Notify)]
+    assert page.event == "no-spare" and "RequestCapacity" not in [a.kind for a in st.actions]
+    assert "standing capacity requests cover it" in page.text
+    assert "h100-0 itself is repaired in place and takes its job back" in page.text
+    st = plan_step(r, StepFacts(stock=Stock(declared=1, spares=0, requested=0, waiting=0)), spec(), T0)
+    (page,) = [a for a in st.actions if isinstance(a, Notify)]
+    assert "capacity is requested" in page.text and "RequestCapacity" in [a.kind for a in st.actions]
