@@ -82,11 +82,22 @@ def sources(a: Admission) -> str:
         by.setdefault(who, []).append(node)
     if not by:
         return "no reporter seen"
-    said = "; ".join(f"{who or 'an unknown writer'} on {', '.join(sorted(nodes))}" for who, nodes in sorted(by.items()))
+    said = "; ".join(f"{writer(who)} on {', '.join(sorted(nodes))}" for who, nodes in sorted(by.items()))
     single = [who for who, nodes in by.items() if len(nodes) > 1 and who not in ("", labels.MANAGER_AGENT)]
     warn = (f"; {' and '.join(sorted(single))} alone reported faults on several nodes: check they are real before "
             "returning them (a burst one writer reports could be forged)") if single else ""
     return f"reported by {said}{warn}"
+
+
+WRITERS = {labels.MANAGER_AGENT: "the node agent", labels.MANAGER_INJECT_FAULT: "a person (gpufleet inject-fault)",
+           labels.MANAGER_RECONCILER: "the reconciler"}
+
+
+def writer(manager: str) -> str:
+    """A field manager in words: gpufleet's own by what they are, another detector by its name."""
+    if not manager:
+        return "an unknown writer"
+    return f"{WRITERS[manager]} ({manager})" if manager in WRITERS else manager
 
 
 def storm(message: str, pool: str) -> str:
