@@ -14,8 +14,10 @@ WORKFLOW_XID_13/_31 rows); NVSentinel's health-events analyzer asks for them whe
 - Checking: the health-check Job the repair loop uses (core/validation.py, adapters/health_checks.py).
 - Passed: the fault condition cleared, the node uncordoned; Slurm nodes gpufleet drained are resumed once their
   pods are back, and it serves again. Nothing retired, nothing terminated, no lemon count.
-- Failed (or no verdict within the check's timeout): the remediation becomes a heal (Detected: contained, a
-  spare, then the repair loop climbing from what the check says the node needs).
+- Failed (or no verdict twice in a row: a hung or lost check is run again once): the remediation becomes a heal
+  (Detected: contained, a spare, then the repair loop climbing from what the check says the node needs).
+- Unproven (the check could not run what it must: a tool missing from its image): nothing shows the GPU sound, so
+  it stays out, cordoned and drained, with one page; a person's `gpufleet mark-healthy` puts it back.
 
 A person's Slurm drain or the opt-out label (on the node or a pod there) holds it where it is until lifted; a
 fault that takes the node out, arriving meanwhile, hands it to the heal at once.
@@ -39,7 +41,9 @@ from reconciler.core.phases import Phase
 from reconciler.core.repair_actions import BackInService, MarkHealthy, NodeEvent, RecordCheck, StartHealthCheck
 from reconciler.core.slurm_names import slurm_nodes_on
 from reconciler.core.slurm_states import ON_NODE_JOB_STATES
-from reconciler.core.validation import MISSING, PASSED, SLACK, Verdict, job_name, passed_record
+from reconciler.core.validation import (
+    FAILED, INCONCLUSIVE, MISSING, PASSED, RERUN, SLACK, UNPROVEN, UNPROVEN_HELP, Verdict, job_name, passed_record,
+)
 
 RECHECK = 5.0  # seconds between looks while the node clears, is checked or returns
 RECHECK_DRAINING = 30.0  # while its job runs on (Slurm is asked, not watched)
@@ -110,7 +114,7 @@ def plan(r: Remediation, facts: DiagnosisFacts, spec: FleetSpec, now: datetime) 
     if d.stage is Stage.CLEARING:
         return _clearing(r, d, facts, spec, now)
     if d.stage is Stage.CHECKING:
-        return _checking(r, d, node, facts, now)
+        return _checking(r, d, node, facts, spec, now)
     return _returning(r, d, facts, slurm, now)
 
 
@@ -190,7 +194,23 @@ def _clearing(r: Remediation, d: Diagnosis, facts: DiagnosisFacts, spec: FleetSp
                 recheck_after=RECHECK)
 
 
-def _checking(r: Remediation, d: Diagnosis, node: NodeView, facts: DiagnosisFacts, now: datetime) -> Step:
+def _unproven(r: Remediation, d: Diagnosis, v: Verdict) -> Step:
+    """The check ran but could not prove the node (a tool it must run is not in its image): nothing shows the GPU is
+    sound, so it stays out (cordoned, drained in Slurm) and a person is paged once; `gpufleet mark-healthy` puts it
+    back unproven (the condition cleared ends the diagnosis, `_cleared`)."""
+    page = Notify("diagnosis-unproven", "critical",
+                  f"{r.node} ({r.pool}) was asked for diagnostics ({describe(r.xid, r.kind)} repeated on GPU "
+                  f"{r.pci or '?'}), but its health check could not prove it ({v.message}). It stays out of service "
+                  f"(cordoned, drained in Slurm) until a person decides: `gpufleet mark-healthy {r.node}` puts it back "
+                  f"unproven. {UNPROVEN_HELP}")
+    if page.once in r.intents:
+        return Step(recheck_after=RECHECK_HELD)
+    return Step((page,), replace(r, diagnosis=replace(d, message=f"could not be proven: {v.message}")),
+                recheck_after=RECHECK_HELD)
+
+
+def _checking(r: Remediation, d: Diagnosis, node: NodeView, facts: DiagnosisFacts, spec: FleetSpec,
+              now: datetime) -> Step:
     v = facts.verdict or Verdict(MISSING)
     if v.state == PASSED:
         why = f"passed its health check ({d.job}): {v.message}".rstrip(": ")
@@ -199,10 +219,22 @@ def _checking(r: Remediation, d: Diagnosis, node: NodeView, facts: DiagnosisFact
                      BackInService(r.node, r.pool),
                      NodeEvent(r.node, "DiagnosticsPassed", f"{r.node} {why}: back in service")),
                     replace(r, diagnosis=d.moved(Stage.RETURNING, now, deadline=None, message=why)), recheck_after=RECHECK)
-    if v.state == "failed":
+    if v.state == FAILED:
         return to_heal(r, d, now, v.action or NO_VERDICT_NEEDS, f"failed its health check ({d.job}): {v.message}")
-    if d.deadline is not None and now >= d.deadline:
-        return to_heal(r, d, now, NO_VERDICT_NEEDS, f"health check {d.job} gave no verdict in time")
+    if v.state == UNPROVEN:
+        return _unproven(r, d, v)
+    if v.state == INCONCLUSIVE or (d.deadline is not None and now >= d.deadline):
+        why = v.message if v.state == INCONCLUSIVE else "no verdict in time"
+        again = job_name(r.node, f"{r.name}/diagnose-again")
+        if d.job == again:
+            return to_heal(r, d, now, NO_VERDICT_NEEDS, f"the second health check in a row without a verdict ({why})")
+        # A hung or lost check proves nothing either way: run again once, then decide (as validation.py does).
+        timeout = spec.healing.repair.health_check.timeout_seconds
+        return Step((NodeEvent(r.node, "HealthCheckInconclusive", f"diagnostics: health check {d.job} gave no verdict "
+                               f"({why}): checked again once, by {again}", "Warning"),
+                     StartHealthCheck(r.node, r.pool, again)),
+                    replace(r, diagnosis=replace(d, job=again, deadline=now + timedelta(seconds=timeout) + SLACK,
+                                                 message=f"{RERUN}{d.job}: {why}")), recheck_after=RECHECK)
     if v.state == MISSING:
         return Step((StartHealthCheck(r.node, r.pool, d.job),), recheck_after=RECHECK)  # noted, not made (a crash)
     return Step(recheck_after=RECHECK)

@@ -201,10 +201,27 @@ def test_a_fault_that_takes_the_node_out_during_the_diagnosis_hands_it_to_the_he
     assert r.phase is Phase.DETECTED and r.diagnosis.stage is Stage.FAILED and r.diagnosis.needs == "reboot"
 
 
-def test_a_check_without_a_verdict_in_time_is_a_heal_with_a_reboot():
-    late = T0 + timedelta(seconds=2000)
-    step = diagnosis.plan(diagnosing(Stage.CHECKING), facts(verdict=Verdict("running")), SPEC, late)
+@pytest.mark.parametrize("verdict, at", [(Verdict("running"), 2000), (Verdict("inconclusive", "pod gone"), 10)])
+def test_a_check_without_a_verdict_is_run_again_once_then_a_heal_with_a_reboot(verdict, at):
+    late = T0 + timedelta(seconds=at)
+    step = diagnosis.plan(diagnosing(Stage.CHECKING), facts(verdict=verdict), SPEC, late)
+    (job,) = [a.job for a in step.actions if isinstance(a, StartHealthCheck)]
+    r = step.remediation
+    assert r.phase is Phase.DIAGNOSING and r.diagnosis.job == job != "job-1" and r.diagnosis.stage is Stage.CHECKING
+    later = late + timedelta(seconds=at if verdict.state == "inconclusive" else 2000)
+    step = diagnosis.plan(r, facts(verdict=verdict), SPEC, later)
     assert step.remediation.phase is Phase.DETECTED and step.remediation.diagnosis.needs == "reboot"
+
+
+def test_a_check_that_cannot_prove_the_node_keeps_it_out_and_pages_once():
+    unproven = Verdict("unproven", "dcgmi: not in the image")
+    step = diagnosis.plan(diagnosing(Stage.CHECKING), facts(verdict=unproven), SPEC, T0 + timedelta(seconds=5000))
+    (page,) = step.actions
+    assert isinstance(page, Notify) and page.event == "diagnosis-unproven" and "mark-healthy h100-0" in page.text
+    assert step.remediation.phase is Phase.DIAGNOSING and step.remediation.diagnosis.stage is Stage.CHECKING
+    again = diagnosis.plan(replace(step.remediation, intents=(page.once,)), facts(verdict=unproven), SPEC,
+                           T0 + timedelta(seconds=9000))
+    assert again.actions == () and again.remediation is None
 
 
 def test_a_passed_check_clears_the_condition_and_uncordons():
