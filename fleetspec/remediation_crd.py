@@ -194,7 +194,11 @@ def status_schema() -> dict:
                        "required": ["key", "state", "at"],
                        "properties": {"key": {"type": "string"},
                                       "state": {"type": "string", "enum": ["Requested", "Answered", "Failed"]},
-                                      "at": _time(), "message": {"type": "string"}}},
+                                      "at": _time(), "message": {"type": "string"},
+                                      "attempt": {"type": "integer", "minimum": 1,
+                                                  "description": "How many times it was asked."},
+                                      "retryAt": _time(description="A failed refill is asked again then, if the "
+                                                       "pool still lacks a node.")}},
             "waiting": {"type": "string", "description": "Why the current phase waits."},
             "failingSince": _time(description="First failure of the current step."),
             "nextAttempt": _time(description="The failing step is tried again then."),

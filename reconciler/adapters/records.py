@@ -57,7 +57,8 @@ def _status(r: Remediation) -> dict[str, Any]:
         "signalledJobs": list(r.signalled),
         "failedReplacements": [{"node": f.node, "at": _ts(f.at), "why": redact(f.why)} for f in r.failed_replacements],
         "standsInFor": r.stands_in_for or None,
-        "refill": {"key": r.refill.key, "state": r.refill.state, "at": _ts(r.refill.at), "message": redact(r.refill.message)}
+        "refill": {"key": r.refill.key, "state": r.refill.state, "at": _ts(r.refill.at), "message": redact(r.refill.message),
+                   "attempt": r.refill.attempt, **({"retryAt": _ts(r.refill.retry_at)} if r.refill.retry_at else {})}
         if r.refill else None,
         "waiting": r.waiting or None,
         "failingSince": _ts(r.failing_since),
@@ -93,7 +94,9 @@ def _refill(f: dict[str, Any] | None) -> Refill | None:
         return None
     if f["state"] not in (RefillState.REQUESTED, RefillState.ANSWERED, RefillState.FAILED):
         raise ValueError(f"refill state {f['state']!r}")
-    return Refill(f["key"], f["state"], parse_time(f["at"]), f.get("message", ""))
+    retry = f.get("retryAt")
+    return Refill(f["key"], f["state"], parse_time(f["at"]), f.get("message", ""), int(f.get("attempt") or 1),
+                  parse_time(retry) if retry else None)
 
 
 def _fault(r: Remediation) -> dict[str, Any]:

@@ -155,7 +155,8 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         names = r.slurm_nodes or facts.slurm_names
         cordon = Cordon(node, slurm_reason(r), r.name)
         if r.was_spare:
-            asked, noted = refills.ask(r, f"spare {node} quarantined", f"{r.name}/refill", facts.can_refill, now)
+            asked, noted = refills.ask(r, f"spare {node} quarantined", f"{r.name}/refill", facts.can_refill, now,
+                                       facts.stock, facts.refusal)
             return Step(
                 _once(r, Notify("spare-quarantined", "warning", pages.spare_quarantined(r, facts.can_refill)))
                 + (cordon, evict(node, facts), Quarantine(node, r.xid, r.pool, will_repair(r, spec))) + _once(r, *asked),
@@ -262,7 +263,8 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
     if r.replacement:
         # One node asked per remediation: a request that stands (for the spare it had none of) refills this one.
         asked, noted = ((), r) if r.refill is not None else refills.ask(
-            r, f"refill the spare used for {node}", f"{r.name}/refill", facts.can_refill, now)
+            r, f"refill the spare used for {node}", f"{r.name}/refill", facts.can_refill, now, facts.stock,
+            facts.refusal)
         reason = r.reason
         if r.reclaim_started:
             took = (now - r.reclaim_started).total_seconds()
@@ -280,7 +282,8 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
     if proof_required(spec) and nodes_checking(n for n in facts.pool_nodes if n.name not in facts.claimed):
         return Step(recheck_after=2.0)  # a spare is being health-checked (validation.py): it serves once it passes
     asked, noted = ((), r) if r.refill is not None else refills.ask(
-        r, f"no spare for {node}", f"{r.name}/no-spare", facts.can_refill, now)
+        r, f"no spare for {node}", f"{r.name}/no-spare", facts.can_refill, now, facts.stock, facts.refusal,
+        waits=True)
     return Step(
         _once(r, Notify("no-spare", "critical", pages.no_spare(r, facts.can_refill)), *asked),
         noted.moved(Phase.WAITING_FOR_SPARE, now), carry=True,
@@ -291,7 +294,7 @@ def _stood_in(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
     """A node that stood in for another's and broke: quarantined and refilled; the remediation it stood in
     for takes another spare, so this one replaces nothing."""
     asked, noted = refills.ask(r, f"{r.node} broke standing in for {r.stands_in_for}", f"{r.name}/refill",
-                               facts.can_refill, now)
+                               facts.can_refill, now, facts.stock, facts.refusal)
     why = (f"{r.node} stood in for {r.stands_in_for} and broke before it succeeded: quarantined, not replaced "
            f"({r.stands_in_for} takes another spare)")
     return Step((Quarantine(r.node, r.xid, r.pool, will_repair(r, spec)),) + _once(r, *asked),

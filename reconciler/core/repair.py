@@ -48,9 +48,10 @@ from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
 from reconciler.core import pages
 from reconciler.core.actions import Action, Notify, ReturnToSpares
+from reconciler.core import refills
 from reconciler.core.diagnosis_stages import Stage
 from reconciler.core.drains import drained_by_person, set_by
-from reconciler.core.model import NodeView, PodView, Remediation, SlurmNodeView, Step
+from reconciler.core.model import NodeView, PodView, Refill, RefillState, Remediation, SlurmNodeView, Step
 from reconciler.core.observe import opted_out_views
 from reconciler.core.phases import Phase
 from reconciler.core.repair_actions import (
@@ -604,14 +605,20 @@ def back_to_spares(r: Remediation, rep: Repair | None, node: NodeView, now: date
 
 
 def retire(r: Remediation, rep: Repair | None, now: datetime, why: str, by: str = "") -> Step:
-    """Out for good: the provider retires it (and asks for a node when nothing replaced it yet), a page."""
-    refilled = any(i.startswith("capacity:") for i in r.intents)
+    """Out for good: the provider retires it (and asks for a node when nothing replaced it yet: no refill was
+    asked, or the one asked failed), a page. The request is the record's refill from then on, so it is
+    settled, read and asked again like any other (`refills.py`)."""
+    key = f"{r.name}/retire"
+    ask = refills.needs_refill_on_retire(r) and not (r.refill is not None and r.refill.key == key)
     moved = rep.moved(RepairPhase.RETIRED, now, reason=why, step="") if rep else \
         begin(RepairPhase.RETIRED, now, reason=why)
     moved = moved.noted(RepairEvent("retire", "ok", now, why))
     history = "; ".join(f"{e.step} {e.outcome}" for e in moved.history if e.step != "retire")
+    if ask:
+        attempt = r.refill.attempt + 1 if r.refill is not None else 1
+        r = replace(r, refill=Refill(key, RefillState.REQUESTED, now, f"{r.node} retired", attempt))
     actions: tuple[Action, ...] = (
-        Retire(r.node, r.pool, why, None if refilled else f"{r.name}/retire"),
+        Retire(r.node, r.pool, why, key if ask else None),
         NodeEvent(r.node, "NodeRetired", f"{r.node} retired: {why}", "Warning"),
     )
     if not by:

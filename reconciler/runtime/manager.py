@@ -82,7 +82,7 @@ class Manager:
                                diagnoses=Diagnoses(spec, self.caches, self.facts, self.executor, self.alerts,
                                                    self.metrics, clock, checks))
         self.passes: dict[str, Callable[[], float]] = {
-            "membership": MembershipPass(spec, self.caches, providers, self.executor, self.metrics),
+            "membership": MembershipPass(spec, self.caches, providers, self.executor, self.metrics, self.claims),
             "lending": LendingPass(spec, self.caches, self.facts, self.claims, self.executor, kube, self.metrics,
                                    notifier.namespace, clock, monotonic),
             "retention": RetentionPass(spec, self.caches, self.executor, clock),

@@ -440,7 +440,7 @@ def test_no_room_to_refill_promotes_asks_for_nothing_and_says_the_refill_failed(
     r = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
     st = plan_step(r, StepFacts(can_refill=False), spec(), T0)
     assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "SettleRefill", "Notify"]
-    assert st.actions[2].outcome == "Failed" and st.actions[3].event == "refill-blocked"
+    assert st.actions[2].outcome == "Failed" and st.actions[3].event == "refill-failed"
     assert "Action needed: add capacity to pool h100" in st.actions[3].text
     assert st.remediation.refill.state == "Failed" and "no room" in st.remediation.refill.message
 

@@ -716,6 +716,7 @@ def test_a_person_marking_a_node_healthy_by_the_condition_alone_returns_it_only_
     w.run(seconds=3)
     assert role(w, "h100-3") == labels.ROLE_QUARANTINED  # its NodeSet pod (h100-w3) still runs there
     del w.kube.pods["slurm/slurm-worker-h100-w3"]
+    w.kube.nodes["h100-spare-1"]["metadata"]["labels"][labels.ROLE] = labels.ROLE_RETIRED  # room for it
     w.run(seconds=15)
     assert role(w, "h100-3") == labels.ROLE_SPARE
 

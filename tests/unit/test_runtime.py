@@ -380,6 +380,7 @@ def test_a_node_that_joins_is_labelled_into_its_pool_and_a_gpu_node_of_no_pool_i
                              "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": ready}}
     w.kube.nodes["stray-0"] = {"metadata": {"name": "stray-0", "labels": {}}, "spec": {},
                                "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": ready}}
+    w.kube.nodes["h100-spare-1"]["metadata"]["labels"][labels.ROLE] = labels.ROLE_RETIRED  # a spare short: not a surplus
     w.run(seconds=2)
     joined = w.kube.nodes["new-0"]["metadata"]["labels"]
     assert joined[labels.NODE_POOL] == "h100" and joined[labels.ROLE] == labels.ROLE_SPARE  # the pool's actives are full
@@ -621,7 +622,7 @@ def test_a_refill_nobody_answers_in_time_is_a_failed_refill_in_the_record_a_page
     w.run(seconds=25)
     r = w.remediation("h100-0")
     assert r.refill.state == "Failed" and "nobody answered the capacity request for pool h100 within 120s" in r.refill.message
-    assert w.notifier.sent.count("refill-failed") == 1 and "Action needed: add a node to pool h100" in \
+    assert w.notifier.sent.count("refill-failed") == 1 and "Action needed: add capacity to pool h100" in \
         w.notifier.texts["refill-failed"][0]
     assert ("withdraw", f"{r.name}/refill") in w.provider.calls
     assert w.manager.metrics.refills.labels("h100", "failed")._value.get() == 1
