@@ -752,9 +752,12 @@ class HealingSpec(Strict):
     drain_timeout_seconds: int = Field(300, ge=10, le=7200)
     max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
     max_unhealthy_fraction: float = Field(
-        0.2, gt=0, le=1, description="Above this fraction of a pool unhealthy within the window, stop and page."
+        0.2, gt=0, le=1, description="Above this fraction of a pool's declared nodes (its spares not counted) out "
+        "for a fault now (contained, replaced, or quarantined and not yet repaired), replace none and page."
     )
-    unhealthy_window_seconds: int = Field(900, ge=1)
+    unhealthy_window_seconds: int = Field(
+        900, ge=1, description="How long a spare that broke standing in for a faulted node still counts as that "
+        "node's position (the brake counts it once), and a finished record is kept at least.")
     admission_hold_seconds: int = Field(
         0, ge=0, le=600,
         description="A contained fault waits this long after it was detected before it may be replaced, so "

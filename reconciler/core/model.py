@@ -296,7 +296,7 @@ class Admission:
     """What admission weighs, counted across the fleet (`decide.admission_facts`)."""
 
     pool_size: int
-    unhealthy: frozenset[str]  # nodes of the pool faulted or remediated within the window
+    unhealthy: frozenset[str]  # nodes of the pool out for a fault now (admission.unhealthy_now)
     in_flight: int  # admitted remediations, all pools (Evicting, Replacing, Resuming)
     attempts: int  # earlier remediations of this node within the attempts window
     storm_paged: bool = False  # a live remediation of the pool has sent the storm page already

@@ -103,7 +103,8 @@ def writer(manager: str) -> str:
 def storm(message: str, pool: str) -> str:
     return (f"{message}. Action needed: look for what the faults of pool {pool} share (a driver or firmware "
             "roll-out, a rack, a switch, the power); the held nodes are replaced once the pool's unhealthy "
-            "fraction falls back under healing.max_unhealthy_fraction within the window "
+            "fraction (nodes out for a fault now: contained, replaced, or quarantined and not yet repaired) falls back "
+            "under healing.max_unhealthy_fraction "
             f"(`kubectl get rem -l gpufleet.io/pool={pool}` lists them).")
 
 
