@@ -31,7 +31,7 @@ from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
     Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine,
-    ReleaseJobs, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
+    ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
 from reconciler.core import diagnosis, pages, refills, replacements, resume, signals
 from reconciler.core.admission import admit, evict
@@ -289,7 +289,9 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
         r, f"no spare for {node}", f"{r.name}/no-spare", facts.can_refill, now, facts.stock, facts.refusal,
         waits=True)
     return Step(
-        _once(r, Notify("no-spare", "critical", pages.no_spare(r, facts.can_refill)), *asked),
+        _once(r, Notify("no-spare", "critical", pages.no_spare(
+            r, facts.can_refill, any(isinstance(a, RequestCapacity) for a in asked),
+            spec.pool(r.pool).repair.in_place and will_repair(r, spec))), *asked),
         noted.moved(Phase.WAITING_FOR_SPARE, now), carry=True,
     )
 
