@@ -113,9 +113,9 @@ def test_each_environment_declares_its_fleet(env):
         assert helm == 2 and crds == 1  # the operator charts; gpufleet's own Remediation CRD
     else:
         assert helm == 0 and crds == 7  # six Slinky kinds + Remediation
-    # the resource count grows with pools, never with nodes (20: the agent's namespace, 7 admission policies
+    # the resource count grows with pools, never with nodes (22: the agent's namespace, 8 admission policies
     # and their bindings, 5 NetworkPolicies; 4: accounting with its Secret, the Slurm-user Job and its script)
-    assert len(MOCKS.resources) < 48 + 20 + 4 + 3 * len(spec.pools)
+    assert len(MOCKS.resources) < 48 + 22 + 4 + 3 * len(spec.pools)
 
 
 
@@ -643,7 +643,8 @@ def test_admission_policies_bind_each_identity():
                                               f"{dep.namespace}-reconciler-jobs",
                                               f"{dep.agent_namespace}-agent-own-node",
                                               f"{dep.agent_namespace}-agent-own-events",
-                                              f"{dep.namespace}-kubelet-membership"}
+                                              f"{dep.namespace}-kubelet-membership",
+                                              f"{dep.namespace}-kubelet-events"}
     for name, b in bindings.items():
         assert b == {"policyName": name, "validationActions": ["Deny"]}
         assert policies[name]["failurePolicy"] == "Fail"
@@ -652,7 +653,8 @@ def test_admission_policies_bind_each_identity():
         f'request.userInfo.username == "system:serviceaccount:{dep.agent_namespace}:gpufleet-agent"'
     assert who[f"{dep.namespace}-reconciler-nodes"] == \
         f'request.userInfo.username == "system:serviceaccount:{dep.namespace}:gpufleet-reconciler"'
-    assert who[f"{dep.namespace}-kubelet-membership"] == 'request.userInfo.username.startsWith("system:node:")'
+    assert who[f"{dep.namespace}-kubelet-membership"] == who[f"{dep.namespace}-kubelet-events"] == \
+        'request.userInfo.username.startsWith("system:node:")'
     deletion = policies[f"{dep.namespace}-reconciler-pod-deletion"]["validations"][0]["expression"]
     assert all(f'"{c}"' in deletion for c in spec.borrower_classes())
     jobs = policies[f"{dep.namespace}-reconciler-jobs"]
@@ -701,6 +703,11 @@ def test_the_status_subresource_is_judged_for_the_reconciler_as_for_the_agent():
     status_rule = next(v["expression"] for v in agent["validations"] if "variables.subResource != 'status'" in v["expression"])
     assert status_rule in [v["expression"] for v in rec["validations"]]
     assert {"name": "subResource", "expression": "request.?subResource.orValue('')"} in rec["variables"]
+    # the status subresource resets only the spec (nodeStatusStrategy.PrepareForUpdate): no rule of any policy
+    # lets metadata through because the request came by nodes/status
+    for name, p in policies.items():
+        for v in p["validations"]:
+            assert "variables.subResource == 'status' ||" not in v["expression"], (name, v["message"])
 
 def test_network_policies_for_the_reconciler_the_agent_and_slurmrestd():
     spec = build("prod")

@@ -194,3 +194,14 @@ def test_a_pending_job_is_told_of_a_reclaim_under_way_in_its_pool_only():
 
 def test_an_open_loan_not_being_taken_back_is_no_reclaim():
     assert reclaims({"kgpu": _ledger(_loan("kgpu-1", 0))}, [], {}) == []
+
+
+@pytest.mark.parametrize("component,host,counts", [
+    ("gpufleet-agent", "kgpu-0", True),   # the agent's own Event about its node (kube.node_event)
+    ("kubelet", "kgpu-0", False),          # anyone else who may create Events in default
+    ("gpufleet-agent", "kgpu-1", False),   # said to come from another node's agent
+    (None, None, False),
+])
+def test_a_nodes_story_counts_only_the_agents_events_about_it(component, host, counts):
+    from reconciler.core.job_story import agent_event
+    assert agent_event("kgpu-0", component, host) is counts
