@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 from fleetspec import labels
-from fleetspec.node_repair import REBOOT, RESET_GPU, RepairRequest, RepairResult, parse_request, parse_result
+from fleetspec.node_repair import (REBOOT, RESET_GPU, RepairRequest, RepairResult, bad_gpu_ids, parse_request,
+                                   parse_result)
 
 log = logging.getLogger(__name__)
 HOST = ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--"]
@@ -73,6 +74,10 @@ class Repairs:
         return None
 
     def _reset(self, req: RepairRequest) -> RepairResult:
+        bad = bad_gpu_ids(req.gpus)
+        if bad:  # the request is the reconciler's, but its words reach a root command on the host: PCI ids only
+            return RepairResult(req.id, False, f"refused: {bad} not a GPU's PCI bus id (nvidia-smi was not run)",
+                                self.clock(), self.boot())
         targets = [["-i", g] for g in req.gpus] or [[]]
         said = []
         for t in targets:

@@ -561,10 +561,14 @@ def _enforced(name: str) -> str:
 
 
 def test_namespaces_by_trust():
-    """The reconciler's namespace is restricted; the agent has a privileged one of its own."""
+    """The reconciler's namespace is restricted; the agent has a privileged one of its own; Slurm's (its slurmd
+    runs privileged) says so too: no namespace of the stack is left without a Pod Security level."""
     spec = build("prod")
     dep = spec.healing.reconciler
     assert (_enforced(dep.namespace), _enforced(dep.agent_namespace)) == ("restricted", "privileged")
+    assert _enforced(spec.slurm.namespace) == "privileged"
+    for r in MOCKS.of_type(NS_TYPE):
+        assert r.inputs["metadata"]["labels"].get("pod-security.kubernetes.io/enforce"), r.name
     ds = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs
     assert ds["metadata"]["namespace"] == dep.agent_namespace
     sa = MOCKS.named("kubernetes:core/v1:ServiceAccount", "gpufleet-agent").inputs
