@@ -805,3 +805,23 @@ def test_a_local_stack_with_the_slurm_user_declares_no_users_job():
     build_spec(spec, "local")
     assert not MOCKS.of_type("kubernetes:batch/v1:Job")
     assert MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs["spec"]["username"] == "slurm"
+
+
+def test_the_reconciler_gets_https_egress_only_where_something_needs_it():
+    """HTTPS beyond the API server is for AWS (an aws-asg pool, SNS) and webhooks: a stack with neither gets no
+    0.0.0.0/0 HTTPS peer; prod (aws-asg pools) keeps the one `network.https_egress_cidrs` names."""
+    from components.network import reconciler_policy
+    from fleetspec.models import FleetSpec
+
+    def https_peers(spec) -> list:
+        return [e for e in reconciler_policy(spec)["spec"]["egress"] if e["ports"] == [{"protocol": "TCP", "port": 443}]]
+
+    prod = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    assert [to["ipBlock"]["cidr"] for e in https_peers(prod) for to in e["to"]] == prod.network.https_egress_cidrs
+    doc = load_stack_file(ROOT / "Pulumi.local.yaml").fleet.model_dump(mode="json")
+    doc["healing"]["notifications"] = []
+    quiet = FleetSpec.model_validate(doc)
+    assert all(p.provider != "aws-asg" for p in quiet.pools) and https_peers(quiet) == []
+    doc["healing"]["notifications"] = [{"type": "sns", "name": "oncall",
+                                        "topic_arn": "arn:aws:sns:us-east-1:123456789012:oncall"}]
+    assert https_peers(FleetSpec.model_validate(doc))
