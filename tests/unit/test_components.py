@@ -825,3 +825,29 @@ def test_the_reconciler_gets_https_egress_only_where_something_needs_it():
     doc["healing"]["notifications"] = [{"type": "sns", "name": "oncall",
                                         "topic_arn": "arn:aws:sns:us-east-1:123456789012:oncall"}]
     assert https_peers(FleetSpec.model_validate(doc))
+
+
+def test_the_readmes_privilege_figures_are_the_renders():
+    """The security section's figures (admission validations per policy, egress peers of 0.0.0.0/0) are counted
+    from what prod renders, so they cannot drift from it."""
+    import re
+
+    from components.admission import policies
+    from components.network import network_policies
+
+    spec = build("prod")
+    text = (ROOT / "README.md").read_text()
+    found = {p["metadata"]["name"]: len(p["spec"]["validations"]) for p in policies(spec, "r", "a")}
+    dep = spec.healing.reconciler
+    m = re.search(r"(\d+) policies,\s+(\d+) validations: the reconciler's pods (\d+), Jobs (\d+), nodes (\d+), pod "
+                  r"deletions (\d+); the agent's node (\d+), Events (\d+);\s+kubelets' membership (\d+), Events (\d+)\.", text)
+    assert m, "the README's admission figures"
+    order = [f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-jobs", f"{dep.namespace}-reconciler-nodes",
+             f"{dep.namespace}-reconciler-pod-deletion", f"{dep.agent_namespace}-agent-own-node",
+             f"{dep.agent_namespace}-agent-own-events", f"{dep.namespace}-kubelet-membership",
+             f"{dep.namespace}-kubelet-events"]
+    assert sorted(order) == sorted(found)
+    assert [int(g) for g in m.groups()] == [len(found), sum(found.values())] + [found[n] for n in order]
+    wide = [e for p in network_policies(spec) for e in p["spec"].get("egress", [])
+            for to in e.get("to", []) if to.get("ipBlock", {}).get("cidr") == "0.0.0.0/0"]
+    assert f"**NetworkPolicy egress peers of `0.0.0.0/0`**: {len(wide)} by default" in text
