@@ -656,13 +656,15 @@ class FaultActions(Strict):
 
 
 class RepeatRule(Strict):
-    """NVIDIA's WORKFLOW_XID_13 and _31: the same application error on the same GPU, again and again,
-    may be the hardware (run diagnostics); once is the job's bug."""
+    """NVIDIA's WORKFLOW_XID_13 and _31: the same application error on the same GPU (for 13, the same GPC
+    and TPC where the line names them), again, may be the hardware: RUN_DCGMEUD, diagnostics; once, or on
+    different GPUs, it is the job's. Defaults: NVSentinel's health-events-analyzer (twice within 24 h)."""
 
     xids: list[int] = Field(default_factory=lambda: [13, 31], description="Codes counted per GPU.")
-    count: int = Field(3, ge=2, le=1000, description="Sightings on one GPU within the window that make it hardware.")
-    window_seconds: int = Field(3600, ge=1, le=7 * 86400)
-    action: FaultAction = Field(FaultAction.REPLACE, description="What such a GPU needs (diagnostics take the node out).")
+    count: int = Field(2, ge=2, le=1000, description="Occurrences on one GPU within the window that may be hardware.")
+    window_seconds: int = Field(86400, ge=1, le=7 * 86400)
+    action: FaultAction = Field(FaultAction.DIAGNOSE, description="What such a GPU needs: diagnose (diagnostics "
+                                "asked, the node stays in service), or any other action (final, as an override).")
 
 
 class FaultsSpec(Strict):

@@ -37,7 +37,7 @@ NAME = f"{PLURAL}.{labels.GROUP}"
 PHASES = ("Detected", "SlurmDraining", "Checkpointing", "Requeued", "Held", "OptedOut", "Evicting", "Replacing",
           "WaitingForSpare", "Resuming", "Succeeded", "Escalated", "Failed")
 # The phases of the node's repair once its heal is over (reconciler/core/repair_phases.py, issue 25).
-REPAIR_PHASES = ("Repairing", "Validating", "Returned", "Retired", "Stopped")
+REPAIR_PHASES = ("Repairing", "Validating", "Returned", "Retired", "Stopped", "Gone", "Waiting")
 
 
 class ConditionType(StrEnum):

@@ -174,8 +174,9 @@ def inject_fault(
     node: str = typer.Argument(..., help="Node to fault."),
     xid: int = typer.Option(79, help="XID to report (79: GPU fallen off the bus)."),
     message: Optional[str] = typer.Option(None, help="Condition message; default: the XID's description."),
-    action: Optional[str] = typer.Option(None, help="What it needs (none, restart-app, reset-gpu, reboot, "
-                                         "replace); default: the catalogue's, with the stack's overrides."),
+    action: Optional[str] = typer.Option(None, help="What it needs (none, restart-app, diagnose, reset-gpu, "
+                                         "reboot, contact-support, replace); default: the catalogue's, with the "
+                                         "stack's overrides."),
     condition: str = typer.Option("GpuHealthy", help="Node condition to set."),
     kubeconfig: Optional[Path] = typer.Option(None),
     stack: Optional[str] = typer.Option(None, "--stack", "-s"),

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from fleetspec.faults import describe
+from fleetspec.faults import FaultAction, describe
 from fleetspec.models import WebhookTarget
 
-from reconciler.core.model import Remediation
+from reconciler.core.model import Fault, Remediation
 from reconciler.core.phases import Phase
 
 RUNNING = "RUNNING"
@@ -30,6 +30,14 @@ RESUME_WINDOW = timedelta(hours=24)  # after a remediation ends, how long its jo
 FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
                       "DEADLINE", "OUT_OF_MEMORY"})
 SIGNALLED, REQUEUED, HELD, RESUMED = "signalled", "requeued", "held", "running again"
+# A fault that leaves its node in service still concerns the job on that GPU: NVIDIA's RESTART_APP (94 among
+# them, a contained ECC error: the hardware caught it, only the application must restart) and the diagnostics
+# a repeated 13/31 asks for (RUN_DCGMEUD). The job gets a line, and its owner is told.
+APP_RESTART, DIAGNOSTICS = "restart-app", "diagnose"
+NOTICES = {FaultAction.RESTART_APP: (APP_RESTART, "the application on that GPU must restart (NVIDIA: RESTART_APP); "
+                                                  "the node stays in service"),
+           FaultAction.DIAGNOSE: (DIAGNOSTICS, "the same error repeated on that GPU: diagnostics are asked (NVIDIA: "
+                                               "RUN_DCGMEUD); the node stays in service")}
 
 
 @dataclass(frozen=True)
@@ -130,12 +138,24 @@ def appended(existing: str, lines: tuple[str, ...]) -> str | None:
     return SEPARATOR.join(([existing] if existing else []) + missing)
 
 
+def notice_line(node: str, fault: Fault, job: JobSeen) -> str | None:
+    """The line a job running on `node` gets for a fault there that leaves the node in service; None when the
+    fault is not such a one, or the job does not run or started after it (it is not that job's)."""
+    if fault.needs not in NOTICES or job.state != RUNNING:
+        return None
+    if job.start_time is not None and job.start_time > fault.since:
+        return None
+    event, said = NOTICES[fault.needs]
+    gpu = f" GPU {fault.pci}" if fault.pci else ""
+    return f"{PREFIX} {stamp(fault.since)}: {event}: {describe(fault.xid, fault.kind)}{gpu} on {node}; {said}"
+
+
 # --- telling the job's owner (webhook targets with `job_owners`) ----------------------------------
 
 def event_of(line: str) -> str:
-    """The event a line tells: signalled | requeued | held | running-again."""
+    """The event a line tells: signalled | requeued | held | running-again | restart-app | diagnose."""
     what = line.split(": ", 2)[1] if line.count(": ") >= 2 else ""
-    for event in (SIGNALLED, REQUEUED, HELD, RESUMED):
+    for event in (SIGNALLED, REQUEUED, HELD, RESUMED, APP_RESTART, DIAGNOSTICS):
         if what.startswith(event):
             return event.replace(" ", "-")
     return "noted"

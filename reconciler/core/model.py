@@ -113,6 +113,16 @@ class PodView:
 
 
 @dataclass(frozen=True)
+class Setter:
+    """Who set a Slurm node's reason, as Slurm records it (reconciler/core/slurm_reasons.py), and whether that
+    user is gpufleet's own or one Slurm's daemons run as (the SlurmUser, root): drains.SlurmUsers.setter."""
+
+    user: str
+    gpufleet: bool = False
+    slurm: bool = False
+
+
+@dataclass(frozen=True)
 class SlurmNodeView:
     """A Slurm node's state as the core needs it (names are Slurm's, never assumed Kubernetes').
     What the state words mean is `slurm_states`'."""
@@ -123,6 +133,7 @@ class SlurmNodeView:
     comment_node: str | None = None  # the Kubernetes node in the operator's JSON comment, if any
     partitions: tuple[str, ...] = ()
     last_busy: datetime | None = None  # when it last ran a job (Slurm's LastBusyTime)
+    set_by: Setter | None = None  # who set `reason` (Slurm's record); None when Slurm did not name one
 
     @property
     def busy(self) -> bool:
@@ -268,6 +279,7 @@ class Admission:
     stands_in_for: str = ""  # the remediation whose replacement this node was, and broke before it succeeded
     free_spares: int = 0  # the pool's spares free now (what an escalated node leaves unused)
     reporters: tuple[tuple[str, str], ...] = ()  # (node, who reported its fault) for the unhealthy nodes
+    repair_decides: str = ""  # what the repair loop decides for this node after its heal, for good ('' nothing yet)
 
 
 @dataclass(frozen=True)

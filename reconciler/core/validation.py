@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
 from fleetspec import labels
+from fleetspec.faults import FaultAction
 from fleetspec.models import FleetSpec
 from fleetspec.node_repair import FAILED, PASSED, RUNNING, HealthCheckRecord
 
@@ -116,13 +117,15 @@ def plan_spare_checks(nodes: Iterable[NodeView], verdicts: Mapping[str, Verdict]
 
 def failed_spare(n: NodeView, check: HealthCheckRecord, spec: FleetSpec) -> Remediation:
     """A spare that failed its check, as a remediation of its own: the heal's spare path quarantines it and
-    asks for a refill, then its repair begins at what the check says it needs. Named after the check, so
-    making it again finds it made."""
+    asks for a refill, then its repair begins at what the check says it needs (the record's action: a reset,
+    a reboot, the vendor; none said: the repair's default). Named after the check, so making it again finds
+    it made."""
     why = f"failed its health check ({check.job}): {check.message}"
+    needs = next((a for a in FaultAction if a.value == check.action and a.remediates), None)
     return Remediation(
         name=f"{n.name}-check-{int(check.at.timestamp())}", node=n.name, pool=n.pool or "", xid=0, message=why,
         phase=Phase.DETECTED, created=check.at, phase_times=((Phase.DETECTED.value, check.at),), reason=why,
-        was_spare=True,
+        was_spare=True, action=needs,
     )
 
 

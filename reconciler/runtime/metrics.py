@@ -69,7 +69,7 @@ class Metrics:
                                         "From a node's fault to the node back among the spares, proven healthy",
                                         buckets=RETURN_BUCKETS, registry=r)
         self.repairing = Gauge("gpufleet_nodes_repairing", "Nodes by pool and repair phase (Repairing, Validating, "
-                               "Stopped) and retired nodes (Retired)", ["pool", "phase"], registry=r)
+                               "Stopped, Waiting) and retired nodes (Retired)", ["pool", "phase"], registry=r)
         self.health_checks = Counter("gpufleet_health_checks_total", "Health checks of spares before they serve, by "
                                      "pool and outcome (passed, failed)", ["pool", "outcome"], registry=r)
         self.job_back_seconds = Histogram("gpufleet_job_back_seconds",

@@ -203,7 +203,8 @@ class FakeSlurm:
     def drain(self, name, reason):
         self._check("drain")
         self.calls.append(("drain", name))
-        self.table[name] = SlurmNode(name, frozenset({"IDLE", "DRAIN"}), reason)
+        # as Slurm records it: the reconciler's Slurm user set the reason (the local spec's, `gpufleet`)
+        self.table[name] = SlurmNode(name, frozenset({"IDLE", "DRAIN"}), reason, reason_set_by="gpufleet")
 
     def signal_jobs(self, ids, signal="TERM"):
         self._check("signal")
@@ -238,6 +239,7 @@ class Provider:
     def __init__(self, kube: FakeKube):
         self.kube, self.calls = kube, []
         self.fail_return = False
+        self.kept: list[str] = []  # quarantined with repair=True: the machine kept (never terminated)
 
     def _role(self, name, role, taint=None):
         n = self.kube.nodes[name]
@@ -251,6 +253,8 @@ class Provider:
 
     def quarantine(self, node, xid, repair=False):
         self.calls.append(("quarantine", node))
+        if repair:
+            self.kept.append(node)
         self._role(node, labels.ROLE_QUARANTINED, {"key": labels.QUARANTINE_TAINT, "effect": "NoSchedule"})
 
     def request_repair(self, node, request):
@@ -261,6 +265,11 @@ class Provider:
     def retire(self, node, reason, refill=None):
         self.calls.append(("retire", node))
         self._role(node, labels.ROLE_RETIRED, {"key": labels.QUARANTINE_TAINT, "effect": "NoSchedule"})
+        if refill:
+            self.calls.append(("capacity", refill))
+
+    def forget(self, node, pool, reason, refill=None):
+        self.calls.append(("forget", node))
         if refill:
             self.calls.append(("capacity", refill))
 

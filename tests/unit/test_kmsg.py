@@ -40,7 +40,8 @@ def test_the_corpus_covers_every_action_kind_and_driver_era():
     entries = corpus()
     assert all(e["source"] and e["expect"] is not None for e in entries)
     expected = [x for e in entries for x in e["expect"]]
-    assert {x["action"] for x in expected} == {a.value for a in FaultAction}
+    # every action NVIDIA's catalogue and rules give (`replace` only a spec's override gives)
+    assert {x["action"] for x in expected} == {a.value for a in FaultAction} - {"replace"}
     assert {x["kind"] for x in expected} == {k.value for k in Kind}
     text = " ".join(e.get("message", "") + " ".join(e.get("lines", [])) for e in entries)
     for era in ("Xid (0000:", "pid='<unknown>', name=<unknown>", "pid=1234, name=python3", "): 79, GPU has",

@@ -184,6 +184,20 @@ def test_a_spare_that_rebooted_is_checked_again_before_it_serves():
     assert check.proves("boot-after-a-reboot")
 
 
+def test_a_spare_that_fails_its_check_is_repaired_with_what_the_check_said_it_needs():
+    """The check's verdict names what the node needs (here a GPU reset): the failed spare's repair starts
+    there, not with a reboot whatever the check said."""
+    w = world()
+    w.kube.nodes["h100-spare-0"] = pool_node(w.spec.pool("h100"), "h100-spare-0", labels.ROLE_SPARE, proven=False)
+    w.hardware.state["h100-spare-0"] = FakeNodes.RESET_FIXES
+    w.run(seconds=200)
+    bad = w.remediation("h100-spare-0")
+    assert bad.was_spare and bad.action is not None and bad.action.value == "reset-gpu"
+    assert bad.repair.rungs[0] == "reset-gpu", bad.repair
+    assert [x[0] for x in w.hardware.resets] == ["h100-spare-0"] and w.hardware.reboots == []
+    assert bad.repair.phase is RepairPhase.RETURNED and role(w, "h100-spare-0") == labels.ROLE_SPARE
+
+
 # --- the lemon rule, relapses, what stops the loop ---------------------------------------------------------
 
 def earlier(name: str, node: str, days_ago: float, returned_after: float = 300, rung: str = "reboot") -> Remediation:
@@ -206,6 +220,76 @@ def test_a_node_that_faults_three_times_in_the_window_is_retired_with_its_histor
     assert r.phase is Phase.SUCCEEDED  # the job was healed first, as always
     assert r.repair.phase is RepairPhase.RETIRED and "a lemon: 3 faults within 7 days" in r.repair.reason
     assert w.hardware.reboots == [] and w.notifier.sent.count("retired") == 1
+
+
+def test_application_faults_never_count_toward_a_lemon():
+    """Two records of a crashing job's XID 13 (a record of the old repeat rule says `replace`) and a reboot-fixable
+    fault now: the node is repaired, not retired as a lemon."""
+    from fleetspec.faults import FaultAction
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    for i, days in enumerate((3, 1)):
+        r = replace(earlier(f"h100-0-app-{i}", "h100-0", days), xid=13, action=FaultAction.REPLACE)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-0")
+    w.run(seconds=10)
+    r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+    assert r.repair.phase is RepairPhase.REPAIRING and r.repair.step == "reboot", r.repair
+    assert ("retire", "h100-0") not in w.provider.calls and "retired" not in w.notifier.sent
+
+
+@pytest.mark.parametrize("xid", [61, 54, 78])  # CONTACT_SUPPORT ("Unused"), CHECK_MECHANICALS, UPDATE_SWFW
+def test_a_fault_that_needs_a_person_is_healed_then_held_with_a_vendor_case_never_retired(xid):
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0, repair={"retire_after_faults": 2}), operator=True)
+    w.kube.nodes["h100-0"]["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = "570.158.01"
+    r = earlier("h100-0-old", "h100-0", 1)  # with this fault, a lemon: the vendor case still comes first
+    w.store.objects[r.name] = json.dumps(to_object(r))
+    w.kube.nodes["h100-0"]["status"]["conditions"].append(
+        {"type": "GpuHealthy", "status": "False", "reason": f"Xid{xid}",
+         "message": f"[action=contact-support pci=0000:3b:00] XID {xid}: Xid {xid} on PCI:0000:3b:00: Ch 00000010",
+         "lastTransitionTime": w.clock.now.isoformat()})
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0"  # the job's heal is as always
+    assert r.repair.phase is RepairPhase.STOPPED and r.repair.error.startswith("vendor case"), r.repair
+    assert role(w, "h100-0") == labels.ROLE_QUARANTINED and node(w, "h100-0")["spec"]["unschedulable"]
+    assert ("retire", "h100-0") not in w.provider.calls and "h100-0" in w.provider.kept  # the machine is kept
+    assert w.hardware.reboots == [] and w.notifier.sent.count("vendor-case") == 1
+    (page,) = w.notifier.texts["vendor-case"]
+    for fact in ("0000:3b:00", "570.158.01", f"Xid {xid} on PCI:0000:3b:00: Ch 00000010", "nvidia-smi -q -i 0000:3b:00",
+                 "gpufleet return h100-0"):
+        assert fact in page, (fact, page)
+    w.run(seconds=60)
+    assert w.notifier.sent.count("vendor-case") == 1 and ("retire", "h100-0") not in w.provider.calls
+    ask(w, r.name, RETURN)  # the vendor fixed it: a person's return checks it before it serves
+    w.run(seconds=20)
+    r = next(x for x in w.store.list() if x.name == r.name)
+    assert r.repair.phase in (RepairPhase.VALIDATING, RepairPhase.RETURNED) and "returned by oncall" in r.repair.reason
+
+
+def test_a_second_xid_48_on_the_same_gpu_within_a_day_is_a_vendor_case_from_the_records():
+    """The agent's kernel log is gone after a reboot; the records are not. A second double-bit ECC error on the GPU
+    that was reset for one two hours ago is escalation rule RepeatedXID48OnSameGPU: held for the vendor, not reset
+    again. One on another GPU is reset as its row says."""
+    from fleetspec.faults import FaultAction
+    for pci, held in (("0000:3b:00", True), ("0000:3c:00", False)):
+        w = world()
+        w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES
+        prev = replace(earlier("h100-0-old", "h100-0", 2 / 24, rung="reset-gpu"), xid=48, pci="0000:3b:00",
+                       action=FaultAction.RESET_GPU)
+        w.store.objects[prev.name] = json.dumps(to_object(prev))
+        w.kube.nodes["h100-0"]["status"]["conditions"].append(
+            {"type": "GpuHealthy", "status": "False", "reason": "Xid48",
+             "message": f"[action=reset-gpu pci={pci}] XID 48 (Double Bit ECC Error): Xid 48 on PCI:{pci}",
+             "lastTransitionTime": w.clock.now.isoformat()})
+        w.run(seconds=10)
+        r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+        if held:
+            assert r.repair.phase is RepairPhase.STOPPED and "RepeatedXID48OnSameGPU" in r.repair.reason, r.repair
+            assert w.notifier.sent.count("vendor-case") == 1 and "h100-0" in w.provider.kept
+        else:
+            assert r.repair.phase is not RepairPhase.STOPPED and r.repair.rungs[:1] == ("reset-gpu",), r.repair
+            assert "vendor-case" not in w.notifier.sent
 
 
 def test_two_faults_in_the_window_are_repaired_not_retired():
@@ -265,6 +349,71 @@ def test_the_opt_out_label_on_the_node_stops_the_loop_and_lifting_it_goes_on():
     assert w.remediation("h100-0").repair.phase is RepairPhase.RETURNED
 
 
+def _hold_then_lift(w: World, hold_seconds: float = 200) -> Remediation:
+    node(w, "h100-0")["metadata"]["labels"][labels.DEFAULT_OPT_OUT] = "true"  # a person looks at it
+    w.run(seconds=hold_seconds)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.STOPPED
+    del node(w, "h100-0")["metadata"]["labels"][labels.DEFAULT_OPT_OUT]
+    w.run(seconds=5)
+    return w.remediation("h100-0")
+
+
+def test_a_hold_lifted_after_the_reboot_happened_goes_on_to_the_check_not_a_second_reboot():
+    """The reboot was asked for, then a person held the repair; the node's agent carried the request out
+    meanwhile (it stays on the node). Lifting the hold goes on where the repair stood: the check."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    w.fault("h100-0")
+    w.run(seconds=5)
+    assert w.remediation("h100-0").repair.step == "reboot" and len(w.hardware.reboots) == 1
+    r = _hold_then_lift(w)
+    assert r.repair.phase is RepairPhase.VALIDATING, r.repair
+    assert "rebooted while it was held" in r.repair.reason and "no second reboot" in r.repair.reason
+    assert r.repair.rungs == ("reboot",)
+    w.run(seconds=200)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETURNED
+    assert len(w.hardware.reboots) == 1  # one reboot, not two
+    assert [(e.step, e.outcome) for e in r.repair.history if e.step in ("reboot", "stop")] == [
+        ("reboot", "asked"), ("stop", "stopped"), ("stop", "lifted"), ("reboot", "ok")]
+
+
+def test_a_hold_lifted_after_the_reset_was_done_goes_on_to_the_check_not_a_second_reset():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES
+    send = w.provider.request_repair
+
+    def held_as_it_is_sent(node_name, request):  # a person holds the node as the reset goes out
+        send(node_name, request)
+        node(w, node_name)["metadata"]["labels"][labels.DEFAULT_OPT_OUT] = "true"
+
+    w.provider.request_repair = held_as_it_is_sent
+    w.fault("h100-0", xid=48)  # a double-bit ECC error: the catalogue's action is a GPU reset
+    w.run(seconds=5)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.STOPPED and r.repair.stopped_from == "Repairing", r.repair
+    assert r.repair.step == "reset-gpu" and len(w.hardware.resets) == 1  # the agent did it meanwhile
+    w.provider.request_repair = send
+    r = _hold_then_lift(w, hold_seconds=60)
+    assert r.repair.phase is RepairPhase.VALIDATING and "GPU reset asked before it was done" in r.repair.reason
+    w.run(seconds=200)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.RETURNED
+    assert len(w.hardware.resets) == 1 and w.hardware.reboots == []
+
+
+def test_a_hold_lifted_on_a_request_never_carried_out_asks_it_again_as_the_same_rung():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    lost = []
+    w.provider.request_repair = lambda node, request: lost.append(request.id)  # never reaches the node
+    w.fault("h100-0")
+    w.run(seconds=5)
+    r = _hold_then_lift(w, hold_seconds=30)
+    assert r.repair.phase is RepairPhase.REPAIRING and len(lost) == 2 and lost[0] != lost[1]
+    assert "shows no sign of being done: asked again" in r.repair.reason
+    assert r.repair.rungs == ("reboot",)  # the same rung, not a second one climbed
+
+
 def test_a_request_with_no_sign_of_it_is_asked_again_once_under_a_new_id():
     """The request was noted on the remediation, and the reconciler died before it went out: half the
     step's timeout later, nothing shows it was done, so it is asked again (a new id) once."""
@@ -279,6 +428,28 @@ def test_a_request_with_no_sign_of_it_is_asked_again_once_under_a_new_id():
     assert len(lost) == 2 and lost[0] != lost[1]
     r = w.remediation("h100-0")
     assert [e.outcome for e in r.repair.history if e.step == "reboot"] == ["asked", "asked again"]
+
+
+def test_a_repair_whose_node_disappears_ends_gone_with_one_page_and_the_provider_settles_it():
+    """The Node object is deleted mid-reboot (a person, or its instance terminated): the repair does not stay
+    Repairing for ever. It ends Gone with the reason, the provider settles what it kept for the repair (an
+    aws-asg instance held out of its group: test_aws_asg), and one page says so."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.BROKEN
+    w.hardware.reboot_seconds = 10_000
+    w.fault("h100-0")
+    w.run(seconds=10)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.REPAIRING
+    del w.kube.nodes["h100-0"]
+    w.run(seconds=60)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.GONE and "Node object disappeared" in r.repair.reason, r.repair
+    assert [(e.step, e.outcome) for e in r.repair.history][-1] == ("gone", "ended")
+    assert w.notifier.sent.count("node-gone") == 1 and "retired" not in w.notifier.sent
+    assert w.provider.calls.count(("forget", "h100-0")) == 1
+    assert not [c for c in w.provider.calls if c == ("capacity", f"{r.name}/gone")]  # the heal refilled already
+    w.run(seconds=60)
+    assert w.notifier.sent.count("node-gone") == 1 and w.remediation("h100-0").repair.phase is RepairPhase.GONE
 
 
 # --- repair in place ----------------------------------------------------------------------------------
@@ -437,3 +608,48 @@ def test_the_first_rung_follows_the_faults_action(action, step):
     """The fault catalogue's action (branch xid: spec.fault.action) picks the first rung; a node taken out for a
     fault whose action needs no repair of the machine is rebooted, the catalogue's commonest answer."""
     assert repair.first_step(action) == step
+
+
+# --- one page per decision ------------------------------------------------------------------------------
+
+def test_a_third_fault_within_a_day_is_one_decision_with_one_page():
+    """The attempt cap (2 remediations within 24 h) and the lemon rule (3 faults within 7 days) both meet a
+    third fault within a day: the lemon rule decides it (the node is retired for the vendor, the job healed on a
+    spare, a refill asked), and the on-call gets that one page, not also an escalation telling them to repair
+    and return it."""
+    w = world()
+    for i in range(2):
+        r = replace(earlier(f"h100-1-old-{i}", "h100-1", 0.1 + i * 0.1), repair=None)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-1")
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-1"), key=lambda x: x.created)
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (0, 1), w.notifier.sent
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0"  # the job heals on a spare
+    assert r.repair.phase is RepairPhase.RETIRED and "a lemon: 3 faults" in r.repair.reason
+    assert "attempt cap" in r.reason and "lemon" in r.reason  # the record says why it was not escalated
+    assert role(w, "h100-1") == labels.ROLE_RETIRED
+
+
+def test_a_node_at_the_attempt_cap_that_is_no_lemon_is_escalated_with_one_page():
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0, repair={"retire_after_faults": 5}), operator=True)
+    r = escalated(w)
+    w.run(seconds=60)
+    r = next(x for x in w.store.list() if x.name == r.name)
+    assert r.phase is Phase.ESCALATED and r.repair is None
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (1, 0)
+
+
+def test_a_vendor_case_at_the_attempt_cap_is_one_decision_with_one_page():
+    """A fault NVIDIA sends to support (CONTACT_SUPPORT) on a node at the attempt cap: the repair loop holds it
+    for the vendor with its page; the attempt cap does not also escalate it with a second, different one."""
+    w = world()
+    for i in range(2):
+        r = replace(earlier(f"h100-1-old-{i}", "h100-1", 0.1 + i * 0.1), repair=None)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-1", xid=1)  # an Xid NVIDIA's catalogue answers with CONTACT_SUPPORT
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-1"), key=lambda x: x.created)
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("vendor-case")) == (0, 1), w.notifier.sent
+    assert "retired" not in w.notifier.sent and r.replacement == "h100-spare-0"
+    assert r.repair.phase is RepairPhase.STOPPED and "case for the vendor" in r.reason
