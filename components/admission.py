@@ -478,8 +478,9 @@ def kubelet_membership_policy(spec: FleetSpec) -> dict:
 def kubelet_events_policy(spec: FleetSpec) -> dict:
     """A kubelet's Events about a node are about its own: NodeRestriction judges a kubelet's Nodes, Pods and
     leases but has no case for Events (kubernetes v1.34.4 plugin/pkg/admission/noderestriction/admission.go
-    Admit: its switch names pods, nodes, pvc, serviceaccounts/token, leases, CSINodes, ResourceSlices and
-    certificates), and RBAC's system:node role grants Events create cluster-wide. `gpufleet why` reads an Event
+    Admit: its switch names pods, nodes, persistentvolumeclaims, serviceaccounts, podcertificaterequests, leases,
+    csinodes, resourceslices and certificatesigningrequests), and the node authorizer grants a kubelet what the
+    system:node rules do (plugin/pkg/auth/authorizer/node: NodeRules), Events create in any namespace among them. `gpufleet why` reads an Event
     on a node that names an Xid as that node's fault, so node A's kubelet must not write node B's history."""
     me = f"request.userInfo.username.substring({len(KUBELET_PREFIX)})"
     policy = _policy(f"{spec.healing.reconciler.namespace}-kubelet-events", "", [

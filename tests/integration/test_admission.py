@@ -697,7 +697,8 @@ def _node_event(about: str, reason: str, message: str, component: str = "kubelet
 
 
 def test_a_kubelet_writes_no_other_nodes_story(prod_like):
-    """NodeRestriction has no case for Events and the node authorizer grants a kubelet Events create anywhere:
+    """NodeRestriction has no case for Events and the node authorizer grants a kubelet Events create in any
+    namespace (kubernetes v1.34.4 plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go NodeRules):
     with node A's kubelet certificate, an Event in default about node B that names an Xid (dressed as the agent's,
     which `gpufleet why` counts) is refused; its own node's Events and its pods' pass."""
     s = prod_like
@@ -711,7 +712,7 @@ def test_a_kubelet_writes_no_other_nodes_story(prod_like):
         "metadata": {"generateName": f"{NODE_B}.", "namespace": "default"}, "reason": "Xid79", "note": "forged",
         "type": "Warning", "action": "Fault", "reportingController": "gpufleet-agent", "reportingInstance": NODE_B,
         "eventTime": "2026-12-02T00:00:00.000000Z", "regarding": {"kind": "Node", "name": NODE_B, "apiVersion": "v1"}})
-    assert status == 403 and "kubelet-events" in why, why
+    assert status == 403, why  # (the node authorizer grants the core group's Events only; the policy judges both)
     assert _events_about(s.core, NODE_B, "Xid79") == []
     # what a kubelet writes of its own: an Event about its node, and one about a pod
     assert _status(core.create_namespaced_event, "default", _node_event(NODE_A, "NodeReady", "kubelet is ready")) == (200, "")
