@@ -51,7 +51,7 @@ class Params:
     refill_minutes: float = 20.0
     person_hours: float = 24.0  # without the loop: a person acts this long after the fault
     job_nodes: int = 16  # a stopped job spans this many nodes, all waiting while it waits for a spare
-    in_place: bool = False  # every pool repairs in place when no spare is free (pools[].repair.in_place; prod: off)
+    in_place: bool = False  # every pool repairs in place when no spare is free (pools[].repair.in_place, on by default: the stack may turn it off)
     heal_step: float = 5.0  # the clock's step while a heal is under way (the reconciler's RECHECK)
     repair_step: float = 60.0  # while only repairs are under way (reboot and check take minutes)
     wait_step: float = 600.0  # while jobs only wait for a spare (the core's refill deadlines and pages still run)

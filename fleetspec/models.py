@@ -201,6 +201,19 @@ class LendingSpec(Strict):
 from .repair import PoolRepair, RepairSpec  # noqa: E402
 
 
+# The most GPUs one machine of a model family carries: NVIDIA's HGX baseboards hold 8 (HGX A100/H100/H200/B200/
+# B300: nvidia.com/en-us/data-center/hgx), a GB200/GB300 NVL72 compute tray 4 (2 Grace CPUs, 4 Blackwell GPUs:
+# nvidia.com/en-us/data-center/gb200-nvl72). Longest prefix first; a model not listed is not checked.
+GPUS_PER_MACHINE = (("GB300", 4), ("GB200", 4), ("B300", 8), ("B200", 8), ("H200", 8), ("H100", 8), ("H800", 8),
+                    ("H20", 8), ("A100", 8), ("A800", 8))
+
+
+def gpus_per_machine(model: str) -> int | None:
+    """The most GPUs a machine of `model` (e.g. "H100-SXM5-80GB") has; None for a model not listed."""
+    name = model.upper().removeprefix("NVIDIA").strip(" -_")
+    return next((n for prefix, n in GPUS_PER_MACHINE if name.startswith(prefix)), None)
+
+
 class NodePool(Strict):
     name: K8sName
     node_type: str = Field(min_length=1, description="Instance or machine type, e.g. p5.48xlarge.")
@@ -243,6 +256,14 @@ class NodePool(Strict):
         if self.lending and self.lending.spares and self.lending.spare_floor > self.spares:
             raise FieldError("lending.spare_floor", f"a floor of {self.lending.spare_floor} unlent spares is more than "
                              f"the pool's {self.spares} spares")
+        if self.nodes == 0 and self.spares > 0:
+            raise FieldError("nodes", f"0 active nodes with {self.spares} spare(s): a spare stands in for an active "
+                             "node that faults, and this pool has none (declare its active nodes, or no spares)")
+        most = gpus_per_machine(self.gpu_model)
+        if most is not None and self.gpus_per_node > most:
+            raise FieldError("gpus_per_node", f"{self.gpus_per_node} GPUs per node, but a {self.gpu_model} machine has "
+                             f"at most {most} (the model's baseboard or tray); a count the nodes cannot report never "
+                             "passes the health check")
         return self
 
     def max_lent(self) -> int:
@@ -734,9 +755,12 @@ class HealingSpec(Strict):
     drain_timeout_seconds: int = Field(300, ge=10, le=7200)
     max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
     max_unhealthy_fraction: float = Field(
-        0.2, gt=0, le=1, description="Above this fraction of a pool unhealthy within the window, stop and page."
+        0.2, gt=0, le=1, description="Above this fraction of a pool's declared nodes (its spares not counted) out "
+        "for a fault now (contained, replaced, or quarantined and not yet repaired), replace none and page."
     )
-    unhealthy_window_seconds: int = Field(900, ge=1)
+    unhealthy_window_seconds: int = Field(
+        900, ge=1, description="How long a spare that broke standing in for a faulted node still counts as that "
+        "node's position (the brake counts it once), and a finished record is kept at least.")
     admission_hold_seconds: int = Field(
         0, ge=0, le=600,
         description="A contained fault waits this long after it was detected before it may be replaced, so "
@@ -899,6 +923,18 @@ class FleetSpec(Strict):
             raise FieldError("healing.reconciler.agent_namespace",
                              f"{dep.agent_namespace!r} is also the reconciler's or Slurm's namespace: the node agent needs "
                              f"one of its own (Pod Security level privileged), so theirs can stay restricted")
+        check = self.healing.repair.health_check
+        if self.cluster.kind != "local" and not check.command:
+            if check.allow_skip:
+                raise FieldError("healing.repair.health_check.allow_skip", f"{check.allow_skip}: a check may be skipped "
+                                 "only on the local cluster; elsewhere a node serves only once every check proved it "
+                                 "(run the check from an image that has the tools: healing.repair.health_check.image)")
+            if check.dcgm_level is None:
+                raise FieldError("healing.repair.health_check.dcgm_level", "DCGM's diagnostic may be left out only on "
+                                 "the local cluster: it is part of what proves a node (level 2 or more)")
+            if not check.all_reduce:
+                raise FieldError("healing.repair.health_check.all_reduce", "the all-reduce may be left out only on the "
+                                 "local cluster: it proves the NVLinks and the bandwidth between the node's GPUs")
         if self.healing.enabled and not self.slurm.restapi:
             raise FieldError("slurm.restapi", "the reconciler reaches Slurm through slurmrestd: keep restapi on "
                              "while healing is enabled")

@@ -20,6 +20,7 @@ REBOOT = FaultAction.REBOOT.value
 REPLACE = FaultAction.REPLACE.value
 RUNGS = (RESET_GPU, REBOOT)  # the ladder's order; retiring tops it and is always allowed
 RepairAction = Literal["reset-gpu", "reboot"]
+SkippableCheck = Literal["nvlink", "dcgm", "all-reduce", "pcie"]  # fleetspec/health_report.py's CHECKS but nvidia-smi
 
 DEFAULT_CHECK_COMMAND = ("gpufleet", "health-check")
 
@@ -43,8 +44,9 @@ class PoolRepair(Strict):
         4, ge=1, le=1000, description="Repairs of this pool under way at once (a reset, a reboot or a health check); "
         "a repair over the cap waits its turn, oldest first, and its record says so.")
     in_place: bool = Field(
-        False, description="When no spare is free and the fault allows a reset or a reboot, the node is repaired at "
-        "once and takes its own job back (the job waits for the repair, not for a refill).")
+        True, description="When no spare is free and the fault allows a reset or a reboot, the node is repaired at "
+        "once and takes its own job back (the job waits for the repair, not for a refill). Off: the job waits for "
+        "a spare (a refill, or another node's repair).")
 
     @model_validator(mode="after")
     def _rungs(self) -> "PoolRepair":
@@ -54,7 +56,7 @@ class PoolRepair(Strict):
         blank = [k for k in self.reboot_timeouts if not k.strip()]
         if blank:
             raise FieldError("reboot_timeouts", "an instance type is blank (node.kubernetes.io/instance-type's value)")
-        if self.in_place and not self.actions:
+        if self.in_place and not self.actions and "in_place" in self.model_fields_set:
             raise FieldError("in_place", "repairing in place needs a rung to repair with: allow reset-gpu or reboot")
         return self
 
@@ -77,11 +79,23 @@ class HealthCheckSpec(Strict):
         "writes its result to the termination log (fleetspec/health_report.py's JSON) and exits 0 only when it passed.")
     dcgm_level: int | None = Field(
         2, ge=1, le=4, description="DCGM's diagnostic level (dcgmi diag -r), when DCGM is on the node; null: skip it.")
-    all_reduce: bool = Field(True, description="A short all-reduce across the node's GPUs (nccl-tests), when present.")
+    all_reduce: bool = Field(True, description="A short all-reduce across the node's GPUs (nccl-tests' all_reduce_perf), "
+                             "its bus bandwidth held to the GPU model's floor.")
+    allow_skip: list[SkippableCheck] = Field(
+        default_factory=list, description="Checks that may be skipped when their tool is not in the check's image (the "
+        "local cluster only). Any other check whose tool is missing leaves the node unproven: it does not serve, "
+        "and a person is paged with the image it needs.")
     timeout_seconds: int = Field(1200, ge=60, le=4 * 3600, description="The Job's deadline: then it failed.")
     before_service: bool = Field(
         True, description="A spare serves only once it passed the check on its current boot (a spare that joins or "
         "comes back from a repair is checked first); off: spares are trusted as they come.")
+
+    @model_validator(mode="after")
+    def _skips(self) -> "HealthCheckSpec":
+        dupes = sorted({a for a in self.allow_skip if self.allow_skip.count(a) > 1})
+        if dupes:
+            raise FieldError("allow_skip", f"{dupes} listed twice")
+        return self
 
     def argv(self) -> list[str]:
         if self.command:
@@ -91,6 +105,8 @@ class HealthCheckSpec(Strict):
             out += ["--dcgm-level", str(self.dcgm_level)]
         if not self.all_reduce:
             out.append("--no-all-reduce")
+        for name in self.allow_skip:
+            out += ["--allow-skip", name]
         return out
 
 

@@ -283,6 +283,12 @@ _ROWS: tuple[tuple[int, str, str, str], ...] = (
 
 XIDS: dict[int, Entry] = {r[0]: Entry(*r) for r in _ROWS}
 
+# RESTART_APP codes the hardware raised and contained: the GPU stopped only the application that touched
+# the bad memory, and the GPU stays usable (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt, "Error
+# Containment": Xid 94 is a contained uncorrectable error, 95 an uncontained one). The other RESTART_APP
+# codes point at the application first (an engine exception, a page fault: the job's own bug, most often).
+CONTAINED_HARDWARE = frozenset({94})
+
 # The buckets whose fault is the application's, not the GPU's: NVIDIA's immediate action restarts the
 # application or ignores the line (RESTART_APP, IGNORE; Xid 45 is the cleanup after another Xid). Such a
 # fault never takes a node out, and never counts toward a lemon (reconciler/core/repair.py), whatever a
@@ -291,7 +297,8 @@ APPLICATION_BUCKETS = frozenset({"RESTART_APP", "IGNORE", "WORKFLOW_XID_45"})
 
 
 def application(kind: "Kind | str", code: int) -> bool:
-    """An Xid NVIDIA's catalogue puts on the application (13, 31, 43, 45, 94, ...)."""
+    """An Xid NVIDIA's catalogue puts on the application (13, 31, 43, 45, 94, ...): the application restarts,
+    the node stays in service (94 included: a hardware error, but one the GPU contained, CONTAINED_HARDWARE)."""
     e = XIDS.get(code) if Kind(kind) is Kind.XID else None
     return e is not None and e.nvidia in APPLICATION_BUCKETS
 

@@ -79,25 +79,43 @@ def grace_of(r: Remediation) -> int | None:
     return max(0, round((r.grace_deadline - start).total_seconds()))
 
 
-def lines_for(r: Remediation, job: JobSeen) -> tuple[str, ...]:
-    """Every line the remediation owes this job, oldest first (whether written or not)."""
+def lines_for(r: Remediation, job: JobSeen, peers: Sequence[Remediation] = ()) -> tuple[str, ...]:
+    """Every line the remediation owes this job, oldest first (whether written or not). `peers`: the other
+    remediations that touched the job (two nodes of one job faulting together): one requeue, one hold and one
+    restart of the job are told once, by the earliest remediation that saw them, not once per remediation."""
     if job.job_id not in r.jobs:
         return ()
     fault, out = fault_summary(r), []
+    others = [p for p in peers if p.name != r.name and job.job_id in p.jobs]
     checkpointing = r.entered(Phase.CHECKPOINTING)
     if checkpointing is not None and "signal:TERM" in r.intents:
         out.append(note_line(checkpointing, f"{SIGNALLED} SIGTERM to checkpoint", fault, r.node, r.name, grace_of(r)))
     requeued = r.entered(Phase.REQUEUED)
-    if requeued is not None:
+    if requeued is not None and not _told_by_peer(r, others, Phase.REQUEUED, job):
         out.append(note_line(requeued, REQUEUED, fault, r.node, r.name))
     held = r.entered(Phase.HELD)
-    if held is not None:
+    if held is not None and not _told_by_peer(r, others, Phase.HELD, job):
         out.append(note_line(held, f"{HELD} (its replacement waits for admission)", fault, r.node, r.name))
     after = back_after(r, job)
-    if after is not None and job.start_time is not None:
+    if after is not None and job.start_time is not None and not any(
+            back_after(p, job) is not None and (p.created, p.name) < (r.created, r.name) for p in others):
         line = note_line(job.start_time, f"{RESUMED} on {','.join(job.nodes) or '?'}", fault, r.node, r.name)
         out.append(f"{line}; {after:.0f} s after the fault")
     return tuple(out)
+
+
+def _told_by_peer(r: Remediation, others: Sequence[Remediation], phase: Phase, job: JobSeen) -> bool:
+    """Whether an earlier remediation of the same job already tells this event: it entered the phase first
+    and the job did not start again in between (then it is the same requeue or hold of the job)."""
+    mine = r.entered(phase)
+    assert mine is not None
+    for p in others:
+        theirs = p.entered(phase)
+        if theirs is None or (theirs, p.name) >= (mine, r.name):
+            continue
+        if job.start_time is None or not theirs < job.start_time <= mine:
+            return True
+    return False
 
 
 def back_after(r: Remediation, job: JobSeen) -> float | None:

@@ -175,10 +175,30 @@ class RefillState:
 class Refill:
     """The node a remediation asked its pool's provider for, to replace the spare it used (or had none of)."""
 
-    key: str  # the capacity request's idempotency key
+    key: str  # the capacity request's idempotency key (this attempt's: each ask has its own)
     state: str  # RefillState
     at: datetime  # when it entered that state
     message: str = ""
+    attempt: int = 1  # how many times it was asked (a failed refill is asked again, `refills.py`)
+    retry_at: datetime | None = None  # Failed: when it is asked again, if the pool still lacks a node then
+
+
+@dataclass(frozen=True)
+class Stock:
+    """A pool's spares against its declaration, as one remediation weighs whether to ask for a node
+    (`refills.stock`)."""
+
+    declared: int  # the pool's declared spares
+    spares: int  # spares it has (not faulted, not another remediation's chosen replacement)
+    requested: int  # nodes asked for and not yet settled (other remediations')
+    waiting: int  # remediations waiting for a spare (other than the one weighing)
+
+    def lacks(self, waiting_self: bool = False) -> int:
+        return self.declared + self.waiting + int(waiting_self) - self.spares - self.requested
+
+    def says(self) -> str:
+        return (f"{self.spares} spare(s) of {self.declared} declared, {self.requested} node(s) asked for, "
+                f"{self.waiting} remediation(s) waiting for a spare")
 
 
 @dataclass(frozen=True)
@@ -202,6 +222,7 @@ class Remediation:
     was_spare: bool = False
     retries: int = 0
     slurm_nodes: tuple[str, ...] = ()  # the faulted node's Slurm nodes, seen when containment began
+    job_nodes: tuple[str, ...] = ()  # every Slurm node the jobs ran on when they were signalled (for `why`)
     kept_drains: tuple[str, ...] = ()  # of those, the ones a person had drained: never touched
     held_message: str = ""  # why admission holds it (the gate's message)
     held_reason: str = ""  # the gate's reason (TooManyUnhealthy | MaxConcurrent)
@@ -254,6 +275,7 @@ def remediation_name(node: str, fault: Fault) -> str:
 class JobView:
     job_id: int
     state: str
+    nodes: tuple[str, ...] = ()  # every Slurm node of its allocation (the faulted one and the others)
 
 
 @dataclass(frozen=True)
@@ -272,7 +294,7 @@ class Admission:
     """What admission weighs, counted across the fleet (`decide.admission_facts`)."""
 
     pool_size: int
-    unhealthy: frozenset[str]  # nodes of the pool faulted or remediated within the window
+    unhealthy: frozenset[str]  # nodes of the pool out for a fault now (admission.unhealthy_now)
     in_flight: int  # admitted remediations, all pools (Evicting, Replacing, Resuming)
     attempts: int  # earlier remediations of this node within the attempts window
     storm_paged: bool = False  # a live remediation of the pool has sent the storm page already
@@ -325,6 +347,8 @@ class StepFacts:
     replacement_pods: tuple[PodView, ...] = ()  # pods on the replacement now (borrowers to take back)
     replacement_slurm: tuple[str, ...] = ()  # Slurm nodes whose pods run on the replacement now
     can_refill: bool = True  # the provider has room for one more node (e.g. below the group's MaxSize)
+    refusal: str = ""  # the provider's words when it has no room
+    stock: Stock | None = None  # the pool's spares against its declaration (None: not weighed)
     checkpoints: tuple[tuple[int, datetime], ...] = ()  # jobs another remediation signalled, and its grace deadline
     slurm_pods: tuple[PodView, ...] = ()  # the pods of the remediation's Slurm nodes, wherever they are
 

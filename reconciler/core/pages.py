@@ -82,17 +82,29 @@ def sources(a: Admission) -> str:
         by.setdefault(who, []).append(node)
     if not by:
         return "no reporter seen"
-    said = "; ".join(f"{who or 'an unknown writer'} on {', '.join(sorted(nodes))}" for who, nodes in sorted(by.items()))
+    said = "; ".join(f"{writer(who)} on {', '.join(sorted(nodes))}" for who, nodes in sorted(by.items()))
     single = [who for who, nodes in by.items() if len(nodes) > 1 and who not in ("", labels.MANAGER_AGENT)]
     warn = (f"; {' and '.join(sorted(single))} alone reported faults on several nodes: check they are real before "
             "returning them (a burst one writer reports could be forged)") if single else ""
     return f"reported by {said}{warn}"
 
 
+WRITERS = {labels.MANAGER_AGENT: "the node agent", labels.MANAGER_INJECT_FAULT: "a person (gpufleet inject-fault)",
+           labels.MANAGER_RECONCILER: "the reconciler"}
+
+
+def writer(manager: str) -> str:
+    """A field manager in words: gpufleet's own by what they are, another detector by its name."""
+    if not manager:
+        return "an unknown writer"
+    return f"{WRITERS[manager]} ({manager})" if manager in WRITERS else manager
+
+
 def storm(message: str, pool: str) -> str:
     return (f"{message}. Action needed: look for what the faults of pool {pool} share (a driver or firmware "
             "roll-out, a rack, a switch, the power); the held nodes are replaced once the pool's unhealthy "
-            "fraction falls back under healing.max_unhealthy_fraction within the window "
+            "fraction (nodes out for a fault now: contained, replaced, or quarantined and not yet repaired) falls back "
+            "under healing.max_unhealthy_fraction "
             f"(`kubectl get rem -l gpufleet.io/pool={pool}` lists them).")
 
 

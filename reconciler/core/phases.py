@@ -7,7 +7,9 @@
         │                                              │        ├──► OptedOut (a person decides)
         │                                              │        └──► Escalated (attempt cap: quarantined, paged)
         │                                                            WaitingForSpare ◄─┘   └──── Resuming ──► Replacing
-        │                                                                (the replacement broke: another spare)
+        │                                                   (the replacement broke, or the scheduler gave it to another
+        │                                                    Slurm node: another spare; a waiting remediation whose Slurm
+        │                                                    node landed on a healthy node takes that one: Replacing ──► Resuming)
         └──► (a fault on a spare) Replacing: quarantine it and refill
     Any non-terminal phase ──► Failed, with the reason.
 

@@ -13,6 +13,10 @@ as the pool allows and no longer than the pool's timeout for it:
            ▼                       ▼
                       retired (quarantined for the vendor, paged; the provider replaces it)
 
+A check that gives no verdict (its Job outlived its deadline, or its pod ended without a report) is
+inconclusive, not failed: it runs once more on a fresh pod, and a second one without a verdict is a failed
+check. A check that could not prove the node (a required tool not in its image) stops the repair for a person.
+
 A fault that asks for a person (`contact-support`: NVIDIA's CONTACT_SUPPORT, its unused codes,
 CHECK_MECHANICALS, UPDATE_SWFW, and the escalation rules of fleetspec/faults/escalation.py) is neither
 repaired nor retired: the node stays quarantined (the provider keeps the machine, whatever `on_fault`
@@ -44,8 +48,9 @@ from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
 from reconciler.core import pages
 from reconciler.core.actions import Action, Notify, ReturnToSpares
+from reconciler.core import refills
 from reconciler.core.drains import drained_by_person, set_by
-from reconciler.core.model import NodeView, PodView, Remediation, SlurmNodeView, Step
+from reconciler.core.model import NodeView, PodView, Refill, RefillState, Remediation, SlurmNodeView, Step
 from reconciler.core.observe import opted_out_views
 from reconciler.core.phases import Phase
 from reconciler.core.repair_actions import (
@@ -53,7 +58,9 @@ from reconciler.core.repair_actions import (
 )
 from reconciler.core.repair_phases import UNDER_WAY, Repair, RepairEvent, RepairPhase, begin
 from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.core.validation import MISSING, PASSED, SLACK, Verdict, job_name, passed_record
+from reconciler.core.validation import (
+    INCONCLUSIVE, MISSING, PASSED, SLACK, UNPROVEN, UNPROVEN_HELP, Verdict, job_name, passed_record,
+)
 
 RECHECK = 5.0  # seconds between looks while a step is under way (the node's and its pods' changes wake it sooner)
 RECHECK_STOPPED = 30.0
@@ -204,7 +211,7 @@ def faults_in_window(r: Remediation, history: tuple[Remediation, ...], spec: Fle
 
 
 def relapse(r: Remediation, facts: RepairFacts, spec: FleetSpec) -> tuple[str, str] | None:
-    """(the rung that fixed it last time, why) when the node faulted within `min_healthy_seconds` of serving
+    """(the rung that fixed it last time, why: the event's message, which `relapsed` heads) when the node faulted within `min_healthy_seconds` of serving
     again after its last repair; None otherwise."""
     earlier = [x for x in facts.history if x.name != r.name and x.created < r.created and x.repair is not None
                and x.repair.phase is RepairPhase.RETURNED and x.repair.ended is not None]
@@ -217,7 +224,7 @@ def relapse(r: Remediation, facts: RepairFacts, spec: FleetSpec) -> tuple[str, s
     if lasted >= spec.healing.repair.min_healthy_seconds:
         return None
     rung = prev.repair.rungs[-1] if prev.repair.rungs else ""
-    return rung, (f"relapsed: {prev.name}'s repair ({rung or 'a health check'}) held {lasted:.0f}s after the node "
+    return rung, (f"{prev.name}'s repair ({rung or 'a health check'}) held {lasted:.0f}s after the node "
                   f"served again (min_healthy_seconds {spec.healing.repair.min_healthy_seconds}): it counts "
                   "against the node")
 
@@ -304,7 +311,8 @@ def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, s
     floor, why = need, f"{describe(r.xid, r.kind)} needs {need}"
     back = relapse(r, facts, spec)
     if back is not None:
-        rung, why = back
+        rung, held = back
+        why = f"relapsed: {held}"
         floor = _above(rung) if rung in RUNGS else floor
     step = _first_step(r, node, spec, now, floor, why, stop, facts)
     if back is None or step.remediation is None or step.remediation.repair is None:
@@ -312,7 +320,7 @@ def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, s
     rep = step.remediation.repair  # the relapse heads the new repair's history (and counts in the metrics)
     if any(e.outcome == "relapsed" for e in rep.history):
         return step  # noted when it began to wait
-    rep = replace(rep, history=(RepairEvent("relapse", "relapsed", now, why),) + rep.history)
+    rep = replace(rep, history=(RepairEvent("relapse", "relapsed", now, back[1]),) + rep.history)
     return replace(step, remediation=replace(step.remediation, repair=rep))
 
 
@@ -411,7 +419,9 @@ def _repairing(r: Remediation, rep: Repair, node: NodeView, facts: RepairFacts, 
         return _climb(r, rep, node, spec, now, f"GPU reset failed: {result.message}")
     rebooted = rep.step == REBOOT and node.boot_id != rep.boot and node.ready
     if rebooted:
-        return _begin_check(r, rep, node, spec, now, f"rebooted (boot id {rep.boot[:8] or '?'} -> {node.boot_id[:8]})")
+        was = f"boot id {rep.boot[:8]} -> {node.boot_id[:8]}" if rep.boot else \
+            f"boot id now {node.boot_id[:8]}; the node reported none before the reboot"
+        return _begin_check(r, rep, node, spec, now, f"rebooted ({was})")
     if rep.step == REBOOT and result is not None and not result.ok:
         return _climb(r, rep, node, spec, now, f"reboot failed: {result.message}")
     timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))  # the node's type's
@@ -450,12 +460,34 @@ def _validating(r: Remediation, rep: Repair, node: NodeView, facts: RepairFacts,
         return back_to_spares(r, rep, node, now, f"passed its health check ({rep.job}): {v.message}".rstrip(": "))
     if v.state == "failed":
         return _climb(r, rep, node, spec, now, f"failed its health check ({rep.job}): {v.message}", v.action)
-    if rep.deadline is not None and now >= rep.deadline:
-        return _climb(r, rep, node, spec, now, f"health check {rep.job} gave no verdict within "
-                      f"{spec.healing.repair.health_check.timeout_seconds}s")
+    if v.state == UNPROVEN:
+        return stopped_by_error(r, now, f"health check {rep.job} could not prove {r.node} healthy: {v.message}. "
+                                f"{UNPROVEN_HELP}")
+    if v.state == INCONCLUSIVE or (rep.deadline is not None and now >= rep.deadline):
+        why = v.message if v.state == INCONCLUSIVE else \
+            f"no verdict within {spec.healing.repair.health_check.timeout_seconds}s"
+        return _inconclusive(r, rep, node, spec, now, f"health check {rep.job} gave no verdict ({why})")
     if v.state == MISSING:
         return Step((StartHealthCheck(r.node, r.pool, rep.job),), recheck_after=RECHECK)  # noted, not made (a crash)
     return Step(recheck_after=RECHECK)
+
+
+def _inconclusive(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: datetime, why: str) -> Step:
+    """A check that gave no verdict (it outlived its deadline, or its pod ended without writing one) says
+    nothing about the node: the check may have hung, not the GPU. It runs once more, on a fresh pod (a Job of
+    a new name); a second check in a row without a verdict is a failed check, and the ladder goes on."""
+    last = rep.history[-1] if rep.history else None
+    if last is not None and (last.step, last.outcome) == ("validate", INCONCLUSIVE):
+        return _climb(r, rep, node, spec, now, f"{why}, the second check in a row without one (the first: "
+                      f"{last.message})")
+    attempt = rep.attempt + 1
+    job = job_name(r.node, f"{r.name}/{attempt}")
+    timeout = spec.healing.repair.health_check.timeout_seconds
+    new = replace(rep, attempt=attempt, job=job, deadline=now + timedelta(seconds=timeout) + SLACK,
+                  reason=f"{why}: checked again")
+    return Step((NodeEvent(r.node, "HealthCheckInconclusive", f"{why}: checked again once, by {job}", "Warning"),
+                 StartHealthCheck(r.node, r.pool, job)),
+                replace(r, repair=new.noted(RepairEvent("validate", INCONCLUSIVE, now, why))), recheck_after=RECHECK)
 
 
 def _climb(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: datetime, why: str,
@@ -558,14 +590,20 @@ def back_to_spares(r: Remediation, rep: Repair | None, node: NodeView, now: date
 
 
 def retire(r: Remediation, rep: Repair | None, now: datetime, why: str, by: str = "") -> Step:
-    """Out for good: the provider retires it (and asks for a node when nothing replaced it yet), a page."""
-    refilled = any(i.startswith("capacity:") for i in r.intents)
+    """Out for good: the provider retires it (and asks for a node when nothing replaced it yet: no refill was
+    asked, or the one asked failed), a page. The request is the record's refill from then on, so it is
+    settled, read and asked again like any other (`refills.py`)."""
+    key = f"{r.name}/retire"
+    ask = refills.needs_refill_on_retire(r) and not (r.refill is not None and r.refill.key == key)
     moved = rep.moved(RepairPhase.RETIRED, now, reason=why, step="") if rep else \
         begin(RepairPhase.RETIRED, now, reason=why)
     moved = moved.noted(RepairEvent("retire", "ok", now, why))
     history = "; ".join(f"{e.step} {e.outcome}" for e in moved.history if e.step != "retire")
+    if ask:
+        attempt = r.refill.attempt + 1 if r.refill is not None else 1
+        r = replace(r, refill=Refill(key, RefillState.REQUESTED, now, f"{r.node} retired", attempt))
     actions: tuple[Action, ...] = (
-        Retire(r.node, r.pool, why, None if refilled else f"{r.name}/retire"),
+        Retire(r.node, r.pool, why, key if ask else None),
         NodeEvent(r.node, "NodeRetired", f"{r.node} retired: {why}", "Warning"),
     )
     if not by:

@@ -14,7 +14,7 @@
     executor.py         the only code that acts; every action fenced by the Lease, nothing in a dry run
     alerts.py           metrics, gauges and log lines for gates and phase moves
     timers.py           timed runnables: a periodic pass with a loop of its own
-    membership_pass.py  pool membership, a timed runnable
+    membership_pass.py  pool membership and spares at their count, a timed runnable
     lending_pass.py     lending and its ledger, a timed runnable
     retention_pass.py   deleting finished remediations, a timed runnable
     leader.py           leader election on a Lease, with fencing

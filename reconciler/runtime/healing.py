@@ -99,20 +99,28 @@ class Healing:
         return [r for r in records if isinstance(r, Remediation) and r.pool in pools]  # others are not this fleet's
 
     def _settle_refills(self, records: list[Remediation]) -> tuple[bool, float | None]:
-        """Record what became of each outstanding refill that was answered or is due: whether a record was
-        written, and seconds until the next deadline of those still outstanding (None: none is)."""
+        """Record what became of each outstanding refill (answered, refused by the provider, or due) and ask
+        again for each failed one whose time came: whether a record was written, and seconds until the next
+        look at those still open (None: none is)."""
         soonest: float | None = None
         wrote = False
         for r in records:
-            if not refills.outstanding(r):
+            if not (refills.outstanding(r) or refills.to_retry(r)):
+                continue
+            now = self.clock()
+            retry = refills.to_retry(r)
+            if retry and refills.due(r, self.spec) > now:
+                soonest = _sooner(soonest, refills.next_look(r, self.spec, now))
                 continue
             answered = {n.fulfils for n in self.caches.nodes.by_index("pool", r.pool) if n.fulfils}
-            now = self.clock()
-            step = refills.settle(r, answered, self.spec, now)
+            if retry:  # asked again only while the pool lacks a node, and the provider has room
+                refusal = self.facts.refusal(r.pool)
+                step = refills.settle(r, answered, self.spec, now, stock_now=self.facts.stock(r),
+                                      can_refill=not refusal, refusal=refusal)
+            else:
+                step = refills.settle(r, answered, self.spec, now, refusals=self._refusals(r))
             if step is None:
-                due = refills.due(r, self.spec)
-                if due is not None:
-                    soonest = _sooner(soonest, max(0.0, (due - now).total_seconds()))
+                soonest = _sooner(soonest, refills.next_look(r, self.spec, now))
                 continue
             once = [a for a in step.actions if a.once]
             for a in step.actions:
@@ -120,7 +128,20 @@ class Healing:
                     self.executor.run(a, r)
             self._flush(replace(step.remediation, revision=r.revision), True, once)
             wrote = True
+            soonest = _sooner(soonest, refills.next_look(step.remediation, self.spec, now))
         return wrote, soonest
+
+    def _refusals(self, r: Remediation) -> dict[str, str]:
+        """The provider's no to `r`'s outstanding request (kubernetes-spares: the cluster autoscaler's Event
+        on the placeholder), read at each look."""
+        read = getattr(self.facts.providers.get(r.pool), "capacity_refusals", None)
+        if read is None or r.refill is None:
+            return {}
+        try:
+            return read(r.pool, [refills.request_name(r.pool, r.refill.key)])
+        except TemporaryError as e:
+            log.warning("capacity answers of pool %s unreadable now: %s", r.pool, e)
+            return {}
 
     def _detect(self, node: str, remediations: list[Remediation]) -> float | None:
         view = self.caches.nodes.get(node)

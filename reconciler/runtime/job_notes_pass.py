@@ -110,7 +110,8 @@ class JobNotesPass:
             self._settled.add((r.name, jid))
             return
         if seen is not None and job_notes.writable(seen):
-            lines = job_notes.lines_for(r, seen)
+            peers = [p for p in self.caches.remediations_in({x.name for x in self.spec.pools}) if jid in p.jobs]
+            lines = job_notes.lines_for(r, seen, peers)
             text = job_notes.appended(seen.admin_comment, lines)
             if text is not None:
                 self.executor.run(NoteJob(jid, text), r)

@@ -79,7 +79,7 @@ class Manager:
         self.healing = Healing(spec, self.caches, self.facts, self.claims, self.executor, self.alerts, self.metrics,
                                self.queue, clock, repairs=self.repairs)
         self.passes: dict[str, Callable[[], float]] = {
-            "membership": MembershipPass(spec, self.caches, providers, self.executor, self.metrics),
+            "membership": MembershipPass(spec, self.caches, providers, self.executor, self.metrics, self.claims),
             "lending": LendingPass(spec, self.caches, self.facts, self.claims, self.executor, kube, self.metrics,
                                    notifier.namespace, clock, monotonic),
             "retention": RetentionPass(spec, self.caches, self.executor, clock),

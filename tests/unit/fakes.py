@@ -13,7 +13,7 @@ from fleetspec.placement import node_labels, node_taints, worker_selector
 from reconciler.adapters.records import MemoryRemediationStore
 from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
 from reconciler.core.membership import MembershipFacts
-from reconciler.core.validation import Verdict
+from reconciler.core.validation import Verdict, read_report
 from reconciler.errors import TemporaryError
 from reconciler.runtime.manager import Manager
 
@@ -283,6 +283,11 @@ class Provider:
     def withdraw_capacity_request(self, pool, key):
         self.calls.append(("withdraw", key))
 
+    def give_back(self, node, why):
+        """What kubernetes-spares does: role surplus, the spare taint kept."""
+        self.calls.append(("give-back", node))
+        self.kube.nodes[node]["metadata"]["labels"][labels.ROLE] = labels.ROLE_SURPLUS
+
     def membership_facts(self):
         return MembershipFacts()
 
@@ -360,19 +365,30 @@ class FakeChecks:
         self.nodes, self.clock, self.seconds = nodes, clock, seconds
         self.jobs: dict[str, tuple[str, datetime]] = {}
         self.started: list[str] = []  # every create asked for (a second create of a name finds it made)
+        self.reports: dict[str, "HealthReport"] = {}  # node -> the real check's report while it is not healthy
+        self.hang: dict[str, int] = {}  # node -> how many of its next checks hang (run on, never answer)
+        self.hanging: set[str] = set()
 
     def start(self, node, pool, name):
         self.started.append(name)
+        if name not in self.jobs and self.hang.get(node, 0) > 0:
+            self.hang[node] -= 1
+            self.hanging.add(name)
         self.jobs.setdefault(name, (node, self.clock.now))
 
     def verdict(self, name):
         if name not in self.jobs:
             return Verdict("missing")
+        if name in self.hanging:
+            return Verdict("running")
         node, at = self.jobs[name]
         if (self.clock.now - at).total_seconds() < self.seconds:
             return Verdict("running")
         if self.nodes.healthy(node):
             return Verdict("passed", "nvidia-smi: pass")
+        if node in self.reports:  # what the real check wrote, read as the adapter reads it
+            report = self.reports[node]
+            return read_report(report.dumps(), report.passed)
         needs = {FakeNodes.RESET_FIXES: "reset-gpu", FakeNodes.REBOOT_FIXES: "reboot"}.get(
             self.nodes.state.get(node), "replace")
         return Verdict("failed", f"nvidia-smi: fail (remapping pending on 0000:3b:00.0)", needs)

@@ -19,6 +19,7 @@ from reconciler.core.model import (
 )
 from reconciler.core.observe import node_view
 from reconciler.core.phases import InvalidTransition, Phase, check_transition
+from reconciler.core.repair_phases import RepairPhase, begin
 from tests.unit.fakes import PROVEN
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -168,12 +169,13 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
     assert [a.kind for a in plan_step(noted, StepFacts(), s, now).actions] == ["Cordon"]
     r = st.remediation
 
-    jobs = (JobView(41, "RUNNING"), JobView(42, "PENDING"), JobView(43, "COMPLETING"))
+    jobs = (JobView(41, "RUNNING", ("gpu-3", "gpu-4")), JobView(42, "PENDING"), JobView(43, "COMPLETING", ("gpu-3",)))
     st = plan_step(r, StepFacts(slurm=(slurm("gpu-3", "MIXED"),), jobs_on_node=jobs), s, now)
     assert st.actions == (DrainSlurm("gpu-3", st.actions[0].reason), SignalJobs((41,), "TERM"))
     assert st.actions[0].reason.startswith("gpufleet: XID 79") and r.name in st.actions[0].reason
     r = st.remediation
     assert r.phase is Phase.CHECKPOINTING and r.jobs == (41, 43) and r.grace_deadline == now + timedelta(seconds=120)
+    assert r.job_nodes == ("gpu-3", "gpu-4")  # every node of its jobs, for `gpufleet why` once they are requeued
 
     st = plan_step(r, StepFacts(jobs_on_node=(JobView(41, "RUNNING"),)), s, now + timedelta(seconds=5))
     assert st.remediation is None and st.actions == () and st.recheck_after == 1.0
@@ -387,16 +389,45 @@ def test_attempt_cap_escalates_after_containment_and_pages():
     assert [a.kind for a in st.actions] == ["Quarantine", "Notify"] and st.actions[1].severity == "critical"
 
 
-def test_admission_counts_the_window_not_only_live_records_and_never_opted_out_nodes():
+def test_admission_counts_nodes_unhealthy_now_never_opted_out_nodes():
+    """Cluster API's maxUnhealthy counts the machines unhealthy now: a finished heal whose node is still out
+    (quarantined, its repair under way) counts; a node repaired and returned, or retired, does not."""
     s = spec()
-    pool = [node("h100-0", xid=79), node("h100-1"), node("h100-2", xid=79)]
+    pool = [node("h100-0", xid=79), node("h100-1", role=labels.ROLE_QUARANTINED), node("h100-2", xid=79),
+            node("h100-3"), node("h100-4", role=labels.ROLE_RETIRED)]
     done = rec(node("h100-1", xid=48), Phase.SUCCEEDED, created=T0 - timedelta(minutes=5))
     out = rec(node("h100-2", xid=79), Phase.OPTED_OUT)
     old = rec(node("h100-3", xid=79), Phase.SUCCEEDED, created=T0 - timedelta(hours=2))
+    retired = rec(node("h100-4", xid=79), Phase.SUCCEEDED, created=T0 - timedelta(minutes=1))
     me = rec(node("h100-0", xid=79), Phase.REQUEUED)
-    a = admission_facts(me, pool, [done, out, old, me], s, T0)
-    assert a.unhealthy == {"h100-0", "h100-1"}  # the finished one within the window counts; opted out does not
+    a = admission_facts(me, pool, [done, out, old, retired, me], s, T0)
+    assert a.unhealthy == {"h100-0", "h100-1"}  # still out counts; back in service, retired, opted out do not
     assert a.in_flight == 0 and a.attempts == 0
+
+
+def test_the_brake_does_not_count_a_node_healed_repaired_and_returned_minutes_ago():
+    """A 2-node pool, brake at 50 %: h100-1 faulted, was healed on a spare, repaired and returned to the spares
+    four minutes ago; a fault on h100-0 now is one unhealthy node of two, not a storm, and is replaced."""
+    s = spec(max_unhealthy_fraction=0.5)
+    s = s.model_copy(update={"pools": [s.pools[0].model_copy(update={"nodes": 2, "spares": 1})] + s.pools[1:]})
+    earlier = T0 - timedelta(minutes=6)
+    returned = replace(rec(node("h100-1", xid=79, since=earlier), Phase.SUCCEEDED, created=earlier),
+                       replacement="h100-spare-0",
+                       repair=begin(RepairPhase.RETURNED, T0 - timedelta(minutes=4)))
+    pool = [node("h100-0", xid=79), node("h100-1", role=labels.ROLE_SPARE, ready=True),
+            node("h100-spare-0", ready=True)]
+    me = rec(node("h100-0", xid=79), Phase.REQUEUED)
+    a = admission_facts(me, pool, [returned, me], s, T0)
+    assert a.unhealthy == {"h100-0"} and a.pool_size == 2
+    st = plan_step(me, StepFacts(admission=a), s, T0)
+    assert st.remediation.phase is Phase.EVICTING and st.gate is None
+    # the same node still quarantined (its repair not over) is unhealthy now: 2 of 2 is a storm, and says so
+    still = [node("h100-0", xid=79), node("h100-1", role=labels.ROLE_QUARANTINED), node("h100-spare-0", ready=True)]
+    a = admission_facts(me, still, [replace(returned, repair=None), me], s, T0)
+    st = plan_step(me, StepFacts(admission=a), s, T0)
+    assert st.remediation.phase is Phase.HELD and st.gate.reason == "TooManyUnhealthy"
+    assert st.gate.message.startswith("2 of 2 nodes in pool h100 unhealthy now (> 50%; unhealthy: out for a fault "
+                                      "and not healthy again; 2: the active nodes the pool declares, its spares not counted)")
 
 
 def test_waiting_for_a_spare_holds_no_slot():
@@ -437,7 +468,7 @@ def test_no_room_to_refill_promotes_asks_for_nothing_and_says_the_refill_failed(
     r = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
     st = plan_step(r, StepFacts(can_refill=False), spec(), T0)
     assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "SettleRefill", "Notify"]
-    assert st.actions[2].outcome == "Failed" and st.actions[3].event == "refill-blocked"
+    assert st.actions[2].outcome == "Failed" and st.actions[3].event == "refill-failed"
     assert "Action needed: add capacity to pool h100" in st.actions[3].text
     assert st.remediation.refill.state == "Failed" and "no room" in st.remediation.refill.message
 
@@ -650,12 +681,13 @@ def test_a_spare_that_broke_standing_in_is_counted_once_by_the_brake_and_replace
 # --- success only when the Slurm nodes the remediation moved are back (issue 23) ------------------------
 
 def test_a_heal_is_not_a_success_while_its_own_slurm_nodes_pod_can_be_placed_nowhere():
-    """Another Slurm node's pod landed on the replacement and takes jobs; the remediation's own waits
-    Pending with nowhere to go. Not Succeeded: the record says why at once, and the timeout fails it with that."""
+    """The replacement is ready, the remediation's own Slurm node waits Pending with nowhere to go. Not
+    Succeeded: the record says why at once, and the timeout fails it with that. (Another Slurm node's pod on the
+    replacement instead: the spare is given up and another taken, see the two-heals tests below.)"""
     r = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-3",))
     why = "0/12 nodes are available: 11 node(s) had untolerated taint {gpufleet.io/spare: true}, 1 node(s) were unschedulable."
-    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-9",),
-                      slurm=(slurm("gpu-9"),), slurm_pods=(nodeset_pod("gpu-3", unschedulable=why),))
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=(),
+                      slurm=(), slurm_pods=(nodeset_pod("gpu-3", unschedulable=why),))
     st = plan_step(r, facts, spec(), T0)
     assert st.remediation.phase is Phase.RESUMING and not any(a.kind == "ReleaseJobs" for a in st.actions)
     assert st.remediation.waiting == f"Slurm node gpu-3: pod slurm/slurm-worker-gpu-3 cannot be scheduled: {why}"
@@ -681,6 +713,55 @@ def test_a_slurm_node_still_on_a_broken_replacement_is_not_resumed_there():
     assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation is None
     moved = replace(on_broken, replacement_slurm=("gpu-3",), slurm_pods=(nodeset_pod("gpu-3", "h100-spare-1"),))
     assert plan_step(r, moved, spec(), T0).actions == (ResumeSlurm("gpu-3"),)
+
+
+# --- two heals, one spare: the scheduler decides which Slurm node the promoted spare takes ----------------
+
+WHY_PENDING = "0/4 nodes are available: 1 node(s) had untolerated taint {gpufleet.io/quarantined: true}, 3 node(s) didn't match pod anti-affinity rules."
+
+
+def test_a_spare_the_scheduler_gave_to_another_slurm_node_is_given_up_and_counted_by_that_ones_heal():
+    """h100-0 and h100-1 (Slurm nodes gpu-0, gpu-1) fault together; one spare. h100-0's remediation promoted
+    h100-spare-0, h100-1's waits for a spare; the scheduler put gpu-1 on h100-spare-0 and gpu-0 can go nowhere.
+    Neither waits on the other: h100-0's gives the spare up (the record says why) and waits for another,
+    h100-1's counts it as its replacement, quarantines its node (for its repair) and succeeds."""
+    s = spec()
+    a = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-0",))
+    b = replace(rec(node("h100-1", xid=79), Phase.WAITING_FOR_SPARE), slurm_nodes=("gpu-1",))
+    promoted = node("h100-spare-0", ready=True)  # promoted: active, untainted
+    pods = (nodeset_pod("gpu-0", unschedulable=WHY_PENDING), nodeset_pod("gpu-1", "h100-spare-0"))
+    on_spare = StepFacts(replacement=promoted, replacement_slurm=("gpu-1",), slurm=(slurm("gpu-1"),), slurm_pods=pods)
+    st = plan_step(a, on_spare, s, T0)
+    assert st.remediation.phase is Phase.REPLACING and st.remediation.replacement is None and not st.carry
+    assert "h100-spare-0 took Slurm node(s) gpu-1 instead of gpu-0" in st.remediation.reason
+    assert st.remediation.failed_replacements == ()  # the spare did not break
+    pool = (node("h100-0", xid=79, unschedulable=True), node("h100-1", xid=79, unschedulable=True), promoted)
+    nothing_free = StepFacts(pool_nodes=pool, claimed=frozenset({"h100-spare-0"}), slurm_pods=pods)
+    st = plan_step(st.remediation, nothing_free, s, T0)
+    assert st.remediation.phase is Phase.WAITING_FOR_SPARE and st.remediation.replacement is None
+    # h100-1's remediation: its Slurm node runs on a healthy node of the pool: that node is its replacement
+    st = plan_step(b, nothing_free, s, T0)
+    assert st.remediation.phase is Phase.REPLACING and st.carry
+    st = plan_step(st.remediation, nothing_free, s, T0)
+    assert st.remediation.phase is Phase.RESUMING and st.remediation.replacement == "h100-spare-0"
+    assert st.actions == (Quarantine("h100-1", 79, "h100", True),) and "came back on h100-spare-0" in st.remediation.reason
+    assert not any(isinstance(x, (PromoteSpare, RequestCapacity)) for x in st.actions)
+    st = plan_step(st.remediation, on_spare, s, T0)
+    assert st.remediation.phase is Phase.SUCCEEDED
+
+
+def test_a_slurm_node_still_on_its_faulted_node_or_a_pod_merely_pending_changes_no_spare():
+    """Nothing is given up or adopted on a guess: a pod still on the faulted node is not back; a replacement whose
+    own Slurm node's pod is not placed yet (no word from the scheduler) is waited on."""
+    s = spec()
+    b = replace(rec(node("h100-1", xid=79), Phase.WAITING_FOR_SPARE), slurm_nodes=("gpu-1",))
+    pool = (node("h100-1", xid=79, unschedulable=True), node("h100-spare-0", ready=True))
+    assert plan_step(b, StepFacts(pool_nodes=pool, slurm_pods=(nodeset_pod("gpu-1", "h100-1"),)), s, T0).remediation is None
+    a = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-0",))
+    pending = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-1",),
+                        slurm=(slurm("gpu-1"),), slurm_pods=(nodeset_pod("gpu-0"),))
+    st = plan_step(a, pending, s, T0)
+    assert st.remediation is None or st.remediation.phase is Phase.RESUMING
 
 
 # --- who reported the faults (issue 24): a burst one writer could forge is contained, and named -----------
@@ -739,9 +820,12 @@ def test_a_storm_one_writer_reported_is_still_contained_and_the_record_and_page_
 def test_a_storm_each_nodes_own_agent_reported_names_them_without_the_warning():
     r, a, st = _storm_of(lambda i: labels.MANAGER_AGENT if i < 3 else "node-problem-detector")
     (page,) = [x for x in st.actions if x.kind == "Notify"]
-    assert (f"reported by {labels.MANAGER_AGENT} on h100-0, h100-1, h100-2; node-problem-detector on h100-3"
-            in page.text)
+    assert (f"reported by the node agent ({labels.MANAGER_AGENT}) on h100-0, h100-1, h100-2; node-problem-detector on "
+            "h100-3" in page.text)
     assert "alone reported" not in page.text
     _, _, unknown = _storm_of(lambda i: "")
     assert "reported by an unknown writer on h100-0, h100-1, h100-2, h100-3" in unknown.remediation.held_message
     assert "alone reported" not in unknown.remediation.held_message  # unknown is not one writer
+    _, _, drill = _storm_of(lambda i: labels.MANAGER_INJECT_FAULT)
+    assert f"reported by a person (gpufleet inject-fault) ({labels.MANAGER_INJECT_FAULT}) on h100-0" in \
+        drill.remediation.held_message

@@ -2,6 +2,7 @@
 at least once, never twice, and never in the way of a heal."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -231,6 +232,36 @@ def test_owner_routes_match_the_user_or_the_account(users, accounts, user, accou
 
     t = WebhookTarget(type="webhook", name="r", url_secret="x", job_owners={"users": users, "accounts": accounts})
     assert (job_notes.owner_routes([t], JobSeen(7, "RUNNING", user=user, account=account)) == ("r",)) is told
+
+
+def test_two_remediations_of_one_job_tell_its_requeue_hold_and_restart_once():
+    first = remediation(*HEALED[:3], (Phase.HELD, 62))
+    second = Remediation("h100-4-xid79-1", "h100-4", "h100", 79, "off the bus", Phase.DETECTED, T0 + 1 * S,
+                         phase_times=(("Detected", T0 + 1 * S),), jobs=(7,))
+    for phase, at in ((Phase.SLURM_DRAINING, 1), (Phase.CHECKPOINTING, 2), (Phase.REQUEUED, 61), (Phase.HELD, 63)):
+        second = second.moved(phase, T0 + at * S, jobs=(7,))
+    waiting = JobSeen(7, "PENDING")
+    text = ""
+    for r in (first, second):
+        text = appended(text, lines_for(r, waiting, [first, second])) or text
+    assert text.count(": requeued: ") == 1 and text.count(": held ") == 1
+    back = JobSeen(7, "RUNNING", ("h100-w9", "h100-w10"), T0 + 90 * S)
+    both = lines_for(first, back, [first, second]) + lines_for(second, back, [second, first])
+    assert sum("running again" in line for line in both) == 1
+    assert "remediation h100-3-xid79-1; 90 s after the fault" in next(x for x in both if "running again" in x)
+    # a later requeue of the same job (after it ran again) is a new event, told again
+    later = replace(second, phase_times=second.phase_times[:1] + (("Requeued", T0 + 95 * S),))
+    assert any(": requeued: " in x for x in lines_for(later, back, [first, later]))
+
+
+def test_the_pass_writes_one_requeue_line_for_a_job_two_remediations_requeued():
+    w = job_world(grace_period_seconds=5)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w3", "h100-w4"))
+    w.fault("h100-3")
+    w.fault("h100-4")
+    w.run(seconds=20)
+    assert {w.remediation("h100-3").jobs, w.remediation("h100-4").jobs} == {(7,)}
+    assert w.slurm.comments[7].count(": requeued: ") == 1
 
 
 # --- a fault that leaves its node in service still reaches the job on that GPU ------------------------------

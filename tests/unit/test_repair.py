@@ -22,6 +22,8 @@ from reconciler.core.repair import RepairFacts, plan_repair
 from reconciler.core.repair_actions import RequestRepair, Retire
 from reconciler.core.observe import node_view
 from reconciler.core.repair_phases import RepairPhase, begin
+from localenv.gpu_hardware_standin import HEALTHY, LOW_BANDWIDTH, NVLINK_DOWN
+from localenv.gpu_hardware_standin import report as standin_report
 from tests.unit.fakes import T0, FakeNodes, World, fleet, pool_node
 
 
@@ -122,6 +124,88 @@ def test_a_node_nothing_fixes_climbs_the_ladder_and_is_retired_with_its_history_
     assert w.notifier.sent.count("retired") == 1 and len(w.hardware.reboots) == 1
 
 
+def hung_check_world(hangs: int) -> World:
+    w = world(repair={"health_check": {"timeout_seconds": 60}})
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    w.checks.hang["h100-0"] = hangs
+    w.fault("h100-0", xid=79)
+    w.run(seconds=600, step=5)
+    return w
+
+
+def test_a_hung_health_check_is_inconclusive_and_runs_again_once_on_a_fresh_pod():
+    """The check hung, not the GPU: its Job outlived its deadline with no verdict. That says nothing about the
+    node; the check runs again under a new Job (a fresh pod), which passes, and the node comes back."""
+    w = hung_check_world(hangs=1)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETURNED, r.repair.reason
+    assert [(e.step, e.outcome) for e in r.repair.history] == [
+        ("reboot", "asked"), ("reboot", "ok"), ("validate", "inconclusive"), ("return", "ok")]
+    first, second = [j for j in w.checks.started if j.startswith("gpufleet-check-h100-0")][:2]
+    assert first != second and first in w.checks.hanging and second not in w.checks.hanging
+    assert "gave no verdict (no verdict within 60s)" in r.repair.history[2].message
+    assert "retired" not in w.notifier.sent and role(w, "h100-0") == labels.ROLE_SPARE
+    assert "HealthCheckInconclusive" in [c[1] for c in w.kube.calls if c[0] == "event"]
+
+
+def test_two_hung_health_checks_in_a_row_are_a_failed_check_with_that_reason():
+    w = hung_check_world(hangs=2)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETIRED
+    assert [(e.step, e.outcome) for e in r.repair.history] == [
+        ("reboot", "asked"), ("reboot", "ok"), ("validate", "inconclusive"), ("validate", "failed"), ("retire", "ok")]
+    assert "the second check in a row without one" in r.repair.reason
+    assert len({j for j in w.checks.started if j.startswith("gpufleet-check-h100-0")}) == 2
+
+
+@pytest.mark.parametrize("state, says", [
+    (NVLINK_DOWN, "nvlink: fail (GPU 3: 17 of 18 NVLinks active (inactive: [5]))"),
+    (LOW_BANDWIDTH, "bus bandwidth 142.735 GB/s on 8 GPUs, under the 350 GB/s floor of NVIDIA H100 80GB HBM3")])
+def test_a_node_whose_nvlink_is_down_or_whose_all_reduce_is_under_its_floor_fails_validation_and_never_returns(
+        state, says):
+    """The real check on the outputs of a node that stays degraded (the local stand-in's): its reboot does not
+    bring the link or the bandwidth back, its check fails each time, and it is retired, never a spare again."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.BROKEN  # nothing fixes it
+    w.checks.reports["h100-0"] = standin_report(state, 8, w.spec.healing.repair.health_check.argv())
+    w.fault("h100-0", xid=74)  # an NVLink error: a reset, then a reboot
+    w.run(seconds=400)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETIRED
+    assert ("validate", "failed") in [(e.step, e.outcome) for e in r.repair.history]
+    assert says in r.repair.reason and "nothing left to try (reset-gpu -> reboot tried)" in r.repair.reason
+    assert role(w, "h100-0") == labels.ROLE_RETIRED
+    assert "NodeReturned" not in [c[1] for c in w.kube.calls if c[0] == "event"]
+
+
+def test_a_node_its_check_cannot_prove_stops_for_a_person_with_the_image_it_needs():
+    """The check's image has no dcgmi or all_reduce_perf and the spec allows no skip: not broken, not proven. The
+    node neither returns nor climbs the ladder: its repair stops, and the page says which image to use."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.BROKEN
+    w.checks.reports["h100-0"] = standin_report(HEALTHY, 8, w.spec.healing.repair.health_check.argv(),
+                                                missing={"dcgmi", "all_reduce_perf"})
+    w.fault("h100-0", xid=79)
+    w.run(seconds=400)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.STOPPED and "could not prove h100-0 healthy" in r.repair.error
+    assert w.notifier.sent.count("repair-stopped") == 1 and "retired" not in w.notifier.sent
+    (page,) = w.notifier.texts["repair-stopped"]
+    assert "healing.repair.health_check.image" in page and "dcgmi" in page and "all_reduce_perf" in page
+    assert role(w, "h100-0") == labels.ROLE_QUARANTINED
+
+
+def test_a_node_that_reported_no_boot_id_before_its_reboot_is_told_so_not_with_a_question_mark():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    node(w, "h100-0")["status"]["nodeInfo"]["bootID"] = ""  # a node whose kubelet reported none yet
+    w.fault("h100-0", xid=79)
+    w.run(seconds=200)
+    r = w.remediation("h100-0")
+    ok = next(e for e in r.repair.history if e.step == "reboot" and e.outcome == "ok")
+    assert "boot id ?" not in ok.message and "the node reported none before the reboot" in ok.message
+
+
 def test_a_reboot_that_never_comes_back_times_out_and_retires():
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.BROKEN
@@ -171,6 +255,49 @@ def test_a_bad_spare_is_never_promoted():
     assert role(w, "h100-spare-0") in (labels.ROLE_QUARANTINED, labels.ROLE_RETIRED)
     assert "no-spare" not in w.notifier.sent  # it waited for the checks, not paged for a spare
     assert w.manager.metrics.health_checks.labels("h100", "failed")._value.get() == 1
+
+
+def test_a_spare_its_check_cannot_prove_never_serves_and_is_paged_once():
+    """A spare whose check could not run a required check: not broken (no remediation, nothing rebooted), not
+    proven: never promoted, one page with the image it needs, checked again an hour later (the image may be
+    fixed by then) without a second page."""
+    w = world()
+    for name in ("h100-spare-0", "h100-spare-1"):
+        w.kube.nodes[name] = pool_node(w.spec.pool("h100"), name, labels.ROLE_SPARE, proven=False)
+    w.hardware.state["h100-spare-0"] = FakeNodes.BROKEN  # "not healthy" to FakeChecks: its report is read
+    w.checks.reports["h100-spare-0"] = standin_report(HEALTHY, 8, w.spec.healing.repair.health_check.argv(),
+                                                      missing={"dcgmi"})
+    w.fault("h100-0")
+    w.run(seconds=60)
+    assert [c[1] for c in w.provider.calls if c[0] == "promote"] == ["h100-spare-1"]
+    check = parse_check(node(w, "h100-spare-0")["metadata"]["annotations"][labels.HEALTH_CHECK])
+    assert check.state == "unproven" and "dcgm: unproven" in check.message
+    assert not [r for r in w.store.list() if r.node == "h100-spare-0"] and role(w, "h100-spare-0") == labels.ROLE_SPARE
+    (page,) = w.notifier.texts["health-check-unproven"]
+    assert "h100-spare-0" in page and "healing.repair.health_check.image" in page
+    def checks_of_spare() -> int:
+        return len({j for j in w.checks.started if j.startswith("gpufleet-check-h100-spare-0")})
+    started = checks_of_spare()
+    w.run(seconds=3700, step=30)
+    assert checks_of_spare() == started + 1  # looked at again once in the hour, not at every pass
+    assert w.notifier.sent.count("health-check-unproven") == 1
+
+
+def test_a_spares_hung_check_runs_again_once_then_fails():
+    w = world(repair={"health_check": {"timeout_seconds": 60}})
+    w.kube.nodes["h100-spare-0"] = pool_node(w.spec.pool("h100"), "h100-spare-0", labels.ROLE_SPARE, proven=False)
+    w.checks.hang["h100-spare-0"] = 1
+    w.run(seconds=400, step=5)
+    check = parse_check(node(w, "h100-spare-0")["metadata"]["annotations"][labels.HEALTH_CHECK])
+    assert check.passed and len([j for j in w.checks.started if "h100-spare-0" in j]) == 2
+    assert "HealthCheckInconclusive" in [c[1] for c in w.kube.calls if c[0] == "event"]
+
+    w2 = world(repair={"health_check": {"timeout_seconds": 60}})
+    w2.kube.nodes["h100-spare-0"] = pool_node(w2.spec.pool("h100"), "h100-spare-0", labels.ROLE_SPARE, proven=False)
+    w2.checks.hang["h100-spare-0"] = 2
+    w2.run(seconds=400, step=5)
+    bad = w2.remediation("h100-spare-0")
+    assert bad is not None and "the second check in a row without a verdict" in bad.reason
 
 
 def test_a_spare_that_rebooted_is_checked_again_before_it_serves():
@@ -318,6 +445,8 @@ def test_a_relapse_within_min_healthy_seconds_counts_against_the_node_and_starts
     step = plan_repair(r, facts_for(r, n, [prev], [promoted]), spec, now)
     rep = step.remediation.repair
     assert rep.step == "reboot" and rep.history[0].outcome == "relapsed" and "held 1200s" in rep.history[0].message
+    assert "relapsed" not in rep.history[0].message  # the outcome says it; "relapsed: relapsed: ..." said it twice
+    assert rep.reason.startswith("relapsed: prev's repair (reset-gpu) held 1200s")
     held = Remediation(name="later", node="h100-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
                        created=promoted + timedelta(hours=2))  # held two hours: a new fault, not a relapse
     assert repair.relapse(held, facts_for(held, n, [prev], [promoted]), spec) is None
@@ -587,6 +716,7 @@ def test_a_person_marking_a_node_healthy_by_the_condition_alone_returns_it_only_
     w.run(seconds=3)
     assert role(w, "h100-3") == labels.ROLE_QUARANTINED  # its NodeSet pod (h100-w3) still runs there
     del w.kube.pods["slurm/slurm-worker-h100-w3"]
+    w.kube.nodes["h100-spare-1"]["metadata"]["labels"][labels.ROLE] = labels.ROLE_RETIRED  # room for it
     w.run(seconds=15)
     assert role(w, "h100-3") == labels.ROLE_SPARE
 
