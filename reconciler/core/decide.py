@@ -31,11 +31,11 @@ from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
     Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine,
-    ReleaseJobs, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
+    ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
 from reconciler.core import pages, refills, replacements, resume, signals
 from reconciler.core.admission import admit, evict
-from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, slurm_reason
+from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
 from reconciler.core.lending import evict_borrowers
 from reconciler.core.model import Gate, Needs, NodeView, Remediation, SlurmNodeView, Step, StepFacts, remediation_name
 from reconciler.core.observe import borrower_views, evictable_views
@@ -283,7 +283,9 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
         r, f"no spare for {node}", f"{r.name}/no-spare", facts.can_refill, now, facts.stock, facts.refusal,
         waits=True)
     return Step(
-        _once(r, Notify("no-spare", "critical", pages.no_spare(r, facts.can_refill)), *asked),
+        _once(r, Notify("no-spare", "critical", pages.no_spare(
+            r, facts.can_refill, any(isinstance(a, RequestCapacity) for a in asked),
+            spec.pool(r.pool).repair.in_place and will_repair(r, spec))), *asked),
         noted.moved(Phase.WAITING_FOR_SPARE, now), carry=True,
     )
 
@@ -400,7 +402,7 @@ def carry_person_drains(r: Remediation, kept: tuple[str, ...], slurm: dict[str, 
     drains = tuple((n, slurm[n].reason) for n in kept if n in slurm)
     if not drains:
         return ()
-    said = "; ".join(f"{n}: {reason!r}" for n, reason in drains)
+    said = "; ".join(f"{n}: {reason!r}{set_by(slurm[n])}" for n, reason in drains)
     return (CarryDrain(r.node, drains),) + _once(r, Notify(
         "person-drain-carried", "warning",
         f"{r.node} faulted while a person had drained its Slurm node(s) ({said}). The drain is carried to "

@@ -181,6 +181,8 @@ def test_reconciler_rbac_is_least_privilege():
         # without lending, a pod is deleted only in the Slurm namespace (a NodeSet pod a stale busy-pod PDB
         # keeps at the drain timeout) and the reconciler's own (its capacity placeholders)
         assert _verbs(slurm_namespace_rules(spec)) == ({} if lends else {("", "pods"): {"delete"}})
+        # events: created anywhere, listed only in its own namespace (the autoscaler's answer to a placeholder)
+        assert verbs[("", "events")] == {"create"} and _verbs(namespace_rules(spec))[("", "events")] == {"list"}
 
 
 def test_lending_adds_exactly_its_calls_to_the_reconcilers_rules():
