@@ -686,6 +686,11 @@ class RepeatRule(Strict):
     window_seconds: int = Field(86400, ge=1, le=7 * 86400)
     action: FaultAction = Field(FaultAction.DIAGNOSE, description="What such a GPU needs: diagnose (diagnostics "
                                 "asked, the node stays in service), or any other action (final, as an override).")
+    diagnose_wait_seconds: int = Field(
+        43200, ge=600, le=14 * 86400,
+        description="A node asked for diagnostics is drained in Slurm (its job runs on to its end) and checked once "
+                    "idle; if its job runs longer than this, a person is paged once and the node stays drained (a "
+                    "GPU that may be faulty takes no new job; undraining would also never let the check run).")
 
 
 class FaultsSpec(Strict):
