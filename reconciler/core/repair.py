@@ -49,6 +49,7 @@ from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 from reconciler.core import pages
 from reconciler.core.actions import Action, Notify, ReturnToSpares
 from reconciler.core import refills
+from reconciler.core.diagnosis_stages import Stage
 from reconciler.core.drains import drained_by_person, set_by
 from reconciler.core.model import NodeView, PodView, Refill, RefillState, Remediation, SlurmNodeView, Step
 from reconciler.core.observe import opted_out_views
@@ -123,10 +124,22 @@ def first_step(action: str | None) -> str:
     return action if action in (RESET_GPU, REBOOT, REPLACE) else REBOOT
 
 
+def fault_action(r: Remediation) -> FaultAction | None:
+    """The action the record's fault needs now: a diagnosis that failed says what the check (or the fault that came
+    during it) found the node needs (core/diagnosis.py); otherwise the record's own (spec.fault.action)."""
+    if r.diagnosis is not None and r.diagnosis.needs:
+        try:
+            return FaultAction(r.diagnosis.needs)
+        except ValueError:
+            return None
+    return r.action
+
+
 def fault_needs(r: Remediation) -> str:
     """What the remediation's fault needs: the action its record keeps (spec.fault.action; a record from
     before faults carried one has none, and first_step(None) is a reboot)."""
-    return first_step(r.action.value if r.action is not None else None)
+    action = fault_action(r)
+    return first_step(action.value if action is not None else None)
 
 
 def fault_gpus(r: Remediation) -> tuple[str, ...]:
@@ -164,7 +177,7 @@ def wants(r: Remediation, node: NodeView | None, spec: FleetSpec) -> bool:
 
 def held_for_a_person(r: Remediation) -> bool:
     """The fault asks for a person, not a repair: NVIDIA's CONTACT_SUPPORT and the buckets like it."""
-    return r.action is FaultAction.CONTACT_SUPPORT
+    return fault_action(r) is FaultAction.CONTACT_SUPPORT
 
 
 HISTORY_RULES = tuple(x for x in RULES if isinstance(x, RepeatRule))  # what the records can tell (no registers)
@@ -197,7 +210,9 @@ def will_repair(r: Remediation, spec: FleetSpec) -> bool:
 def counts_as_fault(x: Remediation) -> bool:
     """Whether a remediation counts toward the lemon rule: not an application fault (NVIDIA's catalogue puts
     13, 31, 43, 45, 94, ... on the application; a record from before this rule may say `replace` for a
-    repeated 13), nor a diagnostic asked."""
+    repeated 13), nor a diagnostic asked, unless the check failed."""
+    if x.diagnosis is not None:
+        return x.diagnosis.stage is Stage.FAILED  # the check found the hardware at fault (or another fault came)
     return not application(x.kind, x.xid) and x.action not in (FaultAction.RESTART_APP, FaultAction.DIAGNOSE)
 
 

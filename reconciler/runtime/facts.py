@@ -159,6 +159,10 @@ class Facts:
                 # unknown to Slurm (a dynamic node not registered yet, or gone): not seen
         return tuple(out)
 
+    def jobs_on(self, names: Iterable[str]) -> tuple[JobView, ...]:
+        """The jobs Slurm says run on these nodes (a diagnosis waits for them to end)."""
+        return self._jobs(names)
+
     def _jobs(self, names: Iterable[str]) -> tuple[JobView, ...]:
         if self.slurm is None:
             return ()
