@@ -16,6 +16,7 @@ from fleetspec.remediation_crd import Reason
 
 from reconciler.core import pages, repair
 from reconciler.core.actions import EvictPods, Notify, Quarantine
+from reconciler.core.diagnosis_stages import diagnosed_only
 from reconciler.core.model import Admission, Gate, NodeView, Remediation, Step, StepFacts, remediation_name
 from reconciler.core.observe import evictable_views, opted_out_views
 from reconciler.core.phases import Phase
@@ -25,6 +26,11 @@ from reconciler.core.replacements import stand_ins, stood_in_for
 STORM_MIN_NODES = 2  # the brake needs at least this many unhealthy nodes in a pool
 HELD_RECHECK = 5.0  # seconds between admission checks of a held remediation (capacity frees wake it sooner)
 STORM_PAGE = Notify("storm", "critical", "").once  # the intent of the storm page
+
+
+def _heal(r: Remediation) -> bool:
+    """Not a record that only diagnosed its node while it served (core/diagnosis.py)."""
+    return r.phase is not Phase.DIAGNOSING and not diagnosed_only(r.diagnosis)
 
 
 def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], remediations: Iterable[Remediation],
@@ -49,7 +55,8 @@ def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], re
         in_flight=sum(1 for r in remediations if r.phase.holds_capacity and not r.was_spare and not r.stands_in_for
                       and r.name != remediation.name),
         attempts=sum(1 for r in remediations if r.node == remediation.node and r.name != remediation.name
-                     and now - r.created <= attempts and r.phase is not Phase.ESCALATED),
+                     and now - r.created <= attempts and r.phase is not Phase.ESCALATED
+                     and _heal(r)),
         storm_paged=any(r.pool == pool and r.active and STORM_PAGE in r.intents for r in remediations),
         stands_in_for=stood_in_for(remediation.node, [r for r in remediations if r.pool == pool], storm, now),
         free_spares=sum(1 for n in pool_nodes if n.is_spare and n.ready and n.fault is None and not n.unschedulable
@@ -82,8 +89,8 @@ def unhealthy_now(pool: str, pool_nodes: Iterable[NodeView], remediations: Itera
             newest[r.node] = r
     out: set[str] = set()
     for node, r in newest.items():
-        if r.was_spare or r.stands_in_for or r.phase is Phase.OPTED_OUT:
-            continue
+        if r.was_spare or r.stands_in_for or r.phase is Phase.OPTED_OUT or not _heal(r):
+            continue  # (a diagnosis leaves its node in service: no storm, unless its check failed)
         if r.active or not _healthy_again(r, views.get(node)):
             out.add(node)
     names = {r.name for r in remediations}

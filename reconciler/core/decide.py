@@ -31,11 +31,11 @@ from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
     Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine,
-    ReleaseJobs, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
+    ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
-from reconciler.core import pages, refills, replacements, resume, signals
+from reconciler.core import diagnosis, pages, refills, replacements, resume, signals
 from reconciler.core.admission import admit, evict
-from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, slurm_reason
+from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
 from reconciler.core.lending import evict_borrowers
 from reconciler.core.model import Gate, Needs, NodeView, Remediation, SlurmNodeView, Step, StepFacts, remediation_name
 from reconciler.core.observe import borrower_views, evictable_views
@@ -64,7 +64,8 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     """Whether `node` starts a remediation now. `remediations` are the node's own (any phase); the
     node's earlier fault signals (for `occurrences`) are on the node, and a new one is noted there.
     Only a fault whose action takes the node out starts one: `none` and `restart-app` (the job's
-    problem, which the node agent records as an Event) leave the node in service."""
+    problem, which the node agent records as an Event) leave the node in service. A `diagnose` fault starts
+    one in the Diagnosing phase (core/diagnosis.py): the node is checked while it stays in service."""
     policy = spec.healing
     f = node.fault
     signals, noted = node.signals, ()
@@ -73,7 +74,8 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
         noted = (NoteSignals(node.name, signals),)
     live = [r for r in remediations if r.active]
     pools = {p.name for p in spec.pools}
-    if f is None or not f.needs.remediates or node.pool not in pools:
+    diagnose = diagnosis.asked(node, spec)  # a repeated application fault: checked while it stays in service
+    if f is None or not (f.needs.remediates or diagnose) or node.pool not in pools:
         return Detection(actions=noted)
     if node.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) or live:
         return Detection(actions=noted)
@@ -87,9 +89,10 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     if not policy.enabled:
         return Detection(gate=Gate(Reason.HEALING_DISABLED, node.pool, f"{node.name}: healing is disabled in the spec"),
                          actions=noted)
+    first = Phase.DIAGNOSING if diagnose else Phase.DETECTED
     return Detection(actions=noted, remediation=Remediation(
         name=name, node=node.name, pool=node.pool or "", xid=f.xid, message=f.message,
-        phase=Phase.DETECTED, created=now, phase_times=((Phase.DETECTED.value, now),),
+        phase=first, created=now, phase_times=((first.value, now),),
         reason=f"{describe(f.xid, f.kind)} needs {f.needs.value}: {f.message}", was_spare=node.is_spare,
         kind=f.kind, action=f.needs, pci=f.pci, gpu_instance=f.gpu_instance, compute_instance=f.compute_instance,
         source=f.source, reporter=f.reporter,
@@ -143,6 +146,9 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
     policy = spec.healing
     node, phase = r.node, r.phase
     slurm = _slurm(facts)
+
+    if phase is Phase.DIAGNOSING:
+        return Step(recheck_after=0.0)  # not a heal (yet): core/diagnosis.py decides, runtime/diagnoses.py runs it
 
     if phase is Phase.DETECTED:
         # Containment needs nothing from Slurm: the cordon goes first, whatever Slurm's state.
@@ -283,7 +289,9 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
         r, f"no spare for {node}", f"{r.name}/no-spare", facts.can_refill, now, facts.stock, facts.refusal,
         waits=True)
     return Step(
-        _once(r, Notify("no-spare", "critical", pages.no_spare(r, facts.can_refill)), *asked),
+        _once(r, Notify("no-spare", "critical", pages.no_spare(
+            r, facts.can_refill, any(isinstance(a, RequestCapacity) for a in asked),
+            spec.pool(r.pool).repair.in_place and will_repair(r, spec))), *asked),
         noted.moved(Phase.WAITING_FOR_SPARE, now), carry=True,
     )
 
@@ -400,7 +408,7 @@ def carry_person_drains(r: Remediation, kept: tuple[str, ...], slurm: dict[str, 
     drains = tuple((n, slurm[n].reason) for n in kept if n in slurm)
     if not drains:
         return ()
-    said = "; ".join(f"{n}: {reason!r}" for n, reason in drains)
+    said = "; ".join(f"{n}: {reason!r}{set_by(slurm[n])}" for n, reason in drains)
     return (CarryDrain(r.node, drains),) + _once(r, Notify(
         "person-drain-carried", "warning",
         f"{r.node} faulted while a person had drained its Slurm node(s) ({said}). The drain is carried to "

@@ -15,6 +15,7 @@ from fleetspec.oncall import PersonRequest
 
 from reconciler.core import slurm_states
 from reconciler.core.phases import Phase, check_transition, last_entered
+from reconciler.core.diagnosis_stages import Diagnosis
 from reconciler.core.repair_phases import Repair
 
 
@@ -247,6 +248,7 @@ class Remediation:
     source: str = ""
     reporter: str = ""  # who reported the fault (Fault.reporter)
     repair: Repair | None = None  # the node's repair once its heal is over (issue 25)
+    diagnosis: Diagnosis | None = None  # the check a `diagnose` fault asks for (phase Diagnosing; core/diagnosis.py)
     request: PersonRequest | None = None  # a person's decision (an annotation, not the status)
     requests_done: tuple[str, ...] = ()  # the ids of the person's requests carried out
 

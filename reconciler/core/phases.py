@@ -13,6 +13,11 @@
         └──► (a fault on a spare) Replacing: quarantine it and refill
     Any non-terminal phase ──► Failed, with the reason.
 
+    (a diagnose fault: a repeated application fault on one GPU, NVIDIA's RUN_DCGMEUD; the node stays in service)
+    Diagnosing ──► Succeeded (drained in Slurm once its job ends, health-checked, passed: serving again)
+        └──────► Detected (the check failed: the heal above, then the repair with what the check says)
+    (its stages: diagnosis_stages.py)
+
 A person's decision (fleetspec/oncall.py, reconciler/core/oncall.py) goes past a gate: `release` moves
 Held, OptedOut or Escalated on to Evicting; `mark-healthy` ends Held, OptedOut or Escalated as Succeeded
 (the node back in service where it is). Escalated is terminal for the reconciler, not for a person.
@@ -32,6 +37,7 @@ from enum import Enum
 
 
 class Phase(str, Enum):
+    DIAGNOSING = "Diagnosing"
     DETECTED = "Detected"
     SLURM_DRAINING = "SlurmDraining"
     CHECKPOINTING = "Checkpointing"
@@ -60,6 +66,7 @@ TERMINAL = frozenset({Phase.SUCCEEDED, Phase.ESCALATED, Phase.FAILED})
 ADMITTED = frozenset({Phase.EVICTING, Phase.REPLACING, Phase.RESUMING})
 
 _ALLOWED: dict[Phase, frozenset[Phase]] = {
+    Phase.DIAGNOSING: frozenset({Phase.DETECTED, Phase.SUCCEEDED}),
     Phase.DETECTED: frozenset({Phase.SLURM_DRAINING, Phase.REPLACING}),
     Phase.SLURM_DRAINING: frozenset({Phase.CHECKPOINTING}),
     Phase.CHECKPOINTING: frozenset({Phase.REQUEUED}),

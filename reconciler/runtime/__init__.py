@@ -8,6 +8,7 @@
                         writes in them (a step sees what the last one did)
     informers.py        list + watch one kind into a cache of small views
     healing.py          the healing reconcile of one node: detect, the steps that carry, one write
+    diagnoses.py        a node's diagnosis (a `diagnose` fault): checked while it stays in service
     facts.py            observation: what a step needs (the core's `needs`), from the caches and Slurm
     claims.py           what is taken and not written yet (admission slots, spares, nodes a lending
                         pass is changing), counted under one lock

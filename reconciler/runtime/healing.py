@@ -34,6 +34,7 @@ from reconciler.core import oncall
 from reconciler.core import refills
 from reconciler.core.actions import Action
 from reconciler.core.model import Needs, Remediation, Step
+from reconciler.core.phases import Phase
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.alerts import Alerts
 from reconciler.runtime.caches import Caches
@@ -60,10 +61,12 @@ def _sooner(a: float | None, b: float | None) -> float | None:
 
 class Healing:
     def __init__(self, spec: FleetSpec, caches: Caches, facts: Facts, claims: Claims, executor: Executor,
-                 alerts: Alerts, metrics: Metrics, queue: WorkQueue, clock: Callable[[], datetime], repairs=None):
+                 alerts: Alerts, metrics: Metrics, queue: WorkQueue, clock: Callable[[], datetime], repairs=None,
+                 diagnoses=None):
         self.spec, self.caches, self.facts, self.claims = spec, caches, facts, claims
         self.executor, self.alerts, self.metrics, self.queue, self.clock = executor, alerts, metrics, queue, clock
         self.repairs = repairs  # runtime/repairs.py: what follows a heal (issue 25)
+        self.diagnoses = diagnoses  # runtime/diagnoses.py: a node checked while it stays in service
 
     def reconcile(self, node: str) -> float | None:
         """One node. Returns seconds until it wants another look (None: on an event, or the resync)."""
@@ -86,6 +89,8 @@ class Healing:
         if not live:
             return _sooner(self.repairs.reconcile(node) if repairs else self._detect(node, ours), refill_look)
         r, now = live[0], self.clock()
+        if r.phase is Phase.DIAGNOSING:
+            return _sooner(self._diagnose(r), refill_look)
         if r.next_attempt and now < r.next_attempt:
             delay = core.next_look(r, None, False, now)
         else:
@@ -93,6 +98,20 @@ class Healing:
         if repairs:  # repaired in place while its heal waits for a spare (the repair reads the heal's write)
             delay = _sooner(delay, self.repairs.reconcile(node))
         return _sooner(delay, refill_look)
+
+    def _diagnose(self, r: Remediation) -> float | None:
+        """A step of a diagnosis (runtime/diagnoses.py); a check that failed makes it a heal, looked at again at
+        once (its step asks for that). An error backs off on the node's key and is tried again: a diagnosis
+        leaves the node in service meanwhile."""
+        if self.diagnoses is None:
+            return None
+        try:
+            return self.diagnoses.reconcile(r)
+        except (TemporaryError, PermanentError) as e:
+            kind = "temporary" if isinstance(e, TemporaryError) else "permanent"
+            self.metrics.action_errors.labels("diagnosis", kind).inc()
+            log.warning("diagnosis of %s (%s failure): %s; tried again", r.node, kind, e, extra=context(r))
+            return 10.0 if kind == "temporary" else 60.0
 
     def _ours(self, records: list) -> list[Remediation]:
         pools = {p.name for p in self.spec.pools}

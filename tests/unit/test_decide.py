@@ -90,22 +90,24 @@ def test_application_or_unknown_xid_never_remediates(xid):
 
 
 @pytest.mark.parametrize("raw, needs", [
-    ({"reason": "Xid13", "message": "[action=diagnose pci=0000:cb:00] XID 13 repeated on one GPU"}, None),
+    ({"reason": "Xid13", "message": "[action=diagnose pci=0000:cb:00] XID 13 repeated on one GPU"},
+     ("Diagnosing", "diagnose")),
     ({"reason": "Xid94", "message": "[action=restart-app pci=0000:01:00] XID 94"}, None),
-    ({"reason": "Xid61", "message": "XID 61, no header: the catalogue's CONTACT_SUPPORT"}, "contact-support"),
-    ({"reason": "Xid54", "message": "XID 54: CHECK_MECHANICALS"}, "contact-support"),
-    ({"reason": "Xid78", "message": "XID 78: UPDATE_SWFW"}, "contact-support"),
+    ({"reason": "Xid61", "message": "XID 61, no header: the catalogue's CONTACT_SUPPORT"}, ("Detected", "contact-support")),
+    ({"reason": "Xid54", "message": "XID 54: CHECK_MECHANICALS"}, ("Detected", "contact-support")),
+    ({"reason": "Xid78", "message": "XID 78: UPDATE_SWFW"}, ("Detected", "contact-support")),
     ({"reason": "Xid74", "message": "[action=contact-support pci=0000:b9:00] XID 74: XID74Reg0HardwareIssue"},
-     "contact-support"),
+     ("Detected", "contact-support")),
 ])
 def test_diagnostics_leave_the_node_in_service_and_a_case_for_a_person_is_contained_not_replaced(raw, needs):
-    """`diagnose` and `restart-app` start nothing (the node serves on); what NVIDIA sends to a person is contained
-    and healed like any fault, with `contact-support` on its record (the repair loop holds it: no retirement)."""
+    """`restart-app` starts nothing (the node serves on); `diagnose` starts a diagnosis, not a heal (the node is
+    checked while it serves: core/diagnosis.py); what NVIDIA sends to a person is contained and healed like any
+    fault, with `contact-support` on its record (the repair loop holds it: no retirement)."""
     cond = {"type": "GpuHealthy", "status": "False", "lastTransitionTime": T0.isoformat(), **raw}
     n = node_view({"metadata": {"name": "h100-0", "labels": {labels.NODE_POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE}},
                    "status": {"conditions": [cond]}}, ["GpuHealthy"])
     r = detect(n, [], spec(), T0).remediation
-    assert (r.action.value if r else None) == needs
+    assert ((r.phase.value, r.action.value) if r else None) == needs
 
 
 def test_repeated_signal_while_in_progress_is_one_record():

@@ -18,6 +18,7 @@ from reconciler.core.model import Refill, RefillState, StepFacts, Stock
 from reconciler.core.phases import Phase
 from reconciler.core.repair import retire
 from reconciler.core.repair_actions import Retire
+from reconciler.core.repair_phases import RepairPhase
 from tests.unit.fakes import World, fleet, pool_node
 from tests.unit.test_decide import T0, node, rec, spec
 
@@ -291,3 +292,34 @@ def test_a_second_heal_asks_for_no_node_while_the_first_ones_request_covers_what
     assert second.replacement is not None and second.phase in (Phase.RESUMING, Phase.SUCCEEDED)
     assert [c[1] for c in w.provider.calls if c[0] == "capacity"] == [f"{first.name}/refill"]
     assert second.refill.state == "Answered" and "lacks no node" in second.refill.message, second.refill
+
+
+def test_the_no_spare_page_says_the_node_is_repaired_in_place_and_what_covers_the_pool():
+    r = rec(node("h100-0", xid=79), Phase.REPLACING)
+    covered = Stock(declared=1, spares=0, requested=2, waiting=0)
+    st = plan_step(r, StepFacts(stock=covered), spec(), T0)
+    (page,) = [a for a in st.actions if isinstance(a, Notify)]
+    assert page.event == "no-spare" and "RequestCapacity" not in [a.kind for a in st.actions]
+    assert "standing capacity requests cover it" in page.text
+    assert "h100-0 itself is repaired in place meanwhile and takes its job back" in page.text
+    assert page.text.endswith("No action needed now.")  # the last sentence says whether a person must act
+    st = plan_step(r, StepFacts(stock=Stock(declared=1, spares=0, requested=0, waiting=0)), spec(), T0)
+    (page,) = [a for a in st.actions if isinstance(a, Notify)]
+    assert "capacity is requested" in page.text and "RequestCapacity" in [a.kind for a in st.actions]
+
+
+def test_a_node_retired_after_its_heals_refill_was_refused_asks_for_its_replacement():
+    """The heal's request was refused (the autoscaler's no): when the repair loop then retires the node, the
+    retirement asks for the node the pool still lacks, and the record follows that request."""
+    from tests.unit.fakes import FakeNodes
+
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0), operator=True)
+    w.provider.capacity_refusals = lambda pool, names: {n: MAX_SIZE for n in names if n.endswith(
+        refills.request_name("h100", f"{w.store.list()[0].name}/refill")[-10:])}
+    w.hardware.state["h100-0"] = FakeNodes.BROKEN
+    w.fault("h100-0")
+    w.run(seconds=400)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETIRED
+    assert ("capacity", f"{r.name}/retire") in w.provider.calls
+    assert r.refill.key == f"{r.name}/retire" and r.refill.state == "Requested" and r.refill.attempt == 2
