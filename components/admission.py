@@ -82,6 +82,13 @@ OWN = f"{labels.GROUP}/"  # the prefix of gpufleet's own labels, annotations and
 SLINKY_NODE_ANNOTATIONS = (labels.SLINKY_CORDON_REASON, "topology.slinky.slurm.net/spec")
 
 
+# The labels a health check's pod template may carry: the three job_manifest sets, and the four the API
+# server's Job strategy adds before validating admission runs (kubernetes v1.34 pkg/registry/batch/job/
+# strategy.go generateSelector: controller-uid and job-name, with and without the batch.kubernetes.io/ prefix).
+CHECK_POD_LABELS = frozenset({labels.HEALTH_CHECK_NODE, labels.POOL, labels.APP_PART_OF, "controller-uid", "job-name",
+                              "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"})
+
+
 def _strings(values) -> str:
     """A CEL list literal of strings."""
     return "[" + ", ".join(json.dumps(v) for v in sorted(set(values))) + "]"
@@ -220,7 +227,8 @@ def reconciler_jobs_policy(spec: FleetSpec, username: str) -> dict:
                     "limit) and nothing else"},
         # its pods' labels are the ones job_manifest sets, so no NetworkPolicy that selects another of the
         # reconciler's namespace's pods (the reconciler's own egress: components/network.py) selects them
-        {"expression": f"variables.podLabels.size() == 3 && variables.podLabels[?{node}] == "
+        {"expression": f"variables.podLabels.all(k, k in {json.dumps(sorted(CHECK_POD_LABELS))}) && "
+                       f"variables.podLabels[?{node}] == "
                        f"object.metadata.?labels[?{node}] && "
                        f"variables.podLabels[?{json.dumps(labels.POOL)}].orValue('') == variables.pool && "
                        f"variables.podLabels[?{json.dumps(labels.APP_PART_OF)}].orValue('') == {json.dumps(labels.PART_OF)} && "

@@ -249,7 +249,10 @@ def _job_variants(s: Setup) -> list[tuple[str, object, str]]:
         ("a priority class", lambda j: pod(j).update(priorityClassName="system-node-critical"), "no priority class"),
         ("another scheduler", lambda j: pod(j).update(schedulerName="my-scheduler"), "no priority class"),
         ("a runtime class", lambda j: pod(j).update(runtimeClassName="unsandboxed"), "no priority class"),
-        ("an unmasked /proc", lambda j: c(j)["securityContext"].update(procMount="Unmasked"), "default /proc"),
+        # the API server's own validation asks for a user namespace with it (hostUsers false): given one, the
+        # policy is what refuses it
+        ("an unmasked /proc", lambda j: (c(j)["securityContext"].update(procMount="Unmasked"),
+                                         pod(j).update(hostUsers=False)), "default /proc"),
     ]
 
 
