@@ -174,11 +174,13 @@ class KeptToken:
 
     def token(self) -> str:
         with self._lock:
-            return self._told(self._current())
+            token = self._current()
+        return self._told(token)  # outside the lock: a page being sent holds up no Slurm call
 
     def refresh(self) -> str:
         with self._lock:
-            return self._told(self._read())
+            token = self._read()
+        return self._told(token)
 
 
 class TokenFile(KeptToken):
