@@ -85,6 +85,11 @@ log = logging.getLogger("slinky-standin")
 GROUP, VERSION = "slinky.slurm.net", "v1beta1"
 NODESET_GROUP, NODESET_VERSION = GROUP, VERSION
 PREFIX = "slurm-operator: "  # slurmcontrol.go nodeReasonPrefix
+# The Slurm user the operator's own client acts as: its token's, slurmjwt.NewToken's default username "slurm"
+# (internal/controller/token/slurmjwt/token.go; internal/controller/slurmclient/slurmclient_sync.go signs it), the
+# SlurmUser. Its drains, undrains and IDLEs are recorded as set by it; the preStop's DOWN runs scontrol in the
+# slurmd container, as root (LocalSlurm.stop_node).
+OPERATOR_USER = "slurm"
 TERMINATING_REASON = PREFIX + "Pod is terminating"  # workerbuilder/worker_app.go preStop
 RESYNC_SECONDS = 30.0  # nodeset_sync.go: durationStore.Push(key, 30*time.Second)
 MAX_REASON = 256  # nodeset_sync.go maxSlurmReasonLength
@@ -578,7 +583,8 @@ class SlinkyStandIn:
         states = set(st.get("state", []))
         if "DRAIN" in states and "UNDRAIN" not in states:
             log.info("Slurm node %s: undrain (was %r)", pod.metadata.name, st.get("reason", ""))
-            self.slurm.set_node_state(pod.metadata.name, "UNDRAIN", PREFIX + reason if reason else None)
+            self.slurm.set_node_state(pod.metadata.name, "UNDRAIN", PREFIX + reason if reason else None,
+                                      user=OPERATOR_USER)
 
     def _drain(self, name: str, st: dict, reason: str, override: bool) -> None:
         """MakeNodeDrain(): the operator's prefix; a reason already there is kept unless `override`."""
@@ -589,7 +595,7 @@ class SlinkyStandIn:
         if "DRAIN" in set(st.get("state", [])) and have == new:
             return
         log.info("Slurm node %s: drain (%s)", name, new)
-        self.slurm.set_node_state(name, "DRAIN", new)
+        self.slurm.set_node_state(name, "DRAIN", new, user=OPERATOR_USER)
 
     def _cordon_pod(self, pod: Any) -> None:
         if (pod.metadata.annotations or {}).get(POD_CORDON_ANNOTATION) != "true":
@@ -615,10 +621,10 @@ class SlinkyStandIn:
             return
         name = pod.metadata.name
         log.info("Slurm node %s: comment %s", name, new)
-        self.slurm.scontrol("update", f"NodeName={name}", f"Comment={new}")
+        self.slurm.scontrol("update", f"NodeName={name}", f"Comment={new}", user=OPERATOR_USER)
         if isinstance(old, dict) and old.get("node"):
             log.info("Slurm node %s: IDLE (its pod moved from %s to %s)", name, old.get("node"), pod.spec.node_name)
-            self.slurm.set_node_state(name, "IDLE")
+            self.slurm.set_node_state(name, "IDLE", user=OPERATOR_USER)
 
     def _annotate_pod(self, pod: Any, key: str, value: str | None) -> None:
         self._patch_pod(pod, {"metadata": {"annotations": {key: value}}})

@@ -920,16 +920,24 @@ class LocalSlurm:
 
     # ------------------------------------------------------------------ helpers
 
-    def scontrol(self, *args: str, timeout: float = 15) -> str:
-        """Run scontrol against this cluster; returns stdout, raises on failure."""
-        return self.run(["scontrol", *args], timeout=timeout, check=True).stdout
+    def scontrol(self, *args: str, timeout: float = 15, user: str | None = None) -> str:
+        """Run scontrol against this cluster; returns stdout, raises on failure. `user`: as that user of the root
+        (Slurm records them as the sender, e.g. as who set a node's reason), not root."""
+        return self.run([*self.as_user(user), "scontrol", *args], timeout=timeout, check=True).stdout
 
-    def set_node_state(self, name: str, state: str, reason: str | None = None) -> None:
-        """`scontrol update NodeName=name State=state [Reason=reason]`."""
+    def as_user(self, user: str | None) -> list[str]:
+        """The prefix that runs a command in the root as `user` (nothing for root), with slurm.conf where every
+        user reaches it (the daemons' view: the work directory may be its owner's only)."""
+        if user in (None, "root"):
+            return []
+        return ["runuser", "-u", str(user), "--", "env", f"SLURM_CONF={self.daemon_conf}"]
+
+    def set_node_state(self, name: str, state: str, reason: str | None = None, user: str | None = None) -> None:
+        """`scontrol update NodeName=name State=state [Reason=reason]`, as `user` (default root)."""
         args = ["update", f"NodeName={name}", f"State={state}"]
         if reason is not None:
             args.append(f"Reason={reason}")
-        self.scontrol(*args)
+        self.scontrol(*args, user=user)
 
     def reset(self, timeout: float = 30) -> None:
         """Back to the started state, for tests sharing one cluster: cancel every job, start

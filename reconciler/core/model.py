@@ -113,6 +113,16 @@ class PodView:
 
 
 @dataclass(frozen=True)
+class Setter:
+    """Who set a Slurm node's reason, as Slurm records it (reconciler/core/slurm_reasons.py), and whether that
+    user is gpufleet's own or one Slurm's daemons run as (the SlurmUser, root): drains.SlurmUsers.setter."""
+
+    user: str
+    gpufleet: bool = False
+    slurm: bool = False
+
+
+@dataclass(frozen=True)
 class SlurmNodeView:
     """A Slurm node's state as the core needs it (names are Slurm's, never assumed Kubernetes').
     What the state words mean is `slurm_states`'."""
@@ -123,6 +133,7 @@ class SlurmNodeView:
     comment_node: str | None = None  # the Kubernetes node in the operator's JSON comment, if any
     partitions: tuple[str, ...] = ()
     last_busy: datetime | None = None  # when it last ran a job (Slurm's LastBusyTime)
+    set_by: Setter | None = None  # who set `reason` (Slurm's record); None when Slurm did not name one
 
     @property
     def busy(self) -> bool:

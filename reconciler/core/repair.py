@@ -36,7 +36,7 @@ from fleetspec.node_repair import RepairRequest
 from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
 from reconciler.core.actions import Action, Notify, ReturnToSpares
-from reconciler.core.drains import drained_by_person
+from reconciler.core.drains import drained_by_person, set_by
 from reconciler.core.model import NodeView, PodView, Remediation, SlurmNodeView, Step
 from reconciler.core.observe import opted_out_views
 from reconciler.core.phases import Phase
@@ -178,7 +178,7 @@ def stop_reason(r: Remediation, facts: RepairFacts, spec: FleetSpec) -> str:
         return f"a person's Slurm drain was carried to it ({labels.CARRIED_DRAIN}: {node.carried_drain})"
     held = [s for s in facts.slurm if s.comment_node == r.node and drained_by_person(s)]
     if held:
-        return f"Slurm node {held[0].name} on it was drained by a person ({held[0].reason!r})"
+        return f"Slurm node {held[0].name} on it was drained by a person ({held[0].reason!r}{set_by(held[0])})"
     return ""
 
 
@@ -273,20 +273,22 @@ def _first_allowed(spec: FleetSpec, pool: str, floor: str) -> str | None:
 
 
 def _begin_rung(r: Remediation, rep: Repair | None, rung: str, node: NodeView, spec: FleetSpec, now: datetime,
-                why: str, in_place: bool = False, again: bool = False) -> Step:
-    """Ask for a reset or a reboot: the request's id is written on the remediation, then it is sent."""
+                why: str, in_place: bool = False, again: bool = False, resumed: bool = False) -> Step:
+    """Ask for a reset or a reboot: the request's id is written on the remediation, then it is sent. `again`:
+    the same rung once more (no sign of the first request); `resumed`: after a person's hold, the rung that was
+    under way (asked again, not a new rung)."""
     attempt = (rep.attempt if rep else 0) + 1
     request = RepairRequest(f"{r.name}/{attempt}-{rung}", rung, now, fault_gpus(r) if rung == RESET_GPU else ())
     timeout = spec.pool(r.pool).repair.timeout(rung)
     fields = dict(step=rung, attempt=attempt, request=request.id, requested_at=now, boot=node.boot_id,
                   deadline=now + timedelta(seconds=timeout), job="", reason=why, gpus=request.gpus, resent=again)
-    event = RepairEvent(rung, "asked again" if again else "asked", now, why)
+    event = RepairEvent(rung, "asked again" if again or resumed else "asked", now, why)
     if rep is None:
         new = begin(RepairPhase.REPAIRING, now, in_place=in_place, rungs=(rung,), **fields)
     elif again:
         new = replace(rep, **{k: v for k, v in fields.items() if k not in ("deadline",)})
     else:
-        new = rep.moved(RepairPhase.REPAIRING, now, rungs=rep.rungs + (rung,), **fields)
+        new = rep.moved(RepairPhase.REPAIRING, now, rungs=rep.rungs if resumed else rep.rungs + (rung,), **fields)
     what = "reset of its GPU(s)" if rung == RESET_GPU else "reboot"
     gpus = f" {list(request.gpus)}" if request.gpus else ""
     return Step((NodeEvent(r.node, RUNG_EVENTS[rung], f"{what}{gpus} asked for ({request.id}): {why}"),
@@ -368,17 +370,50 @@ def _climb(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: da
 
 
 def _resume(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime) -> Step:
-    """The person's drain or the opt-out label is gone: the step that was stopped begins again."""
+    """The person's drain or the opt-out label is gone: the repair goes on where it stopped, and asks for
+    nothing already done.
+    - Stopped before it began: its first rung is asked for.
+    - Stopped while a reset or a reboot was asked for (the request stays on the node, and the node's agent may
+      carry it out meanwhile): the node rebooted (a new boot id) or the reset was answered done -> the health
+      check; answered failed -> the next rung; the reboot answered but not seen yet -> waited for again, with a
+      fresh timeout; no sign of it -> asked again under a new id (the agent acts on the newest id, once).
+    - Stopped while the health check ran: checked again by a new Job (the node may have changed while held)."""
     rep, node = r.repair, facts.node
     assert rep is not None and node is not None
-    event = RepairEvent("stop", "lifted", now, "a person's hold is gone")
-    rep = rep.noted(event)
+    rep = rep.noted(RepairEvent("stop", "lifted", now, "a person's hold is gone"))
+    lifted = "the hold is lifted"
     if rep.stopped_from == RepairPhase.VALIDATING.value:
-        return _begin_check(r, rep, node, spec, now, "resumed: checked again")
+        return _begin_check(r, rep, node, spec, now, f"{lifted}: health-checked again (a new check: the node may "
+                            "have changed while it was held)")
+    if rep.stopped_from == RepairPhase.REPAIRING.value and rep.request:
+        return _resume_rung(r, rep, node, spec, now, lifted)
     rung = rep.rungs[-1] if rep.rungs else _first_allowed(spec, r.pool, fault_needs(r))
     if rung is None:
         return retire(r, rep, now, f"pool {r.pool} allows no rung for {fault_needs(r)}")
-    return _begin_rung(r, rep, rung, node, spec, now, "resumed: asked again")
+    return _begin_rung(r, rep, rung, node, spec, now, f"{lifted}: the repair begins ({fault_needs(r)} needed)")
+
+
+def _resume_rung(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: datetime, lifted: str) -> Step:
+    """A hold lifted on a reset or a reboot asked for before it: what became of that request decides."""
+    what = "GPU reset" if rep.step == RESET_GPU else "reboot"
+    result = node.repair_result if node.repair_result and node.repair_result.id == rep.request else None
+    if node.ready and node.boot_id != rep.boot:
+        why = (f"{lifted}; the node rebooted while it was held (boot id {rep.boot[:8] or '?'} -> "
+               f"{node.boot_id[:8]}): no second {what}, the health check is next")
+        return _begin_check(r, rep.noted(RepairEvent(rep.step, "ok", now, why)), node, spec, now, why)
+    if result is not None and not result.ok:
+        return _climb(r, rep, node, spec, now, f"{what} failed while the node was held: {result.message}")
+    if result is not None and rep.step == RESET_GPU:
+        why = f"{lifted}; the GPU reset asked before it was done ({result.message}): the health check is next"
+        return _begin_check(r, rep.noted(RepairEvent(rep.step, "ok", now, why)), node, spec, now, why)
+    if result is not None:  # the agent answered "rebooting"; the new boot is not seen yet
+        timeout = spec.pool(r.pool).repair.timeout(rep.step)
+        why = f"{lifted}; the reboot asked before it ({rep.request}) was answered, not seen yet: waiting for it {timeout}s"
+        new = rep.moved(RepairPhase.REPAIRING, now, deadline=now + timedelta(seconds=timeout), reason=why)
+        return Step((NodeEvent(r.node, "RepairResumed", f"repair of {r.node} resumed: {why}"),),
+                    replace(r, repair=new.noted(RepairEvent(rep.step, "waiting", now, why))), recheck_after=RECHECK)
+    return _begin_rung(r, rep, rep.step, node, spec, now, f"{lifted}; the {what} asked before it ({rep.request}) "
+                       "shows no sign of being done: asked again", resumed=True)
 
 
 def stopped_by_error(r: Remediation, now: datetime, error: str) -> Step:

@@ -1,13 +1,14 @@
 """Which spare replaces a faulted node. Pure: one function, from the pool's nodes as they are seen.
 
 A spare may replace a node when it is Ready, schedulable and fault-free, no other remediation or
-lending pass has claimed it, no Slurm node on it was drained by a person, and (when the spec asks for
+lending pass has claimed it, no Slurm node on it was drained by a person or by Slurm itself (a node
+to check, or gone: core/slurm_reasons.py), and (when the spec asks for
 proof, issue 25) it passed a health check on its current boot: a bad spare is never promoted. Unlent spares go first
 (a lent one heals only when nothing else is free: its borrowers must leave first); then by name.
 """
 from __future__ import annotations
 
-from reconciler.core.drains import drained_by_person
+from reconciler.core.drains import drained_by_person, drained_by_slurm
 from reconciler.core.model import NodeView, StepFacts
 
 
@@ -17,7 +18,7 @@ def free_spares(facts: StepFacts, proven_only: bool = False) -> tuple[str, ...]:
     ok = [n for n in facts.pool_nodes
           if n.is_spare and n.ready and n.fault is None and not n.unschedulable and n.name not in facts.claimed
           and (n.proven or not proven_only)
-          and not any(drained_by_person(s) for s in on_spare.get(n.name, ()))]
+          and not any(drained_by_person(s) or drained_by_slurm(s) for s in on_spare.get(n.name, ()))]
     return tuple(n.name for n in sorted(ok, key=lambda n: (n.on_loan, n.name)))
 
 

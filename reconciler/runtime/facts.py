@@ -16,6 +16,7 @@ from fleetspec.models import FleetSpec, NodePool
 from reconciler.adapters.providers import NodeProvider
 from reconciler.adapters.slurm import SlurmClient, SlurmError, SlurmNode, call
 from reconciler.core import admission, lending, resume, signals
+from reconciler.core.drains import SlurmUsers
 from reconciler.core.model import JobView, Needs, PendingJob, Remediation, SlurmNodeView, StepFacts
 from reconciler.core.observe import evictable_views
 from reconciler.core.phases import Phase
@@ -27,10 +28,11 @@ from reconciler.runtime.claims import Claims
 log = logging.getLogger(__name__)
 
 
-def slurm_view(n: SlurmNode) -> SlurmNodeView:
+def slurm_view(n: SlurmNode, users: SlurmUsers) -> SlurmNodeView:
     return SlurmNodeView(n.name, frozenset(n.states), n.reason, comment_node(n.comment or ""),
                          partitions=tuple(n.partitions),
-                         last_busy=datetime.fromtimestamp(n.last_busy, timezone.utc) if n.last_busy else None)
+                         last_busy=datetime.fromtimestamp(n.last_busy, timezone.utc) if n.last_busy else None,
+                         set_by=users.setter(n.reason_set_by))
 
 
 class Facts:
@@ -38,6 +40,7 @@ class Facts:
                  providers: dict[str, NodeProvider], claims: Claims, clock: Callable[[], datetime]):
         self.spec, self.caches, self.slurm, self.providers = spec, caches, slurm, providers
         self.claims, self.clock = claims, clock
+        self.users = SlurmUsers.of(spec)  # whose Slurm reasons are not a person's (core/drains.py)
 
     # --- one step of one remediation -------------------------------------------------------------------
 
@@ -94,7 +97,7 @@ class Facts:
         if self.slurm is None:
             return {}, []
         try:
-            nodes = {n.name: slurm_view(n) for n in call(self.slurm.nodes)}
+            nodes = {n.name: slurm_view(n, self.users) for n in call(self.slurm.nodes)}
             return nodes, call(self.slurm.pending_jobs)
         except TemporaryError as e:
             log.warning("lending: Slurm unreachable (%s): idle nodes wait, spares go on", e)
@@ -137,7 +140,7 @@ class Facts:
                 out.append(SlurmNodeView(name))
                 continue
             try:
-                out.append(slurm_view(self.slurm.node(name)))
+                out.append(slurm_view(self.slurm.node(name), self.users))
             except SlurmError as e:
                 if e.temporary:
                     raise TemporaryError(f"Slurm: {e}") from None

@@ -203,7 +203,8 @@ class FakeSlurm:
     def drain(self, name, reason):
         self._check("drain")
         self.calls.append(("drain", name))
-        self.table[name] = SlurmNode(name, frozenset({"IDLE", "DRAIN"}), reason)
+        # as Slurm records it: the reconciler's Slurm user set the reason (the local spec's, `gpufleet`)
+        self.table[name] = SlurmNode(name, frozenset({"IDLE", "DRAIN"}), reason, reason_set_by="gpufleet")
 
     def signal_jobs(self, ids, signal="TERM"):
         self._check("signal")

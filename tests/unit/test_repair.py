@@ -265,6 +265,71 @@ def test_the_opt_out_label_on_the_node_stops_the_loop_and_lifting_it_goes_on():
     assert w.remediation("h100-0").repair.phase is RepairPhase.RETURNED
 
 
+def _hold_then_lift(w: World, hold_seconds: float = 200) -> Remediation:
+    node(w, "h100-0")["metadata"]["labels"][labels.DEFAULT_OPT_OUT] = "true"  # a person looks at it
+    w.run(seconds=hold_seconds)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.STOPPED
+    del node(w, "h100-0")["metadata"]["labels"][labels.DEFAULT_OPT_OUT]
+    w.run(seconds=5)
+    return w.remediation("h100-0")
+
+
+def test_a_hold_lifted_after_the_reboot_happened_goes_on_to_the_check_not_a_second_reboot():
+    """The reboot was asked for, then a person held the repair; the node's agent carried the request out
+    meanwhile (it stays on the node). Lifting the hold goes on where the repair stood: the check."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    w.fault("h100-0")
+    w.run(seconds=5)
+    assert w.remediation("h100-0").repair.step == "reboot" and len(w.hardware.reboots) == 1
+    r = _hold_then_lift(w)
+    assert r.repair.phase is RepairPhase.VALIDATING, r.repair
+    assert "rebooted while it was held" in r.repair.reason and "no second reboot" in r.repair.reason
+    assert r.repair.rungs == ("reboot",)
+    w.run(seconds=200)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETURNED
+    assert len(w.hardware.reboots) == 1  # one reboot, not two
+    assert [(e.step, e.outcome) for e in r.repair.history if e.step in ("reboot", "stop")] == [
+        ("reboot", "asked"), ("stop", "stopped"), ("stop", "lifted"), ("reboot", "ok")]
+
+
+def test_a_hold_lifted_after_the_reset_was_done_goes_on_to_the_check_not_a_second_reset():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES
+    send = w.provider.request_repair
+
+    def held_as_it_is_sent(node_name, request):  # a person holds the node as the reset goes out
+        send(node_name, request)
+        node(w, node_name)["metadata"]["labels"][labels.DEFAULT_OPT_OUT] = "true"
+
+    w.provider.request_repair = held_as_it_is_sent
+    w.fault("h100-0", xid=48)  # a double-bit ECC error: the catalogue's action is a GPU reset
+    w.run(seconds=5)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.STOPPED and r.repair.stopped_from == "Repairing", r.repair
+    assert r.repair.step == "reset-gpu" and len(w.hardware.resets) == 1  # the agent did it meanwhile
+    w.provider.request_repair = send
+    r = _hold_then_lift(w, hold_seconds=60)
+    assert r.repair.phase is RepairPhase.VALIDATING and "GPU reset asked before it was done" in r.repair.reason
+    w.run(seconds=200)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.RETURNED
+    assert len(w.hardware.resets) == 1 and w.hardware.reboots == []
+
+
+def test_a_hold_lifted_on_a_request_never_carried_out_asks_it_again_as_the_same_rung():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    lost = []
+    w.provider.request_repair = lambda node, request: lost.append(request.id)  # never reaches the node
+    w.fault("h100-0")
+    w.run(seconds=5)
+    r = _hold_then_lift(w, hold_seconds=30)
+    assert r.repair.phase is RepairPhase.REPAIRING and len(lost) == 2 and lost[0] != lost[1]
+    assert "shows no sign of being done: asked again" in r.repair.reason
+    assert r.repair.rungs == ("reboot",)  # the same rung, not a second one climbed
+
+
 def test_a_request_with_no_sign_of_it_is_asked_again_once_under_a_new_id():
     """The request was noted on the remediation, and the reconciler died before it went out: half the
     step's timeout later, nothing shows it was done, so it is asked again (a new id) once."""

@@ -35,6 +35,10 @@ class SlurmNode:
     comment: str = ""
     partitions: tuple[str, ...] = ()
     last_busy: float | None = None  # epoch seconds of its last job (LastBusyTime); None when unknown
+    # Who set `reason`, as Slurm records it (reconciler/core/slurm_reasons.py): a Slurm user's name; "" or digits
+    # when Slurm could not name the uid; None when this backend did not say.
+    reason_set_by: str | None = None
+    reason_changed_at: float | None = None  # epoch seconds the reason was set; None when unknown
 
     @property
     def drained_or_down(self) -> bool:

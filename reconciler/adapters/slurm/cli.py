@@ -156,8 +156,9 @@ def _parse_oneliner(line: str) -> dict[str, str]:
 def _node(f: Mapping[str, str]) -> SlurmNode:
     comment = f.get("Comment", "")
     parts = f.get("Partitions", "")
+    reason, by, at = _reason_stamp(f.get("Reason", ""))
     return SlurmNode(name=f["NodeName"], states=_node_states(f.get("State", "")),
-                     reason=_strip_reason_stamp(f.get("Reason", "")),
+                     reason=reason, reason_set_by=by, reason_changed_at=at,
                      comment="" if comment in ("(null)", "None") else comment,
                      partitions=tuple(p for p in parts.split(",") if p and parts not in ("(null)", "None")),
                      last_busy=_epoch(f.get("LastBusyTime", "")))
@@ -172,12 +173,20 @@ def _epoch(value: str) -> float | None:
         return None
 
 
-def _strip_reason_stamp(reason: str) -> str:
-    """"gpufleet: down [root@2024-01-01T00:00:00]" -> "gpufleet: down"."""
+_STAMP = re.compile(r"\s*\[([^\[\]@]*)@([^\[\]]*)\]$")
+
+
+def _reason_stamp(reason: str) -> tuple[str, str | None, float | None]:
+    """"gpufleet: down [gpufleet@2024-01-01T00:00:00]" -> ("gpufleet: down", "gpufleet", epoch): the reason,
+    who set it and when, as scontrol prints them (src/api/node_info.c: `Reason=%s [%s@%s]`, the user a name or
+    the uid in digits); (reason, None, None) without a stamp."""
     reason = reason.strip()
-    if reason in ("(null)", "None"):
-        return ""
-    return re.sub(r"\s*\[[^\[\]]*@[^\[\]]*\]$", "", reason)
+    if reason in ("(null)", "None", ""):
+        return "", None, None
+    m = _STAMP.search(reason)
+    if m is None:
+        return reason, None, None
+    return reason[:m.start()], m.group(1), _epoch(m.group(2))
 
 
 class SlurmCLI:

@@ -237,9 +237,14 @@ class Envelope(_Model):
 
 
 class NodeInfo(_Model):
+    """v0.0.45/v0.0.44 `node` (PARSER_ARRAY(NODE) in src/plugins/data_parser/v0.0.45/parsers.c, slurm-26-05-3-1):
+    `reason_set_by_user` is the user who set `reason` (its name, "" when slurmrestd cannot name the uid or there
+    is no reason: DUMP_FUNC(NODE_REASON_USER_ID)), `reason_changed_at` when."""
     name: str
     state: list[str] = Field(default_factory=list)
     reason: str = ""
+    reason_set_by_user: str | None = None
+    reason_changed_at: "NoValInt | int | None" = None
     comment: str = ""
     partitions: list[str] = Field(default_factory=list)
     last_busy: "NoValInt | int | None" = None
@@ -633,7 +638,9 @@ def _number(v: "NoValInt | int | None") -> int | None:
 def _node(n: NodeInfo) -> SlurmNode:
     busy = _number(n.last_busy)
     return SlurmNode(name=n.name, states=frozenset(s.upper() for s in n.state), reason=n.reason, comment=n.comment,
-                     partitions=tuple(n.partitions), last_busy=float(busy) if busy else None)
+                     partitions=tuple(n.partitions), last_busy=float(busy) if busy else None,
+                     reason_set_by=n.reason_set_by_user if n.reason else None,
+                     reason_changed_at=_epoch(n.reason_changed_at) if n.reason else None)
 
 
 def _job(j: JobInfo) -> SlurmJob:

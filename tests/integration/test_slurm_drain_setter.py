@@ -1,0 +1,156 @@
+"""Who set a node's reason, as the real Slurm 26.05 records it, read by both clients, and whose drain the core
+takes it for (reconciler/core/drains.py): slurmctld's own drain (an Epilog that fails) and down (a slurmd that
+stops answering) are Slurm's, recorded as the SlurmUser, never a person's hold; a person's drain (their own
+account, an Administrator in accounting) is theirs whatever it says; gpufleet's is gpufleet's; the operator's
+stand-in drains as the operator's user.
+
+Its own cluster (the session's has no Epilog): the local stack's slurm.conf lines, accounting as the stack
+declares it, and an Epilog that fails on a node whose name a test writes into a folder."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleetspec import load_stack_file
+from gpufleet.waiting import wait_for
+from localenv.ports import free_ports
+from localenv.slinky_standin import OPERATOR_USER, PREFIX
+from localenv.slurm import LocalSlurm, local_stack_extra_conf
+from reconciler.adapters.slurm import SlurmClient
+from reconciler.adapters.slurm.cli import SlurmCLI
+from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
+from reconciler.core.drains import Owner, SlurmUsers, drained_by_person, drained_by_slurm, owner
+from reconciler.core.slurm_reasons import CHECK, GONE
+from reconciler.runtime.facts import slurm_view
+from tests.fixtures.slurm_cluster import (
+    REPO_ROOT, RECONCILER_USER, SLURM_NODESET, SLURM_PARTITION, TENANT_USER, build_slurm_root, start_accounting,
+    start_nodes,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+USERS = SlurmUsers.of(load_stack_file(REPO_ROOT / "Pulumi.local.yaml").fleet)  # gpufleet; slurm and root
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSlurm, Path]]:
+    root = build_slurm_root()
+    workdir = tmp_path_factory.mktemp("slurm-setter")
+    failing = workdir / "epilog-fails"  # a node named here fails its Epilog
+    failing.mkdir()
+    epilog = workdir / "epilog.sh"
+    epilog.write_text(f'#!/bin/sh\n[ -e "{failing}/$SLURMD_NODENAME" ] && exit 1\nexit 0\n')
+    epilog.chmod(0o755)
+    ctld, rest = free_ports(2)
+    c = LocalSlurm(workdir, {SLURM_PARTITION: [SLURM_NODESET]}, root=root,
+                   binds=[tmp_path_factory.getbasetemp(), REPO_ROOT], ctld_port=ctld, rest_port=rest,
+                   extra_conf=[*local_stack_extra_conf(), f"Epilog={epilog}"])
+    try:
+        c.up()
+        start_accounting(c)
+        start_nodes(c)
+        yield c, failing
+    finally:
+        c.down()
+
+
+@pytest.fixture
+def fresh(cluster: tuple[LocalSlurm, Path]) -> tuple[LocalSlurm, Path]:
+    c, failing = cluster
+    for f in failing.iterdir():
+        f.unlink()
+    c.up()
+    c.reset()
+    return c, failing
+
+
+@pytest.fixture(params=["rest", "cli"])
+def client(request, fresh: tuple[LocalSlurm, Path]) -> Iterator[SlurmClient]:
+    """Each client as the reconciler runs it: slurmrestd with its own user's token, or Slurm's tools."""
+    c, _ = fresh
+    if request.param == "cli":
+        yield SlurmCLI(env=c.env(), timeout=20)
+        return
+    rest = SlurmREST(c.rest_url, SignedToken(c.jwt_key_path, user=RECONCILER_USER), timeout=10)
+    yield rest
+    rest.close()
+
+
+def test_slurmctlds_own_drain_is_recorded_as_the_slurm_user_and_not_taken_for_a_persons(
+        fresh: tuple[LocalSlurm, Path], client: SlurmClient) -> None:
+    """A job's Epilog fails: slurmctld drains the node itself ("Epilog error", src/slurmctld/job_mgr.c, as the
+    SlurmUser). Before, any reason without gpufleet's or the operator's prefix was a person's hold."""
+    c, failing = fresh
+    (failing / "gpu-a-1").touch()
+    c.sbatch("-p", SLURM_PARTITION, "-w", "gpu-a-1", "--chdir=/tmp", "-o", "/dev/null", "--wrap", "true")
+    n = wait_for("slurmctld to drain gpu-a-1", lambda: (x := client.node("gpu-a-1")) and "DRAIN" in x.states and x,
+                 60, interval=0.5, explain=lambda: c.scontrol("-o", "show", "node", "gpu-a-1"))
+    assert n.reason == "Epilog error" and n.reason_set_by == "slurm" and n.reason_changed_at
+    v = slurm_view(n, USERS)
+    assert owner(v) is Owner.SLURM and not drained_by_person(v)
+    row = drained_by_slurm(v)
+    assert row is not None and (row.kind, row.action) == ("epilog-error", CHECK)
+
+
+def test_a_slurmd_that_stops_answering_is_slurms_down_not_a_persons(
+        fresh: tuple[LocalSlurm, Path], client: SlurmClient) -> None:
+    """slurmctld sets it DOWN, "Not responding" (src/slurmctld/ping_nodes.c, as the SlurmUser), SlurmdTimeout
+    (the local stack's 30 s) after its last answer."""
+    c, _ = fresh
+    c.stop_daemon("slurmd:gpu-a-1")
+    try:
+        n = wait_for("slurmctld to set gpu-a-1 DOWN", lambda: (x := client.node("gpu-a-1")) and "DOWN" in x.states
+                     and x, 120, interval=1, explain=lambda: c.scontrol("-o", "show", "node", "gpu-a-1"))
+        assert n.reason == "Not responding" and n.reason_set_by == "slurm"
+        row = drained_by_slurm(slurm_view(n, USERS))
+        assert row is not None and row.action == GONE
+        # a person then drains it with their words as root (an admin's sudo): slurmctld keeps "Not responding"
+        # replaced by the drain's reason, recorded as root: free text from root is a person's
+        c.set_node_state("gpu-a-1", "DRAIN", "ops: PSU swap")
+        held = slurm_view(client.node("gpu-a-1"), USERS)
+        assert held.set_by is not None and held.set_by.user == "root" and drained_by_person(held)
+    finally:
+        c.up()
+
+
+def test_a_persons_drain_is_recorded_as_theirs_and_is_a_persons_whatever_it_says(
+        fresh: tuple[LocalSlurm, Path], client: SlurmClient) -> None:
+    """A person with their own account (an Administrator in accounting, as an on-call engineer is), even when
+    they write a reason Slurm or gpufleet would; and gpufleet's own drain, by its own user."""
+    c, _ = fresh
+    c.run(["sacctmgr", "-i", "add", "user", f"name={TENANT_USER}", "account=root", "adminlevel=Administrator"],
+          check=True)
+    try:
+        def drained_as_person() -> bool:
+            try:
+                c.set_node_state("gpu-a-0", "DRAIN", "Kill task failed (JobId=7 StepId=0)", user=TENANT_USER)
+            except Exception:  # slurmdbd's update may not have reached slurmctld yet
+                return False
+            return True
+
+        wait_for("slurmctld to take the person's drain", drained_as_person, 30, interval=1)
+        c.set_node_state("gpu-a-1", "DRAIN", "gpufleet: looks like XID 79 to me", user=TENANT_USER)
+        for name in ("gpu-a-0", "gpu-a-1"):
+            n = client.node(name)
+            assert n.reason_set_by == TENANT_USER, n
+            v = slurm_view(n, USERS)
+            assert owner(v) is Owner.PERSON and drained_by_person(v) and drained_by_slurm(v) is None
+    finally:
+        c.run(["sacctmgr", "-i", "delete", "user", f"name={TENANT_USER}"], check=True)
+    rest = SlurmREST(c.rest_url, SignedToken(c.jwt_key_path, user=RECONCILER_USER), timeout=10)
+    try:
+        rest.drain("gpu-a-1", "gpufleet: XID 79 [h100-0-xid79-1]")  # gpufleet's own, over the person's words
+        n = client.node("gpu-a-1")
+        assert n.reason_set_by == RECONCILER_USER and owner(slurm_view(n, USERS)) is Owner.GPUFLEET
+    finally:
+        rest.close()
+
+
+def test_the_operator_stand_ins_drain_is_set_by_the_operators_user(fresh: tuple[LocalSlurm, Path],
+                                                                      client: SlurmClient) -> None:
+    c, _ = fresh
+    c.set_node_state("gpu-a-0", "DRAIN", PREFIX + "cordoned", user=OPERATOR_USER)  # what the stand-in sends
+    n = client.node("gpu-a-0")
+    assert n.reason_set_by == OPERATOR_USER == "slurm" and owner(slurm_view(n, USERS)) is Owner.OPERATOR
