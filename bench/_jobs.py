@@ -49,9 +49,9 @@ class Ledger:
     def _run_until(self, job: Job, t: float, lose: bool) -> None:
         """Account a running job's time from `since` to `t`: its restart, then work; `lose`: the work since its
         last checkpoint is lost."""
-        ran = t - job.since
-        job.seconds[RESTART] += min(ran, self.restart)
-        work = max(ran - self.restart, 0.0)
+        begun = job.since + self.restart  # its restart's end: its checkpoints count from there
+        job.seconds[RESTART] += max(min(t, begun) - max(job.since, 0.0), 0.0)  # a start before 0 is not the run's
+        work = max(t - begun, 0.0)
         if lose and self.checkpoint > 0:
             job.seconds[LOST_WORK] += work % self.checkpoint
 

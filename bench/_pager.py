@@ -27,7 +27,8 @@ from _repair_world import Params, Result, finish, ledger, pools_in_service, trut
 HOUR = 3600.0
 
 
-def run(spec: FleetSpec, p: Params) -> Result:
+def run(spec: FleetSpec, p: Params, trace: list[table.Interruption] | None = None) -> Result:
+    """`trace`: these interruptions instead of the seed's draw from Llama 3's table."""
     res = Result("a person's pager")
     end = p.days * 24 * HOUR
     book = ledger(spec, p)
@@ -44,7 +45,7 @@ def run(spec: FleetSpec, p: Params) -> Result:
         seq += 1
         heapq.heappush(events, (t, seq, kind, data))
 
-    for ev in table.trace(pools_in_service(spec), p.days, p.fault_scale, p.seed):
+    for ev in trace if trace is not None else table.trace(pools_in_service(spec), p.days, p.fault_scale, p.seed):
         at(ev.t, "interrupt", ev)
     pool_min = dict(spares)
     while events and events[0][0] < end:

@@ -278,13 +278,16 @@ def _bench_spec(spec: FleetSpec, loop: bool, in_place: bool = False) -> FleetSpe
     return spec.model_copy(update={"pools": pools, "healing": healing})
 
 
-def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] = lambda s: None) -> Result:
+def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] = lambda s: None,
+        trace: list[Interruption] | None = None) -> Result:
+    """The month with the reconciler (`loop`: its repair loop on; off, a person repairs `person_hours` after
+    the fault). `trace`: these interruptions instead of the seed's draw from Llama 3's table."""
     sim = Sim(spec, p, loop)
     w = sim.w
     res = Result("with the loop" if loop else "without (today)")
     end = p.days * 24 * HOUR
     gpus = {n.name: n.gpus_per_node for n in sim.spec.pools}
-    for ev in table.trace(pools_in_service(sim.spec), p.days, p.fault_scale, p.seed):
+    for ev in trace if trace is not None else table.trace(pools_in_service(sim.spec), p.days, p.fault_scale, p.seed):
         heapq.heappush(sim.events, (ev.t, -ev.k - 1, "interrupt", ev))
     waiting: dict[str, float] = {}  # remediation -> seconds waited for a spare
     spares_area, spares_min, last_day = 0.0, None, -1
