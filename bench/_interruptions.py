@@ -79,8 +79,9 @@ TABLE5: tuple[Row, ...] = (
     Row("GPU SRAM Memory", "GPU", 19, Cost.GPUFLEET, (_xid(95, "pid=1204, Uncontained: SM (0x1). RST: Yes, "
                                                           "D-RST: No"),),
         "uncontained SRAM error (Xid 95)"),
-    Row("GPU System Processor", "GPU", 17, Cost.GPUFLEET, (_xid(119, "pid=1204, Timeout after 6s of waiting for RPC "
-                                                               "response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL)"),),
+    Row("GPU System Processor", "GPU", 17, Cost.GPUFLEET,
+        (_xid(119, "pid=1204, Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 "
+                   "(GSP_RM_CONTROL)"),),
         "GSP RPC timeout (Xid 119)"),
     Row("NIC", "Host", 7, Cost.PERSON),
     Row("NCCL Watchdog Timeouts", "Unknown", 7, Cost.RESTART, why="no cause found: the job restarts where it was"),

@@ -42,7 +42,8 @@ class Ledger:
         for pool, (nodes, gpus) in pools.items():
             for start in range(0, nodes, job_nodes):
                 hosts = tuple(f"{pool}-w{i}" for i in range(start, min(start + job_nodes, nodes)))
-                job = Job(f"{pool}-job{start // job_nodes}", pool, hosts, len(hosts) * gpus, since=-restart)  # running at 0
+                # running at 0: its start is before the run
+                job = Job(f"{pool}-job{start // job_nodes}", pool, hosts, len(hosts) * gpus, since=-restart)
                 self.jobs.append(job)
                 self.of_host.update(dict.fromkeys(hosts, job))
 

@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{p0.seed}, the same interruptions in both modes (one that strikes a job already stopped costs nothing "
              "more and is not counted).",
              f"A job checkpoints every {p0.checkpoint_minutes:g} min and restarts in {p0.restart_minutes:g} min. "
-             f"A person: paged to at the keyboard {p0.respond_minutes:g} min, drain and swap {p0.manual_minutes:g} min; "
+             f"A person: paged to at the keyboard {p0.respond_minutes:g} min, drain and swap "
+             f"{p0.manual_minutes:g} min; "
              f"repairs or retires a broken node {p0.person_hours:g} h after its fault (the pager's; the loop's own "
              f"repair: reboot {p0.reboot_minutes:g} min, check {p0.check_minutes:g} min). Refills granted "
              f"{p0.refill_success:.0%}, in {p0.refill_minutes:g} min.",

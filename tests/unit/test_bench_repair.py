@@ -17,7 +17,6 @@ try:
 finally:
     sys.path.remove(str(BENCH))
 
-from fleetspec import labels  # noqa: E402
 from fleetspec.faults import FaultAction  # noqa: E402
 from fleetspec.faults.policy import FaultPolicy  # noqa: E402
 from reconciler.core.phases import Phase  # noqa: E402
