@@ -281,22 +281,28 @@ def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
 
 
 def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
-    own = _strings({labels.KMSG_REPORTED, labels.REPAIR_RESULT})
+    own = _strings({labels.KMSG_REPORTED, labels.REPAIR_RESULT, labels.GPU_CLIENTS_STOPPED})
+    # a GPU reset stops the GPU Operator's operands by their deploy labels, and restores them (agent/gpu_clients.py)
+    operands = _strings(labels.GPU_OPERATOR_DEPLOY)
     return _policy(f"{spec.healing.reconciler.agent_namespace}-agent-own-node", username,
                    [_rule(["nodes", "nodes/status"], ["UPDATE"])], [
         {"expression": "variables.tokenNode.size() == 1 && variables.tokenNode[0] == object.metadata.name",
          "messageExpression": "'the node agent writes only the node its token is bound to (' + "
                               "(variables.tokenNode.size() == 1 ? variables.tokenNode[0] : 'none: not a pod-bound "
                               "token') + '), not ' + object.metadata.name"},
-        {"expression": "variables.subResource == 'status' || (object.metadata.?labels == oldObject.metadata.?labels && "
-                       "object.?spec == oldObject.?spec && "
+        {"expression": "variables.subResource == 'status' || (object.?spec == oldObject.?spec && "
+                       + _changed_only("oldLabels", "newLabels", f"k in {operands} && "
+                                       "variables.newLabels[?k].orValue('false') in ['true', 'false']") + " && "
                        + _changed_only("oldAnnotations", "newAnnotations", f"k in {own}") + ")",
-         "message": f"on its node the agent changes only its kernel-log cursor ({labels.KMSG_REPORTED}) and the "
-                    f"answer to a repair ({labels.REPAIR_RESULT})"},
+         "message": f"on its node the agent changes only its kernel-log cursor ({labels.KMSG_REPORTED}), the "
+                    f"answer to a repair ({labels.REPAIR_RESULT}), what a GPU reset stopped "
+                    f"({labels.GPU_CLIENTS_STOPPED}) and the GPU Operator's deploy labels (true or false) of the "
+                    "operands a reset stops"},
         {"expression": status_only_conditions(spec.healing.condition_types),
          "message": f"in its node's status the agent changes only its condition ({', '.join(spec.healing.condition_types)})"},
     ], variables=[TOKEN_NODE,
                   SUBRESOURCE,
+                  *_maps("Labels", "labels"),
                   *_maps("Annotations", "annotations")])
 
 

@@ -64,6 +64,12 @@ KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>
 # JSON, read and written through fleetspec/node_repair.py.
 REPAIR_REQUEST = f"{GROUP}/repair-request"  # node annotation, by the reconciler: reset its GPU(s) or reboot (once per id)
 REPAIR_RESULT = f"{GROUP}/repair-result"    # node annotation, by whoever acts on the node (the agent): how it went
+GPU_CLIENTS_STOPPED = f"{GROUP}/gpu-clients-stopped"  # node annotation, by the agent: what a GPU reset stopped
+# The NVIDIA GPU Operator's node labels that deploy its operands on a node ("true") or remove them ("false"):
+# a GPU reset stops them so (NVIDIA's NVSentinel, janitor/pkg/gpuservices/manager.go, its registry's
+# gpu-operator entry: the device plugin, DCGM, dcgm-exporter, GPU feature discovery).
+GPU_OPERATOR_DEPLOY = ("nvidia.com/gpu.deploy.device-plugin", "nvidia.com/gpu.deploy.dcgm",
+                       "nvidia.com/gpu.deploy.dcgm-exporter", "nvidia.com/gpu.deploy.gpu-feature-discovery")
 HEALTH_CHECK = f"{GROUP}/health-check"      # node annotation, by the reconciler: its last check (Job, boot, verdict)
 RETIRED = f"{GROUP}/retired"                # node annotation: why it was retired, and when
 HEALTH_CHECK_NODE = f"{GROUP}/health-check-node"  # label on a health-check Job and its pod: the node it checks
@@ -134,6 +140,9 @@ APP_COMPONENT = "app.kubernetes.io/component"
 APP_PART_OF = "app.kubernetes.io/part-of"
 APP_MANAGED_BY = "app.kubernetes.io/managed-by"
 MIRROR_POD = "kubernetes.io/config.mirror"  # annotation the kubelet puts on static pods' mirrors
+# The node's instance type, as the kubelet or its cloud provider sets it (Kubernetes' well-known labels:
+# kubernetes.io/docs/reference/labels-annotations-taints/#nodekubernetesioinstance-type)
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 
 
 def standard_labels(name: str, component: str, instance: str) -> dict[str, str]:

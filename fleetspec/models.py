@@ -201,6 +201,19 @@ class LendingSpec(Strict):
 from .repair import PoolRepair, RepairSpec  # noqa: E402
 
 
+# The most GPUs one machine of a model family carries: NVIDIA's HGX baseboards hold 8 (HGX A100/H100/H200/B200/
+# B300: nvidia.com/en-us/data-center/hgx), a GB200/GB300 NVL72 compute tray 4 (2 Grace CPUs, 4 Blackwell GPUs:
+# nvidia.com/en-us/data-center/gb200-nvl72). Longest prefix first; a model not listed is not checked.
+GPUS_PER_MACHINE = (("GB300", 4), ("GB200", 4), ("B300", 8), ("B200", 8), ("H200", 8), ("H100", 8), ("H800", 8),
+                    ("H20", 8), ("A100", 8), ("A800", 8))
+
+
+def gpus_per_machine(model: str) -> int | None:
+    """The most GPUs a machine of `model` (e.g. "H100-SXM5-80GB") has; None for a model not listed."""
+    name = model.upper().removeprefix("NVIDIA").strip(" -_")
+    return next((n for prefix, n in GPUS_PER_MACHINE if name.startswith(prefix)), None)
+
+
 class NodePool(Strict):
     name: K8sName
     node_type: str = Field(min_length=1, description="Instance or machine type, e.g. p5.48xlarge.")
@@ -243,6 +256,14 @@ class NodePool(Strict):
         if self.lending and self.lending.spares and self.lending.spare_floor > self.spares:
             raise FieldError("lending.spare_floor", f"a floor of {self.lending.spare_floor} unlent spares is more than "
                              f"the pool's {self.spares} spares")
+        if self.nodes == 0 and self.spares > 0:
+            raise FieldError("nodes", f"0 active nodes with {self.spares} spare(s): a spare stands in for an active "
+                             "node that faults, and this pool has none (declare its active nodes, or no spares)")
+        most = gpus_per_machine(self.gpu_model)
+        if most is not None and self.gpus_per_node > most:
+            raise FieldError("gpus_per_node", f"{self.gpus_per_node} GPUs per node, but a {self.gpu_model} machine has "
+                             f"at most {most} (the model's baseboard or tray); a count the nodes cannot report never "
+                             "passes the health check")
         return self
 
     def max_lent(self) -> int:
@@ -648,13 +669,15 @@ class FaultActions(Strict):
 
 
 class RepeatRule(Strict):
-    """NVIDIA's WORKFLOW_XID_13 and _31: the same application error on the same GPU, again and again,
-    may be the hardware (run diagnostics); once is the job's bug."""
+    """NVIDIA's WORKFLOW_XID_13 and _31: the same application error on the same GPU (for 13, the same GPC
+    and TPC where the line names them), again, may be the hardware: RUN_DCGMEUD, diagnostics; once, or on
+    different GPUs, it is the job's. Defaults: NVSentinel's health-events-analyzer (twice within 24 h)."""
 
     xids: list[int] = Field(default_factory=lambda: [13, 31], description="Codes counted per GPU.")
-    count: int = Field(3, ge=2, le=1000, description="Sightings on one GPU within the window that make it hardware.")
-    window_seconds: int = Field(3600, ge=1, le=7 * 86400)
-    action: FaultAction = Field(FaultAction.REPLACE, description="What such a GPU needs (diagnostics take the node out).")
+    count: int = Field(2, ge=2, le=1000, description="Occurrences on one GPU within the window that may be hardware.")
+    window_seconds: int = Field(86400, ge=1, le=7 * 86400)
+    action: FaultAction = Field(FaultAction.DIAGNOSE, description="What such a GPU needs: diagnose (diagnostics "
+                                "asked, the node stays in service), or any other action (final, as an override).")
 
 
 class FaultsSpec(Strict):
@@ -889,6 +912,18 @@ class FleetSpec(Strict):
             raise FieldError("healing.reconciler.agent_namespace",
                              f"{dep.agent_namespace!r} is also the reconciler's or Slurm's namespace: the node agent needs "
                              f"one of its own (Pod Security level privileged), so theirs can stay restricted")
+        check = self.healing.repair.health_check
+        if self.cluster.kind != "local" and not check.command:
+            if check.allow_skip:
+                raise FieldError("healing.repair.health_check.allow_skip", f"{check.allow_skip}: a check may be skipped "
+                                 "only on the local cluster; elsewhere a node serves only once every check proved it "
+                                 "(run the check from an image that has the tools: healing.repair.health_check.image)")
+            if check.dcgm_level is None:
+                raise FieldError("healing.repair.health_check.dcgm_level", "DCGM's diagnostic may be left out only on "
+                                 "the local cluster: it is part of what proves a node (level 2 or more)")
+            if not check.all_reduce:
+                raise FieldError("healing.repair.health_check.all_reduce", "the all-reduce may be left out only on the "
+                                 "local cluster: it proves the NVLinks and the bandwidth between the node's GPUs")
         if self.healing.enabled and not self.slurm.restapi:
             raise FieldError("slurm.restapi", "the reconciler reaches Slurm through slurmrestd: keep restapi on "
                              "while healing is enabled")

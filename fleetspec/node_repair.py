@@ -19,6 +19,7 @@ from typing import Any, Callable, TypeVar
 
 RESET_GPU, REBOOT = "reset-gpu", "reboot"
 RUNNING, PASSED, FAILED = "running", "passed", "failed"
+UNPROVEN = "unproven"  # the check could not prove the node (a required tool not in its image): it does not serve
 MAX_MESSAGE = 1000
 
 T = TypeVar("T")
@@ -79,7 +80,7 @@ def parse_result(text: str | None) -> RepairResult | None:
 class HealthCheckRecord:
     job: str
     boot: str  # the boot it ran on: a reboot makes a passed check stale
-    state: str  # running | passed | failed
+    state: str  # running | passed | failed | unproven
     at: datetime  # started (running) or decided (passed, failed)
     message: str = ""
     action: str = ""  # failed: what the check says the node needs (reset-gpu, reboot, replace)
@@ -98,7 +99,7 @@ class HealthCheckRecord:
 
 def parse_check(text: str | None) -> HealthCheckRecord | None:
     def build(d: dict) -> HealthCheckRecord:
-        if d["state"] not in (RUNNING, PASSED, FAILED):
+        if d["state"] not in (RUNNING, PASSED, FAILED, UNPROVEN):
             raise ValueError(d["state"])
         return HealthCheckRecord(str(d["job"]), str(d.get("boot") or ""), d["state"], _time(d["at"]),
                                  str(d.get("message") or ""), str(d.get("action") or ""))

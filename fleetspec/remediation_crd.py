@@ -37,7 +37,7 @@ NAME = f"{PLURAL}.{labels.GROUP}"
 PHASES = ("Detected", "SlurmDraining", "Checkpointing", "Requeued", "Held", "OptedOut", "Evicting", "Replacing",
           "WaitingForSpare", "Resuming", "Succeeded", "Escalated", "Failed")
 # The phases of the node's repair once its heal is over (reconciler/core/repair_phases.py, issue 25).
-REPAIR_PHASES = ("Repairing", "Validating", "Returned", "Retired", "Stopped")
+REPAIR_PHASES = ("Repairing", "Validating", "Returned", "Retired", "Stopped", "Gone", "Waiting")
 
 
 class ConditionType(StrEnum):
@@ -150,6 +150,7 @@ def status_schema() -> dict:
             "intents": {**_strings(), "description": "Once-only actions begun (never repeated after a crash)."},
             "retries": {"type": "integer", "minimum": 0},
             "slurmNodes": {**_strings(), "description": "The node's Slurm nodes when containment began."},
+            "jobNodes": {**_strings(), "description": "Every Slurm node its jobs ran on when they were signalled."},
             "keptDrains": {**_strings(), "description": "Of those, the ones a person had drained: left alone."},
             "heldMessage": {"type": "string", "description": "Why admission holds it."},
             "heldReason": {"type": "string", "description": "The gate holding it (TooManyUnhealthy, MaxConcurrent)."},

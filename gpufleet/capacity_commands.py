@@ -174,13 +174,19 @@ def render(snap: Snapshot):
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title=f"gpufleet capacity ({snap.at:%H:%M:%S} UTC; GPU-hours over {_window(snap.window)})")
-    for col in COLUMNS:
-        t.add_column(col.replace("GPU-H LENT", f"GPU-H LENT/{_window(snap.window)}"),
-                     justify="left" if col in ("POOL", "AS OF") else "right")
-    for row in table_rows(snap):
-        t.add_row(*row)
-    return Group(t, *[Text(w, style="yellow") for w in snap.warnings])
+    from rich import box
+
+    # Fits an 80-column terminal: light rules, each header word kept whole (the window of GPU-H LENT is in the
+    # title), and each pool's AS OF, which can be a note, on a line of its own below the table: nothing is cut.
+    t = Table(title=f"gpufleet capacity ({snap.at:%H:%M:%S} UTC; GPU-hours over {_window(snap.window)})",
+              box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for col in COLUMNS[:-1]:
+        t.add_column(col.replace(" ", "\n"), justify="left" if col == "POOL" else "right", overflow="fold")
+    rows = table_rows(snap)
+    for row in rows:
+        t.add_row(*row[:-1])
+    as_of = Text("as of: " + "; ".join(f"{row[0]} {row[-1]}" for row in rows))
+    return Group(t, as_of, *[Text(w, style="yellow") for w in snap.warnings])
 
 
 def to_json(snap: Snapshot) -> dict:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib
 
 from gpufleet import (  # noqa: F401  (each registers its commands)
-    capacity_commands, commands, health_commands, kmsg_commands, preflight, preview, spec_commands, why_command)
+    capacity_commands, commands, health_commands, kmsg_commands, oncall_commands, preflight, preview, spec_commands,
+    why_command)
 from gpufleet.console import EXIT_FAILED, EXIT_INVALID, app, load_spec
 
 __all__ = ["app", "load_spec", "EXIT_FAILED", "EXIT_INVALID", "PLUGINS", "load_plugins"]

@@ -173,9 +173,13 @@ def agent(
 def inject_fault(
     node: str = typer.Argument(..., help="Node to fault."),
     xid: int = typer.Option(79, help="XID to report (79: GPU fallen off the bus)."),
-    message: Optional[str] = typer.Option(None, help="Condition message; default: the XID's description."),
-    action: Optional[str] = typer.Option(None, help="What it needs (none, restart-app, reset-gpu, reboot, "
-                                         "replace); default: the catalogue's, with the stack's overrides."),
+    message: Optional[str] = typer.Option(None, help="The driver's text after the XID's meaning; default: says it "
+                                          "was injected by a person."),
+    pci: str = typer.Option("", help="The faulted GPU's PCI address as the driver prints it (e.g. 0000:3b:00); "
+                            "default: none named (the fault is the node's)."),
+    action: Optional[str] = typer.Option(None, help="What it needs (none, restart-app, diagnose, reset-gpu, "
+                                         "reboot, contact-support, replace); default: the catalogue's, with the "
+                                         "stack's overrides."),
     condition: str = typer.Option("GpuHealthy", help="Node condition to set."),
     kubeconfig: Optional[Path] = typer.Option(None),
     stack: Optional[str] = typer.Option(None, "--stack", "-s"),
@@ -196,7 +200,11 @@ def inject_fault(
         faults = FaultPolicy.from_spec(load_spec(stack, None).healing) if stack else FaultPolicy()
         need = faults.action(Kind.XID, xid)
     reason = reason_for(Kind.XID, xid)
-    text = format_message(FaultSignal(Kind.XID, xid, need, "0000:00:00"), message or describe(xid))
+    if pci and (len(pci) > 16 or not set(pci) <= set("0123456789abcdefABCDEF:.")):
+        _err(f"--pci {pci!r}: a PCI address as the driver prints it, e.g. 0000:3b:00")
+        raise typer.Exit(EXIT_INVALID)
+    # format_message puts the XID's meaning first; the text after it is the driver's, here the drill's own
+    text = format_message(FaultSignal(Kind.XID, xid, need, pci), message or "injected by `gpufleet inject-fault`")
     if need is FaultAction.NONE:
         typer.echo(f"{node}: {describe(xid)} needs nothing; the agent would only log it")
         return

@@ -20,13 +20,19 @@ def health_check(
                                                                        "when dcgmi is on the node."),
     all_reduce: bool = typer.Option(True, help="A short all-reduce across the GPUs, when nccl-tests is there."),
     gpus: Optional[int] = typer.Option(None, help=f"GPUs the node should have (default: ${EXPECTED_GPUS})."),
+    allow_skip: list[str] = typer.Option([], help="A check that may be skipped when its tool is not in the image "
+                                              "(nvlink, dcgm, all-reduce, pcie; the spec's allow_skip). Any other "
+                                              "leaves the node unproven."),
 ) -> None:
-    """Check this node's GPUs (nvidia-smi ECC and row-remap state, DCGM, an all-reduce); exit 0 when it passed."""
+    """Check this node's GPUs (nvidia-smi's ECC, row-remap and GPU count, NVLink, DCGM, an all-reduce held to the
+    model's bandwidth floor, PCIe links); exit 0 when every check passed."""
     from reconciler.healthcheck.run import run_checks, write
 
     expected = gpus if gpus is not None else (int(os.environ[EXPECTED_GPUS]) if os.environ.get(EXPECTED_GPUS) else None)
-    report = run_checks(dcgm_level, all_reduce, expected)
+    report = run_checks(dcgm_level, all_reduce, expected, allow_skip=frozenset(allow_skip))
     write(report, termination_log)
-    typer.echo(("passed: " if report.passed else f"failed (needs {report.action}): ") + report.summary())
+    verdict = "passed: " if report.passed else f"failed (needs {report.action}): " if report.action != "none" else \
+        f"not proven ({', '.join(report.unproven)} could not run): "
+    typer.echo(verdict + report.summary())
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)

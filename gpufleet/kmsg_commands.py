@@ -71,7 +71,8 @@ def classify_kmsg(
     """Explain each GPU and NVSwitch event of a kernel log: where, what NVIDIA says, what gpufleet does.
 
     For each event: the input line, the kind (xid, sxid, gpu-lost), the code, the PCI address and GPU
-    instance, NVIDIA's meaning, the action (none, restart-app, reset-gpu, reboot, replace) and whether
+    instance, NVIDIA's meaning, the action (none, restart-app, diagnose, reset-gpu, reboot, contact-support,
+    replace) and whether
     the node would be remediated (taken out of service). Only the kernel is believed: lines user space
     wrote, or the driver's words inside another message, are counted on standard error, not explained.
     Exit 0: read; 2: the input (or the policy) cannot be read.

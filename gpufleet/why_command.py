@@ -188,7 +188,7 @@ def why(
         remediations = KubeRemediationStore(api).list()
         job = job_facts(found, source) if found is not None else None
         nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}
-        nodes |= {r.node for r in remediations if job_id in r.jobs}
+        nodes |= {x for r in remediations if job_id in r.jobs for x in (r.node, *(kube_nodes.get(n, n) for n in r.job_nodes))}
         faults = node_faults(api, nodes)
         ledgers, events, under_way, pool_of = lending_records(api, namespace)
     except (SlurmError, TemporaryError, PermanentError, ApiException) as e:

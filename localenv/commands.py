@@ -119,7 +119,9 @@ def local_status(stack: str = typer.Option("local", "--stack", "-s"),
 
 
 def demo(
-    keep: bool = typer.Option(False, "--keep", help="Reuse the running environment instead of starting clean."),
+    keep: bool = typer.Option(False, "--keep", help="Reuse the running environment instead of starting clean, and "
+                              "leave it running at the end (by default the demo takes it down: `make test` needs "
+                              "the default ports free)."),
     xid: int = typer.Option(79, help="XID to inject; one whose action takes the node out (79: reboot)."),
     grace: Optional[int] = typer.Option(None, help="Override the grace period (seconds); host-process mode only."),
     kubelet: bool = typer.Option(True, "--kubelet/--no-kubelet",
@@ -148,5 +150,19 @@ def demo(
     except (PulumiError, RuntimeError, TimeoutError) as e:
         _err(f"demo failed: {e}\n  reconciler log: {env.reconciler_log}")
         raise typer.Exit(EXIT_FAILED)
+    finally:
+        leave(env, keep)
     if tl.outcome != "Succeeded":
         raise typer.Exit(EXIT_FAILED)
+
+
+def leave(env, keep: bool) -> None:
+    """The demo's last step: what stays running. By default nothing (the local environment holds the default
+    ports, which `make test`'s README test needs); with --keep everything, and the demo says how to stop it."""
+    if keep:
+        typer.echo(f"\nThe local environment is still running (--keep), its state in {env.root}: try "
+                   "`gpufleet why 1`, `gpufleet remediations`, `gpufleet capacity`; stop it with "
+                   "`gpufleet local down` (before `make test`).")
+        return
+    typer.echo("\nTaking the local environment down (`gpufleet demo --keep` leaves it running to look around).")
+    env.down()

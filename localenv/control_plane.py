@@ -201,6 +201,7 @@ class LocalKube:
             self._api_client = kconfig.new_client_from_config(
                 config_file=str(self.kubeconfig_path), context=CONTEXT_NAME
             )
+            self._api_client.user_agent = "gpufleet-local"  # its writes are named so in managedFields
         return self._api_client
 
     def core_v1(self):

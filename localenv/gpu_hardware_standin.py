@@ -2,7 +2,8 @@
 and the health check do to it on a real machine. kwok fakes a node's kubelet; it has no GPUs to reset, no
 machine to reboot and nothing to check, so this does, from each node's simulated state (annotation
 `localenv.gpufleet.io/gpu-state`, set by a test or a demo): healthy, or broken in a way a reset fixes
-(`reset-fixes`), a reboot fixes (`reboot-fixes`), or nothing fixes (`broken`). Absent: healthy.
+(`reset-fixes`), a reboot fixes (`reboot-fixes`), or nothing fixes (`broken`; `nvlink-down`: an NVLink
+inactive; `low-bandwidth`: the all-reduce under the model's floor). Absent: healthy.
 
 What it follows, and nothing more:
 - a repair request on the node (fleetspec/node_repair.py) is acted on once per id and answered on the node,
@@ -13,9 +14,10 @@ What it follows, and nothing more:
   stage (tools/kube/kwok/stages) makes a NotReady kwok node Ready at once and keeps the boot id, so a reboot
   here takes about a second where hardware takes minutes;
 - a health-check pod (label `gpufleet.io/health-check-node`) that kwok made Running on a kwok node ends as
-  the real check's container does (reconciler's `gpufleet health-check`, gpufleet/health_commands.py): its
-  report in the termination message (fleetspec/health_report.py), exit 0 when it passed, 1 when not, with
-  the action the failure needs. kwok's pod-complete stage leaves these pods to it (its selector skips them).
+  the real check's container does: the real check (reconciler/healthcheck/run.py, what `gpufleet
+  health-check` runs) reads the tools' outputs the node's state gives (real drivers' published outputs,
+  `tools`), its report goes in the termination message (fleetspec/health_report.py), exit 0 when it passed,
+  1 when not, with the action the failure needs. kwok's pod-complete stage leaves these pods to it (its selector skips them).
 
 The reconciler runs unchanged against it: nothing in the reconciler knows the node is fake.
 Run: ``python -m localenv.gpu_hardware_standin --kubeconfig FILE`` (LocalKube supervises it).
@@ -24,24 +26,36 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import sys
 import threading
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable, Collection
 
 from kubernetes import client, config
 
 from fleetspec import labels
-from fleetspec.health_report import CheckOutcome, HealthReport
+from fleetspec.health_report import EXPECTED_GPUS, HealthReport
 from fleetspec.node_repair import REBOOT, RESET_GPU, RepairResult, parse_request, parse_result
+
+from reconciler.healthcheck.run import Ran, run_checks
 
 log = logging.getLogger("gpu-hardware-standin")
 HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN = "healthy", "reset-fixes", "reboot-fixes", "broken"
-STATES = (HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN)
-NEEDS = {RESET_FIXES: "reset-gpu", REBOOT_FIXES: "reboot", BROKEN: "replace"}  # what a failed check says
+NVLINK_DOWN, LOW_BANDWIDTH = "nvlink-down", "low-bandwidth"  # degraded in a way no reset or reboot fixes
+STATES = (HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN, NVLINK_DOWN, LOW_BANDWIDTH)
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# What the stand-in's tools print: real drivers' and nccl-tests' published outputs (their sources:
+# tests/fixtures/gpu/SOURCES.md), changed only where a state says a GPU is broken.
+OUTPUTS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpu"
+SMI_Q = "nvidia-smi-q.h100x8.535.161.08.txt"
+ALL_REDUCE = {LOW_BANDWIDTH: "nccl-all-reduce.h100x16.two-nodes.143gbs.txt"}
+ALL_REDUCE_OK = "nccl-all-reduce.h100x8.439gbs.txt"
+DCGM_SAMPLE = "dcgmi-diag-3x.nvidia-sample.json"
+NVLINK_DOWN_AT = (3, 5)  # (GPU, link) that an `nvlink-down` node prints <inactive>
 
 
 def _now() -> datetime:
@@ -53,14 +67,66 @@ def state_of(node: dict) -> str:
     return value if value in STATES else BROKEN  # a state it does not know: nothing it knows fixes it
 
 
-def report(state: str) -> HealthReport:
-    """What the health check finds on a node in `state` (its nvidia-smi check; DCGM and nccl-tests absent)."""
-    skipped = (CheckOutcome("dcgm", "skip", "dcgmi not on the node"),
-               CheckOutcome("all-reduce", "skip", "all_reduce_perf not on the node"))
-    if state == HEALTHY:
-        return HealthReport((CheckOutcome("nvidia-smi", "pass", "local GPU hardware stand-in: healthy"), *skipped))
-    return HealthReport((CheckOutcome("nvidia-smi", "fail", f"local GPU hardware stand-in: {state}",
-                                      ("00000000:3B:00.0",), NEEDS[state]), *skipped))
+def _first_gpus(text: str, n: int) -> str:
+    """`nvidia-smi -q` cut to its first `n` GPUs (a pool of fewer GPUs than the published 8)."""
+    blocks = re.split(r"(?m)^(?=GPU [0-9A-Fa-f]{8}:)", text)
+    return "".join(blocks[: n + 1]).replace("Attached GPUs                             : 8",
+                                            f"Attached GPUs                             : {n}")
+
+
+def smi_q(state: str, gpus: int) -> str:
+    text = _first_gpus((OUTPUTS / SMI_Q).read_text(), gpus)
+    if state == RESET_FIXES:  # a row waits to be remapped: a reset
+        return text.replace("        Pending                           : No", "        Pending                           : Yes", 1)
+    if state == REBOOT_FIXES:  # a GPU fell off the bus: one fewer than the node should have
+        return _first_gpus(text, gpus - 1)
+    if state == BROKEN:  # the row remapper ran out: the vendor
+        return text.replace("Remapping Failure Occurred        : No", "Remapping Failure Occurred        : Yes", 1)
+    return text
+
+
+def nvlink_status(state: str, gpus: int) -> str:
+    """`nvidia-smi nvlink --status` of an HGX H100 board, in the layout real drivers print (SOURCES.md)."""
+    out = []
+    for g in range(gpus):
+        out.append(f"GPU {g}: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-00000000000{g})")
+        for link in range(18):
+            down = state == NVLINK_DOWN and (g, link) == NVLINK_DOWN_AT
+            out.append(f"\t Link {link}: " + ("<inactive>" if down else "26.562 GB/s"))
+    return "\n".join(out) + "\n"
+
+
+def dcgm_diag() -> str:
+    """`dcgmi diag -j` of a node whose diagnostic passed: NVIDIA's own sample of the output with its failing
+    results marked passed (no published passing run was found whole)."""
+    return (OUTPUTS / DCGM_SAMPLE).read_text().replace('"Fail"', '"Pass"').replace('"FAIL"', '"PASS"')
+
+
+def tools(state: str, gpus: int, missing: Collection[str] = ()) -> tuple[Callable, Callable]:
+    """(run, which) for `run_checks`: nvidia-smi, dcgmi and nccl-tests' all_reduce_perf, but those `missing`
+    (a check image without them)."""
+    def run(argv: list[str], timeout: int) -> Ran:
+        if argv[:2] == ["nvidia-smi", "-q"]:
+            return Ran(0, smi_q(state, gpus))
+        if argv[:2] == ["nvidia-smi", "nvlink"]:
+            return Ran(0, nvlink_status(state, gpus))
+        if argv[0] == "dcgmi":
+            return Ran(0, dcgm_diag())
+        if argv[0] == "all_reduce_perf":
+            return Ran(0, (OUTPUTS / ALL_REDUCE.get(state, ALL_REDUCE_OK)).read_text())
+        return Ran(127, f"{argv[0]}: not found")
+    present = {"nvidia-smi", "dcgmi", "all_reduce_perf"} - set(missing)
+    return run, (lambda name: name if name in present else None)
+
+
+def report(state: str, gpus: int = 8, argv: list[str] | None = None, missing: Collection[str] = ()) -> HealthReport:
+    """What `gpufleet health-check` finds on a node in `state`: the real check (reconciler/healthcheck/run.py)
+    on the outputs above, with the options of the Job's command (`argv`: the spec's)."""
+    argv = list(argv or [])
+    skips = frozenset(argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--allow-skip")
+    level = next((int(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--dcgm-level"), None)
+    run, which = tools(state, gpus, missing)
+    return run_checks(level, "--no-all-reduce" not in argv, gpus, run, which, skips)
 
 
 class GpuHardware:
@@ -112,7 +178,9 @@ class GpuHardware:
         log.warning("node %s: %s %s", name, result.id, "done" if result.ok else f"failed: {result.message}")
 
     def _finish_check(self, pod: dict, node: dict) -> None:
-        found = report(state_of(node))
+        container = pod["spec"]["containers"][0]
+        env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+        found = report(state_of(node), int(env.get(EXPECTED_GPUS) or 8), container.get("command") or [])
         now = self.clock().isoformat()
         exit_code = 0 if found.passed else 1
         statuses = [{"name": c["name"], "image": c["image"], "imageID": "", "ready": False, "restartCount": 0,

@@ -30,11 +30,18 @@ def load_policy(path: str | Path) -> FleetSpec:
     return parse_fleet(json.loads(Path(path).read_text()), source=str(path))
 
 
+USER_AGENT = "gpufleet"  # not the client library's "OpenAPI-Generator/...": a write without a field manager is
+# named after its user agent in managedFields, which is where a page reads who reported a fault
+
+
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
     if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
-    config.load_incluster_config()
-    return client.ApiClient()
+        api = config.new_client_from_config(config_file=kubeconfig, context=context)
+    else:
+        config.load_incluster_config()
+        api = client.ApiClient()
+    api.user_agent = USER_AGENT
+    return api
 
 
 def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmClient | None:

@@ -23,19 +23,21 @@ from enum import Enum
 
 
 class FaultAction(str, Enum):
-    """What a fault needs, mildest first. For now every action that `remediates` contains the node and
-    replaces it; the next step of the product, repairing in place, tells them apart."""
+    """What a fault needs, mildest first. Every action that `remediates` contains the node and heals its
+    job on a spare; the repair loop then treats the node as the action says (reconciler/core/repair.py)."""
 
     NONE = "none"                # informational, or another Xid carries the action
-    RESTART_APP = "restart-app"  # the job's problem: the job restarts, the node stays in service
+    RESTART_APP = "restart-app"  # the application on that GPU restarts; the node stays in service
+    DIAGNOSE = "diagnose"        # NVIDIA's RUN_DCGMEUD: possibly the hardware; diagnostics asked, the node serves on
     RESET_GPU = "reset-gpu"      # one GPU needs a reset
     REBOOT = "reboot"            # the machine needs a restart (RESTART_BM, RESTART_VM)
-    REPLACE = "replace"          # hardware: contact support, check mechanicals
+    CONTACT_SUPPORT = "contact-support"  # a person: cordoned, the job healed, the node held with a case page
+    REPLACE = "replace"          # retire the machine (only where the spec says so: gpufleet's catalogue never does)
 
     @property
     def remediates(self) -> bool:
         """Takes the node out of service."""
-        return self in (FaultAction.RESET_GPU, FaultAction.REBOOT, FaultAction.REPLACE)
+        return self in (FaultAction.RESET_GPU, FaultAction.REBOOT, FaultAction.CONTACT_SUPPORT, FaultAction.REPLACE)
 
     @property
     def rank(self) -> int:
@@ -49,15 +51,23 @@ class Kind(str, Enum):
 
 
 # NVIDIA's immediate-action buckets (the catalogue's "Fault Resolution Buckets" sheet) -> gpufleet's action.
+# CONTACT_SUPPORT, the "Unused" codes (all CONTACT_SUPPORT: seen at all, something is wrong), CHECK_MECHANICALS
+# (Xid 54, auxiliary power not connected: a person at the machine) and UPDATE_SWFW (Xid 78, vGPU start: the
+# software or firmware to update) all ask for a person, not for a new machine: the node is cordoned and held,
+# with a page carrying what the vendor (or the person) needs. NVSentinel does the same: a CONTACT_SUPPORT
+# event is quarantined and drained and never remediated, the node left cordoned for a person
+# (github.com/NVIDIA/NVSentinel tests/smoke_test.go TestFatalUnsupportedHealthEvent, "remediation skipped
+# for CONTACT_SUPPORT"). Nothing of NVIDIA's says to discard the machine, and retiring it (a terminated
+# instance) loses the evidence the vendor asks for.
 BUCKET_ACTIONS: dict[str, FaultAction] = {
     "IGNORE": FaultAction.NONE,
     "RESTART_APP": FaultAction.RESTART_APP,
     "RESET_GPU": FaultAction.RESET_GPU,
     "RESTART_BM": FaultAction.REBOOT,
     "RESTART_VM": FaultAction.REBOOT,           # on a VM node, the VM is the machine
-    "CHECK_MECHANICALS": FaultAction.REPLACE,
-    "CONTACT_SUPPORT": FaultAction.REPLACE,     # the "Unused" codes too: seen at all, something is wrong
-    "UPDATE_SWFW": FaultAction.REPLACE,         # the node needs a person (Xid 78, vGPU start)
+    "CHECK_MECHANICALS": FaultAction.CONTACT_SUPPORT,
+    "CONTACT_SUPPORT": FaultAction.CONTACT_SUPPORT,  # the "Unused" codes too
+    "UPDATE_SWFW": FaultAction.CONTACT_SUPPORT,
     "XID_154": FaultAction.NONE,                # "follow Xid 154 reported guidance": read from its label (rules)
     "WORKFLOW_XID_45": FaultAction.NONE,        # "Not Solo: IGNORE (follow other Xid)"; solo it is a job killed
     "WORKFLOW_XID_48": FaultAction.RESET_GPU,   # solo RESET_GPU, with 63/64 DRAIN_AND_RESET: a reset both ways
@@ -272,6 +282,25 @@ _ROWS: tuple[tuple[int, str, str, str], ...] = (
 )
 
 XIDS: dict[int, Entry] = {r[0]: Entry(*r) for r in _ROWS}
+
+# RESTART_APP codes the hardware raised and contained: the GPU stopped only the application that touched
+# the bad memory, and the GPU stays usable (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt, "Error
+# Containment": Xid 94 is a contained uncorrectable error, 95 an uncontained one). The other RESTART_APP
+# codes point at the application first (an engine exception, a page fault: the job's own bug, most often).
+CONTAINED_HARDWARE = frozenset({94})
+
+# The buckets whose fault is the application's, not the GPU's: NVIDIA's immediate action restarts the
+# application or ignores the line (RESTART_APP, IGNORE; Xid 45 is the cleanup after another Xid). Such a
+# fault never takes a node out, and never counts toward a lemon (reconciler/core/repair.py), whatever a
+# spec's override made of it: a crashing training script is not a failing machine.
+APPLICATION_BUCKETS = frozenset({"RESTART_APP", "IGNORE", "WORKFLOW_XID_45"})
+
+
+def application(kind: "Kind | str", code: int) -> bool:
+    """An Xid NVIDIA's catalogue puts on the application (13, 31, 43, 45, 94, ...): the application restarts,
+    the node stays in service (94 included: a hardware error, but one the GPU contained, CONTAINED_HARDWARE)."""
+    e = XIDS.get(code) if Kind(kind) is Kind.XID else None
+    return e is not None and e.nvidia in APPLICATION_BUCKETS
 
 # NVSwitch SXids: the Fabric Manager user guide splits them into fatal and non-fatal, as the line
 # itself says ("Fatal," or "Non-fatal," after the code). A fatal one takes the NVSwitch and the GPUs of

@@ -13,10 +13,16 @@ xid-errors/analyzing-xid-catalog.html, "Fault Resolution Buckets" and "XID 144-1
 - Xid 144-150 (WORKFLOW_NVLINK5_ERR): the line says Fatal or Nonfatal. Fatal ones reset the GPU, except
   the two link-down reasons of Xid 149 NETIR_LINK_EVT the decode table marks IGNORE (intrInfo[25:20]
   0b100110 and 0b101000); non-fatal ones are counted, not acted on.
-- Xid 13 and 31 (WORKFLOW_XID_13/_31): once is the job's bug; repeated on the same GPU it may be the
-  hardware (the spec's `faults.repeats`). One exception is often logged as several lines at once
-  ("Solo, no burst"): lines within BURST_SECONDS of the last count once. A log without times (a
-  plain file) never escalates: its lines cannot be told apart in time.
+- Xid 13 and 31 (WORKFLOW_XID_13/_31): once is the job's bug; repeated on the same GPU (for 13, the same
+  GPC and TPC where the line names them) it may be the hardware: the catalogue's RUN_DCGMEUD, so the
+  action is `diagnose` (the spec's `faults.repeats`: by default twice within 24 h, NVSentinel's
+  RepeatedXID31OnSameGPU and RepeatedXID13OnSameGPCAndTPC in its health-events-analyzer values.yaml);
+  on different GPUs (or GPCs) it is nothing more than the job's (RepeatedXID31OnDifferentGPU: NONE).
+  One exception is often logged as several lines at once ("Solo, no burst"): lines within the code's
+  burst window of the last count once (NVSentinel's: 15 s for 13, 180 s for 31). A log without times
+  (a plain file) never escalates: its lines cannot be told apart in time.
+- The escalation rules of fleetspec/faults/escalation.py (Xid 74 by its register bits, a repeated Xid 48,
+  five fatal Xids on one GPU within 24 h), each a row citing its source.
 An override in the spec is final.
 """
 from __future__ import annotations
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 
 from .catalogue import XIDS, FaultAction, Kind, default_action
 from .driver import GpuEvent
+from .escalation import Seen, escalate
 from .policy import FaultPolicy
 
 # Xid 154's labels (src/nvidia/src/kernel/gpu/gpu.c, _gpuRecoveryActionName) and values
@@ -42,7 +49,8 @@ RECOVERY_VALUES = {0: FaultAction.NONE, 1: FaultAction.RESET_GPU, 2: FaultAction
                    4: FaultAction.RESET_GPU, 5: FaultAction.RESTART_APP, 6: FaultAction.RESET_GPU, 7: FaultAction.REBOOT}
 LINK_DOWN_IGNORED = frozenset({0b100110, 0b101000})  # Xid 149 NETIR_LINK_EVT reasons marked IGNORE
 PAIRED_SECONDS = 60.0  # a 63/64 this close to a 48 on the same GPU is "with 63/64"
-BURST_SECONDS = 10.0   # Xid 13/31 lines this close to the one before on the same GPU are one occurrence
+BURST_SECONDS = {13: 15.0, 31: 180.0}  # Xid 13/31 lines this close to the one before on one GPU: one occurrence
+BURST_DEFAULT = 15.0  # for other codes a spec's repeat rule names
 HISTORY = 64  # Xids remembered per GPU
 GPUS = 512     # GPUs remembered (a node has at most a few dozen; MIG instances count apart)
 
@@ -79,26 +87,33 @@ class Classifier:
 
     def __init__(self, policy: FaultPolicy | None = None):
         self.policy = policy or FaultPolicy()
-        self._seen: dict[str, deque[tuple[int, float]]] = defaultdict(lambda: deque(maxlen=HISTORY))
+        self._seen: dict[str, deque[tuple[Seen, tuple[int, int] | None]]] = defaultdict(lambda: deque(maxlen=HISTORY))
 
     def classify(self, ev: GpuEvent, now: float = 0.0) -> Classification:
         """`now`: the event's time when its line has none (seconds, the same clock as the log's)."""
         t = ev.time if ev.time is not None else now
         v = self._rules(ev, t)
         if ev.kind is Kind.XID:
+            seen = Seen(ev.code, t, v.action, ev.registers if ev.code == 74 else (), ev.link)
+            if ev.code in XIDS and (esc := escalate(seen, [s for s, _ in self._seen.get(ev.gpu, ())])) is not None:
+                v = Classification(esc.action, esc.nvidia, "rule")
+                seen = Seen(ev.code, t, v.action, seen.registers, seen.link)
             if ev.gpu not in self._seen and len(self._seen) >= GPUS:
                 del self._seen[next(iter(self._seen))]  # the longest-known GPU goes: memory stays bounded
-            self._seen[ev.gpu].append((ev.code, t))
+            self._seen[ev.gpu].append((seen, ev.gpc_tpc))
         override = self.policy.override(ev.kind, ev.code)
         return Classification(override, v.nvidia, "override") if override is not None else v
 
     def _recent(self, gpu: str, codes: frozenset[int] | set[int], t: float, window: float) -> int:
-        return sum(1 for c, at in self._seen.get(gpu, ()) if c in codes and t - window <= at <= t)
+        return sum(1 for s, _ in self._seen.get(gpu, ()) if s.code in codes and t - window <= s.at <= t)
 
-    def _occurrences(self, gpu: str, code: int, t: float, window: float) -> int:
-        """Bursts of `code` on `gpu` within the window, this one included."""
-        times = sorted(at for c, at in self._seen.get(gpu, ()) if c == code and t - window <= at <= t) + [t]
-        return 1 + sum(1 for a, b in zip(times, times[1:]) if b - a > BURST_SECONDS)
+    def _occurrences(self, ev: GpuEvent, t: float, window: float) -> int:
+        """Bursts of the event's code on its GPU within the window, this one included; for an Xid 13 that
+        names its GPC and TPC, only those that name the same (NVSentinel counts only lines that name one)."""
+        times = sorted(s.at for s, where in self._seen.get(ev.gpu, ()) if s.code == ev.code and t - window <= s.at <= t
+                       and (ev.gpc_tpc is None or where == ev.gpc_tpc)) + [t]
+        burst = BURST_SECONDS.get(ev.code, BURST_DEFAULT)
+        return 1 + sum(1 for a, b in zip(times, times[1:]) if b - a > burst)
 
     def _rules(self, ev: GpuEvent, t: float) -> Classification:
         if ev.kind is Kind.GPU_LOST:
@@ -125,10 +140,11 @@ class Classifier:
             return self._nvlink5(ev)
         rep = self.policy.repeats
         if ev.code in rep.xids:
-            n = self._occurrences(ev.gpu, ev.code, t, rep.window_seconds)
+            n = self._occurrences(ev, t, rep.window_seconds)
             if n >= rep.count:
-                return Classification(rep.action, f"{entry.nvidia}, {n}x on one GPU within {rep.window_seconds:.0f}s: "
-                               "possible hardware (RUN_DCGMEUD)", "rule")
+                where = f" (GPC {ev.gpc_tpc[0]}, TPC {ev.gpc_tpc[1]})" if ev.gpc_tpc else ""
+                return Classification(rep.action, f"{entry.nvidia}, {n}x on one GPU{where} within "
+                                      f"{rep.window_seconds:.0f}s: possible hardware (RUN_DCGMEUD)", "rule")
         return Classification(entry.action, entry.nvidia or "no immediate action in the catalogue")
 
     @staticmethod

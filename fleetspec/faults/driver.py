@@ -17,7 +17,17 @@ R575 on append " caused by previous Xid N" to Xid 45), src/common/nvswitch/kerne
 src/nvidia/arch/nvalloc/unix/src/osapi.c (the probe-time loss); drivers before the open modules print
 `NVRM: Xid (0000:03:00): 14, ...` without `PCI:` (NVIDIA's Xid catalogue, step 1). Xid 144-150 carry
 `<unit> Fatal|Nonfatal XC<n> i<n> Link <n> (<intrInfo> <errorStatus> ...)` (the catalogue's
-WORKFLOW_NVLINK5_ERR).
+WORKFLOW_NVLINK5_ERR). Xid 74 carries seven registers after its link, `NVLink: fatal error detected on link
+14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)` (the catalogue's WORKFLOW_NVLINK_ERR: "there should be seven
+fields"; NVSentinel's syslog-health-monitor reads the same, docs/designs/024-workflow-nvlink-err.md); Xid 13
+names the SM it trapped in, `... Exception on (GPC 7, TPC 7, SM 0): ...` (NVSentinel's reXid13Pattern,
+same design), which its repeat rule compares.
+
+One line comes apart from its Xid: when the driver finds a GPU gone (osinit.c, the PMC_BOOT_0 check), it
+logs Xid 79 through nvErrorLog_va and then `NV_DEV_PRINTF(NV_DBG_ERRORS, nv, "GPU has fallen off the
+bus.\n")`, which prints `NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.`. That line is read as the
+Xid 79 it belongs to (same code, the GPU's address without its function), so it needs what 79 needs even
+when the Xid line itself was lost or rate-limited, and a sighting of both is one report.
 
 Hostile text never raises: every length is bounded, digits are ASCII only (str.isdigit would read
 '٧٩' as 79), and the patterns are anchored with bounded repeats, so none can backtrack for long. A
@@ -26,7 +36,7 @@ message that starts like the driver's but does not parse is `Unreadable`, to be 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .catalogue import Kind
 
@@ -41,11 +51,15 @@ _SWITCH = re.compile(r"nvidia-(nvswitch\d{1,3}): SXid \(", _A)
 _LOST = re.compile(r"NVRM: The NVIDIA GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])(?:$| )", _A)
 _HEX = re.compile(r"0x([0-9a-fA-F]{1,8})", _A)
 _SUBUNIT = re.compile(r"([A-Z0-9_/]{1,48}) (Fatal|Nonfatal|Non-fatal)(?: |$)", _A)
+_LINK74 = re.compile(r"link (\d{1,3}) ?\(((?:0x[0-9a-fA-F]{1,8}, ?){6}0x[0-9a-fA-F]{1,8})\)", _A)
+_SM13 = re.compile(r"\(GPC (\d{1,3}), TPC (\d{1,3})(?:, SM \d{1,3})?\)", _A)
+_FELL_OFF = re.compile(r"NVRM: GPU ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})\.[0-7]: GPU has fallen off the bus\.?$",
+                       _A)
 
 XID = "NVRM: Xid ("
 LOST_END = "NVRM: fallen off the bus and is not responding to commands"
 LOST_MIDDLE = "NVRM: (PCI ID: "
-_MARKERS = ("NVRM: Xid", "SXid (", "NVRM: The NVIDIA GPU")
+_MARKERS = ("NVRM: Xid", "SXid (", "NVRM: The NVIDIA GPU", "GPU has fallen off the bus")
 _SEVERITY = {"Fatal": True, "Nonfatal": False, "Non-fatal": False}
 NVLINK5 = range(144, 151)
 
@@ -65,6 +79,8 @@ class GpuEvent:
     registers: tuple[int, ...] = ()  # Xid 144-150: intrInfo, errorStatus, ...
     seq: int | None = None
     time: float | None = None
+    link: int | None = None     # Xid 74: the NVLink its registers are of
+    gpc_tpc: tuple[int, int] | None = None  # Xid 13: the GPC and TPC the exception trapped in, when the line says
 
     @property
     def gpu(self) -> str:
@@ -136,6 +152,11 @@ def parse_xid(message: str, seq: int | None = None, time: float | None = None) -
         regs = tuple(int(h, 16) for h in _HEX.findall(text[open_ + 1:open_ + 100])[:8]) if open_ >= 0 else ()
         ev = GpuEvent(ev.kind, n, ev.pci, text, ev.gpu_instance, ev.compute_instance,
                       _SEVERITY[unit.group(2)] if unit else None, unit.group(1) if unit else "", regs, seq, time)
+    elif n == 74 and (link := _LINK74.search(text[:200])):
+        regs = tuple(int(h, 16) for h in _HEX.findall(link.group(2)))
+        ev = replace(ev, registers=regs, link=int(link.group(1)))
+    elif n == 13 and (sm := _SM13.search(text[:200])):
+        ev = replace(ev, gpc_tpc=(int(sm.group(1)), int(sm.group(2))))
     return ev
 
 
@@ -182,6 +203,9 @@ class DriverMessages:
             return [parse_xid(message, seq, time)]
         if switch := _SWITCH.match(message):
             return [parse_sxid(message, switch, seq, time)]
+        if fell := _FELL_OFF.match(message[:120]):
+            return [GpuEvent(Kind.XID, 79, fell.group(1), "GPU has fallen off the bus (the driver's line after "
+                             "its Xid 79)", seq=seq, time=time)]
         if lost := _LOST.match(message):
             ev = GpuEvent(Kind.GPU_LOST, 0, lost.group(1), "fallen off the bus at probe time", seq=seq, time=time)
             if LOST_END in message[lost.end():lost.end() + 200]:  # the three lines joined into one

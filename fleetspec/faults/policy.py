@@ -16,12 +16,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Repeats:
-    """Repeated application errors on one GPU that point at the hardware (WORKFLOW_XID_13/_31)."""
+    """Repeated application errors on one GPU that point at the hardware (WORKFLOW_XID_13/_31: RUN_DCGMEUD;
+    NVSentinel's RepeatedXID31OnSameGPU and RepeatedXID13OnSameGPCAndTPC: twice within 24 h)."""
 
     xids: frozenset[int] = frozenset({13, 31})
-    count: int = 3
-    window_seconds: float = 3600.0
-    action: FaultAction = FaultAction.REPLACE
+    count: int = 2
+    window_seconds: float = 86400.0
+    action: FaultAction = FaultAction.DIAGNOSE
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from fleetspec import health_report, labels
 from fleetspec.models import FleetSpec, NodePool
 
 from reconciler.adapters.kube import _call, _json
-from reconciler.core.validation import MISSING, Verdict
+from reconciler.core.validation import INCONCLUSIVE, MISSING, Verdict, read_report
 from reconciler.errors import AlreadyExists, NotFound
 
 TTL_SECONDS = 86400
@@ -103,19 +103,17 @@ class HealthChecks:
         passed_job = "Complete" in conditions
         message, exit_code = self._termination(name)
         if message:
-            try:
-                passed, action, summary = health_report.loads(message)
-            except health_report.UnreadableReport as e:
-                passed, action, summary = passed_job, "", str(e)
-            if passed and passed_job:
-                return Verdict("passed", summary)
-            return Verdict("failed", summary, "" if action == "none" else action)
+            return read_report(message, passed_job)
         if passed_job:
             return Verdict("passed", "exit 0 (no report)")
+        # No report: the check never gave a verdict (its deadline passed: "all of its running Pods are terminated
+        # and the Job status will become type: Failed with reason: DeadlineExceeded", Kubernetes' Jobs page, "Job
+        # termination and cleanup"; or its pod was evicted or died before writing one). That says nothing about
+        # the node: inconclusive (the check runs again once, on a fresh pod).
         failed = conditions["Failed"]
         why = failed.get("reason") or "Failed"
         detail = f"exit {exit_code}" if exit_code is not None else (failed.get("message") or "")
-        return Verdict("failed", f"{why}: {detail}".rstrip(": "))
+        return Verdict(INCONCLUSIVE, f"the Job ended without a report: {why}: {detail}".rstrip(": "))
 
     def _termination(self, name: str) -> tuple[str, int | None]:
         """The check container's termination message and exit code, from the Job's pod."""

@@ -71,6 +71,7 @@ class NodeProvider(Protocol):
     def quarantine(self, node: str, xid: int, repair: bool = False) -> None: ...
     def request_repair(self, node: str, request: RepairRequest) -> None: ...
     def retire(self, node: str, reason: str, refill: str | None = None) -> None: ...
+    def forget(self, node: str, pool: str, reason: str, refill: str | None = None) -> None: ...
     def back_in_service(self, node: str) -> None: ...
     def request_capacity(self, pool: str, reason: str, key: str) -> None: ...
     def can_refill(self, pool: str) -> bool: ...
@@ -159,6 +160,12 @@ class KubernetesSpares:
         pool = (view["metadata"].get("labels") or {}).get(labels.NODE_POOL)
         if refill and pool:
             self.request_capacity(pool, f"{node} retired", refill)
+
+    def forget(self, node: str, pool: str, reason: str, refill: str | None = None) -> None:
+        """The node's Node object is gone mid-repair: nothing of it is left on Kubernetes to undo; a node is
+        asked for when none replaced it yet (`refill`: the request's key)."""
+        if refill:
+            self.request_capacity(pool, f"{node} gone: {reason}", refill)
 
     def back_in_service(self, node: str) -> None:
         """Back to work where it is (its Slurm node still runs there): active, schedulable, untainted."""
@@ -409,6 +416,32 @@ class AwsAsgProvider(KubernetesSpares):
                         "Warning")
         if refill:
             self.request_capacity(pool.name, f"{node} retired", refill)
+
+    def forget(self, node: str, pool: str, reason: str, refill: str | None = None) -> None:
+        """The node's Node object is gone mid-repair. The instance held out of its group for the repair (found
+        by the tags `_hold_for_repair` wrote first: a detached instance is never forgotten) is settled as a
+        retirement is: terminated, or kept tagged for the vendor, as `aws.on_fault` says. An instance back in
+        its group is the group's own again; one already terminated needs nothing. Then the refill."""
+        p = self.spec.pool(pool)
+        ec2, name = self._client("ec2", p.aws.region), p.aws.asg_name
+        found = self._aws(f"describe-instances tagged {labels.NODE_TAG}={node}", ec2.describe_instances, Filters=[
+            {"Name": f"tag:{labels.NODE_TAG}", "Values": [node]},
+            {"Name": "tag-key", "Values": [labels.REPAIRING_TAG]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}])
+        held = sorted(i["InstanceId"] for res in found.get("Reservations") or [] for i in res.get("Instances") or [])
+        in_group = {i["InstanceId"] for i in self.group(p)["Instances"]}
+        for iid in (i for i in held if i not in in_group):
+            if p.aws.on_fault == "terminate":
+                self._aws(f"terminate-instances {iid}", ec2.terminate_instances, InstanceIds=[iid])
+                what = f"{iid} terminated"
+            else:
+                self._aws(f"create-tags {iid}", ec2.create_tags, Resources=[iid], Tags=[
+                    {"Key": labels.QUARANTINED_TAG, "Value": "retired"},
+                    {"Key": labels.QUARANTINED_FROM_TAG, "Value": name}, {"Key": labels.NODE_TAG, "Value": node}])
+                self._aws(f"delete-tags {iid}", ec2.delete_tags, Resources=[iid], Tags=[{"Key": labels.REPAIRING_TAG}])
+                what = f"{iid} kept out of {name}, tagged {labels.QUARANTINED_TAG}=retired for the vendor"
+            log.warning("%s (node %s gone mid-repair): %s", what, node, reason)
+        super().forget(node, pool, reason, refill)
 
     def request_capacity(self, pool_name: str, reason: str, key: str) -> None:
         """Raise the desired capacity by exactly one, once per key: the key is a group tag whose

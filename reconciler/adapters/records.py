@@ -46,6 +46,7 @@ def _status(r: Remediation) -> dict[str, Any]:
         "intents": list(r.intents),
         "retries": r.retries,
         "slurmNodes": list(r.slurm_nodes),
+        "jobNodes": list(r.job_nodes) or None,
         "keptDrains": list(r.kept_drains),
         "heldMessage": redact(r.held_message),
         "heldReason": r.held_reason,
@@ -145,7 +146,7 @@ def from_object(obj: dict[str, Any]) -> Remediation:
             grace_deadline=opt("graceDeadline"), drain_deadline=opt("drainDeadline"),
             intents=tuple(st.get("intents") or ()) + tuple(f"notify:{e}" for e in st.get("notified") or ()),
             was_spare=bool(spec.get("wasSpare")), retries=int(st.get("retries") or 0),
-            slurm_nodes=tuple(st.get("slurmNodes") or ()), kept_drains=tuple(st.get("keptDrains") or ()),
+            slurm_nodes=tuple(st.get("slurmNodes") or ()), job_nodes=tuple(st.get("jobNodes") or ()), kept_drains=tuple(st.get("keptDrains") or ()),
             held_message=st.get("heldMessage") or st.get("held") or "", held_reason=st.get("heldReason") or "",
             reclaim_started=opt("reclaimStarted"), failing_since=opt("failingSince"), next_attempt=opt("nextAttempt"),
             last_error=st.get("lastError") or "", revision=int(st.get("revision") or 0),
@@ -218,6 +219,11 @@ class KubeRemediationStore:
                           self.custom.replace_cluster_custom_object_status, *self._args, remediation.name,
                           to_object(remediation, self._versions.get(remediation.name)), _preload_content=False))
         self._seen(obj)
+
+    def annotate(self, name: str, annotations: dict[str, str | None]) -> None:
+        """A person's write (the on-call commands): annotations on the object, never its status."""
+        _call(f"annotate remediation {name}", self.custom.patch_cluster_custom_object, *self._args, name,
+              {"metadata": {"annotations": annotations}}, _preload_content=False)
 
     def delete(self, remediation: Remediation) -> bool:
         """Delete a finished remediation (retention). Preconditioned on the last seen resourceVersion, so one

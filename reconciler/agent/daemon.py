@@ -4,7 +4,8 @@ Runs as a DaemonSet reading /dev/kmsg; drills use a file, or `gpufleet inject-fa
 the same condition directly. Each event the driver logs (reconciler/agent/kmsg.py) is classified with
 the effective catalogue of the policy the agent is given (fleetspec/faults/classify.py): a fault that
 takes the node out sets the GPU condition False (fleetspec/faults/condition.py's format: which GPU,
-which code, what it needs); a `restart-app` one is an Event on the node, which stays in service; the
+which code, what it needs); a `restart-app` or `diagnose` one is an Event on the node, which stays in
+service (the message's header says which: the application must restart, or diagnostics are asked); the
 rest are counted and logged. Lines it cannot read, and the driver's words where the kernel did not put
 them, are counted and logged, never raised.
 
@@ -126,7 +127,7 @@ class Agent:
         self.parser = KernelLogParser()
         self.classifier = Classifier(policy)
         self.pending = Pending(pending_limit)
-        # faults: take the node out; notices: restart-app (an Event); ignored: need nothing;
+        # faults: take the node out; notices: restart-app, diagnose (an Event); ignored: need nothing;
         # unreadable: the driver's lines that do not parse; untrusted: its words where the kernel did not put them
         self.counts = {"faults": 0, "notices": 0, "ignored": 0, "unreadable": 0, "untrusted": 0, "written": 0,
                        "events": 0}
@@ -175,7 +176,7 @@ class Agent:
         if c.action is FaultAction.NONE:
             self._count("ignored", logging.WARNING if c.why == "unknown code" else logging.INFO, "%s", what)
             return
-        self.counts["notices" if c.action is FaultAction.RESTART_APP else "faults"] += 1
+        self.counts["faults" if c.remediates else "notices"] += 1
         log.log(logging.ERROR if c.remediates else logging.WARNING, "%s", what)
         with self._lock:
             queued = self.pending.add(Sighting(ev, ev.seq, ev.seq, self._clock(), verdict=c))

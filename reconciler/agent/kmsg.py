@@ -5,6 +5,8 @@ The kernel log comes in several forms, all read here (one line at a time):
     [ 1843.451234] NVRM: Xid (PCI:0000:b7:00): 48, ...               dmesg
     [Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, ...   dmesg -T
     Aug 10 15:36:05 gpu-node-a kernel: NVRM: Xid (...): 63, ...       journalctl -k, syslog (also ISO times)
+    May 18 19:02:39 kernel: NVRM: Xid (...): 79, ...                  syslog without a host name
+    Mär 10 15:36:05 gpu-node-a kernel: NVRM: Xid (...): 63, ...       journalctl -k in another locale (no time)
 
 Only the kernel is believed: a /dev/kmsg record of facility 0 (user space may write /dev/kmsg too,
 with its own facility), a dmesg line (the kernel's ring buffer), or a syslog/journal line tagged
@@ -31,7 +33,12 @@ _A = re.ASCII
 _KMSG = re.compile(r"(\d{1,4}),(\d{1,20}),(\d{1,20}),([^;]{0,64});", _A)
 _DMESG = re.compile(r"\[ {0,12}(\d{1,12})\.(\d{1,9})\] ?", _A)
 _DMESG_T = re.compile(r"\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d \d{4})\] ?", _A)
-_SYSLOG = re.compile(r"([A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d)(?:\.\d{1,9})? ([^ ]{1,255}) ([^ ]{1,64}): ", _A)
+# journalctl's short form writes the month in the reader's locale ("Mär", "déc."), so the month is any
+# word of 2-5 letters (an English one also gives the time); the host is left out by some senders
+# ("May 18 19:02:39 kernel: ..."): a tag then follows the time directly.
+_STAMP = r"([^\W\d_]{2,5}\.? {1,2}[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.[0-9]{1,9})? "
+_SYSLOG_NO_HOST = re.compile(_STAMP + r"([^ :]{1,64}): ")
+_SYSLOG = re.compile(_STAMP + r"([^ ]{1,255}) ([^ ]{1,64}): ")
 _ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?) ([^ ]{1,255}) "
                   r"([^ ]{1,64}): ", _A)
 
@@ -65,13 +72,13 @@ def split_line(line: str) -> LogLine:
         return LogLine("dmesg", True, line[m.end():], None, int(m.group(1)) + float("0." + m.group(2)))
     if m := _DMESG_T.match(line):
         return LogLine("dmesg-T", True, line[m.end():], None, _wall(m.group(1), "%a %b %d %H:%M:%S %Y"))
-    for rx, fmt in ((_SYSLOG, "%b %d %H:%M:%S"), (_ISO, None)):
+    for rx, fmt in ((_SYSLOG_NO_HOST, "%b %d %H:%M:%S"), (_SYSLOG, "%b %d %H:%M:%S"), (_ISO, None)):
         if m := rx.match(line):
             text = line[m.end():]
-            when = _wall(m.group(1), fmt) if fmt else _iso(m.group(1))
+            when = _wall(" ".join(m.group(1).split()), fmt) if fmt else _iso(m.group(1))
             if d := _DMESG.match(text):  # klogd keeps the kernel's own timestamp: "kernel: [ 12.3] NVRM: ..."
                 text = text[d.end():]
-            return LogLine("syslog", m.group(3) == "kernel", text, None, when)
+            return LogLine("syslog", m.group(m.lastindex) == "kernel", text, None, when)
     if line[:1] in (" ", "\t"):
         return LogLine("continuation", True, line.lstrip(" \t"))
     return LogLine("other", False, line)

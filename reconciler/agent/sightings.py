@@ -1,8 +1,8 @@
 """What the node agent has seen, what it still has to report, and whether to report it. Pure.
 
 A sighting is a GPU event the agent must report: a fault that takes the node out (the GPU condition,
-in fleetspec/faults/condition.py's format) or a `restart-app` one (an Event on the node, which stays in
-service). The agent remembers one fact on its node, the annotation `gpufleet.io/kmsg-reported`
+in fleetspec/faults/condition.py's format) or a `restart-app` or `diagnose` one (an Event on the node,
+which stays in service). The agent remembers one fact on its node, the annotation `gpufleet.io/kmsg-reported`
 = "<boot id>:<seq>": the kernel-log sequence number up to which every such event has been
 reported (or found already reported). It reads /dev/kmsg from the oldest record at every start
 and reports only what lies past that cursor, so a restarted agent reports nothing twice, nothing

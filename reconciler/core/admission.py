@@ -14,7 +14,7 @@ from typing import Iterable
 from fleetspec import FleetSpec
 from fleetspec.remediation_crd import Reason
 
-from reconciler.core import pages
+from reconciler.core import pages, repair
 from reconciler.core.actions import EvictPods, Notify, Quarantine
 from reconciler.core.model import Admission, Gate, NodeView, Remediation, Step, StepFacts
 from reconciler.core.observe import evictable_views, opted_out_views
@@ -60,7 +60,23 @@ def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], re
         free_spares=sum(1 for n in pool_nodes if n.is_spare and n.ready and n.fault is None and not n.unschedulable
                         and n.name not in taken),
         reporters=tuple(sorted(reporters.items())),
+        repair_decides=repair_decides(remediation, remediations, spec, now),
     )
+
+
+def repair_decides(remediation: Remediation, remediations: list[Remediation], spec: FleetSpec, now: datetime) -> str:
+    """What the repair loop will decide for this node for good once its heal is over ('' when it decides nothing
+    yet): a case for the vendor (held for a person), or a lemon (retired). One decision for the node, with its
+    one page: the attempt cap does not also escalate it for a person to repair and return."""
+    if not repair.loop_on(remediation, spec):
+        return ""
+    history = tuple(r for r in remediations if r.node == remediation.node)
+    if repair.held_for_a_person(remediation) or repair.escalated_by_history(remediation, history) is not None:
+        return "a case for the vendor: held for a person, with the vendor's page"
+    faults = repair.faults_in_window(remediation, history, spec, now)
+    if len(faults) < spec.healing.repair.retire_after_faults:
+        return ""
+    return f"{repair.lemon_reason(remediation, faults, spec)}: retired, with the vendor's page (RMA)"
 
 
 def gate(remediation: Remediation, a: Admission, spec: FleetSpec) -> Gate | None:
@@ -97,7 +113,8 @@ def admit(remediation: Remediation, facts: StepFacts, spec: FleetSpec, now: date
         # A burst arrives over seconds: weighed one fault at a time, its first faults would pass the brake
         # before the rest were seen. Nothing is written: the wait is the remediation's age, so a restart keeps it.
         return Step(recheck_after=(hold_until - now).total_seconds())
-    if a.attempts >= policy.max_attempts_per_node:
+    capped = a.attempts >= policy.max_attempts_per_node
+    if capped and not a.repair_decides:
         why = (f"{a.attempts + 1} remediations of {node} within {policy.attempts_window_seconds}s "
                f"(max {policy.max_attempts_per_node}): contained and quarantined for a human")
         return Step((Quarantine(node, remediation.xid, remediation.pool),)
@@ -121,8 +138,14 @@ def admit(remediation: Remediation, facts: StepFacts, spec: FleetSpec, now: date
         return Step(page, remediation.moved(Phase.HELD, now, held_message=g.message, held_reason=g.reason),
                     recheck_after=HELD_RECHECK, gate=g)
     deadline = now + timedelta(seconds=policy.drain_timeout_seconds)
+    # At the attempt cap a node the repair loop decides for good (a lemon, a vendor case) is not escalated: that
+    # decision, with its one page, is the node's; its job is healed on a spare meanwhile, as any fault's.
+    why = (f"{a.attempts + 1} remediations of {node} within {policy.attempts_window_seconds}s (the attempt cap, "
+           f"max {policy.max_attempts_per_node}), but {a.repair_decides}: replaced, not escalated"
+           if capped else remediation.reason)
     return Step((evict(node, facts),),
-                remediation.moved(Phase.EVICTING, now, drain_deadline=deadline, held_message="", held_reason=""),
+                remediation.moved(Phase.EVICTING, now, drain_deadline=deadline, held_message="", held_reason="",
+                                  reason=why),
                 carry=True)
 
 

@@ -173,8 +173,9 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         actions: tuple[Action, ...] = drains + (_once(r, SignalJobs(signal, "TERM")) if signal else ())
         actions += carry_person_drains(r, kept, slurm)
         # With jobs, the remediation is what remembers them once they are requeued off the node: written first.
+        job_nodes = tuple(sorted({n for j in facts.jobs_on_node if j.job_id in jobs for n in j.nodes}))
         return Step(actions, r.moved(Phase.CHECKPOINTING, now, jobs=jobs, grace_deadline=deadline, kept_drains=kept,
-                                     signalled=signal), carry=not jobs)
+                                     signalled=signal, job_nodes=job_nodes), carry=not jobs)
 
     if phase is Phase.CHECKPOINTING:
         still = [j for j in facts.jobs_on_node if j.state in ON_NODE_JOB_STATES]

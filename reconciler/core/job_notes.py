@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from fleetspec.faults import describe
+from fleetspec.faults import FaultAction, describe
 from fleetspec.models import WebhookTarget
 
-from reconciler.core.model import Remediation
+from reconciler.core.model import Fault, Remediation
 from reconciler.core.phases import Phase
 
 RUNNING = "RUNNING"
@@ -30,6 +30,14 @@ RESUME_WINDOW = timedelta(hours=24)  # after a remediation ends, how long its jo
 FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
                       "DEADLINE", "OUT_OF_MEMORY"})
 SIGNALLED, REQUEUED, HELD, RESUMED = "signalled", "requeued", "held", "running again"
+# A fault that leaves its node in service still concerns the job on that GPU: NVIDIA's RESTART_APP (94 among
+# them, a contained ECC error: the hardware caught it, only the application must restart) and the diagnostics
+# a repeated 13/31 asks for (RUN_DCGMEUD). The job gets a line, and its owner is told.
+APP_RESTART, DIAGNOSTICS = "restart-app", "diagnose"
+NOTICES = {FaultAction.RESTART_APP: (APP_RESTART, "the application on that GPU must restart (NVIDIA: RESTART_APP); "
+                                                  "the node stays in service"),
+           FaultAction.DIAGNOSE: (DIAGNOSTICS, "the same error repeated on that GPU: diagnostics are asked (NVIDIA: "
+                                               "RUN_DCGMEUD); the node stays in service")}
 
 
 @dataclass(frozen=True)
@@ -71,25 +79,43 @@ def grace_of(r: Remediation) -> int | None:
     return max(0, round((r.grace_deadline - start).total_seconds()))
 
 
-def lines_for(r: Remediation, job: JobSeen) -> tuple[str, ...]:
-    """Every line the remediation owes this job, oldest first (whether written or not)."""
+def lines_for(r: Remediation, job: JobSeen, peers: Sequence[Remediation] = ()) -> tuple[str, ...]:
+    """Every line the remediation owes this job, oldest first (whether written or not). `peers`: the other
+    remediations that touched the job (two nodes of one job faulting together): one requeue, one hold and one
+    restart of the job are told once, by the earliest remediation that saw them, not once per remediation."""
     if job.job_id not in r.jobs:
         return ()
     fault, out = fault_summary(r), []
+    others = [p for p in peers if p.name != r.name and job.job_id in p.jobs]
     checkpointing = r.entered(Phase.CHECKPOINTING)
     if checkpointing is not None and "signal:TERM" in r.intents:
         out.append(note_line(checkpointing, f"{SIGNALLED} SIGTERM to checkpoint", fault, r.node, r.name, grace_of(r)))
     requeued = r.entered(Phase.REQUEUED)
-    if requeued is not None:
+    if requeued is not None and not _told_by_peer(r, others, Phase.REQUEUED, job):
         out.append(note_line(requeued, REQUEUED, fault, r.node, r.name))
     held = r.entered(Phase.HELD)
-    if held is not None:
+    if held is not None and not _told_by_peer(r, others, Phase.HELD, job):
         out.append(note_line(held, f"{HELD} (its replacement waits for admission)", fault, r.node, r.name))
     after = back_after(r, job)
-    if after is not None and job.start_time is not None:
+    if after is not None and job.start_time is not None and not any(
+            back_after(p, job) is not None and (p.created, p.name) < (r.created, r.name) for p in others):
         line = note_line(job.start_time, f"{RESUMED} on {','.join(job.nodes) or '?'}", fault, r.node, r.name)
         out.append(f"{line}; {after:.0f} s after the fault")
     return tuple(out)
+
+
+def _told_by_peer(r: Remediation, others: Sequence[Remediation], phase: Phase, job: JobSeen) -> bool:
+    """Whether an earlier remediation of the same job already tells this event: it entered the phase first
+    and the job did not start again in between (then it is the same requeue or hold of the job)."""
+    mine = r.entered(phase)
+    assert mine is not None
+    for p in others:
+        theirs = p.entered(phase)
+        if theirs is None or (theirs, p.name) >= (mine, r.name):
+            continue
+        if job.start_time is None or not theirs < job.start_time <= mine:
+            return True
+    return False
 
 
 def back_after(r: Remediation, job: JobSeen) -> float | None:
@@ -130,12 +156,24 @@ def appended(existing: str, lines: tuple[str, ...]) -> str | None:
     return SEPARATOR.join(([existing] if existing else []) + missing)
 
 
+def notice_line(node: str, fault: Fault, job: JobSeen) -> str | None:
+    """The line a job running on `node` gets for a fault there that leaves the node in service; None when the
+    fault is not such a one, or the job does not run or started after it (it is not that job's)."""
+    if fault.needs not in NOTICES or job.state != RUNNING:
+        return None
+    if job.start_time is not None and job.start_time > fault.since:
+        return None
+    event, said = NOTICES[fault.needs]
+    gpu = f" GPU {fault.pci}" if fault.pci else ""
+    return f"{PREFIX} {stamp(fault.since)}: {event}: {describe(fault.xid, fault.kind)}{gpu} on {node}; {said}"
+
+
 # --- telling the job's owner (webhook targets with `job_owners`) ----------------------------------
 
 def event_of(line: str) -> str:
-    """The event a line tells: signalled | requeued | held | running-again."""
+    """The event a line tells: signalled | requeued | held | running-again | restart-app | diagnose."""
     what = line.split(": ", 2)[1] if line.count(": ") >= 2 else ""
-    for event in (SIGNALLED, REQUEUED, HELD, RESUMED):
+    for event in (SIGNALLED, REQUEUED, HELD, RESUMED, APP_RESTART, DIAGNOSTICS):
         if what.startswith(event):
             return event.replace(" ", "-")
     return "noted"

@@ -15,13 +15,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from fleetspec.faults import FaultAction, Kind, default_action, describe
+from fleetspec.faults.catalogue import CONTAINED_HARDWARE
 from fleetspec.ledger import PoolLedger
 
 from reconciler.core.job_notes import stamp
 from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
 
-HEALED, HEALING, FAILED, OWN_ERROR, NOTHING = "healed", "healing", "heal-failed", "own-error", "nothing"
+HEALED, HEALING, HELD, FAILED, OWN_ERROR, NOTHING = "healed", "healing", "held", "heal-failed", "own-error", "nothing"
+APP_RESTART = "gpu-error-contained"  # a hardware error the GPU contained: only the application had to restart
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "OUT_OF_MEMORY",
          "DEADLINE")
 
@@ -96,7 +98,7 @@ class Entry:
 class Story:
     job_id: int
     known_to_slurm: bool
-    verdict: str  # HEALED | HEALING | FAILED | OWN_ERROR | NOTHING
+    verdict: str  # HEALED | HEALING | HELD | FAILED | OWN_ERROR | APP_RESTART | NOTHING
     summary: str  # the verdict in one line
     job: JobFacts | None = None
     kube_nodes: tuple[str, ...] = ()  # the Kubernetes nodes of its Slurm nodes (as far as known)
@@ -257,15 +259,17 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
                                         f"the node the job ran on: {r.message}"))
         entries.extend(_phases(r))
     seen = {(r.node, r.xid) for r in mine}
-    job_nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())} | {r.node for r in mine}
+    # its nodes now, the faulted ones, and every node its jobs ran on when a remediation signalled them (a
+    # requeued job waiting in the queue has no nodes in Slurm: the record remembers them)
+    slurm_nodes = set(job.nodes if job else ()) | {n for r in mine for n in r.job_nodes}
+    job_nodes = {kube_nodes.get(n, n) for n in slurm_nodes} | {r.node for r in mine}
     own = []
     for f in sorted(faults, key=lambda f: f.at):
         if f.node not in job_nodes or (f.node, f.xid) in seen or not _ran_while(job, f, now):
             continue
         if _application(f.xid):
             own.append(f)
-            entries.append(Entry(f.at, f"{describe(f.xid)} on its node {f.node}: a fault in the job's code, "
-                                       "not the hardware"))
+            entries.append(Entry(f.at, f"{describe(f.xid)} on its node {f.node}: {app_fault_meaning(f.xid)}"))
         else:
             entries.append(Entry(f.at, f"{describe(f.xid) if f.xid else 'fault'} on its node {f.node}: "
                                        f"{f.message}"))
@@ -292,8 +296,19 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
 
 
 def _application(xid: int | None) -> bool:
-    """An XID whose action (NVIDIA's catalogue: RESTART_APP) is the job's: a fault in its code, not the GPU's."""
+    """An XID whose action (NVIDIA's catalogue: RESTART_APP) is the application's to take: it must restart,
+    and the node stays in service."""
     return xid is not None and default_action(Kind.XID, xid) is FaultAction.RESTART_APP
+
+
+def app_fault_meaning(xid: int | None) -> str:
+    """What a RESTART_APP fault means for the job, in plain words: a hardware error the GPU contained (Xid 94),
+    or, for the others, most often the application's own error."""
+    if xid in CONTAINED_HARDWARE:
+        return ("a GPU memory error the GPU contained (hardware): only the application on that GPU had to "
+                "restart; the node stays in service")
+    return ("the application on that GPU had to restart (NVIDIA: RESTART_APP); most often the job's own error: "
+            "look at the job's stderr at that time")
 
 
 def _verdict(job: JobFacts | None, mine: list[Remediation], own: list[NodeFault],
@@ -303,6 +318,10 @@ def _verdict(job: JobFacts | None, mine: list[Remediation], own: list[NodeFault]
         fault = f"{describe(last.xid, last.kind)} on {last.node}"
         if last.phase in (Phase.FAILED, Phase.ESCALATED):
             return FAILED, f"hardware fault ({fault}); its remediation {last.phase.value.lower()}: {last.reason}"
+        if last.phase is Phase.HELD:
+            return HELD, (f"hardware fault ({fault}): the job was requeued, but its replacement is held "
+                          f"({last.held_message or 'admission held it'}); nothing more happens until that clears "
+                          "or a person acts; the job waits in Slurm's queue")
         if last.active:
             return HEALING, (f"hardware fault ({fault}): gpufleet is healing it ({last.phase.value}); "
                              "the job waits in Slurm's queue")
@@ -312,8 +331,10 @@ def _verdict(job: JobFacts | None, mine: list[Remediation], own: list[NodeFault]
         return HEALED, f"hardware fault healed ({fault}); the job waits in Slurm's queue{waits}"
     if own:
         f = own[-1]
-        return OWN_ERROR, (f"the job's own error: {describe(f.xid)} on {f.node} at {stamp(f.at)} is a fault "
-                           "in the job's code, not the hardware")
+        if f.xid in CONTAINED_HARDWARE:
+            return APP_RESTART, f"{describe(f.xid)} on {f.node} at {stamp(f.at)}: {app_fault_meaning(f.xid)}"
+        return OWN_ERROR, (f"most likely the job's own error: {describe(f.xid)} on {f.node} at {stamp(f.at)}; "
+                           f"{app_fault_meaning(f.xid)}")
     state = f" (Slurm: {job.state}{', ' + job.exit_code if job and job.exit_code else ''})" if job else ""
     return NOTHING, f"nothing gpufleet saw: no GPU fault on its nodes while it ran{state}"
 

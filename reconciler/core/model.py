@@ -202,6 +202,7 @@ class Remediation:
     was_spare: bool = False
     retries: int = 0
     slurm_nodes: tuple[str, ...] = ()  # the faulted node's Slurm nodes, seen when containment began
+    job_nodes: tuple[str, ...] = ()  # every Slurm node the jobs ran on when they were signalled (for `why`)
     kept_drains: tuple[str, ...] = ()  # of those, the ones a person had drained: never touched
     held_message: str = ""  # why admission holds it (the gate's message)
     held_reason: str = ""  # the gate's reason (TooManyUnhealthy | MaxConcurrent)
@@ -254,6 +255,7 @@ def remediation_name(node: str, fault: Fault) -> str:
 class JobView:
     job_id: int
     state: str
+    nodes: tuple[str, ...] = ()  # every Slurm node of its allocation (the faulted one and the others)
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,7 @@ class Admission:
     stands_in_for: str = ""  # the remediation whose replacement this node was, and broke before it succeeded
     free_spares: int = 0  # the pool's spares free now (what an escalated node leaves unused)
     reporters: tuple[tuple[str, str], ...] = ()  # (node, who reported its fault) for the unhealthy nodes
+    repair_decides: str = ""  # what the repair loop decides for this node after its heal, for good ('' nothing yet)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,20 @@ turn) sends no page; the record says it.
 from __future__ import annotations
 
 from fleetspec import FleetSpec, labels
-from fleetspec.faults import describe
+from fleetspec.faults import Kind, describe
+from fleetspec.faults.catalogue import XIDS
 
-from reconciler.core.model import Admission, Remediation
+from reconciler.core.model import Admission, NodeView, Remediation
+
+# What NVIDIA GPU Feature Discovery labels a node with (github.com/NVIDIA/k8s-device-plugin, docs/gpu-feature-
+# discovery: nvidia.com/cuda.driver-version.full, and before it nvidia.com/cuda.driver.major/.minor/.rev;
+# nvidia.com/gpu.product): where a node carries them, the vendor case says them.
+GFD_DRIVER = "nvidia.com/cuda.driver-version.full"
+GFD_DRIVER_PARTS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
+GFD_PRODUCT = "nvidia.com/gpu.product"
+# What a person asks the driver for where the labels do not say it (nvidia-smi -q's "Serial Number", "Driver
+# Version", "GPU UUID"; nvidia-bug-report.sh is what NVIDIA's support asks to be attached).
+ASK_ON_THE_NODE = "nvidia-smi -q{gpu} | grep -E 'Serial Number|Driver Version|GPU UUID|Bus Id'; nvidia-bug-report.sh"
 
 
 def _slurm(r: Remediation) -> str:
@@ -71,11 +82,22 @@ def sources(a: Admission) -> str:
         by.setdefault(who, []).append(node)
     if not by:
         return "no reporter seen"
-    said = "; ".join(f"{who or 'an unknown writer'} on {', '.join(sorted(nodes))}" for who, nodes in sorted(by.items()))
+    said = "; ".join(f"{writer(who)} on {', '.join(sorted(nodes))}" for who, nodes in sorted(by.items()))
     single = [who for who, nodes in by.items() if len(nodes) > 1 and who not in ("", labels.MANAGER_AGENT)]
     warn = (f"; {' and '.join(sorted(single))} alone reported faults on several nodes: check they are real before "
             "returning them (a burst one writer reports could be forged)") if single else ""
     return f"reported by {said}{warn}"
+
+
+WRITERS = {labels.MANAGER_AGENT: "the node agent", labels.MANAGER_INJECT_FAULT: "a person (gpufleet inject-fault)",
+           labels.MANAGER_RECONCILER: "the reconciler"}
+
+
+def writer(manager: str) -> str:
+    """A field manager in words: gpufleet's own by what they are, another detector by its name."""
+    if not manager:
+        return "an unknown writer"
+    return f"{WRITERS[manager]} ({manager})" if manager in WRITERS else manager
 
 
 def storm(message: str, pool: str) -> str:
@@ -83,3 +105,48 @@ def storm(message: str, pool: str) -> str:
             "roll-out, a rack, a switch, the power); the held nodes are replaced once the pool's unhealthy "
             "fraction falls back under healing.max_unhealthy_fraction within the window "
             f"(`kubectl get rem -l gpufleet.io/pool={pool}` lists them).")
+
+
+# --- a person's case: the faults NVIDIA sends to support, a person or the machine's mechanics --------------
+
+def nvidia_bucket(r: Remediation) -> str:
+    """NVIDIA's immediate action for the fault (CONTACT_SUPPORT, CHECK_MECHANICALS, UPDATE_SWFW), or the
+    escalation rule that made it one (the condition's message says it, after `[NVIDIA: `)."""
+    said = r.message.rpartition("[NVIDIA: ")[2].rstrip("]") if "[NVIDIA: " in r.message else ""
+    if said:
+        return said
+    e = XIDS.get(r.xid) if r.kind is Kind.XID else None
+    return e.nvidia if e is not None and e.nvidia else "CONTACT_SUPPORT"
+
+
+def _driver(node: NodeView) -> str:
+    full = node.label(GFD_DRIVER)
+    if full:
+        return full
+    parts = [node.label(k) for k in GFD_DRIVER_PARTS]
+    return ".".join(p for p in parts if p) if all(parts) else ""
+
+
+def vendor_case(r: Remediation, node: NodeView, rule: str = "") -> str:
+    """The vendor-case page: the facts a vendor asks for where gpufleet has them (the GPU's PCI address, the
+    driver's version and the GPU model from GPU Feature Discovery's labels, the machine, the driver's own
+    lines), and what to collect on the node where it does not (the serial number)."""
+    bucket = rule or nvidia_bucket(r)
+    what = {"CHECK_MECHANICALS": "check the machine's mechanics (NVIDIA: CHECK_MECHANICALS)",
+            "UPDATE_SWFW": "update its software or firmware (NVIDIA: UPDATE_SWFW)"}.get(
+        bucket, f"open a case with the vendor ({'escalation rule ' if rule else 'NVIDIA: '}{bucket})")
+    facts = [f"GPU PCI address: {r.pci or 'not named by the fault'}"]
+    facts.append(f"driver version: {_driver(node) or 'not labelled (ask the node)'}")
+    if node.label(GFD_PRODUCT):
+        facts.append(f"GPU model: {node.label(GFD_PRODUCT)}")
+    if node.provider_id:
+        facts.append(f"machine: {node.provider_id}")
+    if node.boot_id:
+        facts.append(f"boot id: {node.boot_id}")
+    facts.append(f"the driver's lines: {r.message}")
+    ask = ASK_ON_THE_NODE.format(gpu=f" -i {r.pci}" if r.pci else "")
+    return (f"{r.node} ({r.pool}): {describe(r.xid, r.kind)} needs a person: {what}. It is cordoned and held "
+            f"(quarantined; the machine is kept as it failed, never retired or terminated by gpufleet); its jobs "
+            f"were moved to a spare. Case facts: {'; '.join(facts)}. For the serial number and the full report, "
+            f"on the node: {ask}. Action needed: {what}; then `gpufleet return {r.node}` (checked before it "
+            f"serves) or `gpufleet retire {r.node}`.")

@@ -13,8 +13,17 @@ as the pool allows and no longer than the pool's timeout for it:
            ▼                       ▼
                       retired (quarantined for the vendor, paged; the provider replaces it)
 
-A fault that needs the vendor (`replace`) retires at once; so does a lemon: a node whose faults within
-`retire_window_seconds` reach `retire_after_faults`. A node that faults again within `min_healthy_seconds`
+A check that gives no verdict (its Job outlived its deadline, or its pod ended without a report) is
+inconclusive, not failed: it runs once more on a fresh pod, and a second one without a verdict is a failed
+check. A check that could not prove the node (a required tool not in its image) stops the repair for a person.
+
+A fault that asks for a person (`contact-support`: NVIDIA's CONTACT_SUPPORT, its unused codes,
+CHECK_MECHANICALS, UPDATE_SWFW, and the escalation rules of fleetspec/faults/escalation.py) is neither
+repaired nor retired: the node stays quarantined (the provider keeps the machine, whatever `on_fault`
+says) and a vendor-case page carries what the vendor asks for; a person's `gpufleet return` or `retire`
+goes on from there. A fault a spec says needs `replace` retires at once; so does a lemon: a node whose
+faults within `retire_window_seconds` reach `retire_after_faults` (application faults never count: a
+crashing job is not a failing machine). A node that faults again within `min_healthy_seconds`
 of serving again after a repair relapsed: that repair did not hold, and this one starts a rung higher.
 A person's drain in Slurm or the opt-out label (on the node or on a pod there) stops the loop; it goes on
 when they are lifted. The phases and their moves are in `repair_phases.py`; a person's commands in
@@ -30,25 +39,31 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from fleetspec import labels
-from fleetspec.faults import describe
+from fleetspec.faults import FaultAction, Kind, describe
+from fleetspec.faults.catalogue import application
+from fleetspec.faults.escalation import RULES, Escalation, RepeatRule, Seen, escalate
 from fleetspec.models import FleetSpec
 from fleetspec.node_repair import RepairRequest
 from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
+from reconciler.core import pages
 from reconciler.core.actions import Action, Notify, ReturnToSpares
 from reconciler.core.drains import drained_by_person, set_by
 from reconciler.core.model import NodeView, PodView, Remediation, SlurmNodeView, Step
 from reconciler.core.observe import opted_out_views
 from reconciler.core.phases import Phase
 from reconciler.core.repair_actions import (
-    MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
+    ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
-from reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase, begin
+from reconciler.core.repair_phases import UNDER_WAY, Repair, RepairEvent, RepairPhase, begin
 from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.core.validation import MISSING, PASSED, SLACK, Verdict, job_name, passed_record
+from reconciler.core.validation import (
+    INCONCLUSIVE, MISSING, PASSED, SLACK, UNPROVEN, UNPROVEN_HELP, Verdict, job_name, passed_record,
+)
 
 RECHECK = 5.0  # seconds between looks while a step is under way (the node's and its pods' changes wake it sooner)
 RECHECK_STOPPED = 30.0
+RECHECK_WAITING = 30.0  # seconds between looks while over the cap on concurrent repairs (an ending repair frees one)
 RESEND_AFTER = 0.5  # of a step's timeout: with no sign of the request by then, it is asked again (once)
 RUNG_EVENTS = {RESET_GPU: "GpuResetRequested", REBOOT: "RebootRequested"}
 
@@ -60,6 +75,17 @@ class RepairNeeds:
     pods: bool = True  # the node's pods: the pool's NodeSet pods gone? the opt-out label?
     slurm: tuple[str, ...] = ()  # Slurm nodes to ask about (where Slurm says they run; a person's drain)
     verdict: str = ""  # the health-check Job whose verdict is read
+    slots: bool = False  # the fleet's repairs under way and waiting (the caps on concurrent repairs)
+
+
+@dataclass(frozen=True)
+class RepairSlot:
+    """A repair that holds one of the caps' slots (Repairing, Validating) or waits for one (Waiting)."""
+
+    pool: str
+    name: str  # its remediation's
+    phase: RepairPhase
+    since: datetime  # when the repair began (a waiting one: when it began to wait)
 
 
 @dataclass(frozen=True)
@@ -70,12 +96,21 @@ class RepairFacts:
     verdict: Verdict | None = None
     history: tuple[Remediation, ...] = ()  # every remediation of the node (this one included), any phase
     promotions: tuple[datetime, ...] = ()  # when the node was promoted as a spare (other remediations chose it)
+    repairs: tuple[RepairSlot, ...] = ()  # the fleet's repairs under way or waiting (RepairNeeds.slots)
 
 
 def repair_needs(r: Remediation) -> RepairNeeds:
     rep = r.repair
     verdict = rep.job if rep is not None and rep.phase is RepairPhase.VALIDATING else ""
-    return RepairNeeds(slurm=r.slurm_nodes, verdict=verdict)
+    return RepairNeeds(slurm=r.slurm_nodes, verdict=verdict, slots=rep is None or rep.phase is RepairPhase.WAITING)
+
+
+def repair_slot(r: Remediation) -> RepairSlot | None:
+    """What `r`'s repair counts for the caps (None: nothing: not begun, held by a person, or over)."""
+    rep = r.repair
+    if rep is None or (rep.phase not in UNDER_WAY and rep.phase is not RepairPhase.WAITING):
+        return None
+    return RepairSlot(r.pool, r.name, rep.phase, rep.started)
 
 
 # --- the fault, as the repair reads it ------------------------------------------------------------------
@@ -111,7 +146,7 @@ def repairs_in_place(r: Remediation, spec: FleetSpec) -> bool:
         return False
     pool = spec.pool(r.pool)
     need = fault_needs(r)
-    return pool.repair.in_place and need != REPLACE and any(
+    return pool.repair.in_place and need != REPLACE and not held_for_a_person(r) and any(
         pool.repair.allows(x) for x in RUNGS[RUNGS.index(need):])
 
 
@@ -126,25 +161,56 @@ def wants(r: Remediation, node: NodeView | None, spec: FleetSpec) -> bool:
     return repairs_in_place(r, spec)
 
 
+def held_for_a_person(r: Remediation) -> bool:
+    """The fault asks for a person, not a repair: NVIDIA's CONTACT_SUPPORT and the buckets like it."""
+    return r.action is FaultAction.CONTACT_SUPPORT
+
+
+HISTORY_RULES = tuple(x for x in RULES if isinstance(x, RepeatRule))  # what the records can tell (no registers)
+
+
+def escalated_by_history(r: Remediation, history: tuple[Remediation, ...]) -> Escalation | None:
+    """The escalation rules that count (fleetspec/faults/escalation.py: a repeated Xid 48, five fatal Xids on one
+    GPU within 24 h) applied to the node's records of the same GPU: they outlive the reboot that empties the
+    kernel log the agent judged. Only an escalation to a person counts here."""
+    if not r.pci or r.kind is not Kind.XID or r.action is None:
+        return None
+    before = [Seen(x.xid, x.created.timestamp(), x.action or FaultAction.NONE) for x in history
+              if x.name != r.name and x.pci == r.pci and x.kind is Kind.XID and x.created <= r.created]
+    esc = escalate(Seen(r.xid, r.created.timestamp(), r.action), before, HISTORY_RULES)
+    return esc if esc is not None and esc.action is FaultAction.CONTACT_SUPPORT else None
+
+
 def will_repair(r: Remediation, spec: FleetSpec) -> bool:
-    """Whether a node quarantined by this remediation's heal is then repaired (a provider keeps such an
-    instance instead of letting it go at once)."""
+    """Whether a node quarantined by this remediation's heal is kept (a provider keeps such an instance
+    instead of letting it go at once): it is repaired next, or held for a person, whose vendor wants the
+    machine as it failed (never terminated, whatever the pool's `on_fault` says)."""
+    if held_for_a_person(r):
+        return True
     return loop_on(r, spec) and fault_needs(r) != REPLACE and any(
         spec.pool(r.pool).repair.allows(x) for x in RUNGS[RUNGS.index(fault_needs(r)):])
 
 
 # --- the lemon rule and relapses ----------------------------------------------------------------------
 
+def counts_as_fault(x: Remediation) -> bool:
+    """Whether a remediation counts toward the lemon rule: not an application fault (NVIDIA's catalogue puts
+    13, 31, 43, 45, 94, ... on the application; a record from before this rule may say `replace` for a
+    repeated 13), nor a diagnostic asked."""
+    return not application(x.kind, x.xid) and x.action not in (FaultAction.RESTART_APP, FaultAction.DIAGNOSE)
+
+
 def faults_in_window(r: Remediation, history: tuple[Remediation, ...], spec: FleetSpec,
                      now: datetime) -> list[Remediation]:
     window = timedelta(seconds=spec.healing.repair.retire_window_seconds)
-    seen = {x.name: x for x in history if now - x.created <= window}
-    seen[r.name] = r
+    seen = {x.name: x for x in history if now - x.created <= window and counts_as_fault(x)}
+    if counts_as_fault(r):
+        seen[r.name] = r
     return sorted(seen.values(), key=lambda x: x.created)
 
 
 def relapse(r: Remediation, facts: RepairFacts, spec: FleetSpec) -> tuple[str, str] | None:
-    """(the rung that fixed it last time, why) when the node faulted within `min_healthy_seconds` of serving
+    """(the rung that fixed it last time, why: the event's message, which `relapsed` heads) when the node faulted within `min_healthy_seconds` of serving
     again after its last repair; None otherwise."""
     earlier = [x for x in facts.history if x.name != r.name and x.created < r.created and x.repair is not None
                and x.repair.phase is RepairPhase.RETURNED and x.repair.ended is not None]
@@ -157,7 +223,7 @@ def relapse(r: Remediation, facts: RepairFacts, spec: FleetSpec) -> tuple[str, s
     if lasted >= spec.healing.repair.min_healthy_seconds:
         return None
     rung = prev.repair.rungs[-1] if prev.repair.rungs else ""
-    return rung, (f"relapsed: {prev.name}'s repair ({rung or 'a health check'}) held {lasted:.0f}s after the node "
+    return rung, (f"{prev.name}'s repair ({rung or 'a health check'}) held {lasted:.0f}s after the node "
                   f"served again (min_healthy_seconds {spec.healing.repair.min_healthy_seconds}): it counts "
                   "against the node")
 
@@ -200,9 +266,11 @@ def plan_repair(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: dateti
     """The next step of `r`'s repair (a person's requests are `oncall.py`'s, planned before this)."""
     node, rep = facts.node, r.repair
     if node is None:
-        return Step()  # the node is gone (deleted, terminated): nothing left to repair
+        # The node is gone (deleted, its instance terminated): nothing left to repair, but a live repair ends
+        # with a record and a page, and the provider settles what it kept for it.
+        return node_gone(r, now) if rep is not None and rep.active else Step()
     stop = stop_reason(r, facts, spec)
-    if rep is None:
+    if rep is None or rep.phase is RepairPhase.WAITING:
         return _start(r, facts, spec, now, stop)
     if rep.phase is RepairPhase.STOPPED:
         if rep.error:
@@ -222,12 +290,18 @@ def plan_repair(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: dateti
 def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, stop: str) -> Step:
     node = facts.node
     assert node is not None
+    if r.phase is Phase.ESCALATED:
+        # The attempt cap held it for a person, and paged them (gpufleet release | return | retire |
+        # mark-healthy): one decision, one page. A lemon or a vendor case is never escalated
+        # (admission.repair_decides).
+        return Step()
+    esc = escalated_by_history(r, facts.history)
+    if held_for_a_person(r) or esc is not None:
+        return vendor_case(r, node, now, esc)  # before the lemon rule: the vendor wants the machine, not a retirement
     faults = faults_in_window(r, facts.history, spec, now)
     limit = spec.healing.repair.retire_after_faults
     if len(faults) >= limit:
         return retire(r, None, now, lemon_reason(r, faults, spec))
-    if r.phase is Phase.ESCALATED:
-        return Step()  # the attempt cap holds it for a person (gpufleet release | return | retire | mark-healthy)
     need = fault_needs(r)
     if need == REPLACE:
         return retire(r, None, now, f"{describe(r.xid, r.kind)} needs the vendor (action {REPLACE}): nothing to repair")
@@ -236,28 +310,67 @@ def _start(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime, s
     floor, why = need, f"{describe(r.xid, r.kind)} needs {need}"
     back = relapse(r, facts, spec)
     if back is not None:
-        rung, why = back
+        rung, held = back
+        why = f"relapsed: {held}"
         floor = _above(rung) if rung in RUNGS else floor
-    step = _first_step(r, node, spec, now, floor, why, stop)
+    step = _first_step(r, node, spec, now, floor, why, stop, facts)
     if back is None or step.remediation is None or step.remediation.repair is None:
         return step
     rep = step.remediation.repair  # the relapse heads the new repair's history (and counts in the metrics)
-    rep = replace(rep, history=(RepairEvent("relapse", "relapsed", now, why),) + rep.history)
+    if any(e.outcome == "relapsed" for e in rep.history):
+        return step  # noted when it began to wait
+    rep = replace(rep, history=(RepairEvent("relapse", "relapsed", now, back[1]),) + rep.history)
     return replace(step, remediation=replace(step.remediation, repair=rep))
 
 
 def _first_step(r: Remediation, node: NodeView, spec: FleetSpec, now: datetime, floor: str | None, why: str,
-                stop: str) -> Step:
+                stop: str, facts: RepairFacts) -> Step:
     if floor is None:
         return retire(r, None, now, why + "; a reboot did not hold either")
     in_place = r.phase is Phase.WAITING_FOR_SPARE
+    waiting = r.repair if r.repair is not None and r.repair.phase is RepairPhase.WAITING else None
     if stop:
-        first = begin(RepairPhase.STOPPED, now, reason=f"stopped before it began: {stop}", in_place=in_place)
+        held = f"stopped before it began: {stop}"
+        first = waiting.moved(RepairPhase.STOPPED, now, reason=held, stopped_from=waiting.phase.value) if waiting \
+            else begin(RepairPhase.STOPPED, now, reason=held, in_place=in_place)
         return Step((NodeEvent(r.node, "RepairStopped", f"repair of {r.node} held: {stop}"),), replace(r, repair=first))
     rung = _first_allowed(spec, r.pool, floor)
     if rung is None:
         return retire(r, None, now, f"{why}; pool {r.pool} allows {spec.pool(r.pool).repair.actions or 'no rung'}")
-    return _begin_rung(r, None, rung, node, spec, now, why, in_place=in_place)
+    full = over_cap(r, facts.repairs, spec, now)
+    if full:
+        return _wait(r, waiting, now, f"waits its turn: {full}", in_place)
+    return _begin_rung(r, waiting, rung, node, spec, now, why, in_place=in_place)
+
+
+def over_cap(r: Remediation, repairs: tuple[RepairSlot, ...], spec: FleetSpec, now: datetime) -> str:
+    """Why `r`'s repair may not begin now ('' when it may): the pool's cap on concurrent repairs is taken by
+    repairs under way and the pool's repairs that waited longer (first come, first repaired), or the fleet's
+    by repairs under way."""
+    mine = r.repair.started if r.repair is not None and r.repair.phase is RepairPhase.WAITING else now
+    others = [x for x in repairs if x.name != r.name]
+    busy = [x for x in others if x.phase in UNDER_WAY]
+    pool_cap, fleet_cap = spec.pool(r.pool).repair.max_concurrent, spec.healing.repair.max_concurrent
+    in_pool = sum(1 for x in busy if x.pool == r.pool)
+    ahead = sum(1 for x in others if x.pool == r.pool and x.phase is RepairPhase.WAITING
+                and (x.since, x.name) < (mine, r.name))
+    if in_pool + ahead >= pool_cap:
+        return (f"{in_pool} repair(s) of pool {r.pool} under way and {ahead} waiting before it "
+                f"(pool {r.pool}'s repair.max_concurrent {pool_cap})")
+    if len(busy) >= fleet_cap:
+        return f"{len(busy)} repairs under way in the fleet (healing.repair.max_concurrent {fleet_cap})"
+    return ""
+
+
+def _wait(r: Remediation, waiting: Repair | None, now: datetime, why: str, in_place: bool) -> Step:
+    """Over a cap: the record says so (Waiting, and why), and the repair looks again; nothing is asked."""
+    if waiting is not None:
+        if waiting.reason == why:
+            return Step(recheck_after=RECHECK_WAITING)
+        return Step((), replace(r, repair=replace(waiting, reason=why)), recheck_after=RECHECK_WAITING)
+    new = begin(RepairPhase.WAITING, now, reason=why, in_place=in_place).noted(RepairEvent("wait", "waiting", now, why))
+    return Step((NodeEvent(r.node, "RepairWaiting", f"repair of {r.node} {why}"),), replace(r, repair=new),
+                recheck_after=RECHECK_WAITING)
 
 
 def _above(rung: str) -> str | None:
@@ -279,7 +392,7 @@ def _begin_rung(r: Remediation, rep: Repair | None, rung: str, node: NodeView, s
     under way (asked again, not a new rung)."""
     attempt = (rep.attempt if rep else 0) + 1
     request = RepairRequest(f"{r.name}/{attempt}-{rung}", rung, now, fault_gpus(r) if rung == RESET_GPU else ())
-    timeout = spec.pool(r.pool).repair.timeout(rung)
+    timeout = spec.pool(r.pool).repair.timeout(rung, node.label(labels.INSTANCE_TYPE))
     fields = dict(step=rung, attempt=attempt, request=request.id, requested_at=now, boot=node.boot_id,
                   deadline=now + timedelta(seconds=timeout), job="", reason=why, gpus=request.gpus, resent=again)
     event = RepairEvent(rung, "asked again" if again or resumed else "asked", now, why)
@@ -305,15 +418,17 @@ def _repairing(r: Remediation, rep: Repair, node: NodeView, facts: RepairFacts, 
         return _climb(r, rep, node, spec, now, f"GPU reset failed: {result.message}")
     rebooted = rep.step == REBOOT and node.boot_id != rep.boot and node.ready
     if rebooted:
-        return _begin_check(r, rep, node, spec, now, f"rebooted (boot id {rep.boot[:8] or '?'} -> {node.boot_id[:8]})")
+        was = f"boot id {rep.boot[:8]} -> {node.boot_id[:8]}" if rep.boot else \
+            f"boot id now {node.boot_id[:8]}; the node reported none before the reboot"
+        return _begin_check(r, rep, node, spec, now, f"rebooted ({was})")
     if rep.step == REBOOT and result is not None and not result.ok:
         return _climb(r, rep, node, spec, now, f"reboot failed: {result.message}")
+    timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))  # the node's type's
     if rep.deadline is not None and now >= rep.deadline:
-        timeout = spec.pool(r.pool).repair.timeout(rep.step)
         return _climb(r, rep, node, spec, now, f"{rep.step} gave no sign of success within {timeout}s")
     started = rep.requested_at or now
     if not rep.resent and result is None and (now - started).total_seconds() >= \
-            RESEND_AFTER * spec.pool(r.pool).repair.timeout(rep.step) and node.ready and node.boot_id == rep.boot:
+            RESEND_AFTER * timeout and node.ready and node.boot_id == rep.boot:
         return _begin_rung(r, rep, rep.step, node, spec, now, f"no sign of {rep.request} after "
                            f"{(now - started).total_seconds():.0f}s: asked again", again=True)
     wait = RECHECK if rep.deadline is None else min(RECHECK, max(0.0, (rep.deadline - now).total_seconds()))
@@ -344,12 +459,34 @@ def _validating(r: Remediation, rep: Repair, node: NodeView, facts: RepairFacts,
         return back_to_spares(r, rep, node, now, f"passed its health check ({rep.job}): {v.message}".rstrip(": "))
     if v.state == "failed":
         return _climb(r, rep, node, spec, now, f"failed its health check ({rep.job}): {v.message}", v.action)
-    if rep.deadline is not None and now >= rep.deadline:
-        return _climb(r, rep, node, spec, now, f"health check {rep.job} gave no verdict within "
-                      f"{spec.healing.repair.health_check.timeout_seconds}s")
+    if v.state == UNPROVEN:
+        return stopped_by_error(r, now, f"health check {rep.job} could not prove {r.node} healthy: {v.message}. "
+                                f"{UNPROVEN_HELP}")
+    if v.state == INCONCLUSIVE or (rep.deadline is not None and now >= rep.deadline):
+        why = v.message if v.state == INCONCLUSIVE else \
+            f"no verdict within {spec.healing.repair.health_check.timeout_seconds}s"
+        return _inconclusive(r, rep, node, spec, now, f"health check {rep.job} gave no verdict ({why})")
     if v.state == MISSING:
         return Step((StartHealthCheck(r.node, r.pool, rep.job),), recheck_after=RECHECK)  # noted, not made (a crash)
     return Step(recheck_after=RECHECK)
+
+
+def _inconclusive(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: datetime, why: str) -> Step:
+    """A check that gave no verdict (it outlived its deadline, or its pod ended without writing one) says
+    nothing about the node: the check may have hung, not the GPU. It runs once more, on a fresh pod (a Job of
+    a new name); a second check in a row without a verdict is a failed check, and the ladder goes on."""
+    last = rep.history[-1] if rep.history else None
+    if last is not None and (last.step, last.outcome) == ("validate", INCONCLUSIVE):
+        return _climb(r, rep, node, spec, now, f"{why}, the second check in a row without one (the first: "
+                      f"{last.message})")
+    attempt = rep.attempt + 1
+    job = job_name(r.node, f"{r.name}/{attempt}")
+    timeout = spec.healing.repair.health_check.timeout_seconds
+    new = replace(rep, attempt=attempt, job=job, deadline=now + timedelta(seconds=timeout) + SLACK,
+                  reason=f"{why}: checked again")
+    return Step((NodeEvent(r.node, "HealthCheckInconclusive", f"{why}: checked again once, by {job}", "Warning"),
+                 StartHealthCheck(r.node, r.pool, job)),
+                replace(r, repair=new.noted(RepairEvent("validate", INCONCLUSIVE, now, why))), recheck_after=RECHECK)
 
 
 def _climb(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: datetime, why: str,
@@ -407,7 +544,7 @@ def _resume_rung(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, n
         why = f"{lifted}; the GPU reset asked before it was done ({result.message}): the health check is next"
         return _begin_check(r, rep.noted(RepairEvent(rep.step, "ok", now, why)), node, spec, now, why)
     if result is not None:  # the agent answered "rebooting"; the new boot is not seen yet
-        timeout = spec.pool(r.pool).repair.timeout(rep.step)
+        timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))
         why = f"{lifted}; the reboot asked before it ({rep.request}) was answered, not seen yet: waiting for it {timeout}s"
         new = rep.moved(RepairPhase.REPAIRING, now, deadline=now + timedelta(seconds=timeout), reason=why)
         return Step((NodeEvent(r.node, "RepairResumed", f"repair of {r.node} resumed: {why}"),),
@@ -467,6 +604,40 @@ def retire(r: Remediation, rep: Repair | None, now: datetime, why: str, by: str 
                            f"{r.node} ({r.pool}) is retired: {why}. Repair history: {history or 'none'}. Send it to the "
                            "vendor (RMA); gpufleet will not return it (`gpufleet return` once it is repaired)."),)
     return Step(actions, replace(r, repair=moved))
+
+
+def node_gone(r: Remediation, now: datetime) -> Step:
+    """The node's Node object disappeared while it was repaired (someone deleted it, or its instance was
+    terminated): the repair ends Gone, its provider settles its bookkeeping (and asks for a node when nothing
+    replaced it yet), and a person is told once."""
+    rep = r.repair
+    assert rep is not None and rep.active
+    was = rep.step or rep.phase.value
+    why = f"its Node object disappeared during the repair ({rep.phase.value}, {was})"
+    refilled = any(i.startswith("capacity:") for i in r.intents)
+    moved = rep.moved(RepairPhase.GONE, now, reason=why, step="").noted(RepairEvent("gone", "ended", now, why))
+    return Step((ForgetNode(r.node, r.pool, why, None if refilled else f"{r.name}/gone"),
+                 Notify("node-gone", "warning",
+                        f"{r.node} ({r.pool}) {why}: the repair is over, nothing was returned. gpufleet settled its "
+                        "provider's bookkeeping (an instance held out of its group for the repair is terminated or "
+                        "kept for the vendor, as the pool's on_fault says) and asked for a node if none replaced it. "
+                        f"Action needed only if it was not deleted on purpose: find out what removed it "
+                        f"(`kubectl describe remediation {r.name}`).")),
+                replace(r, repair=moved))
+
+
+def vendor_case(r: Remediation, node: NodeView, now: datetime, esc: Escalation | None = None) -> Step:
+    """Held for a person: quarantined (the provider keeps the machine), a vendor-case page with what the
+    vendor asks for, the repair stopped where only a person's command goes on (`gpufleet return` once the
+    vendor is done, `gpufleet retire` to let it go). Nothing retired, nothing terminated. `esc`: the
+    escalation rule over the node's records that made it a case."""
+    rule = esc.nvidia if esc is not None else pages.nvidia_bucket(r)
+    why = f"{describe(r.xid, r.kind)} needs a person ({rule}): held, not repaired"
+    rep = begin(RepairPhase.STOPPED, now, reason=why, error=f"vendor case: {why}")
+    rep = rep.noted(RepairEvent("vendor-case", "held", now, why))
+    return Step((NodeEvent(r.node, "VendorCase", f"{r.node} held for a person: {why}", "Warning"),
+                 Notify("vendor-case", "critical", pages.vendor_case(r, node, rule))),
+                replace(r, repair=rep))
 
 
 def lemon_reason(r: Remediation, faults: list[Remediation], spec: FleetSpec) -> str:

@@ -74,6 +74,18 @@ class Retire(Action):
 
 
 @dataclass(frozen=True)
+class ForgetNode(Action):
+    """A node whose Node object disappeared mid-repair: its provider settles what it kept for the repair (an
+    aws-asg instance detached from its group is terminated, or kept tagged for the vendor, as `on_fault`
+    says); `refill`: the key of a capacity request when nothing replaced the node yet."""
+
+    node: str
+    pool: str
+    reason: str
+    refill: str | None = None
+
+
+@dataclass(frozen=True)
 class NodeEvent(Action):
     """An Event on the node: each step of its repair shows in `kubectl describe node`."""
 

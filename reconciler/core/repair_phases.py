@@ -13,6 +13,8 @@ is kept on the same Remediation, in `status.repair`:
     Any live phase ──► Stopped (a person's drain, or the opt-out label), and back when it is lifted;
     any live phase ──► Returned (a person's mark-healthy) or Retired (a person's retire);
     Retired ──► Validating (a person's return: the vendor sent it back), or Returned (a person's mark-healthy).
+    (heal over) ──► Waiting (the pool's or the fleet's cap on concurrent repairs is reached) ──► its first rung.
+    Any live phase ──► Gone (the node's Node object disappeared: deleted, or its instance terminated).
 
 Each phase is persisted before the step that depends on it runs (the request id of a reset or a
 reboot, the health-check Job's name), so a reconciler killed anywhere resumes without repeating one.
@@ -32,24 +34,31 @@ class RepairPhase(str, Enum):
     RETURNED = "Returned"  # proven healthy (or a person said so): back among the spares
     RETIRED = "Retired"  # out for good: quarantined for the vendor, paged; the provider replaces it
     STOPPED = "Stopped"  # a person's drain or the opt-out label holds it; a person's command goes on
+    WAITING = "Waiting"  # over the cap on concurrent repairs (the pool's or the fleet's): it waits its turn
+    GONE = "Gone"  # its Node object disappeared mid-repair: ended, the provider's bookkeeping settled, paged
 
     @property
     def terminal(self) -> bool:
-        return self in (RepairPhase.RETURNED, RepairPhase.RETIRED)
+        return self in (RepairPhase.RETURNED, RepairPhase.RETIRED, RepairPhase.GONE)
 
 
 START = "Start"  # no repair yet
-_LIVE = (RepairPhase.REPAIRING, RepairPhase.VALIDATING, RepairPhase.STOPPED)
+_LIVE = (RepairPhase.REPAIRING, RepairPhase.VALIDATING, RepairPhase.STOPPED, RepairPhase.WAITING)
+UNDER_WAY = (RepairPhase.REPAIRING, RepairPhase.VALIDATING)  # what the caps on concurrent repairs count
 _ENDS = frozenset({RepairPhase.RETURNED, RepairPhase.RETIRED, RepairPhase.STOPPED})
+_GONE = frozenset({RepairPhase.GONE})
 _ALLOWED: dict[str, frozenset[RepairPhase]] = {
-    START: frozenset({RepairPhase.REPAIRING, RepairPhase.VALIDATING}) | _ENDS,
-    RepairPhase.REPAIRING.value: frozenset({RepairPhase.REPAIRING, RepairPhase.VALIDATING}) | _ENDS,
-    RepairPhase.VALIDATING.value: frozenset({RepairPhase.REPAIRING}) | _ENDS,
+    START: frozenset({RepairPhase.REPAIRING, RepairPhase.VALIDATING, RepairPhase.WAITING}) | _ENDS,
+    RepairPhase.WAITING.value: frozenset({RepairPhase.REPAIRING, RepairPhase.VALIDATING}) | _ENDS | _GONE,
+    RepairPhase.REPAIRING.value: frozenset({RepairPhase.REPAIRING, RepairPhase.VALIDATING}) | _ENDS | _GONE,
+    RepairPhase.VALIDATING.value: frozenset({RepairPhase.REPAIRING}) | _ENDS | _GONE,
     RepairPhase.STOPPED.value: frozenset({RepairPhase.REPAIRING, RepairPhase.VALIDATING, RepairPhase.RETURNED,
-                                          RepairPhase.RETIRED}),
+                                          RepairPhase.RETIRED}) | _GONE,
     # A retired node a person repaired (the vendor sent it back): checked before it serves again, or a
     # person's mark-healthy.
     RepairPhase.RETIRED.value: frozenset({RepairPhase.VALIDATING, RepairPhase.RETURNED}),
+    # A node that was gone and registered again under its name: a person's return, mark-healthy or retire.
+    RepairPhase.GONE.value: frozenset({RepairPhase.VALIDATING, RepairPhase.RETURNED, RepairPhase.RETIRED}),
 }
 
 

@@ -16,28 +16,53 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
-from fleetspec import labels
+from fleetspec import health_report, labels
+from fleetspec.faults import FaultAction
 from fleetspec.models import FleetSpec
 from fleetspec.node_repair import FAILED, PASSED, RUNNING, HealthCheckRecord
+from fleetspec.node_repair import UNPROVEN as UNPROVEN_RECORD
 
-from reconciler.core.actions import Action
+from reconciler.core.actions import Action, Notify
 from reconciler.core.model import NodeView, Remediation
 from reconciler.core.phases import Phase
 from reconciler.core.repair_actions import NodeEvent, RecordCheck, StartHealthCheck
 
-SLACK = timedelta(seconds=120)  # past the Job's own deadline, a check nobody answered has failed
+SLACK = timedelta(seconds=120)  # past the Job's own deadline, a check nobody answered gave no verdict
+UNPROVEN_RECHECK = timedelta(hours=1)  # an unproven spare is checked again this often (its image may be fixed)
+RERUN = "checked again: "  # the message of a check run again because the one before gave no verdict
 RECHECK = 5.0  # seconds between looks at running checks (a pod's change wakes the pass sooner)
 
 MISSING = "missing"  # no such Job (not made yet, or made and gone)
+INCONCLUSIVE = "inconclusive"  # the Job ended without a verdict (its deadline, or its pod died before writing one)
+UNPROVEN = "unproven"  # the check ran but could not prove the node: a check it must run had no tool in its image
+
+UNPROVEN_HELP = ("A check the spec requires could not run (its tool is not in the check's image, or it could not "
+                 "start): run the check from an image that carries NVIDIA's DCGM (dcgmi) and nccl-tests "
+                 "(all_reduce_perf): healing.repair.health_check.image (README: what the health check proves).")
 
 
 @dataclass(frozen=True)
 class Verdict:
     """What a health-check Job says now."""
 
-    state: str  # missing | running | passed | failed
+    state: str  # missing | running | passed | failed | inconclusive | unproven
     message: str = ""
     action: str = ""  # failed: what the check says the node needs (reset-gpu, reboot, replace; '' unknown)
+
+
+def read_report(message: str, job_complete: bool) -> Verdict:
+    """What a check's termination message says (fleetspec/health_report.py), with how its Job ended: passed only
+    when both say so; unproven when no check failed but a required one could not run; failed otherwise. A message
+    that is no report proves nothing: a Job that failed with it is inconclusive."""
+    try:
+        reading = health_report.loads(message)
+    except health_report.UnreadableReport as e:
+        return Verdict(PASSED, str(e)) if job_complete else Verdict(INCONCLUSIVE, str(e))
+    if reading.passed and job_complete:
+        return Verdict(PASSED, reading.summary)
+    if reading.unproven and not reading.failed:
+        return Verdict(UNPROVEN, reading.summary)
+    return Verdict(FAILED, reading.summary, "" if reading.action == "none" else reading.action)
 
 
 def required(spec: FleetSpec) -> bool:
@@ -95,13 +120,37 @@ def plan_spare_checks(nodes: Iterable[NodeView], verdicts: Mapping[str, Verdict]
         if c.state == FAILED:
             failed.append(failed_spare(n, c, spec))  # noted failed; its remediation not made yet (a crash)
             continue
+        if c.state == UNPROVEN_RECORD:
+            if now - c.at >= UNPROVEN_RECHECK:  # its image may carry the tools by now
+                job = job_name(n.name, f"{n.boot_id}@{now.isoformat()}")
+                actions += [RecordCheck(n.name, HealthCheckRecord(job, n.boot_id, RUNNING, now, c.message)),
+                            StartHealthCheck(n.name, n.pool or "", job)]
+                running.append(n.name)
+            continue
         v = verdicts.get(c.job, Verdict(MISSING))
         if v.state == PASSED:
             actions += [RecordCheck(n.name, HealthCheckRecord(c.job, n.boot_id, PASSED, now, v.message)),
                         NodeEvent(n.name, "HealthCheckPassed", f"spare {n.name} passed its health check: {v.message}")]
-        elif v.state == FAILED or now > deadline(c, spec):
-            why = v.message if v.state == FAILED else \
+        elif v.state == UNPROVEN:
+            actions += [RecordCheck(n.name, HealthCheckRecord(c.job, n.boot_id, UNPROVEN_RECORD, now, v.message)),
+                        NodeEvent(n.name, "HealthCheckUnproven", f"spare {n.name} could not be proven: {v.message}",
+                                  "Warning")]
+            if c.message != v.message:  # paged once for what it could not prove, not at every hourly look
+                actions.append(Notify("health-check-unproven", "critical", f"spare {n.name} ({n.pool}) does not "
+                                      f"serve: its health check could not prove it ({v.message}). {UNPROVEN_HELP}",
+                                      key=n.name))
+        elif (v.state == INCONCLUSIVE or now > deadline(c, spec)) and not c.message.startswith(RERUN):
+            why = v.message if v.state == INCONCLUSIVE else \
                 f"no verdict within {spec.healing.repair.health_check.timeout_seconds}s"
+            job = job_name(n.name, f"{n.boot_id}@{now.isoformat()}")
+            actions += [RecordCheck(n.name, HealthCheckRecord(job, n.boot_id, RUNNING, now, f"{RERUN}{c.job}: {why}")),
+                        StartHealthCheck(n.name, n.pool or "", job),
+                        NodeEvent(n.name, "HealthCheckInconclusive", f"spare {n.name}: health check {c.job} gave no "
+                                  f"verdict ({why}): checked again once, by {job}", "Warning")]
+            running.append(n.name)
+        elif v.state in (FAILED, INCONCLUSIVE) or now > deadline(c, spec):
+            why = v.message if v.state == FAILED else \
+                f"the second check in a row without a verdict ({v.message or 'its deadline passed'}; {c.message})"
             done = HealthCheckRecord(c.job, n.boot_id, FAILED, now, why, v.action)
             actions += [RecordCheck(n.name, done),
                         NodeEvent(n.name, "HealthCheckFailed", f"spare {n.name} failed its health check: {why}",
@@ -116,13 +165,15 @@ def plan_spare_checks(nodes: Iterable[NodeView], verdicts: Mapping[str, Verdict]
 
 def failed_spare(n: NodeView, check: HealthCheckRecord, spec: FleetSpec) -> Remediation:
     """A spare that failed its check, as a remediation of its own: the heal's spare path quarantines it and
-    asks for a refill, then its repair begins at what the check says it needs. Named after the check, so
-    making it again finds it made."""
+    asks for a refill, then its repair begins at what the check says it needs (the record's action: a reset,
+    a reboot, the vendor; none said: the repair's default). Named after the check, so making it again finds
+    it made."""
     why = f"failed its health check ({check.job}): {check.message}"
+    needs = next((a for a in FaultAction if a.value == check.action and a.remediates), None)
     return Remediation(
         name=f"{n.name}-check-{int(check.at.timestamp())}", node=n.name, pool=n.pool or "", xid=0, message=why,
         phase=Phase.DETECTED, created=check.at, phase_times=((Phase.DETECTED.value, check.at),), reason=why,
-        was_spare=True,
+        was_spare=True, action=needs,
     )
 
 

@@ -5,7 +5,8 @@
 
 and a `#wrong` column per size, out-of-place and in-place. Any wrong value or a FAILED trailer is a
 failure: the GPUs or the links between them corrupt data; a reboot first (NVLink and the fabric are
-retrained at boot).
+retrained at boot). So is an average bus bandwidth under the GPU model's floor (floors.py), judged by the
+check (run.py).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 _BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)\s*$", re.M)
 _BW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)\s*(OK|FAILED)?\s*$", re.M)
 _ROW = re.compile(r"^\s*\d+\s+\d+\s+\w+\s+\w+\s+-?\d+\s+(.*)$")
+_LABEL = re.compile(r"^\s*\d+: ?", re.M)  # `srun -l` puts the task's number before each line ("0: # Avg ...")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Report:
 
 
 def parse(text: str) -> Report:
+    text = _LABEL.sub("", text)
     bounds = _BOUNDS.search(text)
     bw = _BW.search(text)
     wrong = 0

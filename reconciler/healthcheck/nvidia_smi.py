@@ -10,6 +10,12 @@ docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt):
 - Retired Pages, `Pending Page Blacklist: Yes` (pre-Ampere page retirement): a reboot.
 - fewer GPUs than the node should have: a GPU is gone (off the bus): a reboot.
 
+`pcie` reads each GPU's PCIe link ("GPU Link Info": "PCIe Generation" and "Link Width", each "Max" and
+"Current"): a link trained below what the GPU and its slot can do is a reboot (the link is trained again at
+boot). NVIDIA says of both current values "These may be reduced when the GPU is not in use" (`nvidia-smi
+--help-query-gpu`, pcie.link.gen.current and pcie.link.width.current), so they are judged only from an
+output taken right after the all-reduce kept the GPUs busy; before it, a lower link is noted, not failed.
+
 Fields a GPU does not have read `N/A` and say nothing. Tested on published real outputs
 (tests/fixtures/gpu/SOURCES.md).
 """
@@ -113,3 +119,30 @@ def check(text: str, expected_gpus: int | None = None) -> Report:
     if expected_gpus is not None and len(gpus) < expected_gpus:
         findings.append(Finding("", f"{len(gpus)} of {expected_gpus} GPUs seen", REBOOT))
     return Report(driver, tuple(g.bus_id for g in gpus), tuple(findings))
+
+
+def product(text: str) -> str:
+    """The first GPU's product name ("NVIDIA H100 80GB HBM3"); '' when none is printed."""
+    _, gpus = parse(text)
+    return next((g.get("Product Name") or "" for g in gpus), "")
+
+
+def _link(g: Gpu, what: str, which: str) -> int | None:
+    for key, value in g.fields.items():
+        if key.endswith(f"Link Info/{what}/{which}"):
+            m = re.match(r"^(\d+)x?$", value.strip())
+            return int(m.group(1)) if m else None
+    return None
+
+
+def pcie(text: str) -> list[Finding]:
+    """Each GPU whose PCIe link runs below its maximum generation or width (fields N/A say nothing)."""
+    _, gpus = parse(text)
+    out: list[Finding] = []
+    for g in gpus:
+        for what, unit in (("PCIe Generation", "Gen "), ("Link Width", "x")):
+            cur, top = _link(g, what, "Current"), _link(g, what, "Max")
+            if cur is not None and top is not None and cur < top:
+                shown = (f"{unit}{cur} of {unit}{top}" if unit == "Gen " else f"x{cur} of x{top}")
+                out.append(Finding(g.bus_id, f"PCIe link at {shown}", REBOOT))
+    return out

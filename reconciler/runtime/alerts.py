@@ -104,7 +104,8 @@ class Alerts:
                 key = (r.pool, r.repair.phase.value)
                 repairing[key] = repairing.get(key, 0) + 1
         for pool in {r.pool for r in remediations}:
-            for phase in (RepairPhase.REPAIRING, RepairPhase.VALIDATING, RepairPhase.STOPPED, RepairPhase.RETIRED):
+            for phase in (RepairPhase.REPAIRING, RepairPhase.VALIDATING, RepairPhase.STOPPED, RepairPhase.WAITING,
+                          RepairPhase.RETIRED):
                 self.metrics.repairing.labels(pool, phase.value).set(repairing.get((pool, phase.value), 0))
         pools = {r.pool for r in remediations if r.phase is Phase.HELD and r.held_reason == Reason.TOO_MANY_UNHEALTHY}
         with self._lock:

@@ -28,7 +28,7 @@ from reconciler.core.actions import (
 )
 from reconciler.core.model import RefillState, Remediation
 from reconciler.core.repair_actions import (
-    BackInService, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
+    BackInService, ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
 from reconciler.core.observe import membership_dict
 from reconciler.errors import PermanentError
@@ -200,6 +200,8 @@ class Executor:
                 self.providers[a.pool].back_in_service(a.node)
             case Retire():
                 self.providers[a.pool].retire(a.node, a.reason, a.refill)
+            case ForgetNode():
+                self.providers[a.pool].forget(a.node, a.pool, a.reason, a.refill)
             case NodeEvent():
                 self.kube.event({"kind": "Node", "name": a.node, "apiVersion": "v1"}, a.reason, a.message, a.type)
             case _:

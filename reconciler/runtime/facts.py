@@ -153,7 +153,7 @@ class Facts:
         jobs: dict[int, JobView] = {}
         for name in names:
             for j in call(self.slurm.jobs_on_node, name):
-                jobs[j.job_id] = JobView(j.job_id, j.state)
+                jobs[j.job_id] = JobView(j.job_id, j.state, tuple(j.nodes))
         return tuple(jobs.values())
 
     def _can_refill(self, pool: str) -> bool:

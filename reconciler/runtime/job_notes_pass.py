@@ -5,6 +5,10 @@ Apart from healing on purpose: a Slurm that refuses or does not answer delays on
 heal. Level-based: each pass reads the jobs still owed a line and appends what is missing, so a failed
 write, a crash or a new leader is made good on a later pass (at least once; a line present is never added
 again). Jobs with nothing more to come are remembered as settled and not read again.
+
+A fault that leaves its node in service (restart-app, diagnose), read from a node's condition, reaches the
+jobs running on that node's Slurm nodes the same way: a line each (`job_notes.notice_line`), and their
+owners told; once per node and signal.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from reconciler.adapters.slurm import SlurmClient, SlurmJob, call
 from reconciler.core import job_notes
 from reconciler.core.actions import NoteJob, NotifyOwner
 from reconciler.core.model import Remediation
+from reconciler.core.slurm_names import slurm_nodes_on
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.caches import Caches
 from reconciler.runtime.executor import Executor
@@ -41,6 +46,7 @@ class JobNotesPass:
         self._unreadable_said = False
         self._told: dict[int, list[datetime]] = {}  # job -> when its owner was told (the rate limit)
         self._routes = [t for t in spec.healing.notifications if getattr(t, "job_owners", None) is not None]
+        self._noticed: set[tuple[str, datetime]] = set()  # (node, signal) whose jobs got their line
 
     def __call__(self) -> float:
         if self.slurm is None:
@@ -60,9 +66,39 @@ class JobNotesPass:
                 self.metrics.action_errors.labels("NoteJob", kind).inc()
                 log.warning("job %s: admin comment not written (%s), tried again later: %s", jid, kind, e,
                             extra={"remediation": r.name, "node": r.node})
+        try:
+            self._notices(pools)
+        except (TemporaryError, PermanentError) as e:
+            failed = True
+            log.warning("a fault that leaves its node in service was not noted on its jobs, tried again later: %s", e)
         if failed:
             return AFTER_ERROR
         return BUSY if any((r.name, j) not in self._settled for r, j in owed) else IDLE
+
+    def _notices(self, pools: set[str]) -> None:
+        """Each node fault that leaves the node in service, once: a line on each job running there, its owner told."""
+        now_faults = {(n.name, n.fault.since): n for n in self.caches.nodes.values()
+                      if n.pool in pools and n.fault is not None and n.fault.needs in job_notes.NOTICES}
+        self._noticed &= set(now_faults)  # forget what cleared
+        for key, n in sorted(now_faults.items()):
+            if key in self._noticed:
+                continue
+            for name in sorted(slurm_nodes_on(n.name, self.caches.pods_on(n.name)).names):
+                for running in call(self.slurm.jobs_on_node, name):
+                    found = call(self.slurm.job, running.job_id)  # with its admin comment, as `_note` reads it
+                    if found is None:
+                        continue
+                    seen = job_seen(found)
+                    line = job_notes.notice_line(n.name, n.fault, seen)
+                    if line is None or found.admin_comment is None or not job_notes.writable(seen):
+                        continue
+                    text = job_notes.appended(seen.admin_comment, (line,))
+                    if text is not None:
+                        self.executor.run(NoteJob(seen.job_id, text))
+                        if not self.executor.dry_run:
+                            log.info("job %s: admin comment noted (%s on %s)", seen.job_id, n.fault.needs.value, n.name)
+                            self._tell(None, seen, [line])
+            self._noticed.add(key)
 
     def _note(self, r: Remediation, jid: int) -> None:
         found = call(self.slurm.job, jid)
@@ -74,7 +110,8 @@ class JobNotesPass:
             self._settled.add((r.name, jid))
             return
         if seen is not None and job_notes.writable(seen):
-            lines = job_notes.lines_for(r, seen)
+            peers = [p for p in self.caches.remediations_in({x.name for x in self.spec.pools}) if jid in p.jobs]
+            lines = job_notes.lines_for(r, seen, peers)
             text = job_notes.appended(seen.admin_comment, lines)
             if text is not None:
                 self.executor.run(NoteJob(jid, text), r)
@@ -87,7 +124,7 @@ class JobNotesPass:
         if job_notes.settled(r, seen, self.clock()):
             self._settled.add((r.name, jid))
 
-    def _tell(self, r: Remediation, job: job_notes.JobSeen, new_lines: list[str]) -> None:
+    def _tell(self, r: Remediation | None, job: job_notes.JobSeen, new_lines: list[str]) -> None:
         """Each line just written, to the owner routes of the job's user or account, within the rate limit.
         Sent after the line is in Slurm, so a line is told once (a crash in between loses the message)."""
         routes = job_notes.owner_routes(self._routes, job)
@@ -98,7 +135,7 @@ class JobNotesPass:
             now, sent = self.clock(), self._told.setdefault(job.job_id, [])
             if not job_notes.may_tell(sent, now, per_hour):
                 log.warning("job %s: owner not told (more than %d messages within the hour): %s", job.job_id,
-                            per_hour, line, extra={"remediation": r.name})
+                            per_hour, line, extra={"remediation": r.name if r else ""})
                 continue
             sent.append(now)
             for route in routes:

@@ -9,6 +9,8 @@ a scrape, slow or hostile, never holds the probe up.
 """
 from __future__ import annotations
 
+import errno
+import logging
 import socketserver
 import threading
 import time
@@ -16,6 +18,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+log = logging.getLogger(__name__)
+BIND_WAIT = 60.0  # seconds a port held by an earlier process is waited for (a pod's termination grace is 30 s)
+BIND_RETRY = 1.0
 BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 RETURN_BUCKETS = (10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400)
 
@@ -69,7 +74,7 @@ class Metrics:
                                         "From a node's fault to the node back among the spares, proven healthy",
                                         buckets=RETURN_BUCKETS, registry=r)
         self.repairing = Gauge("gpufleet_nodes_repairing", "Nodes by pool and repair phase (Repairing, Validating, "
-                               "Stopped) and retired nodes (Retired)", ["pool", "phase"], registry=r)
+                               "Stopped, Waiting) and retired nodes (Retired)", ["pool", "phase"], registry=r)
         self.health_checks = Counter("gpufleet_health_checks_total", "Health checks of spares before they serve, by "
                                      "pool and outcome (passed, failed)", ["pool", "outcome"], registry=r)
         self.job_back_seconds = Histogram("gpufleet_job_back_seconds",
@@ -119,10 +124,23 @@ class _ThreadedServer(socketserver.ThreadingMixIn, WSGIServer):
         pass  # a client that timed out or went away: nothing to report
 
 
-def _server(host: str, port: int, app, name: str, timeout: float, max_connections: int) -> _ThreadedServer:
+def _server(host: str, port: int, app, name: str, timeout: float, max_connections: int,
+            bind_wait: float = BIND_WAIT) -> _ThreadedServer:
     handler = type("_Handler", (_Quiet,), {"timeout": timeout})  # StreamRequestHandler applies it to the socket
     server_class = type("_Server", (_ThreadedServer,), {"max_connections": max_connections})
-    server = make_server(host, port, app, server_class=server_class, handler_class=handler)
+    deadline = time.monotonic() + bind_wait
+    while True:
+        try:
+            server = make_server(host, port, app, server_class=server_class, handler_class=handler)
+            break
+        except OSError as e:
+            # On the host network a pod that replaced a force-deleted one starts while the old process, which
+            # the kubelet has not stopped yet, still listens (SO_REUSEADDR cannot share a listening port):
+            # wait for it to end instead of crashing.
+            if e.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise
+            log.warning("port %d is in use (an earlier process on this node still ending?): trying again", port)
+            time.sleep(BIND_RETRY)
     threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
     return server
 

@@ -84,7 +84,8 @@ class Repairs:
 
     def observe(self, r: Remediation) -> RepairFacts:
         """What `repair_needs` asks for: the node and its pods from the caches, Slurm's view of the
-        remediation's Slurm nodes, the health-check Job's verdict, the node's remediations."""
+        remediation's Slurm nodes, the health-check Job's verdict, the node's remediations, and (a repair
+        about to begin) the fleet's repairs under way or waiting, for the caps."""
         need = repair.repair_needs(r)
         c = self.caches
         history = tuple(x for x in c.remediations.by_index("node", r.node) if isinstance(x, Remediation))
@@ -95,9 +96,11 @@ class Repairs:
             if self.checks is None:
                 raise PermanentError("no health-check adapter: cannot read a health check")
             verdict = self.checks.verdict(need.verdict)
+        slots = tuple(s for x in c.remediations.values() if isinstance(x, Remediation)
+                      and (s := repair.repair_slot(x)) is not None) if need.slots else ()
         return RepairFacts(node=c.nodes.get(r.node), pods=tuple(c.pods_on(r.node)) if need.pods else (),
                            slurm=self.facts.slurm_views(need.slurm), verdict=verdict, history=history,
-                           promotions=promoted)
+                           promotions=promoted, repairs=slots)
 
     def _apply(self, r: Remediation, step: Step) -> float | None:
         """Idempotent actions, then the write with the once-only ones noted, then those."""

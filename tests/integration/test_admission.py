@@ -488,12 +488,29 @@ def _flip_cordon(kube: Kube) -> None:
     ("a cordon", _flip_cordon),
     ("another annotation", lambda k: k.patch_node(NODE_A, {"metadata": {"annotations": {labels.REMEDIATION: "forged"}}})),
     ("another condition", lambda k: k.set_condition(NODE_A, "Ready", "False", "Forged", "forged")),
+    ("an operand label set to another value", lambda k: k.patch_node(NODE_A, {"metadata": {"labels": {
+        labels.GPU_OPERATOR_DEPLOY[0]: "pre-installed"}}})),
+    ("another NVIDIA label", lambda k: k.patch_node(NODE_A, {"metadata": {"labels": {"nvidia.com/gpu.present": "false"}}})),
 ])
 def test_on_its_own_node_the_agent_writes_only_its_cursor_and_condition(prod_like, agents, what, call):
     before = prod_like.core.read_node(NODE_A).metadata.resource_version
     status, why = _status(call, Kube(agents[NODE_A]))
     assert status == 403, (what, why)
     assert prod_like.core.read_node(NODE_A).metadata.resource_version == before  # nothing written
+
+
+def test_a_gpu_reset_stops_and_restores_the_gpu_operators_operands_on_its_own_node(prod_like, agents):
+    """What reconciler/agent/gpu_clients.py writes around a reset: the note of what it stopped, the operands'
+    deploy labels to false and back to true; the note removed. On another node none of it."""
+    kube, key = Kube(agents[NODE_A]), labels.GPU_OPERATOR_DEPLOY[0]
+    kube.patch_node(NODE_A, {"metadata": {"annotations": {labels.GPU_CLIENTS_STOPPED: '{"request": "r/1"}'}}})
+    for value in ("false", "true"):
+        kube.patch_node(NODE_A, {"metadata": {"labels": {key: value}}})
+        assert prod_like.core.read_node(NODE_A).metadata.labels[key] == value
+    kube.patch_node(NODE_A, {"metadata": {"annotations": {labels.GPU_CLIENTS_STOPPED: None}}})
+    assert labels.GPU_CLIENTS_STOPPED not in (prod_like.core.read_node(NODE_A).metadata.annotations or {})
+    status, why = _status(kube.patch_node, NODE_B, {"metadata": {"labels": {key: "false"}}})
+    assert status == 403 and "only the node its token is bound to" in why, why
 
 
 def _events_about(core: client.CoreV1Api, node: str, reason: str) -> list:

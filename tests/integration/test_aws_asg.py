@@ -197,6 +197,31 @@ def test_terminate_mode_decrements_then_refills(kube_cluster, aws):
     assert state(aws, bad_iid)[0] in ("shutting-down", "terminated")
 
 
+@pytest.mark.parametrize("on_fault", ["terminate", "quarantine"])
+def test_an_instance_held_for_repair_whose_node_disappears_is_settled_and_refilled(kube_cluster, aws, on_fault):
+    """A node held out of its group for a repair (detached, tagged) whose Node object is deleted: the provider
+    finds the instance by its tags, terminates it or keeps it tagged for the vendor as on_fault says, and asks
+    for one node, once (a replay changes nothing)."""
+    asg, pool = f"gpu-itest-gone-{on_fault}", f"gone{on_fault[0]}"
+    spec, core, kube, provider, _ = joined_group(kube_cluster, aws, asg, pool, on_fault, max_size=5)
+    label_members(kube, provider, spec)
+    bad = sorted(n for n, r in roles(core, pool).items() if r == "active")[0]
+    iid = core.read_node(bad).spec.provider_id.rsplit("/", 1)[-1]
+    provider.quarantine(bad, 79, repair=True)
+    g, members = group(aws, asg)
+    assert iid not in members and g["DesiredCapacity"] == 2 and labels.REPAIRING_TAG in state(aws, iid)[1]
+    core.delete_node(bad)
+    for _ in range(2):  # replayed
+        provider.forget(bad, pool, "its Node object disappeared during the repair", f"{bad}-rem/gone")
+    g, members = group(aws, asg)
+    assert g["DesiredCapacity"] == 3 and iid not in members
+    now, tags = state(aws, iid)
+    if on_fault == "terminate":
+        assert now in ("shutting-down", "terminated")
+    else:
+        assert now == "running" and tags[labels.QUARANTINED_TAG] == "retired" and labels.REPAIRING_TAG not in tags
+
+
 def test_botocore_errors_are_typed(kube_cluster, aws, monkeypatch):
     spec = spec_for("awse", "no-such-group", "quarantine")
     kube = Kube(kube_cluster.api_client())

@@ -242,8 +242,8 @@ def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_c
     storms = [m for m in channel.messages if m.event == "storm"]
     assert len(storms) == 1 and storms[0].severity == "critical" and "2 of 3 nodes in pool stm" in storms[0].text
     # who reported them, from the API server's managedFields: one writer, named, with the warning
-    assert (f"reported by {labels.MANAGER_INJECT_FAULT} on stm-0, stm-1; {labels.MANAGER_INJECT_FAULT} alone reported"
-            in storms[0].text)
+    assert (f"reported by a person (gpufleet inject-fault) ({labels.MANAGER_INJECT_FAULT}) on stm-0, stm-1; "
+            f"{labels.MANAGER_INJECT_FAULT} alone reported" in storms[0].text)
     assert {r.reporter for r in rec.store.list() if r.pool == "stm"} == {labels.MANAGER_INJECT_FAULT}
     assert rec.metrics.held.labels("TooManyUnhealthy")._value.get() == 2
     # The gate is a condition on the remediations it holds (what `kubectl get remediations` shows) ...
@@ -257,6 +257,49 @@ def test_storm_brake_contains_every_fault_replaces_nothing_and_pages_once(kube_c
     for _ in range(3):
         step(again)
     assert len([m for m in channel.messages if m.event == "storm"]) == 1
+
+
+def test_on_call_releases_a_held_remediation_with_the_command_and_learns_what_was_done(kube_cluster, api):
+    """`gpufleet release NODE` writes the person's request on the node's remediation; the reconciler carries it
+    out (the held node is replaced) and the command, waiting, prints what was done; asked of a node with
+    nothing held, the reconciler refuses and the command exits 1 saying why."""
+    from typer.testing import CliRunner
+
+    from gpufleet.cli import app
+
+    spec = fleet("rel", nodes=3, spares=2, max_unhealthy_fraction=0.5, max_concurrent=10)
+    make_nodes(kube_cluster, spec)
+    rec = reconciler(api, spec)
+    kube = Kube(api, manager=labels.MANAGER_INJECT_FAULT)
+    for n in ("rel-0", "rel-1"):
+        kube.set_condition(n, "GpuHealthy", "False", "Xid79", "off the bus")
+    run_until(rec, lambda: len([r for r in rec.store.list() if r.pool == "rel" and r.phase is Phase.HELD]) == 2)
+    cfg = str(kube_cluster.kubeconfig_path)
+    got: dict = {}
+
+    def person():
+        got["result"] = CliRunner().invoke(app, ["release", "rel-0", "--kubeconfig", cfg, "--json", "--by", "oncall",
+                                                 "--reason", "a bad driver roll-out, rolled back", "--timeout", "60"])
+
+    t = threading.Thread(target=person)
+    t.start()
+    run_until(rec, lambda: not t.is_alive())
+    out = got["result"]
+    assert out.exit_code == 0, out.output
+    said = json.loads(out.output)
+    assert said["remediation"] == records_for(rec, "rel-0")[0].name and not said["refused"]
+    assert said["done"].startswith("release by oncall (a bad driver roll-out, rolled back): ")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rel-0") if r.replacement])
+    assert r.replacement.startswith("rel-spare-")  # released: replaced from the spares
+    (other,) = records_for(rec, "rel-1")
+    assert other.phase is Phase.HELD  # only the node asked about
+
+    run_until(rec, lambda: records_for(rec, "rel-0")[0].phase.terminal)
+    t = threading.Thread(target=lambda: got.update(again=CliRunner().invoke(
+        app, ["release", "rel-0", "--kubeconfig", cfg, "--timeout", "60"])))
+    t.start()
+    run_until(rec, lambda: not t.is_alive())
+    assert got["again"].exit_code == 1 and "refused" in got["again"].output
 
 
 def test_simultaneous_faults_get_distinct_spares(kube_cluster, api):

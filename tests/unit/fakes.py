@@ -13,7 +13,7 @@ from fleetspec.placement import node_labels, node_taints, worker_selector
 from reconciler.adapters.records import MemoryRemediationStore
 from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
 from reconciler.core.membership import MembershipFacts
-from reconciler.core.validation import Verdict
+from reconciler.core.validation import Verdict, read_report
 from reconciler.errors import TemporaryError
 from reconciler.runtime.manager import Manager
 
@@ -239,6 +239,7 @@ class Provider:
     def __init__(self, kube: FakeKube):
         self.kube, self.calls = kube, []
         self.fail_return = False
+        self.kept: list[str] = []  # quarantined with repair=True: the machine kept (never terminated)
 
     def _role(self, name, role, taint=None):
         n = self.kube.nodes[name]
@@ -252,6 +253,8 @@ class Provider:
 
     def quarantine(self, node, xid, repair=False):
         self.calls.append(("quarantine", node))
+        if repair:
+            self.kept.append(node)
         self._role(node, labels.ROLE_QUARANTINED, {"key": labels.QUARANTINE_TAINT, "effect": "NoSchedule"})
 
     def request_repair(self, node, request):
@@ -262,6 +265,11 @@ class Provider:
     def retire(self, node, reason, refill=None):
         self.calls.append(("retire", node))
         self._role(node, labels.ROLE_RETIRED, {"key": labels.QUARANTINE_TAINT, "effect": "NoSchedule"})
+        if refill:
+            self.calls.append(("capacity", refill))
+
+    def forget(self, node, pool, reason, refill=None):
+        self.calls.append(("forget", node))
         if refill:
             self.calls.append(("capacity", refill))
 
@@ -352,19 +360,30 @@ class FakeChecks:
         self.nodes, self.clock, self.seconds = nodes, clock, seconds
         self.jobs: dict[str, tuple[str, datetime]] = {}
         self.started: list[str] = []  # every create asked for (a second create of a name finds it made)
+        self.reports: dict[str, "HealthReport"] = {}  # node -> the real check's report while it is not healthy
+        self.hang: dict[str, int] = {}  # node -> how many of its next checks hang (run on, never answer)
+        self.hanging: set[str] = set()
 
     def start(self, node, pool, name):
         self.started.append(name)
+        if name not in self.jobs and self.hang.get(node, 0) > 0:
+            self.hang[node] -= 1
+            self.hanging.add(name)
         self.jobs.setdefault(name, (node, self.clock.now))
 
     def verdict(self, name):
         if name not in self.jobs:
             return Verdict("missing")
+        if name in self.hanging:
+            return Verdict("running")
         node, at = self.jobs[name]
         if (self.clock.now - at).total_seconds() < self.seconds:
             return Verdict("running")
         if self.nodes.healthy(node):
             return Verdict("passed", "nvidia-smi: pass")
+        if node in self.reports:  # what the real check wrote, read as the adapter reads it
+            report = self.reports[node]
+            return read_report(report.dumps(), report.passed)
         needs = {FakeNodes.RESET_FIXES: "reset-gpu", FakeNodes.REBOOT_FIXES: "reboot"}.get(
             self.nodes.state.get(node), "replace")
         return Verdict("failed", f"nvidia-smi: fail (remapping pending on 0000:3b:00.0)", needs)

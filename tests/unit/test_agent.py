@@ -311,8 +311,8 @@ def test_the_agent_reports_each_corpus_event_as_it_needs(case, lines, expect, tm
     ag.read_backlog()
     ag.connect()
     ag.report_pending()
-    faults = [e for e in expect if e["action"] not in ("none", "restart-app")]
-    notices = [e for e in expect if e["action"] == "restart-app"]
+    faults = [e for e in expect if e["action"] not in ("none", "restart-app", "diagnose")]
+    notices = [e for e in expect if e["action"] in ("restart-app", "diagnose")]
     written = [(r, parse_condition(r, m)) for _, r, m in kube.writes]
     # every write is one of the expected faults, with its action and GPU; the first is always written
     assert all((r, s.action.value, s.pci) in {(_reason(e), e["action"], e["pci"]) for e in faults}
@@ -361,3 +361,32 @@ def test_a_spec_override_changes_what_the_agent_reports(kmsg):
     sig = parse_condition(reason, message)
     assert (status, sig.action, sig.pci, sig.gpu_instance) == ("False", FaultAction.RESET_GPU, "0000:01:00", 5)
     assert strict.events == []
+
+
+def test_three_xid_13_bursts_on_one_gpu_leave_the_node_in_service_and_ask_for_diagnostics(tmp_path):
+    """A crashing training script: the same Xid 13 exception (github.com/leptonai/gpud/pull/46's three lines) three
+    times on one GPU within the hour. Once is the job's; repeated on the same GPC and TPC, NVIDIA's RUN_DCGMEUD:
+    diagnostics are asked (an Event saying `action=diagnose`), the node stays in service: no condition is set,
+    so nothing is cordoned, retired or terminated."""
+    burst = ["NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
+             "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
+             "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Global Exception on "
+             "(GPC 7, TPC 7, SM 0): Multiple Warp Errors",
+             "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics Exception: ESR "
+             "0x57c730=0xc04000b 0x57c734=0x24 0x57c728=0x1f81fb60 0x57c72c=0x1174"]
+    lines, seq = [], 100
+    for minute in (0, 20, 40):
+        for i, text in enumerate(burst):
+            seq += 1
+            lines.append(f"3,{seq},{(minute * 60 + i) * 1_000_000},-;{text}")
+    log = tmp_path / "kern.log"
+    log.write_text("\n".join(lines) + "\n")
+    kube = FakeKube()
+    ag = Agent(kube, NODE, KernelLog(log, from_start=True), sleep=FakeSleep())
+    ag.read_backlog()
+    ag.connect()
+    ag.report_pending()
+    assert kube.writes == []  # no GPU condition: the node stays in service
+    actions = [parse_condition(r, m).action.value for r, m in kube.events]
+    assert actions == ["restart-app", "diagnose"] and {r for r, _ in kube.events} == {"Xid13"}
+    assert ag.counts["faults"] == 0 and ag.counts["notices"] == 9

@@ -153,11 +153,11 @@ def cluster(monkeypatch):
 def test_the_command_prints_every_pool(cluster):
     r = runner.invoke(app, ["capacity", "--stack", "local"], env=ENV)
     assert r.exit_code == 0, r.output
-    assert "GPU-H LENT/24h" in r.output
-    cells = {row[0]: row for ln in r.output.splitlines()
-             if len(row := [c.strip() for c in ln.strip("│ ").split("│")]) == len(C.COLUMNS)}
-    assert cells["h100"][1:9] == ["1", "0", "1", "1", "1", "0", "16", "36.0"] and cells["h100"][9] == "4s ago"
+    assert "GPU-hours over 24h" in r.output
+    cells = {row[0]: row for ln in r.output.splitlines() if len(row := ln.split()) == len(C.COLUMNS) - 1}
+    assert cells["h100"][1:9] == ["1", "0", "1", "1", "1", "0", "16", "36.0"]
     assert cells["l40s"][1:3] == ["?", "?"] and cells["l40s"][8] == "?"
+    assert "as of: h100 4s ago; l40s now (Nodes; no ledger)" in r.output
 
 
 def test_the_command_speaks_json(cluster):
@@ -200,3 +200,16 @@ def test_watch_redraws_until_interrupted_and_outlives_an_outage(monkeypatch):
     assert len(docs) == 2  # pass 1, (pass 2 unreachable: said, no document), pass 3
     assert "cluster unreachable (fake)" in r.output and "retrying" in r.output
     assert sleeps == [C.REFRESH_SECONDS] * 3 and fake.reads == 3
+
+
+def test_the_table_keeps_every_header_whole_in_an_80_column_terminal():
+    from rich.console import Console
+
+    console = Console(width=80, record=True, color_system=None)
+    console.print(C.render(C.snapshot(SPEC, NODES, {"h100": h100_ledger()}, NOW, timedelta(hours=24))))
+    text = console.export_text()
+    assert "…" not in text, text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    words = " ".join(text.split())
+    for word in ("ACTIVE", "BUSY", "SPARES", "UNLENT", "QUARANTINED", "GPU-H", "now (Nodes; no ledger)"):
+        assert word in words, text

@@ -129,3 +129,52 @@ def test_no_command_signs_a_slurm_token_from_the_key_outside_local(cmd, tmp_path
     r = runner.invoke(app, [*cmd, "--slurm-jwt-key-file", str(key)], env={"PULUMI_BACKEND_URL": "file:///nowhere"})
     assert r.exit_code == 2, r.output
     assert "--slurm-jwt-key-file: refused" in r.output
+
+
+def test_inject_fault_names_no_gpu_it_was_not_given_and_says_the_meaning_once(monkeypatch):
+    """The condition a drill writes: the XID's meaning once, no made-up PCI address (which the admin comment
+    would tell the job's owner as 'GPU 0000:00:00'); --pci names one, checked."""
+    import gpufleet.commands
+    import reconciler.adapters.kube
+
+    written = []
+
+    class FakeKube:
+        def __init__(self, api, manager=None):
+            assert manager == "gpufleet-inject-fault"
+
+        def set_condition(self, node, ctype, status, reason, message):
+            written.append((node, reason, message))
+
+    monkeypatch.setattr(gpufleet.commands, "_api", lambda *a: object())
+    monkeypatch.setattr(reconciler.adapters.kube, "Kube", FakeKube)
+    r = runner.invoke(app, ["inject-fault", "kwok-h100-1", "--xid", "79"])
+    assert r.exit_code == 0, r.output
+    (_, reason, message), = written
+    assert reason == "Xid79" and "pci=" not in message
+    assert message.count("GPU has fallen off the bus") == 1 and "injected by `gpufleet inject-fault`" in message
+    r = runner.invoke(app, ["inject-fault", "kwok-h100-1", "--xid", "79", "--pci", "0000:3b:00"])
+    assert r.exit_code == 0 and "pci=0000:3b:00" in written[-1][2]
+    r = runner.invoke(app, ["inject-fault", "kwok-h100-1", "--pci", "0000:3b:00; rm -rf /"])
+    assert r.exit_code == 2 and "--pci" in r.output
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_demo_leaves_nothing_running_unless_kept_and_says_which(keep, capsys):
+    """`make demo && make test`: the demo's environment holds the default ports the README test needs, so the
+    demo takes it down unless --keep, which leaves it up and says how to stop it."""
+    from pathlib import Path
+
+    from localenv.commands import leave
+
+    class Env:
+        root, downs = Path("/tmp/x/.local"), 0
+
+        def down(self):
+            self.downs += 1
+
+    env = Env()
+    leave(env, keep)
+    said = capsys.readouterr().out
+    assert env.downs == (0 if keep else 1)
+    assert ("gpufleet local down" in said) is keep and ("--keep" in said)

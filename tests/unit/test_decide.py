@@ -88,6 +88,25 @@ def test_application_or_unknown_xid_never_remediates(xid):
     assert detect(node("h100-0", xid=xid), [], spec(), T0).remediation is None
 
 
+@pytest.mark.parametrize("raw, needs", [
+    ({"reason": "Xid13", "message": "[action=diagnose pci=0000:cb:00] XID 13 repeated on one GPU"}, None),
+    ({"reason": "Xid94", "message": "[action=restart-app pci=0000:01:00] XID 94"}, None),
+    ({"reason": "Xid61", "message": "XID 61, no header: the catalogue's CONTACT_SUPPORT"}, "contact-support"),
+    ({"reason": "Xid54", "message": "XID 54: CHECK_MECHANICALS"}, "contact-support"),
+    ({"reason": "Xid78", "message": "XID 78: UPDATE_SWFW"}, "contact-support"),
+    ({"reason": "Xid74", "message": "[action=contact-support pci=0000:b9:00] XID 74: XID74Reg0HardwareIssue"},
+     "contact-support"),
+])
+def test_diagnostics_leave_the_node_in_service_and_a_case_for_a_person_is_contained_not_replaced(raw, needs):
+    """`diagnose` and `restart-app` start nothing (the node serves on); what NVIDIA sends to a person is contained
+    and healed like any fault, with `contact-support` on its record (the repair loop holds it: no retirement)."""
+    cond = {"type": "GpuHealthy", "status": "False", "lastTransitionTime": T0.isoformat(), **raw}
+    n = node_view({"metadata": {"name": "h100-0", "labels": {labels.NODE_POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE}},
+                   "status": {"conditions": [cond]}}, ["GpuHealthy"])
+    r = detect(n, [], spec(), T0).remediation
+    assert (r.action.value if r else None) == needs
+
+
 def test_repeated_signal_while_in_progress_is_one_record():
     n = node("h100-0", xid=79)
     live = rec(n, Phase.CHECKPOINTING)
@@ -149,12 +168,13 @@ def test_full_remediation_walks_every_phase_and_notifies_once():
     assert [a.kind for a in plan_step(noted, StepFacts(), s, now).actions] == ["Cordon"]
     r = st.remediation
 
-    jobs = (JobView(41, "RUNNING"), JobView(42, "PENDING"), JobView(43, "COMPLETING"))
+    jobs = (JobView(41, "RUNNING", ("gpu-3", "gpu-4")), JobView(42, "PENDING"), JobView(43, "COMPLETING", ("gpu-3",)))
     st = plan_step(r, StepFacts(slurm=(slurm("gpu-3", "MIXED"),), jobs_on_node=jobs), s, now)
     assert st.actions == (DrainSlurm("gpu-3", st.actions[0].reason), SignalJobs((41,), "TERM"))
     assert st.actions[0].reason.startswith("gpufleet: XID 79") and r.name in st.actions[0].reason
     r = st.remediation
     assert r.phase is Phase.CHECKPOINTING and r.jobs == (41, 43) and r.grace_deadline == now + timedelta(seconds=120)
+    assert r.job_nodes == ("gpu-3", "gpu-4")  # every node of its jobs, for `gpufleet why` once they are requeued
 
     st = plan_step(r, StepFacts(jobs_on_node=(JobView(41, "RUNNING"),)), s, now + timedelta(seconds=5))
     assert st.remediation is None and st.actions == () and st.recheck_after == 1.0
@@ -720,9 +740,12 @@ def test_a_storm_one_writer_reported_is_still_contained_and_the_record_and_page_
 def test_a_storm_each_nodes_own_agent_reported_names_them_without_the_warning():
     r, a, st = _storm_of(lambda i: labels.MANAGER_AGENT if i < 3 else "node-problem-detector")
     (page,) = [x for x in st.actions if x.kind == "Notify"]
-    assert (f"reported by {labels.MANAGER_AGENT} on h100-0, h100-1, h100-2; node-problem-detector on h100-3"
-            in page.text)
+    assert (f"reported by the node agent ({labels.MANAGER_AGENT}) on h100-0, h100-1, h100-2; node-problem-detector on "
+            "h100-3" in page.text)
     assert "alone reported" not in page.text
     _, _, unknown = _storm_of(lambda i: "")
     assert "reported by an unknown writer on h100-0, h100-1, h100-2, h100-3" in unknown.remediation.held_message
     assert "alone reported" not in unknown.remediation.held_message  # unknown is not one writer
+    _, _, drill = _storm_of(lambda i: labels.MANAGER_INJECT_FAULT)
+    assert f"reported by a person (gpufleet inject-fault) ({labels.MANAGER_INJECT_FAULT}) on h100-0" in \
+        drill.remediation.held_message

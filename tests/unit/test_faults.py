@@ -49,7 +49,7 @@ def test_issue_21s_examples_in_both_directions():
         assert not XIDS[healthy].action.remediates, healthy
     for fault in (46, 109, 110, 136, 143, 155, 156, 158):  # were missed
         assert XIDS[fault].action is FaultAction.RESET_GPU, fault
-    assert XIDS[79].action is FaultAction.REBOOT and XIDS[54].action is FaultAction.REPLACE
+    assert XIDS[79].action is FaultAction.REBOOT and XIDS[54].action is FaultAction.CONTACT_SUPPORT
     assert default_action(Kind.SXID, 24007, fatal=True).remediates
     assert not default_action(Kind.SXID, 12028, fatal=False).remediates
     assert default_action(Kind.GPU_LOST, 0) is FaultAction.REBOOT
@@ -97,15 +97,119 @@ def test_repeated_xid_13_on_one_gpu_within_the_window_is_possible_hardware():
     c = Classifier(FaultPolicy(repeats=Repeats(frozenset({13, 31}), 3, 3600.0, FaultAction.REPLACE)))
     burst = [c.classify(xid(13, t=10.0 + i * 0.001)).action for i in range(5)]  # one exception, five lines
     assert burst == [FaultAction.RESTART_APP] * 5
-    assert c.classify(xid(13, t=10.0 + BURST_SECONDS + 1)).action is FaultAction.RESTART_APP  # the second
+    assert c.classify(xid(13, t=10.0 + BURST_SECONDS[13] + 1)).action is FaultAction.RESTART_APP  # the second
     assert c.classify(xid(13, pci="0000:3c:00", t=500.0)).action is FaultAction.RESTART_APP  # another GPU
     assert c.classify(xid(13, gpu_instance=1, t=600.0)).action is FaultAction.RESTART_APP  # another MIG instance
     third = c.classify(xid(13, t=700.0))
-    assert third.action is FaultAction.REPLACE and "3x on one GPU" in third.nvidia
+    assert third.action is FaultAction.REPLACE and "3x on one GPU" in third.nvidia  # a spec's action is final
     assert c.classify(xid(31, t=701.0)).action is FaultAction.RESTART_APP  # counted per code
     later = Classifier(c.policy)
     for t in (0.0, 2000.0, 4000.0):  # never three within an hour
         assert later.classify(xid(13, t=t)).action is FaultAction.RESTART_APP
+
+
+# --- the escalation rules (fleetspec/faults/escalation.py), each on a real line ----------------------------
+
+def _lines(*msgs_at):
+    """Real messages at the times given (seconds), parsed as the agent parses them."""
+    from fleetspec.faults.driver import DriverMessages
+    out = []
+    for msg, at in msgs_at:
+        (ev,) = DriverMessages().message(msg, time=at)
+        out.append(ev)
+    return out
+
+
+# docs/designs/024-workflow-nvlink-err.md of github.com/NVIDIA/NVSentinel ("Message Format"): register 2 = 0x10000
+NVSENTINEL_74 = ("NVRM: Xid (PCI:0003:00:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on "
+                 "link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)")
+# the SageMaker HyperPod workshop's resiliency page (the Xid 74 it injects): register 0 = 0x10000
+HYPERPOD_74 = ("NVRM: Xid (PCI:0000:b9:00): 74, pid=<unknown>, name=<unknown>, NVLink: fatal error detected on link "
+               "6(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)")
+# open-gpu-kernel-modules 595.45.04 kern_gpu_error_cont_ga100.c (the comment's example 3)
+DRIVER_95 = "NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No"
+# kernel_rc.c's "%d, pid=%s, name=%s, %s" (595.45.04) rendered, as in tests/fixtures/kernel_lines.yaml
+DRIVER_48 = "NVRM: Xid (PCI:0000:10:1c): 48, pid=1896, name=python3, Ch 00000010"
+
+
+def test_every_escalation_rule_cites_the_page_or_file_it_follows():
+    from fleetspec.faults.escalation import RULES
+    assert len({r.name for r in RULES}) == len(RULES)
+    for r in RULES:
+        assert ("docs.nvidia.com" in r.source or "NVSentinel" in r.source) and r.why, r.name
+
+
+def test_xid_74_with_a_fatal_register_0_bit_is_a_case_for_the_vendor_at_once():
+    (ev,) = _lines((HYPERPOD_74, 100.0))
+    assert (ev.link, ev.registers) == (6, (0x10000, 0, 0, 0, 0, 0, 0))
+    c = Classifier().classify(ev)
+    assert c.action is FaultAction.CONTACT_SUPPORT and c.nvidia.startswith("XID74Reg0HardwareIssue") and c.why == "rule"
+
+
+def test_xid_74_register_2_bit_16_resets_once_and_is_a_case_when_repeated_on_the_gpu():
+    c = Classifier()
+    first, again, elsewhere = _lines((NVSENTINEL_74, 100.0), (NVSENTINEL_74, 3700.0),
+                                     (NVSENTINEL_74.replace("0003:00:00", "0004:00:00"), 3800.0))
+    assert c.classify(first).action is FaultAction.RESET_GPU  # the catalogue's row (WORKFLOW_NVLINK_ERR)
+    assert c.classify(elsewhere).action is FaultAction.RESET_GPU  # another GPU: its first
+    repeated = c.classify(again)
+    assert repeated.action is FaultAction.CONTACT_SUPPORT and "RepeatedXID74Reg2Bit16Or19Set" in repeated.nvidia
+    later = Classifier()
+    later.classify(first)
+    (day_after,) = _lines((NVSENTINEL_74, 100.0 + 86400 + 1))
+    assert later.classify(day_after).action is FaultAction.RESET_GPU  # outside 24 h
+
+
+def test_xid_74_with_only_the_ecc_threshold_bits_of_register_4_needs_nothing():
+    # NVSentinel's 74 line with its registers moved to register 4 bit 20 (NVIDIA: "a threshold of ECC errors
+    # being exceeded. There was no uncorrectable error at this time. Continue operation.")
+    (ev,) = _lines((NVSENTINEL_74.replace("0x0, 0x0, 0x10000, 0x0, 0x0,", "0x0, 0x0, 0x0, 0x0, 0x100000,"), 10.0))
+    assert Classifier().classify(ev).action is FaultAction.NONE
+    (older,) = _lines(("NVRM: Xid (PCI:0000:b9:00): 71, NVLink: fatal error detected on link 6".replace("71", "74"), 1.0))
+    assert Classifier().classify(older).action is FaultAction.RESET_GPU  # no registers (an older driver): its row
+
+
+def test_a_repeated_xid_48_on_one_gpu_within_a_day_is_a_case_for_the_vendor():
+    c = Classifier()
+    first, echo, again = _lines((DRIVER_48, 1000.0), (DRIVER_48, 1030.0), (DRIVER_48, 8200.0))
+    assert [c.classify(e).action for e in (first, echo)] == [FaultAction.RESET_GPU] * 2  # one burst: one event
+    second = c.classify(again)
+    assert second.action is FaultAction.CONTACT_SUPPORT and "RepeatedXID48OnSameGPU" in second.nvidia
+    other = Classifier()
+    other.classify(first)
+    (next_day,) = _lines((DRIVER_48, 1000.0 + 86400 + 60))
+    assert other.classify(next_day).action is FaultAction.RESET_GPU
+
+
+def test_five_fatal_xids_on_one_gpu_within_a_day_are_a_case_for_the_vendor():
+    c = Classifier()
+    evs = _lines(*((DRIVER_95, 3600.0 * i) for i in range(5)))
+    got = [c.classify(e).action for e in evs]
+    assert got == [FaultAction.RESET_GPU] * 4 + [FaultAction.CONTACT_SUPPORT]
+    apps = Classifier()  # application faults never count: 94 five times is the job's, five times
+    contained = "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9). RST: No, D-RST: No"
+    assert {apps.classify(e).action for e in _lines(*((contained, 3600.0 * i) for i in range(6)))} == \
+        {FaultAction.RESTART_APP}
+
+
+def test_the_driver_line_after_an_xid_79_is_that_xid_79():
+    from fleetspec.faults.driver import DriverMessages
+    # github.com/leptonai/gpud components/accelerator/nvidia/sxid/README.md (dmesg of an Xid 79)
+    (ev,) = DriverMessages().message("NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.")
+    assert (ev.kind, ev.code, ev.pci) == (Kind.XID, 79, "0000:91:00")
+    assert Classifier().classify(ev).action is FaultAction.REBOOT
+
+
+def test_xid_13_repeats_count_on_the_same_gpc_and_tpc_and_ask_for_diagnostics():
+    c = Classifier()  # the defaults: NVSentinel's twice within 24 h
+    # github.com/leptonai/gpud/pull/46 (dmesg --ctime)
+    line = ("NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
+            "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter")
+    first, other_tpc, same = _lines((line, 0.0), (line.replace("GPC 7, TPC 7", "GPC 2, TPC 0"), 600.0), (line, 1200.0))
+    assert first.gpc_tpc == (7, 7)
+    assert [c.classify(e).action for e in (first, other_tpc)] == [FaultAction.RESTART_APP] * 2
+    third = c.classify(same)
+    assert third.action is FaultAction.DIAGNOSE and "GPC 7, TPC 7" in third.nvidia and not third.remediates
 
 
 def test_nvlink5_errors_by_their_fatal_word_and_the_149_link_down_decode():
@@ -143,7 +247,7 @@ def test_the_spec_makes_the_policy_the_agent_and_the_reconciler_share():
     policy = FaultPolicy.from_spec(spec.healing)
     assert policy.action(Kind.XID, 94) is FaultAction.RESET_GPU and policy.action(Kind.XID, 95) is FaultAction.RESET_GPU
     assert policy.action(Kind.SXID, 20034) is FaultAction.REPLACE
-    assert policy.repeats == Repeats(frozenset({13}), 5, 60.0, FaultAction.REPLACE)
+    assert policy.repeats == Repeats(frozenset({13}), 5, 60.0, FaultAction.DIAGNOSE)
     again = parse_fleet(spec.model_dump(mode="json"))  # as the policy ConfigMap carries it (JSON: string keys)
     assert FaultPolicy.from_spec(again.healing) == policy
 

@@ -2,6 +2,7 @@
 at least once, never twice, and never in the way of a heal."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -231,3 +232,87 @@ def test_owner_routes_match_the_user_or_the_account(users, accounts, user, accou
 
     t = WebhookTarget(type="webhook", name="r", url_secret="x", job_owners={"users": users, "accounts": accounts})
     assert (job_notes.owner_routes([t], JobSeen(7, "RUNNING", user=user, account=account)) == ("r",)) is told
+
+
+def test_two_remediations_of_one_job_tell_its_requeue_hold_and_restart_once():
+    first = remediation(*HEALED[:3], (Phase.HELD, 62))
+    second = Remediation("h100-4-xid79-1", "h100-4", "h100", 79, "off the bus", Phase.DETECTED, T0 + 1 * S,
+                         phase_times=(("Detected", T0 + 1 * S),), jobs=(7,))
+    for phase, at in ((Phase.SLURM_DRAINING, 1), (Phase.CHECKPOINTING, 2), (Phase.REQUEUED, 61), (Phase.HELD, 63)):
+        second = second.moved(phase, T0 + at * S, jobs=(7,))
+    waiting = JobSeen(7, "PENDING")
+    text = ""
+    for r in (first, second):
+        text = appended(text, lines_for(r, waiting, [first, second])) or text
+    assert text.count(": requeued: ") == 1 and text.count(": held ") == 1
+    back = JobSeen(7, "RUNNING", ("h100-w9", "h100-w10"), T0 + 90 * S)
+    both = lines_for(first, back, [first, second]) + lines_for(second, back, [second, first])
+    assert sum("running again" in line for line in both) == 1
+    assert "remediation h100-3-xid79-1; 90 s after the fault" in next(x for x in both if "running again" in x)
+    # a later requeue of the same job (after it ran again) is a new event, told again
+    later = replace(second, phase_times=second.phase_times[:1] + (("Requeued", T0 + 95 * S),))
+    assert any(": requeued: " in x for x in lines_for(later, back, [first, later]))
+
+
+def test_the_pass_writes_one_requeue_line_for_a_job_two_remediations_requeued():
+    w = job_world(grace_period_seconds=5)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w3", "h100-w4"))
+    w.fault("h100-3")
+    w.fault("h100-4")
+    w.run(seconds=20)
+    assert {w.remediation("h100-3").jobs, w.remediation("h100-4").jobs} == {(7,)}
+    assert w.slurm.comments[7].count(": requeued: ") == 1
+
+
+# --- a fault that leaves its node in service still reaches the job on that GPU ------------------------------
+
+@pytest.mark.parametrize("code, event, said", [
+    (94, "restart-app", "the application on that GPU must restart (NVIDIA: RESTART_APP); the node stays in service"),
+    (31, "restart-app", "the application on that GPU must restart (NVIDIA: RESTART_APP); the node stays in service"),
+])
+def test_a_fault_that_leaves_the_node_in_service_reaches_the_jobs_there_and_their_owners(code, event, said):
+    """NVSentinel's condition (status True, "ErrorCode:94 PCI:0000:b3:00 ... Recommended Action=...;", the format the
+    README's condition_sources example reads): the node stays in service, and the job running there is told, in
+    its admin comment and through its owner's route, that the application on that GPU must restart."""
+    from fleetspec import parse_fleet
+
+    doc = fleet(grace_period_seconds=5).model_dump(mode="json")
+    doc["healing"]["condition_sources"] = [{
+        "type": "SysLogsXIDError",
+        "message_pattern": "ErrorCode:(?P<code>[0-9]{1,6}) PCI:(?P<pci>[0-9a-fA-F:.]{7,16}) "}]
+    doc["healing"]["notifications"] = [{"type": "webhook", "name": "ml-team", "url_secret": "ml",
+                                        "job_owners": {"accounts": ["ml"]}}]
+    w = World(parse_fleet(doc))
+    started = (w.clock.now - timedelta(minutes=5)).timestamp()
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w3",), start_time=started, user="alice", account="ml")
+    w.slurm.jobs[8] = SlurmJob(8, "eval", "RUNNING", ("h100-w4",), start_time=started, user="alice", account="ml")
+    w.kube.nodes["h100-3"]["status"]["conditions"].append({
+        "type": "SysLogsXIDError", "status": "True", "reason": "SysLogsXIDErrorIsNotHealthy",
+        "message": f"ErrorCode:{code} PCI:0000:b3:00 Recommended Action=RESTART_APP;",
+        "lastTransitionTime": w.clock.now.isoformat()})
+    w.run(seconds=10)
+    assert w.store.list() == [] and not w.kube.nodes["h100-3"]["spec"].get("unschedulable")  # in service
+    line = w.slurm.comments[7]
+    assert f": {event}: XID {code} (" in line and f"GPU 0000:b3:00 on h100-3; {said}" in line
+    assert 8 not in w.slurm.comments  # the job on another node is not concerned
+    told = [m for route, m in w.notifier.to_owners if route == "ml-team"]
+    assert [(m.event, m.job["job_id"]) for m in told] == [(event, 7)] and told[0].text.endswith(said)
+    writes = w.slurm.comment_writes
+    w.run(seconds=20)
+    assert w.slurm.comment_writes == writes and len(w.notifier.to_owners) == 1  # once per signal
+
+
+def test_the_notice_line_is_for_a_job_that_ran_when_the_fault_came():
+    from fleetspec.faults import FaultAction
+    from reconciler.core.model import Fault
+    f = Fault(94, "m", T0, action=FaultAction.RESTART_APP, pci="0000:01:00")
+    running = JobSeen(7, "RUNNING", ("h100-w3",), T0 - timedelta(hours=1))
+    assert job_notes.notice_line("h100-3", f, running) == (
+        "gpufleet 2026-11-29T12:00:00Z: restart-app: XID 94 (Contained memory error) GPU 0000:01:00 on h100-3; the "
+        "application on that GPU must restart (NVIDIA: RESTART_APP); the node stays in service")
+    assert job_notes.notice_line("h100-3", f, JobSeen(7, "RUNNING", (), T0 + timedelta(seconds=1))) is None  # later
+    assert job_notes.notice_line("h100-3", f, JobSeen(7, "PENDING", ())) is None
+    diag = Fault(13, "m", T0, action=FaultAction.DIAGNOSE)
+    assert "diagnose: XID 13 (Graphics Engine Exception) on h100-3; the same error repeated on that GPU: " \
+           "diagnostics are asked" in job_notes.notice_line("h100-3", diag, running)
+    assert job_notes.notice_line("h100-3", Fault(79, "m", T0), running) is None  # a fault that takes the node out

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from reconciler.core.job_story import (
-    FAILED, HEALED, HEALING, NOTHING, OWN_ERROR, JobFacts, LendingEvent, NodeFault, reclaims, render, story)
+    APP_RESTART, FAILED, HEALED, HEALING, HELD, NOTHING, OWN_ERROR, JobFacts, LendingEvent, NodeFault, reclaims, render, story)
 from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
 from tests.unit.fakes import T0
@@ -51,7 +51,15 @@ BEFORE = dict(nodes=("gpu-a-0",), started=-600, restarts=0)
      ["remediation failed: replacement not taking jobs"]),
     ("its own XID 13 while it ran", job("FAILED", ended=-60, exit_code="ERROR 1", **BEFORE), [],
      [NodeFault("kgpu-0", T0 - 120 * S, 13, "Graphics Engine Exception")], OWN_ERROR,
-     ["XID 13 (Graphics Engine Exception) on its node kgpu-0: a fault in the job's code", "ended FAILED (ERROR 1)"]),
+     ["XID 13 (Graphics Engine Exception) on its node kgpu-0: the application on that GPU had to restart",
+      "most often the job's own error: look at the job's stderr", "ended FAILED (ERROR 1)"]),
+    ("a contained memory error (XID 94) while it ran", job("FAILED", ended=-60, exit_code="ERROR 1", **BEFORE), [],
+     [NodeFault("kgpu-0", T0 - 120 * S, 94, "Contained memory error")], APP_RESTART,
+     ["XID 94 (Contained memory error) on its node kgpu-0: a GPU memory error the GPU contained (hardware)",
+      "only the application on that GPU had to restart; the node stays in service"]),
+    ("held by the storm brake", job("PENDING", (), None),
+     [healed(Phase.REQUEUED).moved(Phase.HELD, T0 + 61 * S, held_message="2 of 4 nodes in pool kgpu unhealthy")],
+     [], HELD, ["its replacement is held (2 of 4 nodes in pool kgpu unhealthy)", "nothing more happens until"]),
     ("an XID 13 on another node", job(**BEFORE), [], [NodeFault("kgpu-1", T0, 13)], NOTHING, ["nothing gpufleet saw"]),
     ("an XID 13 before it started", job(**BEFORE), [], [NodeFault("kgpu-0", T0 - 700 * S, 13)], NOTHING, []),
     ("a remediation of another job", job(**BEFORE), [healed(jobs=(8,))], [], NOTHING, []),
@@ -194,3 +202,17 @@ def test_a_pending_job_is_told_of_a_reclaim_under_way_in_its_pool_only():
 
 def test_an_open_loan_not_being_taken_back_is_no_reclaim():
     assert reclaims({"kgpu": _ledger(_loan("kgpu-1", 0))}, [], {}) == []
+
+
+def test_a_contained_memory_error_is_never_blamed_on_the_job():
+    s = story(7, job("FAILED", ended=-60, **BEFORE), [], [NodeFault("kgpu-0", T0 - 120 * S, 94)], KUBE, T0 + 1000 * S)
+    text = render(s)
+    assert s.verdict == APP_RESTART
+    assert "job's own error" not in text and "job's code" not in text and "hardware" in text
+
+
+def test_a_requeued_job_waiting_in_the_queue_lists_every_node_it_ran_on():
+    r = replace(healed(Phase.REQUEUED), job_nodes=("gpu-a-0", "gpu-a-1"))
+    s = story(7, job("PENDING", (), None), [r], [], {**KUBE, "gpu-a-1": "kgpu-1"}, T0 + 100 * S)
+    assert s.kube_nodes == ("kgpu-0", "kgpu-1")
+    assert "Kubernetes nodes: kgpu-0, kgpu-1" in render(s)

@@ -40,7 +40,8 @@ def test_the_corpus_covers_every_action_kind_and_driver_era():
     entries = corpus()
     assert all(e["source"] and e["expect"] is not None for e in entries)
     expected = [x for e in entries for x in e["expect"]]
-    assert {x["action"] for x in expected} == {a.value for a in FaultAction}
+    # every action NVIDIA's catalogue and rules give (`replace` only a spec's override gives)
+    assert {x["action"] for x in expected} == {a.value for a in FaultAction} - {"replace"}
     assert {x["kind"] for x in expected} == {k.value for k in Kind}
     text = " ".join(e.get("message", "") + " ".join(e.get("lines", [])) for e in entries)
     for era in ("Xid (0000:", "pid='<unknown>', name=<unknown>", "pid=1234, name=python3", "): 79, GPU has",
@@ -144,3 +145,23 @@ def test_the_parser_takes_linear_time_on_lines_built_to_backtrack():
                      "Aug 10 15:36:05 " + "a" * n + " kernel: " + XID79):
             parse_line(line)
     assert time.process_time() - started < 5  # bounded by MAX_LINE: never seconds per line
+
+
+@pytest.mark.parametrize("line", [
+    "May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",  # no host name
+    "Mär 18 19:02:39 gpu-node-a kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",  # de_DE
+    "déc. 06 10:00:01 gpu-node-a kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",  # fr_FR
+])
+def test_syslog_lines_without_a_host_or_with_a_localized_month_are_the_kernels(line):
+    rec = split_line(line)
+    assert rec.form == "syslog" and rec.kernel
+    assert [(e.kind, e.code, e.pci) for e in parse_line(line)] == [(Kind.XID, 79, "0000:3b:00")]
+    assert (rec.time is not None) == line.startswith("May")  # an English month gives the time; others do not
+
+
+@pytest.mark.parametrize("line", [
+    "May 18 19:02:39 evil: kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+    "Mär 18 19:02:39 gpu-node-a python3: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+])
+def test_a_syslog_tag_other_than_kernel_is_still_not_believed(line):
+    assert {type(i).__name__ for i in parse_line(line)} == {"Untrusted"}

@@ -116,3 +116,39 @@ def test_every_alert_rule_reads_a_metric_the_reconciler_exports():
         for name in re.findall(r"\b(gpufleet_[a-z_]+)", rule["expr"]):
             assert name in exported, (rule["alert"], name)
     assert "channel" in next(r for r in alert_rules() if r["alert"] == "GpuFleetNotificationFailed")["expr"]
+
+
+def test_a_port_still_held_by_an_ending_process_is_waited_for_not_a_crash(monkeypatch):
+    """A pod that replaced a force-deleted one on the host network found the old process still listening and
+    crashed with 'Address already in use'; now it waits for the port (within BIND_WAIT) and serves."""
+    import threading
+
+    port = free_port()
+    old = socket.socket()
+    old.bind(("127.0.0.1", port))
+    old.listen()
+    freed = threading.Event()
+
+    def end_the_old_process():  # once the new server has tried and been refused at least once
+        freed.wait(30)
+        old.close()
+
+    threading.Thread(target=end_the_old_process, daemon=True).start()
+    import reconciler.runtime.metrics as metrics_module
+
+    real = metrics_module.make_server
+
+    def refused_then_retried(*a, **k):
+        try:
+            return real(*a, **k)
+        except OSError:
+            freed.set()
+            raise
+
+    monkeypatch.setattr(metrics_module, "make_server", refused_then_retried)
+    server = serve(Metrics(), port, host="127.0.0.1")
+    try:
+        assert freed.is_set()  # it was refused first
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+    finally:
+        server.shutdown()

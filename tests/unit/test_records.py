@@ -26,7 +26,7 @@ def full(phase=Phase.CHECKPOINTING, **kw) -> Remediation:
                                  (phase.value, T0 + timedelta(seconds=2))),
         reason="XID 79", replacement="h100-spare-0", jobs=(41, 42), grace_deadline=T0 + timedelta(seconds=120),
         drain_deadline=T0 + timedelta(seconds=300), intents=("notify:detected", "signal:TERM"), retries=2,
-        slurm_nodes=("gpu-0",), kept_drains=("gpu-1",), held_message="3 replacements in progress",
+        slurm_nodes=("gpu-0",), job_nodes=("gpu-0", "gpu-5"), kept_drains=("gpu-1",), held_message="3 replacements in progress",
         held_reason="MaxConcurrent", reclaim_started=T0 + timedelta(seconds=3), failing_since=T0,
         next_attempt=T0 + timedelta(seconds=4), last_error="Slurm: down", revision=7,
         delivered=("signal:TERM",), signalled=(41,),

@@ -22,6 +22,8 @@ from reconciler.core.repair import RepairFacts, plan_repair
 from reconciler.core.repair_actions import RequestRepair, Retire
 from reconciler.core.observe import node_view
 from reconciler.core.repair_phases import RepairPhase, begin
+from localenv.gpu_hardware_standin import HEALTHY, LOW_BANDWIDTH, NVLINK_DOWN
+from localenv.gpu_hardware_standin import report as standin_report
 from tests.unit.fakes import T0, FakeNodes, World, fleet, pool_node
 
 
@@ -122,6 +124,88 @@ def test_a_node_nothing_fixes_climbs_the_ladder_and_is_retired_with_its_history_
     assert w.notifier.sent.count("retired") == 1 and len(w.hardware.reboots) == 1
 
 
+def hung_check_world(hangs: int) -> World:
+    w = world(repair={"health_check": {"timeout_seconds": 60}})
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    w.checks.hang["h100-0"] = hangs
+    w.fault("h100-0", xid=79)
+    w.run(seconds=600, step=5)
+    return w
+
+
+def test_a_hung_health_check_is_inconclusive_and_runs_again_once_on_a_fresh_pod():
+    """The check hung, not the GPU: its Job outlived its deadline with no verdict. That says nothing about the
+    node; the check runs again under a new Job (a fresh pod), which passes, and the node comes back."""
+    w = hung_check_world(hangs=1)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETURNED, r.repair.reason
+    assert [(e.step, e.outcome) for e in r.repair.history] == [
+        ("reboot", "asked"), ("reboot", "ok"), ("validate", "inconclusive"), ("return", "ok")]
+    first, second = [j for j in w.checks.started if j.startswith("gpufleet-check-h100-0")][:2]
+    assert first != second and first in w.checks.hanging and second not in w.checks.hanging
+    assert "gave no verdict (no verdict within 60s)" in r.repair.history[2].message
+    assert "retired" not in w.notifier.sent and role(w, "h100-0") == labels.ROLE_SPARE
+    assert "HealthCheckInconclusive" in [c[1] for c in w.kube.calls if c[0] == "event"]
+
+
+def test_two_hung_health_checks_in_a_row_are_a_failed_check_with_that_reason():
+    w = hung_check_world(hangs=2)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETIRED
+    assert [(e.step, e.outcome) for e in r.repair.history] == [
+        ("reboot", "asked"), ("reboot", "ok"), ("validate", "inconclusive"), ("validate", "failed"), ("retire", "ok")]
+    assert "the second check in a row without one" in r.repair.reason
+    assert len({j for j in w.checks.started if j.startswith("gpufleet-check-h100-0")}) == 2
+
+
+@pytest.mark.parametrize("state, says", [
+    (NVLINK_DOWN, "nvlink: fail (GPU 3: 17 of 18 NVLinks active (inactive: [5]))"),
+    (LOW_BANDWIDTH, "bus bandwidth 142.735 GB/s on 8 GPUs, under the 350 GB/s floor of NVIDIA H100 80GB HBM3")])
+def test_a_node_whose_nvlink_is_down_or_whose_all_reduce_is_under_its_floor_fails_validation_and_never_returns(
+        state, says):
+    """The real check on the outputs of a node that stays degraded (the local stand-in's): its reboot does not
+    bring the link or the bandwidth back, its check fails each time, and it is retired, never a spare again."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.BROKEN  # nothing fixes it
+    w.checks.reports["h100-0"] = standin_report(state, 8, w.spec.healing.repair.health_check.argv())
+    w.fault("h100-0", xid=74)  # an NVLink error: a reset, then a reboot
+    w.run(seconds=400)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.RETIRED
+    assert ("validate", "failed") in [(e.step, e.outcome) for e in r.repair.history]
+    assert says in r.repair.reason and "nothing left to try (reset-gpu -> reboot tried)" in r.repair.reason
+    assert role(w, "h100-0") == labels.ROLE_RETIRED
+    assert "NodeReturned" not in [c[1] for c in w.kube.calls if c[0] == "event"]
+
+
+def test_a_node_its_check_cannot_prove_stops_for_a_person_with_the_image_it_needs():
+    """The check's image has no dcgmi or all_reduce_perf and the spec allows no skip: not broken, not proven. The
+    node neither returns nor climbs the ladder: its repair stops, and the page says which image to use."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.BROKEN
+    w.checks.reports["h100-0"] = standin_report(HEALTHY, 8, w.spec.healing.repair.health_check.argv(),
+                                                missing={"dcgmi", "all_reduce_perf"})
+    w.fault("h100-0", xid=79)
+    w.run(seconds=400)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.STOPPED and "could not prove h100-0 healthy" in r.repair.error
+    assert w.notifier.sent.count("repair-stopped") == 1 and "retired" not in w.notifier.sent
+    (page,) = w.notifier.texts["repair-stopped"]
+    assert "healing.repair.health_check.image" in page and "dcgmi" in page and "all_reduce_perf" in page
+    assert role(w, "h100-0") == labels.ROLE_QUARANTINED
+
+
+def test_a_node_that_reported_no_boot_id_before_its_reboot_is_told_so_not_with_a_question_mark():
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    node(w, "h100-0")["status"]["nodeInfo"]["bootID"] = ""  # a node whose kubelet reported none yet
+    w.fault("h100-0", xid=79)
+    w.run(seconds=200)
+    r = w.remediation("h100-0")
+    ok = next(e for e in r.repair.history if e.step == "reboot" and e.outcome == "ok")
+    assert "boot id ?" not in ok.message and "the node reported none before the reboot" in ok.message
+
+
 def test_a_reboot_that_never_comes_back_times_out_and_retires():
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.BROKEN
@@ -173,6 +257,49 @@ def test_a_bad_spare_is_never_promoted():
     assert w.manager.metrics.health_checks.labels("h100", "failed")._value.get() == 1
 
 
+def test_a_spare_its_check_cannot_prove_never_serves_and_is_paged_once():
+    """A spare whose check could not run a required check: not broken (no remediation, nothing rebooted), not
+    proven: never promoted, one page with the image it needs, checked again an hour later (the image may be
+    fixed by then) without a second page."""
+    w = world()
+    for name in ("h100-spare-0", "h100-spare-1"):
+        w.kube.nodes[name] = pool_node(w.spec.pool("h100"), name, labels.ROLE_SPARE, proven=False)
+    w.hardware.state["h100-spare-0"] = FakeNodes.BROKEN  # "not healthy" to FakeChecks: its report is read
+    w.checks.reports["h100-spare-0"] = standin_report(HEALTHY, 8, w.spec.healing.repair.health_check.argv(),
+                                                      missing={"dcgmi"})
+    w.fault("h100-0")
+    w.run(seconds=60)
+    assert [c[1] for c in w.provider.calls if c[0] == "promote"] == ["h100-spare-1"]
+    check = parse_check(node(w, "h100-spare-0")["metadata"]["annotations"][labels.HEALTH_CHECK])
+    assert check.state == "unproven" and "dcgm: unproven" in check.message
+    assert not [r for r in w.store.list() if r.node == "h100-spare-0"] and role(w, "h100-spare-0") == labels.ROLE_SPARE
+    (page,) = w.notifier.texts["health-check-unproven"]
+    assert "h100-spare-0" in page and "healing.repair.health_check.image" in page
+    def checks_of_spare() -> int:
+        return len({j for j in w.checks.started if j.startswith("gpufleet-check-h100-spare-0")})
+    started = checks_of_spare()
+    w.run(seconds=3700, step=30)
+    assert checks_of_spare() == started + 1  # looked at again once in the hour, not at every pass
+    assert w.notifier.sent.count("health-check-unproven") == 1
+
+
+def test_a_spares_hung_check_runs_again_once_then_fails():
+    w = world(repair={"health_check": {"timeout_seconds": 60}})
+    w.kube.nodes["h100-spare-0"] = pool_node(w.spec.pool("h100"), "h100-spare-0", labels.ROLE_SPARE, proven=False)
+    w.checks.hang["h100-spare-0"] = 1
+    w.run(seconds=400, step=5)
+    check = parse_check(node(w, "h100-spare-0")["metadata"]["annotations"][labels.HEALTH_CHECK])
+    assert check.passed and len([j for j in w.checks.started if "h100-spare-0" in j]) == 2
+    assert "HealthCheckInconclusive" in [c[1] for c in w.kube.calls if c[0] == "event"]
+
+    w2 = world(repair={"health_check": {"timeout_seconds": 60}})
+    w2.kube.nodes["h100-spare-0"] = pool_node(w2.spec.pool("h100"), "h100-spare-0", labels.ROLE_SPARE, proven=False)
+    w2.checks.hang["h100-spare-0"] = 2
+    w2.run(seconds=400, step=5)
+    bad = w2.remediation("h100-spare-0")
+    assert bad is not None and "the second check in a row without a verdict" in bad.reason
+
+
 def test_a_spare_that_rebooted_is_checked_again_before_it_serves():
     w = world()
     spare = node(w, "h100-spare-0")
@@ -182,6 +309,20 @@ def test_a_spare_that_rebooted_is_checked_again_before_it_serves():
     w.run(seconds=40)
     check = parse_check(spare["metadata"]["annotations"][labels.HEALTH_CHECK])
     assert check.proves("boot-after-a-reboot")
+
+
+def test_a_spare_that_fails_its_check_is_repaired_with_what_the_check_said_it_needs():
+    """The check's verdict names what the node needs (here a GPU reset): the failed spare's repair starts
+    there, not with a reboot whatever the check said."""
+    w = world()
+    w.kube.nodes["h100-spare-0"] = pool_node(w.spec.pool("h100"), "h100-spare-0", labels.ROLE_SPARE, proven=False)
+    w.hardware.state["h100-spare-0"] = FakeNodes.RESET_FIXES
+    w.run(seconds=200)
+    bad = w.remediation("h100-spare-0")
+    assert bad.was_spare and bad.action is not None and bad.action.value == "reset-gpu"
+    assert bad.repair.rungs[0] == "reset-gpu", bad.repair
+    assert [x[0] for x in w.hardware.resets] == ["h100-spare-0"] and w.hardware.reboots == []
+    assert bad.repair.phase is RepairPhase.RETURNED and role(w, "h100-spare-0") == labels.ROLE_SPARE
 
 
 # --- the lemon rule, relapses, what stops the loop ---------------------------------------------------------
@@ -206,6 +347,76 @@ def test_a_node_that_faults_three_times_in_the_window_is_retired_with_its_histor
     assert r.phase is Phase.SUCCEEDED  # the job was healed first, as always
     assert r.repair.phase is RepairPhase.RETIRED and "a lemon: 3 faults within 7 days" in r.repair.reason
     assert w.hardware.reboots == [] and w.notifier.sent.count("retired") == 1
+
+
+def test_application_faults_never_count_toward_a_lemon():
+    """Two records of a crashing job's XID 13 (a record of the old repeat rule says `replace`) and a reboot-fixable
+    fault now: the node is repaired, not retired as a lemon."""
+    from fleetspec.faults import FaultAction
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
+    for i, days in enumerate((3, 1)):
+        r = replace(earlier(f"h100-0-app-{i}", "h100-0", days), xid=13, action=FaultAction.REPLACE)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-0")
+    w.run(seconds=10)
+    r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+    assert r.repair.phase is RepairPhase.REPAIRING and r.repair.step == "reboot", r.repair
+    assert ("retire", "h100-0") not in w.provider.calls and "retired" not in w.notifier.sent
+
+
+@pytest.mark.parametrize("xid", [61, 54, 78])  # CONTACT_SUPPORT ("Unused"), CHECK_MECHANICALS, UPDATE_SWFW
+def test_a_fault_that_needs_a_person_is_healed_then_held_with_a_vendor_case_never_retired(xid):
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0, repair={"retire_after_faults": 2}), operator=True)
+    w.kube.nodes["h100-0"]["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"] = "570.158.01"
+    r = earlier("h100-0-old", "h100-0", 1)  # with this fault, a lemon: the vendor case still comes first
+    w.store.objects[r.name] = json.dumps(to_object(r))
+    w.kube.nodes["h100-0"]["status"]["conditions"].append(
+        {"type": "GpuHealthy", "status": "False", "reason": f"Xid{xid}",
+         "message": f"[action=contact-support pci=0000:3b:00] XID {xid}: Xid {xid} on PCI:0000:3b:00: Ch 00000010",
+         "lastTransitionTime": w.clock.now.isoformat()})
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0"  # the job's heal is as always
+    assert r.repair.phase is RepairPhase.STOPPED and r.repair.error.startswith("vendor case"), r.repair
+    assert role(w, "h100-0") == labels.ROLE_QUARANTINED and node(w, "h100-0")["spec"]["unschedulable"]
+    assert ("retire", "h100-0") not in w.provider.calls and "h100-0" in w.provider.kept  # the machine is kept
+    assert w.hardware.reboots == [] and w.notifier.sent.count("vendor-case") == 1
+    (page,) = w.notifier.texts["vendor-case"]
+    for fact in ("0000:3b:00", "570.158.01", f"Xid {xid} on PCI:0000:3b:00: Ch 00000010", "nvidia-smi -q -i 0000:3b:00",
+                 "gpufleet return h100-0"):
+        assert fact in page, (fact, page)
+    w.run(seconds=60)
+    assert w.notifier.sent.count("vendor-case") == 1 and ("retire", "h100-0") not in w.provider.calls
+    ask(w, r.name, RETURN)  # the vendor fixed it: a person's return checks it before it serves
+    w.run(seconds=20)
+    r = next(x for x in w.store.list() if x.name == r.name)
+    assert r.repair.phase in (RepairPhase.VALIDATING, RepairPhase.RETURNED) and "returned by oncall" in r.repair.reason
+
+
+def test_a_second_xid_48_on_the_same_gpu_within_a_day_is_a_vendor_case_from_the_records():
+    """The agent's kernel log is gone after a reboot; the records are not. A second double-bit ECC error on the GPU
+    that was reset for one two hours ago is escalation rule RepeatedXID48OnSameGPU: held for the vendor, not reset
+    again. One on another GPU is reset as its row says."""
+    from fleetspec.faults import FaultAction
+    for pci, held in (("0000:3b:00", True), ("0000:3c:00", False)):
+        w = world()
+        w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES
+        prev = replace(earlier("h100-0-old", "h100-0", 2 / 24, rung="reset-gpu"), xid=48, pci="0000:3b:00",
+                       action=FaultAction.RESET_GPU)
+        w.store.objects[prev.name] = json.dumps(to_object(prev))
+        w.kube.nodes["h100-0"]["status"]["conditions"].append(
+            {"type": "GpuHealthy", "status": "False", "reason": "Xid48",
+             "message": f"[action=reset-gpu pci={pci}] XID 48 (Double Bit ECC Error): Xid 48 on PCI:{pci}",
+             "lastTransitionTime": w.clock.now.isoformat()})
+        w.run(seconds=10)
+        r = max((x for x in w.store.list() if x.node == "h100-0"), key=lambda x: x.created)
+        if held:
+            assert r.repair.phase is RepairPhase.STOPPED and "RepeatedXID48OnSameGPU" in r.repair.reason, r.repair
+            assert w.notifier.sent.count("vendor-case") == 1 and "h100-0" in w.provider.kept
+        else:
+            assert r.repair.phase is not RepairPhase.STOPPED and r.repair.rungs[:1] == ("reset-gpu",), r.repair
+            assert "vendor-case" not in w.notifier.sent
 
 
 def test_two_faults_in_the_window_are_repaired_not_retired():
@@ -234,6 +445,8 @@ def test_a_relapse_within_min_healthy_seconds_counts_against_the_node_and_starts
     step = plan_repair(r, facts_for(r, n, [prev], [promoted]), spec, now)
     rep = step.remediation.repair
     assert rep.step == "reboot" and rep.history[0].outcome == "relapsed" and "held 1200s" in rep.history[0].message
+    assert "relapsed" not in rep.history[0].message  # the outcome says it; "relapsed: relapsed: ..." said it twice
+    assert rep.reason.startswith("relapsed: prev's repair (reset-gpu) held 1200s")
     held = Remediation(name="later", node="h100-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
                        created=promoted + timedelta(hours=2))  # held two hours: a new fault, not a relapse
     assert repair.relapse(held, facts_for(held, n, [prev], [promoted]), spec) is None
@@ -344,6 +557,28 @@ def test_a_request_with_no_sign_of_it_is_asked_again_once_under_a_new_id():
     assert len(lost) == 2 and lost[0] != lost[1]
     r = w.remediation("h100-0")
     assert [e.outcome for e in r.repair.history if e.step == "reboot"] == ["asked", "asked again"]
+
+
+def test_a_repair_whose_node_disappears_ends_gone_with_one_page_and_the_provider_settles_it():
+    """The Node object is deleted mid-reboot (a person, or its instance terminated): the repair does not stay
+    Repairing for ever. It ends Gone with the reason, the provider settles what it kept for the repair (an
+    aws-asg instance held out of its group: test_aws_asg), and one page says so."""
+    w = world()
+    w.hardware.state["h100-0"] = FakeNodes.BROKEN
+    w.hardware.reboot_seconds = 10_000
+    w.fault("h100-0")
+    w.run(seconds=10)
+    assert w.remediation("h100-0").repair.phase is RepairPhase.REPAIRING
+    del w.kube.nodes["h100-0"]
+    w.run(seconds=60)
+    r = w.remediation("h100-0")
+    assert r.repair.phase is RepairPhase.GONE and "Node object disappeared" in r.repair.reason, r.repair
+    assert [(e.step, e.outcome) for e in r.repair.history][-1] == ("gone", "ended")
+    assert w.notifier.sent.count("node-gone") == 1 and "retired" not in w.notifier.sent
+    assert w.provider.calls.count(("forget", "h100-0")) == 1
+    assert not [c for c in w.provider.calls if c == ("capacity", f"{r.name}/gone")]  # the heal refilled already
+    w.run(seconds=60)
+    assert w.notifier.sent.count("node-gone") == 1 and w.remediation("h100-0").repair.phase is RepairPhase.GONE
 
 
 # --- repair in place ----------------------------------------------------------------------------------
@@ -502,3 +737,48 @@ def test_the_first_rung_follows_the_faults_action(action, step):
     """The fault catalogue's action (branch xid: spec.fault.action) picks the first rung; a node taken out for a
     fault whose action needs no repair of the machine is rebooted, the catalogue's commonest answer."""
     assert repair.first_step(action) == step
+
+
+# --- one page per decision ------------------------------------------------------------------------------
+
+def test_a_third_fault_within_a_day_is_one_decision_with_one_page():
+    """The attempt cap (2 remediations within 24 h) and the lemon rule (3 faults within 7 days) both meet a
+    third fault within a day: the lemon rule decides it (the node is retired for the vendor, the job healed on a
+    spare, a refill asked), and the on-call gets that one page, not also an escalation telling them to repair
+    and return it."""
+    w = world()
+    for i in range(2):
+        r = replace(earlier(f"h100-1-old-{i}", "h100-1", 0.1 + i * 0.1), repair=None)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-1")
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-1"), key=lambda x: x.created)
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (0, 1), w.notifier.sent
+    assert r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0"  # the job heals on a spare
+    assert r.repair.phase is RepairPhase.RETIRED and "a lemon: 3 faults" in r.repair.reason
+    assert "attempt cap" in r.reason and "lemon" in r.reason  # the record says why it was not escalated
+    assert role(w, "h100-1") == labels.ROLE_RETIRED
+
+
+def test_a_node_at_the_attempt_cap_that_is_no_lemon_is_escalated_with_one_page():
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0, repair={"retire_after_faults": 5}), operator=True)
+    r = escalated(w)
+    w.run(seconds=60)
+    r = next(x for x in w.store.list() if x.name == r.name)
+    assert r.phase is Phase.ESCALATED and r.repair is None
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("retired")) == (1, 0)
+
+
+def test_a_vendor_case_at_the_attempt_cap_is_one_decision_with_one_page():
+    """A fault NVIDIA sends to support (CONTACT_SUPPORT) on a node at the attempt cap: the repair loop holds it
+    for the vendor with its page; the attempt cap does not also escalate it with a second, different one."""
+    w = world()
+    for i in range(2):
+        r = replace(earlier(f"h100-1-old-{i}", "h100-1", 0.1 + i * 0.1), repair=None)
+        w.store.objects[r.name] = json.dumps(to_object(r))
+    w.fault("h100-1", xid=1)  # an Xid NVIDIA's catalogue answers with CONTACT_SUPPORT
+    w.run(seconds=20)
+    r = max((x for x in w.store.list() if x.node == "h100-1"), key=lambda x: x.created)
+    assert (w.notifier.sent.count("escalated"), w.notifier.sent.count("vendor-case")) == (0, 1), w.notifier.sent
+    assert "retired" not in w.notifier.sent and r.replacement == "h100-spare-0"
+    assert r.repair.phase is RepairPhase.STOPPED and "case for the vendor" in r.reason
