@@ -20,7 +20,7 @@ from fleetspec.faults.policy import FaultPolicy
 from fleetspec.models import FleetSpec
 from fleetspec.oncall import MARK_HEALTHY, RETIRE, PersonRequest
 from reconciler.core.phases import Phase
-from reconciler.core.repair_phases import RepairPhase
+from reconciler.core.repair_phases import UNDER_WAY, RepairPhase
 from tests.unit.fakes import FakeNodes, Provider, World, pool_node
 
 import _interruptions as table
@@ -302,7 +302,8 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
         healing = any(not r.phase.terminal and r.phase is not Phase.WAITING_FOR_SPARE for r in rems) or any(
             _faulted(o) and o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_ACTIVE and name not in waiting_nodes
             for name, o in w.kube.nodes.items())
-        repairing = any(r.repair is not None and r.repair.active for r in rems)
+        # a repair under way moves on its own; one held for a person (Stopped) or waiting its turn does not
+        repairing = any(r.repair is not None and r.repair.phase in UNDER_WAY for r in rems)
         now = sim.now()
         nxt = sim.events[0][0] if sim.events else end
         # only waits: nothing frees a spare before the next event (a refill, a person), so the step is long

@@ -158,3 +158,14 @@ def test_what_is_not_gpufleets_costs_the_same_with_the_loop_and_without():
     loop, paged = world.run(spec, p, loop=True, trace=trace), pager.run(spec, p, trace=trace)
     assert loop.faults == paged.faults == 0 and loop.to_person == paged.to_person == 2
     assert loop.lost_gpu_h == paged.lost_gpu_h and loop.effective == paged.effective < 1
+
+
+def test_a_node_held_for_a_person_heals_its_job_and_does_not_hold_the_clock():
+    """A contact-support fault: the job is healed on a spare, the node is held for a person (its repair Stopped);
+    the clock then jumps to the next event instead of stepping a minute at a time for the rest of the run."""
+    spec = fleet(nodes=8, spares=2, grace_period_seconds=0)
+    trace = interruptions("GPU Thermal Interface + Sensor", ["h100-w1"])
+    res = world.run(spec, world.Params(days=1, job_nodes=4), loop=True, trace=trace)
+    assert res.by_action == {"contact-support": 1} and res.heals[0][3] == Phase.SUCCEEDED.value
+    assert res.lost_gpu_h[jobs.PERSON] == 0  # the job did not wait for the person: the node did
+    assert res.steps < 24 * 60 / 10, res.steps  # not a step a minute until the end of the day
