@@ -49,7 +49,8 @@ class Params:
     respond_minutes: float = 30.0  # a person's pager: paged to at the keyboard
     manual_minutes: float = 30.0  # a person drains the node in Slurm, swaps in a spare, requeues the job
     decide_minutes: float = 15.0  # a fault the loop has not taken by then goes to a person
-    in_place: bool = False  # every pool repairs in place when no spare is free (pools[].repair.in_place; prod: off)
+    in_place: bool = False  # every pool repairs in place when no spare is free; False: as the stack says
+    # (pools[].repair.in_place, on by default: the stack may turn it off)
     heal_step: float = 5.0  # the clock's step while a heal is under way (the reconciler's RECHECK)
     repair_step: float = 60.0  # while only repairs are under way (reboot and check take minutes)
     wait_step: float = 600.0  # while jobs only wait for a spare (the core's refill deadlines and pages still run)

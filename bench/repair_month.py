@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--job-nodes", type=int, default=d.job_nodes,
                     help="nodes per job: one interruption stops them all")
     ap.add_argument("--in-place", action="store_true",
-                    help="every pool repairs in place when no spare is free (pools[].repair.in_place; prod: off)")
+                    help="every pool repairs in place when no spare is free (pools[].repair.in_place, on by default: "
+                         "the stack may turn it off)")
     ap.add_argument("--modes", default="pager,loop", help="pager, loop (the reconciler) or both")
     ap.add_argument("--explain", action="store_true",
                     help="print each failed loop's record and each wait for a spare (its pool's spares over time, "

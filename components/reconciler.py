@@ -87,13 +87,17 @@ def cluster_rules(spec: FleetSpec | None = None) -> list[dict]:
 
 def namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     """In its own namespace: the leader-election Lease, the placeholder pods that declare a
-    kubernetes-spares refill (the policy is a mounted file, not read through the API), and, when a
+    kubernetes-spares refill and the Events the cluster autoscaler answers them with (the policy is a
+    mounted file, not read through the API), and, when a
     pool lends, the lending ledger: the stack declares it, the reconciler only reads and patches it."""
     rules = [
         # (listing them is the cluster-wide pods list the informers need already; so is deleting them, when a
         # pool lends: no second grant of the same verb here)
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"] if lends(spec) else ["create", "delete"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        # the cluster autoscaler's answer to a placeholder (its NotTriggerScaleUp Events there), read at once
+        # (reconciler/adapters/providers.py capacity_refusals)
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
     ]
     if lends(spec):
         rules.append({"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [labels.LENDING_LEDGER],

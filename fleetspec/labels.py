@@ -17,6 +17,7 @@ ROLE_SPARE = "spare"
 ROLE_QUARANTINED = "quarantined"
 ROLE_SYSTEM = "system"
 ROLE_RETIRED = "retired"  # out for good: quarantined for the vendor (RMA), never returned by gpufleet
+ROLE_SURPLUS = "surplus"  # a spare above the pool's declared count, given back (scaled in, or left to the autoscaler)
 TOPOLOGY_BLOCK = f"{GROUP}/topology-block"
 # Membership a kubelet cannot claim for its own node: the API server's NodeRestriction admission refuses a
 # kubelet any label under this prefix, at registration and after (k8s.io/api v0.34 core/v1 well_known_labels.go

@@ -521,11 +521,19 @@ SLURM_USER = "slurm"
 # * node drain/down/resume (POST /node/{name}: REQUEST_UPDATE_NODE): src/slurmctld/proc_req.c
 #   _slurm_rpc_update_node requires validate_super_user(), i.e. root, the SlurmUser or
 #   SLURMDB_ADMIN_SUPER_USER (Administrator);
-# * a job's admin_comment (POST /job/{id}): src/slurmctld/job_mgr.c _update_job requires validate_super_user();
+# * a job's admin_comment (POST /job/{id}): src/slurmctld/job_mgr.c _update_job requires validate_super_user()
+#   (twice: before the job_submit plugin and where it sets the field), and so does a signal that carries one
+#   (DELETE /jobs/ with admin_comment: proc_req.c _slurm_rpc_kill_jobs);
 # * signal another user's job (DELETE /jobs/): job_mgr.c _apply_signal_jobs_filter / _check_access_job_ptr,
 #   requeue (GET /job/{id}/requeue): _job_requeue_op, begin time and hold/release (POST /job/{id}):
 #   _update_job's `privileged`: validate_operator() (SLURMDB_ADMIN_OPERATOR) suffices for these.
-# Issue 24 asked for Operator; upstream needs Administrator for node updates and admin comments, and upstream wins.
+# Operator would do for the job calls alone; node updates and admin comments need Administrator, and no other
+# field or path of the REST API as the reconciler uses it does their work at a lower level: a job's `comment`
+# (Operator may write it: job_mgr.c _update_job) is its owner's to overwrite, so no record of gpufleet's; a drain
+# through Slinky's cordon sync (slurm-operator drains a cordoned node's Slurm nodes with its own super-user token)
+# would move the drain to the operator's identity, not lower it. What Administrator also grants, and the
+# reconciler never uses: every other slurmctld update (partitions, reservations, other users' jobs' fields) and
+# accounting administration (sacctmgr: users, accounts, QOS, admin levels); its token lives slurm.token_lifetime.
 RECONCILER_ADMIN_LEVEL = "Administrator"
 
 
@@ -678,6 +686,11 @@ class RepeatRule(Strict):
     window_seconds: int = Field(86400, ge=1, le=7 * 86400)
     action: FaultAction = Field(FaultAction.DIAGNOSE, description="What such a GPU needs: diagnose (diagnostics "
                                 "asked, the node stays in service), or any other action (final, as an override).")
+    diagnose_wait_seconds: int = Field(
+        43200, ge=600, le=14 * 86400,
+        description="A node asked for diagnostics is drained in Slurm (its job runs on to its end) and checked once "
+                    "idle; if its job runs longer than this, a person is paged once and the node stays drained (a "
+                    "GPU that may be faulty takes no new job; undraining would also never let the check run).")
 
 
 class FaultsSpec(Strict):
@@ -747,9 +760,12 @@ class HealingSpec(Strict):
     drain_timeout_seconds: int = Field(300, ge=10, le=7200)
     max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
     max_unhealthy_fraction: float = Field(
-        0.2, gt=0, le=1, description="Above this fraction of a pool unhealthy within the window, stop and page."
+        0.2, gt=0, le=1, description="Above this fraction of a pool's declared nodes (its spares not counted) out "
+        "for a fault now (contained, replaced, or quarantined and not yet repaired), replace none and page."
     )
-    unhealthy_window_seconds: int = Field(900, ge=1)
+    unhealthy_window_seconds: int = Field(
+        900, ge=1, description="How long a spare that broke standing in for a faulted node still counts as that "
+        "node's position (the brake counts it once), and a finished record is kept at least.")
     admission_hold_seconds: int = Field(
         0, ge=0, le=600,
         description="A contained fault waits this long after it was detected before it may be replaced, so "

@@ -34,10 +34,12 @@ VERSION = "v1alpha1"
 NAME = f"{PLURAL}.{labels.GROUP}"
 
 # The phases of a remediation (the reconciler's state machine, reconciler/core/phases.py, uses these words).
-PHASES = ("Detected", "SlurmDraining", "Checkpointing", "Requeued", "Held", "OptedOut", "Evicting", "Replacing",
+PHASES = ("Diagnosing", "Detected", "SlurmDraining", "Checkpointing", "Requeued", "Held", "OptedOut", "Evicting", "Replacing",
           "WaitingForSpare", "Resuming", "Succeeded", "Escalated", "Failed")
 # The phases of the node's repair once its heal is over (reconciler/core/repair_phases.py, issue 25).
 REPAIR_PHASES = ("Repairing", "Validating", "Returned", "Retired", "Stopped", "Gone", "Waiting")
+# The stages of a diagnosis while the phase is Diagnosing (reconciler/core/diagnosis_stages.py).
+DIAGNOSIS_STAGES = ("Draining", "Clearing", "Checking", "Returning", "Passed", "Failed", "Cleared")
 
 
 class ConditionType(StrEnum):
@@ -132,6 +134,28 @@ def repair_schema() -> dict:
     }
 
 
+def diagnosis_schema() -> dict:
+    """`status.diagnosis`: the health check a repeated application fault asks for while the node stays in service."""
+    time = _time()
+    return {
+        "type": "object",
+        "description": "Diagnostics asked (NVIDIA's RUN_DCGMEUD): drained in Slurm, checked once idle, back if it passes.",
+        "required": ["stage", "started"],
+        "properties": {
+            "stage": {"type": "string", "enum": list(DIAGNOSIS_STAGES)},
+            "started": time,
+            "stages": {"type": "array", "items": {"type": "object", "required": ["stage", "at"],
+                                                  "properties": {"stage": {"type": "string"}, "at": time}}},
+            "drained": {**_strings(), "description": "The Slurm nodes gpufleet drained for it."},
+            "job": {"type": "string", "description": "The health-check Job."},
+            "deadline": time,
+            "held": {"type": "string", "description": "Why a person holds it now."},
+            "needs": {"type": "string", "description": "Failed: what the node needs now."},
+            "message": {"type": "string"},
+        },
+    }
+
+
 def status_schema() -> dict:
     return {
         "type": "object",
@@ -170,7 +194,11 @@ def status_schema() -> dict:
                        "required": ["key", "state", "at"],
                        "properties": {"key": {"type": "string"},
                                       "state": {"type": "string", "enum": ["Requested", "Answered", "Failed"]},
-                                      "at": _time(), "message": {"type": "string"}}},
+                                      "at": _time(), "message": {"type": "string"},
+                                      "attempt": {"type": "integer", "minimum": 1,
+                                                  "description": "How many times it was asked."},
+                                      "retryAt": _time(description="A failed refill is asked again then, if the "
+                                                       "pool still lacks a node.")}},
             "waiting": {"type": "string", "description": "Why the current phase waits."},
             "failingSince": _time(description="First failure of the current step."),
             "nextAttempt": _time(description="The failing step is tried again then."),
@@ -178,6 +206,7 @@ def status_schema() -> dict:
             "revision": {"type": "integer", "minimum": 0,
                          "description": "The reconciler's writes: a cache never takes an older copy over a newer one."},
             "repair": repair_schema(),
+            "diagnosis": diagnosis_schema(),
             "requestsDone": {**_strings(), "description": "A person's requests (the gpufleet.io/request annotation) "
                              "carried out, by id."},
             "conditions": {"type": "array", "items": condition_schema(),

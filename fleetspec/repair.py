@@ -44,8 +44,9 @@ class PoolRepair(Strict):
         4, ge=1, le=1000, description="Repairs of this pool under way at once (a reset, a reboot or a health check); "
         "a repair over the cap waits its turn, oldest first, and its record says so.")
     in_place: bool = Field(
-        False, description="When no spare is free and the fault allows a reset or a reboot, the node is repaired at "
-        "once and takes its own job back (the job waits for the repair, not for a refill).")
+        True, description="When no spare is free and the fault allows a reset or a reboot, the node is repaired at "
+        "once and takes its own job back (the job waits for the repair, not for a refill). Off: the job waits for "
+        "a spare (a refill, or another node's repair).")
 
     @model_validator(mode="after")
     def _rungs(self) -> "PoolRepair":
@@ -55,7 +56,7 @@ class PoolRepair(Strict):
         blank = [k for k in self.reboot_timeouts if not k.strip()]
         if blank:
             raise FieldError("reboot_timeouts", "an instance type is blank (node.kubernetes.io/instance-type's value)")
-        if self.in_place and not self.actions:
+        if self.in_place and not self.actions and "in_place" in self.model_fields_set:
             raise FieldError("in_place", "repairing in place needs a rung to repair with: allow reset-gpu or reboot")
         return self
 

@@ -31,8 +31,12 @@ def health_check(
     expected = gpus if gpus is not None else (int(os.environ[EXPECTED_GPUS]) if os.environ.get(EXPECTED_GPUS) else None)
     report = run_checks(dcgm_level, all_reduce, expected, allow_skip=frozenset(allow_skip))
     write(report, termination_log)
-    verdict = "passed: " if report.passed else f"failed (needs {report.action}): " if report.action != "none" else \
-        f"not proven ({', '.join(report.unproven)} could not run): "
+    if report.passed:
+        verdict = "passed: "
+    elif report.action != "none":
+        verdict = f"failed (needs {report.action}): "
+    else:
+        verdict = f"not proven ({', '.join(report.unproven) or 'no check passed'}): "
     typer.echo(verdict + report.summary())
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)

@@ -24,8 +24,13 @@ node of the pool, reconciler/adapters/providers.py):
   local ones ask for no GPU, the only resource a capacity request names).
 * **Upcoming nodes.** A node asked for a pod counts for that pod until it joins; the pod does not grow
   the group again meanwhile.
-* **Events.** ``TriggeredScaleUp`` on a pod that grew a group, ``NotTriggerScaleUp`` on one that fits no
-  group (processors/status/eventing_scale_up_processor.go), once per pod here.
+* **Events.** ``TriggeredScaleUp`` on a pod that grew a group, ``NotTriggerScaleUp`` on one no group can
+  take, with upstream's message: "pod didn't trigger scale-up: " and each reason counted over the groups
+  that gave it, e.g. "1 max node group size reached" or "1 node(s) didn't match Pod's node
+  affinity/selector" (processors/status/eventing_scale_up_processor.go ReasonsMessage,
+  core/scaleup/orchestrator/skippedreasons.go), once per pod here (upstream repeats it each loop; the
+  Event recorder folds repeats into one Event's count). gpufleet reads it as the request's refusal
+  (reconciler/core/refills.py `pool_refusals`).
 
 Local: the node groups are the spec's pools (:mod:`localenv.fake_nodes`: a node is of a group when its name
 is one the group has room for; the group's own template is the pool's node as it joins: its node group's
@@ -67,6 +72,12 @@ NODE_CONDITION_TAINTS = frozenset({
     "node.kubernetes.io/pid-pressure", "node.cloudprovider.kubernetes.io/uninitialized",
     "node.cloudprovider.kubernetes.io/shutdown", "cloud.google.com/impending-node-termination",
     "NodeWithImpairedVolumes"})
+# The reasons a pod does not fit a node, in kube-scheduler's words (the autoscaler runs its filter plugins):
+# pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go ErrReasonPod, tainttoleration
+# "node(s) had untolerated taint {key: value}", noderesources/fit.go "Insufficient <resource>".
+NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+# cluster-autoscaler 1.32.0 core/scaleup/orchestrator/skippedreasons.go MaxLimitReachedReason.
+MAX_SIZE_REACHED = "max node group size reached"
 SANITIZED_PREFIXES = ("ignore-taint.cluster-autoscaler.kubernetes.io/", "startup-taint.cluster-autoscaler.kubernetes.io/",
                       "status-taint.cluster-autoscaler.kubernetes.io/")
 
@@ -177,10 +188,8 @@ def misfit(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
     spec = pod.get("spec") or {}
     node_labels = node["metadata"].get("labels") or {}
     wrong = {k: v for k, v in (spec.get("nodeSelector") or {}).items() if node_labels.get(k) != v}
-    if wrong:
-        return f"node(s) didn't match Pod's node selector {wrong}"
-    if not _affinity_holds(spec, node):
-        return "node(s) didn't match Pod's node affinity"
+    if wrong or not _affinity_holds(spec, node):
+        return NODE_AFFINITY  # one reason for both, as kube-scheduler's NodeAffinity plugin says it
     for taint in (node.get("spec") or {}).get("taints") or []:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, spec.get("tolerations") or []):
             return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
@@ -247,6 +256,17 @@ def choose(pod: Mapping[str, Any], groups: Iterable[NodeGroup], nodes: Iterable[
     return None, why
 
 
+def not_triggered(reasons: Iterable[str]) -> str:
+    """The `NotTriggerScaleUp` Event's message for a pod no group can take: each reason counted over the node
+    groups that gave it, "pod didn't trigger scale-up: 1 max node group size reached" (cluster-autoscaler
+    1.32.0 processors/status/eventing_scale_up_processor.go Process and ReasonsMessage; upstream's order is a
+    Go map's, here the order the groups were weighed in)."""
+    counts: dict[str, int] = {}
+    for r in reasons:
+        counts[r] = counts.get(r, 0) + 1
+    return "pod didn't trigger scale-up: " + ", ".join(f"{n} {r}" for r, n in counts.items())
+
+
 # ---------------------------------------------------------------------- I/O
 
 class AutoscalerStandIn:
@@ -278,12 +298,12 @@ class AutoscalerStandIn:
                 continue  # its node was asked for; the scheduler places it once it joined
             group, why = choose(pod, self.groups, listed, self.clock())
             if group is None:
-                self._tell_once(pod, "pod didn't trigger scale-up: " + "; ".join(f"{g}: {r}" for g, r in why.items()))
+                self._tell_once(pod, not_triggered(why.values()))
                 continue
             free = [n for n in group.reserve if n not in existing]
             size = sum(1 for n in group.members if n in existing)
             if not free or size >= group.max_size:
-                self._tell_once(pod, f"pod didn't trigger scale-up: max node group size reached ({group.name})")
+                self._tell_once(pod, not_triggered([*why.values(), MAX_SIZE_REACHED]))
                 continue
             name = free[0]
             self.core.create_node(group.node(name))

@@ -4,6 +4,7 @@
 #   2. a root filesystem of Debian sid with Slurm 26.05 and munge (the local Slurm runs from it)
 #   3. the Go-built tools (Pulumi CLI, language host, Kubernetes provider, kube-apiserver, kubelet, etcd, kwok)
 #   4. podman, buildah, containerd (Debian's) and gpufleet's images built from a Debian root
+#   5. Prometheus and promtool (Debian's), for the tests of the metrics, alerts and dashboard
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -35,6 +36,9 @@ step "go tools: pulumi engine and local control plane"
 scripts/build-tools.sh
 step "containers: podman, buildah, containerd, runc, debootstrap, CNI plugins"
 scripts/install-containers.sh
+
+step "prometheus: Prometheus and promtool (Debian's), for the metrics, alert and dashboard tests"
+scripts/install-prometheus.sh
 
 step "images: reconciler, agent and pause (a Debian root + the gpufleet wheel; cached)"
 scripts/build-images.sh --print-json

@@ -42,7 +42,7 @@ from reconciler.adapters.aws_errors import typed
 from reconciler.adapters.kube import Kube, _call, _json
 from reconciler.adapters.slurm import SlurmClient
 from reconciler.core.membership import MembershipFacts, instance_id, settle
-from reconciler.core.refills import request_name
+from reconciler.core.refills import NOT_TRIGGER_SCALE_UP, pool_refusals, request_name
 from reconciler.errors import AlreadyExists, NotFound, PermanentError
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class NodeProvider(Protocol):
     def request_capacity(self, pool: str, reason: str, key: str) -> None: ...
     def can_refill(self, pool: str) -> bool: ...
     def return_to_spares(self, node: str) -> None: ...
+    def give_back(self, node: str, why: str) -> None: ...
     def membership_facts(self) -> MembershipFacts: ...
     def settle_capacity_requests(self, nodes: list[dict] | None = None) -> list[str]: ...
     def withdraw_capacity_request(self, pool: str, key: str) -> None: ...
@@ -210,6 +211,14 @@ class KubernetesSpares:
     def can_refill(self, pool: str) -> bool:
         return True  # whoever acts on the request decides; nothing to exceed here
 
+    def capacity_refusals(self, pool: str, names: list[str]) -> dict[str, str]:
+        """The cluster autoscaler's no to these requests: each placeholder's newest `NotTriggerScaleUp`
+        Event (core/refills.py `pool_refusals` cites upstream's source). One list of the namespace's Events
+        of that reason (a field selector on `reason`, which the API server indexes for Events)."""
+        data = _json(_call("list the capacity requests' events", self.kube.core.list_namespaced_event, self.namespace,
+                           field_selector=f"reason={NOT_TRIGGER_SCALE_UP}", _preload_content=False))
+        return pool_refusals(data.get("items") or [], names)
+
     def capacity_requests(self) -> list[dict]:
         data = _json(_call("list capacity requests", self.kube.core.list_namespaced_pod, self.namespace,
                            label_selector=labels.CAPACITY_REQUEST, _preload_content=False))
@@ -257,6 +266,13 @@ class KubernetesSpares:
 
     def membership_facts(self) -> MembershipFacts:
         return MembershipFacts()  # members are known by their labels (the pool's member_selector)
+
+    def give_back(self, node: str, why: str) -> None:
+        """A spare above the pool's count: role `surplus`, its spare taint kept (nothing lands there), so it is
+        an empty node the cluster autoscaler scales down once it has been unneeded long enough (its
+        --scale-down-unneeded-time, 10 minutes by default: cluster-autoscaler FAQ.md "How does scale-down
+        work?"). Membership leaves a node with a role as it is; a pool that runs short takes it back."""
+        self.kube.set_node_role(node, labels.ROLE_SURPLUS, annotations={labels.PROMOTED_FOR: None})
 
     def return_to_spares(self, node: str) -> None:
         self.kube.set_node_role(node, labels.ROLE_SPARE, add_taints=[SPARE_TAINT],
@@ -322,6 +338,14 @@ class AwsAsgProvider(KubernetesSpares):
     def can_refill(self, pool: str) -> bool:
         """Whether the group can take one more instance now (a refill with no instance leaving)."""
         return self.capacity(pool).can_add
+
+    def refill_refusal(self, pool: str) -> str:
+        """The group's no to one more instance, in its numbers ('' when it has room)."""
+        c, name = self.capacity(pool), self.spec.pool(pool).aws.asg_name
+        return "" if c.can_add else f"AWS: {name} is at its MaxSize {c.max_size} (desired {c.desired})"
+
+    def capacity_refusals(self, pool: str, names: list[str]) -> dict[str, str]:
+        return {}  # the group says no before it is asked (refill_refusal)
 
     def _instance(self, node: str) -> tuple[dict, NodePool, str]:
         obj = self.kube.get_node(node)
@@ -395,6 +419,20 @@ class AwsAsgProvider(KubernetesSpares):
         self._aws(f"delete-tags {iid}", ec2.delete_tags, Resources=[iid], Tags=[
             {"Key": labels.REPAIRING_TAG}, {"Key": labels.QUARANTINED_TAG}, {"Key": labels.QUARANTINED_FROM_TAG}])
         super().return_to_spares(node)
+
+    def give_back(self, node: str, why: str) -> None:
+        """Scaled in: role `surplus` first (so nothing takes it meanwhile), then the instance terminated with
+        the group's desired capacity decremented (TerminateInstanceInAutoScalingGroup,
+        ShouldDecrementDesiredCapacity), so the group does not replace it. Done again, the instance is out of
+        the group already and nothing changes."""
+        super().give_back(node, why)
+        _, pool, iid = self._instance(node)
+        if iid in {i["InstanceId"] for i in self.group(pool)["Instances"]}:
+            self._aws(f"terminate-instance-in-auto-scaling-group {iid}",
+                      self._asg(pool).terminate_instance_in_auto_scaling_group, InstanceId=iid,
+                      ShouldDecrementDesiredCapacity=True)
+            self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, "InstanceScaledIn",
+                            f"{iid} terminated, {pool.aws.asg_name} desired capacity decremented: {why}", "Normal")
 
     def retire(self, node: str, reason: str, refill: str | None = None) -> None:
         """Terminated, or kept out of its group tagged for the vendor, as `aws.on_fault` says."""

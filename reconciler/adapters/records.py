@@ -20,7 +20,9 @@ from fleetspec import labels, remediation_crd
 from fleetspec.faults import FaultAction, Kind
 
 from reconciler.adapters.kube import _call, _json
-from reconciler.adapters.repair_records import read_repair, read_request, repair_status
+from reconciler.adapters.repair_records import (
+    diagnosis_status, read_diagnosis, read_repair, read_request, repair_status,
+)
 from reconciler.core.conditions import conditions
 from reconciler.core.model import Refill, RefillState, Remediation, ReplacementFailure
 from reconciler.core.observe import parse_time
@@ -55,7 +57,8 @@ def _status(r: Remediation) -> dict[str, Any]:
         "signalledJobs": list(r.signalled),
         "failedReplacements": [{"node": f.node, "at": _ts(f.at), "why": redact(f.why)} for f in r.failed_replacements],
         "standsInFor": r.stands_in_for or None,
-        "refill": {"key": r.refill.key, "state": r.refill.state, "at": _ts(r.refill.at), "message": redact(r.refill.message)}
+        "refill": {"key": r.refill.key, "state": r.refill.state, "at": _ts(r.refill.at), "message": redact(r.refill.message),
+                   "attempt": r.refill.attempt, **({"retryAt": _ts(r.refill.retry_at)} if r.refill.retry_at else {})}
         if r.refill else None,
         "waiting": r.waiting or None,
         "failingSince": _ts(r.failing_since),
@@ -63,6 +66,7 @@ def _status(r: Remediation) -> dict[str, Any]:
         "lastError": redact(r.last_error),
         "revision": r.revision,
         "repair": repair_status(r.repair),
+        "diagnosis": diagnosis_status(r.diagnosis),
         "requestsDone": list(r.requests_done) or None,
         "conditions": [{"type": c.type, "status": c.status, "reason": c.reason, "message": redact(c.message)[:32768],
                         "lastTransitionTime": _ts(c.at)} for c in conditions(r)],
@@ -90,7 +94,9 @@ def _refill(f: dict[str, Any] | None) -> Refill | None:
         return None
     if f["state"] not in (RefillState.REQUESTED, RefillState.ANSWERED, RefillState.FAILED):
         raise ValueError(f"refill state {f['state']!r}")
-    return Refill(f["key"], f["state"], parse_time(f["at"]), f.get("message", ""))
+    retry = f.get("retryAt")
+    return Refill(f["key"], f["state"], parse_time(f["at"]), f.get("message", ""), int(f.get("attempt") or 1),
+                  parse_time(retry) if retry else None)
 
 
 def _fault(r: Remediation) -> dict[str, Any]:
@@ -130,16 +136,22 @@ class Unreadable:
     error: str
 
 
+def _first_phase(spec: dict[str, Any]) -> str:
+    """The phase a record starts in (decide.detect): Diagnosing for a fault that asks for diagnostics, else Detected."""
+    return Phase.DIAGNOSING.value if (spec.get("fault") or {}).get("action") == FaultAction.DIAGNOSE.value \
+        else Phase.DETECTED.value
+
+
 def from_object(obj: dict[str, Any]) -> Remediation:
     """The remediation in an object. A status the reconciler has not written yet (a crash between the
-    create and the first status write) reads as Detected."""
+    create and the first status write) reads as the phase it was made in (Detected, or Diagnosing)."""
     name = obj.get("metadata", {}).get("name", "?")
     try:
         spec, st = obj["spec"], obj.get("status") or {}
         opt = lambda k: parse_time(st[k]) if st.get(k) else None  # noqa: E731
         return Remediation(
             name=name, node=spec["node"], pool=spec["pool"], xid=int(spec["xid"]), message=spec.get("message", ""),
-            phase=Phase(st.get("phase", Phase.DETECTED.value)),
+            phase=Phase(st.get("phase", _first_phase(spec))),
             created=parse_time(st.get("created") or obj["metadata"].get("creationTimestamp")),
             phase_times=tuple((p["phase"], parse_time(p["at"])) for p in st.get("phases") or []),
             reason=st.get("reason", ""), replacement=st.get("replacement"), jobs=tuple(st.get("jobs") or ()),
@@ -155,7 +167,7 @@ def from_object(obj: dict[str, Any]) -> Remediation:
                                       for f in st.get("failedReplacements") or ()),
             stands_in_for=st.get("standsInFor") or "", refill=_refill(st.get("refill")), waiting=st.get("waiting") or "",
             **_fault_fields(spec.get("fault") or {}),
-            repair=read_repair(st.get("repair")), request=read_request(obj.get("metadata") or {}),
+            repair=read_repair(st.get("repair")), diagnosis=read_diagnosis(st.get("diagnosis")), request=read_request(obj.get("metadata") or {}),
             requests_done=tuple(st.get("requestsDone") or ()),
         )
     except (KeyError, ValueError, TypeError) as e:

@@ -9,6 +9,7 @@ from fleetspec import labels
 from fleetspec.oncall import PersonRequest, parse
 
 from reconciler.core.observe import parse_time
+from reconciler.core.diagnosis_stages import Diagnosis, Stage
 from reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase
 from reconciler.redact import redact  # no URL or token in a record (records.py)
 
@@ -60,6 +61,31 @@ def read_repair(st: dict[str, Any] | None) -> Repair | None:
                       for e in st.get("history") or []),
         stopped_from=st.get("stoppedFrom") or "", gpus=tuple(st.get("gpus") or ()), rungs=tuple(st.get("rungs") or ()),
         resent=bool(st.get("resent")), in_place=bool(st.get("inPlace")), error=st.get("error") or "",
+    )
+
+
+def diagnosis_status(d: Diagnosis | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    out = {
+        "stage": d.stage.value, "started": _ts(d.started),
+        "stages": [{"stage": s, "at": _ts(t)} for s, t in d.stage_times],
+        "drained": list(d.drained), "job": d.job, "deadline": _ts(d.deadline), "held": redact(d.held),
+        "needs": d.needs, "message": redact(d.message)[:2000],
+    }
+    return {k: v for k, v in out.items() if v not in (None, "", [])}
+
+
+def read_diagnosis(st: dict[str, Any] | None) -> Diagnosis | None:
+    """The diagnosis in a status (raises KeyError/ValueError/TypeError on a malformed one: records.py reports)."""
+    if not st:
+        return None
+    return Diagnosis(
+        stage=Stage(st["stage"]), started=parse_time(st["started"]),
+        stage_times=tuple((s["stage"], parse_time(s["at"])) for s in st.get("stages") or []),
+        drained=tuple(st.get("drained") or ()), job=st.get("job") or "",
+        deadline=parse_time(st["deadline"]) if st.get("deadline") else None, held=st.get("held") or "",
+        needs=st.get("needs") or "", message=st.get("message") or "",
     )
 
 

@@ -4,9 +4,10 @@ Runs as a DaemonSet reading /dev/kmsg; drills use a file, or `gpufleet inject-fa
 the same condition directly. Each event the driver logs (reconciler/agent/kmsg.py) is classified with
 the effective catalogue of the policy the agent is given (fleetspec/faults/classify.py): a fault that
 takes the node out sets the GPU condition False (fleetspec/faults/condition.py's format: which GPU,
-which code, what it needs); a `restart-app` or `diagnose` one is an Event on the node, which stays in
-service (the message's header says which: the application must restart, or diagnostics are asked); the
-rest are counted and logged. Lines it cannot read, and the driver's words where the kernel did not put
+which code, what it needs); a `diagnose` one sets it too, with `action=diagnose` (the reconciler checks
+the node while it stays in service: reconciler/core/diagnosis.py), but never over a fault that takes the
+node out (then it is an Event); a `restart-app` one is an Event on the node, which stays in service (the
+application must restart); the rest are counted and logged. Lines it cannot read, and the driver's words where the kernel did not put
 them, are counted and logged, never raised.
 
 Two threads, so the API server never stalls the reading of the log: the reader (`read`) parses
@@ -220,7 +221,7 @@ class Agent:
             if s is None:
                 break
             v = verdict(s, self.upto, self._condition_of(node))
-            if v is Verdict.REPORT and s.notice:
+            if (v is Verdict.REPORT and s.notice) or v is Verdict.OUTRANKED:
                 # The job's problem: the node stays in service, the job's owner finds it on the node.
                 self._call(self.kube.node_event, self.node, s.reason, condition_message(s, self._clock()))
                 self.counts["events"] += 1

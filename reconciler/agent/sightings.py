@@ -1,8 +1,8 @@
 """What the node agent has seen, what it still has to report, and whether to report it. Pure.
 
 A sighting is a GPU event the agent must report: a fault that takes the node out (the GPU condition,
-in fleetspec/faults/condition.py's format) or a `restart-app` or `diagnose` one (an Event on the node,
-which stays in service). The agent remembers one fact on its node, the annotation `gpufleet.io/kmsg-reported`
+in fleetspec/faults/condition.py's format; a `diagnose` one too, which the reconciler checks while the node
+stays in service) or a `restart-app` one (an Event on the node, which stays in service). The agent remembers one fact on its node, the annotation `gpufleet.io/kmsg-reported`
 = "<boot id>:<seq>": the kernel-log sequence number up to which every such event has been
 reported (or found already reported). It reads /dev/kmsg from the oldest record at every start
 and reports only what lies past that cursor, so a restarted agent reports nothing twice, nothing
@@ -21,7 +21,7 @@ from enum import Enum
 
 from fleetspec.faults import FaultAction
 from fleetspec.faults.classify import Classification
-from fleetspec.faults.condition import FaultSignal, format_message, reason_for
+from fleetspec.faults.condition import FaultSignal, format_message, parse_condition, reason_for
 from fleetspec.faults.driver import GpuEvent
 
 
@@ -86,8 +86,9 @@ class Sighting:
 
     @property
     def notice(self) -> bool:
-        """Reported as an Event on the node (the job's problem), not as the node's condition."""
-        return not self.verdict.remediates
+        """Reported as an Event on the node (the job's problem), not as the node's condition. A `diagnose` one is
+        the condition (with `action=diagnose`: the reconciler checks the node while it stays in service)."""
+        return not self.verdict.remediates and self.verdict.action is not FaultAction.DIAGNOSE
 
     @property
     def signal(self) -> FaultSignal:
@@ -146,6 +147,7 @@ class Verdict(str, Enum):
     REPORT = "report"
     REPORTED_BEFORE = "reported before"  # at or behind the cursor: an earlier run handled it
     ALREADY_SET = "already set"          # the condition already says this fault
+    OUTRANKED = "outranked"              # a diagnose one while the condition says a fault that takes the node out
 
 
 def verdict(s: Sighting, upto: Cursor, condition: dict | None) -> Verdict:
@@ -155,6 +157,11 @@ def verdict(s: Sighting, upto: Cursor, condition: dict | None) -> Verdict:
     if (not s.notice and condition is not None and condition.get("status") == "False"
             and condition.get("reason") == s.reason):
         return Verdict.ALREADY_SET
+    if s.verdict.action is FaultAction.DIAGNOSE and condition is not None and condition.get("status") == "False":
+        # Never written over a fault that takes the node out (reported as an Event instead); a diagnosis asked
+        # already covers the node.
+        sig = parse_condition(str(condition.get("reason") or ""), str(condition.get("message") or ""))
+        return Verdict.ALREADY_SET if sig is not None and sig.action is FaultAction.DIAGNOSE else Verdict.OUTRANKED
     return Verdict.REPORT
 
 

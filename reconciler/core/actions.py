@@ -177,6 +177,17 @@ class SettleRefill(Action):
 
 
 @dataclass(frozen=True)
+class GiveBack(Action):
+    """A spare above its pool's declared count, given back through the provider (`core/surplus.py`):
+    kubernetes-spares leaves it to the cluster autoscaler (role `surplus`, nothing may land there);
+    aws-asg scales the group in by it. Idempotent: done again, it finds it done."""
+
+    node: str
+    pool: str
+    why: str
+
+
+@dataclass(frozen=True)
 class ResumeSlurm(Action):
     node: str  # a Slurm node name
 

@@ -11,14 +11,16 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from fleetspec import FleetSpec
+from fleetspec import FleetSpec, labels
 from fleetspec.remediation_crd import Reason
 
 from reconciler.core import pages, repair
 from reconciler.core.actions import EvictPods, Notify, Quarantine
-from reconciler.core.model import Admission, Gate, NodeView, Remediation, Step, StepFacts
+from reconciler.core.diagnosis_stages import diagnosed_only
+from reconciler.core.model import Admission, Gate, NodeView, Remediation, Step, StepFacts, remediation_name
 from reconciler.core.observe import evictable_views, opted_out_views
 from reconciler.core.phases import Phase
+from reconciler.core.repair_phases import RepairPhase
 from reconciler.core.replacements import stand_ins, stood_in_for
 
 STORM_MIN_NODES = 2  # the brake needs at least this many unhealthy nodes in a pool
@@ -26,23 +28,22 @@ HELD_RECHECK = 5.0  # seconds between admission checks of a held remediation (ca
 STORM_PAGE = Notify("storm", "critical", "").once  # the intent of the storm page
 
 
+def _heal(r: Remediation) -> bool:
+    """Not a record that only diagnosed its node while it served (core/diagnosis.py)."""
+    return r.phase is not Phase.DIAGNOSING and not diagnosed_only(r.diagnosis)
+
+
 def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], remediations: Iterable[Remediation],
                     spec: FleetSpec, now: datetime) -> Admission:
-    """Count what admission weighs. Unhealthy: the pool's nodes remediated within the window (any
-    outcome: a finished remediation still counts until the window passes; a node a person holds by
-    opting out does not) and its active nodes faulted within it that have no remediation yet (only faults that
-    take a node out: `none` and `restart-app` leave it in service, so they are no storm); a spare that broke
-    standing in for a faulted node is that node's position again, counted once (`replacements.stand_ins`)."""
+    """Count what admission weighs. Unhealthy: the pool's nodes out for a fault now (`unhealthy_now`); a spare
+    that broke standing in for a faulted node is that node's position again, counted once
+    (`replacements.stand_ins`)."""
     policy = spec.healing
     remediations = list(remediations)
     pool_nodes = list(pool_nodes)
     storm = timedelta(seconds=policy.unhealthy_window_seconds)
     pool = remediation.pool
-    unhealthy = {r.node for r in remediations if r.pool == pool and not r.was_spare and not r.stands_in_for
-                 and r.phase is not Phase.OPTED_OUT and now - r.created <= storm}
-    opted_out = {r.node for r in remediations if r.phase is Phase.OPTED_OUT}
-    unhealthy |= {n.name for n in pool_nodes if n.is_active and n.fault and n.fault.needs.remediates
-                  and now - n.fault.since <= storm and n.name not in opted_out}
+    unhealthy = unhealthy_now(pool, pool_nodes, remediations)
     unhealthy -= stand_ins([r for r in remediations if r.name != remediation.name], pool, storm, now)
     reporters = {n.name: n.fault.reporter for n in pool_nodes if n.name in unhealthy and n.fault}
     reporters |= {r.node: r.reporter for r in remediations if r.node in unhealthy and r.pool == pool and r.reporter}
@@ -54,7 +55,8 @@ def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], re
         in_flight=sum(1 for r in remediations if r.phase.holds_capacity and not r.was_spare and not r.stands_in_for
                       and r.name != remediation.name),
         attempts=sum(1 for r in remediations if r.node == remediation.node and r.name != remediation.name
-                     and now - r.created <= attempts and r.phase is not Phase.ESCALATED),
+                     and now - r.created <= attempts and r.phase is not Phase.ESCALATED
+                     and _heal(r)),
         storm_paged=any(r.pool == pool and r.active and STORM_PAGE in r.intents for r in remediations),
         stands_in_for=stood_in_for(remediation.node, [r for r in remediations if r.pool == pool], storm, now),
         free_spares=sum(1 for n in pool_nodes if n.is_spare and n.ready and n.fault is None and not n.unschedulable
@@ -62,6 +64,51 @@ def admission_facts(remediation: Remediation, pool_nodes: Iterable[NodeView], re
         reporters=tuple(sorted(reporters.items())),
         repair_decides=repair_decides(remediation, remediations, spec, now),
     )
+
+
+def unhealthy_now(pool: str, pool_nodes: Iterable[NodeView], remediations: Iterable[Remediation]) -> set[str]:
+    """The pool's nodes out of service for a fault now, as Cluster API's MachineHealthCheck counts its targets
+    for `maxUnhealthy` (internal/controllers/machinehealthcheck/machinehealthcheck_controller.go,
+    `unhealthyMachineCount`: the machines presently unhealthy, not the faults of a past window).
+
+    A node counts while the newest remediation of it is live (contained, replaced, waiting; not a person's
+    opt-out, which holds it for a person), and after its heal while it is still out: quarantined or cordoned
+    (its repair under way, or a person to look). A repair that returned it (Returned), a person who put it back
+    in service, a node retired for the vendor (out of the pool: the provider replaces it) or gone: healthy
+    again, or no longer the pool's. An active node whose fault takes it out and that has no remediation for that
+    fault yet counts too. Only the pool's declared positions: a spare's own fault is not one of them, nor is a
+    spare that broke standing in for a node (that node's position, counted once by the caller).
+
+    NVIDIA NVSentinel's breaker (fault-quarantine/pkg/breaker/breaker.go) counts the distinct nodes it
+    cordoned within a sliding window instead; gpufleet does not: a node healed, repaired and returned minutes
+    ago is no part of a storm now."""
+    views = {n.name: n for n in pool_nodes}
+    newest: dict[str, Remediation] = {}
+    for r in remediations:
+        if r.pool == pool and (r.node not in newest or (r.created, r.name) > (newest[r.node].created, newest[r.node].name)):
+            newest[r.node] = r
+    out: set[str] = set()
+    for node, r in newest.items():
+        if r.was_spare or r.stands_in_for or r.phase is Phase.OPTED_OUT or not _heal(r):
+            continue  # (a diagnosis leaves its node in service: no storm, unless its check failed)
+        if r.active or not _healthy_again(r, views.get(node)):
+            out.add(node)
+    names = {r.name for r in remediations}
+    for n in views.values():
+        held = newest.get(n.name)
+        if n.is_active and n.fault and n.fault.needs.remediates and remediation_name(n.name, n.fault) not in names \
+                and not (held is not None and held.phase is Phase.OPTED_OUT):
+            out.add(n.name)
+    return out
+
+
+def _healthy_again(r: Remediation, view: NodeView | None) -> bool:
+    """After its heal, whether the node of a finished remediation is back in service (or left the pool)."""
+    if view is None or (r.repair is not None and r.repair.phase is RepairPhase.RETURNED):
+        return True
+    if view.role == labels.ROLE_RETIRED:
+        return True
+    return view.role != labels.ROLE_QUARANTINED and not view.unschedulable
 
 
 def repair_decides(remediation: Remediation, remediations: list[Remediation], spec: FleetSpec, now: datetime) -> str:
@@ -85,8 +132,9 @@ def gate(remediation: Remediation, a: Admission, spec: FleetSpec) -> Gate | None
     # One failure is never a storm: without this, a small pool could never heal at all.
     if size and n >= STORM_MIN_NODES and n / size > policy.max_unhealthy_fraction:
         return Gate(Reason.TOO_MANY_UNHEALTHY, remediation.pool,
-                    f"{n} of {size} nodes in pool {remediation.pool} unhealthy within "
-                    f"{policy.unhealthy_window_seconds}s (> {policy.max_unhealthy_fraction:.0%}): faulted nodes are "
+                    f"{n} of {size} nodes in pool {remediation.pool} unhealthy now (> {policy.max_unhealthy_fraction:.0%}; "
+                    f"unhealthy: out for a fault and not healthy again; {size}: the active nodes the pool declares, "
+                    f"its spares not counted): faulted nodes are "
                     f"contained (cordoned, drained in Slurm), none is replaced until a human looks; {pages.sources(a)}")
     if a.in_flight >= policy.max_concurrent:
         return Gate(Reason.MAX_CONCURRENT, None,

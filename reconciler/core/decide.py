@@ -31,11 +31,11 @@ from fleetspec.remediation_crd import Reason
 
 from reconciler.core.actions import (
     Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine,
-    ReleaseJobs, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
+    ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
-from reconciler.core import pages, refills, replacements, resume, signals
+from reconciler.core import diagnosis, pages, refills, replacements, resume, signals
 from reconciler.core.admission import admit, evict
-from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, slurm_reason
+from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
 from reconciler.core.lending import evict_borrowers
 from reconciler.core.model import Gate, Needs, NodeView, Remediation, SlurmNodeView, Step, StepFacts, remediation_name
 from reconciler.core.observe import borrower_views, evictable_views
@@ -64,7 +64,8 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     """Whether `node` starts a remediation now. `remediations` are the node's own (any phase); the
     node's earlier fault signals (for `occurrences`) are on the node, and a new one is noted there.
     Only a fault whose action takes the node out starts one: `none` and `restart-app` (the job's
-    problem, which the node agent records as an Event) leave the node in service."""
+    problem, which the node agent records as an Event) leave the node in service. A `diagnose` fault starts
+    one in the Diagnosing phase (core/diagnosis.py): the node is checked while it stays in service."""
     policy = spec.healing
     f = node.fault
     signals, noted = node.signals, ()
@@ -73,7 +74,8 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
         noted = (NoteSignals(node.name, signals),)
     live = [r for r in remediations if r.active]
     pools = {p.name for p in spec.pools}
-    if f is None or not f.needs.remediates or node.pool not in pools:
+    diagnose = diagnosis.asked(node, spec)  # a repeated application fault: checked while it stays in service
+    if f is None or not (f.needs.remediates or diagnose) or node.pool not in pools:
         return Detection(actions=noted)
     if node.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE) or live:
         return Detection(actions=noted)
@@ -87,9 +89,10 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     if not policy.enabled:
         return Detection(gate=Gate(Reason.HEALING_DISABLED, node.pool, f"{node.name}: healing is disabled in the spec"),
                          actions=noted)
+    first = Phase.DIAGNOSING if diagnose else Phase.DETECTED
     return Detection(actions=noted, remediation=Remediation(
         name=name, node=node.name, pool=node.pool or "", xid=f.xid, message=f.message,
-        phase=Phase.DETECTED, created=now, phase_times=((Phase.DETECTED.value, now),),
+        phase=first, created=now, phase_times=((first.value, now),),
         reason=f"{describe(f.xid, f.kind)} needs {f.needs.value}: {f.message}", was_spare=node.is_spare,
         kind=f.kind, action=f.needs, pci=f.pci, gpu_instance=f.gpu_instance, compute_instance=f.compute_instance,
         source=f.source, reporter=f.reporter,
@@ -115,9 +118,9 @@ def needs(r: Remediation, now: datetime) -> Needs:
             late = r.drain_deadline is not None and now >= r.drain_deadline
             return Needs(pods=True, jobs_on=r.slurm_nodes if late else ())
         case Phase.REPLACING:
-            return Needs(spares=True, replacement=r.replacement is not None, can_refill=True)
+            return Needs(spares=True, replacement=r.replacement is not None, can_refill=True, slurm_pods=True)
         case Phase.WAITING_FOR_SPARE:
-            return Needs(spares=True)
+            return Needs(spares=True, slurm_pods=True)
         case Phase.RESUMING:
             return Needs(replacement=True, replacement_slurm=True, slurm_pods=True)
     return Needs()
@@ -144,12 +147,16 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
     node, phase = r.node, r.phase
     slurm = _slurm(facts)
 
+    if phase is Phase.DIAGNOSING:
+        return Step(recheck_after=0.0)  # not a heal (yet): core/diagnosis.py decides, runtime/diagnoses.py runs it
+
     if phase is Phase.DETECTED:
         # Containment needs nothing from Slurm: the cordon goes first, whatever Slurm's state.
         names = r.slurm_nodes or facts.slurm_names
         cordon = Cordon(node, slurm_reason(r), r.name)
         if r.was_spare:
-            asked, noted = refills.ask(r, f"spare {node} quarantined", f"{r.name}/refill", facts.can_refill, now)
+            asked, noted = refills.ask(r, f"spare {node} quarantined", f"{r.name}/refill", facts.can_refill, now,
+                                       facts.stock, facts.refusal)
             return Step(
                 _once(r, Notify("spare-quarantined", "warning", pages.spare_quarantined(r, facts.can_refill)))
                 + (cordon, evict(node, facts), Quarantine(node, r.xid, r.pool, will_repair(r, spec))) + _once(r, *asked),
@@ -200,7 +207,7 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         return _replace(r, facts, spec, now)
 
     if phase is Phase.WAITING_FOR_SPARE:
-        if free_spares(facts, proof_required(spec)):
+        if free_spares(facts, proof_required(spec)) or _landed(r, facts):
             return Step((), r.moved(Phase.REPLACING, now), carry=True)
         return Step(recheck_after=10.0)
 
@@ -208,6 +215,8 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         broke = replacements.broken(facts.replacement, r.replacement or "", spec)
         if broke:
             return replacements.give_up(r, broke, now)
+        if others := resume.taken_by_others(r, facts):
+            return _yield_replacement(r, others, facts, now)
         if facts.replacement is not None and facts.replacement.on_loan:
             # Lent between its choice and its promotion (a race with a lending pass): end that loan first.
             return Step((EndLoan(facts.replacement.name, back_to_spare=False),), recheck_after=0.5)
@@ -256,7 +265,8 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
     if r.replacement:
         # One node asked per remediation: a request that stands (for the spare it had none of) refills this one.
         asked, noted = ((), r) if r.refill is not None else refills.ask(
-            r, f"refill the spare used for {node}", f"{r.name}/refill", facts.can_refill, now)
+            r, f"refill the spare used for {node}", f"{r.name}/refill", facts.can_refill, now, facts.stock,
+            facts.refusal)
         reason = r.reason
         if r.reclaim_started:
             took = (now - r.reclaim_started).total_seconds()
@@ -267,6 +277,8 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
             + _once(r, *asked),
             noted.moved(Phase.RESUMING, now, reason=reason), carry=True,
         )
+    if host := _landed(r, facts):
+        return _adopt(r, host, facts, spec, now)
     spares = free_spares(facts, proof_required(spec))
     if spares:
         # Write the choice down before acting on it, so a restart promotes the same spare.
@@ -274,18 +286,66 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
     if proof_required(spec) and nodes_checking(n for n in facts.pool_nodes if n.name not in facts.claimed):
         return Step(recheck_after=2.0)  # a spare is being health-checked (validation.py): it serves once it passes
     asked, noted = ((), r) if r.refill is not None else refills.ask(
-        r, f"no spare for {node}", f"{r.name}/no-spare", facts.can_refill, now)
+        r, f"no spare for {node}", f"{r.name}/no-spare", facts.can_refill, now, facts.stock, facts.refusal,
+        waits=True)
     return Step(
-        _once(r, Notify("no-spare", "critical", pages.no_spare(r, facts.can_refill)), *asked),
+        _once(r, Notify("no-spare", "critical", pages.no_spare(
+            r, facts.can_refill, any(isinstance(a, RequestCapacity) for a in asked),
+            spec.pool(r.pool).repair.in_place and will_repair(r, spec))), *asked),
         noted.moved(Phase.WAITING_FOR_SPARE, now), carry=True,
     )
+
+
+# Two heals, one spare. slurm-operator v1.2.1 makes every pod of a NodeSet from the same template
+# (internal/controller/nodeset/utils/utils.go NewNodeSetStatefulSetPod: the template's nodeSelector, affinity and
+# tolerations, one anti-affinity term keeping NodeSet pods apart, spec.nodeName left empty "otherwise the Pod
+# scheduler will be avoided"; the only pin, PinToNode, pins an ordinal to the node it ran on before, the faulted
+# one) and kube-scheduler places them: nothing lets a promoted spare take one NodeSet pod and refuse another, and
+# a pod's affinity cannot be changed once it is made. When two nodes fault together and one spare is free, the
+# scheduler may put the other remediation's Slurm node on the spare promoted for the first. The capacity came back
+# under the other name, so the remediation whose Slurm nodes it runs counts it (`_adopt`), and the one it was
+# promoted for gives it up and takes another spare (`_yield_replacement`), or waits for one with its own node
+# repaired in place meanwhile (repair.repairs_in_place). Neither heal waits on the other, so both end, and both
+# nodes are repaired.
+
+def _landed(r: Remediation, facts: StepFacts) -> str | None:
+    """The healthy node of the pool all the remediation's Slurm nodes run on now, before it promoted a spare of
+    its own (None: not back, or not on one such node)."""
+    if r.was_spare or r.stands_in_for or r.replacement is not None:
+        return None
+    host = resume.landed(r, facts)
+    view = next((n for n in facts.pool_nodes if n.name == host), None)
+    if view is None or not view.is_active or not view.ready or view.unschedulable or view.fault is not None:
+        return None
+    return host
+
+
+def _adopt(r: Remediation, host: str, facts: StepFacts, spec: FleetSpec, now: datetime) -> Step:
+    """The remediation's Slurm nodes came back on `host` (a spare promoted for another fault): `host` is its
+    replacement; its own node is quarantined (and repaired), as after a promotion. No spare is promoted and
+    none asked for: the remediation `host` was promoted for asked for its refill."""
+    names = ", ".join(r.slurm_nodes)
+    why = (f"Slurm node(s) {names} came back on {host}, which the scheduler gave them (a NodeSet's pods are "
+           f"interchangeable to it): {host} is {r.node}'s replacement; no spare promoted for it")
+    return Step((Quarantine(r.node, r.xid, r.pool, will_repair(r, spec)),),
+                r.moved(Phase.RESUMING, now, replacement=host, reason=f"{r.reason}; {why}", waiting=""), carry=True)
+
+
+def _yield_replacement(r: Remediation, others: tuple[str, ...], facts: StepFacts, now: datetime) -> Step:
+    """The spare promoted for this remediation runs other Slurm nodes while its own can be placed nowhere: that
+    spare counts for the remediation of those Slurm nodes; this one takes another (back to Replacing), with its
+    refill asked already. Written before anything follows: a restart must not wait on that spare again."""
+    spare = r.replacement
+    why = (f"{spare} took Slurm node(s) {', '.join(others)} instead of {', '.join(r.slurm_nodes)} (the scheduler "
+           f"places a NodeSet's pods interchangeably): {spare} counts for them; {r.node} takes another spare")
+    return Step((), replace(r.moved(Phase.REPLACING, now), replacement=None, waiting="", reason=f"{r.reason}; {why}"))
 
 
 def _stood_in(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -> Step:
     """A node that stood in for another's and broke: quarantined and refilled; the remediation it stood in
     for takes another spare, so this one replaces nothing."""
     asked, noted = refills.ask(r, f"{r.node} broke standing in for {r.stands_in_for}", f"{r.name}/refill",
-                               facts.can_refill, now)
+                               facts.can_refill, now, facts.stock, facts.refusal)
     why = (f"{r.node} stood in for {r.stands_in_for} and broke before it succeeded: quarantined, not replaced "
            f"({r.stands_in_for} takes another spare)")
     return Step((Quarantine(r.node, r.xid, r.pool, will_repair(r, spec)),) + _once(r, *asked),
@@ -348,7 +408,7 @@ def carry_person_drains(r: Remediation, kept: tuple[str, ...], slurm: dict[str, 
     drains = tuple((n, slurm[n].reason) for n in kept if n in slurm)
     if not drains:
         return ()
-    said = "; ".join(f"{n}: {reason!r}" for n, reason in drains)
+    said = "; ".join(f"{n}: {reason!r}{set_by(slurm[n])}" for n, reason in drains)
     return (CarryDrain(r.node, drains),) + _once(r, Notify(
         "person-drain-carried", "warning",
         f"{r.node} faulted while a person had drained its Slurm node(s) ({said}). The drain is carried to "

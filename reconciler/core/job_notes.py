@@ -37,7 +37,9 @@ APP_RESTART, DIAGNOSTICS = "restart-app", "diagnose"
 NOTICES = {FaultAction.RESTART_APP: (APP_RESTART, "the application on that GPU must restart (NVIDIA: RESTART_APP); "
                                                   "the node stays in service"),
            FaultAction.DIAGNOSE: (DIAGNOSTICS, "the same error repeated on that GPU: diagnostics are asked (NVIDIA: "
-                                               "RUN_DCGMEUD); the node stays in service")}
+                                               "RUN_DCGMEUD); the node stays in service and this job runs on: no "
+                                               "new job lands there, and it is health-checked once idle, back if "
+                                               "it passes")}
 
 
 @dataclass(frozen=True)

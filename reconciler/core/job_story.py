@@ -16,6 +16,7 @@ from datetime import datetime
 
 from fleetspec.faults import FaultAction, Kind, default_action, describe
 from fleetspec.faults.catalogue import CONTAINED_HARDWARE
+from fleetspec.faults.condition import parse_header
 from fleetspec.ledger import PoolLedger
 
 from reconciler.core.job_notes import stamp
@@ -57,6 +58,17 @@ class NodeFault:
     at: datetime
     xid: int | None
     message: str = ""
+
+
+AGENT_COMPONENT = "gpufleet-agent"  # the source the node agent's Events carry (reconciler/adapters/kube.py node_event)
+
+
+def agent_event(node: str, component: str | None, host: str | None) -> bool:
+    """Whether an Event on `node` is one the node agent wrote about it, the only Events a node's story counts as
+    its faults: source `gpufleet-agent` from that node's host. Anyone who may create Events in `default` can
+    write an Xid into one (a kubelet may, about its own node only: the kubelet-events admission policy); what
+    the agent writes, admission keeps to its own node (components/admission.py agent_events_policy)."""
+    return component == AGENT_COMPONENT and host == node
 
 
 @dataclass(frozen=True)
@@ -269,7 +281,7 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
             continue
         if _application(f.xid):
             own.append(f)
-            entries.append(Entry(f.at, f"{describe(f.xid)} on its node {f.node}: {app_fault_meaning(f.xid)}"))
+            entries.append(Entry(f.at, f"{describe(f.xid)} on its node {f.node}: {app_fault_meaning(f.xid, f.message)}"))
         else:
             entries.append(Entry(f.at, f"{describe(f.xid) if f.xid else 'fault'} on its node {f.node}: "
                                        f"{f.message}"))
@@ -301,9 +313,13 @@ def _application(xid: int | None) -> bool:
     return xid is not None and default_action(Kind.XID, xid) is FaultAction.RESTART_APP
 
 
-def app_fault_meaning(xid: int | None) -> str:
+def app_fault_meaning(xid: int | None, message: str = "") -> str:
     """What a RESTART_APP fault means for the job, in plain words: a hardware error the GPU contained (Xid 94),
-    or, for the others, most often the application's own error."""
+    or, for the others, most often the application's own error; repeated on one GPU (the node agent's condition
+    says `action=diagnose`), the diagnostics asked while the node stays in service (core/diagnosis.py)."""
+    if parse_header(message).get("action") == FaultAction.DIAGNOSE.value:
+        return ("repeated on that GPU: diagnostics are asked (NVIDIA: RUN_DCGMEUD); the node stays in service and "
+                "the job runs on: no new job lands there, and it is health-checked once idle, back if it passes")
     if xid in CONTAINED_HARDWARE:
         return ("a GPU memory error the GPU contained (hardware): only the application on that GPU had to "
                 "restart; the node stays in service")
@@ -332,9 +348,9 @@ def _verdict(job: JobFacts | None, mine: list[Remediation], own: list[NodeFault]
     if own:
         f = own[-1]
         if f.xid in CONTAINED_HARDWARE:
-            return APP_RESTART, f"{describe(f.xid)} on {f.node} at {stamp(f.at)}: {app_fault_meaning(f.xid)}"
+            return APP_RESTART, f"{describe(f.xid)} on {f.node} at {stamp(f.at)}: {app_fault_meaning(f.xid, f.message)}"
         return OWN_ERROR, (f"most likely the job's own error: {describe(f.xid)} on {f.node} at {stamp(f.at)}; "
-                           f"{app_fault_meaning(f.xid)}")
+                           f"{app_fault_meaning(f.xid, f.message)}")
     state = f" (Slurm: {job.state}{', ' + job.exit_code if job and job.exit_code else ''})" if job else ""
     return NOTHING, f"nothing gpufleet saw: no GPU fault on its nodes while it ran{state}"
 

@@ -15,6 +15,7 @@ from fleetspec.oncall import PersonRequest
 
 from reconciler.core import slurm_states
 from reconciler.core.phases import Phase, check_transition, last_entered
+from reconciler.core.diagnosis_stages import Diagnosis
 from reconciler.core.repair_phases import Repair
 
 
@@ -175,10 +176,30 @@ class RefillState:
 class Refill:
     """The node a remediation asked its pool's provider for, to replace the spare it used (or had none of)."""
 
-    key: str  # the capacity request's idempotency key
+    key: str  # the capacity request's idempotency key (this attempt's: each ask has its own)
     state: str  # RefillState
     at: datetime  # when it entered that state
     message: str = ""
+    attempt: int = 1  # how many times it was asked (a failed refill is asked again, `refills.py`)
+    retry_at: datetime | None = None  # Failed: when it is asked again, if the pool still lacks a node then
+
+
+@dataclass(frozen=True)
+class Stock:
+    """A pool's spares against its declaration, as one remediation weighs whether to ask for a node
+    (`refills.stock`)."""
+
+    declared: int  # the pool's declared spares
+    spares: int  # spares it has (not faulted, not another remediation's chosen replacement)
+    requested: int  # nodes asked for and not yet settled (other remediations')
+    waiting: int  # remediations waiting for a spare (other than the one weighing)
+
+    def lacks(self, waiting_self: bool = False) -> int:
+        return self.declared + self.waiting + int(waiting_self) - self.spares - self.requested
+
+    def says(self) -> str:
+        return (f"{self.spares} spare(s) of {self.declared} declared, {self.requested} node(s) asked for, "
+                f"{self.waiting} remediation(s) waiting for a spare")
 
 
 @dataclass(frozen=True)
@@ -227,6 +248,7 @@ class Remediation:
     source: str = ""
     reporter: str = ""  # who reported the fault (Fault.reporter)
     repair: Repair | None = None  # the node's repair once its heal is over (issue 25)
+    diagnosis: Diagnosis | None = None  # the check a `diagnose` fault asks for (phase Diagnosing; core/diagnosis.py)
     request: PersonRequest | None = None  # a person's decision (an annotation, not the status)
     requests_done: tuple[str, ...] = ()  # the ids of the person's requests carried out
 
@@ -274,7 +296,7 @@ class Admission:
     """What admission weighs, counted across the fleet (`decide.admission_facts`)."""
 
     pool_size: int
-    unhealthy: frozenset[str]  # nodes of the pool faulted or remediated within the window
+    unhealthy: frozenset[str]  # nodes of the pool out for a fault now (admission.unhealthy_now)
     in_flight: int  # admitted remediations, all pools (Evicting, Replacing, Resuming)
     attempts: int  # earlier remediations of this node within the attempts window
     storm_paged: bool = False  # a live remediation of the pool has sent the storm page already
@@ -327,6 +349,8 @@ class StepFacts:
     replacement_pods: tuple[PodView, ...] = ()  # pods on the replacement now (borrowers to take back)
     replacement_slurm: tuple[str, ...] = ()  # Slurm nodes whose pods run on the replacement now
     can_refill: bool = True  # the provider has room for one more node (e.g. below the group's MaxSize)
+    refusal: str = ""  # the provider's words when it has no room
+    stock: Stock | None = None  # the pool's spares against its declaration (None: not weighed)
     checkpoints: tuple[tuple[int, datetime], ...] = ()  # jobs another remediation signalled, and its grace deadline
     slurm_pods: tuple[PodView, ...] = ()  # the pods of the remediation's Slurm nodes, wherever they are
 

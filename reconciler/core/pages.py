@@ -57,13 +57,22 @@ def escalated(r: Remediation, a: Admission, spec: FleetSpec) -> str:
             f"or retire it and add a node to the pool; remediation {r.name}.")
 
 
-def no_spare(r: Remediation, can_refill: bool) -> str:
-    then = (f"capacity is requested, and gpufleet replaces {r.node} as soon as a spare joins (a refill that fails "
-            "pages again). No action needed now." if can_refill else
-            f"the node provider has no room for another node. Action needed: add capacity to pool {r.pool}; "
-            f"gpufleet replaces {r.node} once a spare joins.")
+def no_spare(r: Remediation, can_refill: bool, asked: bool = True, in_place: bool = False) -> str:
+    """`asked`: a node was asked for (else the pool's standing requests cover what it lacks); `in_place`: the
+    node is repaired meanwhile and takes its job back if the repair holds."""
+    repair = (f" Meanwhile {r.node} itself is repaired in place and takes its job back if the repair holds."
+              if in_place else "")
+    if not can_refill:
+        then = (f"the node provider has no room for another node (a failed refill, asked again with backoff). "
+                f"Action needed: add capacity to pool {r.pool}; gpufleet replaces {r.node} once a spare joins.")
+    elif asked:
+        then = (f"capacity is requested, and gpufleet replaces {r.node} as soon as a spare joins (a refill that fails "
+                "pages). No action needed now.")
+    else:
+        then = (f"the pool's standing capacity requests cover it, and gpufleet replaces {r.node} as soon as a spare "
+                "joins. No action needed now.")
     return (f"no spare left in pool {r.pool} for {r.node}: it stays cordoned and drained in Slurm, the pool runs "
-            f"{_slurm(r)} short; {then}")
+            f"{_slurm(r)} short; {then}{repair}")
 
 
 def failed(r: Remediation, reason: str) -> str:
@@ -103,7 +112,8 @@ def writer(manager: str) -> str:
 def storm(message: str, pool: str) -> str:
     return (f"{message}. Action needed: look for what the faults of pool {pool} share (a driver or firmware "
             "roll-out, a rack, a switch, the power); the held nodes are replaced once the pool's unhealthy "
-            "fraction falls back under healing.max_unhealthy_fraction within the window "
+            "fraction (nodes out for a fault now: contained, replaced, or quarantined and not yet repaired) falls back "
+            "under healing.max_unhealthy_fraction "
             f"(`kubectl get rem -l gpufleet.io/pool={pool}` lists them).")
 
 

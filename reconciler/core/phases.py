@@ -7,9 +7,16 @@
         │                                              │        ├──► OptedOut (a person decides)
         │                                              │        └──► Escalated (attempt cap: quarantined, paged)
         │                                                            WaitingForSpare ◄─┘   └──── Resuming ──► Replacing
-        │                                                                (the replacement broke: another spare)
+        │                                                   (the replacement broke, or the scheduler gave it to another
+        │                                                    Slurm node: another spare; a waiting remediation whose Slurm
+        │                                                    node landed on a healthy node takes that one: Replacing ──► Resuming)
         └──► (a fault on a spare) Replacing: quarantine it and refill
     Any non-terminal phase ──► Failed, with the reason.
+
+    (a diagnose fault: a repeated application fault on one GPU, NVIDIA's RUN_DCGMEUD; the node stays in service)
+    Diagnosing ──► Succeeded (drained in Slurm once its job ends, health-checked, passed: serving again)
+        └──────► Detected (the check failed: the heal above, then the repair with what the check says)
+    (its stages: diagnosis_stages.py)
 
 A person's decision (fleetspec/oncall.py, reconciler/core/oncall.py) goes past a gate: `release` moves
 Held, OptedOut or Escalated on to Evicting; `mark-healthy` ends Held, OptedOut or Escalated as Succeeded
@@ -30,6 +37,7 @@ from enum import Enum
 
 
 class Phase(str, Enum):
+    DIAGNOSING = "Diagnosing"
     DETECTED = "Detected"
     SLURM_DRAINING = "SlurmDraining"
     CHECKPOINTING = "Checkpointing"
@@ -58,6 +66,7 @@ TERMINAL = frozenset({Phase.SUCCEEDED, Phase.ESCALATED, Phase.FAILED})
 ADMITTED = frozenset({Phase.EVICTING, Phase.REPLACING, Phase.RESUMING})
 
 _ALLOWED: dict[Phase, frozenset[Phase]] = {
+    Phase.DIAGNOSING: frozenset({Phase.DETECTED, Phase.SUCCEEDED}),
     Phase.DETECTED: frozenset({Phase.SLURM_DRAINING, Phase.REPLACING}),
     Phase.SLURM_DRAINING: frozenset({Phase.CHECKPOINTING}),
     Phase.CHECKPOINTING: frozenset({Phase.REQUEUED}),

@@ -48,8 +48,10 @@ from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
 from reconciler.core import pages
 from reconciler.core.actions import Action, Notify, ReturnToSpares
+from reconciler.core import refills
+from reconciler.core.diagnosis_stages import Stage
 from reconciler.core.drains import drained_by_person, set_by
-from reconciler.core.model import NodeView, PodView, Remediation, SlurmNodeView, Step
+from reconciler.core.model import NodeView, PodView, Refill, RefillState, Remediation, SlurmNodeView, Step
 from reconciler.core.observe import opted_out_views
 from reconciler.core.phases import Phase
 from reconciler.core.repair_actions import (
@@ -122,10 +124,22 @@ def first_step(action: str | None) -> str:
     return action if action in (RESET_GPU, REBOOT, REPLACE) else REBOOT
 
 
+def fault_action(r: Remediation) -> FaultAction | None:
+    """The action the record's fault needs now: a diagnosis that failed says what the check (or the fault that came
+    during it) found the node needs (core/diagnosis.py); otherwise the record's own (spec.fault.action)."""
+    if r.diagnosis is not None and r.diagnosis.needs:
+        try:
+            return FaultAction(r.diagnosis.needs)
+        except ValueError:
+            return None
+    return r.action
+
+
 def fault_needs(r: Remediation) -> str:
     """What the remediation's fault needs: the action its record keeps (spec.fault.action; a record from
     before faults carried one has none, and first_step(None) is a reboot)."""
-    return first_step(r.action.value if r.action is not None else None)
+    action = fault_action(r)
+    return first_step(action.value if action is not None else None)
 
 
 def fault_gpus(r: Remediation) -> tuple[str, ...]:
@@ -163,7 +177,7 @@ def wants(r: Remediation, node: NodeView | None, spec: FleetSpec) -> bool:
 
 def held_for_a_person(r: Remediation) -> bool:
     """The fault asks for a person, not a repair: NVIDIA's CONTACT_SUPPORT and the buckets like it."""
-    return r.action is FaultAction.CONTACT_SUPPORT
+    return fault_action(r) is FaultAction.CONTACT_SUPPORT
 
 
 HISTORY_RULES = tuple(x for x in RULES if isinstance(x, RepeatRule))  # what the records can tell (no registers)
@@ -196,7 +210,9 @@ def will_repair(r: Remediation, spec: FleetSpec) -> bool:
 def counts_as_fault(x: Remediation) -> bool:
     """Whether a remediation counts toward the lemon rule: not an application fault (NVIDIA's catalogue puts
     13, 31, 43, 45, 94, ... on the application; a record from before this rule may say `replace` for a
-    repeated 13), nor a diagnostic asked."""
+    repeated 13), nor a diagnostic asked, unless the check failed."""
+    if x.diagnosis is not None:
+        return x.diagnosis.stage is Stage.FAILED  # the check found the hardware at fault (or another fault came)
     return not application(x.kind, x.xid) and x.action not in (FaultAction.RESTART_APP, FaultAction.DIAGNOSE)
 
 
@@ -386,22 +402,20 @@ def _first_allowed(spec: FleetSpec, pool: str, floor: str) -> str | None:
 
 
 def _begin_rung(r: Remediation, rep: Repair | None, rung: str, node: NodeView, spec: FleetSpec, now: datetime,
-                why: str, in_place: bool = False, again: bool = False, resumed: bool = False) -> Step:
-    """Ask for a reset or a reboot: the request's id is written on the remediation, then it is sent. `again`:
-    the same rung once more (no sign of the first request); `resumed`: after a person's hold, the rung that was
-    under way (asked again, not a new rung)."""
+                why: str, in_place: bool = False, again: bool = False) -> Step:
+    """Ask for a reset or a reboot: the request's id is written on the remediation, then it is sent."""
     attempt = (rep.attempt if rep else 0) + 1
     request = RepairRequest(f"{r.name}/{attempt}-{rung}", rung, now, fault_gpus(r) if rung == RESET_GPU else ())
     timeout = spec.pool(r.pool).repair.timeout(rung, node.label(labels.INSTANCE_TYPE))
     fields = dict(step=rung, attempt=attempt, request=request.id, requested_at=now, boot=node.boot_id,
                   deadline=now + timedelta(seconds=timeout), job="", reason=why, gpus=request.gpus, resent=again)
-    event = RepairEvent(rung, "asked again" if again or resumed else "asked", now, why)
+    event = RepairEvent(rung, "asked again" if again else "asked", now, why)
     if rep is None:
         new = begin(RepairPhase.REPAIRING, now, in_place=in_place, rungs=(rung,), **fields)
     elif again:
         new = replace(rep, **{k: v for k, v in fields.items() if k not in ("deadline",)})
     else:
-        new = rep.moved(RepairPhase.REPAIRING, now, rungs=rep.rungs if resumed else rep.rungs + (rung,), **fields)
+        new = rep.moved(RepairPhase.REPAIRING, now, rungs=rep.rungs + (rung,), **fields)
     what = "reset of its GPU(s)" if rung == RESET_GPU else "reboot"
     gpus = f" {list(request.gpus)}" if request.gpus else ""
     return Step((NodeEvent(r.node, RUNG_EVENTS[rung], f"{what}{gpus} asked for ({request.id}): {why}"),
@@ -512,8 +526,9 @@ def _resume(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime) 
     - Stopped before it began: its first rung is asked for.
     - Stopped while a reset or a reboot was asked for (the request stays on the node, and the node's agent may
       carry it out meanwhile): the node rebooted (a new boot id) or the reset was answered done -> the health
-      check; answered failed -> the next rung; the reboot answered but not seen yet -> waited for again, with a
-      fresh timeout; no sign of it -> asked again under a new id (the agent acts on the newest id, once).
+      check; answered failed -> the next rung; not answered, or the reboot answered but not seen yet -> waited
+      for under the same request, with its whole timeout from now (asked again once, as any request with no sign
+      of it by half its timeout, under a new id: the agent acts on the newest id, once).
     - Stopped while the health check ran: checked again by a new Job (the node may have changed while held)."""
     rep, node = r.repair, facts.node
     assert rep is not None and node is not None
@@ -535,22 +550,24 @@ def _resume_rung(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, n
     what = "GPU reset" if rep.step == RESET_GPU else "reboot"
     result = node.repair_result if node.repair_result and node.repair_result.id == rep.request else None
     if node.ready and node.boot_id != rep.boot:
-        why = (f"{lifted}; the node rebooted while it was held (boot id {rep.boot[:8] or '?'} -> "
-               f"{node.boot_id[:8]}): no second {what}, the health check is next")
+        was = f"boot id {rep.boot[:8]} -> {node.boot_id[:8]}" if rep.boot else f"boot id now {node.boot_id[:8]}"
+        why = f"{lifted}; the node rebooted while it was held ({was}): no second {what}, the health check is next"
         return _begin_check(r, rep.noted(RepairEvent(rep.step, "ok", now, why)), node, spec, now, why)
     if result is not None and not result.ok:
         return _climb(r, rep, node, spec, now, f"{what} failed while the node was held: {result.message}")
     if result is not None and rep.step == RESET_GPU:
         why = f"{lifted}; the GPU reset asked before it was done ({result.message}): the health check is next"
         return _begin_check(r, rep.noted(RepairEvent(rep.step, "ok", now, why)), node, spec, now, why)
-    if result is not None:  # the agent answered "rebooting"; the new boot is not seen yet
-        timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))
-        why = f"{lifted}; the reboot asked before it ({rep.request}) was answered, not seen yet: waiting for it {timeout}s"
-        new = rep.moved(RepairPhase.REPAIRING, now, deadline=now + timedelta(seconds=timeout), reason=why)
-        return Step((NodeEvent(r.node, "RepairResumed", f"repair of {r.node} resumed: {why}"),),
-                    replace(r, repair=new.noted(RepairEvent(rep.step, "waiting", now, why))), recheck_after=RECHECK)
-    return _begin_rung(r, rep, rep.step, node, spec, now, f"{lifted}; the {what} asked before it ({rep.request}) "
-                       "shows no sign of being done: asked again", resumed=True)
+    # Not done, not failed: the request is still on the node (and the agent acts on it whenever it gets to it), or
+    # its answer came and the reboot is not seen yet. The step goes on under the same request, with its whole
+    # timeout from now; no sign of it by half that since it was asked, and it is asked again once (_repairing).
+    timeout = spec.pool(r.pool).repair.timeout(rep.step, node.label(labels.INSTANCE_TYPE))
+    seen = "answered, not seen done yet" if result is not None else "not answered yet"
+    why = (f"{lifted}; the {what} asked before it ({rep.request}) is {seen}: waited for, up to {timeout}s, and "
+           "asked again only if nothing shows it was done")
+    new = rep.moved(RepairPhase.REPAIRING, now, deadline=now + timedelta(seconds=timeout), reason=why)
+    return Step((NodeEvent(r.node, "RepairResumed", f"repair of {r.node} resumed: {why}"),),
+                replace(r, repair=new.noted(RepairEvent(rep.step, "waiting", now, why))), recheck_after=RECHECK)
 
 
 def stopped_by_error(r: Remediation, now: datetime, error: str) -> Step:
@@ -589,14 +606,20 @@ def back_to_spares(r: Remediation, rep: Repair | None, node: NodeView, now: date
 
 
 def retire(r: Remediation, rep: Repair | None, now: datetime, why: str, by: str = "") -> Step:
-    """Out for good: the provider retires it (and asks for a node when nothing replaced it yet), a page."""
-    refilled = any(i.startswith("capacity:") for i in r.intents)
+    """Out for good: the provider retires it (and asks for a node when nothing replaced it yet: no refill was
+    asked, or the one asked failed), a page. The request is the record's refill from then on, so it is
+    settled, read and asked again like any other (`refills.py`)."""
+    key = f"{r.name}/retire"
+    ask = refills.needs_refill_on_retire(r) and not (r.refill is not None and r.refill.key == key)
     moved = rep.moved(RepairPhase.RETIRED, now, reason=why, step="") if rep else \
         begin(RepairPhase.RETIRED, now, reason=why)
     moved = moved.noted(RepairEvent("retire", "ok", now, why))
     history = "; ".join(f"{e.step} {e.outcome}" for e in moved.history if e.step != "retire")
+    if ask:
+        attempt = r.refill.attempt + 1 if r.refill is not None else 1
+        r = replace(r, refill=Refill(key, RefillState.REQUESTED, now, f"{r.node} retired", attempt))
     actions: tuple[Action, ...] = (
-        Retire(r.node, r.pool, why, None if refilled else f"{r.name}/retire"),
+        Retire(r.node, r.pool, why, key if ask else None),
         NodeEvent(r.node, "NodeRetired", f"{r.node} retired: {why}", "Warning"),
     )
     if not by:

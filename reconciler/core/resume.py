@@ -33,6 +33,24 @@ def moved(r: Remediation, facts: StepFacts) -> tuple[str, ...]:
     return tuple(n for n in r.slurm_nodes if any(_elsewhere(r, p) for p in _pods(n, facts.slurm_pods)))
 
 
+def landed(r: Remediation, facts: StepFacts) -> str | None:
+    """The node every one of the remediation's Slurm nodes now runs on, off the faulted node (one node; None when
+    some are not placed yet, or they are spread over several): Slurm capacity back under these names, whichever
+    spare it was promoted for."""
+    if not r.slurm_nodes or set(moved(r, facts)) != set(r.slurm_nodes):
+        return None
+    hosts = {p.node for n in r.slurm_nodes for p in _pods(n, facts.slurm_pods) if _elsewhere(r, p)}
+    return hosts.pop() if len(hosts) == 1 else None
+
+
+def taken_by_others(r: Remediation, facts: StepFacts) -> tuple[str, ...]:
+    """Slurm nodes not the remediation's own that run on its replacement while its own have not come back and one
+    of their pods can be placed nowhere: the scheduler gave the promoted spare to another Slurm node."""
+    if r.replacement is None or r.replacement == r.node or moved(r, facts) or not unplaceable(r, facts):
+        return ()
+    return tuple(sorted(set(facts.replacement_slurm) - set(r.slurm_nodes)))
+
+
 def not_back(r: Remediation, facts: StepFacts) -> dict[str, str]:
     """The remediation's Slurm nodes that are not back, each with why (empty: all are back)."""
     slurm: dict[str, SlurmNodeView] = {n.name: n for n in facts.slurm}

@@ -6,7 +6,9 @@ What nvidia-smi prints, one block per GPU (the published outputs in tests/fixtur
              Link 0: 26.562 GB/s
              Link 3: <inactive>
 
-A GPU without NVLink prints no link lines (or nothing at all). What a node must have is its model's (floors.py):
+A GPU without NVLink prints no link lines (or nothing at all); one whose links are all down may print NVML's
+"Unable to retrieve NVLink information as all links are inActive" (NVIDIA/open-gpu-kernel-modules issue
+#1150; Azure's azurehpc-health-checks reads it as every link down). What a node must have is its model's (floors.py):
 every link active at the model's speed. For a model gpufleet has no figures for, a GPU whose links are
 partly inactive, or active at different speeds, is degraded (Azure's azurehpc-health-checks fails a GPU with
 any `<inactive>` link, NHC2016; the slow links of a degraded H200 read 1.562 GB/s where the rest read 26.562).
@@ -22,6 +24,7 @@ from reconciler.healthcheck.floors import ModelFloor
 
 _GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
 _LINK = re.compile(r"^\s+Link (\d+): (?:<inactive>|([0-9.]+) GB/s)\s*$")
+_ALL_INACTIVE = re.compile(r"all links are inactive", re.I)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ def parse(text: str) -> tuple[GpuLinks, ...]:
         m = _GPU.match(line)
         if m:
             gpus.append(GpuLinks(int(m.group(1)), m.group(2).strip(), ()))
+            continue
+        if _ALL_INACTIVE.search(line):  # NVML's answer for a GPU with no link up (as Azure's NHC reads it)
             continue
         m = _LINK.match(line)
         if m and gpus:

@@ -8,13 +8,14 @@
                         writes in them (a step sees what the last one did)
     informers.py        list + watch one kind into a cache of small views
     healing.py          the healing reconcile of one node: detect, the steps that carry, one write
+    diagnoses.py        a node's diagnosis (a `diagnose` fault): checked while it stays in service
     facts.py            observation: what a step needs (the core's `needs`), from the caches and Slurm
     claims.py           what is taken and not written yet (admission slots, spares, nodes a lending
                         pass is changing), counted under one lock
     executor.py         the only code that acts; every action fenced by the Lease, nothing in a dry run
     alerts.py           metrics, gauges and log lines for gates and phase moves
     timers.py           timed runnables: a periodic pass with a loop of its own
-    membership_pass.py  pool membership, a timed runnable
+    membership_pass.py  pool membership and spares at their count, a timed runnable
     lending_pass.py     lending and its ledger, a timed runnable
     retention_pass.py   deleting finished remediations, a timed runnable
     leader.py           leader election on a Lease, with fencing

@@ -24,7 +24,7 @@ from reconciler.core.actions import (
     Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
     EvictPods, Lend, NoteJob, NoteSignals, Notify, NotifyOwner,
     PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
-    ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
+    GiveBack, ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
 from reconciler.core.model import RefillState, Remediation
 from reconciler.core.repair_actions import (
@@ -152,6 +152,11 @@ class Executor:
                 self._settle_refill(a, r)
             case ReturnToSpares():
                 self.providers[a.pool].return_to_spares(a.node)
+            case GiveBack():
+                self.providers[a.pool].give_back(a.node, a.why)
+                self.kube.event({"kind": "Node", "name": a.node, "apiVersion": "v1"}, "SpareGivenBack",
+                                f"{a.node} given back: {a.why}", "Normal")
+                log.info("spare %s given back: %s", a.node, a.why)
             case DeleteRemediation():
                 if r is not None:
                     self.store.delete(r)

@@ -15,9 +15,9 @@ from fleetspec.models import FleetSpec, NodePool
 
 from reconciler.adapters.providers import NodeProvider
 from reconciler.adapters.slurm import SlurmClient, SlurmError, SlurmNode, call
-from reconciler.core import admission, lending, resume, signals
+from reconciler.core import admission, lending, refills, resume, signals
 from reconciler.core.drains import SlurmUsers
-from reconciler.core.model import JobView, Needs, PendingJob, Remediation, SlurmNodeView, StepFacts
+from reconciler.core.model import JobView, Needs, PendingJob, Remediation, SlurmNodeView, StepFacts, Stock
 from reconciler.core.observe import evictable_views
 from reconciler.core.phases import Phase
 from reconciler.core.slurm_names import comment_node, slurm_nodes_on
@@ -69,8 +69,20 @@ class Facts:
             on = slurm_nodes_on(r.replacement, c.pods_on(r.replacement)).names
             f = replace(f, replacement_slurm=on, slurm=self._slurm_views(set(on) | set(resume.moved(r, f))))
         if need.can_refill:
-            f = replace(f, can_refill=self._can_refill(r.pool))
+            refusal = self.refusal(r.pool)
+            f = replace(f, can_refill=not refusal, refusal=refusal, stock=self.stock(r))
         return f
+
+    def stock(self, r: Remediation) -> Stock | None:
+        """The pool's spares against its declaration, as `r` weighs a refill (the remediations being applied
+        counted too, so two workers do not both ask for the pool's one missing node)."""
+        pool = next((p for p in self.spec.pools if p.name == r.pool), None)
+        if pool is None:
+            return None
+        seen = {x.name: x for x in self.caches.remediations_in({r.pool})}
+        seen.update({x.name: x for x in self.claims.applying() if x.pool == r.pool})
+        return refills.stock(pool, self.caches.nodes.by_index("pool", r.pool), seen.values(), r, self.spec,
+                             self.clock())
 
     def shared(self, r: Remediation, need: Needs, observed: StepFacts) -> StepFacts:
         """The facts counted across nodes, with the steps being applied. Call it under `claims.lock`."""
@@ -147,6 +159,10 @@ class Facts:
                 # unknown to Slurm (a dynamic node not registered yet, or gone): not seen
         return tuple(out)
 
+    def jobs_on(self, names: Iterable[str]) -> tuple[JobView, ...]:
+        """The jobs Slurm says run on these nodes (a diagnosis waits for them to end)."""
+        return self._jobs(names)
+
     def _jobs(self, names: Iterable[str]) -> tuple[JobView, ...]:
         if self.slurm is None:
             return ()
@@ -156,6 +172,11 @@ class Facts:
                 jobs[j.job_id] = JobView(j.job_id, j.state, tuple(j.nodes))
         return tuple(jobs.values())
 
-    def _can_refill(self, pool: str) -> bool:
-        check = getattr(self.providers[pool], "can_refill", None)
-        return True if check is None else bool(check(pool))
+    def refusal(self, pool: str) -> str:
+        """The provider's no to one more node of the pool, in its words ('' when it has room)."""
+        provider = self.providers[pool]
+        says = getattr(provider, "refill_refusal", None)
+        if says is not None:
+            return says(pool)
+        check = getattr(provider, "can_refill", None)
+        return "" if check is None or check(pool) else "no room for another node"

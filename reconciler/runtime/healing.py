@@ -34,6 +34,7 @@ from reconciler.core import oncall
 from reconciler.core import refills
 from reconciler.core.actions import Action
 from reconciler.core.model import Needs, Remediation, Step
+from reconciler.core.phases import Phase
 from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.alerts import Alerts
 from reconciler.runtime.caches import Caches
@@ -60,10 +61,12 @@ def _sooner(a: float | None, b: float | None) -> float | None:
 
 class Healing:
     def __init__(self, spec: FleetSpec, caches: Caches, facts: Facts, claims: Claims, executor: Executor,
-                 alerts: Alerts, metrics: Metrics, queue: WorkQueue, clock: Callable[[], datetime], repairs=None):
+                 alerts: Alerts, metrics: Metrics, queue: WorkQueue, clock: Callable[[], datetime], repairs=None,
+                 diagnoses=None):
         self.spec, self.caches, self.facts, self.claims = spec, caches, facts, claims
         self.executor, self.alerts, self.metrics, self.queue, self.clock = executor, alerts, metrics, queue, clock
         self.repairs = repairs  # runtime/repairs.py: what follows a heal (issue 25)
+        self.diagnoses = diagnoses  # runtime/diagnoses.py: a node checked while it stays in service
 
     def reconcile(self, node: str) -> float | None:
         """One node. Returns seconds until it wants another look (None: on an event, or the resync)."""
@@ -86,6 +89,8 @@ class Healing:
         if not live:
             return _sooner(self.repairs.reconcile(node) if repairs else self._detect(node, ours), refill_look)
         r, now = live[0], self.clock()
+        if r.phase is Phase.DIAGNOSING:
+            return _sooner(self._diagnose(r), refill_look)
         if r.next_attempt and now < r.next_attempt:
             delay = core.next_look(r, None, False, now)
         else:
@@ -94,25 +99,47 @@ class Healing:
             delay = _sooner(delay, self.repairs.reconcile(node))
         return _sooner(delay, refill_look)
 
+    def _diagnose(self, r: Remediation) -> float | None:
+        """A step of a diagnosis (runtime/diagnoses.py); a check that failed makes it a heal, looked at again at
+        once (its step asks for that). An error backs off on the node's key and is tried again: a diagnosis
+        leaves the node in service meanwhile."""
+        if self.diagnoses is None:
+            return None
+        try:
+            return self.diagnoses.reconcile(r)
+        except (TemporaryError, PermanentError) as e:
+            kind = "temporary" if isinstance(e, TemporaryError) else "permanent"
+            self.metrics.action_errors.labels("diagnosis", kind).inc()
+            log.warning("diagnosis of %s (%s failure): %s; tried again", r.node, kind, e, extra=context(r))
+            return 10.0 if kind == "temporary" else 60.0
+
     def _ours(self, records: list) -> list[Remediation]:
         pools = {p.name for p in self.spec.pools}
         return [r for r in records if isinstance(r, Remediation) and r.pool in pools]  # others are not this fleet's
 
     def _settle_refills(self, records: list[Remediation]) -> tuple[bool, float | None]:
-        """Record what became of each outstanding refill that was answered or is due: whether a record was
-        written, and seconds until the next deadline of those still outstanding (None: none is)."""
+        """Record what became of each outstanding refill (answered, refused by the provider, or due) and ask
+        again for each failed one whose time came: whether a record was written, and seconds until the next
+        look at those still open (None: none is)."""
         soonest: float | None = None
         wrote = False
         for r in records:
-            if not refills.outstanding(r):
+            if not (refills.outstanding(r) or refills.to_retry(r)):
+                continue
+            now = self.clock()
+            retry = refills.to_retry(r)
+            if retry and refills.due(r, self.spec) > now:
+                soonest = _sooner(soonest, refills.next_look(r, self.spec, now))
                 continue
             answered = {n.fulfils for n in self.caches.nodes.by_index("pool", r.pool) if n.fulfils}
-            now = self.clock()
-            step = refills.settle(r, answered, self.spec, now)
+            if retry:  # asked again only while the pool lacks a node, and the provider has room
+                refusal = self.facts.refusal(r.pool)
+                step = refills.settle(r, answered, self.spec, now, stock_now=self.facts.stock(r),
+                                      can_refill=not refusal, refusal=refusal)
+            else:
+                step = refills.settle(r, answered, self.spec, now, refusals=self._refusals(r))
             if step is None:
-                due = refills.due(r, self.spec)
-                if due is not None:
-                    soonest = _sooner(soonest, max(0.0, (due - now).total_seconds()))
+                soonest = _sooner(soonest, refills.next_look(r, self.spec, now))
                 continue
             once = [a for a in step.actions if a.once]
             for a in step.actions:
@@ -120,7 +147,20 @@ class Healing:
                     self.executor.run(a, r)
             self._flush(replace(step.remediation, revision=r.revision), True, once)
             wrote = True
+            soonest = _sooner(soonest, refills.next_look(step.remediation, self.spec, now))
         return wrote, soonest
+
+    def _refusals(self, r: Remediation) -> dict[str, str]:
+        """The provider's no to `r`'s outstanding request (kubernetes-spares: the cluster autoscaler's Event
+        on the placeholder), read at each look."""
+        read = getattr(self.facts.providers.get(r.pool), "capacity_refusals", None)
+        if read is None or r.refill is None:
+            return {}
+        try:
+            return read(r.pool, [refills.request_name(r.pool, r.refill.key)])
+        except TemporaryError as e:
+            log.warning("capacity answers of pool %s unreadable now: %s", r.pool, e)
+            return {}
 
     def _detect(self, node: str, remediations: list[Remediation]) -> float | None:
         view = self.caches.nodes.get(node)

@@ -37,6 +37,7 @@ from reconciler.runtime.job_notes_pass import JobNotesPass
 from reconciler.runtime.lending_pass import LendingPass
 from reconciler.runtime.membership_pass import MembershipPass
 from reconciler.runtime.metrics import Metrics, serve
+from reconciler.runtime.diagnoses import Diagnoses
 from reconciler.runtime.repairs import Repairs
 from reconciler.runtime.retention_pass import RetentionPass
 from reconciler.runtime.validation_pass import ValidationPass
@@ -77,9 +78,11 @@ class Manager:
         self.alerts = Alerts(self.metrics, self.caches, clock)
         self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks)
         self.healing = Healing(spec, self.caches, self.facts, self.claims, self.executor, self.alerts, self.metrics,
-                               self.queue, clock, repairs=self.repairs)
+                               self.queue, clock, repairs=self.repairs,
+                               diagnoses=Diagnoses(spec, self.caches, self.facts, self.executor, self.alerts,
+                                                   self.metrics, clock, checks))
         self.passes: dict[str, Callable[[], float]] = {
-            "membership": MembershipPass(spec, self.caches, providers, self.executor, self.metrics),
+            "membership": MembershipPass(spec, self.caches, providers, self.executor, self.metrics, self.claims),
             "lending": LendingPass(spec, self.caches, self.facts, self.claims, self.executor, kube, self.metrics,
                                    notifier.namespace, clock, monotonic),
             "retention": RetentionPass(spec, self.caches, self.executor, clock),

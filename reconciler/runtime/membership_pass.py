@@ -1,6 +1,8 @@
 """The pool-membership pass (a timed runnable): label and taint the pools' members as their providers
-know them, settle the capacity requests joined nodes answered, report GPU nodes of no pool. The core
-plans it (`core/membership.py`); the executor makes every change, fenced like any other action."""
+know them, settle the capacity requests joined nodes answered, report GPU nodes of no pool, and keep each
+pool at its declared spares (the surplus given back). The core plans it (`core/membership.py`,
+`core/surplus.py`, the latter under the claims lock, so no spare is both given back and promoted); the
+executor makes every change, fenced like any other action."""
 from __future__ import annotations
 
 import logging
@@ -9,9 +11,12 @@ from fleetspec.models import FleetSpec
 
 from reconciler.adapters.providers import NodeProvider
 from reconciler.core.actions import Report
+from reconciler.core import surplus
 from reconciler.core.membership import membership_actions, merge_facts, plan
 from reconciler.core.observe import membership_dict
+from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.caches import Caches
+from reconciler.runtime.claims import LENDING_BUSY, LENDING_HOLD, Claims
 from reconciler.runtime.executor import Executor
 from reconciler.runtime.metrics import Metrics
 
@@ -21,8 +26,9 @@ EVERY = 30.0  # seconds between passes (a node that joins pokes one sooner)
 
 class MembershipPass:
     def __init__(self, spec: FleetSpec, caches: Caches, providers: dict[str, NodeProvider], executor: Executor,
-                 metrics: Metrics):
+                 metrics: Metrics, claims: Claims | None = None):
         self.spec, self.caches, self.providers, self.executor, self.metrics = spec, caches, providers, executor, metrics
+        self.claims = claims
         self._reported: set[str] = set()  # GPU nodes of no pool already reported (one Event each)
 
     def __call__(self) -> float:
@@ -43,4 +49,27 @@ class MembershipPass:
             self.executor.run(a)
             if isinstance(a, Report) and not self.executor.dry_run:
                 self._reported.add(a.name)
+        if self.claims is not None:
+            self._keep_spares(self.claims)
         return EVERY
+
+    def _keep_spares(self, claims: Claims) -> None:
+        """Each pool at its declared spares: planned under the claims lock with the remediations being applied,
+        the nodes it changes held from the heals while it acts (as a lending pass holds its own)."""
+        for pool in self.spec.pools:
+            with claims.lock:
+                records = {x.name: x for x in self.caches.remediations_in({pool.name})}
+                records.update({x.name: x for x in claims.applying() if x.pool == pool.name})
+                actions = surplus.plan(pool, self.caches.nodes.by_index("pool", pool.name), records.values(),
+                                       claims.lending_nodes())
+                touched = [a.node for a in actions]
+                claims.hold_for_lending(touched, LENDING_BUSY)
+            try:
+                for a in actions:
+                    try:
+                        self.executor.run(a)
+                    except (TemporaryError, PermanentError) as e:  # the next pass plans it again
+                        log.warning("spares of pool %s: %s of %s failed: %s", pool.name, a.kind, a.node, e)
+            finally:
+                with claims.lock:
+                    claims.hold_for_lending(touched, LENDING_HOLD)

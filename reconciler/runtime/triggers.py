@@ -2,7 +2,8 @@
 
 A new fault goes to the front of the queue (containment before anyone's later steps); a change of a
 remediation, of a pod, or of a node chosen as a replacement queues the nodes whose remediations read it;
-a spare that becomes ready wakes its pool's remediations waiting for one; a freed admission slot wakes
+a spare that becomes ready wakes its pool's remediations waiting for one, and so does a Slurm node's pod
+placed for the remediation waiting with that Slurm node; a freed admission slot wakes
 the held ones; a node that answers a capacity request queues the node of the remediation that asked (its
 record says the refill was answered). A node that joins or loses its pool or role pokes the membership pass.
 """
@@ -58,6 +59,13 @@ class Triggers:
             if p is not None and p.node:
                 self.queue.add(p.node)
                 for r in self._replaced_by(p.node):
+                    self.queue.add(r.node)
+        host = new.label(labels.SLINKY_POD_HOSTNAME) if new is not None and new.node else None
+        if host and self.caches:
+            # A Slurm node's pod placed: a remediation waiting for a spare whose Slurm node it is may count the
+            # node it landed on (the scheduler may give a spare promoted for another fault to it: decide._adopt).
+            for r in self.caches.remediations.by_index("phase", Phase.WAITING_FOR_SPARE):
+                if host in r.slurm_nodes:
                     self.queue.add(r.node)
         if any(p is not None and p.label(labels.HEALTH_CHECK_NODE) for p in (old, new)):
             self.check(PLACE_SOON)  # a health check's pod moved on: the validation pass reads its verdict

@@ -16,7 +16,9 @@ from localenv import fake_nodes
 from localenv.autoscaler_standin import AutoscalerStandIn, node_groups, template_node, unschedulable
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.providers import KubernetesSpares
-from reconciler.core import membership
+from reconciler.core import membership, refills
+from reconciler.core.model import Refill, RefillState, Remediation
+from reconciler.core.phases import Phase
 
 pytestmark = pytest.mark.integration
 NS = "gpufleet-asi"
@@ -76,7 +78,21 @@ def test_a_capacity_request_joins_the_next_node_of_the_pool(kube_cluster):
         assert standin.scale_up_once() == ["kwok-asi-spare-1"]
         assert standin.scale_up_once() == []
         events = [e for e in core.list_namespaced_event(NS).items if e.reason == "NotTriggerScaleUp"]
-        assert [e.message for e in events] == ["pod didn't trigger scale-up: max node group size reached (asi)"]
+        assert [e.message for e in events] == ["pod didn't trigger scale-up: 1 max node group size reached"]
+        # The reconciler reads that no at once (the record and the page say it; the request is not left to
+        # time out): the provider finds the Event on the refused request, and only there.
+        asked = [refills.request_name("asi", k) for k in ("asi-y-xid79-2", "asi-z-xid79-3")]
+        refused = events[0].involved_object.name
+        assert refused in asked
+        assert provider.capacity_refusals("asi", asked) == {
+            refused: "pod didn't trigger scale-up: 1 max node group size reached"}
+        now = datetime.now(timezone.utc)
+        r = Remediation("asi-z-xid79-3", "kwok-asi-x", "asi", 79, "m", Phase.SUCCEEDED, now,
+                        refill=Refill([k for k in ("asi-y-xid79-2", "asi-z-xid79-3")
+                                       if refills.request_name("asi", k) == refused][0], RefillState.REQUESTED, now))
+        step = refills.settle(r, (), SPEC, now, refusals=provider.capacity_refusals("asi", asked))
+        assert step.remediation.refill.state == RefillState.FAILED
+        assert "1 max node group size reached" in step.remediation.refill.message
     finally:
         for n in ("kwok-asi-0", "kwok-asi-spare-0", "kwok-asi-spare-1", "kwok-asi-spare-2"):
             try:

@@ -265,3 +265,34 @@ def test_a_kubelet_naming_a_fresh_instance_of_the_group_enrols_in_nothing(kube_c
     assert dict(counted.membership_facts().instance_names) == {iid: real}
     assert dict(counted.membership_facts().instance_names) == {iid: real}
     assert asked == [[iid]]
+
+
+def test_a_surplus_spare_is_scaled_in_once_and_a_full_group_says_so_in_its_numbers(kube_cluster, aws):
+    """The surplus decision (core/surplus.py) acted on by aws-asg: the spare leaves the group with the
+    desired capacity decremented (the group does not replace it), once however often it is given back; a
+    group at its MaxSize answers a refill with its numbers, which the record and the page say."""
+    from reconciler.core import surplus
+    from reconciler.core.actions import GiveBack
+    from reconciler.core.observe import node_view
+
+    asg, pool = "gpu-itest-surplus", "awss"
+    spec, core, kube, provider, ids = joined_group(kube_cluster, aws, asg, pool, "terminate", max_size=3)
+    label_members(kube, provider, spec)
+    assert provider.refill_refusal(pool) == f"AWS: {asg} is at its MaxSize 3 (desired 3)"
+    # The pool declares 1 spare; a second one joins as a spare (a repaired node back, a late refill).
+    spare = next(n for n, r in roles(core, pool).items() if r == "spare")
+    core.patch_node(sorted(n for n, r in roles(core, pool).items() if r == "active")[0],
+                    {"metadata": {"labels": {labels.ROLE: labels.ROLE_SPARE}}})
+    views = [node_view(n, spec.healing.condition_types) for n in kube.list_nodes()[0]
+             if (n["metadata"].get("labels") or {}).get(labels.NODE_POOL) == pool]
+    (give,) = surplus.plan(spec.pool(pool), views, [])
+    assert isinstance(give, GiveBack) and give.node in {n for n, r in roles(core, pool).items() if r == "spare"}
+    iid = core.read_node(give.node).spec.provider_id.rsplit("/", 1)[-1]
+    provider.give_back(give.node, give.why)
+    provider.give_back(give.node, give.why)  # a replay: the instance is out of the group already
+    g, after = group(aws, asg)
+    assert g["DesiredCapacity"] == 2 and iid not in after and len(after) == 2
+    assert state(aws, iid)[0] in ("shutting-down", "terminated")
+    assert core.read_node(give.node).metadata.labels[labels.ROLE] == labels.ROLE_SURPLUS
+    assert provider.refill_refusal(pool) == ""  # room again for a refill
+    assert spare in roles(core, pool)

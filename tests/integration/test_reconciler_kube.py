@@ -417,14 +417,16 @@ def test_a_dry_run_against_a_real_api_server_changes_nothing(kube_cluster, api, 
 def test_a_refill_the_autoscaler_cannot_answer_is_a_failed_refill_in_the_record_an_event_and_a_metric(
         kube_cluster, api):
     """kubernetes-spares with the cluster autoscaler's stand-in, the pool's node group at its maximum size:
-    the capacity request (made as a real autoscaler would answer it) starts no scale-up. Past
-    refill_timeout_seconds the record says the refill failed, its Events and page say so, it is counted,
-    and the placeholder is withdrawn."""
+    the capacity request (made as a real autoscaler would answer it) starts no scale-up, and the autoscaler
+    says so on it (NotTriggerScaleUp, upstream's words). The reconciler reads that answer at once, not at
+    refill_timeout_seconds (30 min here): the record says the refill failed and why, in the autoscaler's
+    words, its Events and page say so, it is counted, the placeholder is withdrawn, and the record says when
+    it is asked again."""
     from datetime import timedelta
 
     from localenv.autoscaler_standin import AutoscalerStandIn, NodeGroup, unschedulable
 
-    spec = fleet("rfl", nodes=2, spares=1, refill_timeout_seconds=10)
+    spec = fleet("rfl", nodes=2, spares=1, refill_timeout_seconds=1800)
     make_nodes(kube_cluster, spec)
     pool = spec.pools[0]
     own = NodeGroup.of_pool(pool, prefix="")
@@ -444,19 +446,22 @@ def test_a_refill_the_autoscaler_cannot_answer_is_a_failed_refill_in_the_record_
     assert standin.scale_up_once() == []
     told = [e.message for e in core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
             if e.reason == "NotTriggerScaleUp"]
-    assert told == ["pod didn't trigger scale-up: max node group size reached (rfl)"]
+    assert told == ["pod didn't trigger scale-up: 1 max node group size reached"]
 
     (r,) = run_until(rec, lambda: [r for r in records_for(rec, "rfl-0") if r.refill.state == "Failed"], timeout=60)
-    assert "nobody answered the capacity request for pool rfl within 10s" in r.refill.message
+    assert f"the capacity request {name} was refused: pod didn't trigger scale-up: 1 max node group size reached" \
+        in r.refill.message and r.refill.retry_at is not None
     obj = client.CustomObjectsApi(api).get_cluster_custom_object(labels.GROUP, remediation_crd.VERSION,
                                                                  "remediations", r.name)
     refilled = {c["type"]: c for c in obj["status"]["conditions"]}["Refilled"]
     assert (refilled["status"], refilled["reason"]) == ("False", "RefillFailed")
-    assert obj["status"]["refill"]["state"] == "Failed"
+    assert obj["status"]["refill"]["state"] == "Failed" and obj["status"]["refill"]["retryAt"]
+    assert "1 max node group size reached" in refilled["message"]
     wait_for("the Event on the record", lambda: "GpuFleetRefillFailed" in {
         e.reason for e in core.list_namespaced_event("default", field_selector=f"involvedObject.name={r.name}").items},
         timeout=30)
     assert [m.event for m in channel.messages].count("refill-failed") == 1
+    assert "1 max node group size reached" in next(m for m in channel.messages if m.event == "refill-failed").text
     assert rec.metrics.refills.labels("rfl", "failed")._value.get() == 1
     wait_for("the placeholder withdrawn", lambda: not core.list_namespaced_pod(
         "default", label_selector=mine).items, timeout=30)

@@ -113,6 +113,9 @@ CALLS = [
     Call("", "pods", "create", NS, lambda a: client.CoreV1Api(a).create_namespaced_pod(NS, {
         "metadata": {"name": "rbac-capacity-request"},
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})),  # 409 after the first
+    # ... the cluster autoscaler's answer to them, its NotTriggerScaleUp Events (providers.py capacity_refusals)
+    Call("", "events", "list", NS, lambda a: client.CoreV1Api(a).list_namespaced_event(
+        NS, field_selector="reason=NotTriggerScaleUp")),
     # ... deleted again (providers.py)
     Call("", "pods", "delete", NS, lambda a: client.CoreV1Api(a).delete_namespaced_pod(
         "no-such-pod", NS)),  # 404: allowed

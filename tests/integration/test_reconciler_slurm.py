@@ -16,6 +16,7 @@ from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
 from reconciler.adapters.kube import Kube
 from reconciler.core.phases import Phase
 
+from tests.fixtures.slurm_cluster import RECONCILER_USER, fail_epilog
 from tests.fixtures.reconciler_kube import Recorder, fleet, make_nodes, reconciler, records_for, run_until, step
 
 pytestmark = pytest.mark.integration
@@ -136,6 +137,27 @@ def test_a_persons_drain_is_never_changed_nor_its_spare_promoted(fleet_with_slur
     assert "cable reseat by ops" in slurm_node(slurm, "gpu-a-1")
     assert "hardware check by ops" in slurm_node(slurm, "gpu-a-2")
     assert client.CoreV1Api(api).read_node(f"{POOL}-spare-0").metadata.labels[labels.ROLE] == labels.ROLE_SPARE
+
+
+def test_slurms_own_drain_on_a_faulted_node_is_drained_over_not_kept_as_a_persons(fleet_with_slurm, api):
+    """slurmctld drained gpu-a-1 itself (its Epilog failed: "Epilog error", recorded as the SlurmUser), then the
+    GPU under it faults. Any reason without gpufleet's or the operator's prefix used to be a person's: kept,
+    carried to the faulted machine (which then never returned to the spares) and paged. Who set it says it is
+    Slurm's own: the heal drains over it with gpufleet's reason, keeps nothing, carries nothing, pages no one
+    about a person's drain."""
+    spec, rec, channel, slurm, rest = fleet_with_slurm
+    fail_epilog(slurm, "gpu-a-1")
+    slurm.sbatch("-w", "gpu-a-1", "--chdir=/tmp", "-o", "/dev/null", "--wrap", "true")
+    wait_for("slurmctld to drain gpu-a-1", lambda: "Reason=Epilog error [slurm@" in slurm_node(slurm, "gpu-a-1"),
+             timeout=60, interval=0.5, explain=lambda: slurm_node(slurm, "gpu-a-1"))
+    Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid48", "DBE")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, f"{POOL}-1")
+                                   if r.phase not in (Phase.DETECTED, Phase.SLURM_DRAINING)], timeout=60)
+    assert r.kept_drains == ()
+    assert f"[{r.name}] [{RECONCILER_USER}@" in slurm_node(slurm, "gpu-a-1")  # gpufleet's reason, by its own user
+    assert "person-drain-carried" not in [m.event for m in channel.messages]
+    annotations = client.CoreV1Api(api).read_node(f"{POOL}-1").metadata.annotations or {}
+    assert labels.CARRIED_DRAIN not in annotations
 
 
 def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fleet_with_slurm, api, tmp_path):

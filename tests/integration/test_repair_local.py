@@ -14,7 +14,7 @@ from kubernetes import client
 from fleetspec import labels
 from fleetspec.node_repair import parse_check, parse_result
 from gpufleet.waiting import wait_for
-from localenv.gpu_hardware_standin import BROKEN, REBOOT_FIXES
+from localenv.gpu_hardware_standin import BROKEN, NVLINK_DOWN, REBOOT_FIXES
 from reconciler.adapters.kube import Kube
 from reconciler.core.repair_phases import RepairPhase
 from tests.fixtures.reconciler_kube import fleet, make_nodes, reconciler, records_for, run_until, step
@@ -114,6 +114,30 @@ def test_a_node_nothing_fixes_is_retired_with_a_page_and_a_bad_spare_is_never_pr
     node = core.read_node("rtr-0")
     assert node.metadata.labels[labels.ROLE] == labels.ROLE_RETIRED and node.spec.unschedulable
     assert [m for m in rec.notifier.channels[0].messages if m.event == "retired" and "rtr-0" in m.text]
+
+
+def test_a_node_whose_nvlink_stays_down_fails_its_check_on_the_node_and_never_returns(kube_cluster, api):
+    """`nvlink-down`: the stand-in's node prints one GPU's NVLink `<inactive>` whatever is done to it. Replaced
+    first; its reboot does not bring the link back; the real check, run on the node by its Job, fails it on its
+    NVLinks, and the node is retired: never a spare again."""
+    rec = a_pool_with_a_proven_spare(kube_cluster, api, "nvl")
+    core, kube = client.CoreV1Api(api), Kube(api)
+    simulate(core, "nvl-0", NVLINK_DOWN)
+    kube.set_condition("nvl-0", "GpuHealthy", "False", "Xid79", "GPU has fallen off the bus")
+    (r,) = run_until(rec, lambda: [r for r in records_for(rec, "nvl-0") if r.phase.terminal])
+    assert r.replacement == "nvl-spare-0"
+    run_until(rec, lambda: all(x.repair is not None and x.repair.phase is RepairPhase.RETIRED
+                               for x in records_for(rec, "nvl-0")), timeout=180)
+    (r,) = records_for(rec, "nvl-0")
+    assert [(e.step, e.outcome) for e in r.repair.history][:3] == [
+        ("reboot", "asked"), ("reboot", "ok"), ("validate", "failed")]
+    assert "nvlink: fail (GPU 3: 17 of 18 NVLinks active (inactive: [5]))" in r.repair.reason
+    pod = next(p for p in check_pods(core, "nvl-0") if p.metadata.labels.get("batch.kubernetes.io/job-name") == r.repair.job)
+    report = json.loads(pod.status.container_statuses[0].state.terminated.message)
+    assert report["passed"] is False and report["action"] == "reboot"
+    assert {c["name"]: c["status"] for c in report["checks"]}["nvlink"] == "fail"
+    node = core.read_node("nvl-0")
+    assert node.metadata.labels[labels.ROLE] == labels.ROLE_RETIRED and not proven(core, "nvl-0")
 
 
 def test_a_kwok_nodes_reset_is_answered_once_per_id_as_the_agent_answers(kube_cluster, api):

@@ -33,7 +33,8 @@ def test_cluster_up_is_idempotent_and_spare_is_drained(slurm_fresh: LocalSlurm) 
     # A second LocalSlurm object on the same folder (another process would do the same)
     # finds the running daemons instead of starting new ones.
     other = LocalSlurm(slurm_fresh.workdir, slurm_fresh.partitions, root=slurm_fresh.root,
-                       binds=slurm_fresh.binds, ctld_port=slurm_fresh.ctld_port, rest_port=slurm_fresh.rest_port)
+                       binds=slurm_fresh.binds, ctld_port=slurm_fresh.ctld_port, rest_port=slurm_fresh.rest_port,
+                       extra_conf=slurm_fresh.extra_conf)  # the same slurm.conf (the fixture's Epilog included)
     other.up()
     assert other.status()["daemons"] == before
     assert other.healthy()

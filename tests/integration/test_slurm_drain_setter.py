@@ -2,88 +2,48 @@
 takes it for (reconciler/core/drains.py): slurmctld's own drain (an Epilog that fails) and down (a slurmd that
 stops answering) are Slurm's, recorded as the SlurmUser, never a person's hold; a person's drain (their own
 account, an Administrator in accounting) is theirs whatever it says; gpufleet's is gpufleet's; the operator's
-stand-in drains as the operator's user.
-
-Its own cluster (the session's has no Epilog): the local stack's slurm.conf lines, accounting as the stack
-declares it, and an Epilog that fails on a node whose name a test writes into a folder."""
+stand-in drains as the operator's user. The cluster: tests/fixtures/slurm_cluster.py (its Epilog fails on the
+node a test names)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from fleetspec import load_stack_file
 from gpufleet.waiting import wait_for
-from localenv.ports import free_ports
 from localenv.slinky_standin import OPERATOR_USER, PREFIX
-from localenv.slurm import LocalSlurm, local_stack_extra_conf
+from localenv.slurm import LocalSlurm
 from reconciler.adapters.slurm import SlurmClient
 from reconciler.adapters.slurm.cli import SlurmCLI
 from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from reconciler.core.drains import Owner, SlurmUsers, drained_by_person, drained_by_slurm, owner
 from reconciler.core.slurm_reasons import CHECK, GONE
 from reconciler.runtime.facts import slurm_view
-from tests.fixtures.slurm_cluster import (
-    REPO_ROOT, RECONCILER_USER, SLURM_NODESET, SLURM_PARTITION, TENANT_USER, build_slurm_root, start_accounting,
-    start_nodes,
-)
+from tests.fixtures.slurm_cluster import REPO_ROOT, RECONCILER_USER, SLURM_PARTITION, TENANT_USER, fail_epilog
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 USERS = SlurmUsers.of(load_stack_file(REPO_ROOT / "Pulumi.local.yaml").fleet)  # gpufleet; slurm and root
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSlurm, Path]]:
-    root = build_slurm_root()
-    workdir = tmp_path_factory.mktemp("slurm-setter")
-    failing = workdir / "epilog-fails"  # a node named here fails its Epilog
-    failing.mkdir()
-    epilog = workdir / "epilog.sh"
-    epilog.write_text(f'#!/bin/sh\n[ -e "{failing}/$SLURMD_NODENAME" ] && exit 1\nexit 0\n')
-    epilog.chmod(0o755)
-    ctld, rest = free_ports(2)
-    c = LocalSlurm(workdir, {SLURM_PARTITION: [SLURM_NODESET]}, root=root,
-                   binds=[tmp_path_factory.getbasetemp(), REPO_ROOT], ctld_port=ctld, rest_port=rest,
-                   extra_conf=[*local_stack_extra_conf(), f"Epilog={epilog}"])
-    try:
-        c.up()
-        start_accounting(c)
-        start_nodes(c)
-        yield c, failing
-    finally:
-        c.down()
-
-
-@pytest.fixture
-def fresh(cluster: tuple[LocalSlurm, Path]) -> tuple[LocalSlurm, Path]:
-    c, failing = cluster
-    for f in failing.iterdir():
-        f.unlink()
-    c.up()
-    c.reset()
-    return c, failing
-
-
 @pytest.fixture(params=["rest", "cli"])
-def client(request, fresh: tuple[LocalSlurm, Path]) -> Iterator[SlurmClient]:
+def client(request, slurm_fresh: LocalSlurm) -> Iterator[SlurmClient]:
     """Each client as the reconciler runs it: slurmrestd with its own user's token, or Slurm's tools."""
-    c, _ = fresh
     if request.param == "cli":
-        yield SlurmCLI(env=c.env(), timeout=20)
+        yield SlurmCLI(env=slurm_fresh.env(), timeout=20)
         return
-    rest = SlurmREST(c.rest_url, SignedToken(c.jwt_key_path, user=RECONCILER_USER), timeout=10)
+    rest = SlurmREST(slurm_fresh.rest_url, SignedToken(slurm_fresh.jwt_key_path, user=RECONCILER_USER), timeout=10)
     yield rest
     rest.close()
 
 
 def test_slurmctlds_own_drain_is_recorded_as_the_slurm_user_and_not_taken_for_a_persons(
-        fresh: tuple[LocalSlurm, Path], client: SlurmClient) -> None:
+        slurm_fresh: LocalSlurm, client: SlurmClient) -> None:
     """A job's Epilog fails: slurmctld drains the node itself ("Epilog error", src/slurmctld/job_mgr.c, as the
     SlurmUser). Before, any reason without gpufleet's or the operator's prefix was a person's hold."""
-    c, failing = fresh
-    (failing / "gpu-a-1").touch()
+    c = slurm_fresh
+    fail_epilog(c, "gpu-a-1")
     c.sbatch("-p", SLURM_PARTITION, "-w", "gpu-a-1", "--chdir=/tmp", "-o", "/dev/null", "--wrap", "true")
     n = wait_for("slurmctld to drain gpu-a-1", lambda: (x := client.node("gpu-a-1")) and "DRAIN" in x.states and x,
                  60, interval=0.5, explain=lambda: c.scontrol("-o", "show", "node", "gpu-a-1"))
@@ -95,10 +55,10 @@ def test_slurmctlds_own_drain_is_recorded_as_the_slurm_user_and_not_taken_for_a_
 
 
 def test_a_slurmd_that_stops_answering_is_slurms_down_not_a_persons(
-        fresh: tuple[LocalSlurm, Path], client: SlurmClient) -> None:
+        slurm_fresh: LocalSlurm, client: SlurmClient) -> None:
     """slurmctld sets it DOWN, "Not responding" (src/slurmctld/ping_nodes.c, as the SlurmUser), SlurmdTimeout
     (the local stack's 30 s) after its last answer."""
-    c, _ = fresh
+    c = slurm_fresh
     c.stop_daemon("slurmd:gpu-a-1")
     try:
         n = wait_for("slurmctld to set gpu-a-1 DOWN", lambda: (x := client.node("gpu-a-1")) and "DOWN" in x.states
@@ -116,10 +76,10 @@ def test_a_slurmd_that_stops_answering_is_slurms_down_not_a_persons(
 
 
 def test_a_persons_drain_is_recorded_as_theirs_and_is_a_persons_whatever_it_says(
-        fresh: tuple[LocalSlurm, Path], client: SlurmClient) -> None:
+        slurm_fresh: LocalSlurm, client: SlurmClient) -> None:
     """A person with their own account (an Administrator in accounting, as an on-call engineer is), even when
     they write a reason Slurm or gpufleet would; and gpufleet's own drain, by its own user."""
-    c, _ = fresh
+    c = slurm_fresh
     c.run(["sacctmgr", "-i", "add", "user", f"name={TENANT_USER}", "account=root", "adminlevel=Administrator"],
           check=True)
     try:
@@ -148,9 +108,8 @@ def test_a_persons_drain_is_recorded_as_theirs_and_is_a_persons_whatever_it_says
         rest.close()
 
 
-def test_the_operator_stand_ins_drain_is_set_by_the_operators_user(fresh: tuple[LocalSlurm, Path],
-                                                                      client: SlurmClient) -> None:
-    c, _ = fresh
+def test_the_operator_stand_ins_drain_is_set_by_the_operators_user(slurm_fresh: LocalSlurm, client: SlurmClient) -> None:
+    c = slurm_fresh
     c.set_node_state("gpu-a-0", "DRAIN", PREFIX + "cordoned", user=OPERATOR_USER)  # what the stand-in sends
     n = client.node("gpu-a-0")
     assert n.reason_set_by == OPERATOR_USER == "slurm" and owner(slurm_view(n, USERS)) is Owner.OPERATOR

@@ -283,6 +283,11 @@ class Provider:
     def withdraw_capacity_request(self, pool, key):
         self.calls.append(("withdraw", key))
 
+    def give_back(self, node, why):
+        """What kubernetes-spares does: role surplus, the spare taint kept."""
+        self.calls.append(("give-back", node))
+        self.kube.nodes[node]["metadata"]["labels"][labels.ROLE] = labels.ROLE_SURPLUS
+
     def membership_facts(self):
         return MembershipFacts()
 

@@ -313,14 +313,21 @@ def test_the_agent_reports_each_corpus_event_as_it_needs(case, lines, expect, tm
     ag.report_pending()
     faults = [e for e in expect if e["action"] not in ("none", "restart-app", "diagnose")]
     notices = [e for e in expect if e["action"] in ("restart-app", "diagnose")]
+    # the condition: faults that take the node out, and diagnostics asked (the reconciler checks the node in service)
+    conds = [e for e in expect if e["action"] not in ("none", "restart-app")]
     written = [(r, parse_condition(r, m)) for _, r, m in kube.writes]
-    # every write is one of the expected faults, with its action and GPU; the first is always written
-    assert all((r, s.action.value, s.pci) in {(_reason(e), e["action"], e["pci"]) for e in faults}
+    # every write is one of the expected conditions, with its action and GPU; the first is always written
+    assert all((r, s.action.value, s.pci) in {(_reason(e), e["action"], e["pci"]) for e in conds}
                for r, s in written), written
-    assert [r for r, _ in written[:1]] == [_reason(e) for e in faults[:1]]
-    assert {r for r, _ in written} == {_reason(e) for e in faults}  # a repeat of a reason set already is not rewritten
-    # the job's problems are Events on the node, never the condition
-    assert {(r, parse_condition(r, m).pci) for r, m in kube.events} == {(_reason(e), e["pci"]) for e in notices}
+    assert [r for r, _ in written[:1]] == [_reason(e) for e in conds[:1]]
+    # a repeat of a reason set already is not rewritten; a diagnose one never over a fault that takes the node out
+    assert {_reason(e) for e in faults} <= {r for r, _ in written} <= {_reason(e) for e in conds}
+    out = next((i for i, (_, s) in enumerate(written) if s.action.remediates), len(written))
+    assert all(s.action.value != "diagnose" for _, s in written[out:])
+    # the job's problems are Events on the node, never the condition (a diagnose one only where it is outranked)
+    events = {(r, parse_condition(r, m).pci) for r, m in kube.events}
+    apps = {(_reason(e), e["pci"]) for e in notices if e["action"] == "restart-app"}
+    assert apps <= events <= {(_reason(e), e["pci"]) for e in notices}
     assert ag.counts["faults"] == len(faults) and ag.counts["notices"] == len(notices)
 
 
@@ -366,8 +373,8 @@ def test_a_spec_override_changes_what_the_agent_reports(kmsg):
 def test_three_xid_13_bursts_on_one_gpu_leave_the_node_in_service_and_ask_for_diagnostics(tmp_path):
     """A crashing training script: the same Xid 13 exception (github.com/leptonai/gpud/pull/46's three lines) three
     times on one GPU within the hour. Once is the job's; repeated on the same GPC and TPC, NVIDIA's RUN_DCGMEUD:
-    diagnostics are asked (an Event saying `action=diagnose`), the node stays in service: no condition is set,
-    so nothing is cordoned, retired or terminated."""
+    diagnostics are asked: the GPU condition says `action=diagnose` (the reconciler checks the node while it stays
+    in service: nothing is cordoned for the fault, retired or terminated), once; the first burst is an Event."""
     burst = ["NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
              "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter",
              "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Global Exception on "
@@ -386,7 +393,26 @@ def test_three_xid_13_bursts_on_one_gpu_leave_the_node_in_service_and_ask_for_di
     ag.read_backlog()
     ag.connect()
     ag.report_pending()
-    assert kube.writes == []  # no GPU condition: the node stays in service
+    (_, reason, message), = kube.writes  # one condition: the diagnosis asked, not rewritten by the third burst
+    assert reason == "Xid13" and parse_condition(reason, message).action.value == "diagnose"
     actions = [parse_condition(r, m).action.value for r, m in kube.events]
-    assert actions == ["restart-app", "diagnose"] and {r for r, _ in kube.events} == {"Xid13"}
+    assert actions == ["restart-app"] and {r for r, _ in kube.events} == {"Xid13"}
     assert ag.counts["faults"] == 0 and ag.counts["notices"] == 9
+
+
+def test_diagnostics_asked_never_overwrite_a_fault_that_takes_the_node_out(tmp_path):
+    """A repeated Xid 13 on a node whose condition already says a reboot is needed: the diagnose one is an Event;
+    the condition keeps the fault that takes the node out (written over, the reconciler would see a mild fault)."""
+    line = ("NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
+            "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter")
+    log = tmp_path / "kern.log"
+    log.write_text("".join(f"3,{seq},{minute * 60_000_000},-;{line}\n" for seq, minute in ((101, 0), (102, 20))))
+    kube = FakeKube()
+    ag = Agent(kube, NODE, KernelLog(log, from_start=True), sleep=FakeSleep())
+    ag.read_backlog()
+    ag.connect()
+    kube.nodes[NODE]["status"]["conditions"] = [{"type": "GpuHealthy", "status": "False", "reason": "Xid79",
+                                                 "message": "[action=reboot pci=0000:3b:00] XID 79: off the bus"}]
+    ag.report_pending()
+    assert kube.writes == []
+    assert [parse_condition(r, m).action.value for r, m in kube.events] == ["restart-app", "diagnose"]

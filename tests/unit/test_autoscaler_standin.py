@@ -42,7 +42,7 @@ def test_a_capacity_request_fits_its_own_pool_only():
     groups = node_groups(SPEC)
     group, why = choose(request("l40s"), groups)
     assert group is not None and group.name == "l40s"
-    assert "node selector" in why["h100"]  # each pool's node group has a label of its own
+    assert why["h100"] == "node(s) didn't match Pod's node affinity/selector"  # each pool's node group has a label of its own
     assert choose(request("h100"), groups)[0].name == "h100"
 
 
@@ -72,7 +72,7 @@ def test_a_pod_that_would_not_fit_says_why():
     for_a_spare = {**pod, "spec": {**pod["spec"], "affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": labels.ROLE, "operator": "In", "values": ["spare"]}]}]}}}}}
-    assert misfit(for_a_spare, template) == "node(s) didn't match Pod's node affinity"
+    assert misfit(for_a_spare, template) == "node(s) didn't match Pod's node affinity/selector"
 
 
 # --- the template a real autoscaler makes: from an existing node of the group -------------------------
@@ -136,7 +136,22 @@ def test_a_capacity_request_fits_a_template_made_from_any_node_of_its_pool_and_l
     group = NodeGroup.of_pool(SPEC.pool(pool))
     for n in nodes:
         assert misfit(pod, sanitized(n, f"template-node-for-{pool}")) is None, n["metadata"]["name"]
-        assert misfit(pod, n) == "node(s) didn't match Pod's node affinity", n["metadata"]["name"]
+        assert misfit(pod, n) == "node(s) didn't match Pod's node affinity/selector", n["metadata"]["name"]
     assert misfit(pod, group.node("kwok-h100-spare-7")) is None  # a node that joins later
     chosen, _ = choose(pod, node_groups(SPEC), [n for p in ("h100", "l40s") for n in pool_nodes(p)], NOW)
     assert chosen is not None and chosen.name == pool
+
+
+def test_the_not_trigger_scale_up_message_is_upstreams_counted_reasons_and_the_reconciler_reads_it():
+    """cluster-autoscaler 1.32.0 eventing_scale_up_processor.go: "pod didn't trigger scale-up: " and each
+    reason with the count of node groups that gave it; gpufleet's reader takes it as the request's refusal."""
+    from localenv.autoscaler_standin import MAX_SIZE_REACHED, NODE_AFFINITY, not_triggered
+    from reconciler.core.refills import pool_refusals, request_name
+
+    assert not_triggered([MAX_SIZE_REACHED]) == "pod didn't trigger scale-up: 1 max node group size reached"
+    assert not_triggered([NODE_AFFINITY, NODE_AFFINITY, MAX_SIZE_REACHED]) == (
+        "pod didn't trigger scale-up: 2 node(s) didn't match Pod's node affinity/selector, 1 max node group size reached")
+    name = request_name("h100", "k")
+    event = {"reason": "NotTriggerScaleUp", "involvedObject": {"kind": "Pod", "name": name},
+             "message": not_triggered([MAX_SIZE_REACHED])}
+    assert pool_refusals([event], [name]) == {name: "pod didn't trigger scale-up: 1 max node group size reached"}

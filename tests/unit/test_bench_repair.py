@@ -23,10 +23,13 @@ from reconciler.core.phases import Phase  # noqa: E402
 from tests.unit.fakes import fleet  # noqa: E402
 
 
-def two_pools():
-    """h100 with a spare, l40s with none; refills never come."""
+def two_pools(in_place=False):
+    """h100 with a spare, l40s with none; refills never come; l40s repairs the waiting job's node in place
+    only when `in_place` (the spec's default; off here, so its jobs wait for a spare that never comes)."""
     spec = fleet(nodes=12, spares=1, pools=("h100", "l40s"), grace_period_seconds=0)
-    return spec.model_copy(update={"pools": [spec.pools[0], spec.pools[1].model_copy(update={"spares": 0})]})
+    l40s = spec.pools[1]
+    return spec.model_copy(update={"pools": [spec.pools[0], l40s.model_copy(update={
+        "spares": 0, "repair": l40s.repair.model_copy(update={"in_place": in_place})})]})
 
 
 def row(component: str) -> table.Row:
@@ -61,6 +64,18 @@ def test_jobs_wait_only_in_the_pool_with_no_spare_and_the_other_pool_heals_meanw
     assert any(at > first for at, _ in h100), res.heals  # some of them while an l40s job waited for a spare
     # the two stopped l40s jobs' time went to waiting for a spare, the h100 jobs' to a swap of seconds
     assert res.lost_gpu_h[jobs.SPARE] > 0 and res.lost_gpu_h[jobs.PERSON] == 0
+
+
+def test_with_the_default_in_place_repair_a_job_with_no_spare_gets_its_own_node_back():
+    """The same world with the spec's default: the l40s jobs' own nodes are repaired while they wait, and the
+    jobs run again on them (no wait lasts the run)."""
+    trace = interruptions("GPU HBM3 Memory", ["l40s-w0", "h100-w0", "l40s-w5"], every=1800)
+    res = world.run(two_pools(in_place=True), world.Params(days=0.5, refill_success=0, job_nodes=4), loop=True,
+                    trace=trace)
+    waits = [w for w in res.waits if w["pool"] == "l40s"]
+    assert waits and all(w["ended"] != "still waiting at 12 h" for w in waits), waits
+    assert res.effective > world.run(two_pools(), world.Params(days=0.5, refill_success=0, job_nodes=4), loop=True,
+                                     trace=trace).effective
 
 
 def test_explain_names_each_failed_loops_record():

@@ -292,3 +292,47 @@ def test_a_sigterm_noted_but_never_sent_is_sent_after_the_restart_and_marked_del
     w.run(seconds=5)
     assert [c for c in w.slurm.calls if c[0] == "signal"] == [("signal", (7,))]
     assert w.remediation("h100-0").phase is not Phase.CHECKPOINTING
+
+
+GUARANTEES["notify:diagnosis-passed"] = Guarantee.AT_MOST_ONCE
+DIAGNOSIS_PATH = 17  # every call of a diagnosis that passes, from the record's create to its page
+
+
+def diagnosis_path(w: World) -> list:
+    return [(w.store, "write_status"), (w.store, "create"), (w.slurm, "drain"), (w.kube, "cordon"), (w.kube, "evict"),
+            (w.checks, "start"), (w.kube, "patch_node"), (w.kube, "set_condition"), (w.provider, "back_in_service"),
+            (w.slurm, "resume"), (w.notifier, "send")]
+
+
+def diagnosing_world() -> World:
+    from tests.unit.test_diagnosis import diagnose_fault
+    w = World(fleet(nodes=4, spares=2, grace_period_seconds=0), operator=True)
+    diagnose_fault(w, "h100-0")
+    return w
+
+
+@pytest.mark.parametrize("crash_at", range(1, DIAGNOSIS_PATH + 1))
+def test_a_diagnosis_killed_at_every_point_resumes_and_never_repeats(crash_at):
+    """Diagnostics asked on an idle node: drained, cleared, checked, passed. Kill the reconciler at each call,
+    restart it: one health-check Job, the node back in service and its Slurm node resumed, the page at most once,
+    and the record ends Passed (never taken for a condition cleared by someone else)."""
+    from reconciler.core.diagnosis_stages import Stage
+    w = diagnosing_world()
+
+    def sent():
+        return {"notify:diagnosis-passed": w.notifier.sent.count("diagnosis-passed")}
+
+    point = crash_after(w, crash_at, diagnosis_path(w), 60, sent)
+    w.run(seconds=120)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.SUCCEEDED and r.diagnosis.stage is Stage.PASSED, (point, r.diagnosis)
+    assert len(set(w.checks.started)) == 1
+    assert w.slurm.table["h100-w0"].reason == "" and not w.kube.nodes["h100-0"]["spec"].get("unschedulable")
+    assert not any(c[0] in ("promote", "quarantine", "retire") for c in w.provider.calls)
+    assert_guarantees(point, sent(), ("notify:diagnosis-passed",))
+
+
+def test_the_crash_points_cover_every_call_of_a_diagnosis():
+    w = diagnosing_world()
+    point = crash_after(w, 10_000, diagnosis_path(w), 60, lambda: {})
+    assert point.call == "" and point.made == DIAGNOSIS_PATH

@@ -19,6 +19,7 @@ from reconciler.core.model import (
 )
 from reconciler.core.observe import node_view
 from reconciler.core.phases import InvalidTransition, Phase, check_transition
+from reconciler.core.repair_phases import RepairPhase, begin
 from tests.unit.fakes import PROVEN
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -89,22 +90,24 @@ def test_application_or_unknown_xid_never_remediates(xid):
 
 
 @pytest.mark.parametrize("raw, needs", [
-    ({"reason": "Xid13", "message": "[action=diagnose pci=0000:cb:00] XID 13 repeated on one GPU"}, None),
+    ({"reason": "Xid13", "message": "[action=diagnose pci=0000:cb:00] XID 13 repeated on one GPU"},
+     ("Diagnosing", "diagnose")),
     ({"reason": "Xid94", "message": "[action=restart-app pci=0000:01:00] XID 94"}, None),
-    ({"reason": "Xid61", "message": "XID 61, no header: the catalogue's CONTACT_SUPPORT"}, "contact-support"),
-    ({"reason": "Xid54", "message": "XID 54: CHECK_MECHANICALS"}, "contact-support"),
-    ({"reason": "Xid78", "message": "XID 78: UPDATE_SWFW"}, "contact-support"),
+    ({"reason": "Xid61", "message": "XID 61, no header: the catalogue's CONTACT_SUPPORT"}, ("Detected", "contact-support")),
+    ({"reason": "Xid54", "message": "XID 54: CHECK_MECHANICALS"}, ("Detected", "contact-support")),
+    ({"reason": "Xid78", "message": "XID 78: UPDATE_SWFW"}, ("Detected", "contact-support")),
     ({"reason": "Xid74", "message": "[action=contact-support pci=0000:b9:00] XID 74: XID74Reg0HardwareIssue"},
-     "contact-support"),
+     ("Detected", "contact-support")),
 ])
 def test_diagnostics_leave_the_node_in_service_and_a_case_for_a_person_is_contained_not_replaced(raw, needs):
-    """`diagnose` and `restart-app` start nothing (the node serves on); what NVIDIA sends to a person is contained
-    and healed like any fault, with `contact-support` on its record (the repair loop holds it: no retirement)."""
+    """`restart-app` starts nothing (the node serves on); `diagnose` starts a diagnosis, not a heal (the node is
+    checked while it serves: core/diagnosis.py); what NVIDIA sends to a person is contained and healed like any
+    fault, with `contact-support` on its record (the repair loop holds it: no retirement)."""
     cond = {"type": "GpuHealthy", "status": "False", "lastTransitionTime": T0.isoformat(), **raw}
     n = node_view({"metadata": {"name": "h100-0", "labels": {labels.NODE_POOL: "h100", labels.ROLE: labels.ROLE_ACTIVE}},
                    "status": {"conditions": [cond]}}, ["GpuHealthy"])
     r = detect(n, [], spec(), T0).remediation
-    assert (r.action.value if r else None) == needs
+    assert ((r.phase.value, r.action.value) if r else None) == needs
 
 
 def test_repeated_signal_while_in_progress_is_one_record():
@@ -388,16 +391,45 @@ def test_attempt_cap_escalates_after_containment_and_pages():
     assert [a.kind for a in st.actions] == ["Quarantine", "Notify"] and st.actions[1].severity == "critical"
 
 
-def test_admission_counts_the_window_not_only_live_records_and_never_opted_out_nodes():
+def test_admission_counts_nodes_unhealthy_now_never_opted_out_nodes():
+    """Cluster API's maxUnhealthy counts the machines unhealthy now: a finished heal whose node is still out
+    (quarantined, its repair under way) counts; a node repaired and returned, or retired, does not."""
     s = spec()
-    pool = [node("h100-0", xid=79), node("h100-1"), node("h100-2", xid=79)]
+    pool = [node("h100-0", xid=79), node("h100-1", role=labels.ROLE_QUARANTINED), node("h100-2", xid=79),
+            node("h100-3"), node("h100-4", role=labels.ROLE_RETIRED)]
     done = rec(node("h100-1", xid=48), Phase.SUCCEEDED, created=T0 - timedelta(minutes=5))
     out = rec(node("h100-2", xid=79), Phase.OPTED_OUT)
     old = rec(node("h100-3", xid=79), Phase.SUCCEEDED, created=T0 - timedelta(hours=2))
+    retired = rec(node("h100-4", xid=79), Phase.SUCCEEDED, created=T0 - timedelta(minutes=1))
     me = rec(node("h100-0", xid=79), Phase.REQUEUED)
-    a = admission_facts(me, pool, [done, out, old, me], s, T0)
-    assert a.unhealthy == {"h100-0", "h100-1"}  # the finished one within the window counts; opted out does not
+    a = admission_facts(me, pool, [done, out, old, retired, me], s, T0)
+    assert a.unhealthy == {"h100-0", "h100-1"}  # still out counts; back in service, retired, opted out do not
     assert a.in_flight == 0 and a.attempts == 0
+
+
+def test_the_brake_does_not_count_a_node_healed_repaired_and_returned_minutes_ago():
+    """A 2-node pool, brake at 50 %: h100-1 faulted, was healed on a spare, repaired and returned to the spares
+    four minutes ago; a fault on h100-0 now is one unhealthy node of two, not a storm, and is replaced."""
+    s = spec(max_unhealthy_fraction=0.5)
+    s = s.model_copy(update={"pools": [s.pools[0].model_copy(update={"nodes": 2, "spares": 1})] + s.pools[1:]})
+    earlier = T0 - timedelta(minutes=6)
+    returned = replace(rec(node("h100-1", xid=79, since=earlier), Phase.SUCCEEDED, created=earlier),
+                       replacement="h100-spare-0",
+                       repair=begin(RepairPhase.RETURNED, T0 - timedelta(minutes=4)))
+    pool = [node("h100-0", xid=79), node("h100-1", role=labels.ROLE_SPARE, ready=True),
+            node("h100-spare-0", ready=True)]
+    me = rec(node("h100-0", xid=79), Phase.REQUEUED)
+    a = admission_facts(me, pool, [returned, me], s, T0)
+    assert a.unhealthy == {"h100-0"} and a.pool_size == 2
+    st = plan_step(me, StepFacts(admission=a), s, T0)
+    assert st.remediation.phase is Phase.EVICTING and st.gate is None
+    # the same node still quarantined (its repair not over) is unhealthy now: 2 of 2 is a storm, and says so
+    still = [node("h100-0", xid=79), node("h100-1", role=labels.ROLE_QUARANTINED), node("h100-spare-0", ready=True)]
+    a = admission_facts(me, still, [replace(returned, repair=None), me], s, T0)
+    st = plan_step(me, StepFacts(admission=a), s, T0)
+    assert st.remediation.phase is Phase.HELD and st.gate.reason == "TooManyUnhealthy"
+    assert st.gate.message.startswith("2 of 2 nodes in pool h100 unhealthy now (> 50%; unhealthy: out for a fault "
+                                      "and not healthy again; 2: the active nodes the pool declares, its spares not counted)")
 
 
 def test_waiting_for_a_spare_holds_no_slot():
@@ -438,7 +470,7 @@ def test_no_room_to_refill_promotes_asks_for_nothing_and_says_the_refill_failed(
     r = rec(node("h100-0", xid=79), Phase.REPLACING, replacement="h100-spare-0")
     st = plan_step(r, StepFacts(can_refill=False), spec(), T0)
     assert [a.kind for a in st.actions] == ["PromoteSpare", "Quarantine", "SettleRefill", "Notify"]
-    assert st.actions[2].outcome == "Failed" and st.actions[3].event == "refill-blocked"
+    assert st.actions[2].outcome == "Failed" and st.actions[3].event == "refill-failed"
     assert "Action needed: add capacity to pool h100" in st.actions[3].text
     assert st.remediation.refill.state == "Failed" and "no room" in st.remediation.refill.message
 
@@ -651,12 +683,13 @@ def test_a_spare_that_broke_standing_in_is_counted_once_by_the_brake_and_replace
 # --- success only when the Slurm nodes the remediation moved are back (issue 23) ------------------------
 
 def test_a_heal_is_not_a_success_while_its_own_slurm_nodes_pod_can_be_placed_nowhere():
-    """Another Slurm node's pod landed on the replacement and takes jobs; the remediation's own waits
-    Pending with nowhere to go. Not Succeeded: the record says why at once, and the timeout fails it with that."""
+    """The replacement is ready, the remediation's own Slurm node waits Pending with nowhere to go. Not
+    Succeeded: the record says why at once, and the timeout fails it with that. (Another Slurm node's pod on the
+    replacement instead: the spare is given up and another taken, see the two-heals tests below.)"""
     r = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-3",))
     why = "0/12 nodes are available: 11 node(s) had untolerated taint {gpufleet.io/spare: true}, 1 node(s) were unschedulable."
-    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-9",),
-                      slurm=(slurm("gpu-9"),), slurm_pods=(nodeset_pod("gpu-3", unschedulable=why),))
+    facts = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=(),
+                      slurm=(), slurm_pods=(nodeset_pod("gpu-3", unschedulable=why),))
     st = plan_step(r, facts, spec(), T0)
     assert st.remediation.phase is Phase.RESUMING and not any(a.kind == "ReleaseJobs" for a in st.actions)
     assert st.remediation.waiting == f"Slurm node gpu-3: pod slurm/slurm-worker-gpu-3 cannot be scheduled: {why}"
@@ -682,6 +715,55 @@ def test_a_slurm_node_still_on_a_broken_replacement_is_not_resumed_there():
     assert not any(isinstance(a, ResumeSlurm) for a in st.actions) and st.remediation is None
     moved = replace(on_broken, replacement_slurm=("gpu-3",), slurm_pods=(nodeset_pod("gpu-3", "h100-spare-1"),))
     assert plan_step(r, moved, spec(), T0).actions == (ResumeSlurm("gpu-3"),)
+
+
+# --- two heals, one spare: the scheduler decides which Slurm node the promoted spare takes ----------------
+
+WHY_PENDING = "0/4 nodes are available: 1 node(s) had untolerated taint {gpufleet.io/quarantined: true}, 3 node(s) didn't match pod anti-affinity rules."
+
+
+def test_a_spare_the_scheduler_gave_to_another_slurm_node_is_given_up_and_counted_by_that_ones_heal():
+    """h100-0 and h100-1 (Slurm nodes gpu-0, gpu-1) fault together; one spare. h100-0's remediation promoted
+    h100-spare-0, h100-1's waits for a spare; the scheduler put gpu-1 on h100-spare-0 and gpu-0 can go nowhere.
+    Neither waits on the other: h100-0's gives the spare up (the record says why) and waits for another,
+    h100-1's counts it as its replacement, quarantines its node (for its repair) and succeeds."""
+    s = spec()
+    a = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-0",))
+    b = replace(rec(node("h100-1", xid=79), Phase.WAITING_FOR_SPARE), slurm_nodes=("gpu-1",))
+    promoted = node("h100-spare-0", ready=True)  # promoted: active, untainted
+    pods = (nodeset_pod("gpu-0", unschedulable=WHY_PENDING), nodeset_pod("gpu-1", "h100-spare-0"))
+    on_spare = StepFacts(replacement=promoted, replacement_slurm=("gpu-1",), slurm=(slurm("gpu-1"),), slurm_pods=pods)
+    st = plan_step(a, on_spare, s, T0)
+    assert st.remediation.phase is Phase.REPLACING and st.remediation.replacement is None and not st.carry
+    assert "h100-spare-0 took Slurm node(s) gpu-1 instead of gpu-0" in st.remediation.reason
+    assert st.remediation.failed_replacements == ()  # the spare did not break
+    pool = (node("h100-0", xid=79, unschedulable=True), node("h100-1", xid=79, unschedulable=True), promoted)
+    nothing_free = StepFacts(pool_nodes=pool, claimed=frozenset({"h100-spare-0"}), slurm_pods=pods)
+    st = plan_step(st.remediation, nothing_free, s, T0)
+    assert st.remediation.phase is Phase.WAITING_FOR_SPARE and st.remediation.replacement is None
+    # h100-1's remediation: its Slurm node runs on a healthy node of the pool: that node is its replacement
+    st = plan_step(b, nothing_free, s, T0)
+    assert st.remediation.phase is Phase.REPLACING and st.carry
+    st = plan_step(st.remediation, nothing_free, s, T0)
+    assert st.remediation.phase is Phase.RESUMING and st.remediation.replacement == "h100-spare-0"
+    assert st.actions == (Quarantine("h100-1", 79, "h100", True),) and "came back on h100-spare-0" in st.remediation.reason
+    assert not any(isinstance(x, (PromoteSpare, RequestCapacity)) for x in st.actions)
+    st = plan_step(st.remediation, on_spare, s, T0)
+    assert st.remediation.phase is Phase.SUCCEEDED
+
+
+def test_a_slurm_node_still_on_its_faulted_node_or_a_pod_merely_pending_changes_no_spare():
+    """Nothing is given up or adopted on a guess: a pod still on the faulted node is not back; a replacement whose
+    own Slurm node's pod is not placed yet (no word from the scheduler) is waited on."""
+    s = spec()
+    b = replace(rec(node("h100-1", xid=79), Phase.WAITING_FOR_SPARE), slurm_nodes=("gpu-1",))
+    pool = (node("h100-1", xid=79, unschedulable=True), node("h100-spare-0", ready=True))
+    assert plan_step(b, StepFacts(pool_nodes=pool, slurm_pods=(nodeset_pod("gpu-1", "h100-1"),)), s, T0).remediation is None
+    a = replace(rec(node("h100-0", xid=79), Phase.RESUMING, replacement="h100-spare-0"), slurm_nodes=("gpu-0",))
+    pending = StepFacts(replacement=node("h100-spare-0", ready=True), replacement_slurm=("gpu-1",),
+                        slurm=(slurm("gpu-1"),), slurm_pods=(nodeset_pod("gpu-0"),))
+    st = plan_step(a, pending, s, T0)
+    assert st.remediation is None or st.remediation.phase is Phase.RESUMING
 
 
 # --- who reported the faults (issue 24): a burst one writer could forge is contained, and named -----------

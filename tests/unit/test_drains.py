@@ -115,6 +115,8 @@ def test_a_heal_drains_over_slurms_own_drain_and_keeps_a_persons():
     person = view("Kill task failed (JobId=41 StepId=0)", ALICE)  # the same words, a person's hand
     st3 = plan_step(st.remediation, StepFacts(slurm=(person,)), spec(), T0)
     assert st3.remediation.kept_drains == ("gpu-3",) and any(isinstance(a, CarryDrain) for a in st3.actions)
+    (told,) = [a for a in st3.actions if isinstance(a, Notify)]
+    assert told.event == "person-drain-carried" and "set by alice" in told.text  # who, as Slurm recorded it
 
 
 def test_a_spare_slurm_drained_itself_is_not_promoted():

@@ -11,6 +11,7 @@ from localenv.gpu_hardware_standin import HEALTHY, NVLINK_DOWN, dcgm_diag, nvlin
 from reconciler.healthcheck import dcgm, nccl, nvidia_smi, nvlink
 from reconciler.healthcheck.floors import floor_for
 from reconciler.core.validation import read_report
+from tests.unit.fakes import fleet as fleet_spec
 from reconciler.healthcheck.run import Ran, run_checks
 
 GPU = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
@@ -210,3 +211,31 @@ def test_the_reconciler_reads_passed_failed_unproven_and_no_verdict_apart():
     assert (failed.state, failed.action) == ("failed", "reboot")
     garbled = read_report("Traceback (most recent call last): ...", False)  # the pod died before its report
     assert garbled.state == "inconclusive"
+
+
+def test_nvmls_all_links_inactive_answer_fails_a_model_with_nvlink_and_not_one_without():
+    """The line NVML prints when no link is up (NVIDIA/open-gpu-kernel-modules issue #1150, as posted)."""
+    out = "NVML:Unable to retrieve Nvlink information as all links are inActive\n"
+    assert nvlink.parse(out) == ()
+    assert nvlink.findings((), floor_for("NVIDIA H100 80GB HBM3")) != [] and nvlink.findings((), None) == []
+    run, which = tools({**HEALTHY_H100, "nvidia-smi nvlink": Ran(0, out)})
+    assert [c.name for c in run_checks(2, True, 8, run, which).checks if c.status == FAIL] == ["nvlink"]
+    run, which = tools({"nvidia-smi -q": Ran(0, A10_PENDING), "nvidia-smi nvlink": Ran(0, "something else\n")})
+    links = run_checks(None, False, 1, run, which).checks[1]
+    assert links.name == "nvlink" and links.status == PASS and "did not read" in links.message
+
+
+def test_the_command_on_a_machine_without_a_driver_writes_a_failed_report(tmp_path, monkeypatch):
+    """`gpufleet health-check` here (no nvidia-smi on this machine's PATH): the report in the termination log
+    says the driver is not there, and the command exits non-zero; the spec's options parse."""
+    from typer.testing import CliRunner
+
+    from gpufleet.cli import app
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it: no nvidia-smi, whatever the machine has
+    log = tmp_path / "termination-log"
+    argv = fleet_spec().healing.repair.health_check.argv()[2:]  # the Job's options, its log path replaced
+    argv[argv.index("--termination-log") + 1] = str(log)
+    r = CliRunner().invoke(app, ["health-check", *argv, "--allow-skip", "dcgm", "--gpus", "8"])
+    assert r.exit_code != 0 and "failed (needs reboot)" in r.output
+    reading = health_report.loads(log.read_text())
+    assert not reading.passed and "nvidia-smi is not in the container" in reading.summary

@@ -315,4 +315,8 @@ def test_the_notice_line_is_for_a_job_that_ran_when_the_fault_came():
     diag = Fault(13, "m", T0, action=FaultAction.DIAGNOSE)
     assert "diagnose: XID 13 (Graphics Engine Exception) on h100-3; the same error repeated on that GPU: " \
            "diagnostics are asked" in job_notes.notice_line("h100-3", diag, running)
+    # the job's owner learns the node is checked while it stays in service: the job runs on, no new one lands
+    assert job_notes.notice_line("h100-3", diag, running).endswith(
+        "the node stays in service and this job runs on: no new job lands there, and it is health-checked once "
+        "idle, back if it passes")
     assert job_notes.notice_line("h100-3", Fault(79, "m", T0), running) is None  # a fault that takes the node out

@@ -57,6 +57,10 @@ BEFORE = dict(nodes=("gpu-a-0",), started=-600, restarts=0)
      [NodeFault("kgpu-0", T0 - 120 * S, 94, "Contained memory error")], APP_RESTART,
      ["XID 94 (Contained memory error) on its node kgpu-0: a GPU memory error the GPU contained (hardware)",
       "only the application on that GPU had to restart; the node stays in service"]),
+    ("its XID 13 repeated on one GPU: diagnostics asked", job(**BEFORE), [],
+     [NodeFault("kgpu-0", T0 - 120 * S, 13, "[action=diagnose pci=0000:cb:00] XID 13 (Graphics Engine Exception)")],
+     OWN_ERROR, ["XID 13 (Graphics Engine Exception) on its node kgpu-0: repeated on that GPU: diagnostics are asked",
+                 "the node stays in service and the job runs on", "health-checked once idle"]),
     ("held by the storm brake", job("PENDING", (), None),
      [healed(Phase.REQUEUED).moved(Phase.HELD, T0 + 61 * S, held_message="2 of 4 nodes in pool kgpu unhealthy")],
      [], HELD, ["its replacement is held (2 of 4 nodes in pool kgpu unhealthy)", "nothing more happens until"]),
@@ -216,3 +220,14 @@ def test_a_requeued_job_waiting_in_the_queue_lists_every_node_it_ran_on():
     s = story(7, job("PENDING", (), None), [r], [], {**KUBE, "gpu-a-1": "kgpu-1"}, T0 + 100 * S)
     assert s.kube_nodes == ("kgpu-0", "kgpu-1")
     assert "Kubernetes nodes: kgpu-0, kgpu-1" in render(s)
+
+
+@pytest.mark.parametrize("component,host,counts", [
+    ("gpufleet-agent", "kgpu-0", True),   # the agent's own Event about its node (kube.node_event)
+    ("kubelet", "kgpu-0", False),          # anyone else who may create Events in default
+    ("gpufleet-agent", "kgpu-1", False),   # said to come from another node's agent
+    (None, None, False),
+])
+def test_a_nodes_story_counts_only_the_agents_events_about_it(component, host, counts):
+    from reconciler.core.job_story import agent_event
+    assert agent_event("kgpu-0", component, host) is counts

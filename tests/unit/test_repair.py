@@ -530,7 +530,10 @@ def test_a_hold_lifted_after_the_reset_was_done_goes_on_to_the_check_not_a_secon
     assert len(w.hardware.resets) == 1 and w.hardware.reboots == []
 
 
-def test_a_hold_lifted_on_a_request_never_carried_out_asks_it_again_as_the_same_rung():
+def test_a_hold_lifted_on_a_request_not_carried_out_yet_waits_for_it_then_asks_again_as_the_same_rung():
+    """The request is still on the node: lifting the hold waits for it (its whole timeout from now), not a
+    second request at once; with no sign of it by half its timeout since it was asked, asked again, once, as the
+    same rung (not a rung climbed)."""
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
     lost = []
@@ -538,9 +541,13 @@ def test_a_hold_lifted_on_a_request_never_carried_out_asks_it_again_as_the_same_
     w.fault("h100-0")
     w.run(seconds=5)
     r = _hold_then_lift(w, hold_seconds=30)
-    assert r.repair.phase is RepairPhase.REPAIRING and len(lost) == 2 and lost[0] != lost[1]
-    assert "shows no sign of being done: asked again" in r.repair.reason
-    assert r.repair.rungs == ("reboot",)  # the same rung, not a second one climbed
+    assert r.repair.phase is RepairPhase.REPAIRING and len(lost) == 1
+    assert "not answered yet: waited for" in r.repair.reason
+    assert r.repair.deadline >= w.clock.now + timedelta(seconds=1100)  # the reboot's 1200 s from the lift
+    w.run(seconds=700, step=5)
+    r = w.remediation("h100-0")
+    assert len(lost) == 2 and lost[0] != lost[1] and r.repair.rungs == ("reboot",)
+    assert [e.outcome for e in r.repair.history if e.step == "reboot"] == ["asked", "waiting", "asked again"]
 
 
 def test_a_request_with_no_sign_of_it_is_asked_again_once_under_a_new_id():
@@ -716,6 +723,7 @@ def test_a_person_marking_a_node_healthy_by_the_condition_alone_returns_it_only_
     w.run(seconds=3)
     assert role(w, "h100-3") == labels.ROLE_QUARANTINED  # its NodeSet pod (h100-w3) still runs there
     del w.kube.pods["slurm/slurm-worker-h100-w3"]
+    w.kube.nodes["h100-spare-1"]["metadata"]["labels"][labels.ROLE] = labels.ROLE_RETIRED  # room for it
     w.run(seconds=15)
     assert role(w, "h100-3") == labels.ROLE_SPARE
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,8 @@ from reconciler.adapters.records import to_object
 from reconciler.adapters.slurm import SlurmJob, SlurmNode
 from reconciler.core.model import Remediation
 from reconciler.core.phases import Phase
-from tests.unit.fakes import T0, World, fleet, nodeset_owner, pool_node
+from reconciler.core.repair_phases import RepairPhase
+from tests.unit.fakes import T0, FakeNodes, World, fleet, nodeset_owner, pool_node
 
 
 def test_nothing_is_decided_before_every_cache_has_listed():
@@ -380,6 +382,7 @@ def test_a_node_that_joins_is_labelled_into_its_pool_and_a_gpu_node_of_no_pool_i
                              "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": ready}}
     w.kube.nodes["stray-0"] = {"metadata": {"name": "stray-0", "labels": {}}, "spec": {},
                                "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": ready}}
+    w.kube.nodes["h100-spare-1"]["metadata"]["labels"][labels.ROLE] = labels.ROLE_RETIRED  # a spare short: not a surplus
     w.run(seconds=2)
     joined = w.kube.nodes["new-0"]["metadata"]["labels"]
     assert joined[labels.NODE_POOL] == "h100" and joined[labels.ROLE] == labels.ROLE_SPARE  # the pool's actives are full
@@ -621,7 +624,7 @@ def test_a_refill_nobody_answers_in_time_is_a_failed_refill_in_the_record_a_page
     w.run(seconds=25)
     r = w.remediation("h100-0")
     assert r.refill.state == "Failed" and "nobody answered the capacity request for pool h100 within 120s" in r.refill.message
-    assert w.notifier.sent.count("refill-failed") == 1 and "Action needed: add a node to pool h100" in \
+    assert w.notifier.sent.count("refill-failed") == 1 and "Action needed: add capacity to pool h100" in \
         w.notifier.texts["refill-failed"][0]
     assert ("withdraw", f"{r.name}/refill") in w.provider.calls
     assert w.manager.metrics.refills.labels("h100", "failed")._value.get() == 1
@@ -685,8 +688,9 @@ def slurm_pod(host: str, node: str | None, uid: str, unschedulable: str = "") ->
 
 def test_a_heal_whose_own_slurm_nodes_pod_cannot_be_scheduled_is_not_a_success():
     """The drill's false success: another Slurm node's pod lands on the replacement and takes jobs, while the
-    remediation's own (h100-w0) stays Pending with nowhere to go. The record stays Resuming and says why; it
-    succeeds once h100-w0's pod runs and Slurm takes jobs there."""
+    remediation's own (h100-w0) stays Pending with nowhere to go. Not a success: the spare is given up (it counts
+    for the Slurm node that runs there), the record says so, and another spare is promoted; the heal succeeds once
+    h100-w0's pod runs there and Slurm takes jobs."""
     w = World(fleet(grace_period_seconds=0))
     w.fault("h100-0")
     w.run(seconds=2)
@@ -695,13 +699,51 @@ def test_a_heal_whose_own_slurm_nodes_pod_cannot_be_scheduled_is_not_a_success()
     w.kube.pods["slurm/slurm-worker-h100-w0"] = slurm_pod("h100-w0", None, "uid-h100-w0-2", why)
     w.kube.pods["slurm/slurm-worker-h100-w9"] = slurm_pod("h100-w9", "h100-spare-0", "uid-h100-w9")
     w.slurm.table["h100-w9"] = SlurmNode("h100-w9", frozenset({"IDLE"}), "")
-    w.run(seconds=40)
+    w.run(seconds=2)
     r = w.remediation("h100-0")
-    assert r.phase is Phase.RESUMING and ("resume", "h100-w0") not in w.slurm.calls
-    assert r.waiting == f"Slurm node h100-w0: pod slurm/slurm-worker-h100-w0 cannot be scheduled: {why}"
-    w.kube.pods["slurm/slurm-worker-h100-w0"] = slurm_pod("h100-w0", "h100-spare-0", "uid-h100-w0-2")
+    assert r.phase is Phase.RESUMING and r.replacement == "h100-spare-1" and ("resume", "h100-w0") not in w.slurm.calls
+    assert "h100-spare-0 took Slurm node(s) h100-w9 instead of h100-w0" in r.reason
+    w.kube.pods["slurm/slurm-worker-h100-w0"] = slurm_pod("h100-w0", "h100-spare-1", "uid-h100-w0-2")
     w.run(seconds=2)
     assert ("resume", "h100-w0") in w.slurm.calls and w.remediation("h100-0").phase is Phase.SUCCEEDED
+
+
+def test_two_heals_on_one_spare_both_end_when_the_scheduler_gives_it_to_the_other_slurm_node():
+    """A 2-node job's two nodes fault together; the pool has one spare. One remediation promotes it, the other
+    waits for a spare; the scheduler puts the waiting one's Slurm node on the promoted spare, and the first's pod
+    can go nowhere. Neither heal waits on the other: the spare counts for the Slurm node that runs there, whose
+    node is quarantined and repaired; the other waits for a spare, takes that repaired node when it comes back,
+    and the job's two Slurm nodes run again; both faulted nodes end repaired."""
+    w = World(fleet(nodes=2, spares=1, grace_period_seconds=0, max_unhealthy_fraction=1.0))
+    two_node_job(w)
+    for n in ("h100-0", "h100-1"):
+        w.hardware.state[n] = FakeNodes.REBOOT_FIXES
+        w.fault(n)
+    w.run(seconds=3)
+    rs = {n: w.remediation(n) for n in ("h100-0", "h100-1")}
+    (first,) = [n for n, r in rs.items() if r.replacement == "h100-spare-0"]
+    (second,) = [n for n, r in rs.items() if r.phase is Phase.WAITING_FOR_SPARE]
+    mine, theirs = f"h100-w{first[-1]}", f"h100-w{second[-1]}"
+    # the scheduler: the waiting remediation's Slurm node on the promoted spare, the first's with nowhere to go
+    why = "0/3 nodes are available: 2 node(s) were unschedulable, 1 node(s) didn't match pod anti-affinity rules."
+    w.kube.evicted.clear()
+    w.kube.pods[f"slurm/slurm-worker-{theirs}"] = slurm_pod(theirs, "h100-spare-0", f"uid-{theirs}-2")
+    w.kube.pods[f"slurm/slurm-worker-{mine}"] = slurm_pod(mine, None, f"uid-{mine}-2", why)
+    w.slurm.table[theirs] = replace(w.slurm.table[theirs], comment=json.dumps({"node": "h100-spare-0"}))
+    w.run(seconds=3)
+    a, b = w.remediation_named(first, Phase.WAITING_FOR_SPARE), w.remediation(second)
+    assert b.phase is Phase.SUCCEEDED and b.replacement == "h100-spare-0" and ("resume", theirs) in w.slurm.calls
+    assert "came back on h100-spare-0" in b.reason and f"h100-spare-0 took Slurm node(s) {theirs}" in a.reason
+    # the first's pod is placed by the operator once a node takes it (the second's node, repaired, promoted)
+    w.kube.evicted.append(w.kube.pods.pop(f"slurm/slurm-worker-{mine}"))
+    w.operator = True
+    w.run(seconds=400, step=2.0)
+    a, b = w.remediation(first), w.remediation(second)
+    assert a.phase is b.phase is Phase.SUCCEEDED, (a, b)
+    assert a.repair is not None and a.repair.phase is RepairPhase.RETURNED, a.repair
+    assert b.repair is not None and b.repair.phase is RepairPhase.RETURNED, b.repair
+    hosts = {w.kube.pods[f"slurm/slurm-worker-{h}"]["spec"].get("nodeName") for h in (mine, theirs)}
+    assert len(hosts) == 2 and None not in hosts
 
 
 @pytest.mark.parametrize("spares, after", [(0, 2), (2, 700)], ids=["no-spare", "failed"])
