@@ -5,9 +5,10 @@ Slurm records the user who set a node's reason (`reason_set_by_user` in slurmres
 - a reason set by any user other than gpufleet's and Slurm's own (the SlurmUser, root) is a person's,
   whatever its text (a person who types `gpufleet: ...` still holds the node);
 - gpufleet's fault drains start with `gpufleet:`, its lending drains with `gpufleet-lending:`, both set by the
-  reconciler's Slurm user (`slurm.reconciler_user`); the operator's start with `slurm-operator:`, set by its
-  client's user or its preStop's root (Slurm's own users). slurmctld may append its own reason to one of
-  these (" : Not responding") and then records itself as the setter: still theirs;
+  reconciler's Slurm user (`slurm.reconciler_user`, or the uid the CLI backend's scontrol runs as) or by root or
+  the SlurmUser (accounts gpufleet may act as; slurmctld also records itself when it appends its own reason,
+  " : Not responding"); the operator's start with `slurm-operator:`, set by its client's user or its preStop's
+  root (Slurm's own users);
 - a reason Slurm's own users set is Slurm's own (a fault of its own kind, `slurm_reasons.REASONS`: a
   "Kill task failed" is a node to check, "Not responding" a node that is gone) when every piece of it is a
   reason Slurm's daemons write; anything else they set is a person's (root and the SlurmUser are also
@@ -25,7 +26,7 @@ from fleetspec.faults import describe
 from fleetspec.models import SLURM_USER, FleetSpec
 
 from reconciler.core.model import Remediation, Setter, SlurmNodeView
-from reconciler.core.slurm_reasons import SLURMD_USER, SlurmReason, nameless, reason_parts, reason_row, slurms_own_text
+from reconciler.core.slurm_reasons import SLURMD_USER, SlurmReason, nameless, slurms_own_text
 
 
 class Owner(str, Enum):
@@ -40,14 +41,16 @@ class Owner(str, Enum):
 class SlurmUsers:
     """The Slurm users whose reasons are not a person's: gpufleet's, and those Slurm's daemons run as."""
 
-    gpufleet: str
+    gpufleet: frozenset[str]
     slurm: frozenset[str]
 
     @classmethod
-    def of(cls, spec: FleetSpec) -> "SlurmUsers":
-        """The spec's `slurm.reconciler_user`; the SlurmUser the stack's slurm.conf names (Slinky's: `slurm`,
+    def of(cls, spec: FleetSpec, acts_as: str | None = None) -> "SlurmUsers":
+        """The spec's `slurm.reconciler_user` (and `acts_as`, the user the Slurm client acts as when it is not
+        that: the CLI backend's uid); the SlurmUser the stack's slurm.conf names (Slinky's: `slurm`,
         fleetspec.models.SLURM_USER) and root, slurmd's."""
-        return cls(spec.slurm.reconciler_user, frozenset({SLURM_USER, SLURMD_USER}))
+        return cls(frozenset({spec.slurm.reconciler_user} | ({acts_as} if acts_as else set())),
+                   frozenset({SLURM_USER, SLURMD_USER}))
 
     def setter(self, user: str | None) -> Setter | None:
         """Who Slurm says set a reason, as the fleet knows them; None when Slurm did not name one."""
@@ -55,7 +58,7 @@ class SlurmUsers:
             return None
         assert user is not None
         user = user.strip()
-        return Setter(user, gpufleet=user == self.gpufleet, slurm=user in self.slurm)
+        return Setter(user, gpufleet=user in self.gpufleet, slurm=user in self.slurm)
 
 
 def slurm_reason(remediation: Remediation) -> str:
@@ -81,19 +84,15 @@ def _claimed(reason: str) -> Owner | None:
     return None
 
 
-def _appended_by_slurm(reason: str) -> bool:
-    """slurmctld appended its own reason(s) to the first one (node_mgr.c set_node_reason)."""
-    rest = reason_parts(reason)[1:]
-    return bool(rest) and all(reason_row(p) for p in rest)
-
-
 def owner(n: SlurmNodeView) -> Owner:
     """Whose the node's reason is (see the module docstring)."""
     claim, by = _claimed(n.reason), n.set_by
     if by is None:
         return claim or Owner.PERSON
     if claim in (Owner.GPUFLEET, Owner.LENDING):
-        return claim if by.gpufleet or (by.slurm and _appended_by_slurm(n.reason)) else Owner.PERSON
+        # gpufleet's user, or a super-user account gpufleet may act as (root or the SlurmUser: the CLI backend
+        # runs scontrol as the reconciler's own uid; a local reconciler may hold the SlurmUser's token)
+        return claim if by.gpufleet or by.slurm else Owner.PERSON
     if claim is Owner.OPERATOR:
         return claim if by.slurm else Owner.PERSON
     return Owner.SLURM if by.slurm and slurms_own_text(n.reason) else Owner.PERSON

@@ -36,7 +36,9 @@ def detected(r: Remediation, spec: FleetSpec) -> str:
     grace = spec.healing.grace_period_seconds
     jobs = (f"running jobs get SIGTERM and {grace}s to checkpoint, then are requeued" if grace
             else "running jobs are requeued")
-    return (f"{r.node} ({r.pool}): {describe(r.xid, r.kind)} - {r.message}. gpufleet has cordoned it and drains it "
+    d = r.diagnosis
+    said = f" Diagnosed while it served: {d.message}; it needs {d.needs}." if d is not None and d.needs else ""
+    return (f"{r.node} ({r.pool}): {describe(r.xid, r.kind)} - {r.message}.{said} gpufleet has cordoned it and drains it "
             f"in Slurm ({jobs}). Then a spare of {r.pool} replaces it, unless the storm brake or the attempt cap "
             "holds it for a person, which pages again. No action needed now.")
 
@@ -60,8 +62,8 @@ def escalated(r: Remediation, a: Admission, spec: FleetSpec) -> str:
 def no_spare(r: Remediation, can_refill: bool, asked: bool = True, in_place: bool = False) -> str:
     """`asked`: a node was asked for (else the pool's standing requests cover what it lacks); `in_place`: the
     node is repaired meanwhile and takes its job back if the repair holds."""
-    repair = (f" Meanwhile {r.node} itself is repaired in place and takes its job back if the repair holds."
-              if in_place else "")
+    repair = (f" {r.node} itself is repaired in place meanwhile and takes its job back if the repair holds;"
+              if in_place else "")  # before the last sentence, which says whether a person must act
     if not can_refill:
         then = (f"the node provider has no room for another node (a failed refill, asked again with backoff). "
                 f"Action needed: add capacity to pool {r.pool}; gpufleet replaces {r.node} once a spare joins.")
@@ -72,7 +74,7 @@ def no_spare(r: Remediation, can_refill: bool, asked: bool = True, in_place: boo
         then = (f"the pool's standing capacity requests cover it, and gpufleet replaces {r.node} as soon as a spare "
                 "joins. No action needed now.")
     return (f"no spare left in pool {r.pool} for {r.node}: it stays cordoned and drained in Slurm, the pool runs "
-            f"{_slurm(r)} short; {then}{repair}")
+            f"{_slurm(r)} short;{repair} {then}")
 
 
 def failed(r: Remediation, reason: str) -> str:

@@ -40,7 +40,8 @@ class Facts:
                  providers: dict[str, NodeProvider], claims: Claims, clock: Callable[[], datetime]):
         self.spec, self.caches, self.slurm, self.providers = spec, caches, slurm, providers
         self.claims, self.clock = claims, clock
-        self.users = SlurmUsers.of(spec)  # whose Slurm reasons are not a person's (core/drains.py)
+        # whose Slurm reasons are not a person's (core/drains.py); the CLI backend acts as the process's own user
+        self.users = SlurmUsers.of(spec, getattr(slurm, "acts_as", None))
 
     # --- one step of one remediation -------------------------------------------------------------------
 

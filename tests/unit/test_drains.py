@@ -22,7 +22,7 @@ from reconciler.core.repair import RepairFacts, stop_reason
 from reconciler.core.slurm_reasons import CHECK, GONE, REASONS
 from tests.unit.test_decide import T0, node, rec, spares, spec
 
-USERS = SlurmUsers("gpufleet", frozenset({"slurm", "root"}))
+USERS = SlurmUsers(frozenset({"gpufleet"}), frozenset({"slurm", "root"}))
 GPUFLEET, SLURMCTLD, SLURMD, ALICE = (USERS.setter(u) for u in ("gpufleet", "slurm", "root", "alice"))
 
 
@@ -52,6 +52,7 @@ def view(reason: str, by: Setter | None, *states: str) -> SlurmNodeView:
     # gpufleet's own, also when slurmctld appended its own reason
     ("gpufleet: XID 79 [h100-0-xid79-1]", GPUFLEET, (), Owner.GPUFLEET),
     ("gpufleet: XID 79 [h100-0-xid79-1] : Not responding", SLURMCTLD, ("DOWN", "DRAIN"), Owner.GPUFLEET),
+    ("gpufleet: XID 79 [h100-0-xid79-1]", SLURMD, (), Owner.GPUFLEET),  # the CLI backend's scontrol as root
     ("gpufleet-lending: idle, lent to preemptible work [h100-1]", GPUFLEET, (), Owner.LENDING),
     # the operator's: its client's `slurm`, its preStop's root
     ("slurm-operator: Pod is terminating", SLURMD, ("DOWN",), Owner.OPERATOR),
@@ -88,8 +89,9 @@ def test_the_setter_is_known_by_name_and_a_nameless_one_tells_nothing():
     assert USERS.setter(None) is None and USERS.setter("") is None  # slurmrestd: a uid it cannot name
     assert USERS.setter("4294967294") is None  # scontrol: the uid in digits (NO_VAL: no one recorded)
     local = SlurmUsers.of(spec())  # the spec's reconciler user; Slinky's SlurmUser; slurmd's root
-    assert local == SlurmUsers("gpufleet", frozenset({"slurm", "root"}))
-    both = SlurmUsers("slurm", frozenset({"slurm", "root"})).setter("slurm")  # a local reconciler as the SlurmUser
+    assert local == SlurmUsers(frozenset({"gpufleet"}), frozenset({"slurm", "root"}))
+    assert SlurmUsers.of(spec(), acts_as="svc-gpu").setter("svc-gpu").gpufleet  # the CLI backend's own uid
+    both = SlurmUsers(frozenset({"slurm"}), frozenset({"slurm", "root"})).setter("slurm")  # a local reconciler as the SlurmUser
     assert both.gpufleet and both.slurm
 
 

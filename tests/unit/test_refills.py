@@ -301,7 +301,8 @@ def test_the_no_spare_page_says_the_node_is_repaired_in_place_and_what_covers_th
     (page,) = [a for a in st.actions if isinstance(a, Notify)]
     assert page.event == "no-spare" and "RequestCapacity" not in [a.kind for a in st.actions]
     assert "standing capacity requests cover it" in page.text
-    assert "h100-0 itself is repaired in place and takes its job back" in page.text
+    assert "h100-0 itself is repaired in place meanwhile and takes its job back" in page.text
+    assert page.text.endswith("No action needed now.")  # the last sentence says whether a person must act
     st = plan_step(r, StepFacts(stock=Stock(declared=1, spares=0, requested=0, waiting=0)), spec(), T0)
     (page,) = [a for a in st.actions if isinstance(a, Notify)]
     assert "capacity is requested" in page.text and "RequestCapacity" in [a.kind for a in st.actions]

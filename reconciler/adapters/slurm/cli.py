@@ -199,6 +199,16 @@ class SlurmCLI:
         scontrol, squeue, scancel: the tools to run (names or paths).
     """
 
+    @property
+    def acts_as(self) -> str:
+        """The user Slurm records for this client's updates: scontrol authenticates as this process's uid."""
+        import pwd
+
+        try:
+            return pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            return str(os.geteuid())
+
     def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 30,
                  scontrol: str = "scontrol", squeue: str = "squeue",
                  scancel: str = "scancel"):
