@@ -1,39 +1,32 @@
-"""The world around the real reconciler for bench/repair_month.py: a fleet's month of GPU faults, refills
-and (without the repair loop) the person who fixes a node. The reconciler itself (runtime and core) runs
-unchanged through the unit tests' fakes (tests/unit/fakes.py `World`): nothing here decides what it
-decides; every parameter below is declared and printed with the result.
+"""The world around the real reconciler for bench/repair_month.py: a fleet's month of interruptions (every row
+of Llama 3's table, bench/_interruptions.py), its training jobs (bench/_jobs.py), refills and the person who
+acts where gpufleet does not. The reconciler itself (runtime and core) runs unchanged through the unit tests'
+fakes (tests/unit/fakes.py `World`): nothing here decides what it decides; every parameter below is declared
+and printed with the result. `run(..., loop=True)` is the fleet with the reconciler; bench/_pager.py is the
+same month with a person's pager instead.
 """
 from __future__ import annotations
 
 import heapq
 import json
-import math
 import random
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Callable
 
 from fleetspec import labels
+from fleetspec.faults import FaultAction, Kind
+from fleetspec.faults.condition import FaultSignal, format_message, reason_for
+from fleetspec.faults.policy import FaultPolicy
 from fleetspec.models import FleetSpec
 from fleetspec.oncall import MARK_HEALTHY, RETIRE, PersonRequest
 from reconciler.core.phases import Phase
-from reconciler.core.repair_phases import RepairPhase
+from reconciler.core.repair_phases import UNDER_WAY, RepairPhase
 from tests.unit.fakes import FakeNodes, Provider, World, pool_node
 
-# Meta, The Llama 3 Herd of Models (arXiv:2407.21783), section 3.3.4 and table 5: 419 unexpected
-# interruptions in a 54-day snapshot on 16,384 H100 GPUs; 58.7 % of them GPU faults.
-LLAMA3_INTERRUPTIONS, LLAMA3_DAYS, LLAMA3_GPUS, LLAMA3_GPU_SHARE = 419, 54, 16_384, 0.587
+import _interruptions as table
+import _jobs as jobs
+from _interruptions import Cost, Interruption
 
-# (category, its share of the interruptions in table 5, the XID assumed for it). The XIDs are an assumption:
-# the paper names categories, not codes. The catalogue (fleetspec/faults) gives each XID its action.
-CATEGORIES = (
-    ("faulty GPU: off the bus", 0.301 / 2, 79),  # reboot
-    ("faulty GPU: NVLink", 0.301 / 2, 74),  # reset-gpu
-    ("HBM3 memory", 0.172, 48),  # double-bit ECC: reset-gpu
-    ("SRAM memory", 0.045, 95),  # uncontained memory error: reset-gpu
-    ("GPU system processor", 0.041, 119),  # GSP RPC timeout: reset-gpu
-    ("other GPU (thermal, sensor, SDC)", LLAMA3_GPU_SHARE - 0.301 - 0.172 - 0.045 - 0.041, 54),  # replace
-)
 HOUR = 3600.0
 
 
@@ -41,7 +34,7 @@ HOUR = 3600.0
 class Params:
     days: float = 30.0
     seed: int = 1
-    fault_scale: float = 1.0  # times Llama 3's GPU fault rate
+    fault_scale: float = 1.0  # times Llama 3's rate of unexpected interruptions (planned ones: as Llama 3's)
     reset_fixes: float = 0.70  # of reset-gpu faults: the reset fixes it
     reboot_fixes_after_reset: float = 0.20  # of reset-gpu faults: only a reboot fixes it (the rest: nothing)
     reboot_fixes: float = 0.85  # of reboot faults: the reboot fixes it (the rest: nothing)
@@ -49,9 +42,15 @@ class Params:
     check_minutes: float = 15.0
     refill_success: float = 0.30  # a refill is granted (H100 capacity is scarce); else the pool runs short
     refill_minutes: float = 20.0
-    person_hours: float = 24.0  # without the loop: a person acts this long after the fault
-    job_nodes: int = 16  # a stopped job spans this many nodes, all waiting while it waits for a spare
-    in_place: bool = False  # every pool repairs in place when no spare is free (pools[].repair.in_place, on by default: the stack may turn it off)
+    person_hours: float = 24.0  # a person repairs (or retires) a broken node this long after its fault
+    job_nodes: int = 16  # a job spans this many nodes: one interruption stops them all
+    checkpoint_minutes: float = 60.0  # a job checkpoints every this many minutes of running
+    restart_minutes: float = 10.0  # a job's restart: launch, rendezvous, load the checkpoint
+    respond_minutes: float = 30.0  # a person's pager: paged to at the keyboard
+    manual_minutes: float = 30.0  # a person drains the node in Slurm, swaps in a spare, requeues the job
+    decide_minutes: float = 15.0  # a fault the loop has not taken by then goes to a person
+    in_place: bool = False  # every pool repairs in place when no spare is free; False: as the stack says
+    # (pools[].repair.in_place, on by default: the stack may turn it off)
     heal_step: float = 5.0  # the clock's step while a heal is under way (the reconciler's RECHECK)
     repair_step: float = 60.0  # while only repairs are under way (reboot and check take minutes)
     wait_step: float = 600.0  # while jobs only wait for a spare (the core's refill deadlines and pages still run)
@@ -60,7 +59,7 @@ class Params:
 @dataclass
 class Result:
     mode: str
-    faults: int = 0
+    faults: int = 0  # interruptions the reconciler acted on (a remediation)
     spares_min: int = 0
     spares_mean: float = 0.0
     jobs_waited: int = 0
@@ -77,10 +76,43 @@ class Result:
     waits: list = field(default_factory=list)  # each wait for a spare: its pool's spares and what took them
     pool_spares_min: dict = field(default_factory=dict)  # pool -> fewest spares it had
     heals: list = field(default_factory=list)  # every remediation: (pool, node, hours from the start, phase at the end)
+    # effective training time (bench/_jobs.py)
+    interruptions: int = 0  # that stopped a running job
+    struck_down: int = 0  # that struck a job already stopped (nothing more to lose)
+    by_row: dict = field(default_factory=dict)  # component -> interruptions that stopped a job
+    by_need: dict = field(default_factory=dict)  # what each stopping interruption needed (the catalogue's, or the cost)
+    app_faults: int = 0  # application Xids: the job restarted, the node stayed in service
+    app_faults_retired: int = 0  # of them, nodes the reconciler took out anyway (must be 0)
+    to_person: int = 0  # interruptions a person handled (not gpufleet's, or the loop gave up)
+    job_gpu_h: float = 0.0
+    lost_gpu_h: dict = field(default_factory=dict)  # bench/_jobs.py KINDS -> GPU-hours
+    effective: float = 0.0
 
 
-def fault_rate_per_gpu_hour(p: Params) -> float:
-    return LLAMA3_INTERRUPTIONS * LLAMA3_GPU_SHARE / (LLAMA3_DAYS * 24 * LLAMA3_GPUS) * p.fault_scale
+def pools_in_service(spec: FleetSpec) -> dict[str, tuple[int, int]]:
+    return {x.name: (x.nodes, x.gpus_per_node) for x in spec.pools}
+
+
+def truth(action: FaultAction, u: float, p: Params) -> str:
+    """What truly fixes a node whose fault needs `action` (the ASSUMED outcome shares in Params), from draw `u`."""
+    if action is FaultAction.RESET_GPU:
+        return FakeNodes.RESET_FIXES if u < p.reset_fixes else \
+            FakeNodes.REBOOT_FIXES if u < p.reset_fixes + p.reboot_fixes_after_reset else FakeNodes.BROKEN
+    if action is FaultAction.REBOOT:
+        return FakeNodes.REBOOT_FIXES if u < p.reboot_fixes else FakeNodes.BROKEN
+    return FakeNodes.BROKEN
+
+
+def ledger(spec: FleetSpec, p: Params) -> jobs.Ledger:
+    return jobs.Ledger(pools_in_service(spec), p.job_nodes, p.checkpoint_minutes * 60, p.restart_minutes * 60)
+
+
+def finish(res: Result, book: jobs.Ledger, end: float) -> None:
+    """The effective training time's figures from the ledger, at the end of the run."""
+    book.close(end)
+    res.job_gpu_h = round(book.gpu_hours(end), 1)
+    res.lost_gpu_h = {k: round(v, 1) for k, v in book.lost_gpu_hours().items()}
+    res.effective = book.effective(end)
 
 
 class RefillingProvider(Provider):
@@ -111,6 +143,9 @@ class Sim:
         self.seq = 0
         self.refills = 0
         self.truth: dict[str, str] = {}  # remediated node -> what fixes it
+        self.policy = FaultPolicy.from_spec(self.spec.healing)
+        self.book = ledger(self.spec, p)
+        self.heals: dict[str, tuple[jobs.Job, float]] = {}  # node -> its stopped job, since
 
     def now(self) -> float:
         return (self.w.clock.now - self.t0).total_seconds()
@@ -121,31 +156,81 @@ class Sim:
 
     # --- the world's events -------------------------------------------------------------------------
 
-    def fault(self, k: int) -> str | None:
-        """Fault k of the trace: the same node draw and category in both modes (a per-fault generator)."""
-        rng = random.Random(self.p.seed * 1_000_003 + k)
-        nodes = self.w.kube.nodes
-        serving = sorted(n for n, o in nodes.items() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_ACTIVE
-                         and not any(c["type"] == "GpuHealthy" for c in o["status"]["conditions"]))
-        if not serving:
-            return None
-        node = rng.choice(serving)
-        _, _, xid = rng.choices(CATEGORIES, weights=[c[1] for c in CATEGORIES])[0]
-        action = {79: "reboot", 54: "replace"}.get(xid, "reset-gpu")
-        u = rng.random()
-        if action == "reset-gpu":
-            state = FakeNodes.RESET_FIXES if u < self.p.reset_fixes else \
-                FakeNodes.REBOOT_FIXES if u < self.p.reset_fixes + self.p.reboot_fixes_after_reset else FakeNodes.BROKEN
-        elif action == "reboot":
-            state = FakeNodes.REBOOT_FIXES if u < self.p.reboot_fixes else FakeNodes.BROKEN
+    def interrupt(self, ev: Interruption, res: Result) -> None:
+        """Interruption `ev` of the trace strikes its Slurm node's job. A row gpufleet sees shows its kernel line:
+        the node agent's classifier says what it needs; a fault that takes the node out is written as the agent
+        writes it (gpufleet's condition) and the reconciler takes it from there; an application fault is an Event
+        the reconciler never sees (the job restarts, the node stays). The rest costs the job as its row says."""
+        p, book, now = self.p, self.book, self.now()
+        need = table.needs(ev.line, self.policy) if ev.line else None
+        pod = self.w.kube.pods.get(f"slurm/slurm-worker-{ev.host}")
+        node = pod["spec"].get("nodeName") if pod and pod not in self.w.kube.evicted else None
+        gpufleets = need is not None and need.remediates
+        if gpufleets and (node is None or self.w.kube.nodes[node]["metadata"]["labels"].get(labels.ROLE)
+                          != labels.ROLE_ACTIVE):
+            node = None  # its Slurm node runs nowhere: its job is stopped already
+        job = book.interrupt(ev.host, now, waiting=jobs.SWAP if gpufleets else jobs.PERSON,
+                             at_checkpoint=ev.row.cost is Cost.PLANNED) if node or not gpufleets else None
+        if job is None:
+            res.struck_down += 1
+            return
+        res.interruptions += 1
+        res.by_row[ev.row.component] = res.by_row.get(ev.row.component, 0) + 1
+        label = need.value if need is not None else ev.row.cost.name.lower()
+        res.by_need[label] = res.by_need.get(label, 0) + 1
+        if need is FaultAction.RESTART_APP:
+            res.app_faults += 1
+        if gpufleets:
+            state = truth(need, ev.u, p)
+            self.w.hardware.state[node] = state
+            self.truth[node] = state
+            self._condition(node, ev, need)
+            self.heals[node] = (job, now)
+            res.faults += 1
+            res.by_action[need.value] = res.by_action.get(need.value, 0) + 1
+            if not self.loop:
+                self.schedule(p.person_hours * HOUR, "person", node)
+        elif ev.row.cost is Cost.PERSON:
+            res.to_person += 1
+            self.schedule((p.respond_minutes + p.manual_minutes) * 60, "resume", job)
         else:
-            state = FakeNodes.BROKEN
-        self.w.hardware.state[node] = state
-        self.truth[node] = state
-        self.w.fault(node, xid)
-        if not self.loop:
-            self.schedule(self.p.person_hours * HOUR, "person", node)
-        return action
+            book.resume(job, now)  # restart-app, the network, a dependency, planned: it restarts where it was
+
+    def _condition(self, node: str, ev: Interruption, need: FaultAction) -> None:
+        """The node agent's condition for the line (fleetspec/faults/condition.py), over any earlier one."""
+        (gev,) = table.DriverMessages().message(ev.line)
+        conds = [c for c in self.w.kube.nodes[node]["status"]["conditions"] if c["type"] != labels.GPU_CONDITION]
+        conds.append({"type": labels.GPU_CONDITION, "status": "False", "reason": reason_for(Kind.XID, gev.code),
+                      "message": format_message(FaultSignal(Kind.XID, gev.code, need, gev.pci), gev.text),
+                      "lastTransitionTime": self.w.clock.now.isoformat()})
+        self.w.kube.nodes[node]["status"]["conditions"] = conds
+
+    def follow_heals(self, res: Result) -> None:
+        """Each stopped job whose node the reconciler is replacing: back when its remediation Succeeded (its
+        Slurm node resumed on the replacement), split into the swap and the time WaitingForSpare; to a person
+        when it ends Escalated or Failed, or when none was made within `decide_minutes`."""
+        p, now = self.p, self.now()
+        rems = self.w.store.list()
+        for node, (job, t) in list(self.heals.items()):
+            mine = [r for r in rems if r.node == node and self._s(r.created) >= t - 1]
+            r = max(mine, key=lambda x: x.created) if mine else None
+            if r is not None and r.phase is Phase.SUCCEEDED:
+                at = self._s(r.entered(Phase.SUCCEEDED))
+                spare = _time_in(r, Phase.WAITING_FOR_SPARE, self._s, at)
+                self.book.resume(job, at, {jobs.SWAP: at - t - spare, jobs.SPARE: spare})
+            elif (r is not None and r.phase.terminal) or (r is None and now - t >= p.decide_minutes * 60):
+                at = self._s(r.entered(r.phase)) if r is not None else now
+                spare = _time_in(r, Phase.WAITING_FOR_SPARE, self._s, at) if r is not None else 0.0
+                person = (p.respond_minutes + p.manual_minutes) * 60
+                res.to_person += 1
+                self.schedule(at + person - now, "resume", (job, {jobs.SWAP: at - t - spare, jobs.SPARE: spare,
+                                                                  jobs.PERSON: person}))
+            else:
+                continue
+            del self.heals[node]
+
+    def _s(self, when) -> float:
+        return (when - self.t0).total_seconds()
 
     def refill(self, pool: str) -> None:
         self.refills += 1
@@ -194,26 +279,23 @@ def _bench_spec(spec: FleetSpec, loop: bool, in_place: bool = False) -> FleetSpe
     return spec.model_copy(update={"pools": pools, "healing": healing})
 
 
-def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] = lambda s: None) -> Result:
+def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] = lambda s: None,
+        trace: list[Interruption] | None = None) -> Result:
+    """The month with the reconciler (`loop`: its repair loop on; off, a person repairs `person_hours` after
+    the fault). `trace`: these interruptions instead of the seed's draw from Llama 3's table."""
     sim = Sim(spec, p, loop)
     w = sim.w
     res = Result("with the loop" if loop else "without (today)")
     end = p.days * 24 * HOUR
     gpus = {n.name: n.gpus_per_node for n in sim.spec.pools}
-    in_service_gpus = sum(x.nodes * x.gpus_per_node for x in sim.spec.pools)
-    rng = random.Random(p.seed)
-    t, k, rate = 0.0, 0, fault_rate_per_gpu_hour(p) * in_service_gpus / HOUR
-    while True:
-        t += rng.expovariate(rate)
-        if t >= end:
-            break
-        heapq.heappush(sim.events, (t, -k, "fault", k))
-        k += 1
+    for ev in trace if trace is not None else table.trace(pools_in_service(sim.spec), p.days, p.fault_scale, p.seed):
+        heapq.heappush(sim.events, (ev.t, -ev.k - 1, "interrupt", ev))
     waiting: dict[str, float] = {}  # remediation -> seconds waited for a spare
     spares_area, spares_min, last_day = 0.0, None, -1
     pool_spares: dict[str, list[tuple[float, int]]] = {x: [] for x in gpus}  # pool -> (s, spares) at each change
     while True:
         sim.settle()
+        sim.follow_heals(res)
         res.steps += 1
         rems = w.store.list()
         waits = [r for r in rems if r.phase is Phase.WAITING_FOR_SPARE]
@@ -221,7 +303,8 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
         healing = any(not r.phase.terminal and r.phase is not Phase.WAITING_FOR_SPARE for r in rems) or any(
             _faulted(o) and o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_ACTIVE and name not in waiting_nodes
             for name, o in w.kube.nodes.items())
-        repairing = any(r.repair is not None and r.repair.active for r in rems)
+        # a repair under way moves on its own; one held for a person (Stopped) or waiting its turn does not
+        repairing = any(r.repair is not None and r.repair.phase in UNDER_WAY for r in rems)
         now = sim.now()
         nxt = sim.events[0][0] if sim.events else end
         # only waits: nothing frees a spare before the next event (a refill, a person), so the step is long
@@ -248,12 +331,12 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
         if step > 0:
             w.clock.advance(step)
         while sim.events and sim.events[0][0] <= sim.now() + 1e-3:  # the clock counts microseconds
-            _, _, kind, data = heapq.heappop(sim.events)
-            if kind == "fault":
-                action = sim.fault(int(data))
-                if action:
-                    res.faults += 1
-                    res.by_action[action] = res.by_action.get(action, 0) + 1
+            at, _, kind, data = heapq.heappop(sim.events)
+            if kind == "interrupt":
+                sim.interrupt(data, res)
+            elif kind == "resume":
+                job, split = data if isinstance(data, tuple) else (data, None)
+                sim.book.resume(job, at, split)
             elif kind == "refill":
                 sim.refill(str(data))
             elif kind == "person":
@@ -263,6 +346,12 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
             last_day = day
             progress(f"  day {day}: {res.faults} faults, {spares} spares free, {res.steps} reconciler turns")
     rems = w.store.list()
+    for node, (job, t) in sim.heals.items():  # still being healed at the end: the swap so far, the wait for a spare
+        mine = [r for r in rems if r.node == node and sim._s(r.created) >= t - 1]
+        spare = _time_in(max(mine, key=lambda x: x.created), Phase.WAITING_FOR_SPARE, sim._s, end) if mine else 0.0
+        sim.book.account(job, end, {jobs.SWAP: end - t - spare, jobs.SPARE: spare})
+    finish(res, sim.book, end)
+    res.app_faults_retired = sum(1 for r in rems if sim.policy.action(r.kind, r.xid) is FaultAction.RESTART_APP)
     res.spares_min = spares_min or 0
     res.spares_mean = spares_area / end
     res.jobs_waited = len(waiting)
@@ -270,7 +359,7 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
     res.returned = sum(1 for r in rems if r.repair is not None and r.repair.phase is RepairPhase.RETURNED)
     res.retired = sum(1 for o in w.kube.nodes.values() if o["metadata"]["labels"].get(labels.ROLE) == labels.ROLE_RETIRED)
     res.failed_loops = sum(1 for r in rems if _loop_failed(r))
-    res.human_tasks = (res.retired + res.failed_loops) if loop else res.faults
+    res.human_tasks = res.to_person + res.retired + res.failed_loops
     res.failed, res.waits = explain(rems, waiting, pool_spares, sim.t0, end)
     res.pool_spares_min = {pool: min(n for _, n in tl) for pool, tl in pool_spares.items()}
     res.heals = [(r.pool, r.node, round((r.created - sim.t0).total_seconds() / HOUR, 2), r.phase.value)
@@ -278,6 +367,12 @@ def run(spec: FleetSpec, p: Params, loop: bool, progress: Callable[[str], None] 
     res.gpu_h_waited, res.gpu_h_out, res.spares_mean = (round(x, 1) for x in (res.gpu_h_waited, res.gpu_h_out,
                                                                              res.spares_mean))
     return res
+
+
+def _time_in(r, phase: Phase, s: Callable, until: float) -> float:
+    """Seconds remediation `r` spent in `phase` up to `until` (its phase_times, in order)."""
+    marks = [(ph, s(at)) for ph, at in r.phase_times] + [("", until)]
+    return sum(max(b - a, 0.0) for (ph, a), (_, b) in zip(marks, marks[1:]) if ph == phase.value)
 
 
 def _loop_failed(r) -> bool:

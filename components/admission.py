@@ -82,13 +82,6 @@ OWN = f"{labels.GROUP}/"  # the prefix of gpufleet's own labels, annotations and
 SLINKY_NODE_ANNOTATIONS = (labels.SLINKY_CORDON_REASON, "topology.slinky.slurm.net/spec")
 
 
-# The labels a health check's pod template may carry: the three job_manifest sets, and the four the API
-# server's Job strategy adds before validating admission runs (kubernetes v1.34 pkg/registry/batch/job/
-# strategy.go generateSelector: controller-uid and job-name, with and without the batch.kubernetes.io/ prefix).
-CHECK_POD_LABELS = frozenset({labels.HEALTH_CHECK_NODE, labels.POOL, labels.APP_PART_OF, "controller-uid", "job-name",
-                              "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"})
-
-
 def _strings(values) -> str:
     """A CEL list literal of strings."""
     return "[" + ", ".join(json.dumps(v) for v in sorted(set(values))) + "]"
@@ -227,15 +220,17 @@ def reconciler_jobs_policy(spec: FleetSpec, username: str) -> dict:
                     "limit) and nothing else"},
         # its pods' labels are the ones job_manifest sets, so no NetworkPolicy that selects another of the
         # reconciler's namespace's pods (the reconciler's own egress: components/network.py) selects them
-        {"expression": f"variables.podLabels.all(k, k in {json.dumps(sorted(CHECK_POD_LABELS))}) && "
-                       f"variables.podLabels[?{node}] == "
+        {"expression": f"variables.podLabels.all(k, k in {_strings([labels.HEALTH_CHECK_NODE, labels.POOL, labels.APP_PART_OF])}"
+                       f" || (k in {_strings(JOB_NAME_LABELS)} && variables.podLabels[k] == object.metadata.name) || "
+                       f"(k in {_strings(JOB_UID_LABELS)} && variables.podLabels[k] == object.metadata.?uid.orValue('')))"
+                       f" && variables.podLabels[?{node}] == "
                        f"object.metadata.?labels[?{node}] && "
                        f"variables.podLabels[?{json.dumps(labels.POOL)}].orValue('') == variables.pool && "
                        f"variables.podLabels[?{json.dumps(labels.APP_PART_OF)}].orValue('') == {json.dumps(labels.PART_OF)} && "
                        "object.spec.template.?metadata.?annotations.orValue({}).size() == 0",
          "message": f"a health check's pods carry only the labels the reconciler gives them ({labels.HEALTH_CHECK_NODE}, "
-                    f"{labels.POOL} of its pool, {labels.APP_PART_OF}), so no NetworkPolicy of another pod selects "
-                    "them, and no annotation"},
+                    f"{labels.POOL} of its pool, {labels.APP_PART_OF}) and the API server's job-name and controller-uid "
+                    "of the Job itself, so no NetworkPolicy of another pod selects them, and no annotation"},
         # how and by whom it is scheduled and run: the default scheduler, no priority of its own (a priority
         # class would preempt the tenants' pods), the default runtime, no sysctl
         {"expression": "!variables.pod.?priorityClassName.hasValue() && !variables.pod.?priority.hasValue() && "
@@ -264,6 +259,10 @@ def reconciler_jobs_policy(spec: FleetSpec, username: str) -> dict:
 
 
 GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin's resource (the one job_manifest asks for)
+# The labels the API server adds to a Job's pod template, with the Job's name and uid (kubernetes v1.34.4
+# pkg/registry/batch/job/strategy.go generateSelector; pkg/apis/batch/types.go): admitted with those values only.
+JOB_NAME_LABELS = ("job-name", "batch.kubernetes.io/job-name")
+JOB_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
 
 
 def _gpus_exactly(where: str) -> str:

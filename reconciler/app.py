@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 
 from kubernetes import client, config
@@ -51,6 +52,20 @@ def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmC
     return make_client(kind, env=env, **rest)
 
 
+def watch_slurm_token(slurm: SlurmClient | None, metrics: Metrics, notifier: Notifier) -> None:
+    """A token kept by someone else (a Slinky Token's Secret) is watched for going stale: a gauge and one page
+    (reconciler/runtime/token_alarm.py); a token the reconciler signs itself cannot go stale."""
+    from reconciler.adapters.slurm.rest import KeptToken, SlurmREST
+    from reconciler.adapters.slurm.token_secret import SecretToken
+    from reconciler.runtime.token_alarm import TokenAlarm
+
+    tokens = slurm.tokens if isinstance(slurm, SlurmREST) else None
+    if isinstance(tokens, KeptToken):
+        ns = tokens.ref.namespace if isinstance(tokens, SecretToken) else "slurm"
+        tokens.observer = TokenAlarm(metrics, notifier.send, tokens.describe(), time.time,
+                                     token_ref=(ns, "gpufleet-reconciler")).observe  # components/slinky.py TOKEN_NAME
+
+
 def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, namespace: str | None = None,
           leader_elect: bool = False, dry_run: bool = False, aws_session=None) -> Manager:
     """The reconciler process. A dry run takes no Lease: it must never keep the real reconciler from leading."""
@@ -59,6 +74,7 @@ def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, 
     namespace = namespace or spec.healing.reconciler.namespace
     notifier = Notifier(channels_from_spec(spec), kube, namespace,
                         on_failure=lambda ch: metrics.notify_failures.labels(ch).inc(), routes=owner_routes_from_spec(spec))
+    watch_slurm_token(slurm, metrics, notifier)
     kw = {"session": aws_session} if aws_session is not None else {}
     providers = {p.name: provider_for(p, kube, spec, slurm, **(kw if p.provider == "aws-asg" else {})) for p in spec.pools}
     elector = None

@@ -14,6 +14,7 @@
                         pass is changing), counted under one lock
     executor.py         the only code that acts; every action fenced by the Lease, nothing in a dry run
     alerts.py           metrics, gauges and log lines for gates and phase moves
+    token_alarm.py      the Slurm token a Slinky Token stopped refreshing: gauges, one page per episode
     timers.py           timed runnables: a periodic pass with a loop of its own
     membership_pass.py  pool membership and spares at their count, a timed runnable
     lending_pass.py     lending and its ledger, a timed runnable

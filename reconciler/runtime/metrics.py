@@ -55,6 +55,12 @@ class Metrics:
                                    "(active_busy, active_idle, active_lent, spares_lent, spares_unlent, quarantined)",
                                    ["pool", "state"], registry=r)
         self.gpus_lent = Gauge("gpufleet_gpus_lent", "GPUs on loan to borrowers now", ["pool"], registry=r)
+        self.slurm_token_seconds_left = Gauge("gpufleet_slurm_token_seconds_left",
+                                              "Seconds until the reconciler's Slurm token (a Slinky Token's) expires",
+                                              registry=r)
+        self.slurm_token_stale = Gauge("gpufleet_slurm_token_stale",
+                                       "1 while the Slurm token is past the point its Token should have refreshed it",
+                                       registry=r)
         self.gpu_seconds_lent = Counter("gpufleet_gpu_seconds_lent_total", "GPU-seconds lent (counted as loans end)",
                                         ["pool"], registry=r)
         self.lending_events = Counter("gpufleet_lending_events_total", "Loans begun, reclaims begun, and reclaims "

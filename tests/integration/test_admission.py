@@ -249,10 +249,8 @@ def _job_variants(s: Setup) -> list[tuple[str, object, str]]:
         ("a priority class", lambda j: pod(j).update(priorityClassName="system-node-critical"), "no priority class"),
         ("another scheduler", lambda j: pod(j).update(schedulerName="my-scheduler"), "no priority class"),
         ("a runtime class", lambda j: pod(j).update(runtimeClassName="unsandboxed"), "no priority class"),
-        # the API server's own validation asks for a user namespace with it (hostUsers false): given one, the
-        # policy is what refuses it
-        ("an unmasked /proc", lambda j: (c(j)["securityContext"].update(procMount="Unmasked"),
-                                         pod(j).update(hostUsers=False)), "default /proc"),
+        ("an unmasked /proc", lambda j: (c(j)["securityContext"].update(procMount="Unmasked"),  # (the API server's
+                                         pod(j).update(hostUsers=False)), "default /proc"),  # validation wants hostUsers)
     ]
 
 
@@ -564,7 +562,7 @@ def test_the_agent_cannot_write_another_node(prod_like, agents, who):
 
 @pytest.mark.parametrize("what,patch", [
     ("another pool (its NodeSet and partition)", {"metadata": {"labels": {labels.NODE_POOL: "l40s"}}}),
-    ("a role", {"metadata": {"labels": {labels.ROLE: labels.ROLE_ACTIVE}}}),
+    ("a role", {"metadata": {"labels": {labels.ROLE: labels.ROLE_SYSTEM}}}),
     ("the health-check record", {"metadata": {"annotations": {labels.HEALTH_CHECK: '{"verdict": "passed"}'}}}),
     ("a repair request", {"metadata": {"annotations": {labels.REPAIR_REQUEST: "reboot"}}}),
     ("a finalizer", {"metadata": {"finalizers": ["example.com/hold"]}}),

@@ -91,3 +91,31 @@ def test_the_key_beside_it_and_a_listing_are_refused(setup):
     with pytest.raises(SlurmError) as err:
         SecretToken(reconciler, SecretRef(SLURM_NS, JWT_SECRET, JWT_KEY)).token()
     assert err.value.temporary and "HTTP 403" in str(err.value) and KEY not in str(err.value)
+
+
+def test_a_token_its_token_stopped_refreshing_is_read_again_and_paged_once(setup):
+    """The Token stopped re-minting (slurm-operator 1.2.1, reconciler/core/slurm_token.py): the token in
+    hand, past its refresh point, is looked for again every RECHECK_STALE_S through the reconciler's own
+    rights, one page goes out, and a token minted again ends the episode."""
+    from prometheus_client import CollectorRegistry
+
+    from reconciler.adapters.slurm.rest import RECHECK_STALE_S
+    from reconciler.runtime.metrics import Metrics
+    from reconciler.runtime.token_alarm import TokenAlarm
+
+    core, reconciler = setup
+    now = [time.time()]
+    stale = minted(now[0] + 600)  # an hour's token with 10 min left: due for re-minting 2 min ago
+    write_token(core, stale)
+    source = SecretToken(reconciler, SecretRef(SLURM_NS, TOKEN_SECRET, TOKEN_KEY), clock=lambda: now[0])
+    metrics, pages = Metrics(CollectorRegistry()), []
+    source.observer = TokenAlarm(metrics, pages.append, source.describe(), lambda: now[0]).observe
+    for _ in range(3):
+        assert source.token() == stale
+        now[0] += RECHECK_STALE_S
+    assert len(pages) == 1 and metrics.registry.get_sample_value("gpufleet_slurm_token_stale") == 1
+    again = minted(now[0] + 3600)
+    write_token(core, again)
+    now[0] += RECHECK_STALE_S
+    assert source.token() == again
+    assert len(pages) == 1 and metrics.registry.get_sample_value("gpufleet_slurm_token_stale") == 0

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import httpx
 import jwt
@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
 from reconciler.adapters.slurm.cli import expand_hostlist
 from reconciler.core.slurm_states import ON_NODE_JOB_STATES, PENDING
+from reconciler.core.slurm_token import assess
 
 __all__ = ["KNOWN_PARSERS", "KeptToken", "SignedToken", "SlurmREST", "TokenFile", "TokenSource"]
 
@@ -51,6 +52,7 @@ KNOWN_PARSERS = ("v0.0.45", "v0.0.44")
 TOKEN_HEADER = "X-SLURM-USER-TOKEN"
 # Renew a token this long before it expires.
 RENEW_BEFORE_S = 60
+RECHECK_STALE_S = 30.0  # how often a stale token's source is read again
 
 # Slurm's error numbers, as Slurm 26.05 numbers them (slurm/slurm_errno.h at slurm-26-05-3-1; the enum
 # counts on from each explicit value). Only those this client tells apart.
@@ -106,6 +108,16 @@ def token_expiry(token: str) -> float | None:
     return float(exp) if exp is not None else None
 
 
+def token_claims(token: str) -> tuple[float | None, float | None]:
+    """The `exp` and `iat` claims of a JWT, read without checking the signature; None where absent."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None, None
+    exp, iat = claims.get("exp"), claims.get("iat")
+    return (float(exp) if exp is not None else None), (float(iat) if iat is not None else None)
+
+
 class KeptToken:
     """A token someone else keeps fresh (a Slinky ``Token``'s controller), fetched again when the one in
     hand is within RENEW_BEFORE_S of its expiry, when its source says it changed, and on `refresh()`
@@ -116,6 +128,9 @@ class KeptToken:
         self._clock = clock
         self._token: str | None = None
         self._lock = threading.Lock()
+        self._read_at = 0.0
+        # Told each token in hand (the runtime's stale-token alarm: reconciler/runtime/token_alarm.py).
+        self.observer: Callable[[str], None] | None = None
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -129,21 +144,43 @@ class KeptToken:
         return False
 
     def _read(self) -> str:
+        self._read_at = self._clock()
         self._token = self._fetch()
         return self._token
 
+    def _stale(self, token: str) -> bool:
+        """Past the point its keeper should have replaced it (reconciler/core/slurm_token.py): read its
+        source again, at most every RECHECK_STALE_S, so a token re-minted since is seen at once."""
+        exp, iat = token_claims(token)
+        return assess(exp, iat, self._clock()).stopped and self._clock() - self._read_at >= RECHECK_STALE_S
+
+    def _current(self) -> str:
+        if self._token is None:
+            return self._read()
+        exp = token_expiry(self._token)
+        if self._changed() or (exp is not None and exp - self._clock() < RENEW_BEFORE_S):
+            return self._read()
+        if self._stale(self._token):
+            try:
+                return self._read()
+            except SlurmError:
+                return self._token  # still valid for a while: a failed look for a newer one is no failure
+        return self._token
+
+    def _told(self, token: str) -> str:
+        if self.observer is not None:
+            self.observer(token)
+        return token
+
     def token(self) -> str:
         with self._lock:
-            if self._token is None:
-                return self._read()
-            exp = token_expiry(self._token)
-            if self._changed() or (exp is not None and exp - self._clock() < RENEW_BEFORE_S):
-                return self._read()
-            return self._token
+            token = self._current()
+        return self._told(token)  # outside the lock: a page being sent holds up no Slurm call
 
     def refresh(self) -> str:
         with self._lock:
-            return self._read()
+            token = self._read()
+        return self._told(token)
 
 
 class TokenFile(KeptToken):
