@@ -123,8 +123,9 @@ def test_why_of_a_job_that_saw_only_an_application_xid_is_its_own_error_and_an_u
     run_until(rec, lambda: rest.job(jid).state == "CANCELLED", timeout=30)
     out = why(kube_cluster, slurm, jid)
     assert out.exit_code == 0, out.output
-    assert f"XID 13 (Graphics Engine Exception) on its node {POOL}-1: a fault in the job's code" in out.output
-    assert "verdict: the job's own error" in out.output
+    assert (f"XID 13 (Graphics Engine Exception) on its node {POOL}-1: the application on that GPU had to restart"
+            in out.output)
+    assert "verdict: most likely the job's own error" in out.output and "look at the job's stderr" in out.output
     assert not records_for(rec, f"{POOL}-1")  # and gpufleet healed nothing
 
     unknown = why(kube_cluster, slurm, 999999)

@@ -176,8 +176,8 @@ def test_a_pool_above_its_declared_spares_gives_back_the_surplus_never_a_lent_cl
              node("h100-spare-3", role=labels.ROLE_SPARE)]
     claimed = rec(node("h100-1", xid=79), Phase.REPLACING, replacement="h100-spare-3")
     out = surplus.plan(pool, nodes, [claimed])
-    assert out == (GiveBack("h100-spare-2", "h100", "surplus: pool h100 has 4 spares, 1 wanted (1 declared)"),
-                   GiveBack("h100-spare-1", "h100", "surplus: pool h100 has 4 spares, 1 wanted (1 declared)"))
+    assert out == (GiveBack("h100-spare-2", "h100", "surplus: pool h100 has 3 spares, 1 wanted (1 declared)"),
+                   GiveBack("h100-spare-1", "h100", "surplus: pool h100 has 3 spares, 1 wanted (1 declared)"))
 
 
 def test_no_surplus_while_remediations_wait_for_spares_and_a_node_given_back_comes_back_when_short():
@@ -188,6 +188,18 @@ def test_no_surplus_while_remediations_wait_for_spares_and_a_node_given_back_com
     given = node("h100-spare-1", role=labels.ROLE_SURPLUS)
     assert surplus.plan(pool, [given], []) == (ReturnToSpares("h100-spare-1", "h100"),)
     assert surplus.plan(pool, [spares[0], given], []) == ()
+
+
+def test_a_refill_that_joins_before_the_heal_promotes_a_spare_is_not_given_back():
+    """The demo's order: the heal asked for a node while it was evicting; the node joined before the heal chose
+    its spare. That heal is on its way to a spare, so the new node is wanted, not a surplus."""
+    pool = pool_spec(spares=2)
+    spares = [node(f"h100-spare-{i}", role=labels.ROLE_SPARE) for i in range(3)]
+    for phase in (Phase.EVICTING, Phase.REPLACING):
+        assert surplus.plan(pool, spares, [rec(node("h100-1", xid=79), phase)]) == (), phase
+    chosen = rec(node("h100-1", xid=79), Phase.RESUMING, replacement="h100-spare-0")
+    assert surplus.plan(pool, spares, [chosen]) == ()  # its replacement is not a free spare either
+    assert len(surplus.plan(pool, spares, [])) == 1  # with no heal under way, one is a surplus
 
 
 # --- the waiting job's node repaired in place, by default -------------------------------------------------
