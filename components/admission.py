@@ -15,11 +15,17 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
   job_manifest), judged by their pod template, since the Job controller, not the reconciler, creates their
   pods: in its namespace, labelled with the node they check, one container of the health-check image
   (`healing.repair.health_check.image`, else the agent's), no host namespace, volume or ServiceAccount token,
-  no privilege or capability, non-root with RuntimeDefault seccomp. So no Job starts a privileged pod for it
-  either, whatever the namespace's level.
-- `<ns>-reconciler-nodes`: on a node it may change its own marks (`gpufleet.io/` labels, annotations and
+  no privilege or capability, non-root with RuntimeDefault seccomp; the spec's command and nothing else that
+  runs one (no lifecycle hook, no probe), its pool's GPUs and no other resource, only the labels job_manifest
+  gives (no other pod's NetworkPolicy selects it), no priority class, scheduler or runtime class of its own.
+  So no Job starts a privileged pod for it either, whatever the namespace's level, nor runs anything but the check.
+- `<ns>-reconciler-nodes`: it writes only a declared pool's nodes (the proven pool on them) and the nodes
+  membership enrols, by the evidence membership enrols them by that no kubelet can write (a kubernetes-spares
+  pool's `node-restriction.kubernetes.io/` member labels; for an aws-asg pool, whose evidence is EC2's word that
+  admission cannot ask, an AWS instance), never a node marked system or control-plane. There it may change its own marks (`gpufleet.io/` labels, annotations and
   taints), Slinky's cordon reason and topology annotation, the cordon itself, and add the pool's labels
-  and taints that membership sets; the proven pool (`node-restriction.kubernetes.io/gpufleet-pool`) only
+  and taints that membership sets (the pool's taints with the spec's value and effect; its own taints
+  only NoSchedule: a NoExecute taint evicts past PodDisruptionBudgets); the proven pool (`node-restriction.kubernetes.io/gpufleet-pool`) only
   where a node has none, never changed or removed (membership never relabels a node); in its status (the
   subresource it patches to mark a repaired node healthy) only the GPU condition; nothing else of a node.
 - `<ns>-reconciler-pod-deletion`: it deletes (with any grace, force included) only borrowers (a pod of
@@ -30,13 +36,21 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
   NodeNameKey, which the API server puts in a token bound to a pod that runs on a node; feature
   ServiceAccountTokenPodNodeInfo, on by default since 1.30 and GA, locked on, since 1.32:
   k8s.io/kubernetes v1.34.4 pkg/features/kube_features.go), and there only its kernel-log cursor and
-  its GPU condition. A token without a node name writes no node.
+  its GPU condition. A token without a node name writes no node. The metadata rules hold on `nodes/status`
+  too: that subresource's strategy resets only the spec, and stores the labels, annotations, finalizers
+  and owners the request carries (kubernetes v1.34.4 pkg/registry/core/node/strategy.go
+  nodeStatusStrategy.PrepareForUpdate: `newNode.Spec = oldNode.Spec`, and Status.Config when unused;
+  GetResetFields names only `spec`), and validating admission judges the object after that strategy ran
+  (k8s.io/apiserver pkg/registry/generic/registry/store.go Update: BeforeUpdate, then the update
+  validation). So no rule of these policies may skip metadata on the status subresource.
 - `<agent ns>-agent-own-events`: the Events the agent creates (a fault that leaves its node in service:
   core/v1, in `default`; events.k8s.io/v1 is judged alike) are about the node its token is bound to
   (`involvedObject`, or `regarding`: kind Node, that name), since `gpufleet why` counts an Event on a
   node that names an Xid as that node's fault: root on node A cannot write node B's history. A token
   without a node name creates no Event.
-- `<ns>-kubelet-membership`: a kubelet (any `system:node:` user) changes no `gpufleet.io/` label or taint and
+- `<ns>-kubelet-events`: a kubelet's Events about a node are about its own (NodeRestriction has no case for
+  Events), so node A's kubelet does not write node B's history either.
+- `<ns>-kubelet-membership`: a kubelet (any `system:node:` user) changes no `gpufleet.io/` label, annotation or taint and
   none of the pools' membership labels on a node that exists, its own included, so a compromised
   kubelet cannot enrol its node as a spare or a system node, nor shed the spare taint. What a node
   registers with (`--node-labels`) this policy cannot judge; that is why membership and the system mark
@@ -140,6 +154,8 @@ def reconciler_jobs_policy(spec: FleetSpec, username: str) -> dict:
     image = spec.healing.health_check_image()
     argv = spec.healing.repair.health_check.argv()
     pools = json.dumps(sorted(p.name for p in spec.pools))
+    pool_gpus = "{" + ", ".join(f"{json.dumps(p.name)}: {json.dumps(str(p.gpus_per_node))}"
+                               for p in sorted(spec.pools, key=lambda p: p.name)) + "}"
     terms = "variables.pod.?affinity.?nodeAffinity.?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms" \
         ".orValue([])"
     node = json.dumps(labels.HEALTH_CHECK_NODE)
@@ -187,7 +203,67 @@ def reconciler_jobs_policy(spec: FleetSpec, username: str) -> dict:
                        f"c.?env.orValue([]).all(e, e.name == {json.dumps(health_report.EXPECTED_GPUS)}))",
          "message": "a health check runs the spec's check command (healing.repair.health_check) with no other "
                     f"argument, and no variable but {health_report.EXPECTED_GPUS}"},
-    ], variables=[{"name": "pod", "expression": "object.spec.template.spec"}])
+        # what else runs a command in the container, or runs it elsewhere or first: a lifecycle hook (postStart's
+        # exec runs any shell in the image), a probe's exec, a working directory (core/v1 Container)
+        {"expression": "variables.pod.containers.all(c, !c.?lifecycle.hasValue() && !c.?livenessProbe.hasValue() && "
+                       "!c.?readinessProbe.hasValue() && !c.?startupProbe.hasValue() && !c.?workingDir.hasValue() && "
+                       "c.?volumeMounts.orValue([]).size() == 0 && c.?volumeDevices.orValue([]).size() == 0)",
+         "message": "a health check runs its command and nothing else: no lifecycle hook, no probe, no working "
+                    "directory, no mount"},
+        # the GPUs its pool's node has, no more and nothing else (no memory or CPU to starve the node's other
+        # pods of, no claim, no pod-level resources)
+        {"expression": f"variables.pod.containers.all(c, {_gpus_exactly('c.?resources.?requests')} && "
+                       f"{_gpus_exactly('c.?resources.?limits')} && c.?resources.?claims.orValue([]).size() == 0) && "
+                       "!variables.pod.?resources.hasValue() && variables.pod.?resourceClaims.orValue([]).size() == 0 && "
+                       "!variables.pod.?overhead.hasValue()",
+         "message": f"a health check asks for its pool's GPUs ({GPU_RESOURCE}: the pool's gpus_per_node, as request and "
+                    "limit) and nothing else"},
+        # its pods' labels are the ones job_manifest sets, so no NetworkPolicy that selects another of the
+        # reconciler's namespace's pods (the reconciler's own egress: components/network.py) selects them
+        {"expression": f"variables.podLabels.size() == 3 && variables.podLabels[?{node}] == "
+                       f"object.metadata.?labels[?{node}] && "
+                       f"variables.podLabels[?{json.dumps(labels.POOL)}].orValue('') == variables.pool && "
+                       f"variables.podLabels[?{json.dumps(labels.APP_PART_OF)}].orValue('') == {json.dumps(labels.PART_OF)} && "
+                       "object.spec.template.?metadata.?annotations.orValue({}).size() == 0",
+         "message": f"a health check's pods carry only the labels the reconciler gives them ({labels.HEALTH_CHECK_NODE}, "
+                    f"{labels.POOL} of its pool, {labels.APP_PART_OF}), so no NetworkPolicy of another pod selects "
+                    "them, and no annotation"},
+        # how and by whom it is scheduled and run: the default scheduler, no priority of its own (a priority
+        # class would preempt the tenants' pods), the default runtime, no sysctl
+        {"expression": "!variables.pod.?priorityClassName.hasValue() && !variables.pod.?priority.hasValue() && "
+                       "!variables.pod.?preemptionPolicy.hasValue() && "
+                       "variables.pod.?schedulerName.orValue('default-scheduler') == 'default-scheduler' && "
+                       "!variables.pod.?runtimeClassName.hasValue() && "
+                       "variables.pod.?securityContext.?sysctls.orValue([]).size() == 0 && "
+                       "variables.pod.?hostAliases.orValue([]).size() == 0 && "
+                       "!variables.pod.?shareProcessNamespace.orValue(false) && "
+                       "variables.pod.?serviceAccountName.orValue('default') == 'default'",
+         "message": "a health check has no priority class, scheduler, runtime class, sysctl, host alias or "
+                    "ServiceAccount of its own"},
+        # what Pod Security `baseline` refuses besides, for the namespace the local environment runs privileged
+        {"expression": "variables.pod.containers.all(c, c.?securityContext.?procMount.orValue('Default') == 'Default' && "
+                       "c.?securityContext.?appArmorProfile.?type.orValue('RuntimeDefault') != 'Unconfined' && "
+                       "!c.?securityContext.?seLinuxOptions.hasValue() && "
+                       "!c.?securityContext.?windowsOptions.?hostProcess.orValue(false)) && "
+                       "variables.pod.?securityContext.?appArmorProfile.?type.orValue('RuntimeDefault') != 'Unconfined' && "
+                       "!variables.pod.?securityContext.?seLinuxOptions.hasValue()",
+         "message": "a health check keeps the default /proc mount, AppArmor and SELinux confinement"},
+    ], variables=[{"name": "pod", "expression": "object.spec.template.spec"},
+                  {"name": "podLabels", "expression": "object.spec.template.?metadata.?labels.orValue({})"},
+                  {"name": "pool", "expression": f"object.spec.template.spec.?nodeSelector[?{json.dumps(labels.NODE_POOL)}]"
+                                                 ".orValue('')"},
+                  {"name": "gpus", "expression": f"{pool_gpus}[?variables.pool].orValue('')"}])
+
+
+GPU_RESOURCE = "nvidia.com/gpu"  # NVIDIA's device plugin's resource (the one job_manifest asks for)
+
+
+def _gpus_exactly(where: str) -> str:
+    """CEL: the resource map at `where` (requests or limits, an optional) is exactly the pool's GPUs (variable
+    `gpus`, a string). A quantity reaches CEL as its canonical string (k8s.io/apimachinery resource.Quantity)."""
+    return (f"{where}.orValue({{}}).size() == 1 && "
+            f"{where}.orValue({{}})[?{json.dumps(GPU_RESOURCE)}].hasValue() && "
+            f"string({where}.orValue({{}})[{json.dumps(GPU_RESOURCE)}]) == variables.gpus")
 
 
 def pool_label_keys(spec: FleetSpec) -> set[str]:
@@ -197,10 +273,6 @@ def pool_label_keys(spec: FleetSpec) -> set[str]:
     for p in spec.pools:
         keys |= set(p.labels)
     return {k for k in keys if not k.startswith(OWN)}
-
-
-def pool_taint_keys(spec: FleetSpec) -> set[str]:
-    return {t.key for p in spec.pools for t in p.taints if not t.key.startswith(OWN)}
 
 
 STATUS_FIELDS = ("capacity", "allocatable", "addresses", "nodeInfo", "daemonEndpoints")
@@ -222,14 +294,29 @@ def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
     dep = spec.healing.reconciler
     own = f"k.startsWith({json.dumps(OWN)})"
     pool_labels = _strings(pool_label_keys(spec) - {labels.NODE_POOL})
-    pool_taints = _strings(pool_taint_keys(spec))
     # the proven pool is set once (membership adds it to a node without one and never relabels: core/membership.py)
     proven = f"(k == {json.dumps(labels.NODE_POOL)} && !(k in variables.oldLabels))"
     same = lambda f: f"object.spec.?{f} == oldObject.spec.?{f}"  # noqa: E731
     # a taint is the same when key, value and effect are (timeAdded is the API server's)
     taint_in = lambda t, where: (f"variables.{where}.exists(x, x.key == {t}.key && x.?value == {t}.?value && "  # noqa: E731
                                  f"x.effect == {t}.effect)")
+    pools = _strings(p.name for p in spec.pools)
+    pool_key = json.dumps(labels.NODE_POOL)
+    # the pool's own taints as declared (key, value and effect), not any taint under a pool taint's key
+    declared = "[" + ", ".join(json.dumps({"key": k, "value": v, "effect": e}) for k, v, e in sorted(
+        {(t.key, t.value, t.effect) for p in spec.pools for t in p.taints if not t.key.startswith(OWN)})) + "]"
     return _policy(f"{dep.namespace}-reconciler-nodes", username, [_rule(["nodes", "nodes/status"], ["UPDATE"])], [
+        # first, which nodes: a declared pool's (the proven pool on it), or one membership enrols now, with the
+        # evidence membership enrols it by that a kubelet cannot forge (core/membership.py claims); never a
+        # system node or the control plane
+        {"expression": f"!({json.dumps(labels.SYSTEM_NODE)} in variables.oldLabels) && "
+                       f"!({json.dumps(CONTROL_PLANE)} in variables.oldLabels) && "
+                       f"(variables.oldLabels[?{pool_key}].orValue('') in {pools} || "
+                       f"(!({pool_key} in variables.oldLabels) && ({_enrolled(spec)})))",
+         "messageExpression": "'the reconciler writes only the nodes of the pools the spec declares (the proven pool "
+                              f"{labels.NODE_POOL}), or enrols one its pool claims ({labels.TRUSTED_PREFIX} member "
+                              "labels, or an AWS instance for an aws-asg pool); never a system or control-plane node, "
+                              "not ' + object.metadata.name"},
         {"expression": _changed_only("oldLabels", "newLabels",
                                      f"{own} || (k in {pool_labels} && k in variables.newLabels) || {proven}"),
          "message": f"the reconciler changes only {OWN} labels, and adds the pool labels membership sets "
@@ -239,8 +326,14 @@ def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
          "message": f"the reconciler changes only {OWN} annotations and Slinky's {', '.join(SLINKY_NODE_ANNOTATIONS)}"},
         {"expression": f"variables.oldTaints.filter(t, !t.key.startsWith({json.dumps(OWN)})).all(t, {taint_in('t', 'newTaints')})"
                        f" && variables.newTaints.filter(t, !t.key.startsWith({json.dumps(OWN)}))"
-                       f".all(t, {taint_in('t', 'oldTaints')} || t.key in {pool_taints})",
-         "message": f"the reconciler changes only {OWN} taints, and adds the pool's taints"},
+                       f".all(t, {taint_in('t', 'oldTaints')} || {declared}.exists(d, d.key == t.key && "
+                       "d.value == t.?value.orValue('') && d.effect == t.effect))",
+         "message": f"the reconciler changes only {OWN} taints, and adds the pool's taints as the spec declares them"},
+        # its own taints keep pods off (quarantine, spare, lending: all NoSchedule); NoExecute would evict every
+        # pod of a node at once, past PodDisruptionBudgets (taint eviction does not go through the eviction API)
+        {"expression": f"variables.newTaints.filter(t, t.key.startsWith({json.dumps(OWN)}))"
+                       f".all(t, t.effect == 'NoSchedule' || {taint_in('t', 'oldTaints')})",
+         "message": f"the reconciler's own taints ({OWN}) are NoSchedule"},
         {"expression": " && ".join(same(f) for f in ("podCIDR", "podCIDRs", "providerID", "externalID", "configSource")),
          "message": "the reconciler changes no node spec field but the cordon and taints"},
         {"expression": "object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && "
@@ -252,6 +345,28 @@ def reconciler_nodes_policy(spec: FleetSpec, username: str) -> dict:
     ], variables=[SUBRESOURCE, *_maps("Labels", "labels"), *_maps("Annotations", "annotations"),
                   {"name": "oldTaints", "expression": "oldObject.spec.?taints.orValue([])"},
                   {"name": "newTaints", "expression": "object.spec.?taints.orValue([])"}])
+
+
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"  # kubeadm's label on its control-plane nodes
+
+
+def _enrolled(spec: FleetSpec) -> str:
+    """CEL: the update sets the proven pool to a pool that claims the node by evidence no kubelet writes: a
+    kubernetes-spares pool's member_selector (all `node-restriction.kubernetes.io/` labels, which NodeRestriction
+    keeps from kubelets), or, for an aws-asg pool, an AWS instance (its Auto Scaling group is asked of EC2,
+    which admission cannot; the node's name is the instance's, which NodeRestriction keeps to its kubelet)."""
+    new = f"variables.newLabels[?{json.dumps(labels.NODE_POOL)}].orValue('')"
+    terms = []
+    for p in sorted(spec.pools, key=lambda p: p.name):
+        if p.provider == "aws-asg":
+            evidence = "object.spec.?providerID.orValue('').startsWith('aws://')"
+        elif p.member_selector:
+            evidence = " && ".join(f"variables.oldLabels[?{json.dumps(k)}].orValue('') == {json.dumps(v)}"
+                                   for k, v in sorted(p.member_selector.items()))
+        else:
+            continue  # membership claims no node for it (core/membership.py _matches: an empty selector)
+        terms.append(f"({new} == {json.dumps(p.name)} && {evidence})")
+    return " || ".join(terms) or "false"
 
 
 def nodeset_controlled(obj: str, nodesets: Iterable[str]) -> str:
@@ -290,14 +405,19 @@ def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
          "messageExpression": "'the node agent writes only the node its token is bound to (' + "
                               "(variables.tokenNode.size() == 1 ? variables.tokenNode[0] : 'none: not a pod-bound "
                               "token') + '), not ' + object.metadata.name"},
-        {"expression": "variables.subResource == 'status' || (object.?spec == oldObject.?spec && "
+        # on the object and on its status alike: the status subresource's strategy resets only the spec
+        # (PrepareForUpdate, see the module's docstring), so labels, annotations, finalizers and owners written
+        # through nodes/status are stored as sent
+        {"expression": "object.?spec == oldObject.?spec && "
+                       "object.metadata.?finalizers == oldObject.metadata.?finalizers && "
+                       "object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && "
                        + _changed_only("oldLabels", "newLabels", f"k in {operands} && "
                                        "variables.newLabels[?k].orValue('false') in ['true', 'false']") + " && "
-                       + _changed_only("oldAnnotations", "newAnnotations", f"k in {own}") + ")",
+                       + _changed_only("oldAnnotations", "newAnnotations", f"k in {own}"),
          "message": f"on its node the agent changes only its kernel-log cursor ({labels.KMSG_REPORTED}), the "
                     f"answer to a repair ({labels.REPAIR_RESULT}), what a GPU reset stopped "
                     f"({labels.GPU_CLIENTS_STOPPED}) and the GPU Operator's deploy labels (true or false) of the "
-                    "operands a reset stops"},
+                    "operands a reset stops, through the node or its status alike"},
         {"expression": status_only_conditions(spec.healing.condition_types),
          "message": f"in its node's status the agent changes only its condition ({', '.join(spec.healing.condition_types)})"},
     ], variables=[TOKEN_NODE,
@@ -344,7 +464,33 @@ def kubelet_membership_policy(spec: FleetSpec) -> dict:
         {"expression": f"object.spec.?taints.orValue([]).filter(t, {own_taint}) == "
                        f"oldObject.spec.?taints.orValue([]).filter(t, {own_taint})",
          "message": f"a kubelet changes no {OWN} taint of a node"},
-    ], variables=_maps("Labels", "labels"))
+        # gpufleet's annotations on a node are its records (the capacity request a node answered, a repair's
+        # answer, the kernel-log cursor): a kubelet that writes its node's fulfils would settle another request
+        {"expression": _changed_only("oldAnnotations", "newAnnotations", f"!k.startsWith({json.dumps(OWN)})"),
+         "message": f"a kubelet changes no {OWN} annotation of a node"},
+    ], variables=_maps("Labels", "labels") + _maps("Annotations", "annotations"))
+    policy["spec"]["matchConditions"] = [{
+        "name": "is-a-kubelet",
+        "expression": f"request.userInfo.username.startsWith({json.dumps(KUBELET_PREFIX)})"}]
+    return policy
+
+
+def kubelet_events_policy(spec: FleetSpec) -> dict:
+    """A kubelet's Events about a node are about its own: NodeRestriction judges a kubelet's Nodes, Pods and
+    leases but has no case for Events (kubernetes v1.34.4 plugin/pkg/admission/noderestriction/admission.go
+    Admit: its switch names pods, nodes, persistentvolumeclaims, serviceaccounts, podcertificaterequests, leases,
+    csinodes, resourceslices and certificatesigningrequests), and the node authorizer grants a kubelet what the
+    system:node rules do (plugin/pkg/auth/authorizer/node: NodeRules), Events create in any namespace among them. `gpufleet why` reads an Event
+    on a node that names an Xid as that node's fault, so node A's kubelet must not write node B's history."""
+    me = f"request.userInfo.username.substring({len(KUBELET_PREFIX)})"
+    policy = _policy(f"{spec.healing.reconciler.namespace}-kubelet-events", "", [
+        _rule(["events"], ["CREATE", "UPDATE"]), _rule(["events"], ["CREATE", "UPDATE"], "events.k8s.io")], [
+        {"expression": f"variables.about.?kind.orValue('') != 'Node' || variables.about.?name.orValue('') == {me}",
+         "messageExpression": "'a kubelet (' + request.userInfo.username + ') creates Events about its own node only, "
+                              "not ' + variables.about.?name.orValue('<no name>')"},
+    ], variables=[{"name": "about",
+                   "expression": "request.resource.group == 'events.k8s.io' ? object.?regarding.orValue({}) : "
+                                 "object.?involvedObject.orValue({})"}])
     policy["spec"]["matchConditions"] = [{
         "name": "is-a-kubelet",
         "expression": f"request.userInfo.username.startsWith({json.dumps(KUBELET_PREFIX)})"}]
@@ -356,7 +502,7 @@ def policies(spec: FleetSpec, reconciler: str, agent: str) -> list[dict]:
     return [reconciler_pods_policy(spec, reconciler), reconciler_nodes_policy(spec, reconciler),
             reconciler_pod_deletion_policy(spec, reconciler), reconciler_jobs_policy(spec, reconciler),
             agent_nodes_policy(spec, agent), agent_events_policy(spec, agent),
-            kubelet_membership_policy(spec)]
+            kubelet_membership_policy(spec), kubelet_events_policy(spec)]
 
 
 def binding(policy: dict) -> dict:

@@ -2,8 +2,8 @@
 
 - The reconciler's and the agent's namespaces deny everything not allowed below (a policy selecting
   every pod, with no rule).
-- The reconciler: DNS, the API server, slurmrestd, HTTPS for webhooks and AWS; its metrics from the
-  monitoring namespaces. Its probes need no rule: traffic between a pod and its own node is always
+- The reconciler: DNS, the API server, slurmrestd, HTTPS for webhooks and AWS (only where a notification or an
+  aws-asg pool needs it); its metrics from the monitoring namespaces. Its probes need no rule: traffic between a pod and its own node is always
   allowed (kubernetes.io docs, concepts/services-networking/network-policies).
 - The agent: DNS and the API server, nothing in.
 - slurmrestd (the RestApi's pods, labelled `app.kubernetes.io/name: slurmrestd` by slurm-operator v1.0.1
@@ -56,12 +56,18 @@ def deny_all(namespace: str) -> dict:
             "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}
 
 
+def https_needed(spec: FleetSpec) -> bool:
+    """Whether the reconciler opens HTTPS beyond the API server: to AWS (an aws-asg pool's Auto Scaling group and
+    EC2; an SNS notification) or to a webhook. Without any of them it gets no HTTPS egress at all."""
+    return any(p.provider == "aws-asg" for p in spec.pools) or bool(spec.healing.notifications)
+
+
 def reconciler_policy(spec: FleetSpec) -> dict:
     dep, net = spec.healing.reconciler, spec.network
     egress = [dns_egress(), api_server_egress(spec),
               {"to": [{**_ns(spec.slurm.namespace), "podSelector": {"matchLabels": {NAME_LABEL: "slurmrestd"}}}],
                "ports": _tcp(RESTAPI_PORT)}]
-    if net.https_egress_cidrs:
+    if net.https_egress_cidrs and https_needed(spec):
         egress.append({"to": [{"ipBlock": {"cidr": c}} for c in net.https_egress_cidrs], "ports": _tcp(443)})
     ingress = [{"from": [_ns(*net.metrics_namespaces)], "ports": _tcp(METRICS_PORT)}] if net.metrics_namespaces else []
     return {"metadata": {"name": RECONCILER, "namespace": dep.namespace},

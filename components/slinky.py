@@ -25,7 +25,7 @@ import pulumi_kubernetes as k8s
 from fleetspec import labels
 from fleetspec.models import RECONCILER_ADMIN_LEVEL, SLURM_USER, FleetSpec, MariaDbDatabase
 
-from .meta import metadata, resources
+from .meta import metadata, namespace_metadata, resources
 from .node_pool import GpuNodePool
 from .slinky_schema import GROUP, KINDS, KNOWN_CONFIG_FILES, RESERVED_CONFIG_FILES, VERSION, crd_manifest
 
@@ -266,7 +266,10 @@ class SlinkySlurm(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         image = slurm.image  # registry/name:tag, @digest where the stack file records one
 
-        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata=metadata(slurm.namespace, "slurm", env), opts=child)
+        # privileged: the NodeSet pods' slurmd runs privileged with BPF, NET_ADMIN, SYS_ADMIN and SYS_NICE
+        # (slurm-operator v1.2.1 internal/builder/workerbuilder/worker_app.go); warned and audited at restricted
+        ns = k8s.core.v1.Namespace(f"{name}-ns", metadata=namespace_metadata(slurm.namespace, "slurm", env, "privileged"),
+                                   opts=child)
         self.namespace = ns.metadata.name
 
         # The operator, or gpufleet's definitions of its kinds.

@@ -521,11 +521,19 @@ SLURM_USER = "slurm"
 # * node drain/down/resume (POST /node/{name}: REQUEST_UPDATE_NODE): src/slurmctld/proc_req.c
 #   _slurm_rpc_update_node requires validate_super_user(), i.e. root, the SlurmUser or
 #   SLURMDB_ADMIN_SUPER_USER (Administrator);
-# * a job's admin_comment (POST /job/{id}): src/slurmctld/job_mgr.c _update_job requires validate_super_user();
+# * a job's admin_comment (POST /job/{id}): src/slurmctld/job_mgr.c _update_job requires validate_super_user()
+#   (twice: before the job_submit plugin and where it sets the field), and so does a signal that carries one
+#   (DELETE /jobs/ with admin_comment: proc_req.c _slurm_rpc_kill_jobs);
 # * signal another user's job (DELETE /jobs/): job_mgr.c _apply_signal_jobs_filter / _check_access_job_ptr,
 #   requeue (GET /job/{id}/requeue): _job_requeue_op, begin time and hold/release (POST /job/{id}):
 #   _update_job's `privileged`: validate_operator() (SLURMDB_ADMIN_OPERATOR) suffices for these.
-# Issue 24 asked for Operator; upstream needs Administrator for node updates and admin comments, and upstream wins.
+# Operator would do for the job calls alone; node updates and admin comments need Administrator, and no other
+# field or path of the REST API as the reconciler uses it does their work at a lower level: a job's `comment`
+# (Operator may write it: job_mgr.c _update_job) is its owner's to overwrite, so no record of gpufleet's; a drain
+# through Slinky's cordon sync (slurm-operator drains a cordoned node's Slurm nodes with its own super-user token)
+# would move the drain to the operator's identity, not lower it. What Administrator also grants, and the
+# reconciler never uses: every other slurmctld update (partitions, reservations, other users' jobs' fields) and
+# accounting administration (sacctmgr: users, accounts, QOS, admin levels); its token lives slurm.token_lifetime.
 RECONCILER_ADMIN_LEVEL = "Administrator"
 
 

@@ -13,6 +13,7 @@ safe side (no result: the step times out and the ladder climbs; no passed check:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, TypeVar
@@ -48,6 +49,17 @@ class RepairRequest:
 
     def dumps(self) -> str:
         return json.dumps({"id": self.id, "action": self.action, "gpus": list(self.gpus), "at": self.at.isoformat()})
+
+
+# A GPU as the repair request names it: its PCI bus id, as the driver prints it in an Xid line (`0000:3b:00`) or
+# nvidia-smi in its own (`00000000:3B:00.0`): domain, bus, device, optional function. `nvidia-smi -i` takes
+# that form among others (an index, a UUID); a request names no GPU in any other form.
+PCI_BUS_ID = re.compile(r"(?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?")
+
+
+def bad_gpu_ids(gpus) -> list[str]:
+    """The GPU ids of a request that are not PCI bus ids: nothing of them reaches a host command."""
+    return [g for g in gpus if not PCI_BUS_ID.fullmatch(g)]
 
 
 def parse_request(text: str | None) -> RepairRequest | None:

@@ -77,11 +77,11 @@ def slurm_hosts(api) -> dict[str, str]:
 
 def node_faults(api, nodes: set[str]) -> list:
     """The GPU faults seen on these Kubernetes nodes: each condition whose reason names an XID, and each
-    Event on the node that names one (a detector's or the agent's)."""
+    Event the node agent wrote on the node that names one (job_story.agent_event)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from reconciler.core.job_story import NodeFault
+    from reconciler.core.job_story import NodeFault, agent_event
 
     core, out = client.CoreV1Api(api), []
     for name in sorted(nodes):
@@ -97,6 +97,8 @@ def node_faults(api, nodes: set[str]) -> list:
                 out.append(NodeFault(name, c.last_transition_time, int(m.group(1)), c.message or ""))
         events = core.list_namespaced_event("default", field_selector=f"involvedObject.kind=Node,involvedObject.name={name}")
         for e in events.items:
+            if not agent_event(name, e.source.component if e.source else None, e.source.host if e.source else None):
+                continue
             m = XID.search(f"{e.reason} {e.message}")
             at = e.last_timestamp or e.event_time or e.first_timestamp
             if m and at:

@@ -2,7 +2,8 @@
 
 - `rbac-least-privilege`: roles list their verbs, resources and groups (no "*", no aggregation), grant no
   verb that lifts the holder above its own rights (`escalate`, `bind`, `impersonate`, and `create` on
-  `serviceaccounts/token`, which mints another identity's token); nothing is bound to cluster-admin.
+  `serviceaccounts/token` or any `*/token`, which mints another identity's token), no `nodes/proxy` (the
+  kubelets' API), no write to admission policies or webhooks; nothing is bound to cluster-admin.
 - `pod-host-access`: a pod shares no host namespace; a privileged pod runs only in a namespace set aside
   for it (the node agent's), with no host namespace but the host's PIDs (a privileged container is root on
   the node already; the agent's repairs enter the host's PID 1 to reset a GPU or reboot), and only the
@@ -55,6 +56,18 @@ ESCALATING_VERBS = {"escalate": "grants roles it does not hold itself",
                     "impersonate": "acts as another user, group or ServiceAccount"}
 
 
+# Admission's own configuration: who writes it can switch off or rewrite every policy that confines the stack's
+# identities (components/admission.py), and a webhook sees (or changes) every object it matches.
+ADMISSION_GROUP = "admissionregistration.k8s.io"
+ADMISSION_RESOURCES = {"validatingadmissionpolicies", "validatingadmissionpolicybindings",
+                       "mutatingadmissionpolicies", "mutatingadmissionpolicybindings",
+                       "validatingwebhookconfigurations", "mutatingwebhookconfigurations"}
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+# nodes/proxy reaches the kubelet's API with the API server's own credentials: exec and run in any pod of the
+# node (kubernetes.io/docs/concepts/security/rbac-good-practices, "Access to proxy subresource of Nodes").
+NODE_PROXY = "nodes/proxy"
+
+
 def check_rbac(r: Resource, cfg: dict[str, Any]) -> list[str]:
     out = []
     if r.kind in ROLE_KINDS:
@@ -62,8 +75,10 @@ def check_rbac(r: Resource, cfg: dict[str, Any]) -> list[str]:
             rule = as_dict(rule)
             for field in ("verbs", "resources", "apiGroups"):
                 values = as_list(rule.get(field))
-                if "*" in values:
-                    out.append(f"{r.ref}: rules[{i}].{field} contains \"*\" ({values}). A wildcard grants today's "
+                # RBAC matches "*" and, in resources, "*/<sub>" and "<resource>/*" (k8s.io/component-helpers
+                # auth/rbac ResourceMatches): "*/token" is every token subresource
+                if any(isinstance(v, str) and "*" in v for v in values):
+                    out.append(f"{r.ref}: rules[{i}].{field} contains a wildcard ({values}). A wildcard grants today's "
                                f"and tomorrow's {field} alike. Fix: list the {field} the component uses, by name.")
             if "*" in as_list(rule.get("nonResourceURLs")):
                 out.append(f"{r.ref}: rules[{i}].nonResourceURLs contains \"*\". Fix: list the URLs by path.")
@@ -72,10 +87,22 @@ def check_rbac(r: Resource, cfg: dict[str, Any]) -> list[str]:
                 if verb in verbs:
                     out.append(f"{r.ref}: rules[{i}] grants {verb!r}: its holder {why}, so the role is worth every "
                                f"role in the cluster. Fix: remove {verb!r}; grant the permissions themselves.")
-            if "create" in verbs and "serviceaccounts/token" in as_list(rule.get("resources")):
-                out.append(f"{r.ref}: rules[{i}] grants create on serviceaccounts/token: its holder mints a token "
+            resources = [str(x) for x in as_list(rule.get("resources"))]
+            tokens = [x for x in resources if x.endswith("/token")]
+            if "create" in verbs and tokens:
+                out.append(f"{r.ref}: rules[{i}] grants create on {', '.join(tokens)}: its holder mints a token "
                            f"for any ServiceAccount in reach and acts as it. Fix: mount the token the pod needs "
                            f"(a projected volume) instead.")
+            if NODE_PROXY in resources and verbs:
+                out.append(f"{r.ref}: rules[{i}] grants {sorted(verbs)} on {NODE_PROXY}: its holder talks to the "
+                           f"kubelets' API, which runs commands in any pod of the node. Fix: read what you need "
+                           f"through the API server's own resources (nodes, pods/log).")
+            groups = {str(g) for g in as_list(rule.get("apiGroups"))}
+            admission = sorted(ADMISSION_RESOURCES & set(resources))
+            if ADMISSION_GROUP in groups and admission and verbs & WRITE_VERBS:
+                out.append(f"{r.ref}: rules[{i}] grants {sorted(verbs & WRITE_VERBS)} on {', '.join(admission)}: its "
+                           f"holder rewrites or removes the admission policies that confine every identity. Fix: "
+                           f"only the deploying identity writes admission configuration; grant get/list/watch.")
         if as_dict(r.props.get("aggregationRule")):
             out.append(f"{r.ref} aggregates other roles (aggregationRule): its permissions grow with every role "
                        f"that matches. Fix: list its rules explicitly.")
@@ -186,8 +213,8 @@ def validate_capabilities(args: Any, report_violation) -> None:
 
 RBAC_RULE = Rule(
     name=RBAC,
-    description="Roles name their verbs, resources and API groups (no \"*\"), grant no escalate, bind, impersonate "
-                "or token minting; nothing is bound to cluster-admin.",
+    description="Roles name their verbs, resources and API groups (no \"*\"), grant no escalate, bind, impersonate, "
+                "token minting, nodes/proxy or write to admission configuration; nothing is bound to cluster-admin.",
     validate=validate_rbac,
     config_schema=RBAC_SCHEMA,
     remediation="List the verbs, resources and API groups the component uses; never escalate, bind or impersonate.",

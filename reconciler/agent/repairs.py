@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Callable
 
 from fleetspec import labels
-from fleetspec.node_repair import REBOOT, RESET_GPU, RepairRequest, RepairResult, parse_request, parse_result
+from fleetspec.node_repair import (REBOOT, RESET_GPU, RepairRequest, RepairResult, bad_gpu_ids, parse_request,
+                                   parse_result)
 
 from reconciler.agent.gpu_clients import HOST, GpuClients, parse_stopped
 
@@ -89,6 +90,10 @@ class Repairs:
     def _reset(self, req: RepairRequest) -> RepairResult:
         """Stop the GPUs' clients, reset, restore them: answered failed (so the repair reboots) when the clients
         could not be stopped, a reset failed, or they could not be restored."""
+        bad = bad_gpu_ids(req.gpus)
+        if bad:  # the request is the reconciler's, but its words reach root commands on the host: PCI ids only
+            return RepairResult(req.id, False, f"refused: {bad} not a GPU's PCI bus id (nothing was run)",
+                                self.clock(), self.boot())
         stopped, held = self.clients.stop(req.id, req.gpus)
         ok, message = self._reset_gpus(req) if not held else (
             False, f"the GPUs' clients could not be stopped within {self.clients.teardown:.0f}s ({held[:200]}), and "

@@ -60,6 +60,17 @@ class NodeFault:
     message: str = ""
 
 
+AGENT_COMPONENT = "gpufleet-agent"  # the source the node agent's Events carry (reconciler/adapters/kube.py node_event)
+
+
+def agent_event(node: str, component: str | None, host: str | None) -> bool:
+    """Whether an Event on `node` is one the node agent wrote about it, the only Events a node's story counts as
+    its faults: source `gpufleet-agent` from that node's host. Anyone who may create Events in `default` can
+    write an Xid into one (a kubelet may, about its own node only: the kubelet-events admission policy); what
+    the agent writes, admission keeps to its own node (components/admission.py agent_events_policy)."""
+    return component == AGENT_COMPONENT and host == node
+
+
 @dataclass(frozen=True)
 class LendingEvent:
     """An Event the lending pass posted on a node (reconciler/runtime/executor.py): Reclaiming when it began

@@ -267,21 +267,23 @@ def settle(requests: Iterable[Mapping], nodes: Iterable[Mapping], pool_label: st
     scheduler bound it to, else a spare of its pool that joined after it and answered nothing yet.
     `pool_label` is the label on the requests naming their pool."""
     nodes = list(nodes)
-    taken = {(n["metadata"].get("annotations") or {}).get(labels.FULFILS) for n in nodes} - {None}
-    used: set[str] = {n["metadata"]["name"] for n in nodes if (n["metadata"].get("annotations") or {}).get(labels.FULFILS)}
+    fulfils = lambda n: (n["metadata"].get("annotations") or {}).get(labels.FULFILS)  # noqa: E731
+    used: set[str] = {n["metadata"]["name"] for n in nodes if fulfils(n)}
     out = []
     for req in sorted(requests, key=lambda r: (r["metadata"].get("creationTimestamp") or "", r["metadata"]["name"])):
         name = req["metadata"]["name"]
-        if name in taken:
-            out.append(Settlement(name, next(n["metadata"]["name"] for n in nodes
-                                              if (n["metadata"].get("annotations") or {}).get(labels.FULFILS) == name)))
+        pool = ((req["metadata"].get("labels") or {}).get(pool_label))
+        # a node's record that it answered this request counts only on a node of the request's pool (the proven
+        # pool, which no kubelet sets): an annotation is no proof of who wrote it
+        answered = [n for n in nodes if fulfils(n) == name and _labels(n).get(labels.NODE_POOL) == pool]
+        if answered:
+            out.append(Settlement(name, answered[0]["metadata"]["name"]))
             continue
         bound = (req.get("spec") or {}).get("nodeName")
         if bound and bound not in used:
             used.add(bound)
             out.append(Settlement(name, bound))
             continue
-        pool = ((req["metadata"].get("labels") or {}).get(pool_label))
         since = req["metadata"].get("creationTimestamp") or ""
         fresh = sorted(
             (n for n in nodes if _labels(n).get(labels.NODE_POOL) == pool and _labels(n).get(labels.ROLE) == labels.ROLE_SPARE

@@ -36,7 +36,9 @@ def detected(r: Remediation, spec: FleetSpec) -> str:
     grace = spec.healing.grace_period_seconds
     jobs = (f"running jobs get SIGTERM and {grace}s to checkpoint, then are requeued" if grace
             else "running jobs are requeued")
-    return (f"{r.node} ({r.pool}): {describe(r.xid, r.kind)} - {r.message}. gpufleet has cordoned it and drains it "
+    d = r.diagnosis
+    said = f" Diagnosed while it served: {d.message}; it needs {d.needs}." if d is not None and d.needs else ""
+    return (f"{r.node} ({r.pool}): {describe(r.xid, r.kind)} - {r.message}.{said} gpufleet has cordoned it and drains it "
             f"in Slurm ({jobs}). Then a spare of {r.pool} replaces it, unless the storm brake or the attempt cap "
             "holds it for a person, which pages again. No action needed now.")
 

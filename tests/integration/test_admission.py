@@ -228,6 +228,28 @@ def _job_variants(s: Setup) -> list[tuple[str, object, str]]:
         ("extra arguments", lambda j: c(j).update(args=["--no-all-reduce"]), "the spec's check command"),
         ("another variable", lambda j: c(j)["env"].append({"name": "LD_PRELOAD", "value": "/x.so"}),
          "no variable but"),
+        # a stolen token's other ways to run a shell in the check image on a pool node, or more than the check
+        ("a postStart hook", lambda j: c(j).update(lifecycle={"postStart": {"exec": {"command": ["/bin/sh", "-c", "id"]}}}),
+         "no lifecycle hook"),
+        ("a preStop hook", lambda j: c(j).update(lifecycle={"preStop": {"exec": {"command": ["/bin/sh", "-c", "id"]}}}),
+         "no lifecycle hook"),
+        ("a probe's exec", lambda j: c(j).update(livenessProbe={"exec": {"command": ["/bin/sh", "-c", "id"]}}),
+         "no probe"),
+        ("a startup probe's exec", lambda j: c(j).update(startupProbe={"exec": {"command": ["/bin/sh", "-c", "id"]}}),
+         "no probe"),
+        ("memory besides its GPUs", lambda j: [c(j)["resources"][k].update(memory="512Gi") for k in ("requests", "limits")],
+         "its pool's GPUs"),
+        ("no GPU", lambda j: c(j).update(resources={}), "its pool's GPUs"),
+        ("more GPUs than its pool's nodes have", lambda j: [c(j)["resources"][k].update({"nvidia.com/gpu": "64"})
+                                                           for k in ("requests", "limits")], "its pool's GPUs"),
+        ("the reconciler's own pod label (its egress)", lambda j: j["spec"]["template"]["metadata"]["labels"].update(
+            {labels.APP_NAME: "gpufleet-reconciler"}), "only the labels"),
+        ("another pool's label on its pods", lambda j: j["spec"]["template"]["metadata"]["labels"].update(
+            {labels.POOL: "l40s"}), "only the labels"),
+        ("a priority class", lambda j: pod(j).update(priorityClassName="system-node-critical"), "no priority class"),
+        ("another scheduler", lambda j: pod(j).update(schedulerName="my-scheduler"), "no priority class"),
+        ("a runtime class", lambda j: pod(j).update(runtimeClassName="unsandboxed"), "no priority class"),
+        ("an unmasked /proc", lambda j: c(j)["securityContext"].update(procMount="Unmasked"), "default /proc"),
     ]
 
 
@@ -353,7 +375,8 @@ def test_the_reconciler_adds_a_proven_pool_and_never_changes_or_removes_one(prod
     """Membership sets labels.NODE_POOL on a node without one and never relabels (reconciler/core/membership.py):
     through the reconciler's adapter, the add is admitted, a change or a removal is not."""
     node, core = "gf-sec-joining", prod_like.core
-    create_or_keep(core.create_node, {"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+    create_or_keep(core.create_node, {"metadata": {"name": node, "labels": {
+        "kubernetes.io/hostname": node, **prod_like.spec.pool("h100").member_selector}}})
     try:
         kube = Kube(prod_like.reconciler())
         kube.apply_membership(node, {labels.NODE_POOL: "h100"})
@@ -372,6 +395,64 @@ def test_the_reconciler_adds_a_proven_pool_and_never_changes_or_removes_one(prod
         assert after.metadata.labels[labels.NODE_POOL] == "h100" and after.metadata.resource_version == before
     finally:
         assert _status(core.delete_node, node)[0] in (200, 404)
+
+
+@pytest.mark.parametrize("what,taint", [
+    ("its own taint, NoExecute", {"key": "gpufleet.io/x", "value": "true", "effect": "NoExecute"}),
+    ("its quarantine taint, NoExecute", {"key": labels.QUARANTINE_TAINT, "value": "xid-79", "effect": "NoExecute"}),
+    ("a pool taint's key with another effect", {"key": "nvidia.com/gpu", "effect": "NoExecute"}),
+])
+def test_the_reconciler_taints_nothing_noexecute(prod_like, what, taint):
+    """A NoExecute taint evicts every pod of the node at once, PodDisruptionBudgets or not: the reconciler's own
+    taints are NoSchedule, a pool's taints as the spec declares them. Its own NoSchedule quarantine (kube.cordon)
+    is admitted: test_the_reconciler_changes_its_own_marks_on_a_node."""
+    kube = Kube(prod_like.reconciler())
+    before = prod_like.core.read_node(NODE_B)
+
+    def add(n: dict) -> bool:
+        n["spec"]["taints"] = (n["spec"].get("taints") or []) + [taint]
+        return True
+
+    status, why = _status(kube.update_node, NODE_B, add)
+    assert status == 403 and "reconciler-nodes" in why, (what, why)
+    assert prod_like.core.read_node(NODE_B).metadata.resource_version == before.metadata.resource_version
+
+
+OUTSIDERS = {  # nodes membership never enrols: no declared pool's evidence, or the platform's own
+    "gf-sec-system-node": {labels.SYSTEM_NODE: "true"},
+    "gf-sec-control-plane": {"node-role.kubernetes.io/control-plane": ""},
+    "gf-sec-other-team": {"team.example.com/owner": "vision"},
+    "gf-sec-system-claimed": {labels.SYSTEM_NODE: "true", "node-restriction.kubernetes.io/node-group": "h100"},
+}
+
+
+@pytest.fixture
+def outsiders(prod_like) -> Iterator[list[str]]:
+    for name, extra in OUTSIDERS.items():
+        create_or_keep(prod_like.core.create_node, {"metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, **extra}}})
+    yield sorted(OUTSIDERS)
+    for name in OUTSIDERS:
+        assert _status(prod_like.core.delete_node, name)[0] in (200, 404)
+
+
+def test_the_reconciler_writes_no_node_outside_its_pools(prod_like, outsiders):
+    """A stolen reconciler token adds no pool label to a node its pools do not claim (a system node, the control
+    plane, another team's), after which the privileged agent would land there and a repair request reboot it;
+    nor cordons, taints or annotates one. The node with its pool's member labels is enrolled: the test above."""
+    kube = Kube(prod_like.reconciler())
+    for node in outsiders:
+        before = prod_like.core.read_node(node).metadata.resource_version
+        for what, call in [
+            ("the proven pool", lambda: kube.apply_membership(node, {labels.NODE_POOL: "h100"})),
+            ("a pool's labels and taints", lambda: kube.apply_membership(
+                node, {labels.ROLE: labels.ROLE_SPARE}, [{"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}])),
+            ("a cordon", lambda: kube.cordon(node, "gpufleet: Xid 79", f"{node}-xid79-1")),
+            ("a repair request", lambda: kube.patch_node(node, {"metadata": {"annotations": {labels.REPAIR_REQUEST: "x"}}})),
+        ]:
+            status, why = _status(call)
+            assert status == 403 and "only the nodes of the pools the spec declares" in why, (node, what, why)
+        assert prod_like.core.read_node(node).metadata.resource_version == before, node
 
 
 def test_the_reconciler_sets_the_gpu_condition_and_nothing_else_of_a_nodes_status(prod_like):
@@ -478,6 +559,30 @@ def test_the_agent_cannot_write_another_node(prod_like, agents, who):
     assert prod_like.core.read_node(NODE_B).metadata.resource_version == before.metadata.resource_version
 
 
+@pytest.mark.parametrize("what,patch", [
+    ("another pool (its NodeSet and partition)", {"metadata": {"labels": {labels.NODE_POOL: "l40s"}}}),
+    ("a role", {"metadata": {"labels": {labels.ROLE: labels.ROLE_ACTIVE}}}),
+    ("the health-check record", {"metadata": {"annotations": {labels.HEALTH_CHECK: '{"verdict": "passed"}'}}}),
+    ("a repair request", {"metadata": {"annotations": {labels.REPAIR_REQUEST: "reboot"}}}),
+    ("a finalizer", {"metadata": {"finalizers": ["example.com/hold"]}}),
+])
+def test_the_agent_cannot_relabel_its_own_node_through_its_status(prod_like, agents, what, patch):
+    """With the agent pod's token on node A, PATCH nodes/A/status carrying metadata: the status subresource's
+    strategy resets only the spec and keeps the metadata sent (kubernetes v1.34.4 pkg/registry/core/node/
+    strategy.go nodeStatusStrategy.PrepareForUpdate), so without the agent's rule on that subresource this would
+    move A into another pool. Refused; the agent's own status write still passes."""
+    core = client.CoreV1Api(agents[NODE_A])
+    before = prod_like.core.read_node(NODE_A)
+    status, why = _status(core.patch_node_status, NODE_A, patch)
+    assert status == 403 and "agent-own-node" in why and "through the node or its status alike" in why, (what, why)
+    after = prod_like.core.read_node(NODE_A)
+    assert after.metadata.resource_version == before.metadata.resource_version  # nothing written
+    assert after.metadata.labels[labels.NODE_POOL] == "h100"
+    Kube(agents[NODE_A]).set_condition(NODE_A, labels.GPU_CONDITION, "False", "Xid79", "NVRM: Xid 79 (test)")
+    assert any(c.type == labels.GPU_CONDITION and c.reason == "Xid79"
+               for c in prod_like.core.read_node(NODE_A).status.conditions)
+
+
 def _flip_cordon(kube: Kube) -> None:
     node = kube.get_node(NODE_A)
     kube.patch_node(NODE_A, {"spec": {"unschedulable": not node["spec"].get("unschedulable", False)}})
@@ -570,6 +675,66 @@ def as_kubelet(s: Setup, node: str) -> client.ApiClient:
     api.set_default_header("Impersonate-User", f"{KUBELET_PREFIX}{node}")
     api.set_default_header("Impersonate-Group", "system:nodes")
     return api
+
+
+def kubelet_cert(s: Setup, node: str) -> client.ApiClient:
+    """Node `node`'s kubelet as the API server knows a kubelet: a client certificate of the cluster's CA with
+    CN=system:node:<node>, O=system:nodes (what localenv/node.py gives its kubelets), no impersonation."""
+    from localenv.certs import ensure_client_cert
+
+    cert, key = ensure_client_cert(s.kube.pki, f"gf-sec-kubelet-{node}", f"{KUBELET_PREFIX}{node}", "system:nodes")
+    cfg = client.Configuration()
+    cfg.host = s.kube.server_url
+    cfg.ssl_ca_cert = str(s.kube.pki.ca_cert)
+    cfg.cert_file, cfg.key_file = str(cert), str(key)
+    return client.ApiClient(cfg)
+
+
+def _node_event(about: str, reason: str, message: str, component: str = "kubelet") -> dict:
+    return {"metadata": {"generateName": f"{about}.", "namespace": "default"}, "reason": reason, "message": message,
+            "involvedObject": {"kind": "Node", "name": about, "uid": about, "apiVersion": "v1"}, "type": "Warning",
+            "source": {"component": component, "host": about}}
+
+
+def test_a_kubelet_writes_no_other_nodes_story(prod_like):
+    """NodeRestriction has no case for Events and the node authorizer grants a kubelet Events create in any
+    namespace (kubernetes v1.34.4 plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go NodeRules):
+    with node A's kubelet certificate, an Event in default about node B that names an Xid (dressed as the agent's,
+    which `gpufleet why` counts) is refused; its own node's Events and its pods' pass."""
+    s = prod_like
+    core = client.CoreV1Api(kubelet_cert(s, NODE_A))
+    forged = _node_event(NODE_B, "Xid79", "NVRM: Xid 79 (forged)", component="gpufleet-agent")
+    wait_for("the kubelet Event policy in force", lambda: _status(
+        core.create_namespaced_event, "default", forged, dry_run="All")[0] == 403, timeout=60)
+    status, why = _status(core.create_namespaced_event, "default", forged)
+    assert status == 403 and "kubelet-events" in why and "about its own node only" in why, why
+    status, why = _status(client.EventsV1Api(kubelet_cert(s, NODE_A)).create_namespaced_event, "default", {
+        "metadata": {"generateName": f"{NODE_B}.", "namespace": "default"}, "reason": "Xid79", "note": "forged",
+        "type": "Warning", "action": "Fault", "reportingController": "gpufleet-agent", "reportingInstance": NODE_B,
+        "eventTime": "2026-12-02T00:00:00.000000Z", "regarding": {"kind": "Node", "name": NODE_B, "apiVersion": "v1"}})
+    assert status == 403, why  # (the node authorizer grants the core group's Events only; the policy judges both)
+    assert _events_about(s.core, NODE_B, "Xid79") == []
+    # what a kubelet writes of its own: an Event about its node, and one about a pod
+    assert _status(core.create_namespaced_event, "default", _node_event(NODE_A, "NodeReady", "kubelet is ready")) == (200, "")
+    pod_event = {**_node_event(NODE_A, "Pulled", "image pulled"),
+                 "involvedObject": {"kind": "Pod", "name": "agent-x", "namespace": "default", "apiVersion": "v1"}}
+    assert _status(core.create_namespaced_event, "default", pod_event) == (200, "")
+
+
+def test_a_kubelet_cannot_say_its_node_answered_a_capacity_request(prod_like):
+    """With node A's kubelet certificate, gpufleet.io/fulfils (or any gpufleet.io/ annotation) on its own node is
+    refused; another annotation of its own passes (so the refusal is the policy's, not authorization)."""
+    s = prod_like
+    core = client.CoreV1Api(kubelet_cert(s, NODE_A))
+    wait_for("the kubelet membership policy in force", lambda: _status(
+        core.patch_node, NODE_A, {"metadata": {"annotations": {labels.FULFILS: "probe"}}}, dry_run="All")[0] == 403,
+        timeout=60)
+    before = s.core.read_node(NODE_A).metadata.resource_version
+    for key in (labels.FULFILS, labels.REPAIR_RESULT, labels.HEALTH_CHECK):
+        status, why = _status(core.patch_node, NODE_A, {"metadata": {"annotations": {key: "gf-sec-request"}}})
+        assert status == 403 and "kubelet-membership" in why and "annotation" in why, (key, why)
+    assert s.core.read_node(NODE_A).metadata.resource_version == before
+    assert _status(core.patch_node, NODE_A, {"metadata": {"annotations": {"example.org/kubelet-note": "x"}}}) == (200, "")
 
 
 @pytest.fixture(scope="module")

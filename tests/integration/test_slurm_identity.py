@@ -94,8 +94,10 @@ def test_an_ordinary_users_token_changes_no_node_and_no_other_users_job(slurm_fr
 
 
 def test_operator_is_not_enough_for_node_updates(slurm_fresh: LocalSlurm) -> None:
-    """Why Administrator: an Operator may requeue another user's job (validate_operator) but not update a node
-    (_slurm_rpc_update_node: validate_super_user)."""
+    """Why Administrator is the least level for the calls the reconciler makes: an Operator may requeue another
+    user's job (validate_operator) but not update a node (proc_req.c _slurm_rpc_update_node: validate_super_user)
+    nor set a job's admin comment (job_mgr.c _update_job: validate_super_user); the one other
+    field an Operator may write, `comment`, is the job owner's to write and overwrite, so no record of gpufleet's."""
     slurm_fresh.run(["sacctmgr", "-i", "add", "user", f"name={TENANT_USER}", "account=root", "adminlevel=Operator"],
                     check=True)
     tenant = rest_as(slurm_fresh, TENANT_USER)
@@ -116,6 +118,9 @@ def test_operator_is_not_enough_for_node_updates(slurm_fresh: LocalSlurm) -> Non
         with pytest.raises(SlurmError) as ei:
             tenant.drain(NODE, "x")
         assert "Invalid user id" in str(ei.value)
+        with pytest.raises(SlurmError) as ei:
+            tenant.set_admin_comment(job_id, "gpufleet: requeued off gpu-a-0")
+        assert ei.value.temporary is False and "Access/permission denied" in str(ei.value), ei.value  # ESLURM_ACCESS_DENIED
     finally:
         tenant.close()
         slurm_fresh.run(["sacctmgr", "-i", "delete", "user", f"name={TENANT_USER}"], check=True)

@@ -152,6 +152,17 @@ def test_a_reset_that_fails_is_answered_failed_and_stops_at_the_first_gpu():
     assert not node.result.ok and "exited 3" in node.result.message and "in use" in node.result.message
 
 
+@pytest.mark.parametrize("gpu", ["-r", "0 --loop=1", "all", "00000000:3B:00.0;reboot", "../../x", "", "3B:00.0"])
+def test_a_reset_naming_a_gpu_by_anything_but_its_pci_bus_id_runs_nothing(gpu):
+    """The GPU ids of a request reach `nvidia-smi -i` as root on the host: anything but a PCI bus id is refused,
+    answered failed (the ladder goes on), and nothing runs, the well-formed ids beside it included."""
+    node, host = Node(), Host()
+    node.ask(RepairRequest("r1/1-reset-gpu", RESET_GPU, NOW, ("0000:3b:00", gpu)))
+    repairs(node, host).once()
+    assert host.ran == []
+    assert not node.result.ok and "refused" in node.result.message and repr(gpu) in node.result.message
+
+
 def test_a_reboot_is_answered_before_it_is_done_and_never_again_after_the_reboot():
     node, host = Node(), Host()
     order: list[str] = []

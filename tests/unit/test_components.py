@@ -113,9 +113,9 @@ def test_each_environment_declares_its_fleet(env):
         assert helm == 2 and crds == 1  # the operator charts; gpufleet's own Remediation CRD
     else:
         assert helm == 0 and crds == 7  # six Slinky kinds + Remediation
-    # the resource count grows with pools, never with nodes (20: the agent's namespace, 7 admission policies
+    # the resource count grows with pools, never with nodes (22: the agent's namespace, 8 admission policies
     # and their bindings, 5 NetworkPolicies; 4: accounting with its Secret, the Slurm-user Job and its script)
-    assert len(MOCKS.resources) < 48 + 20 + 4 + 3 * len(spec.pools)
+    assert len(MOCKS.resources) < 48 + 22 + 4 + 3 * len(spec.pools)
 
 
 
@@ -563,10 +563,14 @@ def _enforced(name: str) -> str:
 
 
 def test_namespaces_by_trust():
-    """The reconciler's namespace is restricted; the agent has a privileged one of its own."""
+    """The reconciler's namespace is restricted; the agent has a privileged one of its own; Slurm's (its slurmd
+    runs privileged) says so too: no namespace of the stack is left without a Pod Security level."""
     spec = build("prod")
     dep = spec.healing.reconciler
     assert (_enforced(dep.namespace), _enforced(dep.agent_namespace)) == ("restricted", "privileged")
+    assert _enforced(spec.slurm.namespace) == "privileged"
+    for r in MOCKS.of_type(NS_TYPE):
+        assert r.inputs["metadata"]["labels"].get("pod-security.kubernetes.io/enforce"), r.name
     ds = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs
     assert ds["metadata"]["namespace"] == dep.agent_namespace
     sa = MOCKS.named("kubernetes:core/v1:ServiceAccount", "gpufleet-agent").inputs
@@ -645,7 +649,8 @@ def test_admission_policies_bind_each_identity():
                                               f"{dep.namespace}-reconciler-jobs",
                                               f"{dep.agent_namespace}-agent-own-node",
                                               f"{dep.agent_namespace}-agent-own-events",
-                                              f"{dep.namespace}-kubelet-membership"}
+                                              f"{dep.namespace}-kubelet-membership",
+                                              f"{dep.namespace}-kubelet-events"}
     for name, b in bindings.items():
         assert b == {"policyName": name, "validationActions": ["Deny"]}
         assert policies[name]["failurePolicy"] == "Fail"
@@ -654,7 +659,8 @@ def test_admission_policies_bind_each_identity():
         f'request.userInfo.username == "system:serviceaccount:{dep.agent_namespace}:gpufleet-agent"'
     assert who[f"{dep.namespace}-reconciler-nodes"] == \
         f'request.userInfo.username == "system:serviceaccount:{dep.namespace}:gpufleet-reconciler"'
-    assert who[f"{dep.namespace}-kubelet-membership"] == 'request.userInfo.username.startsWith("system:node:")'
+    assert who[f"{dep.namespace}-kubelet-membership"] == who[f"{dep.namespace}-kubelet-events"] == \
+        'request.userInfo.username.startsWith("system:node:")'
     deletion = policies[f"{dep.namespace}-reconciler-pod-deletion"]["validations"][0]["expression"]
     assert all(f'"{c}"' in deletion for c in spec.borrower_classes())
     jobs = policies[f"{dep.namespace}-reconciler-jobs"]
@@ -703,6 +709,11 @@ def test_the_status_subresource_is_judged_for_the_reconciler_as_for_the_agent():
     status_rule = next(v["expression"] for v in agent["validations"] if "variables.subResource != 'status'" in v["expression"])
     assert status_rule in [v["expression"] for v in rec["validations"]]
     assert {"name": "subResource", "expression": "request.?subResource.orValue('')"} in rec["variables"]
+    # the status subresource resets only the spec (nodeStatusStrategy.PrepareForUpdate): no rule of any policy
+    # lets metadata through because the request came by nodes/status
+    for name, p in policies.items():
+        for v in p["validations"]:
+            assert "variables.subResource == 'status' ||" not in v["expression"], (name, v["message"])
 
 def test_network_policies_for_the_reconciler_the_agent_and_slurmrestd():
     spec = build("prod")
@@ -796,3 +807,49 @@ def test_a_local_stack_with_the_slurm_user_declares_no_users_job():
     build_spec(spec, "local")
     assert not MOCKS.of_type("kubernetes:batch/v1:Job")
     assert MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs["spec"]["username"] == "slurm"
+
+
+def test_the_reconciler_gets_https_egress_only_where_something_needs_it():
+    """HTTPS beyond the API server is for AWS (an aws-asg pool, SNS) and webhooks: a stack with neither gets no
+    0.0.0.0/0 HTTPS peer; prod (aws-asg pools) keeps the one `network.https_egress_cidrs` names."""
+    from components.network import reconciler_policy
+    from fleetspec.models import FleetSpec
+
+    def https_peers(spec) -> list:
+        return [e for e in reconciler_policy(spec)["spec"]["egress"] if e["ports"] == [{"protocol": "TCP", "port": 443}]]
+
+    prod = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet
+    assert [to["ipBlock"]["cidr"] for e in https_peers(prod) for to in e["to"]] == prod.network.https_egress_cidrs
+    doc = load_stack_file(ROOT / "Pulumi.local.yaml").fleet.model_dump(mode="json")
+    doc["healing"]["notifications"] = []
+    quiet = FleetSpec.model_validate(doc)
+    assert all(p.provider != "aws-asg" for p in quiet.pools) and https_peers(quiet) == []
+    doc["healing"]["notifications"] = [{"type": "sns", "name": "oncall",
+                                        "topic_arn": "arn:aws:sns:us-east-1:123456789012:oncall"}]
+    assert https_peers(FleetSpec.model_validate(doc))
+
+
+def test_the_readmes_privilege_figures_are_the_renders():
+    """The security section's figures (admission validations per policy, egress peers of 0.0.0.0/0) are counted
+    from what prod renders, so they cannot drift from it."""
+    import re
+
+    from components.admission import policies
+    from components.network import network_policies
+
+    spec = build("prod")
+    text = (ROOT / "README.md").read_text()
+    found = {p["metadata"]["name"]: len(p["spec"]["validations"]) for p in policies(spec, "r", "a")}
+    dep = spec.healing.reconciler
+    m = re.search(r"(\d+) policies,\s+(\d+) validations: the reconciler's pods (\d+), Jobs (\d+), nodes (\d+), pod "
+                  r"deletions (\d+); the agent's node (\d+), Events (\d+);\s+kubelets' membership (\d+), Events (\d+)\.", text)
+    assert m, "the README's admission figures"
+    order = [f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-jobs", f"{dep.namespace}-reconciler-nodes",
+             f"{dep.namespace}-reconciler-pod-deletion", f"{dep.agent_namespace}-agent-own-node",
+             f"{dep.agent_namespace}-agent-own-events", f"{dep.namespace}-kubelet-membership",
+             f"{dep.namespace}-kubelet-events"]
+    assert sorted(order) == sorted(found)
+    assert [int(g) for g in m.groups()] == [len(found), sum(found.values())] + [found[n] for n in order]
+    wide = [e for p in network_policies(spec) for e in p["spec"].get("egress", [])
+            for to in e.get("to", []) if to.get("ipBlock", {}).get("cidr") == "0.0.0.0/0"]
+    assert f"**NetworkPolicy egress peers of `0.0.0.0/0`**: {len(wide)} by default" in text

@@ -96,6 +96,8 @@ def test_a_failed_diagnosis_heals_the_node_and_repairs_it_from_what_the_check_sa
     r = w.remediation("h100-0")
     assert r.diagnosis.stage is Stage.FAILED and r.diagnosis.needs == "reboot"
     assert r.replacement == "h100-spare-0" and "detected" in w.notifier.sent  # the heal: a spare took its place
+    (page,) = w.notifier.texts["detected"]
+    assert "Diagnosed while it served: failed its health check" in page and "it needs reboot" in page
     w.run(seconds=300)
     r = w.remediation("h100-0")
     assert r.repair is not None and r.repair.rungs == ("reboot",) and r.repair.phase is RepairPhase.RETURNED

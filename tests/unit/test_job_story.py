@@ -220,3 +220,14 @@ def test_a_requeued_job_waiting_in_the_queue_lists_every_node_it_ran_on():
     s = story(7, job("PENDING", (), None), [r], [], {**KUBE, "gpu-a-1": "kgpu-1"}, T0 + 100 * S)
     assert s.kube_nodes == ("kgpu-0", "kgpu-1")
     assert "Kubernetes nodes: kgpu-0, kgpu-1" in render(s)
+
+
+@pytest.mark.parametrize("component,host,counts", [
+    ("gpufleet-agent", "kgpu-0", True),   # the agent's own Event about its node (kube.node_event)
+    ("kubelet", "kgpu-0", False),          # anyone else who may create Events in default
+    ("gpufleet-agent", "kgpu-1", False),   # said to come from another node's agent
+    (None, None, False),
+])
+def test_a_nodes_story_counts_only_the_agents_events_about_it(component, host, counts):
+    from reconciler.core.job_story import agent_event
+    assert agent_event("kgpu-0", component, host) is counts

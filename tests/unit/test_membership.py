@@ -271,6 +271,10 @@ def joined(name, at, role=labels.ROLE_SPARE, pool="l40s", fulfils=None):
     ("a replayed request finds its answer", [req("r1", "t5")], [joined("n1", "t3", fulfils="r1")], [("r1", "n1")]),
     ("an active node is no answer", [req("r1", "t1")], [joined("n1", "t2", role=labels.ROLE_ACTIVE)], []),
     ("another pool's spare is no answer", [req("r1", "t1")], [joined("n1", "t2", pool="h100")], []),
+    # gpufleet.io/fulfils is an annotation: a node of another pool that says it answered a request (its kubelet
+    # may write its own annotations) settles nothing, and the request's own pool's spare still answers it
+    ("another pool's node claiming the answer", [req("r1", "t1")],
+     [joined("n1", "t2", pool="h100", fulfils="r1"), joined("n2", "t3")], [("r1", "n2")]),
 ])
 def test_capacity_requests_settle_once(case, requests, nodes, want):
     assert settle(requests, nodes, REQ_LABEL) == tuple(Settlement(r, n) for r, n in want), case

@@ -345,6 +345,32 @@ def test_rbac_that_escalates_binds_impersonates_or_mints_tokens_fails():
     assert run("rbac-least-privilege", CLUSTER_ROLE, read) == []
 
 
+@pytest.mark.parametrize("rule,words", [
+    # RBAC matches "*/token" as every resource's token subresource, "serviceaccounts/*" as every subresource
+    ({"apiGroups": [""], "resources": ["*/token"], "verbs": ["create"]}, ["wildcard", "mints a token"]),
+    ({"apiGroups": [""], "resources": ["serviceaccounts/*"], "verbs": ["create"]}, ["wildcard"]),
+    ({"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}, ["kubelets' API"]),
+    ({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies"],
+      "verbs": ["get", "patch"]}, ["rewrites or removes the admission policies"]),
+    ({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicybindings"],
+      "verbs": ["delete"]}, ["rewrites or removes the admission policies"]),
+    ({"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations"],
+      "verbs": ["create"]}, ["rewrites or removes the admission policies"]),
+])
+def test_rbac_that_mints_any_token_reaches_the_kubelets_or_writes_admission_fails(rule, words):
+    msgs = run("rbac-least-privilege", CLUSTER_ROLE, {"metadata": meta("r"), "rules": [rule]})
+    for w in words:
+        assert any(w in m for m in msgs), (w, msgs)
+    assert all("Fix:" in m for m in msgs)
+
+
+def test_reading_admission_configuration_passes():
+    read = {"metadata": meta("r"), "rules": [{"apiGroups": ["admissionregistration.k8s.io"],
+                                              "resources": ["validatingadmissionpolicies"],
+                                              "verbs": ["get", "list", "watch"]}]}
+    assert run("rbac-least-privilege", CLUSTER_ROLE, read) == []
+
+
 KMSG = [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}]
 RO_KMSG = [{"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True}]
 

@@ -81,3 +81,33 @@ def test_installs_come_from_the_lock_file(path):
     for line in path.read_text().splitlines():
         if "pip install" in line:
             assert "--require-hashes" in line or "--no-deps" in line, line
+
+
+def test_a_release_is_only_of_a_commit_on_main():
+    """A `v*` tag on an unreviewed commit releases nothing: a job without secrets refuses a tag that is not vX.Y.Z
+    or whose commit main does not contain, and the job that asks the release environment for its secrets needs
+    it. The tagged commit brings its own copy of release.yml, so the deploy (gitops.yml, main's copy) checks
+    again: the image's revision is on main and the signature's certificate names that commit."""
+    doc = load("release.yml")
+    assert doc["on"] == {"push": {"tags": ["v*"]}}
+    gate = doc["jobs"]["provenance"]
+    assert "environment" not in gate and "secrets." not in yaml.safe_dump(gate)
+    assert gate["permissions"] == {"contents": "read"}
+    checkout = next(s for s in steps(gate) if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0  # main's history, to ask whether it contains the commit
+    runs = "\n".join(s.get("run", "") for s in steps(gate))
+    assert 'git merge-base --is-ancestor "$GITHUB_SHA" origin/main' in runs
+    assert r"^v[0-9]+\.[0-9]+\.[0-9]+$" in runs
+    # every job that reads a secret or signs waits for the gate
+    for name, job in doc["jobs"].items():
+        if name != "provenance":
+            assert "provenance" in ([job["needs"]] if isinstance(job.get("needs"), str) else job.get("needs", [])), name
+    build = "\n".join(s.get("run", "") for s in steps(doc["jobs"]["images"]))
+    assert '--label "org.opencontainers.image.revision=$GITHUB_SHA"' in build
+    deploy = load("gitops.yml")["jobs"]["deploy"]
+    checkout = next(s for s in steps(deploy) if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0
+    verify = next(s["run"] for s in steps(deploy) if "cosign verify" in s.get("run", ""))
+    assert 'git merge-base --is-ancestor "$rev" origin/main' in verify
+    assert '--certificate-github-workflow-sha "$rev"' in verify and "--certificate-github-workflow-trigger push" in verify
+    assert "refs/tags/v[0-9]+[.][0-9]+[.][0-9]+$" in verify  # the whole tag, not any name starting with v
