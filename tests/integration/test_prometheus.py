@@ -131,7 +131,7 @@ def test_a_prometheus_scraping_the_reconciler_answers_every_dashboard_query(tmp_
     def series(q: str) -> list:
         try:
             body = httpx.get(f"{api}/query", params={"query": q}, timeout=5).json()
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ValueError):  # not up yet, or still starting (its answer then is no JSON)
             return []
         assert body["status"] == "success", (q, body)
         return body["data"]["result"]

@@ -35,7 +35,7 @@ from tests.fixtures.slurm_cluster import build_slurm_root
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 NS = "slurm-two"
-TWO, BRAKE = "two", "brk"  # one pool per test: two nodes and one spare each
+TWO, BRAKE = "tf2", "tfb"  # one pool per test: two nodes and one spare each (names no other test of the session uses)
 K = "kwok-"  # the Kubernetes nodes' prefix: the Slurm nodes are the NodeSets' (named after the pools), two-0 ...
 PARTITIONS = {f"{TWO}p": [TWO], f"{BRAKE}p": [BRAKE]}
 NODESETS = [NodeSetDef(TWO, 2, {labels.NODE_POOL: TWO}, [], gpus=8),
