@@ -10,18 +10,16 @@ carries. When the check fails the record moves to Detected, and the heal (healin
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Callable
 
 from fleetspec.models import FleetSpec
 
 from reconciler.core import diagnosis
-from reconciler.core.actions import Action
 from reconciler.core.model import Remediation, Step
-from reconciler.errors import PermanentError, TemporaryError
+from reconciler.errors import PermanentError
 from reconciler.runtime.alerts import Alerts
 from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import Executor, context
+from reconciler.runtime.executor import Executor, apply_step
 from reconciler.runtime.facts import Facts
 from reconciler.runtime.metrics import Metrics
 
@@ -53,26 +51,10 @@ class Diagnoses:
             slurm_pods=tuple(p for n in r.slurm_nodes for p in c.pods.by_index("slurm", n)), verdict=verdict)
 
     def _apply(self, r: Remediation, step: Step) -> float | None:
-        """Idempotent actions, then the write with the once-only ones noted, then those (as repairs.py)."""
-        once: list[Action] = []
-        for a in step.actions:
-            if a.once is None:
-                self.executor.run(a, r)
-            elif a.once not in r.intents:
-                once.append(a)
-        if step.remediation is None:
+        """The step applied (executor.apply_step); when to look again."""
+        written = apply_step(self.executor, self.metrics, r, step, self.alerts.moved)
+        if written is None:
             return step.recheck_after
-        new = replace(step.remediation, revision=r.revision,
-                      intents=tuple(dict.fromkeys(r.intents + tuple(a.once for a in once))))
-        if new.phase is not r.phase:
-            self.alerts.moved(r, new)
-        written = self.executor.write_status(new)
-        for a in once:
-            try:
-                self.executor.run(a, written)
-            except (TemporaryError, PermanentError) as e:
-                self.metrics.action_errors.labels(a.kind, "once-only").inc()
-                log.error("%s failed and is not repeated: %s", a.kind, e, extra=context(written))
         if self.executor.dry_run:
             return None
         return step.recheck_after

@@ -26,12 +26,12 @@ from reconciler.core.actions import (
     PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
     GiveBack, ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
-from reconciler.core.model import RefillState, Remediation
+from reconciler.core.model import RefillState, Remediation, Step
 from reconciler.core.repair_actions import (
     BackInService, ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
 from reconciler.core.observe import membership_dict
-from reconciler.errors import PermanentError
+from reconciler.errors import PermanentError, TemporaryError
 from reconciler.runtime.caches import Caches
 from reconciler.runtime.metrics import Metrics
 
@@ -266,3 +266,29 @@ class Executor:
             self.metrics.lending_events.labels(view.pool, counted).inc()
         log.info("%s: %s", reason, message)
         self.kube.event({"kind": "Node", "name": node, "apiVersion": "v1"}, reason, message, type_)
+
+
+def apply_step(executor: Executor, metrics, r: Remediation, step: Step,
+               moved: Callable[[Remediation, Remediation], None]) -> Remediation | None:
+    """A repair's or a diagnosis's step: its idempotent actions, then the write with its once-only actions noted,
+    then those (a crash in between never repeats one). `moved(old, new)` is told before the write. The written
+    remediation, or None when the step writes none."""
+    once = []
+    for a in step.actions:
+        if a.once is None:
+            executor.run(a, r)
+        elif a.once not in r.intents:
+            once.append(a)
+    if step.remediation is None:
+        return None
+    new = replace(step.remediation, revision=r.revision,
+                  intents=tuple(dict.fromkeys(r.intents + tuple(a.once for a in once))))
+    moved(r, new)
+    written = executor.write_status(new)
+    for a in once:
+        try:
+            executor.run(a, written)
+        except (TemporaryError, PermanentError) as e:
+            metrics.action_errors.labels(a.kind, "once-only").inc()
+            log.error("%s failed and is not repeated: %s", a.kind, e, extra=context(written))
+    return written

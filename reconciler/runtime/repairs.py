@@ -12,22 +12,20 @@ the repair there with a page (`repair.stopped_by_error`), rather than timing out
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Callable
 
 from fleetspec import labels
 from fleetspec.models import FleetSpec
 
 from reconciler.core import oncall, repair
-from reconciler.core.actions import Action
 from reconciler.core.model import Remediation, Step
 from reconciler.core.phases import Phase
 from reconciler.core.repair import RepairFacts
 from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.errors import PermanentError, TemporaryError
+from reconciler.errors import PermanentError
 from reconciler.runtime.alerts import Alerts
 from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import Executor, context
+from reconciler.runtime.executor import Executor, apply_step, context
 from reconciler.runtime.facts import Facts
 from reconciler.runtime.metrics import Metrics
 
@@ -102,28 +100,16 @@ class Repairs:
                            slurm=self.facts.slurm_views(need.slurm), verdict=verdict, history=history,
                            promotions=promoted, repairs=slots)
 
-    def _apply(self, r: Remediation, step: Step) -> float | None:
-        """Idempotent actions, then the write with the once-only ones noted, then those."""
-        once: list[Action] = []
-        for a in step.actions:
-            if a.once is None:
-                self.executor.run(a, r)
-            elif a.once not in r.intents:
-                once.append(a)
-        if step.remediation is None:
-            return step.recheck_after
-        new = replace(step.remediation, revision=r.revision,
-                      intents=tuple(dict.fromkeys(r.intents + tuple(a.once for a in once))))
+    def _moved(self, r: Remediation, new: Remediation) -> None:
         if new.phase is not r.phase:
             self.alerts.moved(r, new)
         self.alerts.repair_moved(r, new)
-        written = self.executor.write_status(new)
-        for a in once:
-            try:
-                self.executor.run(a, written)
-            except (TemporaryError, PermanentError) as e:
-                self.metrics.action_errors.labels(a.kind, "once-only").inc()
-                log.error("%s failed and is not repeated: %s", a.kind, e, extra=context(written))
+
+    def _apply(self, r: Remediation, step: Step) -> float | None:
+        """The step applied (executor.apply_step); when to look again."""
+        written = apply_step(self.executor, self.metrics, r, step, self._moved)
+        if written is None:
+            return step.recheck_after
         if self.executor.dry_run:
             return None
         rep = written.repair
