@@ -145,7 +145,7 @@ def test_a_marked_documents_commands_run_as_written(where, line, tmp_path):
     for entry in ROOT.iterdir():
         if entry.name not in (".git",):
             (tmp_path / entry.name).symlink_to(entry)
-    expect = re.search(r"#\s*exit (\d+)(?::\s*(.*))?$", line)
+    expect = re.search(r"#\s*exit (\d+)\b(?::\s*(.*))?", line)
     code, text = (int(expect.group(1)), (expect.group(2) or "").strip()) if expect else (0, "")
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
