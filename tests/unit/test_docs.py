@@ -239,3 +239,24 @@ def test_the_checks_find_what_is_missing():
         "tests/unit/test_docs.py::test_not_here"]
     assert slug("Repair: replace first, repair after") == "repair-replace-first-repair-after"
     assert slug("`pools[].lending`") == "poolslending"
+
+
+# --- every page on-call can get is explained ------------------------------------------------------------
+
+def page_events() -> set[str]:
+    """The event names of every page the reconciler can send (`Notify("...")` in the core, `Message("...")`
+    in the runtime)."""
+    found = set()
+    for path in (ROOT / "reconciler").rglob("*.py"):
+        found |= set(re.findall(r"\b(?:Notify|Message)\(\s*\"([a-z][a-z-]*)\"", path.read_text()))
+    return found
+
+
+def test_every_page_has_its_row_in_the_oncall_runbook():
+    text = (ROOT / "docs" / "oncall.md").read_text()
+    rows = set(re.findall(r"^\| `([a-z-]+)` \| (?:info|warning|critical) \|", text, re.M))
+    assert {"detected", "storm", "failed", "slurm-token-stale"} <= page_events()
+    missing = sorted(page_events() - rows)
+    assert not missing, (f"pages with no row in docs/oncall.md's page table (what it means, what to do): {missing}")
+    gone = sorted(rows - page_events())
+    assert not gone, f"docs/oncall.md explains pages the reconciler no longer sends: {gone}"
