@@ -260,3 +260,20 @@ def test_every_page_has_its_row_in_the_oncall_runbook():
     assert not missing, (f"pages with no row in docs/oncall.md's page table (what it means, what to do): {missing}")
     gone = sorted(rows - page_events())
     assert not gone, f"docs/oncall.md explains pages the reconciler no longer sends: {gone}"
+
+
+def test_every_metric_and_alert_is_in_the_oncall_runbook():
+    from prometheus_client import CollectorRegistry
+
+    from components.alerts import alert_rules
+    from reconciler.runtime.metrics import Metrics
+
+    text = (ROOT / "docs" / "oncall.md").read_text()
+    registry = CollectorRegistry()
+    Metrics(registry)
+    names = [f.name + ("_total" if f.type == "counter" else "") for f in registry.collect()]
+    assert "gpufleet_remediations_total" in names
+    missing = [n for n in names if f"| `{n}` |" not in text]
+    assert not missing, f"metrics with no row in docs/oncall.md's metrics table: {missing}"
+    alerts = [r["alert"] for r in alert_rules()]
+    assert not [a for a in alerts if f"`{a}`" not in text], f"alerts docs/oncall.md does not name: {alerts}"
