@@ -242,6 +242,7 @@ def test_scale_in_takes_the_cheaper_pod_first_and_scale_out_the_lowest_free_ordi
     standin.fixed = [NODESET]
     settle(standin, "pool-a-0 made again (not pool-a-2)", lambda: sorted(
         n for n, p in pods(core).items() if p.status.phase == "Running") == ["pool-a-0", "pool-a-1"], timeout=90)
+    core.patch_namespaced_pod("pool-a-1", NS, {"metadata": {"annotations": {upd.POD_DELETION_COST_ANNOTATION: None}}})
     for name in ("pool-a-0", "pool-a-1"):
         if cli.node(name).drained_or_down:
             cli.resume(name)
