@@ -59,6 +59,9 @@ SLINKY_CORDON_REASON = "nodeset.slinky.slurm.net/node-cordon-reason"
 # here before its NodeSet pods left (their preStop and the operator's IDLE after the move clear them on the
 # Slurm node). The machine does not return to the spares while it carries one: a person removes it.
 CARRIED_DRAIN = f"{GROUP}/person-drain"
+# People's Slurm drains on the Slurm nodes this machine runs, kept to put back after Slinky's operator overwrites
+# them (reconciler/core/person_holds.py): JSON {slurm node: [reason, pod uid]}
+PERSON_HOLDS = f"{GROUP}/person-holds"
 KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>:<kernel-log record>" reported up to
 
 # The repair loop (issue 25): what is asked of a node, what it answered, what its last health check said.

@@ -140,6 +140,15 @@ class CarryDrain(Action):
 
 
 @dataclass(frozen=True)
+class NoteHolds(Action):
+    """Write the people's drains kept for the machine's Slurm nodes (annotation labels.PERSON_HOLDS; None
+    removes it): core/person_holds.py."""
+
+    node: str
+    holds: str | None
+
+
+@dataclass(frozen=True)
 class PromoteSpare(Action):
     spare: str
     replaces: str

@@ -90,6 +90,7 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
         repair_request=parse_request(ann.get(labels.REPAIR_REQUEST)),
         repair_result=parse_result(ann.get(labels.REPAIR_RESULT)),
         carried_drain=ann.get(labels.CARRIED_DRAIN, ""),
+        person_holds=ann.get(labels.PERSON_HOLDS, ""),
         topology=ann.get(labels.SLINKY_TOPOLOGY_SPEC, ""),
     )
 

@@ -19,6 +19,7 @@
     membership_pass.py  pool membership and spares at their count, a timed runnable
     lending_pass.py     lending and its ledger, a timed runnable
     retention_pass.py   deleting finished remediations, a timed runnable
+    holds_pass.py       people's Slurm drains Slinky's operator overwrote, put back; a timed runnable
     leader.py           leader election on a Lease, with fencing
     metrics.py          Prometheus metrics, /healthz
 """

@@ -21,7 +21,7 @@ from gpufleet.reconciler.adapters.providers import NodeProvider
 from gpufleet.reconciler.adapters.records import RemediationStore
 from gpufleet.reconciler.adapters.slurm import SlurmClient, call
 from gpufleet.reconciler.core.actions import (
-    Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
+    Action, ApplyMembership, CarryDrain, Cordon, NoteHolds, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
     EvictPods, Lend, NoteJob, NoteSignals, Notify, NotifyOwner,
     PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
     GiveBack, ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
@@ -137,6 +137,11 @@ class Executor:
                     self.kube.delete_pod(namespace, name, grace_seconds=30)
                     self.caches.pod_leaving(key)
                 log.info("deleted pods a stale PodDisruptionBudget protected", extra={**context(r), "pods": a.pods})
+            case NoteHolds():
+                self.caches.node_written(self.kube.patch_node(a.node, {"metadata": {"annotations": {
+                    labels.PERSON_HOLDS: a.holds}}}))
+                log.info("people's Slurm drains kept for the machine's Slurm nodes", extra={**context(r), "node": a.node,
+                                                                                         "holds": a.holds})
             case CarryDrain():
                 self.caches.node_written(self.kube.carry_drain(a.node, dict(a.drains)))
                 log.info("a person's Slurm drain carried to the faulted machine",

@@ -33,6 +33,7 @@ from gpufleet.reconciler.runtime.executor import Executor, NotLeader
 from gpufleet.reconciler.runtime.facts import Facts
 from gpufleet.reconciler.runtime.healing import UNSYNCED_RECHECK, Healing
 from gpufleet.reconciler.runtime.leader import LeaseElector
+from gpufleet.reconciler.runtime.holds_pass import HoldsPass
 from gpufleet.reconciler.runtime.job_notes_pass import JobNotesPass
 from gpufleet.reconciler.runtime.lending_pass import LendingPass
 from gpufleet.reconciler.runtime.membership_pass import MembershipPass
@@ -89,6 +90,7 @@ class Manager:
             "validation": ValidationPass(spec, self.caches, self.claims, self.executor, self.metrics, self.queue, clock,
                                          checks),
             "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
+            "holds": HoldsPass(self.caches, self.facts, self.executor, self.metrics),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
 
