@@ -41,6 +41,7 @@ from reconciler.runtime.diagnoses import Diagnoses
 from reconciler.runtime.repairs import Repairs
 from reconciler.runtime.retention_pass import RetentionPass
 from reconciler.runtime.validation_pass import ValidationPass
+from reconciler.runtime.active_check_pass import ActiveCheckPass
 from reconciler.runtime.timers import Timer
 from reconciler.runtime.triggers import Triggers
 from reconciler.runtime.workqueue import ShutDown, WorkQueue
@@ -88,6 +89,8 @@ class Manager:
             "retention": RetentionPass(spec, self.caches, self.executor, clock),
             "validation": ValidationPass(spec, self.caches, self.claims, self.executor, self.metrics, self.queue, clock,
                                          checks),
+            "active-checks": ActiveCheckPass(spec, self.caches, self.facts, self.claims, self.executor, self.metrics,
+                                             self.queue, clock, slurm, checks),
             "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
