@@ -31,18 +31,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping
 
-from fleetspec import labels
-from fleetspec.active_checks import ActiveChecks
-from fleetspec.faults import FaultAction
-from fleetspec.models import FleetSpec
-from fleetspec.node_repair import PASSED, RUNNING, HealthCheckRecord
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.active_checks import ActiveChecks
+from gpufleet.fleetspec.faults import FaultAction
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.node_repair import PASSED, RUNNING, HealthCheckRecord
 
-from reconciler.core import slurm_states, validation
-from reconciler.core.actions import Action, EvictPods
-from reconciler.core.lending import PoolFacts, demand_nodes
-from reconciler.core.model import NodeView, Remediation, SlurmNodeView
-from reconciler.core.phases import Phase
-from reconciler.core.repair_actions import NodeEvent, RecordCheck, StartHealthCheck
+from gpufleet.reconciler.core import slurm_states, validation
+from gpufleet.reconciler.core.actions import Action, EvictPods
+from gpufleet.reconciler.core.lending import PoolFacts, demand_nodes
+from gpufleet.reconciler.core.model import NodeView, Remediation, SlurmNodeView
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_actions import NodeEvent, RecordCheck, StartHealthCheck
 
 PREFIX = "gpufleet-check-"  # every reservation gpufleet makes for a check, and only those
 RESERVE_SLACK = timedelta(minutes=10)  # past the Job's deadline: the eviction, the pod's start

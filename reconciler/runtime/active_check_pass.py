@@ -9,19 +9,19 @@ import logging
 from dataclasses import replace
 from typing import Callable
 
-from fleetspec.models import FleetSpec, NodePool
+from gpufleet.fleetspec.models import FleetSpec, NodePool
 
-from reconciler.adapters.slurm import call
-from reconciler.core import active_checks
-from reconciler.core.active_checks import ReserveForCheck, Reservation
-from reconciler.core.repair_actions import NodeEvent
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.claims import LENDING_BUSY, LENDING_HOLD, Claims
-from reconciler.runtime.executor import Executor
-from reconciler.runtime.facts import Facts
-from reconciler.runtime.metrics import Metrics
-from reconciler.runtime.workqueue import WorkQueue
+from gpufleet.reconciler.adapters.slurm import call
+from gpufleet.reconciler.core import active_checks
+from gpufleet.reconciler.core.active_checks import ReserveForCheck, Reservation
+from gpufleet.reconciler.core.repair_actions import NodeEvent
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.claims import LENDING_BUSY, LENDING_HOLD, Claims
+from gpufleet.reconciler.runtime.executor import Executor
+from gpufleet.reconciler.runtime.facts import Facts
+from gpufleet.reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 OFF = 300.0  # no pool declares active checks: look again this often

@@ -7,9 +7,9 @@ import pytest
 
 from gpufleet.waiting import wait_for
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.cli import SlurmCLI
-from reconciler.core import active_checks
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
+from gpufleet.reconciler.core import active_checks
 
 pytestmark = pytest.mark.integration
 

@@ -8,16 +8,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetspec import labels, parse_fleet
-from fleetspec.load import SpecError
-from fleetspec.node_repair import FAILED, PASSED, RUNNING, HealthCheckRecord
-from reconciler.core import active_checks as ac
-from reconciler.core.actions import EvictPods
-from reconciler.core.lending import PoolFacts, plan_lending
-from reconciler.core.model import NodeView, PendingJob, PodView, SlurmNodeView
-from reconciler.core.repair_actions import RecordCheck, StartHealthCheck
-from reconciler.core.validation import Verdict
-from fleetspec.faults import FaultAction
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.fleetspec.load import SpecError
+from gpufleet.fleetspec.node_repair import FAILED, PASSED, RUNNING, HealthCheckRecord
+from gpufleet.reconciler.core import active_checks as ac
+from gpufleet.reconciler.core.actions import EvictPods
+from gpufleet.reconciler.core.lending import PoolFacts, plan_lending
+from gpufleet.reconciler.core.model import NodeView, PendingJob, PodView, SlurmNodeView
+from gpufleet.reconciler.core.repair_actions import RecordCheck, StartHealthCheck
+from gpufleet.reconciler.core.validation import Verdict
+from gpufleet.fleetspec.faults import FaultAction
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 BOOT = "boot-1"
