@@ -3,7 +3,7 @@
 A pool that declares `active_checks` (fleetspec/active_checks.py) has its nodes checked again once their last
 passed check is older than the period: the same Job, image and floors as validation before service
 (`core/validation.py`, `adapters/health_checks.py`), never while a job runs, never more than `max_at_once` of the
-pool at a time, and not while a job waits for the pool (a check never delays a job).
+pool at a time, and never a node a waiting job could have (a check never delays a job).
 
 An active node is taken from Slurm the way Slurm's own maintenance is done: a reservation of that node with
 `Flags=MAINT`, made now. slurmctld makes it only if no job runs there: without `IGNORE_JOBS` a reservation
@@ -23,7 +23,8 @@ running makes it unproven until it passes again (`core/validation.py` reads the 
 
     idle, due, a slot ─► reserve (Slurm refuses if a job runs) ─► taint, NodeSet pods leave ─► Job
        ─► passed: record it; give back        ─► failed: record it; remediation; give back once it holds the node
-       ─► a job waits, a job runs there, no verdict in time, someone else's now: give back (abandoned)
+       ─► a job waits and no other idle node is free for it, a job runs there, no verdict in time, someone
+          else's now: give back (abandoned)
 """
 from __future__ import annotations
 
@@ -156,26 +157,44 @@ def under_way(nodes: Iterable[NodeView], reservations: Iterable[Reservation]) ->
     return held
 
 
+def lacking(facts: PoolFacts, held: set[str]) -> int:
+    """Nodes the jobs waiting for the pool want beyond the idle ones no check holds: the checks to give back now
+    (negative: idle nodes to spare, that a check may take)."""
+    slurm_on = dict(facts.slurm_on)
+    free = sum(1 for n in facts.nodes if n.is_active and n.name not in held and in_service(n, facts)
+               and slurm_idle(slurm_on.get(n.name, ())))
+    return demand_nodes(facts.pending, max(len(facts.nodes), 1)) - free
+
+
 def to_start(facts: PoolFacts, checks: ActiveChecks, busy: set[str], spares_too: bool, now: datetime) \
         -> list[NodeView]:
     """The nodes whose check starts now: due, waiting (an idle active node, a serving spare), the longest unchecked
-    first, as many as the pool's free slots; active nodes only while no job waits for the pool."""
+    first, as many as the pool's free slots; idle nodes only beyond those the jobs waiting for the pool want."""
     slots = checks.max_at_once - len(busy)
     if slots <= 0:
         return []
+    room = -lacking(facts, busy)  # idle nodes no waiting job needs
     slurm_on = dict(facts.slurm_on)
-    waiting = demand_nodes(facts.pending, max(len(facts.nodes), 1)) > 0
     candidates = []
     for n in facts.nodes:
         if n.name in busy or not in_service(n, facts) or not due(n, checks, now):
             continue
-        if n.is_active and checks.idle_nodes and not waiting and slurm_idle(slurm_on.get(n.name, ())):
+        if n.is_active and checks.idle_nodes and slurm_idle(slurm_on.get(n.name, ())):
             candidates.append(n)
         elif n.is_spare and checks.spares and spares_too and n.proven:
             candidates.append(n)
     epoch = datetime.min.replace(tzinfo=timezone.utc)
     candidates.sort(key=lambda n: (last_checked(n) or epoch, n.name))
-    return candidates[:slots]
+    chosen = []
+    for n in candidates:
+        if len(chosen) == slots:
+            break
+        if n.is_active:
+            if room <= 0:
+                continue
+            room -= 1
+        chosen.append(n)
+    return chosen
 
 
 def plan_active_checks(facts: PoolFacts, reservations: Iterable[Reservation], verdicts: Mapping[str, validation.Verdict],
@@ -189,7 +208,9 @@ def plan_active_checks(facts: PoolFacts, reservations: Iterable[Reservation], ve
     slurm_on = dict(facts.slurm_on)
     pods = dict(facts.pods)
     timeout = timedelta(seconds=spec.healing.repair.health_check.timeout_seconds) + validation.SLACK
-    waiting = demand_nodes(facts.pending, max(len(facts.nodes), 1)) > 0
+    # the jobs waiting for the pool want more than the idle nodes no check holds: give back that many, newest first
+    want_back = max(0, lacking(facts, under_way(facts.nodes, reservations)))
+    give_up = {r.node for r in sorted(reservations, key=lambda r: r.made, reverse=True)[:want_back]}
     actions: list[Action] = []
     failed: list[Remediation] = []
     results: list[tuple[str, str]] = []
@@ -245,7 +266,7 @@ def plan_active_checks(facts: PoolFacts, reservations: Iterable[Reservation], ve
             results.append((n.name, FAILED_RESULT))
             held.add(n.name)
             continue
-        if waiting:
+        if n.name in give_up:
             give_back(n.name, r.name, "a job waits for the pool: the check is abandoned", ABANDONED)
             continue
         if v.state in (validation.INCONCLUSIVE, validation.UNPROVEN) or now > r.made + timeout:

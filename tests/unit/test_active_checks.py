@@ -123,13 +123,17 @@ def test_a_node_with_one_busy_slurm_node_of_two_is_not_checked():
     assert plan.actions == ()
 
 
-def test_no_idle_node_is_taken_while_a_job_waits_for_the_pool():
+def test_no_idle_node_a_waiting_job_could_have_is_taken():
     nodes = [active(0), active(1)]
-    plan = ac.plan_active_checks(pool(nodes, pending=[PendingJob(7, ("train",), 1, "Resources")]), [], {}, spec(), T0)
-    assert reserved(plan) == []
-    # a job that waits for something else (a dependency) does not stop them
-    plan = ac.plan_active_checks(pool(nodes, pending=[PendingJob(7, ("train",), 1, "Dependency")]), [], {}, spec(), T0)
-    assert reserved(plan) == ["kwok-h100-0"]
+    two = [PendingJob(7, ("train",), 2, "Resources")]
+    assert reserved(ac.plan_active_checks(pool(nodes, pending=two), [], {}, spec(max_at_once=2), T0)) == []
+    # a job that waits for one node leaves one idle node to check
+    one = [PendingJob(7, ("train",), 1, "Resources")]
+    assert reserved(ac.plan_active_checks(pool(nodes, pending=one), [], {}, spec(max_at_once=2), T0)) == ["kwok-h100-0"]
+    # a job that waits for something else (a dependency) wants no node
+    dep = [PendingJob(7, ("train",), 2, "Dependency")]
+    assert reserved(ac.plan_active_checks(pool(nodes, pending=dep), [], {}, spec(max_at_once=2), T0)) == \
+        ["kwok-h100-0", "kwok-h100-1"]
 
 
 def test_at_most_max_at_once_counting_the_checks_under_way():
@@ -221,12 +225,16 @@ def test_a_job_on_the_node_abandons_the_check_and_gives_the_node_back():
     assert not any(isinstance(a, (StartHealthCheck, RecordCheck)) for a in plan.actions)
 
 
-def test_a_job_that_starts_waiting_for_the_pool_ends_the_check_under_way():
+def test_a_job_that_waits_for_the_pool_with_no_other_idle_node_ends_the_check_under_way():
     n = replace(active(0), taints=(labels.CHECK_TAINT,))
     r = under_way()
-    plan = ac.plan_active_checks(pool([n], pending=[PendingJob(9, ("train",), 1, "ReqNodeNotAvail")]), [r],
-                                 {ac.job_of(r): Verdict("running")}, spec(), T0)
+    wants = [PendingJob(9, ("train",), 1, "ReqNodeNotAvail")]
+    plan = ac.plan_active_checks(pool([n], pending=wants), [r], {ac.job_of(r): Verdict("running")}, spec(), T0)
     assert kinds(plan)[0] == ("GiveBackFromCheck", n.name) and plan.results == ((n.name, "abandoned"),)
+    # another idle node is free for it: the check goes on
+    plan = ac.plan_active_checks(pool([n, active(1, timedelta(minutes=1))], pending=wants), [r],
+                                 {ac.job_of(r): Verdict("running")}, spec(max_at_once=2), T0)
+    assert not plan.results and not any(isinstance(a, ac.GiveBackFromCheck) for a in plan.actions)
 
 
 def test_no_verdict_by_the_deadline_gives_the_node_back():
