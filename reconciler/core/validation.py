@@ -38,7 +38,7 @@ UNPROVEN = "unproven"  # the check ran but could not prove the node: a check it 
 
 UNPROVEN_HELP = ("A check the spec requires could not run (its tool is not in the check's image, or it could not "
                  "start): run the check from an image that carries NVIDIA's DCGM (dcgmi) and nccl-tests "
-                 "(all_reduce_perf): healing.repair.health_check.image (README: what the health check proves).")
+                 "(all_reduce_perf): healing.repair.health_check.image (docs/platform.md: the health check's image).")
 
 
 @dataclass(frozen=True)

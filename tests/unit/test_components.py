@@ -830,7 +830,7 @@ def test_the_reconciler_gets_https_egress_only_where_something_needs_it():
 
 
 def test_the_readmes_privilege_figures_are_the_renders():
-    """The security section's figures (admission validations per policy, egress peers of 0.0.0.0/0) are counted
+    """The security model's figures (docs/security.md: admission validations per policy, egress peers of 0.0.0.0/0) are counted
     from what prod renders, so they cannot drift from it."""
     import re
 
@@ -838,12 +838,12 @@ def test_the_readmes_privilege_figures_are_the_renders():
     from components.network import network_policies
 
     spec = build("prod")
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "security.md").read_text()
     found = {p["metadata"]["name"]: len(p["spec"]["validations"]) for p in policies(spec, "r", "a")}
     dep = spec.healing.reconciler
     m = re.search(r"(\d+) policies,\s+(\d+) validations: the reconciler's pods (\d+), Jobs (\d+), nodes (\d+), pod "
                   r"deletions (\d+); the agent's node (\d+), Events (\d+);\s+kubelets' membership (\d+), Events (\d+)\.", text)
-    assert m, "the README's admission figures"
+    assert m, "docs/security.md's admission figures"
     order = [f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-jobs", f"{dep.namespace}-reconciler-nodes",
              f"{dep.namespace}-reconciler-pod-deletion", f"{dep.agent_namespace}-agent-own-node",
              f"{dep.agent_namespace}-agent-own-events", f"{dep.namespace}-kubelet-membership",

@@ -272,7 +272,7 @@ def test_the_pass_writes_one_requeue_line_for_a_job_two_remediations_requeued():
 ])
 def test_a_fault_that_leaves_the_node_in_service_reaches_the_jobs_there_and_their_owners(code, event, said):
     """NVSentinel's condition (status True, "ErrorCode:94 PCI:0000:b3:00 ... Recommended Action=...;", the format the
-    README's condition_sources example reads): the node stays in service, and the job running there is told, in
+    docs/oncall.md's condition_sources example reads): the node stays in service, and the job running there is told, in
     its admin comment and through its owner's route, that the application on that GPU must restart."""
     from fleetspec import parse_fleet
 
