@@ -32,8 +32,8 @@ from typing import Callable, Iterable
 
 from kubernetes import client, config
 
-from fleetspec import labels
-from fleetspec.faults.telemetry import FIELDS, HW_THERMAL
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults.telemetry import FIELDS, HW_THERMAL
 from localenv.gpu_hardware_standin import (
     BROKEN, HUNG, IDLE, KWOK_ANNOTATION, REBOOT_FIXES, RESET_FIXES, ROW_REMAP_PENDING, THROTTLING, state_of,
 )

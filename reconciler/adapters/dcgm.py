@@ -21,11 +21,11 @@ from typing import Callable, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetspec.faults.telemetry import FIELDS, HOSTNAME
-from fleetspec.telemetry_spec import TelemetrySpec
+from gpufleet.fleetspec.faults.telemetry import FIELDS, HOSTNAME
+from gpufleet.fleetspec.telemetry_spec import TelemetrySpec
 
-from reconciler.core.telemetry import Sample
-from reconciler.errors import TemporaryError
+from gpufleet.reconciler.core.telemetry import Sample
+from gpufleet.reconciler.errors import TemporaryError
 
 MAX_BODY = 64 * 1024 * 1024  # a fleet's exposition or query answer larger than this is refused, not read whole
 

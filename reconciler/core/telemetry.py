@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
-from fleetspec import FleetSpec, labels
-from fleetspec.faults import FaultAction, Kind
-from fleetspec.faults.condition import FaultSignal, format_message, reason_for
-from fleetspec.faults.telemetry import (
+from gpufleet.fleetspec import FleetSpec, labels
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.condition import FaultSignal, format_message, reason_for
+from gpufleet.fleetspec.faults.telemetry import (
     FIELDS, SLOWDOWN_BITS, THRESHOLDS, Check, Threshold, When, slowdown_reasons,
 )
 
-from reconciler.core.actions import Action, DrainSlurm, MarkDegraded, Notify, RequeueJobs
-from reconciler.core.drains import drained_by_gpufleet
-from reconciler.core.model import NodeView, SlurmNodeView
+from gpufleet.reconciler.core.actions import Action, DrainSlurm, MarkDegraded, Notify, RequeueJobs
+from gpufleet.reconciler.core.drains import drained_by_gpufleet
+from gpufleet.reconciler.core.model import NodeView, SlurmNodeView
 
 SM_CLOCK, THROTTLE = "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 SM_ACTIVE, GPU_UTIL = "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL"

@@ -13,15 +13,15 @@ import logging
 from datetime import datetime, timezone
 from typing import Callable
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.adapters.dcgm import TelemetryReader, reader_for
-from reconciler.adapters.slurm import SlurmClient, call
-from reconciler.core import telemetry
-from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import Executor
-from reconciler.runtime.facts import Facts, slurm_view
+from gpufleet.reconciler.adapters.dcgm import TelemetryReader, reader_for
+from gpufleet.reconciler.adapters.slurm import SlurmClient, call
+from gpufleet.reconciler.core import telemetry
+from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.executor import Executor
+from gpufleet.reconciler.runtime.facts import Facts, slurm_view
 
 log = logging.getLogger(__name__)
 OFF = 600.0  # seconds to the next look when no source is declared (the spec is fixed for the process's life)

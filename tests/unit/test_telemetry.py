@@ -7,19 +7,19 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetspec import SpecError, labels, parse_fleet
-from fleetspec.faults import FaultAction, Kind, describe
-from fleetspec.faults.condition import parse_condition
-from fleetspec.faults.telemetry import FIELDS, HW_THERMAL, REQUIRED_COUNTERS, THRESHOLDS, Check, When
+from gpufleet.fleetspec import SpecError, labels, parse_fleet
+from gpufleet.fleetspec.faults import FaultAction, Kind, describe
+from gpufleet.fleetspec.faults.condition import parse_condition
+from gpufleet.fleetspec.faults.telemetry import FIELDS, HW_THERMAL, REQUIRED_COUNTERS, THRESHOLDS, Check, When
 from localenv.dcgm_exporter_standin import NodeGpus, exposition
 from localenv.gpu_hardware_standin import HUNG, ROW_REMAP_PENDING, THROTTLING
-from reconciler.adapters.dcgm import parse_exposition, parse_query
-from reconciler.core import telemetry as tm
-from reconciler.core.actions import DrainSlurm, MarkDegraded, Notify, RequeueJobs
-from reconciler.core.decide import detect
-from reconciler.core.faults import FaultReader
-from reconciler.core.model import NodeView, SlurmNodeView
-from reconciler.core.observe import node_view
+from gpufleet.reconciler.adapters.dcgm import parse_exposition, parse_query
+from gpufleet.reconciler.core import telemetry as tm
+from gpufleet.reconciler.core.actions import DrainSlurm, MarkDegraded, Notify, RequeueJobs
+from gpufleet.reconciler.core.decide import detect
+from gpufleet.reconciler.core.faults import FaultReader
+from gpufleet.reconciler.core.model import NodeView, SlurmNodeView
+from gpufleet.reconciler.core.observe import node_view
 
 T0 = datetime(2026, 12, 6, 4, 0, tzinfo=timezone.utc)
 REMAP, DBE = "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
@@ -135,7 +135,7 @@ def test_a_job_boundary_row_drains_a_busy_node_and_heals_it_once_its_job_ended()
 
 
 def test_a_node_with_a_fault_or_a_heal_under_way_or_out_of_the_fleet_is_left_alone():
-    from reconciler.core.model import Fault
+    from gpufleet.reconciler.core.model import Fault
     for v in (node(fault=Fault(79, "x", T0)), node(remediation="r1"), NodeView("other-0", None, labels.ROLE_ACTIVE)):
         assert tm.plan([degraded()], {"h100-0": tm.NodeJobs(v)}, spec()) == ()
 
@@ -265,7 +265,7 @@ def test_prometheus_answers_are_read_with_the_exporters_labels_and_errors_are_te
     ]}}).encode()
     samples, pci = parse_query(body)
     assert [(s.node, s.gpu, s.field, s.value, s.at) for s in samples] == [("h100-0", "2", REMAP, 1.0, T0)]
-    from reconciler.errors import TemporaryError
+    from gpufleet.reconciler.errors import TemporaryError
     with pytest.raises(TemporaryError):
         parse_query(b'{"status": "error", "error": "bad_data"}')
     with pytest.raises(TemporaryError):
@@ -284,7 +284,7 @@ def test_a_node_someone_else_drained_keeps_that_drain():
 
 
 def test_the_reconcilers_network_policy_lets_it_reach_the_telemetry_it_reads_and_nothing_more():
-    from components.network import reconciler_policy
+    from gpufleet.components.network import reconciler_policy
     base = {"environment": "t", "cluster": {"kind": "local"},
             "pools": [{"name": "h", "node_type": "x", "gpu_model": "H100", "nodes": 1, "spares": 0}],
             "slurm": {"partitions": [{"name": "p", "pools": ["h"]}]}}
