@@ -159,7 +159,7 @@ class AwsNodeGroup(Strict):
 class Borrowers(Strict):
     """Which workloads may borrow a pool's idle GPUs. Borrower pods carry `selector`'s labels, run with
     `priority_class` (the stack declares it with `priority`), tolerate the lending taint and require
-    the lent label (`fleetspec.placement.borrower_placement` gives both)."""
+    the lent label (`gpufleet.fleetspec.placement.borrower_placement` gives both)."""
 
     selector: Labels = Field(min_length=1, description="Labels every borrower pod carries; nothing else is let on.")
     priority_class: K8sName = Field("gpufleet-borrower", description="PriorityClass the stack declares for borrowers.")

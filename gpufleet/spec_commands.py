@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from fleetspec import SpecError, load_document, load_stack_file, stack_file
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import SpecError, load_document, load_stack_file, stack_file
+from gpufleet.fleetspec.models import FleetSpec
 
 from gpufleet.console import EXIT_INVALID, _err, app
 

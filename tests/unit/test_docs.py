@@ -265,8 +265,8 @@ def test_every_page_has_its_row_in_the_oncall_runbook():
 def test_every_metric_and_alert_is_in_the_oncall_runbook():
     from prometheus_client import CollectorRegistry
 
-    from components.alerts import alert_rules
-    from reconciler.runtime.metrics import Metrics
+    from gpufleet.components.alerts import alert_rules
+    from gpufleet.reconciler.runtime.metrics import Metrics
 
     text = (ROOT / "docs" / "oncall.md").read_text()
     registry = CollectorRegistry()

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 from gpufleet.cli import app
 from gpufleet.spec_reference import render
 
