@@ -55,15 +55,16 @@ def kube_node_of(comment: str) -> str | None:
     return node if isinstance(node, str) and node else None
 
 
-def slurm_hosts(api) -> dict[str, str]:
-    """Slurm node -> Kubernetes node, from the NodeSet pods (their hostname label, where they run; only pods a
-    NodeSet controls, as the reconciler reads them: observe.pod_view)."""
+def slurm_hosts(api, slurm_namespace: str) -> dict[str, str]:
+    """Slurm node -> Kubernetes node, from the NodeSet pods of Slinky's namespace only (their hostname label,
+    where they run; only pods a NodeSet controls, as the reconciler reads them: observe.pod_view): a pod in a
+    tenant's namespace that claims to be a NodeSet's points the story nowhere."""
     from kubernetes import client
 
     from fleetspec import labels
     from reconciler.core.observe import nodeset_owner
 
-    pods = client.CoreV1Api(api).list_pod_for_all_namespaces(label_selector=labels.SLINKY_POD_HOSTNAME).items
+    pods = client.CoreV1Api(api).list_namespaced_pod(slurm_namespace, label_selector=labels.SLINKY_POD_HOSTNAME).items
     return {p.metadata.labels[labels.SLINKY_POD_HOSTNAME]: p.spec.node_name for p in pods if p.spec.node_name
             and nodeset_owner(api.sanitize_for_serialization(p.metadata))}
 
@@ -137,6 +138,17 @@ def lending_records(api, namespace: str) -> tuple[dict, list, dict[str, tuple[st
         except ValueError:
             continue
     return ledgers, events, under_way, pools
+
+
+def _slurm_namespace(stack: Optional[str]) -> str:
+    """Slinky's namespace as the stack's spec declares it (slurm.namespace); its default where no spec reads."""
+    from fleetspec import SpecError, load_stack_file, stack_file
+    from fleetspec.models import SlurmSpec
+
+    try:
+        return load_stack_file(stack_file(stack or "local", Path("."))).fleet.slurm.namespace
+    except (SpecError, OSError):
+        return SlurmSpec.model_fields["namespace"].default
 
 
 def _engineer(kubeconfig: Optional[Path], stack: Optional[str], jwt_key: Optional[Path]) -> bool:
@@ -238,7 +250,8 @@ def why(
         if found is None:
             found, source = accounted(slurm, job_id), "accounting"
         slurm_nodes = slurm.nodes()
-        kube_nodes = {n.name: k for n in slurm_nodes if (k := kube_node_of(n.comment))} | slurm_hosts(api)
+        kube_nodes = {n.name: k for n in slurm_nodes if (k := kube_node_of(n.comment))} | slurm_hosts(
+            api, _slurm_namespace(stack))
         remediations = KubeRemediationStore(api).list()
         job = job_facts(found, source) if found is not None else None
         nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}

@@ -113,6 +113,7 @@ def test_the_engineer_reads_the_paragraph_with_their_own_token_and_no_kubernetes
         slurm_fresh: LocalSlurm, healed_job: int) -> None:
     r = why_as_engineer(slurm_fresh, token_of(slurm_fresh, TENANT_USER), healed_job)
     assert r.returncode == 0, r.stderr
+    print(f"$ gpufleet why {healed_job}\n{r.stdout}")  # docs/engineers.md shows a run's output (pytest -s)
     paragraph = r.stdout.split("\n\n", 1)[0]
     assert paragraph.startswith(f"Job {healed_job} (train-llm): At ")
     assert f"GPU 1 (NVIDIA H100 80GB HBM3) on {NODE} failed: GPU has fallen off the bus (NVIDIA Xid 79)." in paragraph
