@@ -122,6 +122,11 @@ def checkpoint_of(rec: jr.JobRecord) -> Checkpoint | None:
 
 def _waiting_words(rec: jr.JobRecord, node: str) -> str:
     since = f" since {clock(rec.since)}" if rec.since else ""
+    if rec.state == jr.CHECKPOINTING:
+        by = f", at the latest when its grace ends at {clock(rec.next_at)}" if rec.next_at else ""
+        asked = f"was asked to checkpoint (SIGTERM at {clock(rec.signalled_at)})" if rec.signalled_at else \
+            "is about to be asked to checkpoint (SIGTERM)"
+        return f"The job {asked}; gpufleet requeues it once it exits{by}, and it runs again on healthy machines."
     if rec.state == jr.SPARE:
         return (f"It waits in Slurm's queue for a healthy machine: the pool has no spare free{since}; it starts "
                 "as soon as one is.")
@@ -219,9 +224,11 @@ def tell(job_id: int, job: JobFacts | None, records: list[jr.JobRecord], now: da
             state, waiting = "waiting", rec.state
             if rec.since:
                 details.append((rec.since, f"waiting: {rec.state}"))
+            if rec.state == jr.CHECKPOINTING:
+                state = "checkpointing"
             if rec.state in (jr.HELD, jr.PERSON):
                 todo = "nothing you can do: the on-call decides; ask them if it is urgent"
-            elif todo == NOTHING_TO_DO:
+            elif todo == NOTHING_TO_DO and rec.state != jr.CHECKPOINTING:
                 todo = "nothing: the job starts by itself once it has healthy machines"
     if heals:
         last = heals[-1]
@@ -240,7 +247,7 @@ def tell(job_id: int, job: JobFacts | None, records: list[jr.JobRecord], now: da
             sentences.append(f"It did not run again: Slurm ended it ({shown(job.state)}"
                              + (f", {shown(job.exit_code)}" if job.exit_code else "") + ").")
             todo = "resubmit it if you still need it"
-        else:
+        elif last.requeued_at is not None:
             not_running = (now - stopped).total_seconds()
             sentences.append(f"It has not been running for {span(not_running)} so far.")
     elif job.started:

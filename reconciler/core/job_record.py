@@ -32,6 +32,7 @@ HEAD = "gpufleet-record v1"
 # What the job waits on while its remediation is not over (`waiting_for`), and how it ended.
 REPLACING, SPARE, REFILL_PENDING, REFILL_FAILED = "replacing", "spare", "refill-pending", "refill-failed"
 HELD, PERSON, REPAIR, DONE, NOTHING = "held", "person", "repair-in-place", "replaced", "nothing"
+CHECKPOINTING = "checkpointing"  # contained, the job asked to checkpoint: not requeued yet
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ def waiting_for(r: Remediation) -> tuple[str, datetime | None, datetime | None]:
         return DONE if r.entered(Phase.RESUMING) is not None else NOTHING, last, None
     if r.phase in (Phase.FAILED, Phase.ESCALATED, Phase.OPTED_OUT):
         return PERSON, last, None
+    if r.phase in (Phase.DETECTED, Phase.SLURM_DRAINING, Phase.CHECKPOINTING):
+        return CHECKPOINTING, last, r.grace_deadline
     if r.phase is Phase.HELD:
         return HELD, last, None
     if r.phase is Phase.WAITING_FOR_SPARE:

@@ -191,3 +191,13 @@ def test_the_demo_fault_is_on_the_gpu_the_standins_nvidia_smi_lists_second():
     from demos.demo import DEMO_PCI, standin_gpu_index
 
     assert (DEMO_PCI, standin_gpu_index(DEMO_PCI)) == ("0000:3b:00", 1)
+
+
+def test_a_job_asked_to_checkpoint_is_told_so_not_that_it_waits_in_the_queue():
+    r = remediation((Phase.SLURM_DRAINING, 0), (Phase.CHECKPOINTING, 1))
+    s = told(r, facts(started=-600), now=T0 + 30 * S)
+    assert s.state == "checkpointing" and s.not_running_s is None
+    assert ("The job was asked to checkpoint (SIGTERM at 12:00:01 UTC); gpufleet requeues it once it exits, at the "
+            "latest when its grace ends at 12:02:01 UTC, and it runs again on healthy machines.") in s.paragraph
+    assert "Slurm's queue" not in s.paragraph and "not been running" not in s.paragraph
+    assert s.what_to_do == engineer_story.NOTHING_TO_DO
