@@ -59,7 +59,7 @@ def why_as_engineer(cluster: LocalSlurm, token: str, job_id: int, *args: str) ->
     home = Path(tempfile.mkdtemp(prefix="engineer-"))
     os.chmod(home, 0o777)
     site = next((REPO / ".venv" / "lib").glob("python3*/site-packages"))
-    launcher = (f"import site, sys; site.addsitedir({str(site)!r}); sys.path.insert(0, {str(REPO)!r}); "
+    launcher = (f"import site; site.addsitedir({str(site)!r}); "  # the editable install of this checkout
                 "from gpufleet.cli import app; app(prog_name='gpufleet')")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "SLURM_JWT": token, "LANG": "C.UTF-8"}
     python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
