@@ -3,7 +3,7 @@
 Gathers what Slurm and Kubernetes know (the job from slurmrestd, the Slurm nodes' operator comments for
 their Kubernetes nodes, the remediations, the GPU conditions and Events of those nodes, the lending ledger,
 the lending pass's reclaim Events and the reclaims under way on the nodes) and hands it to
-the pure `reconciler.core.job_story`. Accounting (slurmdbd) is not read: the story has what slurmctld
+the pure `gpufleet.reconciler.core.job_story`. Accounting (slurmdbd) is not read: the story has what slurmctld
 still remembers (an ended job for MinJobAge), and gpufleet's records for the rest.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ XID = re.compile(r"\bxid\s*(\d+)", re.IGNORECASE)
 
 def job_facts(j, source: str = "slurmctld"):
     """A SlurmJob (adapters) as the story's JobFacts (core); `source`: slurmctld, or accounting."""
-    from reconciler.adapters.slurm.job_facts import job_facts as facts
+    from gpufleet.reconciler.adapters.slurm.job_facts import job_facts as facts
 
     return facts(j, source)
 
@@ -33,7 +33,7 @@ def job_facts(j, source: str = "slurmctld"):
 def accounted(slurm, job_id: int):
     """The job as accounting recorded it (slurmrestd's slurmdb API), where the client reads accounting; None
     when it has no record, or no accounting runs (slurmrestd then answers with slurmdbd's error)."""
-    from reconciler.adapters.slurm import SlurmError
+    from gpufleet.reconciler.adapters.slurm import SlurmError
 
     read = getattr(slurm, "accounted_job", None)
     if read is None:
@@ -61,8 +61,8 @@ def slurm_hosts(api, slurm_namespace: str) -> dict[str, str]:
     tenant's namespace that claims to be a NodeSet's points the story nowhere."""
     from kubernetes import client
 
-    from fleetspec import labels
-    from reconciler.core.observe import nodeset_owner
+    from gpufleet.fleetspec import labels
+    from gpufleet.reconciler.core.observe import nodeset_owner
 
     pods = client.CoreV1Api(api).list_namespaced_pod(slurm_namespace, label_selector=labels.SLINKY_POD_HOSTNAME).items
     return {p.metadata.labels[labels.SLINKY_POD_HOSTNAME]: p.spec.node_name for p in pods if p.spec.node_name
@@ -75,7 +75,7 @@ def node_faults(api, nodes: set[str]) -> list:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from reconciler.core.job_story import NodeFault, agent_event
+    from gpufleet.reconciler.core.job_story import NodeFault, agent_event
 
     core, out = client.CoreV1Api(api), []
     for name in sorted(nodes):
@@ -108,12 +108,12 @@ def lending_records(api, namespace: str) -> tuple[dict, list, dict[str, tuple[st
     reclaims under way (node -> its pool, when it began) and every node's pool."""
     from kubernetes import client
 
-    from fleetspec import labels
-    from fleetspec.ledger import LedgerError, parse_data
-    from reconciler.adapters.kube import Kube
-    from reconciler.core.job_story import LendingEvent
-    from reconciler.core.observe import parse_time
-    from reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.fleetspec import labels
+    from gpufleet.fleetspec.ledger import LedgerError, parse_data
+    from gpufleet.reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.core.job_story import LendingEvent
+    from gpufleet.reconciler.core.observe import parse_time
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
     kube = Kube(api)
     try:  # one who may not read the reconciler's namespace still gets the story, with the Events' reclaims
@@ -142,8 +142,8 @@ def lending_records(api, namespace: str) -> tuple[dict, list, dict[str, tuple[st
 
 def _slurm_namespace(stack: Optional[str]) -> str:
     """Slinky's namespace as the stack's spec declares it (slurm.namespace); its default where no spec reads."""
-    from fleetspec import SpecError, load_stack_file, stack_file
-    from fleetspec.models import SlurmSpec
+    from gpufleet.fleetspec import SpecError, load_stack_file, stack_file
+    from gpufleet.fleetspec.models import SlurmSpec
 
     try:
         return load_stack_file(stack_file(stack or "local", Path("."))).fleet.slurm.namespace
@@ -169,11 +169,11 @@ def _why_login(job_id: int, as_json: bool, slurm_url: Optional[str], token_file:
                scontrol: str) -> None:
     """The engineer's story from Slurm alone: the job as Slurm shows this user, gpufleet's records in its admin
     comment (reconciler/core/job_record.py), told by reconciler/core/engineer_story.py."""
-    from reconciler.adapters.slurm import SlurmError
-    from reconciler.adapters.slurm.job_facts import job_facts as facts_of
-    from reconciler.adapters.slurm.rest import GivenToken, SlurmREST, TokenFile
-    from reconciler.adapters.slurm.scontrol_json import ScontrolJobs
-    from reconciler.core import engineer_story, job_notes, job_record
+    from gpufleet.reconciler.adapters.slurm import SlurmError
+    from gpufleet.reconciler.adapters.slurm.job_facts import job_facts as facts_of
+    from gpufleet.reconciler.adapters.slurm.rest import GivenToken, SlurmREST, TokenFile
+    from gpufleet.reconciler.adapters.slurm.scontrol_json import ScontrolJobs
+    from gpufleet.reconciler.core import engineer_story, job_notes, job_record
 
     token = os.environ.get("SLURM_JWT", "")
     if slurm_url:
@@ -227,10 +227,10 @@ def why(
         return
     from kubernetes.client.exceptions import ApiException
 
-    from reconciler.adapters.records import KubeRemediationStore
-    from reconciler.adapters.slurm import SlurmError, make_client
-    from reconciler.core import job_story
-    from reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.slurm import SlurmError, make_client
+    from gpufleet.reconciler.core import job_story
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
     from gpufleet.commands import _api
 
     if slurm_jwt_key_file and stack not in (None, "local"):

@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from fleetspec.faults import FaultAction, Kind
-from fleetspec.faults.catalogue import CONTAINED_HARDWARE, XIDS
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.catalogue import CONTAINED_HARDWARE, XIDS
 
-from reconciler.core import job_record as jr
-from reconciler.core.job_story import ENDED, JobFacts, shown
+from gpufleet.reconciler.core import job_record as jr
+from gpufleet.reconciler.core.job_story import ENDED, JobFacts, shown
 
 NOTHING_TO_DO = "nothing: the job resumes from its last checkpoint, as it does after any requeue"
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from fleetspec.faults import FaultAction, describe
-from fleetspec.models import WebhookTarget
+from gpufleet.fleetspec.faults import FaultAction, describe
+from gpufleet.fleetspec.models import WebhookTarget
 
-from reconciler.core.job_record import HEAD, gpu_index
-from reconciler.core.model import Fault, RefillState, Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.job_record import HEAD, gpu_index
+from gpufleet.reconciler.core.model import Fault, RefillState, Remediation
+from gpufleet.reconciler.core.phases import Phase
 
 RUNNING = "RUNNING"
 

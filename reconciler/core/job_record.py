@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from urllib.parse import quote, unquote
 
-from fleetspec.faults import Kind
-from fleetspec.faults.condition import parse_header
+from gpufleet.fleetspec.faults import Kind
+from gpufleet.fleetspec.faults.condition import parse_header
 
-from reconciler.core.model import Fault, Remediation, RefillState
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.model import Fault, Remediation, RefillState
+from gpufleet.reconciler.core.phases import Phase
 
 HEAD = "gpufleet-record v1"
 

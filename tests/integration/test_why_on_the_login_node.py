@@ -22,12 +22,12 @@ import pytest
 
 from gpufleet.waiting import wait_for
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.slurm.rest import SlurmREST
-from reconciler.adapters.slurm.scontrol_json import jobs_from_json
-from reconciler.core import job_notes, job_record
-from reconciler.core.job_notes import JobSeen
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.slurm.rest import SlurmREST
+from gpufleet.reconciler.adapters.slurm.scontrol_json import jobs_from_json
+from gpufleet.reconciler.core import job_notes, job_record
+from gpufleet.reconciler.core.job_notes import JobSeen
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
 from tests.fixtures.slurm_cluster import TENANT_USER
 from tests.integration.test_slurm_contract import running
 

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from reconciler.core import engineer_story, job_notes, job_record
-from reconciler.core.job_notes import JobSeen, appended, lines_for
-from reconciler.core.job_story import JobFacts
-from reconciler.core.model import Refill, RefillState, Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core import engineer_story, job_notes, job_record
+from gpufleet.reconciler.core.job_notes import JobSeen, appended, lines_for
+from gpufleet.reconciler.core.job_story import JobFacts
+from gpufleet.reconciler.core.model import Refill, RefillState, Remediation
+from gpufleet.reconciler.core.phases import Phase
 from tests.unit.fakes import T0
 
 S = timedelta(seconds=1)
@@ -121,8 +121,8 @@ def test_a_job_slurm_does_not_show_tells_nothing_of_gpufleet():
 
 
 def test_an_application_error_points_at_the_jobs_own_stderr_with_the_time_and_the_gpu():
-    from fleetspec.faults import FaultAction
-    from reconciler.core.model import Fault
+    from gpufleet.fleetspec.faults import FaultAction
+    from gpufleet.reconciler.core.model import Fault
 
     f = Fault(13, "[action=restart-app gpu=5] Graphics Engine Exception", T0, action=FaultAction.RESTART_APP)
     rec = job_record.notice_record("ip-10-0-3-17", ("h100-a-w17",), f, MODEL)
@@ -169,10 +169,10 @@ def test_every_admin_comment_segment_is_well_under_200_characters_and_the_fault_
 def test_the_agent_names_the_gpu_by_nvidia_smis_index():
     from datetime import datetime, timezone
 
-    from fleetspec.faults import FaultAction, Kind
-    from fleetspec.faults.classify import Classification
-    from fleetspec.faults.driver import GpuEvent
-    from reconciler.agent.sightings import Sighting, condition_message, gpu_indexes
+    from gpufleet.fleetspec.faults import FaultAction, Kind
+    from gpufleet.fleetspec.faults.classify import Classification
+    from gpufleet.fleetspec.faults.driver import GpuEvent
+    from gpufleet.reconciler.agent.sightings import Sighting, condition_message, gpu_indexes
 
     # `nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader` on an H100 machine (its bus ids as in
     # tests/fixtures/gpu/nvidia-smi-q.h100x8.535.161.08.txt)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from reconciler.adapters.slurm import SlurmJob
-from reconciler.core.job_story import ENDED, JobFacts
+from gpufleet.reconciler.adapters.slurm import SlurmJob
+from gpufleet.reconciler.core.job_story import ENDED, JobFacts
 
 
 def _time(epoch: float | None) -> datetime | None:

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
 
-from reconciler.adapters.slurm import SlurmError, SlurmJob
-from reconciler.adapters.slurm.rest import ESLURM_INVALID_JOB_ID, JobsResponse, _job
+from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob
+from gpufleet.reconciler.adapters.slurm.rest import ESLURM_INVALID_JOB_ID, JobsResponse, _job
 
 ESLURM_ACCESS_DENIED = 2002  # slurm/slurm_errno.h
 
