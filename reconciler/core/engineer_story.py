@@ -97,16 +97,16 @@ class EngineerStory:
             "job_id": self.job_id, "paragraph": self.paragraph, "what_to_do": self.what_to_do,
             "state": self.state, "waiting_for": self.waiting_for, "not_running_seconds": self.not_running_s,
             "checkpoint": None if cp is None else {
-                "signalled_at": jr._iso(cp.signalled_at), "grace_seconds": cp.grace_s,
+                "signalled_at": jr.iso(cp.signalled_at), "grace_seconds": cp.grace_s,
                 "exited_within_seconds": cp.exited_within_s, "in_time": cp.in_time},
-            "details": [{"at": jr._iso(at) if at else None, "text": text} for at, text in self.details],
+            "details": [{"at": jr.iso(at) if at else None, "text": text} for at, text in self.details],
             "records": [r.to_json() for r in self.records],
             "job": None if j is None else {
                 "name": shown(j.name), "state": shown(j.state), "user": shown(j.user), "account": shown(j.account),
                 "nodes": [shown(n) for n in j.nodes], "reason": shown(j.reason), "exit_code": shown(j.exit_code),
-                "restarts": j.restarts, "submitted": jr._iso(j.submitted) if j.submitted else None,
-                "started": jr._iso(j.started) if j.started else None,
-                "ended": jr._iso(j.ended) if j.ended else None},
+                "restarts": j.restarts, "submitted": jr.iso(j.submitted) if j.submitted else None,
+                "started": jr.iso(j.started) if j.started else None,
+                "ended": jr.iso(j.ended) if j.ended else None},
         }
 
 

@@ -60,11 +60,11 @@ class JobRecord:
         d = asdict(self)
         for k, v in d.items():
             if isinstance(v, datetime):
-                d[k] = _iso(v)
+                d[k] = iso(v)
         return d
 
 
-def _iso(at: datetime) -> str:
+def iso(at: datetime) -> str:
     return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
