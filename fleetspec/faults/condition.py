@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .catalogue import FaultAction, Kind, describe
 
-REASON_PREFIXES = (("SXid", Kind.SXID), ("Xid", Kind.XID))
+REASON_PREFIXES = (("SXid", Kind.SXID), ("Xid", Kind.XID), ("Dcgm", Kind.DCGM))  # Dcgm: a DCGM field id
 GPU_LOST_REASON = "GpuLost"
 _HEADER_MAX = 160
 _PCI_CHARS = frozenset("0123456789abcdefABCDEF:.")
@@ -38,6 +38,8 @@ class FaultSignal:
 def reason_for(kind: Kind, code: int) -> str:
     if kind is Kind.GPU_LOST:
         return GPU_LOST_REASON
+    if kind is Kind.DCGM:
+        return f"Dcgm{code}"
     return f"{'SXid' if kind is Kind.SXID else 'Xid'}{code}"
 
 

@@ -546,6 +546,9 @@ class SlurmREST:
     def pending_jobs(self) -> list[SlurmJob]:
         return sorted((_job(j) for j in self._jobs() if PENDING in j.job_state), key=lambda j: j.job_id)
 
+    def running_jobs(self) -> list[SlurmJob]:
+        return sorted((_job(j) for j in self._jobs() if "RUNNING" in j.job_state), key=lambda j: j.job_id)
+
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows; None when unknown or purged."""
         try:
