@@ -2,7 +2,7 @@
 metrics server; one of each, wired here.
 
     informers ─► triggers ─► WorkQueue[node name] ─► N workers ─► healing.reconcile(node)
-    timers: membership, lending, retention, validation, job notes (each its own loop) ─► their passes
+    timers: membership, lending, retention, validation, job notes, telemetry (each its own loop) ─► their passes
     every action of either ─► executor (fenced by the Lease; nothing in a dry run)
 
 The resync (at start, every RESYNC_SECONDS, and when this replica starts leading) queues every node with
@@ -41,6 +41,7 @@ from gpufleet.reconciler.runtime.diagnoses import Diagnoses
 from gpufleet.reconciler.runtime.repairs import Repairs
 from gpufleet.reconciler.runtime.retention_pass import RetentionPass
 from gpufleet.reconciler.runtime.validation_pass import ValidationPass
+from gpufleet.reconciler.runtime.telemetry_pass import TelemetryPass
 from gpufleet.reconciler.runtime.timers import Timer
 from gpufleet.reconciler.runtime.triggers import Triggers
 from gpufleet.reconciler.runtime.workqueue import ShutDown, WorkQueue
@@ -90,6 +91,7 @@ class Manager:
             "validation": ValidationPass(spec, self.caches, self.claims, self.executor, self.metrics, self.queue, clock,
                                          checks),
             "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
+            "telemetry": TelemetryPass(spec, self.caches, self.facts, slurm, self.executor, clock),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
 
