@@ -41,6 +41,7 @@ from gpufleet.reconciler.runtime.diagnoses import Diagnoses
 from gpufleet.reconciler.runtime.repairs import Repairs
 from gpufleet.reconciler.runtime.retention_pass import RetentionPass
 from gpufleet.reconciler.runtime.validation_pass import ValidationPass
+from gpufleet.reconciler.runtime.active_check_pass import ActiveCheckPass
 from gpufleet.reconciler.runtime.telemetry_pass import TelemetryPass
 from gpufleet.reconciler.runtime.timers import Timer
 from gpufleet.reconciler.runtime.triggers import Triggers
@@ -77,7 +78,8 @@ class Manager:
         self.executor = Executor(spec, kube, store, slurm, providers, notifier, self.caches, self.metrics, clock,
                                  fence, self.dry_run, monotonic, checks=checks)
         self.alerts = Alerts(self.metrics, self.caches, clock)
-        self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks)
+        self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks,
+                               self.claims)
         self.healing = Healing(spec, self.caches, self.facts, self.claims, self.executor, self.alerts, self.metrics,
                                self.queue, clock, repairs=self.repairs,
                                diagnoses=Diagnoses(spec, self.caches, self.facts, self.executor, self.alerts,
@@ -89,6 +91,8 @@ class Manager:
             "retention": RetentionPass(spec, self.caches, self.executor, clock),
             "validation": ValidationPass(spec, self.caches, self.claims, self.executor, self.metrics, self.queue, clock,
                                          checks),
+            "active-checks": ActiveCheckPass(spec, self.caches, self.facts, self.claims, self.executor, self.metrics,
+                                             self.queue, clock, slurm, checks),
             "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
             "telemetry": TelemetryPass(spec, self.caches, self.facts, slurm, self.executor, clock),
         }
