@@ -238,7 +238,8 @@ def _quiet(nodes: Sequence[str], history: History, now: datetime, after: float) 
     return total, max(starts, default=now), used  # all quiet since the last of them went quiet
 
 
-def stragglers(jobs: Sequence[RunningJob], history: History, spec: FleetSpec, now: datetime) -> list[Degradation]:
+def stragglers(jobs: Sequence[RunningJob], history: History, spec: FleetSpec, now: datetime,
+               pci: Mapping[tuple[str, str], str] | None = None) -> list[Degradation]:
     """A node of a multi-node job whose slowest GPU's best SM clock over the span is below the pool's ratio of the
     job's median node; its throttle reasons, when set, go with the evidence."""
     pools = {p.name: p.telemetry for p in spec.pools}
@@ -268,7 +269,7 @@ def stragglers(jobs: Sequence[RunningJob], history: History, spec: FleetSpec, no
                         node, FIELDS[SM_CLOCK].id, action, When.CHECKPOINT,
                         f"a straggler in job {j.job_id}: its GPUs hold the job's other nodes to their pace",
                         Evidence(SM_CLOCK, gpu, mhz, f"< {ratio:g} x the job's median node ({median:g} MHz) for "
-                                 f"{after}s", detail=f"clock event reasons {why}" if why else ""),
+                                 f"{after}s", (pci or {}).get((node, gpu), ""), detail=f"clock event reasons {why}" if why else ""),
                         "the pool's telemetry.straggler_clock_ratio; a synchronous job runs at its slowest GPU's pace")
     return [out[n] for n in sorted(out)]
 
