@@ -60,7 +60,7 @@ class TelemetryPass:
             if kube:
                 started = datetime.fromtimestamp(j.start_time, timezone.utc) if j.start_time else None
                 jobs.append(telemetry.RunningJob(j.job_id, kube, tuple(sorted({views[k].pool or "" for k in kube})),
-                                                 started))
+                                                 started, j.admin_comment))
         degraded = telemetry.crossed(self.history, now, self.pci)
         seen = {d.node for d in degraded}
         degraded += [d for d in telemetry.stragglers(jobs, self.history, self.spec, now, self.pci) if d.node not in seen]

@@ -83,7 +83,8 @@ def test_a_gpu_whose_row_remap_is_pending_is_drained_and_its_job_checkpointed_an
     slurm.run(["scancel", str(jid)], timeout=15)
 
 
-def test_a_job_whose_gpus_all_go_quiet_is_paged_as_hung_within_the_declared_time_and_requeued(watched, api, tmp_path):
+def test_a_job_whose_gpus_all_go_quiet_is_paged_as_hung_within_the_declared_time_and_requeued(
+        watched, api, kube_cluster, tmp_path):
     spec, rec, channel, slurm, rest = watched
     jid = job_on(slurm, "gpu-a-1", tmp_path)
     gpu_state(api, f"{POOL}-1", HUNG)
@@ -101,6 +102,8 @@ def test_a_job_whose_gpus_all_go_quiet_is_paged_as_hung_within_the_declared_time
     gpu_state(api, f"{POOL}-1", HEALTHY)
     run_until(rec, lambda: (j := rest.job(jid)) is not None and j.restarts >= 1, timeout=30)
     assert not records_for(rec, f"{POOL}-1")  # a hang is the job's: the node is not healed
+    out = why(kube_cluster, slurm, jid)
+    assert out.exit_code == 0 and f"hung: DCGM_FI_PROF_SM_ACTIVE=0 on all 8 GPUs of {POOL}-1" in out.output, out.output
     for _ in range(5):
         run_until(rec, lambda: True)
     assert len(paged()) == 1  # one page for the run that hung
