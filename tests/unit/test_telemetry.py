@@ -257,6 +257,8 @@ def test_the_stand_in_serves_dcgm_exporters_lines_driven_by_the_gpu_state():
     assert got[("kwok-b", "3", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")] == HW_THERMAL
     assert got[("kwok-c", "0", "DCGM_FI_PROF_SM_ACTIVE")] == 0 and got[("kwok-c", "0", "DCGM_FI_DEV_SM_CLOCK")] > 0
     assert pci[("kwok-a", "0")] == "00000000:19:00.0"
+    assert got[("kwok-a", "0", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")] == 1  # a counter, read by its own name
+    assert got[("kwok-b", "0", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")] == 0
     assert [d.node for d in tm.crossed({(s.node, s.gpu, s.field): ((s.at, s.value),) for s in samples}, T0)] == \
         ["kwok-a"]
 
