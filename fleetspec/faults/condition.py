@@ -32,6 +32,7 @@ class FaultSignal:
     pci: str = ""
     gpu_instance: int | None = None
     compute_instance: int | None = None
+    gpu: int | None = None  # the GPU's index on its node (nvidia-smi's `index`, what CUDA_VISIBLE_DEVICES counts)
 
 
 def reason_for(kind: Kind, code: int) -> str:
@@ -50,6 +51,8 @@ def format_message(s: FaultSignal, text: str, limit: int = 1024) -> str:
         head.append(f"gi={s.gpu_instance}")
     if s.compute_instance is not None:
         head.append(f"ci={s.compute_instance}")
+    if s.gpu is not None:
+        head.append(f"gpu={s.gpu}")
     return f"[{' '.join(head)}] {describe(s.code, s.kind)}: {text}"[:limit]
 
 

@@ -77,7 +77,8 @@ class Manager:
         self.executor = Executor(spec, kube, store, slurm, providers, notifier, self.caches, self.metrics, clock,
                                  fence, self.dry_run, monotonic, checks=checks)
         self.alerts = Alerts(self.metrics, self.caches, clock)
-        self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks)
+        self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks,
+                               self.claims)
         self.healing = Healing(spec, self.caches, self.facts, self.claims, self.executor, self.alerts, self.metrics,
                                self.queue, clock, repairs=self.repairs,
                                diagnoses=Diagnoses(spec, self.caches, self.facts, self.executor, self.alerts,
