@@ -131,8 +131,8 @@ class Hang:
     def line(self) -> str:
         """The job's admin-comment line (what `gpufleet why` shows), dated by when its GPUs went quiet."""
         what = "requeued from its checkpoint" if self.requeue else "paged"
-        return (f"{job_notes.PREFIX} {job_notes.stamp(self.since)}: hung: {self.field}=0 on all {self.gpus} GPUs of "
-                f"{', '.join(self.nodes)}; {what}")
+        return job_notes.note_line(self.since, "hung", f"{self.field}=0 on all {self.gpus} GPUs of "
+                                   f"{', '.join(self.nodes)}; {what}")
 
     @property
     def key(self) -> str:
@@ -353,7 +353,7 @@ def page_hang(h: Hang) -> tuple[Action, ...]:
     """A hang's page, its line in the job's admin comment (what was there kept), and its requeue where the pool
     consents."""
     page: tuple[Action, ...] = (Notify("job-hung", "critical", h.text(), key=h.key),)
-    text = job_notes.appended(h.admin_comment, (h.line(),)) if h.admin_comment is not None else None
+    text = job_notes.appended(h.admin_comment, h.job_id, (h.line(),)) if h.admin_comment is not None else None
     note = (NoteJob(h.job_id, text),) if text is not None else ()
     return page + note + ((RequeueJobs((h.job_id,)),) if h.requeue else ())
 

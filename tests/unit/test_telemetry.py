@@ -185,7 +185,8 @@ def test_a_job_whose_gpus_are_all_quiet_for_the_declared_time_is_hung_and_paged_
     read = tm.RunningJob(5, ("a", "b"), ("h100",), T0 - timedelta(hours=1), "ops: priority")
     _, note = tm.page_hang(tm.hangs([read], h, spec(), T0 + timedelta(seconds=60))[0])
     assert isinstance(note, NoteJob) and note.text == ("ops: priority | gpufleet 2026-12-06T04:00:00Z: hung: "
-                                                       "DCGM_FI_PROF_SM_ACTIVE=0 on all 4 GPUs of a, b; paged")
+                                                       "DCGM_FI_PROF_SM_ACTIVE=0 on all 4 GPUs of a, b; paged | "
+                                                       "whole story: gpufleet why 5")
     later = {**quiet("a", values=(0,) * 9), **quiet("b", values=(0,) * 9)}
     assert tm.hangs([job], later, spec(), T0 + timedelta(seconds=120))[0].key == hang.key  # one episode, one key
 
