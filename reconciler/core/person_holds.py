@@ -18,8 +18,9 @@ JSON {slurm node: [the person's reason, the uid of the pod it was seen on]}), an
   DOWN node's registration; the operator's uncordon leaves a reason that is not its own alone:
   slurmcontrol.go IsNodeReasonOurs). Put back by gpufleet's Slurm user with the person's words, it reads as a
   person's drain again (drains.owner: no gpufleet prefix), so heals and lending keep treating it as one;
-- it is forgotten when the person lifted it (the same pod, the Slurm node neither drained nor down), or when
-  the Slurm node's pod now runs on another machine (a heal moved it); a cordoned machine then carries it, as
+- it is forgotten when the person lifted it (the same pod, the Slurm node neither drained nor down), when
+  another drain than the operator's replaced it (a heal's, Slurm's own: theirs to lift), or when the Slurm
+  node's pod now runs on another machine (a heal moved it); a cordoned machine then carries it, as
   decide.carry_person_drains does for a faulted one (also when the update's drain hid it from the heal);
 - nothing is put back while the machine is cordoned: that is a heal's or a person's (decide.py carries a
   person's drain to a faulted machine and moves the Slurm node to a spare).
@@ -32,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from gpufleet.fleetspec import labels
 
 from gpufleet.reconciler.core.actions import Action, CarryDrain, DrainSlurm, NoteHolds
-from gpufleet.reconciler.core.drains import drained_by_person
+from gpufleet.reconciler.core.drains import Owner, drained_by_person, owner
 from gpufleet.reconciler.core.model import NodeView, PodView, SlurmNodeView
 
 Holds = dict[str, tuple[str, str]]  # Slurm node -> (the person's reason, the uid of the pod it was seen on)
@@ -81,6 +82,9 @@ def plan_holds(nodes: Iterable[NodeView], pods: Iterable[PodView],
             view, pod = slurm.get(name), live.get(name)
             if view is None or drained_by_person(view):
                 continue  # not seen this time, or a person's drain is there (noted below)
+            if (view.drained or view.down) and owner(view) is not Owner.OPERATOR:
+                del want[m][name]  # someone else's drain now (a heal's, Slurm's own): theirs to lift
+                continue
             if pod is not None and pod.uid == uid:
                 if not view.drained and not view.down:
                     del want[m][name]  # the person lifted it

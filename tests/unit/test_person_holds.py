@@ -72,4 +72,9 @@ def test_a_drain_that_moves_with_its_pod_is_noted_where_it_runs_and_unknowns_dec
     assert set(acts) == {NoteHolds("h100-0", None), NoteHolds("h100-1", json.dumps({"gpu-3": [HOLD, "u2"]}))}
     assert plan_holds([machine(holds={"gpu-3": [HOLD, "u1"]})], [], {}) == ()  # Slurm did not answer
     assert plan_holds([machine()], [pod("u1")], slurm("gpufleet: XID 79 [r]", GPUFLEET, "DRAIN")) == ()
+    # another drain than the operator's replaced the person's (Slurm's own, here): forgotten, never put back
+    held = {"gpu-3": [HOLD, "u1"]}
+    for pods_now in ([pod("u1")], [pod("u2", "spare-0")]):
+        assert plan_holds([machine(holds=held, cordoned=True), machine("spare-0")], pods_now,
+                          slurm("Epilog error", OPERATOR, "IDLE", "DRAIN")) == (NoteHolds("h100-0", None),)
     assert parse_holds("not json") == {} and parse_holds('{"gpu-3": "x"}') == {} and parse_holds("[1]") == {}
