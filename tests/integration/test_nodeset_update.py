@@ -62,6 +62,10 @@ class UpdateWorld(World):
         self.rec = reconciler(self.api, spec(), slurm=self.rest)
         return self.rec
 
+    def nodeset_pods(self, nodeset: str | None = None) -> dict[str, str | None]:
+        """Slurm name -> the Kubernetes node its NodeSet pod runs on (None: pending), in this world's namespace."""
+        return {name: (p.spec.node_name if p.status.phase == "Running" else None) for name, p in self.pods().items()}
+
     def pods(self) -> dict[str, client.V1Pod]:
         return {p.metadata.name: p for p in self.core.list_namespaced_pod(NS).items
                 if p.metadata.deletion_timestamp is None}
