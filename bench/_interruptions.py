@@ -22,10 +22,10 @@ import random
 from dataclasses import dataclass
 from enum import Enum
 
-from fleetspec.faults import FaultAction
-from fleetspec.faults.classify import Classifier
-from fleetspec.faults.driver import DriverMessages, GpuEvent
-from fleetspec.faults.policy import FaultPolicy
+from gpufleet.fleetspec.faults import FaultAction
+from gpufleet.fleetspec.faults.classify import Classifier
+from gpufleet.fleetspec.faults.driver import DriverMessages, GpuEvent
+from gpufleet.fleetspec.faults.policy import FaultPolicy
 
 LLAMA3_DAYS, LLAMA3_GPUS = 54, 16_384
 LLAMA3_PLANNED, LLAMA3_UNEXPECTED = 47, 419

@@ -2,8 +2,8 @@
 progress, with the repair loop (the reconciler: replace from a spare at once, repair after) and with a person's
 pager instead, at Llama 3's rate of interruptions and at ten times it.
 
-The decisions are the real reconciler's: its runtime and pure core (`reconciler.runtime.manager.Manager`:
-detect, heal, promote a spare, quarantine, refill, then `reconciler.core.repair`'s ladder and the
+The decisions are the real reconciler's: its runtime and pure core (`gpufleet.reconciler.runtime.manager.Manager`:
+detect, heal, promote a spare, quarantine, refill, then `gpufleet.reconciler.core.repair`'s ladder and the
 validation before service), run through the unit tests' fakes of the API server, Slurm, the provider, the
 node agent and the health-check Jobs (tests/unit/fakes.py `World`), on a fake clock. What a driver line needs
 is the node agent's own parser and classifier (fleetspec/faults). What is modelled is the world around them,
@@ -36,13 +36,13 @@ import sys
 from _repo import REPO  # noqa: E402
 from _output import add_json_option, exit_on_sigterm, Output, say, Table  # noqa: E402
 
-from fleetspec.load import load_stack_file  # noqa: E402
+from gpufleet.fleetspec.load import load_stack_file  # noqa: E402
 
 import _interruptions as table  # noqa: E402
 import _jobs as jobs  # noqa: E402
 import _pager as pager  # noqa: E402
 import _repair_world as world  # noqa: E402
-from fleetspec.faults.policy import FaultPolicy  # noqa: E402
+from gpufleet.fleetspec.faults.policy import FaultPolicy  # noqa: E402
 
 
 def mapping_table(spec) -> Table:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
 
 from .agent import AGENT
 from .meta import metadata

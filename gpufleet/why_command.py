@@ -3,7 +3,7 @@
 Gathers what Slurm and Kubernetes know (the job from slurmrestd, the Slurm nodes' operator comments for
 their Kubernetes nodes, the remediations, the GPU conditions and Events of those nodes, the lending ledger,
 the lending pass's reclaim Events and the reclaims under way on the nodes) and hands it to
-the pure `reconciler.core.job_story`. Accounting (slurmdbd) is not read: the story has what slurmctld
+the pure `gpufleet.reconciler.core.job_story`. Accounting (slurmdbd) is not read: the story has what slurmctld
 still remembers (an ended job for MinJobAge), and gpufleet's records for the rest.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _time(epoch: float | None) -> datetime | None:
 
 def job_facts(j, source: str = "slurmctld"):
     """A SlurmJob (adapters) as the story's JobFacts (core); `source`: slurmctld, or accounting."""
-    from reconciler.core.job_story import ENDED, JobFacts
+    from gpufleet.reconciler.core.job_story import ENDED, JobFacts
 
     # For a pending job Slurm's start_time is an expected start, for a running one end_time the expected end.
     started = None if j.state == "PENDING" else _time(j.start_time)
@@ -40,7 +40,7 @@ def job_facts(j, source: str = "slurmctld"):
 def accounted(slurm, job_id: int):
     """The job as accounting recorded it (slurmrestd's slurmdb API), where the client reads accounting; None
     when it has no record, or no accounting runs (slurmrestd then answers with slurmdbd's error)."""
-    from reconciler.adapters.slurm import SlurmError
+    from gpufleet.reconciler.adapters.slurm import SlurmError
 
     read = getattr(slurm, "accounted_job", None)
     if read is None:
@@ -67,8 +67,8 @@ def slurm_hosts(api) -> dict[str, str]:
     NodeSet controls, as the reconciler reads them: observe.pod_view)."""
     from kubernetes import client
 
-    from fleetspec import labels
-    from reconciler.core.observe import nodeset_owner
+    from gpufleet.fleetspec import labels
+    from gpufleet.reconciler.core.observe import nodeset_owner
 
     pods = client.CoreV1Api(api).list_pod_for_all_namespaces(label_selector=labels.SLINKY_POD_HOSTNAME).items
     return {p.metadata.labels[labels.SLINKY_POD_HOSTNAME]: p.spec.node_name for p in pods if p.spec.node_name
@@ -81,7 +81,7 @@ def node_faults(api, nodes: set[str]) -> list:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from reconciler.core.job_story import NodeFault, agent_event
+    from gpufleet.reconciler.core.job_story import NodeFault, agent_event
 
     core, out = client.CoreV1Api(api), []
     for name in sorted(nodes):
@@ -114,12 +114,12 @@ def lending_records(api, namespace: str) -> tuple[dict, list, dict[str, tuple[st
     reclaims under way (node -> its pool, when it began) and every node's pool."""
     from kubernetes import client
 
-    from fleetspec import labels
-    from fleetspec.ledger import LedgerError, parse_data
-    from reconciler.adapters.kube import Kube
-    from reconciler.core.job_story import LendingEvent
-    from reconciler.core.observe import parse_time
-    from reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.fleetspec import labels
+    from gpufleet.fleetspec.ledger import LedgerError, parse_data
+    from gpufleet.reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.core.job_story import LendingEvent
+    from gpufleet.reconciler.core.observe import parse_time
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
     kube = Kube(api)
     try:  # one who may not read the reconciler's namespace still gets the story, with the Events' reclaims
@@ -163,10 +163,10 @@ def why(
     Exit 1 when neither Slurm nor gpufleet knows the job."""
     from kubernetes.client.exceptions import ApiException
 
-    from reconciler.adapters.records import KubeRemediationStore
-    from reconciler.adapters.slurm import SlurmError, make_client
-    from reconciler.core import job_story
-    from reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.slurm import SlurmError, make_client
+    from gpufleet.reconciler.core import job_story
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
     from gpufleet.commands import _api
 
     if slurm_jwt_key_file and stack not in (None, "local"):

@@ -58,7 +58,7 @@ from typing import Any, Callable, Iterable, Mapping
 from kubernetes import client, config
 from kubernetes.utils import parse_quantity
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 from localenv import fake_nodes
 
 log = logging.getLogger("autoscaler-standin")

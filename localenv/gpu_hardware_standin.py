@@ -37,11 +37,11 @@ from typing import Callable, Collection
 
 from kubernetes import client, config
 
-from fleetspec import labels
-from fleetspec.health_report import EXPECTED_GPUS, HealthReport
-from fleetspec.node_repair import REBOOT, RESET_GPU, RepairResult, parse_request, parse_result
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.health_report import EXPECTED_GPUS, HealthReport
+from gpufleet.fleetspec.node_repair import REBOOT, RESET_GPU, RepairResult, parse_request, parse_result
 
-from reconciler.healthcheck.run import Ran, run_checks
+from gpufleet.reconciler.healthcheck.run import Ran, run_checks
 
 log = logging.getLogger("gpu-hardware-standin")
 HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN = "healthy", "reset-fixes", "reboot-fixes", "broken"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Mapping
 from .catalogue import FaultAction, Kind, default_action
 
 if TYPE_CHECKING:
-    from fleetspec.models import HealingSpec
+    from gpufleet.fleetspec.models import HealingSpec
 
 
 @dataclass(frozen=True)

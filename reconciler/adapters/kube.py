@@ -19,12 +19,12 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from fleetspec import labels, remediation_crd
-from fleetspec.placement import SPARE_TAINT
+from gpufleet.fleetspec import labels, remediation_crd
+from gpufleet.fleetspec.placement import SPARE_TAINT
 
-from reconciler.core.actions import NodeShape
-from reconciler.errors import Conflict, NotFound, PermanentError, TemporaryError, TooManyRequests, api_error
-from reconciler.redact import redact
+from gpufleet.reconciler.core.actions import NodeShape
+from gpufleet.reconciler.errors import Conflict, NotFound, PermanentError, TemporaryError, TooManyRequests, api_error
+from gpufleet.reconciler.redact import redact
 
 log = logging.getLogger(__name__)
 TIMEOUT = 20  # seconds for any single API call

@@ -33,15 +33,15 @@ from typing import Any, Callable, Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
-from fleetspec import labels
-from fleetspec.faults import FaultAction, describe
-from fleetspec.faults.classify import Classifier
-from fleetspec.faults.driver import GpuEvent, Unreadable, Untrusted
-from fleetspec.faults.policy import FaultPolicy
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, describe
+from gpufleet.fleetspec.faults.classify import Classifier
+from gpufleet.fleetspec.faults.driver import GpuEvent, Unreadable, Untrusted
+from gpufleet.fleetspec.faults.policy import FaultPolicy
 
-from reconciler.errors import NotFound, PermanentError, TemporaryError
-from reconciler.agent.kmsg import MAX_LINE, KernelLogParser, record_seq
-from reconciler.agent.sightings import Cursor, Pending, Sighting, Verdict, advance, condition_message, newest, resume_from, verdict
+from gpufleet.reconciler.errors import NotFound, PermanentError, TemporaryError
+from gpufleet.reconciler.agent.kmsg import MAX_LINE, KernelLogParser, record_seq
+from gpufleet.reconciler.agent.sightings import Cursor, Pending, Sighting, Verdict, advance, condition_message, newest, resume_from, verdict
 
 log = logging.getLogger(__name__)
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -52,7 +52,7 @@ class AgentFailed(RuntimeError):
 
 
 class NodeAPI(Protocol):
-    """What the agent needs of reconciler.adapters.kube.Kube."""
+    """What the agent needs of gpufleet.reconciler.adapters.kube.Kube."""
 
     def get_node(self, name: str) -> dict: ...
     def patch_node(self, name: str, body: dict) -> dict: ...

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
 
-from fleetspec.faults import FaultAction
-from fleetspec.faults.classify import Classification
-from fleetspec.faults.condition import FaultSignal, format_message, parse_condition, reason_for
-from fleetspec.faults.driver import GpuEvent
+from gpufleet.fleetspec.faults import FaultAction
+from gpufleet.fleetspec.faults.classify import Classification
+from gpufleet.fleetspec.faults.condition import FaultSignal, format_message, parse_condition, reason_for
+from gpufleet.fleetspec.faults.driver import GpuEvent
 
 
 LATE_AFTER_SECONDS = 5  # a report this much later than the sighting says when it was seen

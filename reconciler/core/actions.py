@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from fleetspec.faults import FaultAction, describe
-from fleetspec.models import WebhookTarget
+from gpufleet.fleetspec.faults import FaultAction, describe
+from gpufleet.fleetspec.models import WebhookTarget
 
-from reconciler.core.model import Fault, Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.model import Fault, Remediation
+from gpufleet.reconciler.core.phases import Phase
 
 RUNNING = "RUNNING"
 

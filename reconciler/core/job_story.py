@@ -14,14 +14,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-from fleetspec.faults import FaultAction, Kind, default_action, describe
-from fleetspec.faults.catalogue import CONTAINED_HARDWARE
-from fleetspec.faults.condition import parse_header
-from fleetspec.ledger import PoolLedger
+from gpufleet.fleetspec.faults import FaultAction, Kind, default_action, describe
+from gpufleet.fleetspec.faults.catalogue import CONTAINED_HARDWARE
+from gpufleet.fleetspec.faults.condition import parse_header
+from gpufleet.fleetspec.ledger import PoolLedger
 
-from reconciler.core.job_notes import stamp
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.job_notes import stamp
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
 
 HEALED, HEALING, HELD, FAILED, OWN_ERROR, NOTHING = "healed", "healing", "held", "heal-failed", "own-error", "nothing"
 APP_RESTART = "gpu-error-contained"  # a hardware error the GPU contained: only the application had to restart

@@ -12,28 +12,28 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Callable
 
-from fleetspec import labels, remediation_crd
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels, remediation_crd
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.notify import Message, Notifier
-from reconciler.adapters.providers import NodeProvider
-from reconciler.adapters.records import RemediationStore
-from reconciler.adapters.slurm import SlurmClient, call
-from reconciler.core.actions import (
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.notify import Message, Notifier
+from gpufleet.reconciler.adapters.providers import NodeProvider
+from gpufleet.reconciler.adapters.records import RemediationStore
+from gpufleet.reconciler.adapters.slurm import SlurmClient, call
+from gpufleet.reconciler.core.actions import (
     Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
     EvictPods, Lend, NoteJob, NoteSignals, Notify, NotifyOwner,
     PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
     GiveBack, ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
-from reconciler.core.model import RefillState, Remediation, Step
-from reconciler.core.repair_actions import (
+from gpufleet.reconciler.core.model import RefillState, Remediation, Step
+from gpufleet.reconciler.core.repair_actions import (
     BackInService, ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
-from reconciler.core.observe import membership_dict
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.core.observe import membership_dict
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 DRY_RUN_REPEAT = 60.0  # seconds: a dry run logs the same intended action at most this often

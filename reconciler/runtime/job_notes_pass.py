@@ -16,17 +16,17 @@ import logging
 from datetime import datetime, timezone
 from typing import Callable
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.adapters.slurm import SlurmClient, SlurmJob, call
-from reconciler.core import job_notes
-from reconciler.core.actions import NoteJob, NotifyOwner
-from reconciler.core.model import Remediation
-from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import Executor
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.adapters.slurm import SlurmClient, SlurmJob, call
+from gpufleet.reconciler.core import job_notes
+from gpufleet.reconciler.core.actions import NoteJob, NotifyOwner
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.executor import Executor
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 BUSY, IDLE, AFTER_ERROR = 2.0, 5.0, 15.0  # seconds to the next pass: jobs owed a line, none (it reads only the cache), a failure

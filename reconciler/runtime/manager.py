@@ -16,34 +16,34 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.notify import Notifier
-from reconciler.adapters.providers import NodeProvider
-from reconciler.adapters.records import RemediationStore, Unreadable
-from reconciler.adapters.slurm import SlurmClient
-from reconciler.core import refills
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.alerts import Alerts
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.claims import Claims
-from reconciler.runtime.executor import Executor, NotLeader
-from reconciler.runtime.facts import Facts
-from reconciler.runtime.healing import UNSYNCED_RECHECK, Healing
-from reconciler.runtime.leader import LeaseElector
-from reconciler.runtime.job_notes_pass import JobNotesPass
-from reconciler.runtime.lending_pass import LendingPass
-from reconciler.runtime.membership_pass import MembershipPass
-from reconciler.runtime.metrics import Metrics, serve
-from reconciler.runtime.diagnoses import Diagnoses
-from reconciler.runtime.repairs import Repairs
-from reconciler.runtime.retention_pass import RetentionPass
-from reconciler.runtime.validation_pass import ValidationPass
-from reconciler.runtime.timers import Timer
-from reconciler.runtime.triggers import Triggers
-from reconciler.runtime.workqueue import ShutDown, WorkQueue
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.notify import Notifier
+from gpufleet.reconciler.adapters.providers import NodeProvider
+from gpufleet.reconciler.adapters.records import RemediationStore, Unreadable
+from gpufleet.reconciler.adapters.slurm import SlurmClient
+from gpufleet.reconciler.core import refills
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.alerts import Alerts
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.claims import Claims
+from gpufleet.reconciler.runtime.executor import Executor, NotLeader
+from gpufleet.reconciler.runtime.facts import Facts
+from gpufleet.reconciler.runtime.healing import UNSYNCED_RECHECK, Healing
+from gpufleet.reconciler.runtime.leader import LeaseElector
+from gpufleet.reconciler.runtime.job_notes_pass import JobNotesPass
+from gpufleet.reconciler.runtime.lending_pass import LendingPass
+from gpufleet.reconciler.runtime.membership_pass import MembershipPass
+from gpufleet.reconciler.runtime.metrics import Metrics, serve
+from gpufleet.reconciler.runtime.diagnoses import Diagnoses
+from gpufleet.reconciler.runtime.repairs import Repairs
+from gpufleet.reconciler.runtime.retention_pass import RetentionPass
+from gpufleet.reconciler.runtime.validation_pass import ValidationPass
+from gpufleet.reconciler.runtime.timers import Timer
+from gpufleet.reconciler.runtime.triggers import Triggers
+from gpufleet.reconciler.runtime.workqueue import ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
 RESYNC_SECONDS = 300.0  # every node with a fault or a live remediation is looked at again (level-based safety net)

@@ -14,20 +14,20 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.core import oncall, repair
-from reconciler.core.model import Remediation, Step
-from reconciler.core.phases import Phase
-from reconciler.core.repair import RepairFacts
-from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.errors import PermanentError
-from reconciler.runtime.alerts import Alerts
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import Executor, apply_step, context
-from reconciler.runtime.facts import Facts
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.core import oncall, repair
+from gpufleet.reconciler.core.model import Remediation, Step
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair import RepairFacts
+from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
+from gpufleet.reconciler.errors import PermanentError
+from gpufleet.reconciler.runtime.alerts import Alerts
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.executor import Executor, apply_step, context
+from gpufleet.reconciler.runtime.facts import Facts
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

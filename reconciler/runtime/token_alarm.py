@@ -12,10 +12,10 @@ import threading
 from datetime import datetime, timezone
 from typing import Callable
 
-from reconciler.adapters.notify import Message
-from reconciler.adapters.slurm.rest import token_claims
-from reconciler.core.slurm_token import TokenHealth, TokenWatch, assess, condition
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.adapters.notify import Message
+from gpufleet.reconciler.adapters.slurm.rest import token_claims
+from gpufleet.reconciler.core.slurm_token import TokenHealth, TokenWatch, assess, condition
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

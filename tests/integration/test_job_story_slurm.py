@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from typer.testing import CliRunner
 
-from fleetspec import parse_fleet
+from gpufleet.fleetspec import parse_fleet
 from gpufleet.cli import app
-from reconciler.adapters.kube import Kube
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.core.phases import Phase
 from tests.fixtures.reconciler_kube import reconciler, records_for, run_until
 
 from .test_reconciler_slurm import POOL, fleet_with_slurm, moved_by_the_operator  # noqa: F401

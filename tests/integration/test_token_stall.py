@@ -25,18 +25,18 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
-from components.admission import binding, reconciler_token_policy
-from components.slinky import GROUP, TOKEN_KEY, TOKEN_NAME, TOKEN_SECRET, VERSION, crd_manifest, token_reader_rules
-from fleetspec import labels, load_stack_file
-from fleetspec.models import FleetSpec
+from gpufleet.components.admission import binding, reconciler_token_policy
+from gpufleet.components.slinky import GROUP, TOKEN_KEY, TOKEN_NAME, TOKEN_SECRET, VERSION, crd_manifest, token_reader_rules
+from gpufleet.fleetspec import labels, load_stack_file
+from gpufleet.fleetspec.models import FleetSpec
 from gpufleet.waiting import wait_for
 from localenv.slinky_standin import SlinkyStandIn
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.rest import SlurmREST
-from reconciler.adapters.slurm.token_secret import SecretRef, SecretToken, TokenNudge
-from reconciler.core.slurm_token import NUDGE_GRACE_S
-from reconciler.runtime.metrics import Metrics
-from reconciler.runtime.token_alarm import TokenAlarm
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.rest import SlurmREST
+from gpufleet.reconciler.adapters.slurm.token_secret import SecretRef, SecretToken, TokenNudge
+from gpufleet.reconciler.core.slurm_token import NUDGE_GRACE_S
+from gpufleet.reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.runtime.token_alarm import TokenAlarm
 from tests.fixtures.kube_cluster import create_or_keep
 from tests.fixtures.slurm_cluster import RECONCILER_USER
 from tests.integration.test_admission import token_client

@@ -7,11 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from reconciler.adapters.slurm import SlurmJob
-from reconciler.core import job_notes
-from reconciler.core.job_notes import JobSeen, appended, lines_for, note_line, settled
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.slurm import SlurmJob
+from gpufleet.reconciler.core import job_notes
+from gpufleet.reconciler.core.job_notes import JobSeen, appended, lines_for, note_line, settled
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
 from tests.unit.fakes import T0, World, fleet
 
 S = timedelta(seconds=1)
@@ -132,7 +132,7 @@ def test_a_slurm_that_refuses_the_comment_delays_the_note_never_the_heal():
 
     def refuse(job_id, text):
         refused.append(job_id)
-        raise __import__("reconciler.adapters.slurm", fromlist=["SlurmError"]).SlurmError("slurmctld busy",
+        raise __import__("gpufleet.reconciler.adapters.slurm", fromlist=["SlurmError"]).SlurmError("slurmctld busy",
                                                                                             temporary=True)
 
     w.slurm.set_admin_comment = refuse
@@ -178,7 +178,7 @@ def test_a_finished_job_is_not_written_to_slurm_would_refuse_it():
 # --- telling the job's owner -----------------------------------------------------------------------
 
 def owner_world(per_hour=6):
-    from fleetspec import parse_fleet
+    from gpufleet.fleetspec import parse_fleet
 
     doc = fleet(grace_period_seconds=5).model_dump(mode="json")
     doc["healing"]["notifications"] = [
@@ -228,7 +228,7 @@ def test_messages_about_one_job_are_rate_limited():
     (["alice"], ["ml"], "bob", "physics", False),
 ])
 def test_owner_routes_match_the_user_or_the_account(users, accounts, user, account, told):
-    from fleetspec.models import WebhookTarget
+    from gpufleet.fleetspec.models import WebhookTarget
 
     t = WebhookTarget(type="webhook", name="r", url_secret="x", job_owners={"users": users, "accounts": accounts})
     assert (job_notes.owner_routes([t], JobSeen(7, "RUNNING", user=user, account=account)) == ("r",)) is told
@@ -272,9 +272,9 @@ def test_the_pass_writes_one_requeue_line_for_a_job_two_remediations_requeued():
 ])
 def test_a_fault_that_leaves_the_node_in_service_reaches_the_jobs_there_and_their_owners(code, event, said):
     """NVSentinel's condition (status True, "ErrorCode:94 PCI:0000:b3:00 ... Recommended Action=...;", the format the
-    README's condition_sources example reads): the node stays in service, and the job running there is told, in
+    docs/oncall.md's condition_sources example reads): the node stays in service, and the job running there is told, in
     its admin comment and through its owner's route, that the application on that GPU must restart."""
-    from fleetspec import parse_fleet
+    from gpufleet.fleetspec import parse_fleet
 
     doc = fleet(grace_period_seconds=5).model_dump(mode="json")
     doc["healing"]["condition_sources"] = [{
@@ -303,8 +303,8 @@ def test_a_fault_that_leaves_the_node_in_service_reaches_the_jobs_there_and_thei
 
 
 def test_the_notice_line_is_for_a_job_that_ran_when_the_fault_came():
-    from fleetspec.faults import FaultAction
-    from reconciler.core.model import Fault
+    from gpufleet.fleetspec.faults import FaultAction
+    from gpufleet.reconciler.core.model import Fault
     f = Fault(94, "m", T0, action=FaultAction.RESTART_APP, pci="0000:01:00")
     running = JobSeen(7, "RUNNING", ("h100-w3",), T0 - timedelta(hours=1))
     assert job_notes.notice_line("h100-3", f, running) == (

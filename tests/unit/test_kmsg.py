@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from fleetspec.faults import FaultAction, Kind
-from fleetspec.faults.policy import FaultPolicy
-from fleetspec.faults.classify import Classifier
-from fleetspec.faults.driver import GpuEvent, Unreadable, Untrusted
-from reconciler.agent.kmsg import KernelLogParser, parse_line, split_line
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.policy import FaultPolicy
+from gpufleet.fleetspec.faults.classify import Classifier
+from gpufleet.fleetspec.faults.driver import GpuEvent, Unreadable, Untrusted
+from gpufleet.reconciler.agent.kmsg import KernelLogParser, parse_line, split_line
 from tests.fixtures.kmsg import FORMS, corpus, corpus_in_forms
 
 CASES = corpus_in_forms()

@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from fleetspec import CONFIG_KEY, SpecError, labels, parse_fleet
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
-from reconciler.core.repair import plan_repair
-from reconciler.core.repair_phases import RepairPhase
+from gpufleet.fleetspec import CONFIG_KEY, SpecError, labels, parse_fleet
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair import plan_repair
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.unit.fakes import T0, FakeNodes, World, fleet, pool_node
 from tests.unit.test_repair import facts_for, role
 from tests.unit.test_spec import ROOT
@@ -161,8 +161,8 @@ def test_the_fleets_cap_holds_a_repair_of_another_pool():
 def test_the_pools_waiting_repairs_go_oldest_first():
     """Two repairs wait for the pool's one slot: when it frees, the one that waited longer goes first, whichever
     is looked at first."""
-    from reconciler.core.repair import RepairSlot, over_cap
-    from reconciler.core.repair_phases import begin
+    from gpufleet.reconciler.core.repair import RepairSlot, over_cap
+    from gpufleet.reconciler.core.repair_phases import begin
 
     spec = fleet(nodes=4, spares=2)
     spec = spec.model_copy(update={"pools": [spec.pools[0].model_copy(update={"repair": spec.pools[0].repair.model_copy(

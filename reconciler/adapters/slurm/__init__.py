@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
-from reconciler.core import slurm_states
-from reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.core import slurm_states
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
 
 class SlurmError(RuntimeError):
@@ -139,12 +139,12 @@ def make_client(kind: str, *, url: str | None = None, token_file: str | Path | N
     if kind == "none":
         return None
     if kind == "cli":
-        from reconciler.adapters.slurm.cli import SlurmCLI
+        from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
 
         return SlurmCLI(env=env)
     if kind != "rest":
         raise ValueError(f"--slurm: unknown backend {kind!r} (one of {', '.join(CLIENT_KINDS)})")
-    from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile, TokenSource
+    from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile, TokenSource
 
     if not url:
         raise ValueError("--slurm rest needs --slurm-url (slurmrestd, e.g. http://slurm-restapi.slurm:6820)")
@@ -154,7 +154,7 @@ def make_client(kind: str, *, url: str | None = None, token_file: str | Path | N
                          "--slurm-jwt-key-file (the cluster's JWT key: the local environment only)")
     tokens: TokenSource
     if token_secret:
-        from reconciler.adapters.slurm.token_secret import SecretRef, SecretToken
+        from gpufleet.reconciler.adapters.slurm.token_secret import SecretRef, SecretToken
 
         if api is None:
             raise ValueError("--slurm-token-secret needs a Kubernetes client")

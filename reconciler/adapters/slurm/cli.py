@@ -39,8 +39,8 @@ import re
 import subprocess
 from typing import Mapping, Sequence
 
-from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
-from reconciler.core.slurm_states import PENDING, SIGNALLABLE_JOB_STATES
+from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
+from gpufleet.reconciler.core.slurm_states import PENDING, SIGNALLABLE_JOB_STATES
 
 __all__ = ["SlurmCLI", "expand_hostlist"]
 

@@ -21,7 +21,7 @@ tells them apart by the token's own ``exp``: still expired after a re-read is te
 (the Token controller has not refreshed it yet), a rejected token that has not expired is
 permanent (wrong key or unknown user).
 
-Errors: every failure is a :class:`~reconciler.adapters.slurm.SlurmError` naming Slurm, the call and
+Errors: every failure is a :class:`~gpufleet.reconciler.adapters.slurm.SlurmError` naming Slurm, the call and
 what came back. Temporary: slurmrestd unreachable or slow (httpx timeouts), HTTP 502-504,
 Slurm errors that mean slurmctld did not answer; permanent: anything else (unknown node,
 invalid request, permission denied).
@@ -38,10 +38,10 @@ import httpx
 import jwt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
-from reconciler.adapters.slurm.cli import expand_hostlist
-from reconciler.core.slurm_states import ON_NODE_JOB_STATES, PENDING
-from reconciler.core.slurm_token import assess
+from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
+from gpufleet.reconciler.adapters.slurm.cli import expand_hostlist
+from gpufleet.reconciler.core.slurm_states import ON_NODE_JOB_STATES, PENDING
+from gpufleet.reconciler.core.slurm_token import assess
 
 __all__ = ["KNOWN_PARSERS", "KeptToken", "SignedToken", "SlurmREST", "TokenFile", "TokenSource"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.rest import KeptToken
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.rest import KeptToken
 
 __all__ = ["SecretRef", "SecretToken", "TokenNudge"]
 
@@ -85,7 +85,7 @@ class TokenNudge:
         """Raises SlurmError (temporary) when the API server refuses or cannot be reached."""
         import json
 
-        from fleetspec import labels
+        from gpufleet.fleetspec import labels
 
         body = {"metadata": {"annotations": {labels.TOKEN_NUDGE: json.dumps(condition, sort_keys=True)}}}
         try:
