@@ -850,10 +850,11 @@ def test_the_readmes_privilege_figures_are_the_renders():
     found = {p["metadata"]["name"]: len(p["spec"]["validations"]) for p in policies(spec, "r", "a")}
     dep = spec.healing.reconciler
     m = re.search(r"(\d+) policies,\s+(\d+) validations: the reconciler's pods (\d+), Jobs (\d+), nodes (\d+), pod "
-                  r"deletions (\d+); the agent's node (\d+), Events (\d+);\s+kubelets' membership (\d+), Events (\d+)\.", text)
+                  r"deletions (\d+), Token (\d+); the agent's node (\d+), Events (\d+);\s+kubelets' membership (\d+), Events (\d+)\.", text)
     assert m, "docs/security.md's admission figures"
     order = [f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-jobs", f"{dep.namespace}-reconciler-nodes",
-             f"{dep.namespace}-reconciler-pod-deletion", f"{dep.agent_namespace}-agent-own-node",
+             f"{dep.namespace}-reconciler-pod-deletion", f"{dep.namespace}-reconciler-token-nudge",
+             f"{dep.agent_namespace}-agent-own-node",
              f"{dep.agent_namespace}-agent-own-events", f"{dep.namespace}-kubelet-membership",
              f"{dep.namespace}-kubelet-events"]
     assert sorted(order) == sorted(found)
