@@ -120,7 +120,22 @@ def demo_fault(spec: FleetSpec, xid: int) -> FaultSignal:
     if not need.remediates:
         raise ValueError(f"--xid {xid}: {describe(xid)} needs {need.value}, which leaves the node in service, "
                          f"so there is nothing to heal; pick one that needs reset-gpu, reboot or replace (e.g. 79)")
-    return FaultSignal(Kind.XID, xid, need, "0000:3b:00")
+    return FaultSignal(Kind.XID, xid, need, DEMO_PCI, gpu=standin_gpu_index(DEMO_PCI))
+
+
+DEMO_PCI = "0000:3b:00"  # a GPU of the stand-in's H100 machine (localenv/gpu_hardware_standin.py SMI_Q)
+
+
+def standin_gpu_index(pci: str) -> int | None:
+    """The index the node agent would give this GPU (gpufleet/commands.py _gpu_indexes: nvidia-smi's `index`):
+    its place in the stand-in's `nvidia-smi -q`, which lists the GPUs in index order."""
+    from localenv.gpu_hardware_standin import OUTPUTS, SMI_Q
+    from gpufleet.reconciler.agent.sightings import pci_key
+    from gpufleet.reconciler.healthcheck.nvidia_smi import parse
+
+    _, gpus = parse((OUTPUTS / SMI_Q).read_text())
+    keys = [pci_key(g.bus_id) for g in gpus]
+    return keys.index(pci_key(pci)) if pci_key(pci) in keys else None
 
 
 def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, xid: int = 79,

@@ -199,6 +199,7 @@ class LendingSpec(Strict):
 
 # The repair loop's spec (issue 25) lives in its own module, which builds on Strict, Image and FieldError above.
 from .repair import PoolRepair, RepairSpec  # noqa: E402
+from .telemetry_spec import PoolTelemetry, TelemetrySpec  # noqa: E402
 
 
 # The most GPUs one machine of a model family carries: NVIDIA's HGX baseboards hold 8 (HGX A100/H100/H200/B200/
@@ -238,6 +239,8 @@ class NodePool(Strict):
     )
     lending: LendingSpec | None = Field(None, description="Lend idle GPUs to preemptible workloads.")
     repair: PoolRepair = Field(default_factory=PoolRepair, description="How its broken nodes are repaired.")
+    telemetry: PoolTelemetry = Field(default_factory=PoolTelemetry,
+                                     description="How its running jobs' hangs and stragglers are judged.")
 
     @model_validator(mode="after")
     def _provider_settings(self) -> "NodePool":
@@ -799,6 +802,8 @@ class HealingSpec(Strict):
         "gpufleet's fleet-health dashboard as a ConfigMap labelled grafana_dashboard=1.")
     reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment, description="The reconciler's and the node agent's deployment.")
     repair: RepairSpec = Field(default_factory=RepairSpec, description="The repair loop after a heal.")
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec,
+                                     description="GPU telemetry (dcgm-exporter): degraded GPUs, hangs, stragglers.")
 
     def health_check_image(self) -> str:
         """The image of the health-check Jobs (reconciler/adapters/health_checks.py): the check's own, else the

@@ -155,7 +155,7 @@ def agent(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     kube = Kube(_api(kubeconfig), manager=labels.MANAGER_AGENT)
     ag = Agent(kube, node, kernel_log, condition=condition or "GpuHealthy", policy=faults,
-               stop=stop, max_backoff=max_backoff)
+               stop=stop, max_backoff=max_backoff, gpus=_gpu_indexes())
     if repairs:
         from gpufleet.reconciler.agent.repairs import Repairs
 
@@ -167,6 +167,22 @@ def agent(
         raise typer.Exit(EXIT_FAILED)
     except KeyboardInterrupt:
         stop.set()
+
+
+def _gpu_indexes() -> dict[str, int]:
+    """The node's GPUs by PCI address -> index, from the host's nvidia-smi (as the agent's other host tools run:
+    reconciler/agent/gpu_clients.py HOST); {} where there is none (the condition then names the PCI address)."""
+    import subprocess
+
+    from gpufleet.reconciler.agent.gpu_clients import HOST
+    from gpufleet.reconciler.agent.sightings import gpu_indexes
+
+    try:
+        r = subprocess.run(HOST + ["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return gpu_indexes(r.stdout) if r.returncode == 0 else {}
 
 
 @app.command("inject-fault")

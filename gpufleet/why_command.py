@@ -9,6 +9,7 @@ still remembers (an ended job for MinJobAge), and gpufleet's records for the res
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,19 +23,11 @@ from gpufleet.console import EXIT_FAILED, _err, app, refuse_jwt_key
 XID = re.compile(r"\bxid\s*(\d+)", re.IGNORECASE)
 
 
-def _time(epoch: float | None) -> datetime | None:
-    return datetime.fromtimestamp(epoch, timezone.utc) if epoch else None
-
-
 def job_facts(j, source: str = "slurmctld"):
     """A SlurmJob (adapters) as the story's JobFacts (core); `source`: slurmctld, or accounting."""
-    from gpufleet.reconciler.core.job_story import ENDED, JobFacts
+    from gpufleet.reconciler.adapters.slurm.job_facts import job_facts as facts
 
-    # For a pending job Slurm's start_time is an expected start, for a running one end_time the expected end.
-    started = None if j.state == "PENDING" else _time(j.start_time)
-    ended = _time(j.end_time) if j.state in ENDED else None
-    return JobFacts(j.job_id, j.name, j.state, j.user, j.account, j.nodes, _time(j.submit_time), started, ended,
-                    j.restarts, j.reason, j.exit_code, j.admin_comment or "", source)
+    return facts(j, source)
 
 
 def accounted(slurm, job_id: int):
@@ -62,15 +55,16 @@ def kube_node_of(comment: str) -> str | None:
     return node if isinstance(node, str) and node else None
 
 
-def slurm_hosts(api) -> dict[str, str]:
-    """Slurm node -> Kubernetes node, from the NodeSet pods (their hostname label, where they run; only pods a
-    NodeSet controls, as the reconciler reads them: observe.pod_view)."""
+def slurm_hosts(api, slurm_namespace: str) -> dict[str, str]:
+    """Slurm node -> Kubernetes node, from the NodeSet pods of Slinky's namespace only (their hostname label,
+    where they run; only pods a NodeSet controls, as the reconciler reads them: observe.pod_view): a pod in a
+    tenant's namespace that claims to be a NodeSet's points the story nowhere."""
     from kubernetes import client
 
     from gpufleet.fleetspec import labels
     from gpufleet.reconciler.core.observe import nodeset_owner
 
-    pods = client.CoreV1Api(api).list_pod_for_all_namespaces(label_selector=labels.SLINKY_POD_HOSTNAME).items
+    pods = client.CoreV1Api(api).list_namespaced_pod(slurm_namespace, label_selector=labels.SLINKY_POD_HOSTNAME).items
     return {p.metadata.labels[labels.SLINKY_POD_HOSTNAME]: p.spec.node_name for p in pods if p.spec.node_name
             and nodeset_owner(api.sanitize_for_serialization(p.metadata))}
 
@@ -146,6 +140,67 @@ def lending_records(api, namespace: str) -> tuple[dict, list, dict[str, tuple[st
     return ledgers, events, under_way, pools
 
 
+def _slurm_namespace(stack: Optional[str]) -> str:
+    """Slinky's namespace as the stack's spec declares it (slurm.namespace); its default where no spec reads."""
+    from gpufleet.fleetspec import SpecError, load_stack_file, stack_file
+    from gpufleet.fleetspec.models import SlurmSpec
+
+    try:
+        return load_stack_file(stack_file(stack or "local", Path("."))).fleet.slurm.namespace
+    except (SpecError, OSError):
+        return SlurmSpec.model_fields["namespace"].default
+
+
+def _engineer(kubeconfig: Optional[Path], stack: Optional[str], jwt_key: Optional[Path]) -> bool:
+    """Whether this is an engineer's shell: no Kubernetes credentials anywhere (no --kubeconfig, KUBECONFIG,
+    ~/.kube/config, service account or local environment), or a Slurm token of their own in SLURM_JWT."""
+    if kubeconfig is not None or jwt_key is not None:
+        return False
+    if os.environ.get("SLURM_JWT"):
+        return True
+    if os.environ.get("KUBECONFIG") or (Path.home() / ".kube" / "config").exists():
+        return False
+    if Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists():
+        return False
+    return stack not in (None, "local") or local_cluster.find() is None
+
+
+def _why_login(job_id: int, as_json: bool, slurm_url: Optional[str], token_file: Optional[Path],
+               scontrol: str) -> None:
+    """The engineer's story from Slurm alone: the job as Slurm shows this user, gpufleet's records in its admin
+    comment (reconciler/core/job_record.py), told by reconciler/core/engineer_story.py."""
+    from gpufleet.reconciler.adapters.slurm import SlurmError
+    from gpufleet.reconciler.adapters.slurm.job_facts import job_facts as facts_of
+    from gpufleet.reconciler.adapters.slurm.rest import GivenToken, SlurmREST, TokenFile
+    from gpufleet.reconciler.adapters.slurm.scontrol_json import ScontrolJobs
+    from gpufleet.reconciler.core import engineer_story, job_notes, job_record
+
+    token = os.environ.get("SLURM_JWT", "")
+    if slurm_url:
+        if token_file is None and not token:
+            _err("--slurm-url needs your token: `export $(scontrol token)` (SLURM_JWT) or --slurm-token-file")
+            raise typer.Exit(EXIT_FAILED)
+        reader = SlurmREST(slurm_url, TokenFile(token_file) if token_file else GivenToken(token), timeout=10)
+    else:
+        reader = ScontrolJobs(scontrol)
+    try:
+        found = reader.job(job_id)
+    except SlurmError as e:
+        _err(f"gpufleet why {job_id}: {e}")
+        raise typer.Exit(EXIT_FAILED)
+    facts = facts_of(found) if found is not None else None
+    comment = facts.admin_comment if facts else ""
+    records = job_record.records_in(comment, job_notes.SEPARATOR)
+    s = engineer_story.tell(job_id, facts, records, datetime.now(timezone.utc))
+    if as_json:
+        typer.echo(json.dumps(s.to_json(), indent=2))
+    else:
+        lines = [x for x in comment.split(job_notes.SEPARATOR) if x.startswith(f"{job_notes.PREFIX} 20")]
+        typer.echo(engineer_story.render(s, lines))
+    if facts is None:
+        raise typer.Exit(EXIT_FAILED)
+
+
 @app.command()
 def why(
     job_id: int = typer.Argument(..., help="The Slurm job id."),
@@ -158,9 +213,18 @@ def why(
                                                       "(refused for any other stack)."),
     slurm_user: str = typer.Option("slurm", help="Slurm user of a token signed from --slurm-jwt-key-file (local)."),
     namespace: str = typer.Option("gpufleet-system", help="The reconciler's namespace (its lending ledger)."),
+    login: bool = typer.Option(False, "--login", help="Read through Slurm alone, with your own identity (the "
+                               "default without Kubernetes credentials, or with SLURM_JWT set): your scontrol, or "
+                               "slurmrestd at --slurm-url with SLURM_JWT (`export $(scontrol token)`)."),
+    scontrol: str = typer.Option("scontrol", help="The scontrol to ask (--login without --slurm-url)."),
 ) -> None:
-    """Why was this job requeued, held or stopped? Its story from Slurm and gpufleet, with a verdict.
-    Exit 1 when neither Slurm nor gpufleet knows the job."""
+    """Why was this job requeued, held or stopped? In your words: which GPU failed, what gpufleet did, whether
+    the job checkpointed in time, how long it was not running, and what to do. On the login node it reads
+    Slurm alone, with your identity: you see the stories of the jobs Slurm shows you.
+    Exit 1 when Slurm shows no such job (and, with Kubernetes credentials, no gpufleet record knows it)."""
+    if login or _engineer(kubeconfig, stack, slurm_jwt_key_file):
+        _why_login(job_id, as_json, slurm_url, slurm_token_file, scontrol)
+        return
     from kubernetes.client.exceptions import ApiException
 
     from gpufleet.reconciler.adapters.records import KubeRemediationStore
@@ -186,7 +250,8 @@ def why(
         if found is None:
             found, source = accounted(slurm, job_id), "accounting"
         slurm_nodes = slurm.nodes()
-        kube_nodes = {n.name: k for n in slurm_nodes if (k := kube_node_of(n.comment))} | slurm_hosts(api)
+        kube_nodes = {n.name: k for n in slurm_nodes if (k := kube_node_of(n.comment))} | slurm_hosts(
+            api, _slurm_namespace(stack))
         remediations = KubeRemediationStore(api).list()
         job = job_facts(found, source) if found is not None else None
         nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}

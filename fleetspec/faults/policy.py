@@ -45,6 +45,8 @@ class FaultPolicy:
             return self.xid.get(code)
         if kind is Kind.SXID:
             return self.sxid.get(code)
+        if kind is Kind.DCGM:
+            return None  # a threshold's action is its row's (fleetspec/faults/telemetry.py)
         return self.gpu_lost
 
     def action(self, kind: Kind, code: int, fatal: bool | None = None) -> FaultAction:

@@ -78,6 +78,16 @@ class Cordon(Action):
 
 
 @dataclass(frozen=True)
+class MarkDegraded(Action):
+    """gpufleet's GPU condition set False on a node its GPUs' telemetry says is degraded (core/telemetry.py): the
+    heal every fault takes follows from it."""
+
+    node: str
+    reason: str  # Dcgm<field id>
+    message: str  # the condition format's header, then the evidence
+
+
+@dataclass(frozen=True)
 class DrainSlurm(Action):
     node: str  # a Slurm node name
     reason: str

@@ -355,8 +355,22 @@ def _verdict(job: JobFacts | None, mine: list[Remediation], own: list[NodeFault]
     return NOTHING, f"nothing gpufleet saw: no GPU fault on its nodes while it ran{state}"
 
 
+def shown(text: str, most: int = 200) -> str:
+    """A Slurm-supplied string as printed: control characters (newlines, escapes) and other unprintable ones
+    written as `\\xNN`/`\\uNNNN`, cut at `most` characters."""
+    out = []
+    for c in text[:most]:
+        if c.isprintable():
+            out.append(c)
+        elif ord(c) < 0x100:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(f"\\u{ord(c):04x}")
+    return "".join(out) + ("..." if len(text) > most else "")
+
+
 def owner(j: JobFacts) -> str:
-    return (j.user or "?") + (f"/{j.account}" if j.account else "")
+    return shown(j.user or "?") + (f"/{shown(j.account)}" if j.account else "")
 
 
 def render(s: Story) -> str:
@@ -364,9 +378,9 @@ def render(s: Story) -> str:
     j = s.job
     head = f"job {s.job_id}"
     if j is not None:
-        head += f" ({j.name or '?'}, {owner(j)}): {j.state}"
+        head += f" ({shown(j.name) or '?'}, {owner(j)}): {shown(j.state)}"
         if j.nodes:
-            head += f" on {','.join(j.nodes)}"
+            head += f" on {','.join(shown(n) for n in j.nodes)}"
         if j.source == "accounting":
             head += " (from accounting: slurmctld no longer remembers it)"
     else:
@@ -375,8 +389,8 @@ def render(s: Story) -> str:
     if s.kube_nodes:
         lines.append(f"  Kubernetes nodes: {', '.join(s.kube_nodes)}")
     for e in s.entries:
-        lines.append(f"  {stamp(e.at) if e.at else '?':20}  {e.text}")
+        lines.append(f"  {stamp(e.at) if e.at else '?':20}  {shown(e.text, 2000)}")
     if j is not None and j.admin_comment:
-        lines.append(f"  Slurm admin comment: {j.admin_comment}")
+        lines.append(f"  Slurm admin comment: {shown(j.admin_comment, 4000)}")
     lines.append(f"verdict: {s.summary}")
     return "\n".join(lines)

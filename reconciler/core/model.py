@@ -269,7 +269,8 @@ class Remediation:
 def remediation_name(node: str, fault: Fault) -> str:
     """Deterministic: the same node and signal give the same name, so a repeated signal or
     a restart creates nothing new (the API server answers AlreadyExists)."""
-    what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost"}[fault.kind]
+    what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost",
+            Kind.DCGM: f"dcgm{fault.xid}"}[fault.kind]
     return f"{node}-{what}-{int(fault.since.timestamp())}"
 
 

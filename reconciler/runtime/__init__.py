@@ -19,6 +19,7 @@
     membership_pass.py  pool membership and spares at their count, a timed runnable
     lending_pass.py     lending and its ledger, a timed runnable
     retention_pass.py   deleting finished remediations, a timed runnable
+    telemetry_pass.py   GPU telemetry (dcgm-exporter) judged: degraded nodes, stragglers, hangs; a timed runnable
     leader.py           leader election on a Lease, with fencing
     metrics.py          Prometheus metrics, /healthz
 """

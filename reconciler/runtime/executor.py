@@ -22,7 +22,7 @@ from gpufleet.reconciler.adapters.records import RemediationStore
 from gpufleet.reconciler.adapters.slurm import SlurmClient, call
 from gpufleet.reconciler.core.actions import (
     Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
-    EvictPods, Lend, NoteJob, NoteSignals, Notify, NotifyOwner,
+    EvictPods, Lend, MarkDegraded, NoteJob, NoteSignals, Notify, NotifyOwner,
     PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
     GiveBack, ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
@@ -116,6 +116,9 @@ class Executor:
             case Cordon():
                 self.caches.node_written(self.kube.cordon(a.node, a.reason, remediation=a.remediation))
                 log.info("cordoned", extra={**context(r), "node": a.node})
+            case MarkDegraded():
+                self.kube.set_condition(a.node, self.spec.healing.condition_types[0], "False", a.reason, a.message)
+                log.warning("degraded: %s", a.message, extra={"node": a.node})
             case DrainSlurm():
                 self._slurm(lambda s: s.drain(a.node, a.reason))
             case SignalJobs():

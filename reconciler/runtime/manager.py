@@ -2,7 +2,7 @@
 metrics server; one of each, wired here.
 
     informers ─► triggers ─► WorkQueue[node name] ─► N workers ─► healing.reconcile(node)
-    timers: membership, lending, retention, validation, job notes (each its own loop) ─► their passes
+    timers: membership, lending, retention, validation, job notes, telemetry (each its own loop) ─► their passes
     every action of either ─► executor (fenced by the Lease; nothing in a dry run)
 
 The resync (at start, every RESYNC_SECONDS, and when this replica starts leading) queues every node with
@@ -41,6 +41,7 @@ from gpufleet.reconciler.runtime.diagnoses import Diagnoses
 from gpufleet.reconciler.runtime.repairs import Repairs
 from gpufleet.reconciler.runtime.retention_pass import RetentionPass
 from gpufleet.reconciler.runtime.validation_pass import ValidationPass
+from gpufleet.reconciler.runtime.telemetry_pass import TelemetryPass
 from gpufleet.reconciler.runtime.timers import Timer
 from gpufleet.reconciler.runtime.triggers import Triggers
 from gpufleet.reconciler.runtime.workqueue import ShutDown, WorkQueue
@@ -76,7 +77,8 @@ class Manager:
         self.executor = Executor(spec, kube, store, slurm, providers, notifier, self.caches, self.metrics, clock,
                                  fence, self.dry_run, monotonic, checks=checks)
         self.alerts = Alerts(self.metrics, self.caches, clock)
-        self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks)
+        self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks,
+                               self.claims)
         self.healing = Healing(spec, self.caches, self.facts, self.claims, self.executor, self.alerts, self.metrics,
                                self.queue, clock, repairs=self.repairs,
                                diagnoses=Diagnoses(spec, self.caches, self.facts, self.executor, self.alerts,
@@ -89,6 +91,7 @@ class Manager:
             "validation": ValidationPass(spec, self.caches, self.claims, self.executor, self.metrics, self.queue, clock,
                                          checks),
             "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
+            "telemetry": TelemetryPass(spec, self.caches, self.facts, slurm, self.executor, clock),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
 

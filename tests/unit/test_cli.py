@@ -117,7 +117,8 @@ def test_demo_injects_the_fault_as_the_agent_writes_it():
 
     fault = demo_fault(load_spec("local", None), 79)
     assert fault.action is FaultAction.REBOOT
-    assert parse_header(format_message(fault, "x")) == {"action": "reboot", "pci": "0000:3b:00"}
+    # the GPU by its index too, as the agent's nvidia-smi gives it: the stand-in's second GPU
+    assert parse_header(format_message(fault, "x")) == {"action": "reboot", "pci": "0000:3b:00", "gpu": "1"}
 
 
 @pytest.mark.parametrize("cmd", [["reconcile", "--stack", "prod", "--once"], ["why", "7", "--stack", "prod"]])

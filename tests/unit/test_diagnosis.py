@@ -68,7 +68,8 @@ def test_three_xid_13_bursts_leave_the_node_in_service_drained_once_idle_checked
     assert not any(c[0] in ("signal", "requeue") for c in w.slurm.calls)
     assert role(w, "h100-0") == labels.ROLE_ACTIVE and not cordoned(w, "h100-0") and w.checks.started == []
     assert w.provider.calls == []  # nothing promoted, quarantined, retired or terminated
-    assert "diagnose: XID 13" in w.slurm.comments.get(7, "") and "health-checked once idle" in w.slurm.comments[7]
+    assert "diagnose: GPU 0000:cb:00 on h100-w0: Graphics Engine Exception (Xid 13); repeated: diagnostics asked " \
+           "while the job runs on" in w.slurm.comments.get(7, "")
     end_job(w, 7)
     w.run(seconds=40)
     r = w.remediation("h100-0")

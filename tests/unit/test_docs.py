@@ -277,3 +277,11 @@ def test_every_metric_and_alert_is_in_the_oncall_runbook():
     assert not missing, f"metrics with no row in docs/oncall.md's metrics table: {missing}"
     alerts = [r["alert"] for r in alert_rules()]
     assert not [a for a in alerts if f"`{a}`" not in text], f"alerts docs/oncall.md does not name: {alerts}"
+
+
+def test_the_readme_is_short_and_leads_to_every_document():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 150, "README.md is for a first look: put the rest in the document of its audience"
+    linked = set(re.findall(r"\]\((docs/[\w.-]+\.md)\)", text))
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert pages <= linked, f"documents the README does not lead to: {sorted(pages - linked)}"

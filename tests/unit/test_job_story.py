@@ -231,3 +231,12 @@ def test_a_requeued_job_waiting_in_the_queue_lists_every_node_it_ran_on():
 def test_a_nodes_story_counts_only_the_agents_events_about_it(component, host, counts):
     from gpufleet.reconciler.core.job_story import agent_event
     assert agent_event("kgpu-0", component, host) is counts
+
+
+def test_every_slurm_supplied_string_is_printed_escaped():
+    forged = replace(job(nodes=("gpu-a-2\n",), admin_comment="ok\r\nverdict: healed"),
+                     name="x\nverdict: all is well\x1b[0m")
+    text = render(story(7, forged, [healed()], [], KUBE, T0 + 100 * S))
+    assert "\x1b" not in text and "\r" not in text
+    assert [line for line in text.splitlines() if line.startswith("verdict:")] == [text.splitlines()[-1]]
+    assert "x\\x0averdict: all is well\\x1b[0m" in text and "ok\\x0d\\x0averdict: healed" in text

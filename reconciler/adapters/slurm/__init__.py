@@ -83,6 +83,9 @@ class SlurmClient(Protocol):
     def pending_jobs(self) -> list[SlurmJob]:
         """Jobs waiting in the queue, with the partitions they may run in and the nodes they ask for."""
 
+    def running_jobs(self) -> list[SlurmJob]:
+        """Jobs running now, with their nodes (one call: the telemetry pass judges them all)."""
+
     def drain(self, name: str, reason: str) -> None:
         """Nothing new is scheduled on the node; running jobs go on."""
 

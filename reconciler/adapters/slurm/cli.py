@@ -320,6 +320,9 @@ class SlurmCLI:
     def pending_jobs(self) -> list[SlurmJob]:
         return sorted(self._squeue("-t", PENDING), key=lambda j: j.job_id)
 
+    def running_jobs(self) -> list[SlurmJob]:
+        return sorted(self._squeue("-t", "RUNNING"), key=lambda j: j.job_id)
+
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows (finished jobs are kept for
         MinJobAge seconds); None when unknown or purged."""

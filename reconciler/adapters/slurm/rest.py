@@ -214,6 +214,26 @@ class TokenFile(KeptToken):
             return True
 
 
+class GivenToken:
+    """A token handed over once: an engineer's own, as `scontrol token` prints it (`SLURM_JWT=...`, which Slurm's
+    own clients read from the environment: Slurm's jwt documentation, "SLURM_JWT"). Never renewed here: when
+    slurmrestd refuses it, the engineer asks slurmctld for a new one."""
+
+    def __init__(self, token: str):
+        token = token.strip()
+        self._token = token.split("=", 1)[1].strip() if token.startswith("SLURM_JWT=") else token
+
+    def describe(self) -> str:
+        return "your token (SLURM_JWT)"
+
+    def token(self) -> str:
+        return self._token
+
+    def refresh(self) -> str:
+        raise SlurmError("Slurm REST: your token was refused (expired?): get a new one with "
+                         "`export $(scontrol token)`")
+
+
 class SignedToken:
     """Signs its own HS256 JWT with the cluster's JWT key (a mounted Secret), as Slinky's
     operator does: claims `sun` (the Slurm user), `iat`, `exp`."""
@@ -525,6 +545,9 @@ class SlurmREST:
 
     def pending_jobs(self) -> list[SlurmJob]:
         return sorted((_job(j) for j in self._jobs() if PENDING in j.job_state), key=lambda j: j.job_id)
+
+    def running_jobs(self) -> list[SlurmJob]:
+        return sorted((_job(j) for j in self._jobs() if "RUNNING" in j.job_state), key=lambda j: j.job_id)
 
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows; None when unknown or purged."""
