@@ -14,6 +14,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from . import labels
 from .faults.catalogue import FaultAction, Kind
+from .active_checks import ActiveChecks
+from .active_checks import errors as active_check_errors
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -239,6 +241,8 @@ class NodePool(Strict):
     )
     lending: LendingSpec | None = Field(None, description="Lend idle GPUs to preemptible workloads.")
     repair: PoolRepair = Field(default_factory=PoolRepair, description="How its broken nodes are repaired.")
+    active_checks: ActiveChecks | None = Field(None, description=(
+        "Run the health check again, at a period, on nodes Slurm has idle and on spares (fleetspec/active_checks.py)."))
     telemetry: PoolTelemetry = Field(default_factory=PoolTelemetry,
                                      description="How its running jobs' hangs and stragglers are judged.")
 
@@ -939,6 +943,11 @@ class FleetSpec(Strict):
             raise FieldError("healing.reconciler.agent_namespace",
                              f"{dep.agent_namespace!r} is also the reconciler's or Slurm's namespace: the node agent needs "
                              f"one of its own (Pod Security level privileged), so theirs can stay restricted")
+        for i, p in enumerate(self.pools):
+            if p.active_checks is not None and (e := active_check_errors(
+                    p.active_checks, pool_size=p.nodes + p.spares, repair_enabled=self.healing.repair.enabled,
+                    check_timeout_seconds=self.healing.repair.health_check.timeout_seconds)):
+                raise FieldError(f"pools[{i}].active_checks" + (f".{e[0]}" if e[0] else ""), e[1])
         check = self.healing.repair.health_check
         if self.cluster.kind != "local" and not check.command:
             if check.allow_skip:

@@ -227,6 +227,34 @@ class Kube:
 
         return self.update_node(name, mutate)
 
+    # --- active checks: an idle node taken for its check, and given back (reconciler/core/active_checks.py) ---
+
+    def take_for_check(self, name: str) -> dict:
+        """The check taint (NoSchedule): the node's NodeSet pods, once evicted, do not come back meanwhile."""
+        taint = {"key": labels.CHECK_TAINT, "value": "true", "effect": "NoSchedule"}
+
+        def mutate(node: dict) -> bool:
+            spec = node.setdefault("spec", {})
+            taints = list(spec.get("taints") or [])
+            if any(t["key"] == labels.CHECK_TAINT for t in taints):
+                return False
+            spec["taints"] = taints + [taint]
+            return True
+
+        return self.update_node(name, mutate)
+
+    def give_back_from_check(self, name: str) -> dict:
+        """The check taint off (its NodeSet pods come back); nothing else is touched."""
+        def mutate(node: dict) -> bool:
+            spec = node.setdefault("spec", {})
+            taints = [t for t in spec.get("taints") or [] if t["key"] != labels.CHECK_TAINT]
+            if len(taints) == len(spec.get("taints") or []):
+                return False
+            spec["taints"] = taints or None
+            return True
+
+        return self.update_node(name, mutate)
+
     def start_reclaim(self, name: str, at: str) -> None:
         """No new borrower lands (the label they require goes); when the reclaim began."""
         self.patch_node(name, {"metadata": {"labels": {labels.LENT: None}, "annotations": {labels.RECLAIMING: at}}})

@@ -84,7 +84,7 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
 
     def out_of_service(n: NodeView) -> bool:
         return (n.fault is not None or n.name in facts.remediated or n.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE)
-                or not n.ready or n.unschedulable)
+                or not n.ready or n.unschedulable or labels.CHECK_TAINT in n.taints)  # taken for an active check
 
     # 1. A loan on a node that faulted or left service ends now; its borrowers go with everything else.
     for n in facts.nodes:

@@ -31,7 +31,8 @@ from gpufleet.reconciler.core.repair_actions import (
     BackInService, ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
 from gpufleet.reconciler.core.observe import membership_dict
-from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.core.active_checks import GiveBackFromCheck, ReserveForCheck, TakeForCheck
+from gpufleet.reconciler.errors import NotFound, PermanentError, TemporaryError
 from gpufleet.reconciler.runtime.caches import Caches
 from gpufleet.reconciler.runtime.metrics import Metrics
 
@@ -212,6 +213,13 @@ class Executor:
                 self.providers[a.pool].forget(a.node, a.pool, a.reason, a.refill)
             case NodeEvent():
                 self.kube.event({"kind": "Node", "name": a.node, "apiVersion": "v1"}, a.reason, a.message, a.type)
+            # --- active checks of idle capacity ---
+            case ReserveForCheck():
+                self._slurm(lambda s: s.reserve_for_maintenance(a.reservation, a.slurm_nodes, a.minutes))
+            case TakeForCheck():
+                self.caches.node_written(self.kube.take_for_check(a.node))
+            case GiveBackFromCheck():
+                self._give_back_from_check(a)
             case _:
                 raise PermanentError(f"unknown action {a!r}")
 
@@ -226,6 +234,17 @@ class Executor:
             log.warning("refill failed: %s", a.message, extra=context(r))
         else:
             log.info("refill %s: %s", a.outcome.lower(), a.message, extra=context(r))
+
+    def _give_back_from_check(self, a: GiveBackFromCheck) -> None:
+        """The taint off first, then the reservation: a crash between leaves a reservation the next pass finds."""
+        if a.node:
+            try:
+                self.caches.node_written(self.kube.give_back_from_check(a.node))
+            except NotFound:
+                pass  # the node is gone: only its reservation is left
+        if a.reservation:
+            self._slurm(lambda s: s.delete_reservation(a.reservation))
+        log.info("active check: %s given back (%s)", a.node or a.reservation, a.why)
 
     def _slurm(self, fn) -> None:
         if self.slurm is not None:

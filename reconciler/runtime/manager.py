@@ -41,6 +41,7 @@ from gpufleet.reconciler.runtime.diagnoses import Diagnoses
 from gpufleet.reconciler.runtime.repairs import Repairs
 from gpufleet.reconciler.runtime.retention_pass import RetentionPass
 from gpufleet.reconciler.runtime.validation_pass import ValidationPass
+from gpufleet.reconciler.runtime.active_check_pass import ActiveCheckPass
 from gpufleet.reconciler.runtime.telemetry_pass import TelemetryPass
 from gpufleet.reconciler.runtime.timers import Timer
 from gpufleet.reconciler.runtime.triggers import Triggers
@@ -90,6 +91,8 @@ class Manager:
             "retention": RetentionPass(spec, self.caches, self.executor, clock),
             "validation": ValidationPass(spec, self.caches, self.claims, self.executor, self.metrics, self.queue, clock,
                                          checks),
+            "active-checks": ActiveCheckPass(spec, self.caches, self.facts, self.claims, self.executor, self.metrics,
+                                             self.queue, clock, slurm, checks),
             "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
             "telemetry": TelemetryPass(spec, self.caches, self.facts, slurm, self.executor, clock),
         }

@@ -68,6 +68,13 @@ class SlurmJob:
     exit_code: str = ""   # e.g. "SUCCESS 0", "ERROR 1", "SIGNALED 9"
 
 
+@dataclass(frozen=True)
+class SlurmReservation:
+    name: str
+    nodes: tuple[str, ...] = ()  # Slurm node names, the hostlist expanded
+    flags: frozenset[str] = frozenset()
+
+
 class SlurmClient(Protocol):
     """What the reconciler needs from Slurm. Every call raises SlurmError on failure."""
 
@@ -104,6 +111,16 @@ class SlurmClient(Protocol):
     def down(self, name: str, reason: str) -> None: ...
 
     def resume(self, name: str) -> None: ...
+
+    def reservations(self) -> list[SlurmReservation]:
+        """Every reservation slurmctld has, sorted by name."""
+
+    def reserve_for_maintenance(self, name: str, nodes: Sequence[str], minutes: int) -> None:
+        """A MAINT reservation `name` of `nodes`, from now for `minutes`, for this client's user; refused (a
+        SlurmError) while a job runs on one of them (no IGNORE_JOBS): reconciler/core/active_checks.py."""
+
+    def delete_reservation(self, name: str) -> None:
+        """Delete the reservation; one that is not there (deleted, or ended) is no error."""
 
 
 CLIENT_KINDS = ("rest", "cli", "none")
