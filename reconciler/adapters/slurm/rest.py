@@ -59,6 +59,7 @@ RECHECK_STALE_S = 30.0  # how often a stale token's source is read again
 SLURM_COMMUNICATIONS_CONNECTION_ERROR = 1001  # ... _SEND_ERROR 1002, _RECEIVE_ERROR 1003, _SHUTDOWN_ERROR 1004
 SLURM_PROTOCOL_AUTHENTICATION_ERROR = 1007
 SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR = 1800  # ... _SEND 1801, _RECEIVE 1802, _SHUTDOWN 1803, _BACKOFF 1804
+ESLURM_ACCESS_DENIED = 2002  # e.g. another user's job where slurm.conf sets PrivateData=jobs
 ESLURM_INVALID_JOB_ID = 2017
 ESLURM_TRANSITION_STATE_NO_UPDATE = 2020  # "try again later": a job or node mid-transition
 ESLURM_ALREADY_DONE = 2021
@@ -582,11 +583,12 @@ class SlurmREST:
         return sorted((_job(j) for j in self._jobs() if "RUNNING" in j.job_state), key=lambda j: j.job_id)
 
     def job(self, job_id: int) -> SlurmJob | None:
-        """The job in any state slurmctld still knows; None when unknown or purged."""
+        """The job in any state slurmctld still knows; None when unknown, purged, or not this token's user's to
+        see (PrivateData=jobs)."""
         try:
             resp = self._call("GET", f"/job/{int(job_id)}", JobsResponse, ok_status=(404,))
         except SlurmError as e:
-            if _errnos(e) & {ESLURM_INVALID_JOB_ID}:
+            if _errnos(e) & {ESLURM_INVALID_JOB_ID, ESLURM_ACCESS_DENIED}:
                 return None
             raise
         for j in resp.jobs:
