@@ -15,9 +15,22 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
   to the NodeSet object (its real uid: NewControllerRef(nodeset, NodeSetGVK)); the pod template's
   nodeSelector and tolerations plus the operator's worker toleration, the slurmd container's
   resources, anti-affinity to other slurmd pods. kube-scheduler places them. A failed or finished pod
-  is deleted and made again (nodeset_sync.go processNodeSetPod); a pod beyond `replicas` is drained in
-  Slurm first and deleted once drained (processCondemned). Slurm node records are never deleted
+  is deleted and made again (nodeset_sync.go processNodeSetPod). Slurm node records are never deleted
   (pruneSlurmNodeRecords applies to DaemonSet NodeSets only).
+* **Scale and update** (nodeset_sync.go syncNodeSetPods, doPodScale, processCondemned, syncUpdate,
+  syncRollingUpdate, splitUpdatePods; utils/sort.go ActivePods.Less; decisions in `slinky_update.py`): a
+  scale-out makes the lowest free ordinals; a scale-in condemns pods in ActivePods order (unassigned,
+  Pending, not Ready first, then lower deletion cost, earlier deadline, cordoned, higher ordinal). A
+  change of what makes a revision (the pod template, slurmd with its image, extraConf: nodeset_history.go
+  getPatch; label controller-revision-hash) is rolled out by `updateStrategy`: RollingUpdate (the default,
+  maxUnavailable 25 %) condemns old pods, unhealthy ones at once and at most maxUnavailable healthy ones in
+  ActivePods order less the new pods not yet available; OnDelete condemns none. A condemned pod is cordoned
+  and its Slurm node drained with `slurm-operator: Pod (<ns>/<pod>) is pending termination for scale-in`,
+  overwriting any reason there (a person's, gpufleet's: MakeNodeDrain with overrideReason), and deleted
+  once the node is drained and runs no job (IsNodeDrained); its ordinal is then made again at the new
+  revision. Pods being updated are not uncordoned (doPodProcessing keeps only splitUpdatePods' kept pods;
+  with OnDelete that is none). ScheduledUpdate (a Slurm reservation's window) is not modelled: refused
+  with a warning, nothing updated.
 * **slurmd** per Running pod (kwok runs no container): started with the NodeSet's `--conf`
   (`slinky_conf.slurmd_conf`); when the pod terminates, its **preStop**: the Slurm node DOWN with
   `slurm-operator: Pod is terminating` (worker_app.go), then slurmd stops. (kwok deletes a pod at
@@ -78,6 +91,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.waiting import wait_for
 from localenv import slinky_conf
+from localenv import slinky_update as upd
 from localenv.slurm import Cancelled, LocalSlurm
 
 log = logging.getLogger("slinky-standin")
@@ -119,6 +133,8 @@ class NodeSetDef:
     tolerations: list[dict[str, str]] = field(default_factory=list)
     gpus: int = 0
     controller: str = "slurm"
+    image: str = ""  # the slurmd container's image (changing it rolls the NodeSet)
+    update_strategy: tuple[tuple[str, Any], ...] = ()  # spec.updateStrategy's items; () the operator's default
 
     def hostname(self, i: int) -> str:
         return f"{self.name}-{i}"
@@ -129,13 +145,16 @@ class NodeSetDef:
     def resource(self, namespace: str) -> dict[str, Any]:
         """As components/slinky.py declares a pool's NodeSet."""
         limits = {"nvidia.com/gpu": self.gpus} if self.gpus else {}
-        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeSet",
-                "metadata": {"name": self.name, "namespace": namespace},
-                "spec": {"controllerRef": {"name": self.controller}, "replicas": self.replicas,
-                         "extraConf": f"Gres=gpu:{self.gpus}" if self.gpus else "",
-                         "slurmd": {"resources": {"limits": limits}},
-                         "template": {"spec": {"nodeSelector": dict(self.node_selector),
-                                               "tolerations": list(self.tolerations)}}}}
+        out = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeSet",
+               "metadata": {"name": self.name, "namespace": namespace},
+               "spec": {"controllerRef": {"name": self.controller}, "replicas": self.replicas,
+                        "extraConf": f"Gres=gpu:{self.gpus}" if self.gpus else "",
+                        "slurmd": {"resources": {"limits": limits}, **({"image": self.image} if self.image else {})},
+                        "template": {"spec": {"nodeSelector": dict(self.node_selector),
+                                              "tolerations": list(self.tolerations)}}}}
+        if self.update_strategy:
+            out["spec"]["updateStrategy"] = dict(self.update_strategy)
+        return out
 
 
 def _spec(r: dict) -> dict:
@@ -157,7 +176,7 @@ def pod_manifest(nodeset: dict, i: int, namespace: str) -> dict[str, Any]:
     pod_labels = {**(meta.get("labels") or {}), **(tmeta.get("labels") or {}),
                   APP_LABEL: "slurmd", INSTANCE_LABEL: meta["name"], COMPONENT_LABEL: "worker", CLUSTER_LABEL: controller,
                   POD_NAME_LABEL: name, POD_INDEX_LABEL: name.rsplit("-", 1)[1], POD_HOSTNAME_LABEL: name,
-                  SCALING_MODE_LABEL: "StatefulSet"}
+                  SCALING_MODE_LABEL: "StatefulSet", upd.REVISION_LABEL: upd.revision(nodeset)}
     slurmd = spec.get("slurmd") or {}
     resources = {k: {r: str(v) for r, v in (slurmd.get("resources") or {}).get(k, {}).items()}
                  for k in ("limits", "requests") if (slurmd.get("resources") or {}).get(k)}
@@ -235,6 +254,20 @@ def _ensure_nodeset_crd(api: client.ApiClient) -> None:
         for c in ext.read_custom_resource_definition(name).status.conditions or []), timeout=30, interval=0.2)
 
 
+def pod_facts(pod: Any) -> upd.PodFacts:
+    """What the operator's sort and update decisions read of a pod (slinky_update.PodFacts)."""
+    ready = next((c for c in pod.status.conditions or [] if c.type == "Ready"), None) if pod.status else None
+    meta = pod.metadata
+    return upd.PodFacts(
+        name=meta.name, node_name=pod.spec.node_name or "", phase=(pod.status.phase if pod.status else None) or "",
+        ready=ready is not None and ready.status == "True",
+        ready_since=ready.last_transition_time.timestamp() if ready is not None and ready.status == "True"
+        and ready.last_transition_time else None,
+        created=meta.creation_timestamp.timestamp() if meta.creation_timestamp else None,
+        annotations=tuple(sorted((meta.annotations or {}).items())),
+        revision=(meta.labels or {}).get(upd.REVISION_LABEL, ""), terminating=meta.deletion_timestamp is not None)
+
+
 def pod_info(pod: Any, nodeset: dict) -> str:
     """podinfo.PodInfo as JSON (internal/utils/podinfo/podinfo.go: field order, omitempty)."""
     info: dict[str, str] = {"namespace": pod.metadata.namespace, "podName": pod.metadata.name,
@@ -281,6 +314,8 @@ class SlinkyStandIn:
         self._synced: dict[str, tuple[str, float]] = {}  # NodeSet -> (fingerprint, when) of its last Slurm sync
         self.batch = client.BatchV1Api(api)
         self._users_done: set[str] = set()  # uids of the SlurmUsers Jobs whose script succeeded
+        self._not_kept: dict[str, set[str]] = {}  # NodeSet -> its pods outside doPodProcessing's podsToKeep
+        self._deleted: set[str] = set()  # pods deleted in this pass
 
     # ------------------------------------------------------------------ reading
 
@@ -329,19 +364,12 @@ class SlinkyStandIn:
             self._sync_pdb(controller)
             own = {n: p for n, p in pods.items() if (p.metadata.labels or {}).get(INSTANCE_LABEL) == ns["metadata"]["name"]}
             mine |= set(own)
-            replicas = int(_spec(ns).get("replicas") if _spec(ns).get("replicas") is not None else 1)
-            wanted = {ordinal_name(ns, i): i for i in range(replicas)}
-            for name, i in wanted.items():
-                pod = own.get(name)
-                if pod is None:
-                    self._create_pod(ns, i)
-                elif pod.metadata.deletion_timestamp is None and pod.status.phase in ("Failed", "Succeeded"):
-                    self._delete_pod(name, "failed or finished: made again")
-                elif pod.metadata.deletion_timestamp is None and pod.status.phase == "Running" and pod.spec.node_name:
+            self._deleted.clear()
+            self._not_kept[ns["metadata"]["name"]] = self._sync_nodeset_pods(ns, own, slurm)
+            for name, pod in own.items():  # (a pod deleted just now is gone: its preStop runs below)
+                if pod.metadata.deletion_timestamp is None and pod.status.phase == "Running" and pod.spec.node_name \
+                        and name not in self._deleted:
                     running[name] = (ns, pod)
-            for name, pod in own.items():
-                if name not in wanted:
-                    self._condemn(pod, slurm.get(name))
         for name, pod in pods.items():  # pods of a NodeSet no longer declared (garbage collection)
             if name not in mine and pod.metadata.deletion_timestamp is None:
                 self._delete_pod(name, "its NodeSet is gone")
@@ -422,14 +450,49 @@ class SlinkyStandIn:
 
     def _delete_pod(self, name: str, why: str) -> None:
         log.info("deleting pod %s: %s", name, why)
+        self._deleted.add(name)
         try:
             self.core.delete_namespaced_pod(name, self.namespace)
         except ApiException as e:
             if e.status != 404:
                 raise
 
-    def _condemn(self, pod: Any, node: dict | None) -> None:
-        """processCondemned(): drain the Slurm node (overriding the reason), delete the pod once drained."""
+    def _sync_nodeset_pods(self, ns: dict, own: dict[str, Any], slurm: dict[str, dict]) -> set[str]:
+        """syncNodeSetPods (StatefulSet mode), then syncUpdate: scale out to the lowest free ordinals, scale in
+        in ActivePods order, else doPodProcessing and the update strategy's condemned pods. Returns the pods
+        that are not in podsToKeep (not to be uncordoned this pass)."""
+        spec = _spec(ns)
+        replicas = int(spec.get("replicas") if spec.get("replicas") is not None else 1)
+        facts = [pod_facts(p) for p in own.values()]
+        diff = len(own) - replicas  # every pod of the NodeSet, a terminating one too (getNodeSetPods)
+        if diff < 0:
+            for i in upd.free_ordinals({upd.ordinal(n) for n in own}, -diff):
+                self._create_pod(ns, i)
+            return set()  # doPodScale keeps them all; syncUpdate waits for the creations (expectations)
+        if diff > 0:
+            condemned, _ = upd.split_active(facts, diff)
+            for p in condemned:
+                self._condemn(own[p.name], slurm.get(p.name), "scale-in: beyond the NodeSet's replicas")
+            return {p.name for p in condemned}
+        for name, pod in own.items():  # processNodeSetPod
+            if pod.metadata.deletion_timestamp is None and pod.status.phase in ("Failed", "Succeeded"):
+                self._delete_pod(name, "failed or finished: made again")
+        kind, _ = upd.strategy(spec)
+        if kind == upd.SCHEDULED_UPDATE:
+            log.warning("NodeSet %s: updateStrategy ScheduledUpdate is not modelled by the stand-in: no update",
+                        ns["metadata"]["name"])
+            return set(own)
+        revision = upd.revision(ns)
+        condemned, keep = upd.split_update(spec, facts, revision, time.time())
+        if kind == upd.ROLLING_UPDATE:  # syncRollingUpdate: the unhealthy old pods, then splitUpdatePods' choice
+            unhealthy, _ = upd.split_unhealthy(upd.find_updated(facts, revision)[1])
+            for p in unhealthy + condemned:
+                self._condemn(own[p.name], slurm.get(p.name), f"rolling update to revision {revision}")
+        return set(own) - {p.name for p in keep}
+
+    def _condemn(self, pod: Any, node: dict | None, why: str) -> None:
+        """processCondemned(): drain the Slurm node (overriding the reason), delete the pod once drained and
+        idle (IsNodeDrained: DRAIN, not UNDRAIN, not ALLOCATED, MIXED or COMPLETING)."""
         if pod.metadata.deletion_timestamp is not None:
             return
         name = pod.metadata.name
@@ -441,7 +504,7 @@ class SlinkyStandIn:
                 self._drain(name, node, f"Pod ({self.namespace}/{name}) is pending termination for scale-in",
                             override=True)
                 return
-        self._delete_pod(name, "beyond its NodeSet's replicas, drained")
+        self._delete_pod(name, f"{why}, drained")
 
     def _ensure_namespace(self) -> None:
         try:
@@ -520,9 +583,10 @@ class SlinkyStandIn:
                 continue
             self._sync_cordon(pod, node, st)
         slurm = self._slurm_nodes()
+        not_kept = self._not_kept.get(key, set())
         for name, (_, pod) in sorted(running.items()):  # syncNodeSetPods -> doPodProcessing -> syncPodUncordon
             node = nodes.get(pod.spec.node_name)
-            if node is not None and name in slurm:
+            if node is not None and name in slurm and name not in not_kept:
                 self._sync_pod_uncordon(pod, node, slurm[name])
         slurm = self._slurm_nodes()
         for name, (_, pod) in sorted(running.items()):
