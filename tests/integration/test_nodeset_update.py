@@ -115,34 +115,35 @@ def test_an_image_change_during_a_heal_and_a_repair_with_a_persons_drain_and_a_l
     The heal and the repair each run once; no new pod lands on a lent spare; every pod ends at the new revision."""
     w = world
     w.reconciler()
-    faulted, held_machine = NODES[0], NODES[2]
     held = f"{POOL}-2"
     w.until("both spares proven and one lent", lambda: all(proven(w, s) for s in SPARES) and len(w.lent()) == 1,
             timeout=120)
     lent = w.lent()
+    on = w.nodeset_pods()
+    held_machine, faulted = on[held], on[f"{POOL}-0"]
+    held_pod = w.pods()[held].metadata.uid
     w.slurm.run(["scontrol", "update", f"NodeName={held}", "State=DRAIN", f"Reason={HOLD}"], timeout=15)
     w.until("the person's drain noted on its machine", lambda: held in (
         w.core.read_node(held_machine).metadata.annotations or {}).get(labels.PERSON_HOLDS, ""))
+    by_person = w.slurm_node(held).reason_set_by
 
     w.fault(faulted)
     w.until("the heal under way", lambda: (r := w.record(faulted)) is not None
             and r.phase not in (Phase.DETECTED, Phase.SLURM_DRAINING))
     w.standin.fixed = [nodeset("slurmd:v2")]
     revision = upd.revision(nodeset("slurmd:v2").resource(NS))
-    operator_drained = []
-
     def done() -> bool:
-        n = w.slurm_node(held)
-        if n.reason.startswith("slurm-operator: Pod (") and n.reason not in operator_drained:
-            operator_drained.append(n.reason)
         r = w.record(faulted)
         return (w.updated(revision) and r is not None and r.phase is Phase.SUCCEEDED and r.repair is not None
                 and r.repair.phase is RepairPhase.RETURNED)
     w.until("the update rolled out, the heal and the repair over", done, timeout=420)
 
-    assert operator_drained, "the operator never drained the person's Slurm node for the update"
-    w.until("the person's drain there", lambda: (n := w.slurm_node(held)).reason == HOLD and "DRAIN" in n.states,
-            timeout=15)
+    # The held pod was replaced (idle and drained, it is deleted at once: IsNodeDrained; its preStop's DOWN overwrote
+    # the reason); the drain is there again in the person's words, written by the reconciler's Slurm user.
+    assert w.pods()[held].metadata.uid != held_pod
+    n = w.until("the person's drain there", lambda: (n := w.slurm_node(held)).reason == HOLD and "DRAIN" in n.states
+                and n, timeout=15)
+    assert n.reason_set_by != by_person, (n.reason_set_by, by_person)
     (rec,) = [r for r in w.records() if r.node == faulted]  # healed once
     phases = [p for p, _ in rec.phase_times]
     assert len(phases) == len(set(phases)), phases  # no step repeated

@@ -235,6 +235,7 @@ def test_scale_in_takes_the_cheaper_pod_first_and_scale_out_the_lowest_free_ordi
     standin.fixed = [NODESET]
     settle(standin, "two pods Running", lambda: sorted(n for n, p in pods(core).items()
                                                        if p.status.phase == "Running") == ["pool-a-0", "pool-a-1"])
+    settle(standin, "both Slurm nodes registered", lambda: {n.name for n in cli.nodes()} >= {"pool-a-0", "pool-a-1"})
     core.patch_namespaced_pod("pool-a-1", NS, {"metadata": {"annotations": {upd.POD_DELETION_COST_ANNOTATION: "10"}}})
     standin.fixed = [NodeSetDef(POOL, 1, {labels.NODE_POOL: POOL}, [], gpus=8)]
     settle(standin, "pool-a-0 condemned and gone", lambda: set(pods(core)) == {"pool-a-1"}, timeout=90)
@@ -243,6 +244,7 @@ def test_scale_in_takes_the_cheaper_pod_first_and_scale_out_the_lowest_free_ordi
     settle(standin, "pool-a-0 made again (not pool-a-2)", lambda: sorted(
         n for n, p in pods(core).items() if p.status.phase == "Running") == ["pool-a-0", "pool-a-1"], timeout=90)
     core.patch_namespaced_pod("pool-a-1", NS, {"metadata": {"annotations": {upd.POD_DELETION_COST_ANNOTATION: None}}})
+    settle(standin, "pool-a-0's slurmd back", lambda: {n.name for n in cli.nodes()} >= {"pool-a-0", "pool-a-1"})
     for name in ("pool-a-0", "pool-a-1"):
         if cli.node(name).drained_or_down:
             cli.resume(name)
