@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-import signal
 import sys
 import threading
 import uuid
@@ -40,6 +39,7 @@ from kubernetes import client, config
 from fleetspec import labels
 from fleetspec.health_report import EXPECTED_GPUS, HealthReport
 from fleetspec.node_repair import REBOOT, RESET_GPU, RepairResult, parse_request, parse_result
+from gpufleet.stop_signal import set_on_signals
 
 from reconciler.healthcheck.run import Ran, run_checks
 
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    set_on_signals(stop)  # SIGTERM sets it (never from inside the handler: gpufleet/stop_signal.py)
     GpuHardware(config.new_client_from_config(config_file=args.kubeconfig)).loop(stop, args.every, args.ready_file)
     return 0
 
