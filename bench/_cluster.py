@@ -13,7 +13,7 @@ from typing import Any, Callable
 from _repo import REPO  # noqa: F401  (the checkout on the import path)
 from _output import say
 
-from fleetspec import labels, remediation_crd
+from gpufleet.fleetspec import labels, remediation_crd
 from gpufleet.waiting import wait_for
 
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import _repo  # noqa: F401  (the checkout on the import path)
 
-from fleetspec import parse_fleet
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import parse_fleet
+from gpufleet.fleetspec.models import FleetSpec
 
 
 def pool_doc(name: str, nodes: int, spares: int, provider: str = "kubernetes-spares", cpus: int = 2) -> dict:

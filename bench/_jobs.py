@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 LOST_WORK, RESTART, SWAP, SPARE, PERSON = "work since checkpoint", "restart", "swap", "waiting for a spare", \
     "waiting for a person"
 KINDS = (LOST_WORK, RESTART, SWAP, SPARE, PERSON)
+# What the faults the kernel never reports cost a job besides (bench/_silent_world.py): a run on a corrupting GPU
+# (its work thrown away), a hang (every GPU waits), a straggler (the job runs at its slowest GPU's pace).
+CORRUPTED, HUNG, STRAGGLING = "ran on a corrupting GPU", "hung", "straggling"
+SILENT_KINDS = (CORRUPTED, HUNG, STRAGGLING)
+ALL_KINDS = KINDS + SILENT_KINDS
 HOUR = 3600.0
 
 
@@ -29,7 +34,7 @@ class Job:
     running: bool = True
     since: float = 0.0  # running: when its (re)start began; down: when it stopped
     waiting: str = SWAP  # down: what it waits for now (where the time goes if the run ends first)
-    seconds: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))  # lost, by kind (job seconds)
+    seconds: dict = field(default_factory=lambda: dict.fromkeys(ALL_KINDS, 0.0))  # lost, by kind (job seconds)
     interruptions: int = 0
 
 
@@ -101,8 +106,21 @@ class Ledger:
                 job.seconds[job.waiting] += end - job.since
             job.since = end
 
+    def slow(self, job: Job, seconds: float, fraction: float) -> None:
+        """The running job ran `seconds` at `fraction` below its pace (a straggler among its GPUs)."""
+        job.seconds[STRAGGLING] += max(seconds, 0.0) * fraction
+
+    def next_checkpoint(self, job: Job, t: float) -> float:
+        """When the running job writes its next checkpoint at or after `t`."""
+        begun = job.since + self.restart
+        if t <= begun or self.checkpoint <= 0:
+            return max(t, begun)
+        done = (t - begun) // self.checkpoint
+        return begun + (done + (0 if (t - begun) % self.checkpoint == 0 else 1)) * self.checkpoint
+
     def lost_gpu_hours(self) -> dict[str, float]:
-        return {k: sum(j.seconds[k] * j.gpus for j in self.jobs) / HOUR for k in KINDS}
+        return {k: sum(j.seconds[k] * j.gpus for j in self.jobs) / HOUR for k in ALL_KINDS
+                if k in KINDS or any(j.seconds[k] for j in self.jobs)}
 
     def gpu_hours(self, seconds: float) -> float:
         return sum(j.gpus for j in self.jobs) * seconds / HOUR

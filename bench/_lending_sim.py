@@ -19,17 +19,17 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec
-from fleetspec.node_repair import PASSED, HealthCheckRecord
-from reconciler.core import decide, lending
-from reconciler.core.actions import (
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.node_repair import PASSED, HealthCheckRecord
+from gpufleet.reconciler.core import decide, lending
+from gpufleet.reconciler.core.actions import (
     Cordon, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, Notify, PromoteSpare, Quarantine, ReleaseJobs,
     RequestCapacity, ResumeSlurm, ReturnToSpares, StartReclaim,
 )
-from reconciler.core.drains import slurm_reason
-from reconciler.core.model import Fault, NodeView, PendingJob, PodView, Remediation, SlurmNodeView, StepFacts
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.drains import slurm_reason
+from gpufleet.reconciler.core.model import Fault, NodeView, PendingJob, PodView, Remediation, SlurmNodeView, StepFacts
+from gpufleet.reconciler.core.phases import Phase
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 PROVEN_HERE = HealthCheckRecord("bench", "", PASSED, T0)

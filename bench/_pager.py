@@ -15,8 +15,8 @@ import heapq
 import random
 from collections import deque
 
-from fleetspec.faults.policy import FaultPolicy
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.faults.policy import FaultPolicy
+from gpufleet.fleetspec.models import FleetSpec
 from tests.unit.fakes import FakeNodes
 
 import _interruptions as table

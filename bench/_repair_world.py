@@ -13,14 +13,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.faults import FaultAction, Kind
-from fleetspec.faults.condition import FaultSignal, format_message, reason_for
-from fleetspec.faults.policy import FaultPolicy
-from fleetspec.models import FleetSpec
-from fleetspec.oncall import MARK_HEALTHY, RETIRE, PersonRequest
-from reconciler.core.phases import Phase
-from reconciler.core.repair_phases import UNDER_WAY, RepairPhase
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.condition import FaultSignal, format_message, reason_for
+from gpufleet.fleetspec.faults.policy import FaultPolicy
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.oncall import MARK_HEALTHY, RETIRE, PersonRequest
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_phases import UNDER_WAY, RepairPhase
 from tests.unit.fakes import FakeNodes, Provider, World, pool_node
 
 import _interruptions as table

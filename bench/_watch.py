@@ -11,8 +11,8 @@ from typing import Any, Callable, Hashable, Iterator
 
 import _repo  # noqa: F401  (the checkout on the import path)
 
-from reconciler.errors import TemporaryError
-from reconciler.runtime.informers import Informer
+from gpufleet.reconciler.errors import TemporaryError
+from gpufleet.reconciler.runtime.informers import Informer
 
 CORDONED = "spec.unschedulable=true"
 

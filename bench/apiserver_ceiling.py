@@ -26,7 +26,7 @@ from _fleets import make_spec, pool_doc  # noqa: E402
 from _procstats import cpu_seconds  # noqa: E402
 from _cluster import create_nodes, install_crd_and_namespace, new_kube, teardown, wait_all_ready  # noqa: E402
 
-from fleetspec import labels, remediation_crd  # noqa: E402
+from gpufleet.fleetspec import labels, remediation_crd  # noqa: E402
 
 NS = "gpufleet-system"
 KINDS = ("PUT remediation", "PATCH node", "GET node", "POST event")

@@ -39,7 +39,7 @@ from localenv.ports import free_port  # noqa: E402
 from _slow_link import SlowLink  # noqa: E402
 from time_to_heal import slurm_state_times  # noqa: E402
 
-from fleetspec import labels  # noqa: E402
+from gpufleet.fleetspec import labels  # noqa: E402
 
 POOL = "gpu"
 
@@ -63,8 +63,8 @@ def slurm_names(api, namespace: str) -> dict[str, str]:
 
 
 def inject(kubeconfig: Path, nodes: list[str]) -> dict[str, float]:
-    from reconciler.app import api_client
-    from reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.app import api_client
+    from gpufleet.reconciler.adapters.kube import Kube
 
     local = threading.local()
     at: dict[str, float] = {}
@@ -83,7 +83,7 @@ def inject(kubeconfig: Path, nodes: list[str]) -> dict[str, float]:
 
 
 def run(env, root: Path, a) -> dict:
-    from reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
     spec = spec_for(a.faults)
     api = env.kube.api_client()

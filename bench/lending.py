@@ -2,7 +2,7 @@
 
 A discrete-event simulation of one pool over a day of a synthetic trace (Slurm jobs arriving,
 faults at a declared rate, inference that takes every GPU it is lent), run twice on the same trace:
-without lending and with it. The decisions are the real core's (`reconciler.core.lending.plan_lending`
+without lending and with it. The decisions are the real core's (`gpufleet.reconciler.core.lending.plan_lending`
 each simulated second, `decide.plan_step` for the faults); the world around it is modelled
 (bench/_lending_sim.py). Reported per mode: GPU-hours idle, lent, training; the jobs' wait to start;
 reclaims; the spare floor. The delays of a reclaim (pending job -> running on a reclaimed node) and
@@ -22,9 +22,9 @@ from pathlib import Path
 from _repo import REPO  # noqa: E402
 from _output import add_json_option, exit_on_sigterm, load, machine, Output, pct, say, Table  # noqa: E402
 
-from fleetspec import parse_fleet  # noqa: E402
-from fleetspec.load import load_stack_file  # noqa: E402
-from fleetspec.models import FleetSpec  # noqa: E402
+from gpufleet.fleetspec import parse_fleet  # noqa: E402
+from gpufleet.fleetspec.load import load_stack_file  # noqa: E402
+from gpufleet.fleetspec.models import FleetSpec  # noqa: E402
 
 import _lending_sim as sim  # noqa: E402
 

@@ -4,7 +4,7 @@ from its fault to a proven spare again, for a reset-fixable fault and a reboot-f
 The world of tests/integration/test_repair_local.py: a real API server, scheduler, Job controller and kwok
 nodes, the GPU hardware stand-in the control plane runs (localenv/gpu_hardware_standin.py: it answers the
 reset or the reboot and ends the health-check pod from the node's simulated state), and the reconciler as
-built for a cluster (`reconciler.app.build`), here running as in its pod (`Manager.run`: informers, the work
+built for a cluster (`gpufleet.reconciler.app.build`), here running as in its pod (`Manager.run`: informers, the work
 queue, its workers) in a thread. No Slurm: the heal's path is the one `time_to_heal.py` measures. The fault is
 the demo's (`demos/demo.py` `demo_fault`, `hardware_state`): XID 95 (the catalogue says reset-gpu; the node is
 made `reset-fixes`) and XID 79 (reboot; `reboot-fixes`), taken in turns on the pool's active nodes. Each round
@@ -39,13 +39,13 @@ from _cluster import install_crd_and_namespace, new_kube, teardown
 from kubernetes import client
 
 from demos.demo import demo_fault, hardware_state
-from fleetspec import labels
-from fleetspec.faults import Kind
-from fleetspec.faults.condition import format_message, reason_for
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import Kind
+from gpufleet.fleetspec.faults.condition import format_message, reason_for
 from gpufleet.waiting import wait_for
-from reconciler.adapters.kube import Kube
-from reconciler.core.phases import Phase
-from reconciler.core.repair_phases import RepairPhase
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.fixtures.reconciler_kube import fleet, make_nodes, reconciler
 from tests.integration.test_repair_local import proven, simulate
 

@@ -2,8 +2,8 @@
 progress, with the repair loop (the reconciler: replace from a spare at once, repair after) and with a person's
 pager instead, at Llama 3's rate of interruptions and at ten times it.
 
-The decisions are the real reconciler's: its runtime and pure core (`reconciler.runtime.manager.Manager`:
-detect, heal, promote a spare, quarantine, refill, then `reconciler.core.repair`'s ladder and the
+The decisions are the real reconciler's: its runtime and pure core (`gpufleet.reconciler.runtime.manager.Manager`:
+detect, heal, promote a spare, quarantine, refill, then `gpufleet.reconciler.core.repair`'s ladder and the
 validation before service), run through the unit tests' fakes of the API server, Slurm, the provider, the
 node agent and the health-check Jobs (tests/unit/fakes.py `World`), on a fake clock. What a driver line needs
 is the node agent's own parser and classifier (fleetspec/faults). What is modelled is the world around them,
@@ -36,13 +36,14 @@ import sys
 from _repo import REPO  # noqa: E402
 from _output import add_json_option, exit_on_sigterm, Output, say, Table  # noqa: E402
 
-from fleetspec.load import load_stack_file  # noqa: E402
+from gpufleet.fleetspec.load import load_stack_file  # noqa: E402
 
 import _interruptions as table  # noqa: E402
 import _jobs as jobs  # noqa: E402
 import _pager as pager  # noqa: E402
 import _repair_world as world  # noqa: E402
-from fleetspec.faults.policy import FaultPolicy  # noqa: E402
+import _silent_world as silent  # noqa: E402
+from gpufleet.fleetspec.faults.policy import FaultPolicy  # noqa: E402
 
 
 def mapping_table(spec) -> Table:
@@ -66,6 +67,54 @@ def mapping_table(spec) -> Table:
     return Table("Llama 3's interruptions, and what each is to gpufleet", ["component", "Meta's category",
                                                                          "interruptions", "gpufleet", "reading"],
                  rows, notes)
+
+
+def silent_table(spec, a) -> tuple[list[Table], list[dict]]:
+    """The faults the kernel never reports, at each rate: effective training time with gpufleet's active checks and
+    telemetry (hangs detected in the declared time, degrading GPUs moved at a checkpoint) and without them."""
+    pools = {p.name: (p.nodes, p.gpus_per_node) for p in spec.pools}
+    rows, raw = [], []
+    for scale in (float(x) for x in a.scales.split(",")):
+        p = silent.SilentParams(days=a.days, seed=a.seed, scale=scale, job_nodes=a.job_nodes,
+                                checkpoint_minutes=a.checkpoint_minutes, restart_minutes=a.restart_minutes,
+                                sdc_found_hours=a.sdc_found_hours, idle_share=a.idle_share, idle_hours=a.idle_hours,
+                                period_minutes=a.period_minutes, check_recall=a.check_recall, slowdown=a.slowdown,
+                                lead_hours=a.lead_hours, detect_minutes=a.detect_minutes,
+                                watchdog_minutes=a.watchdog_minutes, hang_minutes=a.hang_minutes)
+        for detect in (False, True):
+            r = silent.run(pools, p, detect)
+            lost = r.lost_gpu_h
+            rows.append([f"{scale:g}x", f"{p.days:g}", r.mode, r.faults.get("SDC", 0), r.faults.get("DEGRADING", 0),
+                         r.faults.get("HANG", 0), r.caught_idle, r.moved_at_checkpoint,
+                         round(lost.get(jobs.CORRUPTED, 0.0)), round(lost.get(jobs.STRAGGLING, 0.0)),
+                         round(lost.get(jobs.HUNG, 0.0)), round(lost[jobs.LOST_WORK]),
+                         round(lost[jobs.RESTART] + lost[jobs.SWAP] + lost[jobs.PERSON]), f"{r.effective:.2%}"])
+            raw.append({"params": p.__dict__, **r.__dict__})
+    p = silent.SilentParams()
+    notes = [
+        "Rates: Meta, The Llama 3 Herd of Models (arXiv:2407.21783), table 5: Silent Data Corruption (6 in 54 days on "
+        "16,384 H100s), NCCL Watchdog Timeouts (7); the crashes of GPU HBM3 Memory (72) and of Faulty GPU's NVLink half "
+        "(74) of which 30 % warn first (row remapping pending; NVLink CRC and replay errors), and GPU Thermal Interface "
+        "+ Sensor (6), all warning first (heat throttling): the warned shares are ASSUMPTIONS. Hangs and stragglers as "
+        "Llama 3's section 3.3.4 and ByteDance's MegaScale (NSDI 2024: its fault tolerance and troubleshooting) describe them; neither gives a "
+        "straggler rate: a straggler here is a degrading GPU's job.",
+        f"ASSUMPTIONS (flags): corruption found by the job {a.sdc_found_hours:g} h after it began; {a.idle_share:.0%} "
+        f"of faults begin on idle capacity, idle spells of {a.idle_hours:g} h, checks every {a.period_minutes:g} min "
+        f"(the check comes first {silent.SilentParams(idle_hours=a.idle_hours, period_minutes=a.period_minutes).caught_idle:.0%} "
+        f"of the time) and find {a.check_recall:.0%}; a degrading GPU slows its job {a.slowdown:.0%} for "
+        f"{a.lead_hours:g} h before it fails, seen {a.detect_minutes:g} min after it starts; a hang found by NCCL's "
+        f"watchdog in {a.watchdog_minutes:g} min, by the declared hang time in {a.hang_minutes:g} min. Jobs of "
+        f"{a.job_nodes} nodes checkpoint every {a.checkpoint_minutes:g} min and restart in {a.restart_minutes:g} min; "
+        f"a crash's swap to a spare {p.swap_minutes:g} min and a person's swap of a corrupting node "
+        f"{p.person_minutes:g} min, the same in both modes.",
+        "Lost: ran on a corrupting GPU (work thrown away), straggling (the job at its slow GPU's pace), hung, the "
+        "work since the checkpoint, and the restarts, swaps and the person. Effective training time = 1 - lost / "
+        "job GPU-h, over these faults alone (the table above has the reported ones)."]
+    cols = ["rate", "days", "mode", "silent corruptions", "degrading GPUs", "hangs", "caught idle by a check",
+            "moved at a checkpoint", "lost: corrupted", "lost: straggling", "lost: hung", "lost: since checkpoint",
+            "lost: restart, swap, person", "effective training time"]
+    return [Table("Faults the kernel never reports: effective training time with the detections and without",
+                  cols, rows, notes)], raw
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,11 +147,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--explain", action="store_true",
                     help="print each failed loop's record and each wait for a spare (its pool's spares over time, "
                          "the remediations that took them); always in the JSON's raw")
+    s = silent.SilentParams()
+    g = ap.add_argument_group("faults the kernel never reports (bench/_silent_world.py; ASSUMPTIONS where noted)")
+    g.add_argument("--silent-only", action="store_true", help="only the table of silent faults and hangs (seconds)")
+    g.add_argument("--sdc-found-hours", type=float, default=s.sdc_found_hours,
+                   help="silent corruption: found by the job's loss curve this long after it began")
+    g.add_argument("--idle-share", type=float, default=s.idle_share, help="the share of faults that begin on idle "
+                   "capacity (spares, idle nodes): what active checks can see")
+    g.add_argument("--idle-hours", type=float, default=s.idle_hours, help="an idle spell's mean length")
+    g.add_argument("--period-minutes", type=float, default=s.period_minutes, help="the active checks' period")
+    g.add_argument("--check-recall", type=float, default=s.check_recall,
+                   help="the share of silent corruptions the health check finds")
+    g.add_argument("--slowdown", type=float, default=s.slowdown, help="a degrading GPU slows its job by this much")
+    g.add_argument("--lead-hours", type=float, default=s.lead_hours, help="a degrading GPU warns this long before it fails")
+    g.add_argument("--detect-minutes", type=float, default=s.detect_minutes,
+                   help="the telemetry's thresholds see a degrading GPU this long after it starts")
+    g.add_argument("--watchdog-minutes", type=float, default=s.watchdog_minutes,
+                   help="without hang detection: NCCL's watchdog fires this long after the collective stopped")
+    g.add_argument("--hang-minutes", type=float, default=s.hang_minutes, help="the pool's declared hang time")
     add_json_option(ap)
     a = ap.parse_args(argv)
     out = Output("repair_month", a.json)
     exit_on_sigterm()
     spec = load_stack_file(a.stack).fleet
+    silent_tables, silent_raw = silent_table(spec, a)
+    if a.silent_only:
+        out.emit(silent_tables, raw={"silent": silent_raw})
+        return 0
     short = {float(k): float(v) for k, v in (x.split(":") for x in a.days_at_scale.split(",") if x)}
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     results = []
@@ -154,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     nodes = Table("The loop's nodes (real runtime and core, modelled world)", ncols, nrows,
                   ["Human tasks with the loop: the interruptions a person handled, the retired nodes (RMA) and the "
                    "loops that stopped for a person."])
-    out.emit([mapping_table(spec), eff, nodes], raw=[{"params": p.__dict__, **r.__dict__} for p, r in results])
+    out.emit([mapping_table(spec), eff, nodes] + silent_tables,
+             raw={"runs": [{"params": p.__dict__, **r.__dict__} for p, r in results], "silent": silent_raw})
     return 0
 
 

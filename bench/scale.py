@@ -56,8 +56,8 @@ def component_pids(kube) -> dict[str, int]:
 
 def measure_size(kube, api, root: Path, n: int, spares: int, existing: set[str], a, watcher) -> dict:
     from localenv import fake_nodes
-    from reconciler.adapters.kube import Kube
-    from reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
     spec = spec_for(n, spares)
     pool = spec.pools[0]

@@ -64,8 +64,8 @@ def fleet(a) -> tuple[list[dict], list[str]]:
 def inject(kubeconfig: Path, nodes: list[str], concurrency: int, took: dict[str, float] | None = None) -> dict[str, float]:
     """Set the fault on every node at once (threads), as the agent writes it (a read, then the condition's
     patch); returns when each write was started (`took`: how long each took, the API server's latency)."""
-    from reconciler.app import api_client
-    from reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.app import api_client
+    from gpufleet.reconciler.adapters.kube import Kube
 
     local = threading.local()
     at: dict[str, float] = {}
@@ -153,7 +153,7 @@ def observed(seen: dict[str, dict[str, float]] | None, at: dict[str, float], log
 
 
 def storm(kube, api, root: Path, a, watcher, total: int) -> dict:
-    from reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": 1000, "max_unhealthy_fraction": 1.0,
@@ -238,10 +238,10 @@ def kube_unschedulable(api, node: str) -> bool:
 def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
     """The same storm under the prod stack's policy (max_concurrent 4, brake above 10 %, admission hold): every fault
     must be contained (cordoned) at once, none replaced, one page."""
-    from reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
     pools, _ = fleet(a)
-    from fleetspec import load_stack_file, stack_file
+    from gpufleet.fleetspec import load_stack_file, stack_file
 
     prod = load_stack_file(stack_file("prod", Path(__file__).resolve().parents[1])).fleet.healing
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": prod.max_concurrent,
@@ -287,7 +287,7 @@ def prod_storm(kube, api, root: Path, a, watcher, total: int) -> dict:
 
 
 def tiers(kube, api, root: Path, a, total: int, mc: int) -> list[dict]:
-    from reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
     pools, _ = fleet(a)
     spec = make_spec(pools, {"grace_period_seconds": 0, "max_concurrent": mc,

@@ -39,7 +39,7 @@ from _watch import NodeWatcher  # noqa: E402
 from _reconciler import json_lines, wait_leading  # noqa: E402
 from gpufleet.waiting import wait_for  # noqa: E402
 
-from fleetspec import labels  # noqa: E402
+from gpufleet.fleetspec import labels  # noqa: E402
 from demos.demo import kube_node_of  # noqa: E402
 
 POOL = "gpu"
@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     graces = [int(g) for g in a.grace.split(",") if g.strip()]
 
     from localenv.env import LocalEnv
-    from reconciler.adapters.kube import Kube
-    from reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
     root = a.root or Path(tempfile.mkdtemp(prefix="gf-heal-"))
     (root / "checkpoints").mkdir(parents=True, exist_ok=True)

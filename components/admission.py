@@ -67,9 +67,9 @@ from typing import Iterable
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec import health_report, labels
-from fleetspec.models import FleetSpec
-from fleetspec.placement import nodeset_names
+from gpufleet.fleetspec import health_report, labels
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.placement import nodeset_names
 
 from .agent import agent_username
 from .meta import metadata

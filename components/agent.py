@@ -33,8 +33,8 @@ import json
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
 
 from .meta import metadata, namespace_metadata, resources
 

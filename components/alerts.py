@@ -9,7 +9,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 
 from .meta import metadata
 

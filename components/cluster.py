@@ -8,7 +8,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec.models import ClusterSpec
+from gpufleet.fleetspec.models import ClusterSpec
 
 
 @dataclass

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 
 from .alerts import prometheus_rule
 from .cluster import ClusterAccess, ClusterAccessArgs

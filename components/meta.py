@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
 
 def metadata(name: str, component: str, instance: str, namespace: str | None = None,

@@ -17,11 +17,13 @@ NetworkPolicies; the local environment's pods use the host's network, which no p
 """
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
 
 from .agent import AGENT
 from .meta import metadata
@@ -62,6 +64,15 @@ def https_needed(spec: FleetSpec) -> bool:
     return any(p.provider == "aws-asg" for p in spec.pools) or bool(spec.healing.notifications)
 
 
+def telemetry_egress(spec: FleetSpec) -> dict | None:
+    """The ports of the GPU telemetry the reconciler reads (`healing.telemetry`: Prometheus' or the dcgm-exporters'
+    URLs; their hosts are Services or node addresses the spec does not pin, so the rule names the ports only)."""
+    t = spec.healing.telemetry
+    urls = [t.prometheus_url] if t.source == "prometheus" else list(t.exporter_urls) if t.source == "exporter" else []
+    ports = sorted({u.port or (443 if u.scheme == "https" else 80) for u in map(urlsplit, filter(None, urls))})
+    return {"ports": _tcp(*ports)} if ports else None
+
+
 def reconciler_policy(spec: FleetSpec) -> dict:
     dep, net = spec.healing.reconciler, spec.network
     egress = [dns_egress(), api_server_egress(spec),
@@ -69,6 +80,8 @@ def reconciler_policy(spec: FleetSpec) -> dict:
                "ports": _tcp(RESTAPI_PORT)}]
     if net.https_egress_cidrs and https_needed(spec):
         egress.append({"to": [{"ipBlock": {"cidr": c}} for c in net.https_egress_cidrs], "ports": _tcp(443)})
+    if (telemetry := telemetry_egress(spec)) is not None:
+        egress.append(telemetry)
     ingress = [{"from": [_ns(*net.metrics_namespaces)], "ports": _tcp(METRICS_PORT)}] if net.metrics_namespaces else []
     return {"metadata": {"name": RECONCILER, "namespace": dep.namespace},
             "spec": {"podSelector": {"matchLabels": {NAME_LABEL: RECONCILER}}, "policyTypes": ["Ingress", "Egress"],

@@ -14,9 +14,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec, NodePool
-from fleetspec.placement import node_labels, node_taints, worker_selector, worker_tolerations
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec, NodePool
+from gpufleet.fleetspec.placement import node_labels, node_taints, worker_selector, worker_tolerations
 
 from .meta import metadata
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec import labels, remediation_crd
-from fleetspec.models import FleetSpec, WebhookTarget
+from gpufleet.fleetspec import labels, remediation_crd
+from gpufleet.fleetspec.models import FleetSpec, WebhookTarget
 
 from .admission import declare_admission
 from .agent import declare_agent

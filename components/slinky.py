@@ -1,6 +1,6 @@
 """Slurm on Kubernetes through SchedMD's Slinky: the operator and the Slurm custom resources.
 
-One slurm-operator release for every environment (`fleetspec.models.SLINKY_RELEASE`, 1.2.1).
+One slurm-operator release for every environment (`gpufleet.fleetspec.models.SLINKY_RELEASE`, 1.2.1).
 `operator.mode: helm` installs its slurm-operator-crds and slurm-operator charts; `crds-only`
 installs gpufleet's own copy of that release's definitions instead (`slinky_schema.py`; the chart
 cannot be pulled everywhere, e.g. the local environment), so the API server accepts and refuses
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec import labels
-from fleetspec.models import RECONCILER_ADMIN_LEVEL, SLURM_USER, FleetSpec, MariaDbDatabase
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import RECONCILER_ADMIN_LEVEL, SLURM_USER, FleetSpec, MariaDbDatabase
 
 from .meta import metadata, namespace_metadata, resources
 from .node_pool import GpuNodePool
@@ -129,7 +129,7 @@ def dedicated_reconciler_user(spec: FleetSpec) -> bool:
 
 def slurm_users_script(spec: FleetSpec) -> str:
     """The script of the SlurmUsers Job: the reconciler's Slurm user in accounting with its AdminLevel
-    (fleetspec.models.RECONCILER_ADMIN_LEVEL), idempotent (sacctmgr(1) 26.05: `add` of an existing user adds
+    (gpufleet.fleetspec.models.RECONCILER_ADMIN_LEVEL), idempotent (sacctmgr(1) 26.05: `add` of an existing user adds
     nothing, `modify` sets the level again), and it fails unless accounting then shows that level. Under the
     cluster's root account: the association every registered cluster has."""
     user, level = spec.slurm.reconciler_user, RECONCILER_ADMIN_LEVEL

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from fleetspec.models import StorageSpec
+from gpufleet.fleetspec.models import StorageSpec
 
 from .meta import metadata
 

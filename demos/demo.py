@@ -18,19 +18,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.faults import Kind, describe
-from fleetspec.faults.condition import FaultSignal, format_message, reason_for
-from fleetspec.faults.policy import FaultPolicy
-from fleetspec.models import FleetSpec
-from fleetspec.repair import RESET_GPU
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import Kind, describe
+from gpufleet.fleetspec.faults.condition import FaultSignal, format_message, reason_for
+from gpufleet.fleetspec.faults.policy import FaultPolicy
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.repair import RESET_GPU
 
 from localenv import train
 from localenv.gpu_hardware_standin import REBOOT_FIXES, RESET_FIXES
 from localenv.env import LocalEnv
 from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
-from reconciler.core.repair_phases import RepairPhase
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 
 STEPS, EVERY, DELAY = 300, 10, 0.05
 
@@ -69,7 +69,7 @@ def bring_up(spec: FleetSpec, env: LocalEnv, stack: Stack, *, total: int, fresh:
              grace: int | None = None, out: Callable[[str], None] = say):
     """Steps 1-3 of both demos: the local environment, `pulumi up`, the reconciler running. Returns the
     Kube adapter, a liveness check of the reconciler, and where its log is."""
-    from reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.adapters.kube import Kube
 
     from localenv.pods import reconciler_pods, wait_reconciler_pods_ready
 
@@ -120,12 +120,27 @@ def demo_fault(spec: FleetSpec, xid: int) -> FaultSignal:
     if not need.remediates:
         raise ValueError(f"--xid {xid}: {describe(xid)} needs {need.value}, which leaves the node in service, "
                          f"so there is nothing to heal; pick one that needs reset-gpu, reboot or replace (e.g. 79)")
-    return FaultSignal(Kind.XID, xid, need, "0000:3b:00")
+    return FaultSignal(Kind.XID, xid, need, DEMO_PCI, gpu=standin_gpu_index(DEMO_PCI))
+
+
+DEMO_PCI = "0000:3b:00"  # a GPU of the stand-in's H100 machine (localenv/gpu_hardware_standin.py SMI_Q)
+
+
+def standin_gpu_index(pci: str) -> int | None:
+    """The index the node agent would give this GPU (gpufleet/commands.py _gpu_indexes: nvidia-smi's `index`):
+    its place in the stand-in's `nvidia-smi -q`, which lists the GPUs in index order."""
+    from localenv.gpu_hardware_standin import OUTPUTS, SMI_Q
+    from gpufleet.reconciler.agent.sightings import pci_key
+    from gpufleet.reconciler.healthcheck.nvidia_smi import parse
+
+    _, gpus = parse((OUTPUTS / SMI_Q).read_text())
+    keys = [pci_key(g.bus_id) for g in gpus]
+    return keys.index(pci_key(pci)) if pci_key(pci) in keys else None
 
 
 def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True, xid: int = 79,
              grace: int | None = None, timeout: float = 300, out: Callable[[str], None] = say) -> Timeline:
-    from reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
     fault = demo_fault(spec, xid)  # before anything starts
     total = 8
@@ -280,7 +295,7 @@ def _batch_host(env: LocalEnv, job: int) -> str | None:
 
 def kube_node_of(kube, namespace: str, slurm_name: str) -> str:
     """The Kubernetes node a Slurm node runs on: the node of the NodeSet pod whose hostname it is."""
-    from fleetspec import labels
+    from gpufleet.fleetspec import labels
 
     pods = kube.core.list_namespaced_pod(namespace, label_selector=f"{labels.SLINKY_POD_HOSTNAME}={slurm_name}").items
     running = [p.spec.node_name for p in pods if p.spec.node_name and not p.metadata.deletion_timestamp]

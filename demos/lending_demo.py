@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec, NodePool
-from fleetspec.placement import borrower_placement
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec, NodePool
+from gpufleet.fleetspec.placement import borrower_placement
 
 from demos.demo import bring_up, say, submit_training
 from localenv.env import LocalEnv
@@ -205,7 +205,7 @@ def show_lending(spec: FleetSpec, env: LocalEnv, kube, alive: Callable[[], bool]
         fault_at = time.time()
         kube.set_condition(victim, spec.healing.condition_types[0], "False", "Xid79",
                            "Xid 79 on PCI:0000:3b:00: GPU has fallen off the bus.")
-        from reconciler.adapters.records import KubeRemediationStore
+        from gpufleet.reconciler.adapters.records import KubeRemediationStore
         store = KubeRemediationStore(kube.api)
 
         def heal_state() -> str:

@@ -39,6 +39,9 @@ GPU_COUNT = "nvidia.com/gpu.count"
 SPARE_TAINT = f"{GROUP}/spare"            # NoSchedule until promoted
 QUARANTINE_TAINT = f"{GROUP}/quarantined"  # NoSchedule, value = the XID
 LENDING_TAINT = f"{GROUP}/lending"         # NoSchedule, value = the pool: only borrowers tolerate it
+# NoSchedule while an active check runs on an idle node (reconciler/core/active_checks.py): its NodeSet pods leave
+# it, so the check's Job gets the GPUs; only that Job (it tolerates every taint) lands there meanwhile.
+CHECK_TAINT = f"{GROUP}/active-check"
 
 # Lending (issue 13): a lent node carries the lending taint and this label (value: spare | idle);
 # borrower pods tolerate the taint and require the label. While borrowers are being evicted the

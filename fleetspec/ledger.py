@@ -1,6 +1,6 @@
 """The lending ledger's format: per pool, what its capacity is doing now and which loans it made.
 
-It lives in the ConfigMap `gpufleet-lending` (fleetspec.labels.LENDING_LEDGER) in the reconciler's
+It lives in the ConfigMap `gpufleet-lending` (gpufleet.fleetspec.labels.LENDING_LEDGER) in the reconciler's
 namespace; `data[<pool>]` is one pool's ledger as compact JSON:
 
     {"at": "2026-12-01T12:00:00Z",
@@ -58,7 +58,7 @@ class Loan(_Frozen):
     otherwise (its node faulted). Kept here because the Events that say so expire within hours."""
 
     node: str = Field(min_length=1)
-    kind: Literal["spare", "idle"]  # the lent label's values, fleetspec.labels.LENT_SPARE | LENT_IDLE
+    kind: Literal["spare", "idle"]  # the lent label's values, gpufleet.fleetspec.labels.LENT_SPARE | LENT_IDLE
     gpus: Count
     start: Time
     end: Time | None = None

@@ -14,6 +14,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from . import labels
 from .faults.catalogue import FaultAction, Kind
+from .active_checks import ActiveChecks
+from .active_checks import errors as active_check_errors
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -125,9 +127,9 @@ class ClusterSpec(Strict):
 # --- GPU node pools -----------------------------------------------------------------------
 
 class Taint(Strict):
-    key: LabelKey
-    value: str = ""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    key: LabelKey = Field(description="The taint's key.")
+    value: str = Field("", description="The taint's value.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field("NoSchedule", description="The taint's effect.")
 
 
 def trusted_selector_error(field: str, selector: dict[str, str], what: str) -> FieldError | None:
@@ -145,8 +147,8 @@ class AwsNodeGroup(Strict):
     members, as the group says; `node_labels` are the kubelet labels its launch template sets, when it sets
     any: a hint for `gpufleet preflight` only, never proof of membership (a kubelet sets them itself)."""
 
-    asg_name: str = Field(min_length=1)
-    region: str = Field("us-east-1", min_length=1)
+    asg_name: str = Field(min_length=1, description="The Auto Scaling group's name.")
+    region: str = Field("us-east-1", min_length=1, description="The group's AWS region.")
     node_labels: Labels = Field(default_factory=dict, description="Kubelet labels the launch template puts on its "
                                 "nodes (preflight's hint; membership is the group's word).")
     on_fault: Literal["terminate", "quarantine"] = Field(
@@ -159,7 +161,7 @@ class AwsNodeGroup(Strict):
 class Borrowers(Strict):
     """Which workloads may borrow a pool's idle GPUs. Borrower pods carry `selector`'s labels, run with
     `priority_class` (the stack declares it with `priority`), tolerate the lending taint and require
-    the lent label (`fleetspec.placement.borrower_placement` gives both)."""
+    the lent label (`gpufleet.fleetspec.placement.borrower_placement` gives both)."""
 
     selector: Labels = Field(min_length=1, description="Labels every borrower pod carries; nothing else is let on.")
     priority_class: K8sName = Field("gpufleet-borrower", description="PriorityClass the stack declares for borrowers.")
@@ -199,6 +201,7 @@ class LendingSpec(Strict):
 
 # The repair loop's spec (issue 25) lives in its own module, which builds on Strict, Image and FieldError above.
 from .repair import PoolRepair, RepairSpec  # noqa: E402
+from .telemetry_spec import PoolTelemetry, TelemetrySpec  # noqa: E402
 
 
 # The most GPUs one machine of a model family carries: NVIDIA's HGX baseboards hold 8 (HGX A100/H100/H200/B200/
@@ -215,29 +218,33 @@ def gpus_per_machine(model: str) -> int | None:
 
 
 class NodePool(Strict):
-    name: K8sName
+    name: K8sName = Field(description="The pool's name: its NodeSet, its label value, its Slurm node names' prefix.")
     node_type: str = Field(min_length=1, description="Instance or machine type, e.g. p5.48xlarge.")
     gpu_model: str = Field(min_length=1, description="e.g. H100-SXM5-80GB")
-    gpus_per_node: int = Field(8, ge=1, le=16)
-    cpus_per_node: int = Field(96, ge=1)
-    memory_per_node: Quantity = "1Ti"
+    gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs each node has (nvidia.com/gpu); the health check wants this many.")
+    cpus_per_node: int = Field(96, ge=1, description="CPUs each node has, for Slurm.")
+    memory_per_node: Quantity = Field("1Ti", description="Memory each node has (a Kubernetes quantity), for Slurm.")
     nodes: int = Field(ge=0, description="Active nodes that run Slurm workers.")
     spares: int = Field(ge=0, description="Pre-joined spare nodes, tainted until promoted.")
-    labels: Labels = Field(default_factory=dict)
-    taints: list[Taint] = Field(default_factory=list)
+    labels: Labels = Field(default_factory=dict, description="Labels the stack puts on the pool's nodes.")
+    taints: list[Taint] = Field(default_factory=list, description="Taints the pool's nodes carry (Slurm's pods tolerate them).")
     topology_block: K8sName | None = Field(None, description="Network block (Slurm topology/block) the pool sits in.")
     provider: Literal["kubernetes-spares", "aws-asg"] = Field(
         "kubernetes-spares", description="Who owns the nodes and refills spares."
     )
-    aws: AwsNodeGroup | None = None
+    aws: AwsNodeGroup | None = Field(None, description="provider aws-asg: the Auto Scaling group.")
     member_selector: Labels = Field(
         default_factory=dict,
         description="kubernetes-spares: labels that make a node a member of this pool, all under "
         "node-restriction.kubernetes.io/ (set by the platform, never by a kubelet); default: the pool label itself "
         "(node-restriction.kubernetes.io/gpufleet-pool).",
     )
-    lending: LendingSpec | None = Field(None, description="Lend idle GPUs to preemptible workloads (issue 13).")
-    repair: PoolRepair = Field(default_factory=PoolRepair, description="How its broken nodes are repaired (issue 25).")
+    lending: LendingSpec | None = Field(None, description="Lend idle GPUs to preemptible workloads.")
+    repair: PoolRepair = Field(default_factory=PoolRepair, description="How its broken nodes are repaired.")
+    active_checks: ActiveChecks | None = Field(None, description=(
+        "Run the health check again, at a period, on nodes Slurm has idle and on spares (fleetspec/active_checks.py)."))
+    telemetry: PoolTelemetry = Field(default_factory=PoolTelemetry,
+                                     description="How its running jobs' hangs and stragglers are judged.")
 
     @model_validator(mode="after")
     def _provider_settings(self) -> "NodePool":
@@ -282,19 +289,19 @@ class NodePool(Strict):
 # --- shared storage ------------------------------------------------------------------------
 
 class NfsServer(Strict):
-    server: str = Field(min_length=1)
-    path: str = Field(pattern=r"^/")
+    server: str = Field(min_length=1, description="The NFS server's address.")
+    path: str = Field(pattern=r"^/", description="The exported path.")
 
 
 class StorageSpec(Strict):
     """Shared storage mounted in every Slurm pod: checkpoints live here."""
 
-    name: K8sName
-    size: Quantity
-    access_mode: Literal["ReadWriteMany", "ReadOnlyMany", "ReadWriteOnce"] = "ReadWriteMany"
-    mount_path: str = Field("/checkpoints", pattern=r"^/")
-    storage_class: str | None = None
-    nfs: NfsServer | None = None
+    name: K8sName = Field(description="The claim's name.")
+    size: Quantity = Field(description="The claim's size (a Kubernetes quantity).")
+    access_mode: Literal["ReadWriteMany", "ReadOnlyMany", "ReadWriteOnce"] = Field("ReadWriteMany", description="The claim's access mode.")
+    mount_path: str = Field("/checkpoints", pattern=r"^/", description="Where Slurm's pods mount it.")
+    storage_class: str | None = Field(None, description="StorageClass of the claim; default: the cluster's default class.")
+    nfs: NfsServer | None = Field(None, description="An NFS export to mount instead of a StorageClass's volume.")
     host_path: str | None = Field(None, pattern=r"^/", description="Local environment only: a folder on this machine.")
 
     @model_validator(mode="after")
@@ -337,7 +344,7 @@ class OperatorSpec(Strict):
     chart_version: str = Field(
         SLINKY_RELEASE, description=f"The slurm-operator release: {SLINKY_RELEASE}, the one gpufleet's Slinky schema, "
         "its stand-in and its tests follow (an upgrade changes it and components/slinky_schema.py together).")
-    repository: str = "oci://ghcr.io/slinkyproject/charts"
+    repository: str = Field("oci://ghcr.io/slinkyproject/charts", description="Where the operator's charts are pulled from (mode helm).")
     cert_manager: bool = Field(
         True, description="The cluster runs cert-manager (the operator's webhook certificate comes from it); "
         "false sets the chart's certManager.enabled=false.")
@@ -394,10 +401,10 @@ SlurmConfLine = Annotated[str, AfterValidator(_slurm_conf_line)]
 
 
 class Partition(Strict):
-    name: K8sName
-    pools: list[K8sName] = Field(min_length=1)
-    default: bool = False
-    max_time: str | None = Field(None, pattern=r"^(UNLIMITED|\d+(-\d{1,2})?(:\d{2}){0,2})$")
+    name: K8sName = Field(description="The Slurm partition's name.")
+    pools: list[K8sName] = Field(min_length=1, description="The pools whose nodes it holds.")
+    default: bool = Field(False, description="Slurm's default partition.")
+    max_time: str | None = Field(None, pattern=r"^(UNLIMITED|\d+(-\d{1,2})?(:\d{2}){0,2})$", description="Slurm's MaxTime: UNLIMITED, minutes, or days-hours:minutes:seconds.")
 
 
 # How each load-balancer controller reads a Service's scheme: the AWS Load Balancer Controller reads
@@ -418,8 +425,8 @@ def scheme_annotations(scheme: str, load_balancer_class: str | None) -> dict[str
 
 
 class LoginSpec(Strict):
-    replicas: int = Field(1, ge=0, le=16)
-    ssh_authorized_keys: list[str] = Field(default_factory=list)
+    replicas: int = Field(1, ge=0, le=16, description="Login nodes (Slinky's LoginSet).")
+    ssh_authorized_keys: list[str] = Field(default_factory=list, description="SSH public keys allowed on the login nodes.")
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         "ClusterIP", description="Type of the login nodes' SSH Service.")
     service_annotations: dict[str, str] = Field(
@@ -466,23 +473,23 @@ class LoginSpec(Strict):
 class ExternalDatabase(Strict):
     """An existing MySQL/MariaDB that slurmdbd writes accounting to."""
 
-    kind: Literal["external"]
-    host: str = Field(min_length=1)
-    port: int = Field(3306, ge=1, le=65535)
-    database: str = Field("slurm_acct_db", min_length=1)
-    user: str = Field("slurm", min_length=1)
+    kind: Literal["external"] = Field(description="A database the platform runs.")
+    host: str = Field(min_length=1, description="Its host name or address.")
+    port: int = Field(3306, ge=1, le=65535, description="Its port.")
+    database: str = Field("slurm_acct_db", min_length=1, description="The database slurmdbd uses.")
+    user: str = Field("slurm", min_length=1, description="The user slurmdbd connects as (its password: the secret slurmDbPassword).")
     password_secret: str = Field("slurmDbPassword", min_length=1, description="Pulumi secret config key with its password.")
 
 
 class MariaDbDatabase(Strict):
     """A single MariaDB the stack deploys in the Slurm namespace for slurmdbd."""
 
-    kind: Literal["mariadb"]
-    image: Image = "docker.io/library/mariadb:11.4"
-    size: Quantity = "50Gi"
-    storage_class: str | None = None
-    database: str = Field("slurm_acct_db", min_length=1)
-    user: str = Field("slurm", min_length=1)
+    kind: Literal["mariadb"] = Field(description="A MariaDB the stack deploys beside slurmdbd.")
+    image: Image = Field("docker.io/library/mariadb:11.4", description="The MariaDB image.")
+    size: Quantity = Field("50Gi", description="Size of its claim.")
+    storage_class: str | None = Field(None, description="StorageClass of its claim; default: the cluster's default class.")
+    database: str = Field("slurm_acct_db", min_length=1, description="The database slurmdbd uses.")
+    user: str = Field("slurm", min_length=1, description="The user slurmdbd connects as (its password: the secret slurmDbPassword).")
     password_secret: str = Field("slurmDbPassword", min_length=1, description="Pulumi secret config key with its password.")
 
     @property
@@ -501,8 +508,9 @@ class AccountingSpec(Strict):
     """Slurm accounting (slurmdbd). On by default: the reconciler's Slurm user has its AdminLevel there
     (slurm.reconciler_user); the default database is a MariaDB the stack deploys beside slurmdbd."""
 
-    enabled: bool = True
-    database: Database | None = Field(default_factory=lambda: MariaDbDatabase(kind="mariadb"))
+    enabled: bool = Field(True, description="Run slurmdbd.")
+    database: Database | None = Field(default_factory=lambda: MariaDbDatabase(kind="mariadb"),
+                                      description="slurmdbd's database: `kind: external` or `kind: mariadb` (the default).")
 
     @model_validator(mode="after")
     def _database(self) -> "AccountingSpec":
@@ -538,11 +546,11 @@ RECONCILER_ADMIN_LEVEL = "Administrator"
 
 
 class SlurmSpec(Strict):
-    namespace: K8sName = "slurm"
+    namespace: K8sName = Field("slurm", description="The namespace of Slurm's pods, the operator's resources and the Slurm Token.")
     cluster_name: K8sName = Field("gpufleet", max_length=CLUSTER_NAME_MAX,
                                   description=f"Slurm's ClusterName (at most {CLUSTER_NAME_MAX} characters: the "
                                   "operator's webhook refuses more).")
-    operator: OperatorSpec = Field(default_factory=OperatorSpec)
+    operator: OperatorSpec = Field(default_factory=OperatorSpec, description="SchedMD's slurm-operator: how it is installed.")
     image_tag: str = Field(SLURM_IMAGE_TAG, min_length=1,
                            description=f"Tag of SchedMD's Slurm images: Slurm {SLURM_VERSION}, as the pinned operator "
                            "release ships it (the reconciler speaks its REST API, " + SLURM_REST_VERSION + ").")
@@ -564,15 +572,15 @@ class SlurmSpec(Strict):
     extra_conf: list[SlurmConfLine] = Field(
         default_factory=list, description="More slurm.conf lines (`Key=Value`), appended to the Controller's "
         "extraConf in every environment that declares them.")
-    image_registry: str = "ghcr.io/slinkyproject"
+    image_registry: str = Field("ghcr.io/slinkyproject", description="Registry of SchedMD's Slurm images.")
     image_digests: dict[Literal[SLURM_IMAGES], Digest] = Field(
         default_factory=dict,
         description="Digest of each Slurm image at image_tag (the release records them: a tag can be moved); "
                     "an image with a digest is pulled as registry/name:tag@digest.")
-    partitions: list[Partition] = Field(min_length=1)
-    login: LoginSpec = Field(default_factory=LoginSpec)
+    partitions: list[Partition] = Field(min_length=1, description="Slurm's partitions, each over pools.")
+    login: LoginSpec = Field(default_factory=LoginSpec, description="The login nodes and their SSH Service.")
     accounting: AccountingSpec = Field(default_factory=AccountingSpec)
-    restapi: bool = True
+    restapi: bool = Field(True, description="Run slurmrestd (the reconciler's way to Slurm).")
     reconciler_user: str = Field(
         "gpufleet", min_length=1, pattern=r"^[a-z_][a-z0-9_-]*$",
         description="Slurm user of the reconciler's token: a dedicated user the stack declares in accounting with "
@@ -600,8 +608,8 @@ class SlurmSpec(Strict):
 class JobOwners(Strict):
     """Whose jobs a webhook tells: the Slurm users and accounts (`*`: everyone's)."""
 
-    users: list[str] = Field(default_factory=list)
-    accounts: list[str] = Field(default_factory=list)
+    users: list[str] = Field(default_factory=list, description="Slurm users whose jobs it tells of (`*`: all).")
+    accounts: list[str] = Field(default_factory=list, description="Slurm accounts whose jobs it tells of (`*`: all).")
     max_per_job_per_hour: int = Field(6, ge=1, le=100, description="Messages about one job at most, per hour.")
 
     @model_validator(mode="after")
@@ -612,8 +620,8 @@ class JobOwners(Strict):
 
 
 class WebhookTarget(Strict):
-    type: Literal["webhook"]
-    name: K8sName
+    type: Literal["webhook"] = Field(description="An HTTPS webhook.")
+    name: K8sName = Field(description="The target's name, in logs and metrics.")
     url_secret: str = Field(min_length=1, description="Pulumi secret config key with the URL (it carries a token).")
     job_owners: JobOwners | None = Field(
         None, description="A route to the owners of these users' or accounts' jobs: it gets a message when gpufleet "
@@ -622,10 +630,10 @@ class WebhookTarget(Strict):
 
 
 class SnsTarget(Strict):
-    type: Literal["sns"]
-    name: K8sName
-    topic_arn: str = Field(pattern=r"^arn:aws[a-z-]*:sns:")
-    region: str = "us-east-1"
+    type: Literal["sns"] = Field(description="An AWS SNS topic.")
+    name: K8sName = Field(description="The target's name, in logs and metrics.")
+    topic_arn: str = Field(pattern=r"^arn:aws[a-z-]*:sns:", description="The topic's ARN.")
+    region: str = Field("us-east-1", description="The topic's AWS region.")
 
 
 NotificationTarget = Annotated[WebhookTarget | SnsTarget, Field(discriminator="type")]
@@ -646,9 +654,9 @@ class ReconcilerDeployment(Strict):
         None, description="The extended resource a device plugin on the GPU nodes advertises for /dev/kmsg (e.g. "
                           "squat.ai/kmsg): the agent then runs unprivileged with CAP_SYSLOG only. Without one it runs "
                           "privileged: a container's device cgroup admits /dev/kmsg only then.")
-    image: Image = "ghcr.io/gpufleet/reconciler:0.1.0"
-    replicas: int = Field(2, ge=1, le=5)
-    agent_image: Image = "ghcr.io/gpufleet/agent:0.1.0"
+    image: Image = Field("ghcr.io/gpufleet/reconciler:0.1.0", description="The reconciler's image (by digest in prod: the release records it).")
+    replicas: int = Field(2, ge=1, le=5, description="Reconciler pods; one leads through a Lease.")
+    agent_image: Image = Field("ghcr.io/gpufleet/agent:0.1.0", description="The node agent's image (by digest in prod).")
     workers: int = Field(16, ge=1, le=256, description="Nodes reconciled in parallel (each node by one worker at a time).")
     iam_role_arn: str | None = Field(
         None, pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+",
@@ -683,7 +691,7 @@ class RepeatRule(Strict):
 
     xids: list[int] = Field(default_factory=lambda: [13, 31], description="Codes counted per GPU.")
     count: int = Field(2, ge=2, le=1000, description="Occurrences on one GPU within the window that may be hardware.")
-    window_seconds: int = Field(86400, ge=1, le=7 * 86400)
+    window_seconds: int = Field(86400, ge=1, le=7 * 86400, description="The window the occurrences are counted in.")
     action: FaultAction = Field(FaultAction.DIAGNOSE, description="What such a GPU needs: diagnose (diagnostics "
                                 "asked, the node stays in service), or any other action (final, as an override).")
     diagnose_wait_seconds: int = Field(
@@ -697,8 +705,8 @@ class FaultsSpec(Strict):
     """How GPU faults are classified: NVIDIA's catalogue (fleetspec/faults/catalogue.py), NVIDIA's rules,
     and these overrides. The reconciler and the node agent read the same effective catalogue."""
 
-    actions: FaultActions = Field(default_factory=FaultActions)
-    repeats: RepeatRule = Field(default_factory=RepeatRule)
+    actions: FaultActions = Field(default_factory=FaultActions, description="Overrides: an action per code.")
+    repeats: RepeatRule = Field(default_factory=RepeatRule, description="Application errors repeated on one GPU.")
 
 
 class ConditionSource(Strict):
@@ -709,7 +717,7 @@ class ConditionSource(Strict):
     type: LabelKey = Field(description="The condition type, e.g. SysLogsXIDError or AcceleratedHardwareReady.")
     fault_status: Literal["True", "False"] = Field(
         "True", description="The status that means a fault: True for NVSentinel and NPD, False for *Ready types.")
-    read: Literal["pattern", "kernel-log"] = "pattern"
+    read: Literal["pattern", "kernel-log"] = Field("pattern", description="`pattern`: the code from the reason or message patterns; `kernel-log`: the driver's lines in the message.")
     reason_pattern: str | None = Field(None, description="Regex on the reason; groups `code`, `pci`.")
     message_pattern: str | None = Field(None, description="Regex on the message (its first 1024 characters).")
     kind: Kind = Field(Kind.XID, description="What the codes read are: xid or sxid.")
@@ -746,18 +754,18 @@ class ConditionSource(Strict):
 
 
 class HealingSpec(Strict):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Heal faulted nodes; off: nothing is done.")
     dry_run: bool = Field(False, description="Decide and record, but change nothing.")
     condition_types: list[LabelKey] = Field(
         default_factory=lambda: [labels.GPU_CONDITION], min_length=1,
         description="Conditions in gpufleet's own format; the node agent writes the first.")
     condition_sources: list[ConditionSource] = Field(
         default_factory=list, description="Conditions other detectors set, and how their faults are read.")
-    faults: FaultsSpec = Field(default_factory=FaultsSpec)
+    faults: FaultsSpec = Field(default_factory=FaultsSpec, description="What each GPU fault needs, over NVIDIA's catalogue.")
     occurrences: int = Field(1, ge=1, description="Signals of a critical XID within the window before acting.")
-    occurrence_window_seconds: int = Field(600, ge=1)
+    occurrence_window_seconds: int = Field(600, ge=1, description="The window `occurrences` are counted in.")
     grace_period_seconds: int = Field(120, ge=0, le=3600, description="SIGTERM to kill, for the job to checkpoint.")
-    drain_timeout_seconds: int = Field(300, ge=10, le=7200)
+    drain_timeout_seconds: int = Field(300, ge=10, le=7200, description="How long the eviction of a faulted node's pods may take before its NodeSet pods are deleted.")
     max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
     max_unhealthy_fraction: float = Field(
         0.2, gt=0, le=1, description="Above this fraction of a pool's declared nodes (its spares not counted) out "
@@ -772,7 +780,7 @@ class HealingSpec(Strict):
                     "the brake weighs a burst of faults as a whole (containment never waits).",
     )
     max_attempts_per_node: int = Field(2, ge=1, description="Remediations of one node within the window before it is quarantined for a human.")
-    attempts_window_seconds: int = Field(86400, ge=60)
+    attempts_window_seconds: int = Field(86400, ge=60, description="The window `max_attempts_per_node` is counted in.")
     refill_timeout_seconds: int = Field(
         1800, ge=10, le=86400,
         description="A capacity request (kubernetes-spares) nobody answers within this long is a failed refill: "
@@ -784,16 +792,18 @@ class HealingSpec(Strict):
         900, ge=10, le=86400,
         description="How long one step may keep failing on temporary errors (Slurm or API server down) before Failed.",
     )
-    opt_out_label: LabelKey = labels.DEFAULT_OPT_OUT
-    notifications: list[NotificationTarget] = Field(default_factory=list)
+    opt_out_label: LabelKey = Field(labels.DEFAULT_OPT_OUT, description="A node or pod carrying it (any value but false) is not replaced nor repaired: a person decides.")
+    notifications: list[NotificationTarget] = Field(default_factory=list, description="Where pages go (webhooks, SNS), and job owners' routes.")
     prometheus_rule: bool = Field(
         False, description="The cluster runs the Prometheus operator: ship gpufleet's alert rules as a PrometheusRule "
         "(a page that could not be delivered, the storm brake, failed remediations).")
     grafana_dashboard: bool = Field(
         False, description="The cluster runs Grafana with its dashboard sidecar (kube-prometheus-stack): ship "
         "gpufleet's fleet-health dashboard as a ConfigMap labelled grafana_dashboard=1.")
-    reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment)
-    repair: RepairSpec = Field(default_factory=RepairSpec, description="The repair loop after a heal (issue 25).")
+    reconciler: ReconcilerDeployment = Field(default_factory=ReconcilerDeployment, description="The reconciler's and the node agent's deployment.")
+    repair: RepairSpec = Field(default_factory=RepairSpec, description="The repair loop after a heal.")
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec,
+                                     description="GPU telemetry (dcgm-exporter): degraded GPUs, hangs, stragglers.")
 
     def health_check_image(self) -> str:
         """The image of the health-check Jobs (reconciler/adapters/health_checks.py): the check's own, else the
@@ -827,10 +837,10 @@ class HealingSpec(Strict):
 # --- the system pool -----------------------------------------------------------------------
 
 class Toleration(Strict):
-    key: LabelKey
-    operator: Literal["Equal", "Exists"] = "Exists"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    key: LabelKey = Field(description="The taint's key tolerated.")
+    operator: Literal["Equal", "Exists"] = Field("Exists", description="Equal: the value must match; Exists: any value.")
+    value: str | None = Field(None, description="The value, with operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description="The effect tolerated; none: all.")
 
 
 class SystemPool(Strict):
@@ -839,7 +849,7 @@ class SystemPool(Strict):
     node_selector: Labels = Field(default_factory=lambda: {labels.SYSTEM_NODE: "true"}, min_length=1,
                                   description="Labels under node-restriction.kubernetes.io/ the platform sets on its "
                                   "system nodes.")
-    tolerations: list[Toleration] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list, description="Taints of the system nodes the reconciler and the operator tolerate.")
 
     @model_validator(mode="after")
     def _trusted(self) -> "SystemPool":
@@ -860,7 +870,8 @@ class NetworkSpec(Strict):
         default_factory=lambda: ["0.0.0.0/0"], min_length=1,
         description="Where the API server's endpoints are (a NetworkPolicy cannot name a Service outside the "
                     "pod network); narrow it to the control plane's addresses where they are known.")
-    api_server_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [443, 6443], min_length=1)
+    api_server_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=lambda: [443, 6443], min_length=1, description="The API server's ports.")
     https_egress_cidrs: list[Cidr] = Field(
         default_factory=lambda: ["0.0.0.0/0"],
         description="Where the reconciler may open HTTPS (port 443): webhooks, SNS, Auto Scaling. Empty: nowhere.")
@@ -871,14 +882,14 @@ class NetworkSpec(Strict):
 class FleetSpec(Strict):
     """One environment's training cluster."""
 
-    environment: K8sName
-    cluster: ClusterSpec
-    pools: list[NodePool] = Field(min_length=1)
-    storage: list[StorageSpec] = Field(default_factory=list)
-    slurm: SlurmSpec
-    healing: HealingSpec = Field(default_factory=HealingSpec)
-    system_pool: SystemPool = Field(default_factory=SystemPool)
-    network: NetworkSpec = Field(default_factory=NetworkSpec)
+    environment: K8sName = Field(description="The environment's name (local, staging, prod, ...).")
+    cluster: ClusterSpec = Field(description="How to reach the Kubernetes cluster.")
+    pools: list[NodePool] = Field(min_length=1, description="The GPU node pools, each with its active nodes and spares.")
+    storage: list[StorageSpec] = Field(default_factory=list, description="Shared storage mounted in every Slurm pod (checkpoints).")
+    slurm: SlurmSpec = Field(description="Slurm through Slinky: the operator, images, partitions, accounting.")
+    healing: HealingSpec = Field(default_factory=HealingSpec, description="How faults are detected, healed, repaired and paged.")
+    system_pool: SystemPool = Field(default_factory=SystemPool, description="Where the reconciler and the operator run.")
+    network: NetworkSpec = Field(default_factory=NetworkSpec, description="What the NetworkPolicies let through.")
 
     @model_validator(mode="after")
     def _references(self) -> "FleetSpec":
@@ -928,6 +939,11 @@ class FleetSpec(Strict):
             raise FieldError("healing.reconciler.agent_namespace",
                              f"{dep.agent_namespace!r} is also the reconciler's or Slurm's namespace: the node agent needs "
                              f"one of its own (Pod Security level privileged), so theirs can stay restricted")
+        for i, p in enumerate(self.pools):
+            if p.active_checks is not None and (e := active_check_errors(
+                    p.active_checks, pool_size=p.nodes + p.spares, repair_enabled=self.healing.repair.enabled,
+                    check_timeout_seconds=self.healing.repair.health_check.timeout_seconds)):
+                raise FieldError(f"pools[{i}].active_checks" + (f".{e[0]}" if e[0] else ""), e[1])
         check = self.healing.repair.health_check
         if self.cluster.kind != "local" and not check.command:
             if check.allow_skip:

@@ -113,13 +113,13 @@ class HealthCheckSpec(Strict):
 class RepairSpec(Strict):
     """The repair loop, fleet-wide: a node out of service is repaired, proven healthy, and returned (or retired)."""
 
-    enabled: bool = Field(True, description="Off: a healed node stays quarantined for a person, as before issue 25.")
-    health_check: HealthCheckSpec = Field(default_factory=HealthCheckSpec)
+    enabled: bool = Field(True, description="Off: a healed node stays quarantined for a person.")
+    health_check: HealthCheckSpec = Field(default_factory=HealthCheckSpec, description="The check a node passes before it serves.")
     min_healthy_seconds: int = Field(
         3600, ge=0, le=30 * 86400, description="A repaired node that faults within this long of serving again "
         "counts against the node: its repair did not hold, and the next starts a rung higher.")
     retire_after_faults: int = Field(3, ge=1, le=100, description="Faults of one node within the window that retire it.")
-    retire_window_seconds: int = Field(7 * 86400, ge=3600, le=365 * 86400)
+    retire_window_seconds: int = Field(7 * 86400, ge=3600, le=365 * 86400, description="The window `retire_after_faults` is counted in.")
     max_concurrent: int = Field(
         16, ge=1, le=10000, description="Repairs under way at once across the fleet (each pool's own cap too): a bad "
         "driver or agent cannot reboot the whole fleet at once; a repair over the cap waits its turn.")

@@ -20,10 +20,10 @@ from typing import Optional, Protocol
 
 import typer
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
 from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec
-from fleetspec import ledger as L
+from gpufleet.fleetspec import ledger as L
 
 REFRESH_SECONDS = 2.0
 
@@ -90,12 +90,12 @@ def _node_gpus(node: dict, default: int) -> int:
 
 def count_nodes(spec: FleetSpec, nodes: list[dict]) -> dict[str, PoolRow]:
     """Per pool of the spec, what the Nodes alone show, counted as the reconciler counts them
-    (`reconciler.core.lending.capacity`); busy and idle need Slurm, so they stay unknown."""
+    (`gpufleet.reconciler.core.lending.capacity`); busy and idle need Slurm, so they stay unknown."""
     from dataclasses import replace
 
-    from reconciler.core.lending import PoolFacts, capacity
-    from reconciler.core.faults import FaultReader
-    from reconciler.core.observe import node_view
+    from gpufleet.reconciler.core.lending import PoolFacts, capacity
+    from gpufleet.reconciler.core.faults import FaultReader
+    from gpufleet.reconciler.core.observe import node_view
 
     faults = FaultReader.from_spec(spec.healing)
     views: dict[str, list] = {p.name: [] for p in spec.pools}
@@ -204,12 +204,12 @@ class KubeSource:
     """The Nodes and the ledger, read through the Kubernetes API; any failure is `Unreachable`."""
 
     def __init__(self, api, namespace: str, where: str):
-        from reconciler.adapters.kube import Kube
+        from gpufleet.reconciler.adapters.kube import Kube
 
         self.kube, self.namespace, self.where = Kube(api), namespace, where
 
     def nodes(self) -> list[dict]:
-        from reconciler.errors import PermanentError, TemporaryError
+        from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
         try:
             return self.kube.list_nodes()[0]
@@ -236,7 +236,7 @@ def _source(spec: FleetSpec, kubeconfig: Optional[Path]) -> ClusterSource:
     """The stack's cluster: --kubeconfig, else the running local environment's (a local cluster), else the
     spec's kubeconfig and context."""
     from gpufleet import local_cluster
-    from reconciler.app import api_client
+    from gpufleet.reconciler.app import api_client
 
     context = None
     if kubeconfig is None:

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec, refuse_jwt_key
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 from gpufleet import local_cluster
 from gpufleet.stop_signal import set_on_signals
 
@@ -23,7 +23,7 @@ def default_kubeconfig(stack: Optional[str]) -> Path | None:
 
 
 def _api(kubeconfig: Optional[Path], stack: Optional[str] = None):
-    from reconciler.app import api_client
+    from gpufleet.reconciler.app import api_client
 
     path = kubeconfig or default_kubeconfig(stack)
     if path is not None and not Path(path).exists():
@@ -62,8 +62,8 @@ def reconcile(
     json_logs: bool = typer.Option(True, "--json-logs/--text-logs", help="Structured JSON logs."),
 ) -> None:
     """Run the self-healing controller: detect GPU faults, drain, requeue, replace from spares."""
-    from reconciler import logs
-    from reconciler.app import build, load_policy, slurm_client
+    from gpufleet.reconciler import logs
+    from gpufleet.reconciler.app import build, load_policy, slurm_client
 
     logs.setup(json_logs=json_logs)
     spec = load_policy(policy) if policy else load_spec(stack, None)
@@ -125,12 +125,12 @@ def agent(
     import logging
     import threading
 
-    from fleetspec import SpecError
-    from fleetspec.faults.policy import FaultPolicy
-    from reconciler import logs
-    from reconciler.agent.daemon import Agent, AgentFailed, KernelLog
-    from reconciler.adapters.kube import Kube
-    from reconciler.app import load_policy
+    from gpufleet.fleetspec import SpecError
+    from gpufleet.fleetspec.faults.policy import FaultPolicy
+    from gpufleet.reconciler import logs
+    from gpufleet.reconciler.agent.daemon import Agent, AgentFailed, KernelLog
+    from gpufleet.reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.app import load_policy
 
     logs.setup()
     faults = FaultPolicy()
@@ -152,9 +152,9 @@ def agent(
     set_on_signals(stop)  # SIGTERM sets it, never from inside the handler (a lock there can deadlock)
     kube = Kube(_api(kubeconfig), manager=labels.MANAGER_AGENT)
     ag = Agent(kube, node, kernel_log, condition=condition or "GpuHealthy", policy=faults,
-               stop=stop, max_backoff=max_backoff)
+               stop=stop, max_backoff=max_backoff, gpus=_gpu_indexes())
     if repairs:
-        from reconciler.agent.repairs import Repairs
+        from gpufleet.reconciler.agent.repairs import Repairs
 
         threading.Thread(target=Repairs(kube, node).loop, args=(stop,), name="agent-repairs", daemon=True).start()
     try:
@@ -164,6 +164,22 @@ def agent(
         raise typer.Exit(EXIT_FAILED)
     except KeyboardInterrupt:
         stop.set()
+
+
+def _gpu_indexes() -> dict[str, int]:
+    """The node's GPUs by PCI address -> index, from the host's nvidia-smi (as the agent's other host tools run:
+    reconciler/agent/gpu_clients.py HOST); {} where there is none (the condition then names the PCI address)."""
+    import subprocess
+
+    from gpufleet.reconciler.agent.gpu_clients import HOST
+    from gpufleet.reconciler.agent.sightings import gpu_indexes
+
+    try:
+        r = subprocess.run(HOST + ["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return gpu_indexes(r.stdout) if r.returncode == 0 else {}
 
 
 @app.command("inject-fault")
@@ -182,11 +198,11 @@ def inject_fault(
     stack: Optional[str] = typer.Option(None, "--stack", "-s"),
 ) -> None:
     """Set the GPU fault condition on NODE, exactly as the node agent would (for demos and drills)."""
-    from fleetspec.faults import FaultAction, Kind, describe
-    from fleetspec.faults.condition import FaultSignal, format_message, reason_for
-    from fleetspec.faults.policy import FaultPolicy
-    from reconciler.errors import PermanentError, TemporaryError
-    from reconciler.adapters.kube import Kube
+    from gpufleet.fleetspec.faults import FaultAction, Kind, describe
+    from gpufleet.fleetspec.faults.condition import FaultSignal, format_message, reason_for
+    from gpufleet.fleetspec.faults.policy import FaultPolicy
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.reconciler.adapters.kube import Kube
 
     try:
         need = FaultAction(action) if action else None
@@ -226,7 +242,7 @@ def mark_healthy(
     stack: Optional[str] = typer.Option(None, "--stack", "-s"),
 ) -> None:
     """Remediation that NODE passed its GPU health check; the reconciler then returns it to the spares."""
-    from reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.adapters.kube import Kube
 
     Kube(_api(kubeconfig, stack), manager=labels.MANAGER_INJECT_FAULT).set_condition(
         node, condition, "True", "HealthCheckPassed", "GPU health check passed")
@@ -266,8 +282,8 @@ def remediations(
     from rich.live import Live
     from rich.table import Table
 
-    from reconciler.errors import PermanentError, TemporaryError
-    from reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
     store = KubeRemediationStore(_api(kubeconfig, stack))
 

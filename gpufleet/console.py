@@ -10,8 +10,8 @@ from typing import NoReturn, Optional
 
 import typer
 
-from fleetspec import SpecError, load_document, load_stack_file, stack_file
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import SpecError, load_document, load_stack_file, stack_file
+from gpufleet.fleetspec.models import FleetSpec
 
 app = typer.Typer(
     help="gpufleet: self-healing GPU training clusters declared as code.",

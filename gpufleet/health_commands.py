@@ -9,7 +9,7 @@ import typer
 
 from gpufleet.console import EXIT_FAILED, app
 
-from fleetspec.health_report import EXPECTED_GPUS  # set by the Job (reconciler/adapters/health_checks.py)
+from gpufleet.fleetspec.health_report import EXPECTED_GPUS  # set by the Job (reconciler/adapters/health_checks.py)
 
 
 @app.command("health-check")
@@ -26,7 +26,7 @@ def health_check(
 ) -> None:
     """Check this node's GPUs (nvidia-smi's ECC, row-remap and GPU count, NVLink, DCGM, an all-reduce held to the
     model's bandwidth floor, PCIe links); exit 0 when every check passed."""
-    from reconciler.healthcheck.run import run_checks, write
+    from gpufleet.reconciler.healthcheck.run import run_checks, write
 
     expected = gpus if gpus is not None else (int(os.environ[EXPECTED_GPUS]) if os.environ.get(EXPECTED_GPUS) else None)
     report = run_checks(dcgm_level, all_reduce, expected, allow_skip=frozenset(allow_skip))

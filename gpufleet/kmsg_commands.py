@@ -41,7 +41,7 @@ def bounded_lines(stream: BinaryIO, most: int) -> Iterator[str]:
 def kmsg_records(path: Path) -> Iterator[str]:
     """/dev/kmsg as it is now, oldest record first, then stop (a blocking read would wait forever):
     the agent's own reader, one record per read."""
-    from reconciler.agent.daemon import KernelLog
+    from gpufleet.reconciler.agent.daemon import KernelLog
 
     log = KernelLog(path, from_start=True)
     try:
@@ -77,14 +77,14 @@ def classify_kmsg(
     wrote, or the driver's words inside another message, are counted on standard error, not explained.
     Exit 0: read; 2: the input (or the policy) cannot be read.
     """
-    from fleetspec import SpecError
-    from fleetspec.faults import Kind
-    from fleetspec.faults.catalogue import XIDS
-    from fleetspec.faults.policy import FaultPolicy
-    from fleetspec.faults.classify import Classifier
-    from fleetspec.faults.driver import GpuEvent, Unreadable, Untrusted
-    from reconciler.agent.kmsg import MAX_LINE, KernelLogParser
-    from reconciler.app import load_policy
+    from gpufleet.fleetspec import SpecError
+    from gpufleet.fleetspec.faults import Kind
+    from gpufleet.fleetspec.faults.catalogue import XIDS
+    from gpufleet.fleetspec.faults.policy import FaultPolicy
+    from gpufleet.fleetspec.faults.classify import Classifier
+    from gpufleet.fleetspec.faults.driver import GpuEvent, Unreadable, Untrusted
+    from gpufleet.reconciler.agent.kmsg import MAX_LINE, KernelLogParser
+    from gpufleet.reconciler.app import load_policy
 
     faults = FaultPolicy()
     if policy is not None:

@@ -17,7 +17,7 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 STATE_ENV = "GPUFLEET_LOCAL_STATE"
-LOCAL_PASSPHRASE = "gpufleet-local"  # the local stack's secrets passphrase (README); PULUMI_CONFIG_PASSPHRASE overrides
+LOCAL_PASSPHRASE = "gpufleet-local"  # the local stack's secrets passphrase (docs/local.md); PULUMI_CONFIG_PASSPHRASE overrides
 
 
 class LocalClusterError(RuntimeError):

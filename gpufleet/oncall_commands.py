@@ -45,12 +45,12 @@ def _person(by: Optional[str]) -> str:
 
 def _ask(action: str, node: str, reason: str, by: Optional[str], wait: bool, timeout: float, as_json: bool,
          kubeconfig: Optional[Path], stack: Optional[str]) -> None:
-    from fleetspec import labels
-    from fleetspec.oncall import PersonRequest
+    from gpufleet.fleetspec import labels
+    from gpufleet.fleetspec.oncall import PersonRequest
     from gpufleet.commands import _api
     from gpufleet.waiting import wait_for
-    from reconciler.adapters.records import KubeRemediationStore
-    from reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
     store = KubeRemediationStore(_api(kubeconfig, stack))
     try:
@@ -136,11 +136,11 @@ def retire(node: str = typer.Argument(..., help="A node gpufleet holds."),
 
 def _hold(node: str, on: bool, reason: str, by: Optional[str], as_json: bool, kubeconfig: Optional[Path],
           stack: Optional[str]) -> None:
-    from fleetspec import labels
+    from gpufleet.fleetspec import labels
     from gpufleet.commands import _api
     from gpufleet.console import load_spec
-    from reconciler.adapters.kube import Kube
-    from reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
     key = load_spec(stack, None).healing.opt_out_label
     kube = Kube(_api(kubeconfig, stack))

@@ -30,8 +30,8 @@ from typing import Any, Mapping, Optional
 
 import typer
 
-from fleetspec import labels
-from fleetspec.models import SLINKY_RELEASE, FleetSpec, MariaDbDatabase
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import SLINKY_RELEASE, FleetSpec, MariaDbDatabase
 from gpufleet.console import EXIT_FAILED, _err, app, load_spec
 
 GPU = "nvidia.com/gpu"
@@ -208,7 +208,7 @@ def gather(api) -> ClusterFacts:
 
 
 def run_preflight(spec: FleetSpec, kubeconfig: Path, context: str | None) -> list[Finding]:
-    from reconciler.app import api_client
+    from gpufleet.reconciler.app import api_client
 
     return evaluate(spec, gather(api_client(str(kubeconfig), context)))
 

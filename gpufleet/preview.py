@@ -536,7 +536,7 @@ def preview(
 ) -> None:
     """Preview a stack with the policy pack; print changes by kind and every policy violation.
     Exit 1 when a mandatory policy fails or the preview fails."""
-    from fleetspec import SpecError, load_stack_file, stack_file
+    from gpufleet.fleetspec import SpecError, load_stack_file, stack_file
 
     from gpufleet.stack import PulumiError, Stack
 
@@ -714,7 +714,7 @@ def render(
     enforced. No secret value is written: the Secrets that would hold one are left out and named in
     SECRETS-REQUIRED.md (your secret manager provides them); a placeholder found in any other manifest
     refuses the render (exit 1)."""
-    from fleetspec import SpecError, load_stack_file, stack_file
+    from gpufleet.fleetspec import SpecError, load_stack_file, stack_file
 
     from gpufleet.stack import PulumiError
 
@@ -762,7 +762,7 @@ def render(
     if chart_left_out:
         import yaml
 
-        from components.slinky import operator_values
+        from gpufleet.components.slinky import operator_values
 
         op = sf.fleet.slurm.operator
         values = out / "slurm-operator-values.yaml"

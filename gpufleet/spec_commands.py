@@ -1,4 +1,4 @@
-"""`gpufleet validate` and `gpufleet spec-schema`: the fleet spec from the command line."""
+"""`gpufleet validate`, `gpufleet spec-schema` and `gpufleet spec-reference`: the fleet spec from the command line."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from fleetspec import SpecError, load_document, load_stack_file, stack_file
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import SpecError, load_document, load_stack_file, stack_file
+from gpufleet.fleetspec.models import FleetSpec
 
 from gpufleet.console import EXIT_INVALID, _err, app
 
@@ -62,3 +62,12 @@ def _is_stack_file(path: Path) -> bool:
 def spec_schema() -> None:
     """Print the JSON schema of the fleet spec (the value of `gpufleet:fleet`), for editors."""
     typer.echo(json.dumps(FleetSpec.model_json_schema(), indent=2))
+
+
+@app.command("spec-reference")
+def spec_reference() -> None:
+    """Print the spec reference (Markdown, docs/spec-reference.md): every field with its type, default,
+    constraints and description, from the same schema as `gpufleet spec-schema`."""
+    from gpufleet.spec_reference import render
+
+    typer.echo(render(FleetSpec.model_json_schema()), nl=False)

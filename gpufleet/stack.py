@@ -3,7 +3,7 @@
 The `local` stack runs against a local environment: its state backend and its generated stack
 configuration (the tracked Pulumi.local.yaml plus what the environment supplies, such as the image
 digests and the API address) are what that environment recorded (:mod:`gpufleet.local_cluster`), and its
-secrets use a passphrase (default `gpufleet-local`, documented in the README; set
+secrets use a passphrase (default `gpufleet-local`, documented in docs/local.md; set
 PULUMI_CONFIG_PASSPHRASE to use another). Any other stack needs PULUMI_BACKEND_URL: it never falls back
 to a local file backend, where a prod `up` would start from an empty state.
 """

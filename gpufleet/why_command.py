@@ -3,12 +3,13 @@
 Gathers what Slurm and Kubernetes know (the job from slurmrestd, the Slurm nodes' operator comments for
 their Kubernetes nodes, the remediations, the GPU conditions and Events of those nodes, the lending ledger,
 the lending pass's reclaim Events and the reclaims under way on the nodes) and hands it to
-the pure `reconciler.core.job_story`. Accounting (slurmdbd) is not read: the story has what slurmctld
+the pure `gpufleet.reconciler.core.job_story`. Accounting (slurmdbd) is not read: the story has what slurmctld
 still remembers (an ended job for MinJobAge), and gpufleet's records for the rest.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,25 +23,17 @@ from gpufleet.console import EXIT_FAILED, _err, app, refuse_jwt_key
 XID = re.compile(r"\bxid\s*(\d+)", re.IGNORECASE)
 
 
-def _time(epoch: float | None) -> datetime | None:
-    return datetime.fromtimestamp(epoch, timezone.utc) if epoch else None
-
-
 def job_facts(j, source: str = "slurmctld"):
     """A SlurmJob (adapters) as the story's JobFacts (core); `source`: slurmctld, or accounting."""
-    from reconciler.core.job_story import ENDED, JobFacts
+    from gpufleet.reconciler.adapters.slurm.job_facts import job_facts as facts
 
-    # For a pending job Slurm's start_time is an expected start, for a running one end_time the expected end.
-    started = None if j.state == "PENDING" else _time(j.start_time)
-    ended = _time(j.end_time) if j.state in ENDED else None
-    return JobFacts(j.job_id, j.name, j.state, j.user, j.account, j.nodes, _time(j.submit_time), started, ended,
-                    j.restarts, j.reason, j.exit_code, j.admin_comment or "", source)
+    return facts(j, source)
 
 
 def accounted(slurm, job_id: int):
     """The job as accounting recorded it (slurmrestd's slurmdb API), where the client reads accounting; None
     when it has no record, or no accounting runs (slurmrestd then answers with slurmdbd's error)."""
-    from reconciler.adapters.slurm import SlurmError
+    from gpufleet.reconciler.adapters.slurm import SlurmError
 
     read = getattr(slurm, "accounted_job", None)
     if read is None:
@@ -62,15 +55,16 @@ def kube_node_of(comment: str) -> str | None:
     return node if isinstance(node, str) and node else None
 
 
-def slurm_hosts(api) -> dict[str, str]:
-    """Slurm node -> Kubernetes node, from the NodeSet pods (their hostname label, where they run; only pods a
-    NodeSet controls, as the reconciler reads them: observe.pod_view)."""
+def slurm_hosts(api, slurm_namespace: str) -> dict[str, str]:
+    """Slurm node -> Kubernetes node, from the NodeSet pods of Slinky's namespace only (their hostname label,
+    where they run; only pods a NodeSet controls, as the reconciler reads them: observe.pod_view): a pod in a
+    tenant's namespace that claims to be a NodeSet's points the story nowhere."""
     from kubernetes import client
 
-    from fleetspec import labels
-    from reconciler.core.observe import nodeset_owner
+    from gpufleet.fleetspec import labels
+    from gpufleet.reconciler.core.observe import nodeset_owner
 
-    pods = client.CoreV1Api(api).list_pod_for_all_namespaces(label_selector=labels.SLINKY_POD_HOSTNAME).items
+    pods = client.CoreV1Api(api).list_namespaced_pod(slurm_namespace, label_selector=labels.SLINKY_POD_HOSTNAME).items
     return {p.metadata.labels[labels.SLINKY_POD_HOSTNAME]: p.spec.node_name for p in pods if p.spec.node_name
             and nodeset_owner(api.sanitize_for_serialization(p.metadata))}
 
@@ -81,7 +75,7 @@ def node_faults(api, nodes: set[str]) -> list:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from reconciler.core.job_story import NodeFault, agent_event
+    from gpufleet.reconciler.core.job_story import NodeFault, agent_event
 
     core, out = client.CoreV1Api(api), []
     for name in sorted(nodes):
@@ -114,12 +108,12 @@ def lending_records(api, namespace: str) -> tuple[dict, list, dict[str, tuple[st
     reclaims under way (node -> its pool, when it began) and every node's pool."""
     from kubernetes import client
 
-    from fleetspec import labels
-    from fleetspec.ledger import LedgerError, parse_data
-    from reconciler.adapters.kube import Kube
-    from reconciler.core.job_story import LendingEvent
-    from reconciler.core.observe import parse_time
-    from reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.fleetspec import labels
+    from gpufleet.fleetspec.ledger import LedgerError, parse_data
+    from gpufleet.reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.core.job_story import LendingEvent
+    from gpufleet.reconciler.core.observe import parse_time
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
     kube = Kube(api)
     try:  # one who may not read the reconciler's namespace still gets the story, with the Events' reclaims
@@ -146,6 +140,67 @@ def lending_records(api, namespace: str) -> tuple[dict, list, dict[str, tuple[st
     return ledgers, events, under_way, pools
 
 
+def _slurm_namespace(stack: Optional[str]) -> str:
+    """Slinky's namespace as the stack's spec declares it (slurm.namespace); its default where no spec reads."""
+    from gpufleet.fleetspec import SpecError, load_stack_file, stack_file
+    from gpufleet.fleetspec.models import SlurmSpec
+
+    try:
+        return load_stack_file(stack_file(stack or "local", Path("."))).fleet.slurm.namespace
+    except (SpecError, OSError):
+        return SlurmSpec.model_fields["namespace"].default
+
+
+def _engineer(kubeconfig: Optional[Path], stack: Optional[str], jwt_key: Optional[Path]) -> bool:
+    """Whether this is an engineer's shell: no Kubernetes credentials anywhere (no --kubeconfig, KUBECONFIG,
+    ~/.kube/config, service account or local environment), or a Slurm token of their own in SLURM_JWT."""
+    if kubeconfig is not None or jwt_key is not None:
+        return False
+    if os.environ.get("SLURM_JWT"):
+        return True
+    if os.environ.get("KUBECONFIG") or (Path.home() / ".kube" / "config").exists():
+        return False
+    if Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists():
+        return False
+    return stack not in (None, "local") or local_cluster.find() is None
+
+
+def _why_login(job_id: int, as_json: bool, slurm_url: Optional[str], token_file: Optional[Path],
+               scontrol: str) -> None:
+    """The engineer's story from Slurm alone: the job as Slurm shows this user, gpufleet's records in its admin
+    comment (reconciler/core/job_record.py), told by reconciler/core/engineer_story.py."""
+    from gpufleet.reconciler.adapters.slurm import SlurmError
+    from gpufleet.reconciler.adapters.slurm.job_facts import job_facts as facts_of
+    from gpufleet.reconciler.adapters.slurm.rest import GivenToken, SlurmREST, TokenFile
+    from gpufleet.reconciler.adapters.slurm.scontrol_json import ScontrolJobs
+    from gpufleet.reconciler.core import engineer_story, job_notes, job_record
+
+    token = os.environ.get("SLURM_JWT", "")
+    if slurm_url:
+        if token_file is None and not token:
+            _err("--slurm-url needs your token: `export $(scontrol token)` (SLURM_JWT) or --slurm-token-file")
+            raise typer.Exit(EXIT_FAILED)
+        reader = SlurmREST(slurm_url, TokenFile(token_file) if token_file else GivenToken(token), timeout=10)
+    else:
+        reader = ScontrolJobs(scontrol)
+    try:
+        found = reader.job(job_id)
+    except SlurmError as e:
+        _err(f"gpufleet why {job_id}: {e}")
+        raise typer.Exit(EXIT_FAILED)
+    facts = facts_of(found) if found is not None else None
+    comment = facts.admin_comment if facts else ""
+    records = job_record.records_in(comment, job_notes.SEPARATOR)
+    s = engineer_story.tell(job_id, facts, records, datetime.now(timezone.utc))
+    if as_json:
+        typer.echo(json.dumps(s.to_json(), indent=2))
+    else:
+        lines = [x for x in comment.split(job_notes.SEPARATOR) if x.startswith(f"{job_notes.PREFIX} 20")]
+        typer.echo(engineer_story.render(s, lines))
+    if facts is None:
+        raise typer.Exit(EXIT_FAILED)
+
+
 @app.command()
 def why(
     job_id: int = typer.Argument(..., help="The Slurm job id."),
@@ -158,15 +213,24 @@ def why(
                                                       "(refused for any other stack)."),
     slurm_user: str = typer.Option("slurm", help="Slurm user of a token signed from --slurm-jwt-key-file (local)."),
     namespace: str = typer.Option("gpufleet-system", help="The reconciler's namespace (its lending ledger)."),
+    login: bool = typer.Option(False, "--login", help="Read through Slurm alone, with your own identity (the "
+                               "default without Kubernetes credentials, or with SLURM_JWT set): your scontrol, or "
+                               "slurmrestd at --slurm-url with SLURM_JWT (`export $(scontrol token)`)."),
+    scontrol: str = typer.Option("scontrol", help="The scontrol to ask (--login without --slurm-url)."),
 ) -> None:
-    """Why was this job requeued, held or stopped? Its story from Slurm and gpufleet, with a verdict.
-    Exit 1 when neither Slurm nor gpufleet knows the job."""
+    """Why was this job requeued, held or stopped? In your words: which GPU failed, what gpufleet did, whether
+    the job checkpointed in time, how long it was not running, and what to do. On the login node it reads
+    Slurm alone, with your identity: you see the stories of the jobs Slurm shows you.
+    Exit 1 when Slurm shows no such job (and, with Kubernetes credentials, no gpufleet record knows it)."""
+    if login or _engineer(kubeconfig, stack, slurm_jwt_key_file):
+        _why_login(job_id, as_json, slurm_url, slurm_token_file, scontrol)
+        return
     from kubernetes.client.exceptions import ApiException
 
-    from reconciler.adapters.records import KubeRemediationStore
-    from reconciler.adapters.slurm import SlurmError, make_client
-    from reconciler.core import job_story
-    from reconciler.errors import PermanentError, TemporaryError
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.slurm import SlurmError, make_client
+    from gpufleet.reconciler.core import job_story
+    from gpufleet.reconciler.errors import PermanentError, TemporaryError
     from gpufleet.commands import _api
 
     if slurm_jwt_key_file and stack not in (None, "local"):
@@ -186,7 +250,8 @@ def why(
         if found is None:
             found, source = accounted(slurm, job_id), "accounting"
         slurm_nodes = slurm.nodes()
-        kube_nodes = {n.name: k for n in slurm_nodes if (k := kube_node_of(n.comment))} | slurm_hosts(api)
+        kube_nodes = {n.name: k for n in slurm_nodes if (k := kube_node_of(n.comment))} | slurm_hosts(
+            api, _slurm_namespace(stack))
         remediations = KubeRemediationStore(api).list()
         job = job_facts(found, source) if found is not None else None
         nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}

@@ -8,11 +8,11 @@ import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from components import GpuFleet, GpuFleetArgs, pool_summaries
-from components.cluster import local_kubeconfig_path
-from components.reconciler import HostNetworkApi
-from fleetspec import SpecError, parse_fleet
-from fleetspec.load import CONFIG_KEY, PROJECT
+from gpufleet.components import GpuFleet, GpuFleetArgs, pool_summaries
+from gpufleet.components.cluster import local_kubeconfig_path
+from gpufleet.components.reconciler import HostNetworkApi
+from gpufleet.fleetspec import SpecError, parse_fleet
+from gpufleet.fleetspec.load import CONFIG_KEY, PROJECT
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 

@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterable, Mapping
 from kubernetes import client, config
 from kubernetes.utils import parse_quantity
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 from gpufleet.stop_signal import set_on_signals
 from localenv import fake_nodes
 

@@ -25,8 +25,8 @@ from typing import Callable
 
 from kubernetes.client.exceptions import ApiException
 
-from fleetspec.models import FleetSpec
-from fleetspec.placement import worker_selector, worker_tolerations
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.placement import worker_selector, worker_tolerations
 from gpufleet.local_cluster import LOCAL_PASSPHRASE, LocalCluster
 from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
@@ -155,7 +155,7 @@ class LocalEnv:
         Slurm user its AdminLevel, so the reconciler's first node update is not refused. Nothing to wait for
         when the reconciler acts as root or the SlurmUser (no accounting entry), or when no Accounting was applied
         (NodeSets without a stack: the stand-in renders the Accounting before it places any pod)."""
-        from fleetspec.models import RECONCILER_ADMIN_LEVEL, SLURM_USER
+        from gpufleet.fleetspec.models import RECONCILER_ADMIN_LEVEL, SLURM_USER
 
         user = self.spec.slurm.reconciler_user
         if user in ("root", SLURM_USER) or not self.spec.slurm.accounting.enabled or not self.slurm.accounting:

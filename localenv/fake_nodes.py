@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec, NodePool
-from fleetspec.placement import node_labels, node_taints
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec, NodePool
+from gpufleet.fleetspec.placement import node_labels, node_taints
 
 RESERVE = 2
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"

@@ -3,7 +3,11 @@ and the health check do to it on a real machine. kwok fakes a node's kubelet; it
 machine to reboot and nothing to check, so this does, from each node's simulated state (annotation
 `localenv.gpufleet.io/gpu-state`, set by a test or a demo): healthy, or broken in a way a reset fixes
 (`reset-fixes`), a reboot fixes (`reboot-fixes`), or nothing fixes (`broken`; `nvlink-down`: an NVLink
-inactive; `low-bandwidth`: the all-reduce under the model's floor). Absent: healthy.
+inactive; `low-bandwidth`: the all-reduce under the model's floor). Absent: healthy. States its telemetry shows
+(localenv/dcgm_exporter_standin.py serves it as dcgm-exporter would): `row-remap-pending` (a GPU degrading: a row
+waits to be remapped, which a reset does), `throttling` (one GPU held in a thermal slowdown, its clock halved),
+`idle` (no work on the GPUs) and `hung` (clocks up, nothing issued: a job that stopped making progress); a reset or
+reboot ends a hang.
 
 What it follows, and nothing more:
 - a repair request on the node (fleetspec/node_repair.py) is acted on once per id and answered on the node,
@@ -36,17 +40,20 @@ from typing import Callable, Collection
 
 from kubernetes import client, config
 
-from fleetspec import labels
-from fleetspec.health_report import EXPECTED_GPUS, HealthReport
-from fleetspec.node_repair import REBOOT, RESET_GPU, RepairResult, parse_request, parse_result
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.health_report import EXPECTED_GPUS, HealthReport
+from gpufleet.fleetspec.node_repair import REBOOT, RESET_GPU, RepairResult, parse_request, parse_result
 from gpufleet.stop_signal import set_on_signals
 
-from reconciler.healthcheck.run import Ran, run_checks
+from gpufleet.reconciler.healthcheck.run import Ran, run_checks
 
 log = logging.getLogger("gpu-hardware-standin")
 HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN = "healthy", "reset-fixes", "reboot-fixes", "broken"
 NVLINK_DOWN, LOW_BANDWIDTH = "nvlink-down", "low-bandwidth"  # degraded in a way no reset or reboot fixes
-STATES = (HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN, NVLINK_DOWN, LOW_BANDWIDTH)
+ROW_REMAP_PENDING, THROTTLING, IDLE, HUNG = "row-remap-pending", "throttling", "idle", "hung"  # seen in telemetry
+STATES = (HEALTHY, RESET_FIXES, REBOOT_FIXES, BROKEN, NVLINK_DOWN, LOW_BANDWIDTH, ROW_REMAP_PENDING, THROTTLING, IDLE,
+          HUNG)
+RESET_CURES = (RESET_FIXES, ROW_REMAP_PENDING, HUNG)  # what a GPU reset (or a reboot) makes healthy
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 # What the stand-in's tools print: real drivers' and nccl-tests' published outputs (their sources:
 # tests/fixtures/gpu/SOURCES.md), changed only where a state says a GPU is broken.
@@ -76,7 +83,7 @@ def _first_gpus(text: str, n: int) -> str:
 
 def smi_q(state: str, gpus: int) -> str:
     text = _first_gpus((OUTPUTS / SMI_Q).read_text(), gpus)
-    if state == RESET_FIXES:  # a row waits to be remapped: a reset
+    if state in (RESET_FIXES, ROW_REMAP_PENDING):  # a row waits to be remapped: a reset
         return text.replace("        Pending                           : No", "        Pending                           : Yes", 1)
     if state == REBOOT_FIXES:  # a GPU fell off the bus: one fewer than the node should have
         return _first_gpus(text, gpus - 1)
@@ -156,14 +163,14 @@ class GpuHardware:
             return
         state, boot = state_of(node), ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
         if req.action == RESET_GPU:
-            fixed = state in (HEALTHY, RESET_FIXES)
+            fixed = state in (HEALTHY, IDLE, THROTTLING) + RESET_CURES
             message = ("GPU 00000000:3B:00.0 was successfully reset." if fixed else
                        "Unable to reset GPU 00000000:3B:00.0: GPU is lost (local GPU hardware stand-in)")
             self._answer(name, RepairResult(req.id, fixed, message, self.clock(), boot),
-                         {labels.SIMULATED_GPU_STATE: HEALTHY} if state == RESET_FIXES else {})
+                         {labels.SIMULATED_GPU_STATE: HEALTHY} if state in RESET_CURES else {})
         elif req.action == REBOOT:
             self._answer(name, RepairResult(req.id, True, "rebooting", self.clock(), boot),
-                         {labels.SIMULATED_GPU_STATE: HEALTHY} if state in (RESET_FIXES, REBOOT_FIXES) else {})
+                         {labels.SIMULATED_GPU_STATE: HEALTHY} if state in RESET_CURES + (REBOOT_FIXES,) else {})
             new_boot = str(uuid.uuid4())
             self.core.patch_node_status(name, {"status": {
                 "nodeInfo": {"bootID": new_boot},

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import yaml
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 from gpufleet.waiting import wait_for
 
 from localenv import netns

@@ -221,7 +221,7 @@ def declare_nodesets(api: client.ApiClient, namespace: str, defs: list[NodeSetDe
 
 def _ensure_nodeset_crd(api: client.ApiClient) -> None:
     """The NodeSet kind (gpufleet's copy of the release's CRD), for an API server no stack was applied to."""
-    from components.slinky_schema import crd_manifest  # (not needed when a stack declares the NodeSets)
+    from gpufleet.components.slinky_schema import crd_manifest  # (not needed when a stack declares the NodeSets)
 
     ext = client.ApiextensionsV1Api(api)
     name = f"nodesets.{GROUP}"

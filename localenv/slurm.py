@@ -100,7 +100,7 @@ class Cancelled(BaseException):
 def local_stack_slurm():
     """The local stack's Slurm section (Pulumi.local.yaml): the slurm.conf lines and the cgroup.conf the
     local Slurm needs beyond the operator's, declared where a stack declares them."""
-    from fleetspec import load_stack_file
+    from gpufleet.fleetspec import load_stack_file
 
     return load_stack_file(PROJECT_DIR / "Pulumi.local.yaml").fleet.slurm
 

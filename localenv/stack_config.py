@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from fleetspec.load import PROJECT
+from gpufleet.fleetspec.load import PROJECT
 from localenv import images
 
 KEY = f"{PROJECT}:localEnvironment"

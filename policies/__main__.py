@@ -7,11 +7,11 @@ Every rule defaults to mandatory; each environment's config file sets its levels
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fleetspec and policies, without an install
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout first; gpufleet.policies via the editable install
 
 from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
 
-from policies.rules import PACK_NAME, build_policies  # noqa: E402
+from gpufleet.policies.rules import PACK_NAME, build_policies  # noqa: E402
 
 PolicyPack(
     name=PACK_NAME,

@@ -10,17 +10,17 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from fleetspec import FleetSpec, labels, parse_fleet
+from gpufleet.fleetspec import FleetSpec, labels, parse_fleet
 
-from reconciler.adapters.health_checks import HealthChecks
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.notify import Notifier, channels_from_spec, owner_routes_from_spec
-from reconciler.adapters.providers import provider_for
-from reconciler.adapters.records import KubeRemediationStore
-from reconciler.adapters.slurm import SlurmClient
-from reconciler.runtime.leader import LeaseElector
-from reconciler.runtime.manager import Manager
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.adapters.health_checks import HealthChecks
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.notify import Notifier, channels_from_spec, owner_routes_from_spec
+from gpufleet.reconciler.adapters.providers import provider_for
+from gpufleet.reconciler.adapters.records import KubeRemediationStore
+from gpufleet.reconciler.adapters.slurm import SlurmClient
+from gpufleet.reconciler.runtime.leader import LeaseElector
+from gpufleet.reconciler.runtime.manager import Manager
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 LEASE = "gpufleet-reconciler"
@@ -46,8 +46,8 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
 
 
 def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmClient | None:
-    """See reconciler.adapters.slurm.make_client (rest: url, token_file, token_secret and api, jwt_key_file, user)."""
-    from reconciler.adapters.slurm import make_client
+    """See gpufleet.reconciler.adapters.slurm.make_client (rest: url, token_file, token_secret and api, jwt_key_file, user)."""
+    from gpufleet.reconciler.adapters.slurm import make_client
 
     return make_client(kind, env=env, **rest)
 
@@ -55,9 +55,9 @@ def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmC
 def watch_slurm_token(slurm: SlurmClient | None, metrics: Metrics, notifier: Notifier) -> None:
     """A token kept by someone else (a Slinky Token's Secret) is watched for going stale: a gauge and one page
     (reconciler/runtime/token_alarm.py); a token the reconciler signs itself cannot go stale."""
-    from reconciler.adapters.slurm.rest import KeptToken, SlurmREST
-    from reconciler.adapters.slurm.token_secret import SecretToken
-    from reconciler.runtime.token_alarm import TokenAlarm
+    from gpufleet.reconciler.adapters.slurm.rest import KeptToken, SlurmREST
+    from gpufleet.reconciler.adapters.slurm.token_secret import SecretToken
+    from gpufleet.reconciler.runtime.token_alarm import TokenAlarm
 
     tokens = slurm.tokens if isinstance(slurm, SlurmREST) else None
     if isinstance(tokens, KeptToken):

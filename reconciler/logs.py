@@ -15,7 +15,7 @@ import sys
 
 from pythonjsonlogger.json import JsonFormatter
 
-from reconciler.redact import redact
+from gpufleet.reconciler.redact import redact
 
 _listener: logging.handlers.QueueListener | None = None
 _STANDARD = set(vars(logging.makeLogRecord({})))  # a record's own attributes; the rest are `extra` fields

@@ -13,7 +13,7 @@ step() { printf '[bootstrap %3ds] %s\n' "$((SECONDS - start))" "$*"; }
 
 py=${PYTHON:-python3.11}
 command -v "$py" >/dev/null || py=python3
-stamp=.venv/.installed-$(cat pyproject.toml requirements/dev.lock | sha256sum | cut -c1-12)
+stamp=.venv/.installed-$(cat pyproject.toml setup.py requirements/dev.lock | sha256sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   # Every package at the version and hash of requirements/dev.lock (scripts/lock.sh writes it), then
   # gpufleet itself, editable, with the locked setuptools: nothing unpinned is fetched.

@@ -23,7 +23,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.slinky_schema import GROUP, KINDS, crd_manifest, plural, strict_json_schema  # noqa: E402
+from gpufleet.components.slinky_schema import GROUP, KINDS, crd_manifest, plural, strict_json_schema  # noqa: E402
 
 IGNORED = {"description"}
 

@@ -48,6 +48,7 @@ class Kind(str, Enum):
     XID = "xid"            # NVRM: Xid (PCI:...): N, ...
     SXID = "sxid"          # nvidia-nvswitchN: SXid (PCI:...): N, Fatal|Non-fatal, ...
     GPU_LOST = "gpu-lost"  # NVRM: The NVIDIA GPU ... has fallen off the bus (at probe time, no Xid)
+    DCGM = "dcgm"          # a DCGM field past its threshold (telemetry.py); the code is the field's id
 
 
 # NVIDIA's immediate-action buckets (the catalogue's "Fault Resolution Buckets" sheet) -> gpufleet's action.
@@ -322,6 +323,10 @@ def default_action(kind: Kind, code: int, fatal: bool | None = None) -> FaultAct
         return e.action if e else FaultAction.NONE
     if kind is Kind.SXID:
         return SXID_FATAL if fatal else SXID_NONFATAL
+    if kind is Kind.DCGM:
+        from .telemetry import threshold_for  # the table imports FaultAction from here
+        t = threshold_for(code)
+        return t.action if t else FaultAction.NONE
     return GPU_LOST
 
 
@@ -332,6 +337,9 @@ def describe(code: int, kind: Kind | str = Kind.XID) -> str:
         return f"SXid {code}"
     if kind is Kind.GPU_LOST:
         return "GPU lost at probe"
+    if kind is Kind.DCGM:
+        from .telemetry import describe_field
+        return describe_field(code)
     if code == 0:
         return "GPU fault"  # a detector's condition that names no code
     e = XIDS.get(code)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .catalogue import FaultAction, Kind, describe
 
-REASON_PREFIXES = (("SXid", Kind.SXID), ("Xid", Kind.XID))
+REASON_PREFIXES = (("SXid", Kind.SXID), ("Xid", Kind.XID), ("Dcgm", Kind.DCGM))  # Dcgm: a DCGM field id
 GPU_LOST_REASON = "GpuLost"
 _HEADER_MAX = 160
 _PCI_CHARS = frozenset("0123456789abcdefABCDEF:.")
@@ -32,11 +32,14 @@ class FaultSignal:
     pci: str = ""
     gpu_instance: int | None = None
     compute_instance: int | None = None
+    gpu: int | None = None  # the GPU's index on its node (nvidia-smi's `index`, what CUDA_VISIBLE_DEVICES counts)
 
 
 def reason_for(kind: Kind, code: int) -> str:
     if kind is Kind.GPU_LOST:
         return GPU_LOST_REASON
+    if kind is Kind.DCGM:
+        return f"Dcgm{code}"
     return f"{'SXid' if kind is Kind.SXID else 'Xid'}{code}"
 
 
@@ -48,6 +51,8 @@ def format_message(s: FaultSignal, text: str, limit: int = 1024) -> str:
         head.append(f"gi={s.gpu_instance}")
     if s.compute_instance is not None:
         head.append(f"ci={s.compute_instance}")
+    if s.gpu is not None:
+        head.append(f"gpu={s.gpu}")
     return f"[{' '.join(head)}] {describe(s.code, s.kind)}: {text}"[:limit]
 
 

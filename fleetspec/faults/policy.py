@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Mapping
 from .catalogue import FaultAction, Kind, default_action
 
 if TYPE_CHECKING:
-    from fleetspec.models import HealingSpec
+    from gpufleet.fleetspec.models import HealingSpec
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class FaultPolicy:
             return self.xid.get(code)
         if kind is Kind.SXID:
             return self.sxid.get(code)
+        if kind is Kind.DCGM:
+            return None  # a threshold's action is its row's (fleetspec/faults/telemetry.py)
         return self.gpu_lost
 
     def action(self, kind: Kind, code: int, fatal: bool | None = None) -> FaultAction:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetspec.models import LB_INTERNAL, LB_SCHEME
+from gpufleet.fleetspec.models import LB_INTERNAL, LB_SCHEME
 
 from .base import Rule
 from .k8s import UNKNOWN, Resource, as_dict, config, dig, report

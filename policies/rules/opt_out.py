@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
 from .base import Rule
 from .k8s import UNKNOWN, Resource, config, pod_templates, report

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
 from .base import Rule
 from .healing import RECONCILER

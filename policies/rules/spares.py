@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
 from .base import Rule
 from .k8s import UNKNOWN, Resource, config, dig, report

@@ -159,7 +159,7 @@ def check_resources(r: Resource, cfg: dict[str, Any]) -> list[str]:
         if missing:
             out.append(f"{r.ref}: container {c.name} sets no {', '.join(missing)} ({c.path}.resources). Without "
                        f"requests the scheduler cannot place it, without limits it can starve the node. Fix: set "
-                       f"resources.requests and resources.limits for cpu and memory (components.meta.resources()).")
+                       f"resources.requests and resources.limits for cpu and memory (gpufleet.components.meta.resources()).")
     return out
 
 

@@ -1,7 +1,7 @@
 """botocore's errors as the reconciler's typed errors: retry what may pass, stop on what will not."""
 from __future__ import annotations
 
-from reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
 # Error codes AWS documents as retryable (throttling, capacity, transient service faults).
 TEMPORARY_CODES = {

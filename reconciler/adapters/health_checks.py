@@ -17,12 +17,12 @@ from typing import Any
 
 from kubernetes import client
 
-from fleetspec import health_report, labels
-from fleetspec.models import FleetSpec, NodePool
+from gpufleet.fleetspec import health_report, labels
+from gpufleet.fleetspec.models import FleetSpec, NodePool
 
-from reconciler.adapters.kube import _call, _json
-from reconciler.core.validation import INCONCLUSIVE, MISSING, Verdict, read_report
-from reconciler.errors import AlreadyExists, NotFound
+from gpufleet.reconciler.adapters.kube import _call, _json
+from gpufleet.reconciler.core.validation import INCONCLUSIVE, MISSING, Verdict, read_report
+from gpufleet.reconciler.errors import AlreadyExists, NotFound
 
 TTL_SECONDS = 86400
 JOB_NAME = "batch.kubernetes.io/job-name"  # the label the Job controller puts on its pods (batch/v1, 1.27+)

@@ -19,12 +19,12 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from fleetspec import labels, remediation_crd
-from fleetspec.placement import SPARE_TAINT
+from gpufleet.fleetspec import labels, remediation_crd
+from gpufleet.fleetspec.placement import SPARE_TAINT
 
-from reconciler.core.actions import NodeShape
-from reconciler.errors import Conflict, NotFound, PermanentError, TemporaryError, TooManyRequests, api_error
-from reconciler.redact import redact
+from gpufleet.reconciler.core.actions import NodeShape
+from gpufleet.reconciler.errors import Conflict, NotFound, PermanentError, TemporaryError, TooManyRequests, api_error
+from gpufleet.reconciler.redact import redact
 
 log = logging.getLogger(__name__)
 TIMEOUT = 20  # seconds for any single API call
@@ -223,6 +223,34 @@ class Kube:
             have[labels.LENT] = loan
             ann.setdefault(labels.LENT_SINCE, since)
             ann.pop(labels.RECLAIMING, None)
+            return True
+
+        return self.update_node(name, mutate)
+
+    # --- active checks: an idle node taken for its check, and given back (reconciler/core/active_checks.py) ---
+
+    def take_for_check(self, name: str) -> dict:
+        """The check taint (NoSchedule): the node's NodeSet pods, once evicted, do not come back meanwhile."""
+        taint = {"key": labels.CHECK_TAINT, "value": "true", "effect": "NoSchedule"}
+
+        def mutate(node: dict) -> bool:
+            spec = node.setdefault("spec", {})
+            taints = list(spec.get("taints") or [])
+            if any(t["key"] == labels.CHECK_TAINT for t in taints):
+                return False
+            spec["taints"] = taints + [taint]
+            return True
+
+        return self.update_node(name, mutate)
+
+    def give_back_from_check(self, name: str) -> dict:
+        """The check taint off (its NodeSet pods come back); nothing else is touched."""
+        def mutate(node: dict) -> bool:
+            spec = node.setdefault("spec", {})
+            taints = [t for t in spec.get("taints") or [] if t["key"] != labels.CHECK_TAINT]
+            if len(taints) == len(spec.get("taints") or []):
+                return False
+            spec["taints"] = taints or None
             return True
 
         return self.update_node(name, mutate)

@@ -16,11 +16,11 @@ from typing import Any, Mapping, Protocol
 import httpx
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from fleetspec import labels, remediation_crd
-from fleetspec.models import FleetSpec, SnsTarget, WebhookTarget
+from gpufleet.fleetspec import labels, remediation_crd
+from gpufleet.fleetspec.models import FleetSpec, SnsTarget, WebhookTarget
 
-from reconciler.core.model import Remediation
-from reconciler.redact import redact, register
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.redact import redact, register
 
 log = logging.getLogger(__name__)
 EMOJI = {"info": ":white_check_mark:", "warning": ":warning:", "critical": ":rotating_light:"}
@@ -86,7 +86,7 @@ class Sns:
         self.client = client or boto3.client("sns", region_name=region)
 
     def send(self, msg: Message) -> None:
-        from reconciler.adapters.aws_errors import is_temporary
+        from gpufleet.reconciler.adapters.aws_errors import is_temporary
 
         @retry(stop=stop_after_attempt(self.attempts), wait=wait_exponential(multiplier=0.2, max=5), reraise=True,
                retry=lambda state: state.outcome.failed and is_temporary(state.outcome.exception()))

@@ -33,17 +33,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
-from fleetspec import labels
-from fleetspec.models import PAUSE_IMAGE, FleetSpec, NodePool
-from fleetspec.node_repair import REBOOT, RepairRequest
-from fleetspec.placement import SPARE_TAINT, worker_tolerations
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import PAUSE_IMAGE, FleetSpec, NodePool
+from gpufleet.fleetspec.node_repair import REBOOT, RepairRequest
+from gpufleet.fleetspec.placement import SPARE_TAINT, worker_tolerations
 
-from reconciler.adapters.aws_errors import typed
-from reconciler.adapters.kube import Kube, _call, _json
-from reconciler.adapters.slurm import SlurmClient
-from reconciler.core.membership import MembershipFacts, instance_id, settle
-from reconciler.core.refills import NOT_TRIGGER_SCALE_UP, pool_refusals, request_name
-from reconciler.errors import AlreadyExists, NotFound, PermanentError
+from gpufleet.reconciler.adapters.aws_errors import typed
+from gpufleet.reconciler.adapters.kube import Kube, _call, _json
+from gpufleet.reconciler.adapters.slurm import SlurmClient
+from gpufleet.reconciler.core.membership import MembershipFacts, instance_id, settle
+from gpufleet.reconciler.core.refills import NOT_TRIGGER_SCALE_UP, pool_refusals, request_name
+from gpufleet.reconciler.errors import AlreadyExists, NotFound, PermanentError
 
 log = logging.getLogger(__name__)
 

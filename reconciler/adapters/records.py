@@ -16,19 +16,19 @@ from typing import Any, Protocol
 
 from kubernetes import client
 
-from fleetspec import labels, remediation_crd
-from fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec import labels, remediation_crd
+from gpufleet.fleetspec.faults import FaultAction, Kind
 
-from reconciler.adapters.kube import _call, _json
-from reconciler.adapters.repair_records import (
+from gpufleet.reconciler.adapters.kube import _call, _json
+from gpufleet.reconciler.adapters.repair_records import (
     diagnosis_status, read_diagnosis, read_repair, read_request, repair_status,
 )
-from reconciler.core.conditions import conditions
-from reconciler.core.model import Refill, RefillState, Remediation, ReplacementFailure
-from reconciler.core.observe import parse_time
-from reconciler.core.phases import Phase
-from reconciler.errors import AlreadyExists, NotFound, PermanentError
-from reconciler.redact import redact  # no URL or token in a record: its free texts leave through here
+from gpufleet.reconciler.core.conditions import conditions
+from gpufleet.reconciler.core.model import Refill, RefillState, Remediation, ReplacementFailure
+from gpufleet.reconciler.core.observe import parse_time
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.errors import AlreadyExists, NotFound, PermanentError
+from gpufleet.reconciler.redact import redact  # no URL or token in a record: its free texts leave through here
 
 
 def _ts(dt: datetime | None) -> str | None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from fleetspec import labels
-from fleetspec.oncall import PersonRequest, parse
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.oncall import PersonRequest, parse
 
-from reconciler.core.observe import parse_time
-from reconciler.core.diagnosis_stages import Diagnosis, Stage
-from reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase
-from reconciler.redact import redact  # no URL or token in a record (records.py)
+from gpufleet.reconciler.core.observe import parse_time
+from gpufleet.reconciler.core.diagnosis_stages import Diagnosis, Stage
+from gpufleet.reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase
+from gpufleet.reconciler.redact import redact  # no URL or token in a record (records.py)
 
 KEEP_HISTORY = 40  # lines of a repair's history kept on the object
 

@@ -27,21 +27,22 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
-from fleetspec import labels
-from fleetspec.faults import FaultAction, describe
-from fleetspec.faults.classify import Classifier
-from fleetspec.faults.driver import GpuEvent, Unreadable, Untrusted
-from fleetspec.faults.policy import FaultPolicy
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, describe
+from gpufleet.fleetspec.faults.classify import Classifier
+from gpufleet.fleetspec.faults.driver import GpuEvent, Unreadable, Untrusted
+from gpufleet.fleetspec.faults.policy import FaultPolicy
 
-from reconciler.errors import NotFound, PermanentError, TemporaryError
-from reconciler.agent.kmsg import MAX_LINE, KernelLogParser, record_seq
-from reconciler.agent.sightings import Cursor, Pending, Sighting, Verdict, advance, condition_message, newest, resume_from, verdict
+from gpufleet.reconciler.errors import NotFound, PermanentError, TemporaryError
+from gpufleet.reconciler.agent.kmsg import MAX_LINE, KernelLogParser, record_seq
+from gpufleet.reconciler.agent.sightings import Cursor, Pending, Sighting, Verdict, advance, condition_message, newest, resume_from, verdict
 
 log = logging.getLogger(__name__)
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -52,7 +53,7 @@ class AgentFailed(RuntimeError):
 
 
 class NodeAPI(Protocol):
-    """What the agent needs of reconciler.adapters.kube.Kube."""
+    """What the agent needs of gpufleet.reconciler.adapters.kube.Kube."""
 
     def get_node(self, name: str) -> dict: ...
     def patch_node(self, name: str, body: dict) -> dict: ...
@@ -123,8 +124,9 @@ class Agent:
     def __init__(self, kube: NodeAPI, node: str, kernel_log: KernelLog, *, condition: str = labels.GPU_CONDITION,
                  policy: FaultPolicy | None = None, pending_limit: int = 32, max_backoff: float = 30.0,
                  stop: threading.Event | None = None, sleep: Callable[[float], Any] | None = None,
-                 clock: Callable[[], datetime] = _utcnow):
+                 clock: Callable[[], datetime] = _utcnow, gpus: Mapping[str, int] | None = None):
         self.kube, self.node, self.kernel_log, self.condition = kube, node, kernel_log, condition
+        self.gpus = dict(gpus or {})  # PCI address -> GPU index (sightings.gpu_indexes): the condition says `gpu=N`
         self.parser = KernelLogParser()
         self.classifier = Classifier(policy)
         self.pending = Pending(pending_limit)
@@ -223,12 +225,12 @@ class Agent:
             v = verdict(s, self.upto, self._condition_of(node))
             if (v is Verdict.REPORT and s.notice) or v is Verdict.OUTRANKED:
                 # The job's problem: the node stays in service, the job's owner finds it on the node.
-                self._call(self.kube.node_event, self.node, s.reason, condition_message(s, self._clock()))
+                self._call(self.kube.node_event, self.node, s.reason, condition_message(s, self._clock(), self.gpus))
                 self.counts["events"] += 1
                 log.warning("node %s: Event %s (%s), the node stays in service", self.node, s.reason, s.event.message)
             elif v is Verdict.REPORT:
                 self._call(self.kube.set_condition, self.node, self.condition, "False", s.reason,
-                           condition_message(s, self._clock()))
+                           condition_message(s, self._clock(), self.gpus))
                 written += 1
                 self.counts["written"] += 1
                 log.warning("node %s: %s=False reason %s needs %s (%s)", self.node, self.condition, s.reason,

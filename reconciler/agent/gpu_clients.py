@@ -30,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
 HOST = ["nsenter", "--target", "1", "--mount", "--uts", "--ipc", "--net", "--pid", "--"]  # the host's own tools
 OPERATOR_LABELS = labels.GPU_OPERATOR_DEPLOY  # the GPU Operator's operands, by the node label that deploys each

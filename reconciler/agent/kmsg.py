@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from fleetspec.faults.driver import LOST_END, LOST_MIDDLE, DriverMessages, Parsed, PendingLoss, Untrusted, mentions
+from gpufleet.fleetspec.faults.driver import LOST_END, LOST_MIDDLE, DriverMessages, Parsed, PendingLoss, Untrusted, mentions
 
 MAX_LINE = 4096    # characters of a line that are looked at (printk's records are under 1 KiB)
 _A = re.ASCII

@@ -25,11 +25,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.node_repair import (REBOOT, RESET_GPU, RepairRequest, RepairResult, bad_gpu_ids, parse_request,
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.node_repair import (REBOOT, RESET_GPU, RepairRequest, RepairResult, bad_gpu_ids, parse_request,
                                    parse_result)
 
-from reconciler.agent.gpu_clients import HOST, GpuClients, parse_stopped
+from gpufleet.reconciler.agent.gpu_clients import HOST, GpuClients, parse_stopped
 
 log = logging.getLogger(__name__)
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")

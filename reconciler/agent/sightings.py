@@ -15,14 +15,15 @@ oldest first, bounded, so a flood of the same line during an outage is one repor
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
 
-from fleetspec.faults import FaultAction
-from fleetspec.faults.classify import Classification
-from fleetspec.faults.condition import FaultSignal, format_message, parse_condition, reason_for
-from fleetspec.faults.driver import GpuEvent
+from gpufleet.fleetspec.faults import FaultAction
+from gpufleet.fleetspec.faults.classify import Classification
+from gpufleet.fleetspec.faults.condition import FaultSignal, format_message, parse_condition, reason_for
+from gpufleet.fleetspec.faults.driver import GpuEvent
 
 
 LATE_AFTER_SECONDS = 5  # a report this much later than the sighting says when it was seen
@@ -174,7 +175,29 @@ def advance(upto: Cursor, handled: int | None, floor: int | None) -> Cursor:
     return upto if seq <= upto.seq else replace(upto, seq=seq)
 
 
-def condition_message(s: Sighting, now: datetime) -> str:
+def pci_key(address: str) -> str:
+    """A PCI address as the kernel log (`0000:9b:00`) and nvidia-smi's pci.bus_id (`00000000:9B:00.0`) both
+    reduce to: domain's last 4 hex digits, bus, device, lower case, no function."""
+    parts = address.strip().lower().split(":")
+    if len(parts) != 3:
+        return address.strip().lower()
+    return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2].split('.')[0]}"
+
+
+def gpu_indexes(csv: str) -> dict[str, int]:
+    """PCI address (pci_key) -> the GPU's index, from `nvidia-smi --query-gpu=index,pci.bus_id
+    --format=csv,noheader` (NVIDIA's nvidia-smi(1): `index` is the GPU's zero-based index, in the order
+    nvidia-smi lists GPUs, that is by PCI bus id; it may change at a reboot, which is why it is read at start).
+    Lines that do not parse are skipped."""
+    out = {}
+    for line in csv.splitlines():
+        index, _, bus = line.partition(",")
+        if index.strip().isdigit() and bus.strip():
+            out[pci_key(bus)] = int(index)
+    return out
+
+
+def condition_message(s: Sighting, now: datetime, gpus: Mapping[str, int] | None = None) -> str:
     """The condition's (or the Event's) message: what the fault needs and where, the driver's words,
     and when it was seen if the report is late (an API outage), so the record does not claim the fault
     is newer than it is."""
@@ -183,4 +206,7 @@ def condition_message(s: Sighting, now: datetime) -> str:
         msg += f" (seen {s.count} times)"
     if (now - s.seen_at).total_seconds() >= LATE_AFTER_SECONDS:
         msg += f" (seen at {s.seen_at.strftime('%Y-%m-%dT%H:%M:%SZ')}, reported late)"
-    return format_message(s.signal, f"{msg} [NVIDIA: {s.verdict.nvidia}]" if s.verdict.nvidia else msg)
+    signal = s.signal
+    if gpus and signal.pci and pci_key(signal.pci) in gpus:
+        signal = replace(signal, gpu=gpus[pci_key(signal.pci)])
+    return format_message(signal, f"{msg} [NVIDIA: {s.verdict.nvidia}]" if s.verdict.nvidia else msg)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,16 @@ class Cordon(Action):
     node: str
     reason: str
     remediation: str | None = None  # the remediation in progress, noted on the node
+
+
+@dataclass(frozen=True)
+class MarkDegraded(Action):
+    """gpufleet's GPU condition set False on a node its GPUs' telemetry says is degraded (core/telemetry.py): the
+    heal every fault takes follows from it."""
+
+    node: str
+    reason: str  # Dcgm<field id>
+    message: str  # the condition format's header, then the evidence
 
 
 @dataclass(frozen=True)

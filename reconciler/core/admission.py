@@ -11,17 +11,17 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from fleetspec import FleetSpec, labels
-from fleetspec.remediation_crd import Reason
+from gpufleet.fleetspec import FleetSpec, labels
+from gpufleet.fleetspec.remediation_crd import Reason
 
-from reconciler.core import pages, repair
-from reconciler.core.actions import EvictPods, Notify, Quarantine
-from reconciler.core.diagnosis_stages import diagnosed_only
-from reconciler.core.model import Admission, Gate, NodeView, Remediation, Step, StepFacts, remediation_name
-from reconciler.core.observe import evictable_views, opted_out_views
-from reconciler.core.phases import Phase
-from reconciler.core.repair_phases import RepairPhase
-from reconciler.core.replacements import stand_ins, stood_in_for
+from gpufleet.reconciler.core import pages, repair
+from gpufleet.reconciler.core.actions import EvictPods, Notify, Quarantine
+from gpufleet.reconciler.core.diagnosis_stages import diagnosed_only
+from gpufleet.reconciler.core.model import Admission, Gate, NodeView, Remediation, Step, StepFacts, remediation_name
+from gpufleet.reconciler.core.observe import evictable_views, opted_out_views
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_phases import RepairPhase
+from gpufleet.reconciler.core.replacements import stand_ins, stood_in_for
 
 STORM_MIN_NODES = 2  # the brake needs at least this many unhealthy nodes in a pool
 HELD_RECHECK = 5.0  # seconds between admission checks of a held remediation (capacity frees wake it sooner)

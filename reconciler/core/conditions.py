@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from fleetspec.remediation_crd import ConditionType as Type
-from fleetspec.remediation_crd import Reason
+from gpufleet.fleetspec.remediation_crd import ConditionType as Type
+from gpufleet.fleetspec.remediation_crd import Reason
 
-from reconciler.core.model import RefillState, Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.model import RefillState, Remediation
+from gpufleet.reconciler.core.phases import Phase
 
 CONTAINING = frozenset({Phase.DETECTED, Phase.SLURM_DRAINING, Phase.CHECKPOINTING})
 REPLACING = {Phase.EVICTING: Reason.REPLACING, Phase.REPLACING: Reason.REPLACING,

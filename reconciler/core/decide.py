@@ -25,25 +25,25 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Sequence
 
-from fleetspec import FleetSpec, labels
-from fleetspec.faults import describe
-from fleetspec.remediation_crd import Reason
+from gpufleet.fleetspec import FleetSpec, labels
+from gpufleet.fleetspec.faults import describe
+from gpufleet.fleetspec.remediation_crd import Reason
 
-from reconciler.core.actions import (
+from gpufleet.reconciler.core.actions import (
     Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine,
     ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
-from reconciler.core import diagnosis, pages, refills, replacements, resume, signals
-from reconciler.core.admission import admit, evict
-from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
-from reconciler.core.lending import evict_borrowers
-from reconciler.core.model import Gate, Needs, NodeView, Remediation, SlurmNodeView, Step, StepFacts, remediation_name
-from reconciler.core.observe import borrower_views, evictable_views
-from reconciler.core.phases import Phase
-from reconciler.core.slurm_states import ON_NODE_JOB_STATES
-from reconciler.core.repair import will_repair
-from reconciler.core.spares import free_spares, replacement_view
-from reconciler.core.validation import nodes_checking, required as proof_required
+from gpufleet.reconciler.core import diagnosis, pages, refills, replacements, resume, signals
+from gpufleet.reconciler.core.admission import admit, evict
+from gpufleet.reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
+from gpufleet.reconciler.core.lending import evict_borrowers
+from gpufleet.reconciler.core.model import Gate, Needs, NodeView, Remediation, SlurmNodeView, Step, StepFacts, remediation_name
+from gpufleet.reconciler.core.observe import borrower_views, evictable_views
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.slurm_states import ON_NODE_JOB_STATES
+from gpufleet.reconciler.core.repair import will_repair
+from gpufleet.reconciler.core.spares import free_spares, replacement_view
+from gpufleet.reconciler.core.validation import nodes_checking, required as proof_required
 
 RESUME_TIMEOUT = timedelta(minutes=10)
 NOTE_WAIT_AFTER = timedelta(seconds=30)  # a Resuming remediation says in its record why it waits after this long

@@ -27,21 +27,21 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from fleetspec import labels
-from fleetspec.faults import FaultAction, describe
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, describe
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.core.actions import Action, Cordon, DeletePods, DrainSlurm, Notify, ResumeSlurm
-from reconciler.core.admission import evict
-from reconciler.core.diagnosis_stages import Diagnosis, Stage, begin
-from reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
-from reconciler.core.model import JobView, NodeView, PodView, Remediation, SlurmNodeView, Step, StepFacts
-from reconciler.core.observe import evictable_views, opted_out_views
-from reconciler.core.phases import Phase
-from reconciler.core.repair_actions import BackInService, MarkHealthy, NodeEvent, RecordCheck, StartHealthCheck
-from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.core.slurm_states import ON_NODE_JOB_STATES
-from reconciler.core.validation import (
+from gpufleet.reconciler.core.actions import Action, Cordon, DeletePods, DrainSlurm, Notify, ResumeSlurm
+from gpufleet.reconciler.core.admission import evict
+from gpufleet.reconciler.core.diagnosis_stages import Diagnosis, Stage, begin
+from gpufleet.reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
+from gpufleet.reconciler.core.model import JobView, NodeView, PodView, Remediation, SlurmNodeView, Step, StepFacts
+from gpufleet.reconciler.core.observe import evictable_views, opted_out_views
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_actions import BackInService, MarkHealthy, NodeEvent, RecordCheck, StartHealthCheck
+from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
+from gpufleet.reconciler.core.slurm_states import ON_NODE_JOB_STATES
+from gpufleet.reconciler.core.validation import (
     FAILED, INCONCLUSIVE, MISSING, PASSED, RERUN, SLACK, UNPROVEN, UNPROVEN_HELP, Verdict, job_name, passed_record,
 )
 

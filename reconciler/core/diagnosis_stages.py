@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
 
-from reconciler.core.phases import last_entered
+from gpufleet.reconciler.core.phases import last_entered
 
 
 class Stage(str, Enum):

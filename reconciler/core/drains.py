@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from fleetspec import labels
-from fleetspec.faults import describe
-from fleetspec.models import SLURM_USER, FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import describe
+from gpufleet.fleetspec.models import SLURM_USER, FleetSpec
 
-from reconciler.core.model import Remediation, Setter, SlurmNodeView
-from reconciler.core.slurm_reasons import SLURMD_USER, SlurmReason, nameless, slurms_own_text
+from gpufleet.reconciler.core.model import Remediation, Setter, SlurmNodeView
+from gpufleet.reconciler.core.slurm_reasons import SLURMD_USER, SlurmReason, nameless, slurms_own_text
 
 
 class Owner(str, Enum):
@@ -48,7 +48,7 @@ class SlurmUsers:
     def of(cls, spec: FleetSpec, acts_as: str | None = None) -> "SlurmUsers":
         """The spec's `slurm.reconciler_user` (and `acts_as`, the user the Slurm client acts as when it is not
         that: the CLI backend's uid); the SlurmUser the stack's slurm.conf names (Slinky's: `slurm`,
-        fleetspec.models.SLURM_USER) and root, slurmd's."""
+        gpufleet.fleetspec.models.SLURM_USER) and root, slurmd's."""
         return cls(frozenset({spec.slurm.reconciler_user} | ({acts_as} if acts_as else set())),
                    frozenset({SLURM_USER, SLURMD_USER}))
 

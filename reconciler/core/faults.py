@@ -12,15 +12,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from fleetspec import labels
-from fleetspec.faults import FaultAction, Kind
-from fleetspec.faults.classify import Classifier
-from fleetspec.faults.condition import parse_condition
-from fleetspec.faults.driver import DriverMessages, GpuEvent
-from fleetspec.faults.policy import FaultPolicy
-from fleetspec.models import ConditionSource, HealingSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.classify import Classifier
+from gpufleet.fleetspec.faults.condition import parse_condition
+from gpufleet.fleetspec.faults.driver import DriverMessages, GpuEvent
+from gpufleet.fleetspec.faults.policy import FaultPolicy
+from gpufleet.fleetspec.models import ConditionSource, HealingSpec
 
-from reconciler.core.model import Fault
+from gpufleet.reconciler.core.model import Fault
 
 _LEGACY = re.compile(r"(?i)xid[ _-]?([0-9]{1,6})(?![0-9])")  # conditions from before the header, or by hand
 REASON_MAX, MESSAGE_MAX = 256, 1024

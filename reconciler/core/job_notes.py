@@ -1,6 +1,9 @@
-"""What gpufleet writes into a Slurm job's admin comment when it signals, requeues or holds the job, and
-when the job runs again: one short dated line per event, appended to what is there, so `scontrol show job`
-(and `sacct --format=JobID,AdminComment` where accounting runs) says why the job was touched.
+"""What gpufleet writes into a Slurm job's admin comment when it signals, requeues or holds the job, when the
+job waits for a spare or a new machine, and when the job runs again: one short dated line per event (each
+under LINE_MAX characters, the fault told once), appended to what is there, then each remediation's compact
+record (`job_record.py`: what `gpufleet why` reads on the login node) and last where the whole story is
+(`whole story: gpufleet why JOBID`). So `scontrol show job` (and `sacct --format=JobID,AdminComment` where
+accounting runs) says why the job was touched, to everyone Slurm shows the job to.
 
 Pure. Every line is built from the remediation's recorded phases and times (and, for the resume, from the
 job's own start time), so the same event always gives the same line: writing is append-if-absent, and a
@@ -16,30 +19,29 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from fleetspec.faults import FaultAction, describe
-from fleetspec.models import WebhookTarget
+from gpufleet.fleetspec.faults import FaultAction, describe
+from gpufleet.fleetspec.models import WebhookTarget
 
-from reconciler.core.model import Fault, Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.job_record import HEAD, gpu_index
+from gpufleet.reconciler.core.model import Fault, RefillState, Remediation
+from gpufleet.reconciler.core.phases import Phase
 
 RUNNING = "RUNNING"
 
 PREFIX = "gpufleet"
 SEPARATOR = " | "  # between lines: one admin comment reads on one line in scontrol and sacct
+LINE_MAX = 160  # each line well under 200 characters: `scontrol show job` shows it without wrapping it into noise
 RESUME_WINDOW = timedelta(hours=24)  # after a remediation ends, how long its jobs are watched for their restart
 FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
                       "DEADLINE", "OUT_OF_MEMORY"})
-SIGNALLED, REQUEUED, HELD, RESUMED = "signalled", "requeued", "held", "running again"
+SIGNALLED, REQUEUED, HELD, RESUMED = "SIGTERM to checkpoint", "requeued", "on hold", "running again"
+WAITING, NO_REFILL = "waiting for a spare", "no spare"
 # A fault that leaves its node in service still concerns the job on that GPU: NVIDIA's RESTART_APP (94 among
 # them, a contained ECC error: the hardware caught it, only the application must restart) and the diagnostics
 # a repeated 13/31 asks for (RUN_DCGMEUD). The job gets a line, and its owner is told.
 APP_RESTART, DIAGNOSTICS = "restart-app", "diagnose"
-NOTICES = {FaultAction.RESTART_APP: (APP_RESTART, "the application on that GPU must restart (NVIDIA: RESTART_APP); "
-                                                  "the node stays in service"),
-           FaultAction.DIAGNOSE: (DIAGNOSTICS, "the same error repeated on that GPU: diagnostics are asked (NVIDIA: "
-                                               "RUN_DCGMEUD); the node stays in service and this job runs on: no "
-                                               "new job lands there, and it is health-checked once idle, back if "
-                                               "it passes")}
+NOTICES = {FaultAction.RESTART_APP: (APP_RESTART, "the app on it must restart; node stays in service"),
+           FaultAction.DIAGNOSE: (DIAGNOSTICS, "repeated: diagnostics asked while the job runs on")}
 
 
 @dataclass(frozen=True)
@@ -59,19 +61,35 @@ def stamp(at: datetime) -> str:
     return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def note_line(at: datetime, what: str, fault: str, node: str, remediation: str, grace_seconds: int | None = None) -> str:
-    """The one line for one event. `fault` is a short summary of the fault (today `fault_summary`; a richer
-    fault record, e.g. an XID with its PCI address, gives its own)."""
-    text = f"{PREFIX} {stamp(at)}: {what}: {fault} on {node}; remediation {remediation}"
-    if grace_seconds:
-        text += f"; checkpoint grace {grace_seconds} s"
-    return text
+def note_line(at: datetime, what: str, text: str = "") -> str:
+    """The one line for one event: `gpufleet <time>: <event>[: <text>]`, cut to LINE_MAX characters."""
+    line = f"{PREFIX} {stamp(at)}: {what}" + (f": {text}" if text else "")
+    return line if len(line) <= LINE_MAX else line[:LINE_MAX - 3] + "..."
+
+
+def trailer(job_id: int) -> str:
+    """The last segment: where the whole story is."""
+    return f"whole story: gpufleet why {int(job_id)}"
 
 
 def fault_summary(r: Remediation) -> str:
-    """What the remediation knows of its fault: its name and the GPU it names (the condition's message is
-    left to `why`)."""
-    return describe(r.xid, r.kind) + (f" GPU {r.pci}" if r.pci else "")
+    """The fault in a few words, GPU first: `GPU 3 on h100-a-w17: GPU has fallen off the bus (Xid 79)`."""
+    node = ",".join(r.slurm_nodes) or r.node
+    return f"{_gpu(r.message, r.pci)} on {node}: {_plain(r.xid, r.kind)}"
+
+
+def _gpu(message: str, pci: str) -> str:
+    index = gpu_index(message)
+    return f"GPU {index}" if index is not None else (f"GPU {pci}" if pci else "a GPU")
+
+
+def _plain(code: int, kind) -> str:
+    """NVIDIA's words first, the code after: `GPU has fallen off the bus (Xid 79)`."""
+    text = describe(code, kind)
+    if text.startswith("XID ") and " (" in text:
+        num, _, words = text[4:].partition(" (")
+        return f"{words.rstrip(')')} (Xid {num})"
+    return text
 
 
 def grace_of(r: Remediation) -> int | None:
@@ -82,27 +100,40 @@ def grace_of(r: Remediation) -> int | None:
 
 
 def lines_for(r: Remediation, job: JobSeen, peers: Sequence[Remediation] = ()) -> tuple[str, ...]:
-    """Every line the remediation owes this job, oldest first (whether written or not). `peers`: the other
+    """Every line the remediation owes this job, oldest first (whether written or not): one per event, the
+    fault told once (with the SIGTERM, or with the requeue when there was none). `peers`: the other
     remediations that touched the job (two nodes of one job faulting together): one requeue, one hold and one
     restart of the job are told once, by the earliest remediation that saw them, not once per remediation."""
     if job.job_id not in r.jobs:
         return ()
-    fault, out = fault_summary(r), []
+    node = ",".join(r.slurm_nodes) or r.node
+    out = []
     others = [p for p in peers if p.name != r.name and job.job_id in p.jobs]
     checkpointing = r.entered(Phase.CHECKPOINTING)
+    told = False
     if checkpointing is not None and "signal:TERM" in r.intents:
-        out.append(note_line(checkpointing, f"{SIGNALLED} SIGTERM to checkpoint", fault, r.node, r.name, grace_of(r)))
+        grace = grace_of(r)
+        out.append(note_line(checkpointing, SIGNALLED, fault_summary(r) + (f"; {grace} s grace" if grace else "")))
+        told = True
     requeued = r.entered(Phase.REQUEUED)
     if requeued is not None and not _told_by_peer(r, others, Phase.REQUEUED, job):
-        out.append(note_line(requeued, REQUEUED, fault, r.node, r.name))
+        out.append(note_line(requeued, REQUEUED, f"the machine behind {node} is replaced" if told
+                             else fault_summary(r)))
     held = r.entered(Phase.HELD)
     if held is not None and not _told_by_peer(r, others, Phase.HELD, job):
-        out.append(note_line(held, f"{HELD} (its replacement waits for admission)", fault, r.node, r.name))
+        out.append(note_line(held, HELD, f"replacing {node}'s machine waits for the on-call"))
+    waiting = r.entered(Phase.WAITING_FOR_SPARE)
+    if waiting is not None:
+        out.append(note_line(waiting, WAITING, f"the pool has none free for {node}"))
+    if r.refill is not None and r.refill.state == RefillState.FAILED and r.refill.attempt == 1:
+        again = f"; asked again at {stamp(r.refill.retry_at)}" if r.refill.retry_at else ""
+        out.append(note_line(r.refill.at, NO_REFILL, f"ordering a new machine failed{again}"))
     after = back_after(r, job)
     if after is not None and job.start_time is not None and not any(
             back_after(p, job) is not None and (p.created, p.name) < (r.created, r.name) for p in others):
-        line = note_line(job.start_time, f"{RESUMED} on {','.join(job.nodes) or '?'}", fault, r.node, r.name)
-        out.append(f"{line}; {after:.0f} s after the fault")
+        replaced = f"{node} runs on a healthy machine; " if r.entered(Phase.RESUMING) is not None else ""
+        out.append(note_line(job.start_time, RESUMED, f"on {','.join(job.nodes) or '?'}; {replaced}"
+                                                      f"{after:.0f} s after the fault"))
     return tuple(out)
 
 
@@ -149,13 +180,29 @@ def settled(r: Remediation, job: JobSeen | None, now: datetime) -> bool:
     return now - ended > RESUME_WINDOW
 
 
-def appended(existing: str, lines: tuple[str, ...]) -> str | None:
-    """The admin comment with the lines it lacks appended; None when it has them all. What was there (a
-    person's text, earlier lines) is kept as it is."""
-    missing = [line for line in lines if line not in existing]
-    if not missing:
-        return None
-    return SEPARATOR.join(([existing] if existing else []) + missing)
+def ours(segment: str) -> bool:
+    """A segment gpufleet wrote: a dated line, a record, or the trailer."""
+    return segment.startswith(f"{PREFIX} 20") or segment.startswith(HEAD) or segment.startswith("whole story: gpufleet why ")
+
+
+def appended(existing: str, job_id: int, lines: Sequence[str], records: Sequence[str] = ()) -> str | None:
+    """The admin comment with the lines it lacks, each remediation's record as it is now, and the trailer
+    last; None when nothing changes. What others wrote (a person's text) stays first, as it was; gpufleet's
+    earlier lines stay in their order. The same inputs give the same text: a pass repeated after a crash or
+    a failed write changes nothing."""
+    segments = [x for x in existing.split(SEPARATOR)] if existing else []
+    theirs = [x for x in segments if not ours(x)]
+    mine = [x for x in segments if ours(x) and not x.startswith(HEAD) and not x.startswith("whole story: ")]
+    mine += [line for line in lines if line not in mine]
+    new = {record_key(x): x for x in records}
+    kept = [x for x in segments if x.startswith(HEAD) and record_key(x) not in new]
+    out = SEPARATOR.join(theirs + mine + kept + list(new.values()) + [trailer(job_id)])
+    return None if out == existing else out
+
+
+def record_key(segment: str) -> str:
+    """The remediation a record segment is about (its `r=`)."""
+    return next((t[2:] for t in segment.split(" ") if t.startswith("r=")), segment)
 
 
 def notice_line(node: str, fault: Fault, job: JobSeen) -> str | None:
@@ -166,18 +213,21 @@ def notice_line(node: str, fault: Fault, job: JobSeen) -> str | None:
     if job.start_time is not None and job.start_time > fault.since:
         return None
     event, said = NOTICES[fault.needs]
-    gpu = f" GPU {fault.pci}" if fault.pci else ""
-    return f"{PREFIX} {stamp(fault.since)}: {event}: {describe(fault.xid, fault.kind)}{gpu} on {node}; {said}"
+    return note_line(fault.since, event, f"{_gpu(fault.message, fault.pci)} on {node}: "
+                                         f"{_plain(fault.xid, fault.kind)}; {said}")
 
 
 # --- telling the job's owner (webhook targets with `job_owners`) ----------------------------------
 
 def event_of(line: str) -> str:
-    """The event a line tells: signalled | requeued | held | running-again | restart-app | diagnose."""
-    what = line.split(": ", 2)[1] if line.count(": ") >= 2 else ""
-    for event in (SIGNALLED, REQUEUED, HELD, RESUMED, APP_RESTART, DIAGNOSTICS):
+    """The event a line tells: signalled | requeued | held | waiting | no-refill | running-again | restart-app |
+    diagnose."""
+    what = line.split(": ", 2)[1] if line.count(": ") >= 1 else ""
+    names = {SIGNALLED: "signalled", REQUEUED: "requeued", HELD: "held", WAITING: "waiting", NO_REFILL: "no-refill",
+             RESUMED: "running-again", APP_RESTART: APP_RESTART, DIAGNOSTICS: DIAGNOSTICS}
+    for event, name in names.items():
         if what.startswith(event):
-            return event.replace(" ", "-")
+            return name
     return "noted"
 
 

@@ -14,14 +14,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-from fleetspec.faults import FaultAction, Kind, default_action, describe
-from fleetspec.faults.catalogue import CONTAINED_HARDWARE
-from fleetspec.faults.condition import parse_header
-from fleetspec.ledger import PoolLedger
+from gpufleet.fleetspec.faults import FaultAction, Kind, default_action, describe
+from gpufleet.fleetspec.faults.catalogue import CONTAINED_HARDWARE
+from gpufleet.fleetspec.faults.condition import parse_header
+from gpufleet.fleetspec.ledger import PoolLedger
 
-from reconciler.core.job_notes import stamp
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.job_notes import stamp
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
 
 HEALED, HEALING, HELD, FAILED, OWN_ERROR, NOTHING = "healed", "healing", "held", "heal-failed", "own-error", "nothing"
 APP_RESTART = "gpu-error-contained"  # a hardware error the GPU contained: only the application had to restart
@@ -355,8 +355,22 @@ def _verdict(job: JobFacts | None, mine: list[Remediation], own: list[NodeFault]
     return NOTHING, f"nothing gpufleet saw: no GPU fault on its nodes while it ran{state}"
 
 
+def shown(text: str, most: int = 200) -> str:
+    """A Slurm-supplied string as printed: control characters (newlines, escapes) and other unprintable ones
+    written as `\\xNN`/`\\uNNNN`, cut at `most` characters."""
+    out = []
+    for c in text[:most]:
+        if c.isprintable():
+            out.append(c)
+        elif ord(c) < 0x100:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(f"\\u{ord(c):04x}")
+    return "".join(out) + ("..." if len(text) > most else "")
+
+
 def owner(j: JobFacts) -> str:
-    return (j.user or "?") + (f"/{j.account}" if j.account else "")
+    return shown(j.user or "?") + (f"/{shown(j.account)}" if j.account else "")
 
 
 def render(s: Story) -> str:
@@ -364,9 +378,9 @@ def render(s: Story) -> str:
     j = s.job
     head = f"job {s.job_id}"
     if j is not None:
-        head += f" ({j.name or '?'}, {owner(j)}): {j.state}"
+        head += f" ({shown(j.name) or '?'}, {owner(j)}): {shown(j.state)}"
         if j.nodes:
-            head += f" on {','.join(j.nodes)}"
+            head += f" on {','.join(shown(n) for n in j.nodes)}"
         if j.source == "accounting":
             head += " (from accounting: slurmctld no longer remembers it)"
     else:
@@ -375,8 +389,8 @@ def render(s: Story) -> str:
     if s.kube_nodes:
         lines.append(f"  Kubernetes nodes: {', '.join(s.kube_nodes)}")
     for e in s.entries:
-        lines.append(f"  {stamp(e.at) if e.at else '?':20}  {e.text}")
+        lines.append(f"  {stamp(e.at) if e.at else '?':20}  {shown(e.text, 2000)}")
     if j is not None and j.admin_comment:
-        lines.append(f"  Slurm admin comment: {j.admin_comment}")
+        lines.append(f"  Slurm admin comment: {shown(j.admin_comment, 4000)}")
     lines.append(f"verdict: {s.summary}")
     return "\n".join(lines)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from fleetspec import labels
-from fleetspec.ledger import KEEP, Capacity, Loan, PoolLedger, dump, empty
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.ledger import KEEP, Capacity, Loan, PoolLedger, dump, empty
 
-from reconciler.core.actions import WriteLedger
-from reconciler.core.model import NodeView
+from gpufleet.reconciler.core.actions import WriteLedger
+from gpufleet.reconciler.core.model import NodeView
 
 
 def record_capacity(ledger: PoolLedger, capacity: Capacity, now: datetime) -> PoolLedger:

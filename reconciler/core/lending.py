@@ -23,18 +23,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec, LendingSpec, NodePool
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec, LendingSpec, NodePool
 
-from fleetspec.ledger import Capacity
+from gpufleet.fleetspec.ledger import Capacity
 
-from reconciler.core.actions import (
+from gpufleet.reconciler.core.actions import (
     Action, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, ResumeSlurm, StartReclaim,
 )
-from reconciler.core.drains import drained_by_gpufleet, drained_by_person, drained_for_lending, lending_reason
-from reconciler.core.model import NodeView, PendingJob, PodView, SlurmNodeView
-from reconciler.core.observe import borrower_views, evictable_views
-from reconciler.core.validation import serves
+from gpufleet.reconciler.core.drains import drained_by_gpufleet, drained_by_person, drained_for_lending, lending_reason
+from gpufleet.reconciler.core.model import NodeView, PendingJob, PodView, SlurmNodeView
+from gpufleet.reconciler.core.observe import borrower_views, evictable_views
+from gpufleet.reconciler.core.validation import serves
 
 RECHECK = 1.0  # seconds between lending passes (each asks Slurm for its nodes and its queue)
 RECLAIM_RECHECK = 0.5  # while borrowers are being evicted
@@ -84,7 +84,7 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
 
     def out_of_service(n: NodeView) -> bool:
         return (n.fault is not None or n.name in facts.remediated or n.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE)
-                or not n.ready or n.unschedulable)
+                or not n.ready or n.unschedulable or labels.CHECK_TAINT in n.taints)  # taken for an active check
 
     # 1. A loan on a node that faulted or left service ends now; its borrowers go with everything else.
     for n in facts.nodes:

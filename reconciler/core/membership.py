@@ -28,11 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec, NodePool
-from fleetspec.placement import node_taints
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec, NodePool
+from gpufleet.fleetspec.placement import node_taints
 
-from reconciler.core.actions import Action, ApplyMembership, NodeShape, Report, SettleCapacityRequests
+from gpufleet.reconciler.core.actions import Action, ApplyMembership, NodeShape, Report, SettleCapacityRequests
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

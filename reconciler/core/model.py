@@ -8,15 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from fleetspec import labels
-from fleetspec.faults import FaultAction, Kind, default_action
-from fleetspec.node_repair import HealthCheckRecord, RepairRequest, RepairResult
-from fleetspec.oncall import PersonRequest
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, Kind, default_action
+from gpufleet.fleetspec.node_repair import HealthCheckRecord, RepairRequest, RepairResult
+from gpufleet.fleetspec.oncall import PersonRequest
 
-from reconciler.core import slurm_states
-from reconciler.core.phases import Phase, check_transition, last_entered
-from reconciler.core.diagnosis_stages import Diagnosis
-from reconciler.core.repair_phases import Repair
+from gpufleet.reconciler.core import slurm_states
+from gpufleet.reconciler.core.phases import Phase, check_transition, last_entered
+from gpufleet.reconciler.core.diagnosis_stages import Diagnosis
+from gpufleet.reconciler.core.repair_phases import Repair
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,8 @@ class Remediation:
 def remediation_name(node: str, fault: Fault) -> str:
     """Deterministic: the same node and signal give the same name, so a repeated signal or
     a restart creates nothing new (the API server answers AlreadyExists)."""
-    what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost"}[fault.kind]
+    what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost",
+            Kind.DCGM: f"dcgm{fault.xid}"}[fault.kind]
     return f"{node}-{what}-{int(fault.since.timestamp())}"
 
 
@@ -359,7 +360,7 @@ class StepFacts:
 class Gate:
     """Why admission holds a remediation (containment is never held)."""
 
-    reason: str  # fleetspec.remediation_crd.Reason: TooManyUnhealthy | MaxConcurrent | HealingDisabled
+    reason: str  # gpufleet.fleetspec.remediation_crd.Reason: TooManyUnhealthy | MaxConcurrent | HealingDisabled
     pool: str | None
     message: str
 

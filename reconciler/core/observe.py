@@ -6,11 +6,11 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from fleetspec import labels
-from fleetspec.node_repair import parse_check, parse_request, parse_result
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.node_repair import parse_check, parse_request, parse_result
 
-from reconciler.core.faults import FaultReader
-from reconciler.core.model import NodeView, PodView
+from gpufleet.reconciler.core.faults import FaultReader
+from gpufleet.reconciler.core.model import NodeView, PodView
 
 
 EPOCH = datetime.fromtimestamp(0, timezone.utc)

@@ -20,18 +20,18 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from fleetspec.models import FleetSpec
-from fleetspec.oncall import MARK_HEALTHY, RELEASE, RETIRE, PersonRequest
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.oncall import MARK_HEALTHY, RELEASE, RETIRE, PersonRequest
 
-from reconciler.core.actions import Action, ReleaseJobs, ResumeSlurm, ReturnToSpares
-from reconciler.core.admission import evict
-from reconciler.core.drains import drained_by_gpufleet
-from reconciler.core.model import NodeView, Remediation, SlurmNodeView, Step, StepFacts
-from reconciler.core.phases import Phase
-from reconciler.core.repair import RepairFacts, back_to_spares, pool_leftovers, retire
-from reconciler.core.repair_actions import BackInService, MarkHealthy, NodeEvent, StartHealthCheck
-from reconciler.core.repair_phases import RepairEvent, RepairPhase, begin
-from reconciler.core.validation import SLACK, job_name
+from gpufleet.reconciler.core.actions import Action, ReleaseJobs, ResumeSlurm, ReturnToSpares
+from gpufleet.reconciler.core.admission import evict
+from gpufleet.reconciler.core.drains import drained_by_gpufleet
+from gpufleet.reconciler.core.model import NodeView, Remediation, SlurmNodeView, Step, StepFacts
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair import RepairFacts, back_to_spares, pool_leftovers, retire
+from gpufleet.reconciler.core.repair_actions import BackInService, MarkHealthy, NodeEvent, StartHealthCheck
+from gpufleet.reconciler.core.repair_phases import RepairEvent, RepairPhase, begin
+from gpufleet.reconciler.core.validation import SLACK, job_name
 
 CONTAINED_NOT_REPLACED = frozenset({Phase.HELD, Phase.OPTED_OUT, Phase.ESCALATED})
 

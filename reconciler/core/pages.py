@@ -10,11 +10,11 @@ turn) sends no page; the record says it.
 """
 from __future__ import annotations
 
-from fleetspec import FleetSpec, labels
-from fleetspec.faults import Kind, describe
-from fleetspec.faults.catalogue import XIDS
+from gpufleet.fleetspec import FleetSpec, labels
+from gpufleet.fleetspec.faults import Kind, describe
+from gpufleet.fleetspec.faults.catalogue import XIDS
 
-from reconciler.core.model import Admission, NodeView, Remediation
+from gpufleet.reconciler.core.model import Admission, NodeView, Remediation
 
 # What NVIDIA GPU Feature Discovery labels a node with (github.com/NVIDIA/k8s-device-plugin, docs/gpu-feature-
 # discovery: nvidia.com/cuda.driver-version.full, and before it nvidia.com/cuda.driver.major/.minor/.rev;

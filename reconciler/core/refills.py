@@ -26,12 +26,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
-from fleetspec import FleetSpec
-from fleetspec.models import NodePool
+from gpufleet.fleetspec import FleetSpec
+from gpufleet.fleetspec.models import NodePool
 
-from reconciler.core.actions import Action, Notify, RequestCapacity, SettleRefill
-from reconciler.core.model import NodeView, Refill, RefillState, Remediation, Step, Stock
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.actions import Action, Notify, RequestCapacity, SettleRefill
+from gpufleet.reconciler.core.model import NodeView, Refill, RefillState, Remediation, Step, Stock
+from gpufleet.reconciler.core.phases import Phase
 
 SETTLED_BY_NODES = frozenset({"kubernetes-spares"})  # providers whose requests a joining node settles
 RETRY_FIRST = timedelta(minutes=5)  # a failed refill is asked again after this long, doubling each time ...

@@ -38,28 +38,28 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from fleetspec import labels
-from fleetspec.faults import FaultAction, Kind, describe
-from fleetspec.faults.catalogue import application
-from fleetspec.faults.escalation import RULES, Escalation, RepeatRule, Seen, escalate
-from fleetspec.models import FleetSpec
-from fleetspec.node_repair import RepairRequest
-from fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, Kind, describe
+from gpufleet.fleetspec.faults.catalogue import application
+from gpufleet.fleetspec.faults.escalation import RULES, Escalation, RepeatRule, Seen, escalate
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.node_repair import RepairRequest
+from gpufleet.fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
-from reconciler.core import pages
-from reconciler.core.actions import Action, Notify, ReturnToSpares
-from reconciler.core import refills
-from reconciler.core.diagnosis_stages import Stage
-from reconciler.core.drains import drained_by_person, set_by
-from reconciler.core.model import NodeView, PodView, Refill, RefillState, Remediation, SlurmNodeView, Step
-from reconciler.core.observe import opted_out_views
-from reconciler.core.phases import Phase
-from reconciler.core.repair_actions import (
+from gpufleet.reconciler.core import pages
+from gpufleet.reconciler.core.actions import Action, Notify, ReturnToSpares
+from gpufleet.reconciler.core import refills
+from gpufleet.reconciler.core.diagnosis_stages import Stage
+from gpufleet.reconciler.core.drains import drained_by_person, set_by
+from gpufleet.reconciler.core.model import NodeView, PodView, Refill, RefillState, Remediation, SlurmNodeView, Step
+from gpufleet.reconciler.core.observe import opted_out_views
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_actions import (
     ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
-from reconciler.core.repair_phases import UNDER_WAY, Repair, RepairEvent, RepairPhase, begin
-from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.core.validation import (
+from gpufleet.reconciler.core.repair_phases import UNDER_WAY, Repair, RepairEvent, RepairPhase, begin
+from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
+from gpufleet.reconciler.core.validation import (
     INCONCLUSIVE, MISSING, PASSED, SLACK, UNPROVEN, UNPROVEN_HELP, Verdict, job_name, passed_record,
 )
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetspec.node_repair import HealthCheckRecord, RepairRequest
+from gpufleet.fleetspec.node_repair import HealthCheckRecord, RepairRequest
 
-from reconciler.core.actions import Action
+from gpufleet.reconciler.core.actions import Action
 
 
 @dataclass(frozen=True)

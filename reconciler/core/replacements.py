@@ -18,12 +18,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from fleetspec import FleetSpec, labels
-from fleetspec.faults import describe
+from gpufleet.fleetspec import FleetSpec, labels
+from gpufleet.fleetspec.faults import describe
 
-from reconciler.core.actions import Notify
-from reconciler.core.model import NodeView, Remediation, ReplacementFailure, Step
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.actions import Notify
+from gpufleet.reconciler.core.model import NodeView, Remediation, ReplacementFailure, Step
+from gpufleet.reconciler.core.phases import Phase
 
 MAX_REPLACEMENTS = 3  # broken replacements one remediation gives up before it fails
 

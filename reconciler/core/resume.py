@@ -11,9 +11,9 @@ is waited for until it takes jobs, the person's too.
 """
 from __future__ import annotations
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
-from reconciler.core.model import PodView, Remediation, SlurmNodeView, StepFacts
+from gpufleet.reconciler.core.model import PodView, Remediation, SlurmNodeView, StepFacts
 
 
 def _pods(name: str, pods: tuple[PodView, ...]) -> list[PodView]:

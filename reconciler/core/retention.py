@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
 
-from fleetspec import labels
-from fleetspec.models import HealingSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import HealingSpec
 
-from reconciler.core.model import NodeView, Remediation, remediation_name
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.model import NodeView, Remediation, remediation_name
+from gpufleet.reconciler.core.phases import Phase
 
 
 def keep_for(policy: HealingSpec) -> timedelta:

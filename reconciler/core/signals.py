@@ -15,10 +15,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from reconciler.core.actions import SignalJobs
-from reconciler.core.model import Remediation, StepFacts
-from reconciler.core.phases import Phase
-from reconciler.core.slurm_states import ON_NODE_JOB_STATES, SIGNALLABLE_JOB_STATES
+from gpufleet.reconciler.core.actions import SignalJobs
+from gpufleet.reconciler.core.model import Remediation, StepFacts
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.slurm_states import ON_NODE_JOB_STATES, SIGNALLABLE_JOB_STATES
 
 SIGTERM = SignalJobs((), "TERM").once
 

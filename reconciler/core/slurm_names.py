@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
-from reconciler.core.model import PodView, SlurmNodeView
+from gpufleet.reconciler.core.model import PodView, SlurmNodeView
 
 
 def comment_node(comment: str) -> str | None:

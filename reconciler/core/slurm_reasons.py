@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SLURMD_USER = "root"  # SlurmdUser's default (slurm.conf(5)); Slinky's slurmd containers run as root
-# A person's own account never matches these; the SlurmUser is fleetspec.models.SLURM_USER.
+# A person's own account never matches these; the SlurmUser is gpufleet.fleetspec.models.SLURM_USER.
 
 CHECK = "check"  # something on the node failed: it takes no job until a health check proves it
 GONE = "gone"  # slurmd is unreachable: Slurm set it DOWN; it comes back when its slurmd registers again

@@ -8,8 +8,8 @@ proof, issue 25) it passed a health check on its current boot: a bad spare is ne
 """
 from __future__ import annotations
 
-from reconciler.core.drains import drained_by_person, drained_by_slurm
-from reconciler.core.model import NodeView, StepFacts
+from gpufleet.reconciler.core.drains import drained_by_person, drained_by_slurm
+from gpufleet.reconciler.core.model import NodeView, StepFacts
 
 
 def free_spares(facts: StepFacts, proven_only: bool = False) -> tuple[str, ...]:

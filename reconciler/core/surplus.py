@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from fleetspec import labels
-from fleetspec.models import NodePool
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import NodePool
 
-from reconciler.core.actions import Action, GiveBack, ReturnToSpares
-from reconciler.core.model import NodeView, Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.actions import Action, GiveBack, ReturnToSpares
+from gpufleet.reconciler.core.model import NodeView, Remediation
+from gpufleet.reconciler.core.phases import Phase
 
 
 ON_THE_WAY_TO_A_SPARE = frozenset({Phase.DETECTED, Phase.SLURM_DRAINING, Phase.CHECKPOINTING, Phase.REQUEUED,

@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping
 
-from fleetspec import health_report, labels
-from fleetspec.faults import FaultAction
-from fleetspec.models import FleetSpec
-from fleetspec.node_repair import FAILED, PASSED, RUNNING, HealthCheckRecord
-from fleetspec.node_repair import UNPROVEN as UNPROVEN_RECORD
+from gpufleet.fleetspec import health_report, labels
+from gpufleet.fleetspec.faults import FaultAction
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.node_repair import FAILED, PASSED, RUNNING, HealthCheckRecord
+from gpufleet.fleetspec.node_repair import UNPROVEN as UNPROVEN_RECORD
 
-from reconciler.core.actions import Action, Notify
-from reconciler.core.model import NodeView, Remediation
-from reconciler.core.phases import Phase
-from reconciler.core.repair_actions import NodeEvent, RecordCheck, StartHealthCheck
+from gpufleet.reconciler.core.actions import Action, Notify
+from gpufleet.reconciler.core.model import NodeView, Remediation
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_actions import NodeEvent, RecordCheck, StartHealthCheck
 
 SLACK = timedelta(seconds=120)  # past the Job's own deadline, a check nobody answered gave no verdict
 UNPROVEN_RECHECK = timedelta(hours=1)  # an unproven spare is checked again this often (its image may be fixed)
@@ -38,7 +38,7 @@ UNPROVEN = "unproven"  # the check ran but could not prove the node: a check it 
 
 UNPROVEN_HELP = ("A check the spec requires could not run (its tool is not in the check's image, or it could not "
                  "start): run the check from an image that carries NVIDIA's DCGM (dcgmi) and nccl-tests "
-                 "(all_reduce_perf): healing.repair.health_check.image (README: what the health check proves).")
+                 "(all_reduce_perf): healing.repair.health_check.image (docs/platform.md: the health check's image).")
 
 
 @dataclass(frozen=True)

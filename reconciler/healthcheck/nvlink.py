@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from reconciler.healthcheck.floors import ModelFloor
+from gpufleet.reconciler.healthcheck.floors import ModelFloor
 
 _GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
 _LINK = re.compile(r"^\s+Link (\d+): (?:<inactive>|([0-9.]+) GB/s)\s*$")

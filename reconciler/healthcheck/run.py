@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Collection
 
-from fleetspec.health_report import FAIL, PASS, SKIP, UNPROVEN, CheckOutcome, HealthReport
+from gpufleet.fleetspec.health_report import FAIL, PASS, SKIP, UNPROVEN, CheckOutcome, HealthReport
 
-from reconciler.healthcheck import dcgm, nccl, nvidia_smi, nvlink
-from reconciler.healthcheck.floors import CHECK_SIZES, ModelFloor, floor_for
+from gpufleet.reconciler.healthcheck import dcgm, nccl, nvidia_smi, nvlink
+from gpufleet.reconciler.healthcheck.floors import CHECK_SIZES, ModelFloor, floor_for
 
 DCGM_TIMEOUT = {1: 300, 2: 900, 3: 3600, 4: 7200}  # seconds, by level (level 3 runs about half an hour)
 ORDER = ("none", "reset-gpu", "reboot", "replace")

@@ -18,7 +18,9 @@
     timers.py           timed runnables: a periodic pass with a loop of its own
     membership_pass.py  pool membership and spares at their count, a timed runnable
     lending_pass.py     lending and its ledger, a timed runnable
+    active_check_pass.py  active checks of idle nodes and spares (Slurm reservations, the check Jobs), a timed runnable
     retention_pass.py   deleting finished remediations, a timed runnable
+    telemetry_pass.py   GPU telemetry (dcgm-exporter) judged: degraded nodes, stragglers, hangs; a timed runnable
     leader.py           leader election on a Lease, with fencing
     metrics.py          Prometheus metrics, /healthz
 """

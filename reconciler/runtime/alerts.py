@@ -8,16 +8,16 @@ import logging
 import threading
 from typing import Callable
 
-from fleetspec.remediation_crd import Reason
+from gpufleet.fleetspec.remediation_crd import Reason
 
-from reconciler.adapters.records import Unreadable
-from reconciler.core.actions import Report
-from reconciler.core.model import Gate, Remediation
-from reconciler.core.phases import Phase
-from reconciler.core.repair_phases import RepairPhase
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import context
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.adapters.records import Unreadable
+from gpufleet.reconciler.core.actions import Report
+from gpufleet.reconciler.core.model import Gate, Remediation
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_phases import RepairPhase
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.executor import context
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 GATES = (Reason.TOO_MANY_UNHEALTHY, Reason.MAX_CONCURRENT, Reason.HEALING_DISABLED)

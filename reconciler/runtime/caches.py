@@ -8,17 +8,17 @@ and a pod that has a deletionTimestamp never loses it.
 from __future__ import annotations
 
 from dataclasses import replace
-from fleetspec import labels
-from fleetspec.models import FleetSpec
-from fleetspec.placement import nodeset_names
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.placement import nodeset_names
 
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.records import RemediationStore, Unreadable
-from reconciler.core.faults import FaultReader
-from reconciler.core.model import NodeView, PodView, Remediation
-from reconciler.core.observe import node_view, pod_view
-from reconciler.core.refills import outstanding, request_name
-from reconciler.runtime.informers import Informer, OnChange
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.records import RemediationStore, Unreadable
+from gpufleet.reconciler.core.faults import FaultReader
+from gpufleet.reconciler.core.model import NodeView, PodView, Remediation
+from gpufleet.reconciler.core.observe import node_view, pod_view
+from gpufleet.reconciler.core.refills import outstanding, request_name
+from gpufleet.reconciler.runtime.informers import Informer, OnChange
 
 PAGE = 500  # items per list page
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Iterable
 
-from reconciler.core.model import Remediation, Step
+from gpufleet.reconciler.core.model import Remediation, Step
 
 LENDING_HOLD = 2.0  # a node a lending pass just changed is not chosen as a spare for this long (cache lag)
 LENDING_BUSY = 60.0  # while the pass acts on it

@@ -12,16 +12,16 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.core import diagnosis
-from reconciler.core.model import Remediation, Step
-from reconciler.errors import PermanentError
-from reconciler.runtime.alerts import Alerts
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import Executor, apply_step
-from reconciler.runtime.facts import Facts
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.core import diagnosis
+from gpufleet.reconciler.core.model import Remediation, Step
+from gpufleet.reconciler.errors import PermanentError
+from gpufleet.reconciler.runtime.alerts import Alerts
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.executor import Executor, apply_step
+from gpufleet.reconciler.runtime.facts import Facts
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

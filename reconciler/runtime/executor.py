@@ -12,28 +12,29 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Callable
 
-from fleetspec import labels, remediation_crd
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels, remediation_crd
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.notify import Message, Notifier
-from reconciler.adapters.providers import NodeProvider
-from reconciler.adapters.records import RemediationStore
-from reconciler.adapters.slurm import SlurmClient, call
-from reconciler.core.actions import (
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.notify import Message, Notifier
+from gpufleet.reconciler.adapters.providers import NodeProvider
+from gpufleet.reconciler.adapters.records import RemediationStore
+from gpufleet.reconciler.adapters.slurm import SlurmClient, call
+from gpufleet.reconciler.core.actions import (
     Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
-    EvictPods, Lend, NoteJob, NoteSignals, Notify, NotifyOwner,
+    EvictPods, Lend, MarkDegraded, NoteJob, NoteSignals, Notify, NotifyOwner,
     PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
     GiveBack, ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
-from reconciler.core.model import RefillState, Remediation, Step
-from reconciler.core.repair_actions import (
+from gpufleet.reconciler.core.model import RefillState, Remediation, Step
+from gpufleet.reconciler.core.repair_actions import (
     BackInService, ForgetNode, MarkHealthy, NodeEvent, RecordCheck, RequestRepair, Retire, StartHealthCheck,
 )
-from reconciler.core.observe import membership_dict
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.core.observe import membership_dict
+from gpufleet.reconciler.core.active_checks import GiveBackFromCheck, ReserveForCheck, TakeForCheck
+from gpufleet.reconciler.errors import NotFound, PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 DRY_RUN_REPEAT = 60.0  # seconds: a dry run logs the same intended action at most this often
@@ -116,6 +117,9 @@ class Executor:
             case Cordon():
                 self.caches.node_written(self.kube.cordon(a.node, a.reason, remediation=a.remediation))
                 log.info("cordoned", extra={**context(r), "node": a.node})
+            case MarkDegraded():
+                self.kube.set_condition(a.node, self.spec.healing.condition_types[0], "False", a.reason, a.message)
+                log.warning("degraded: %s", a.message, extra={"node": a.node})
             case DrainSlurm():
                 self._slurm(lambda s: s.drain(a.node, a.reason))
             case SignalJobs():
@@ -209,6 +213,13 @@ class Executor:
                 self.providers[a.pool].forget(a.node, a.pool, a.reason, a.refill)
             case NodeEvent():
                 self.kube.event({"kind": "Node", "name": a.node, "apiVersion": "v1"}, a.reason, a.message, a.type)
+            # --- active checks of idle capacity ---
+            case ReserveForCheck():
+                self._slurm(lambda s: s.reserve_for_maintenance(a.reservation, a.slurm_nodes, a.minutes))
+            case TakeForCheck():
+                self.caches.node_written(self.kube.take_for_check(a.node))
+            case GiveBackFromCheck():
+                self._give_back_from_check(a)
             case _:
                 raise PermanentError(f"unknown action {a!r}")
 
@@ -223,6 +234,17 @@ class Executor:
             log.warning("refill failed: %s", a.message, extra=context(r))
         else:
             log.info("refill %s: %s", a.outcome.lower(), a.message, extra=context(r))
+
+    def _give_back_from_check(self, a: GiveBackFromCheck) -> None:
+        """The taint off first, then the reservation: a crash between leaves a reservation the next pass finds."""
+        if a.node:
+            try:
+                self.caches.node_written(self.kube.give_back_from_check(a.node))
+            except NotFound:
+                pass  # the node is gone: only its reservation is left
+        if a.reservation:
+            self._slurm(lambda s: s.delete_reservation(a.reservation))
+        log.info("active check: %s given back (%s)", a.node or a.reservation, a.why)
 
     def _slurm(self, fn) -> None:
         if self.slurm is not None:

@@ -11,19 +11,19 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Callable, Iterable
 
-from fleetspec.models import FleetSpec, NodePool
+from gpufleet.fleetspec.models import FleetSpec, NodePool
 
-from reconciler.adapters.providers import NodeProvider
-from reconciler.adapters.slurm import SlurmClient, SlurmError, SlurmNode, call
-from reconciler.core import admission, lending, refills, resume, signals
-from reconciler.core.drains import SlurmUsers
-from reconciler.core.model import JobView, Needs, PendingJob, Remediation, SlurmNodeView, StepFacts, Stock
-from reconciler.core.observe import evictable_views
-from reconciler.core.phases import Phase
-from reconciler.core.slurm_names import comment_node, slurm_nodes_on
-from reconciler.errors import TemporaryError
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.claims import Claims
+from gpufleet.reconciler.adapters.providers import NodeProvider
+from gpufleet.reconciler.adapters.slurm import SlurmClient, SlurmError, SlurmNode, call
+from gpufleet.reconciler.core import admission, lending, refills, resume, signals
+from gpufleet.reconciler.core.drains import SlurmUsers
+from gpufleet.reconciler.core.model import JobView, Needs, PendingJob, Remediation, SlurmNodeView, StepFacts, Stock
+from gpufleet.reconciler.core.observe import evictable_views
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.slurm_names import comment_node, slurm_nodes_on
+from gpufleet.reconciler.errors import TemporaryError
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.claims import Claims
 
 log = logging.getLogger(__name__)
 

@@ -26,23 +26,23 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Callable
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.adapters.records import Unreadable
-from reconciler.core import decide as core
-from reconciler.core import oncall
-from reconciler.core import refills
-from reconciler.core.actions import Action
-from reconciler.core.model import Needs, Remediation, Step
-from reconciler.core.phases import Phase
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.alerts import Alerts
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.claims import Claims
-from reconciler.runtime.executor import Executor, NotLeader, context
-from reconciler.runtime.facts import Facts
-from reconciler.runtime.metrics import Metrics
-from reconciler.runtime.workqueue import WorkQueue
+from gpufleet.reconciler.adapters.records import Unreadable
+from gpufleet.reconciler.core import decide as core
+from gpufleet.reconciler.core import oncall
+from gpufleet.reconciler.core import refills
+from gpufleet.reconciler.core.actions import Action
+from gpufleet.reconciler.core.model import Needs, Remediation, Step
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.alerts import Alerts
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.claims import Claims
+from gpufleet.reconciler.runtime.executor import Executor, NotLeader, context
+from gpufleet.reconciler.runtime.facts import Facts
+from gpufleet.reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 UNSYNCED_RECHECK = 0.5

@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Callable, Generic, Hashable, Iterable, Iterator, TypeVar
 
-from reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
 log = logging.getLogger(__name__)
 V = TypeVar("V")

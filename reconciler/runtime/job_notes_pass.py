@@ -16,17 +16,19 @@ import logging
 from datetime import datetime, timezone
 from typing import Callable
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.adapters.slurm import SlurmClient, SlurmJob, call
-from reconciler.core import job_notes
-from reconciler.core.actions import NoteJob, NotifyOwner
-from reconciler.core.model import Remediation
-from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import Executor
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.adapters.slurm import SlurmClient, SlurmJob, call
+from gpufleet.reconciler.adapters.slurm.job_facts import job_facts
+from gpufleet.reconciler.core import engineer_story, job_notes, job_record
+from gpufleet.reconciler.core.job_story import JobFacts
+from gpufleet.reconciler.core.actions import NoteJob, NotifyOwner
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.executor import Executor
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 BUSY, IDLE, AFTER_ERROR = 2.0, 5.0, 15.0  # seconds to the next pass: jobs owed a line, none (it reads only the cache), a failure
@@ -47,6 +49,7 @@ class JobNotesPass:
         self._told: dict[int, list[datetime]] = {}  # job -> when its owner was told (the rate limit)
         self._routes = [t for t in spec.healing.notifications if getattr(t, "job_owners", None) is not None]
         self._noticed: set[tuple[str, datetime]] = set()  # (node, signal) whose jobs got their line
+        self._models = {p.name: p.gpu_model for p in spec.pools}  # the GPU model each record names
 
     def __call__(self) -> float:
         if self.slurm is None:
@@ -89,15 +92,17 @@ class JobNotesPass:
                     if found is None:
                         continue
                     seen = job_seen(found)
-                    line = job_notes.notice_line(n.name, n.fault, seen)
+                    line = job_notes.notice_line(name, n.fault, seen)  # the Slurm node: what the engineer knows
                     if line is None or found.admin_comment is None or not job_notes.writable(seen):
                         continue
-                    text = job_notes.appended(seen.admin_comment, (line,))
+                    rec = job_record.notice_record(n.name, slurm_nodes_on(n.name, self.caches.pods_on(n.name)).names,
+                                                   n.fault, self._models.get(n.pool or "", ""))
+                    text = job_notes.appended(seen.admin_comment, seen.job_id, (line,), (job_record.encode(rec),))
                     if text is not None:
                         self.executor.run(NoteJob(seen.job_id, text))
                         if not self.executor.dry_run:
                             log.info("job %s: admin comment noted (%s on %s)", seen.job_id, n.fault.needs.value, n.name)
-                            self._tell(None, seen, [line])
+                            self._tell(None, seen, [line], job_facts(found, admin_comment=text))
             self._noticed.add(key)
 
     def _note(self, r: Remediation, jid: int) -> None:
@@ -112,7 +117,9 @@ class JobNotesPass:
         if seen is not None and job_notes.writable(seen):
             peers = [p for p in self.caches.remediations_in({x.name for x in self.spec.pools}) if jid in p.jobs]
             lines = job_notes.lines_for(r, seen, peers)
-            text = job_notes.appended(seen.admin_comment, lines)
+            records = [job_record.encode(job_record.record_of(p, self._models.get(p.pool, ""))) for p in
+                       sorted({p.name: p for p in [r, *peers]}.values(), key=lambda p: (p.created, p.name))]
+            text = job_notes.appended(seen.admin_comment, jid, lines, records)
             if text is not None:
                 self.executor.run(NoteJob(jid, text), r)
                 if not self.executor.dry_run:
@@ -120,13 +127,15 @@ class JobNotesPass:
                     back = job_notes.back_after(r, seen)
                     if back is not None and any(job_notes.RESUMED in x and x not in seen.admin_comment for x in lines):
                         self.metrics.job_back_seconds.observe(back)  # once: when its resume line is written
-                    self._tell(r, seen, [x for x in lines if x not in seen.admin_comment])
+                    self._tell(r, seen, [x for x in lines if x not in seen.admin_comment], job_facts(found, admin_comment=text))
         if job_notes.settled(r, seen, self.clock()):
             self._settled.add((r.name, jid))
 
-    def _tell(self, r: Remediation | None, job: job_notes.JobSeen, new_lines: list[str]) -> None:
-        """Each line just written, to the owner routes of the job's user or account, within the rate limit.
-        Sent after the line is in Slurm, so a line is told once (a crash in between loses the message)."""
+    def _tell(self, r: Remediation | None, job: job_notes.JobSeen, new_lines: list[str], facts: JobFacts) -> None:
+        """Each line just written, to the owner routes of the job's user or account, within the rate limit, as
+        the engineer's paragraph `gpufleet why` prints on the login node (core/engineer_story.py, from what
+        Slurm now holds). Sent after the line is in Slurm, so a line is told once (a crash in between loses the
+        message)."""
         routes = job_notes.owner_routes(self._routes, job)
         if not routes:
             return
@@ -138,6 +147,8 @@ class JobNotesPass:
                             per_hour, line, extra={"remediation": r.name if r else ""})
                 continue
             sent.append(now)
+            records = job_record.records_in(facts.admin_comment, job_notes.SEPARATOR)
+            paragraph = engineer_story.tell(job.job_id, facts, records, now).paragraph
             for route in routes:
                 self.executor.run(NotifyOwner(route, job.job_id, job.user, job.account, job_notes.event_of(line),
-                                              f"your job {job.job_id}: {line}"), r)
+                                              f"your job {job.job_id}: {paragraph}"), r)

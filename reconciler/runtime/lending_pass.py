@@ -6,19 +6,19 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.ledger import LedgerError, PoolLedger, parse, parse_data
-from fleetspec.models import FleetSpec, NodePool
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.ledger import LedgerError, PoolLedger, parse, parse_data
+from gpufleet.fleetspec.models import FleetSpec, NodePool
 
-from reconciler.adapters.kube import Kube
-from reconciler.core import ledger, lending
-from reconciler.core.model import SlurmNodeView
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.claims import LENDING_BUSY, LENDING_HOLD, Claims
-from reconciler.runtime.executor import Executor
-from reconciler.runtime.facts import Facts
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.core import ledger, lending
+from gpufleet.reconciler.core.model import SlurmNodeView
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.claims import LENDING_BUSY, LENDING_HOLD, Claims
+from gpufleet.reconciler.runtime.executor import Executor
+from gpufleet.reconciler.runtime.facts import Facts
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 IDLE = 10.0  # no pool lends: look again this often (a spec that starts lending is a new deployment)

@@ -2,7 +2,7 @@
 metrics server; one of each, wired here.
 
     informers ─► triggers ─► WorkQueue[node name] ─► N workers ─► healing.reconcile(node)
-    timers: membership, lending, retention, validation, job notes (each its own loop) ─► their passes
+    timers: membership, lending, retention, validation, job notes, telemetry (each its own loop) ─► their passes
     every action of either ─► executor (fenced by the Lease; nothing in a dry run)
 
 The resync (at start, every RESYNC_SECONDS, and when this replica starts leading) queues every node with
@@ -16,34 +16,36 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.notify import Notifier
-from reconciler.adapters.providers import NodeProvider
-from reconciler.adapters.records import RemediationStore, Unreadable
-from reconciler.adapters.slurm import SlurmClient
-from reconciler.core import refills
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.alerts import Alerts
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.claims import Claims
-from reconciler.runtime.executor import Executor, NotLeader
-from reconciler.runtime.facts import Facts
-from reconciler.runtime.healing import UNSYNCED_RECHECK, Healing
-from reconciler.runtime.leader import LeaseElector
-from reconciler.runtime.job_notes_pass import JobNotesPass
-from reconciler.runtime.lending_pass import LendingPass
-from reconciler.runtime.membership_pass import MembershipPass
-from reconciler.runtime.metrics import Metrics, serve
-from reconciler.runtime.diagnoses import Diagnoses
-from reconciler.runtime.repairs import Repairs
-from reconciler.runtime.retention_pass import RetentionPass
-from reconciler.runtime.validation_pass import ValidationPass
-from reconciler.runtime.timers import Timer
-from reconciler.runtime.triggers import Triggers
-from reconciler.runtime.workqueue import ShutDown, WorkQueue
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.notify import Notifier
+from gpufleet.reconciler.adapters.providers import NodeProvider
+from gpufleet.reconciler.adapters.records import RemediationStore, Unreadable
+from gpufleet.reconciler.adapters.slurm import SlurmClient
+from gpufleet.reconciler.core import refills
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.alerts import Alerts
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.claims import Claims
+from gpufleet.reconciler.runtime.executor import Executor, NotLeader
+from gpufleet.reconciler.runtime.facts import Facts
+from gpufleet.reconciler.runtime.healing import UNSYNCED_RECHECK, Healing
+from gpufleet.reconciler.runtime.leader import LeaseElector
+from gpufleet.reconciler.runtime.job_notes_pass import JobNotesPass
+from gpufleet.reconciler.runtime.lending_pass import LendingPass
+from gpufleet.reconciler.runtime.membership_pass import MembershipPass
+from gpufleet.reconciler.runtime.metrics import Metrics, serve
+from gpufleet.reconciler.runtime.diagnoses import Diagnoses
+from gpufleet.reconciler.runtime.repairs import Repairs
+from gpufleet.reconciler.runtime.retention_pass import RetentionPass
+from gpufleet.reconciler.runtime.validation_pass import ValidationPass
+from gpufleet.reconciler.runtime.active_check_pass import ActiveCheckPass
+from gpufleet.reconciler.runtime.telemetry_pass import TelemetryPass
+from gpufleet.reconciler.runtime.timers import Timer
+from gpufleet.reconciler.runtime.triggers import Triggers
+from gpufleet.reconciler.runtime.workqueue import ShutDown, WorkQueue
 
 log = logging.getLogger(__name__)
 RESYNC_SECONDS = 300.0  # every node with a fault or a live remediation is looked at again (level-based safety net)
@@ -76,7 +78,8 @@ class Manager:
         self.executor = Executor(spec, kube, store, slurm, providers, notifier, self.caches, self.metrics, clock,
                                  fence, self.dry_run, monotonic, checks=checks)
         self.alerts = Alerts(self.metrics, self.caches, clock)
-        self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks)
+        self.repairs = Repairs(spec, self.caches, self.facts, self.executor, self.alerts, self.metrics, clock, checks,
+                               self.claims)
         self.healing = Healing(spec, self.caches, self.facts, self.claims, self.executor, self.alerts, self.metrics,
                                self.queue, clock, repairs=self.repairs,
                                diagnoses=Diagnoses(spec, self.caches, self.facts, self.executor, self.alerts,
@@ -88,7 +91,10 @@ class Manager:
             "retention": RetentionPass(spec, self.caches, self.executor, clock),
             "validation": ValidationPass(spec, self.caches, self.claims, self.executor, self.metrics, self.queue, clock,
                                          checks),
+            "active-checks": ActiveCheckPass(spec, self.caches, self.facts, self.claims, self.executor, self.metrics,
+                                             self.queue, clock, slurm, checks),
             "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
+            "telemetry": TelemetryPass(spec, self.caches, self.facts, slurm, self.executor, clock),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
 

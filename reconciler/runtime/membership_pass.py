@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import logging
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.adapters.providers import NodeProvider
-from reconciler.core.actions import Report
-from reconciler.core import surplus
-from reconciler.core.membership import membership_actions, merge_facts, plan
-from reconciler.core.observe import membership_dict
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.claims import LENDING_BUSY, LENDING_HOLD, Claims
-from reconciler.runtime.executor import Executor
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.adapters.providers import NodeProvider
+from gpufleet.reconciler.core.actions import Report
+from gpufleet.reconciler.core import surplus
+from gpufleet.reconciler.core.membership import membership_actions, merge_facts, plan
+from gpufleet.reconciler.core.observe import membership_dict
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.claims import LENDING_BUSY, LENDING_HOLD, Claims
+from gpufleet.reconciler.runtime.executor import Executor
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 EVERY = 30.0  # seconds between passes (a node that joins pokes one sooner)

@@ -83,6 +83,14 @@ class Metrics:
                                "Stopped, Waiting) and retired nodes (Retired)", ["pool", "phase"], registry=r)
         self.health_checks = Counter("gpufleet_health_checks_total", "Health checks of spares before they serve, by "
                                      "pool and outcome (passed, failed)", ["pool", "outcome"], registry=r)
+        self.active_checks = Counter("gpufleet_active_checks_total", "Active checks of idle nodes and spares that "
+                                     "ended, by pool and result (passed, failed, abandoned, inconclusive)",
+                                     ["pool", "result"], registry=r)
+        self.active_checks_running = Gauge("gpufleet_active_checks_running", "Active checks under way, by pool",
+                                           ["pool"], registry=r)
+        self.active_check_age = Gauge("gpufleet_active_check_age_seconds", "Seconds since the pool's least recently "
+                                      "checked node passed a health check (+Inf: one never did on its current boot)",
+                                      ["pool"], registry=r)
         self.job_back_seconds = Histogram("gpufleet_job_back_seconds",
                                           "From a fault to a job it requeued running again (the job notes pass)",
                                           buckets=BUCKETS, registry=r)

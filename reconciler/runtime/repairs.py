@@ -14,29 +14,31 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from fleetspec import labels
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.core import oncall, repair
-from reconciler.core.model import Remediation, Step
-from reconciler.core.phases import Phase
-from reconciler.core.repair import RepairFacts
-from reconciler.core.slurm_names import slurm_nodes_on
-from reconciler.errors import PermanentError
-from reconciler.runtime.alerts import Alerts
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import Executor, apply_step, context
-from reconciler.runtime.facts import Facts
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.core import oncall, repair
+from gpufleet.reconciler.core.model import Remediation, Step
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair import RepairFacts
+from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
+from gpufleet.reconciler.errors import PermanentError
+from gpufleet.reconciler.runtime.alerts import Alerts
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.claims import Claims
+from gpufleet.reconciler.runtime.executor import Executor, apply_step, context
+from gpufleet.reconciler.runtime.facts import Facts
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 
 class Repairs:
     def __init__(self, spec: FleetSpec, caches: Caches, facts: Facts, executor: Executor, alerts: Alerts,
-                 metrics: Metrics, clock: Callable, checks=None):
+                 metrics: Metrics, clock: Callable, checks=None, claims: Claims | None = None):
         self.spec, self.caches, self.facts, self.executor = spec, caches, facts, executor
         self.alerts, self.metrics, self.clock, self.checks = alerts, metrics, clock, checks
+        self.claims = claims or Claims()
 
     # --- which nodes are the loop's ------------------------------------------------------------------
 
@@ -69,21 +71,38 @@ class Repairs:
         if r is None or (self._marked_healthy(self.caches.nodes.get(node)) and oncall.pending(r) is None
                          and not (r.repair and r.repair.active)):
             return self._orphan(node)
-        facts = self.observe(r)
-        step = oncall.plan_ended(r, facts, self.spec, now) if r.phase.terminal else None
-        if step is None:
-            step = repair.plan_repair(r, facts, self.spec, now)
         try:
-            return self._apply(r, step)
-        except PermanentError as e:
-            log.error("repair of %s: %s", node, e, extra=context(r))
-            self.metrics.action_errors.labels("repair", "permanent").inc()
-            return self._apply(r, repair.stopped_by_error(r, self.clock(), str(e)))
+            step = self._plan(r, now)
+            try:
+                return self._apply(r, step)
+            except PermanentError as e:
+                log.error("repair of %s: %s", node, e, extra=context(r))
+                self.metrics.action_errors.labels("repair", "permanent").inc()
+                return self._apply(r, repair.stopped_by_error(r, self.clock(), str(e)))
+        finally:
+            self.claims.release(r.name)
 
-    def observe(self, r: Remediation) -> RepairFacts:
+    def _plan(self, r: Remediation, now) -> Step:
+        """A repair about to begin is planned under the claims lock, counting the repairs other workers have
+        planned and not yet written (the caps' slots), and its own step is claimed until it is written: two
+        workers never both take a pool's last slot. Other steps need no one else's."""
+        if not repair.repair_needs(r).slots:
+            return self._decide(r, self.observe(r), now)
+        with self.claims.lock:
+            step = self._decide(r, self.observe(r, self.claims.applying()), now)
+            if step.remediation is not None:
+                self.claims.take(step.remediation)
+            return step
+
+    def _decide(self, r: Remediation, facts: RepairFacts, now) -> Step:
+        step = oncall.plan_ended(r, facts, self.spec, now) if r.phase.terminal else None
+        return step if step is not None else repair.plan_repair(r, facts, self.spec, now)
+
+    def observe(self, r: Remediation, applying: tuple[Remediation, ...] | list = ()) -> RepairFacts:
         """What `repair_needs` asks for: the node and its pods from the caches, Slurm's view of the
         remediation's Slurm nodes, the health-check Job's verdict, the node's remediations, and (a repair
-        about to begin) the fleet's repairs under way or waiting, for the caps."""
+        about to begin) the fleet's repairs under way or waiting, for the caps, those being written (`applying`)
+        counted as planned."""
         need = repair.repair_needs(r)
         c = self.caches
         history = tuple(x for x in c.remediations.by_index("node", r.node) if isinstance(x, Remediation))
@@ -94,8 +113,9 @@ class Repairs:
             if self.checks is None:
                 raise PermanentError("no health-check adapter: cannot read a health check")
             verdict = self.checks.verdict(need.verdict)
-        slots = tuple(s for x in c.remediations.values() if isinstance(x, Remediation)
-                      and (s := repair.repair_slot(x)) is not None) if need.slots else ()
+        known = {x.name: x for x in c.remediations.values() if isinstance(x, Remediation)}
+        known.update({x.name: x for x in applying})
+        slots = tuple(s for x in known.values() if (s := repair.repair_slot(x)) is not None) if need.slots else ()
         return RepairFacts(node=c.nodes.get(r.node), pods=tuple(c.pods_on(r.node)) if need.pods else (),
                            slurm=self.facts.slurm_views(need.slurm), verdict=verdict, history=history,
                            promotions=promoted, repairs=slots)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec.models import FleetSpec
 
-from reconciler.core.actions import DeleteRemediation
-from reconciler.core.retention import expired_records
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.executor import Executor
+from gpufleet.reconciler.core.actions import DeleteRemediation
+from gpufleet.reconciler.core.retention import expired_records
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.executor import Executor
 
 log = logging.getLogger(__name__)
 EVERY, BATCH = 3600.0, 50

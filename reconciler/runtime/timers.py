@@ -9,8 +9,8 @@ import threading
 import time
 from typing import Callable
 
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.runtime.executor import NotLeader
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.runtime.executor import NotLeader
 
 log = logging.getLogger(__name__)
 NOT_LEADING_RECHECK = 1.0

@@ -9,10 +9,10 @@ import logging
 import threading
 from typing import Callable
 
-from reconciler.adapters.notify import Message
-from reconciler.adapters.slurm.rest import token_claims
-from reconciler.core.slurm_token import TokenWatch, assess
-from reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.adapters.notify import Message
+from gpufleet.reconciler.adapters.slurm.rest import token_claims
+from gpufleet.reconciler.core.slurm_token import TokenWatch, assess
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 
-from reconciler.core.model import NodeView, PodView, Remediation
-from reconciler.core.phases import Phase
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.workqueue import WorkQueue
+from gpufleet.reconciler.core.model import NodeView, PodView, Remediation
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.workqueue import WorkQueue
 
 PLACE_SOON = 1.0  # seconds: a joining node is placed in its pool this soon (else the periodic pass)
 

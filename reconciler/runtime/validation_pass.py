@@ -8,17 +8,17 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from fleetspec.models import FleetSpec
-from fleetspec.node_repair import RUNNING
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.node_repair import RUNNING
 
-from reconciler.core import validation
-from reconciler.core.model import Remediation
-from reconciler.core.repair_actions import NodeEvent
-from reconciler.runtime.caches import Caches
-from reconciler.runtime.claims import Claims
-from reconciler.runtime.executor import Executor
-from reconciler.runtime.metrics import Metrics
-from reconciler.runtime.workqueue import WorkQueue
+from gpufleet.reconciler.core import validation
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.repair_actions import NodeEvent
+from gpufleet.reconciler.runtime.caches import Caches
+from gpufleet.reconciler.runtime.claims import Claims
+from gpufleet.reconciler.runtime.executor import Executor
+from gpufleet.reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.runtime.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 EVERY = 30.0  # seconds between passes with nothing under way (a spare that joins, or a check's pod, pokes it)

@@ -11,14 +11,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleetspec import labels, load_stack_file
+from gpufleet.fleetspec import labels, load_stack_file
 from demos import demo
 from localenv.env import LocalEnv
 from gpufleet.stack import Stack
 from gpufleet.waiting import wait_for
-from reconciler.adapters.kube import Kube
-from reconciler.core.phases import Phase
-from reconciler.adapters.records import KubeRemediationStore
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,13 +13,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleetspec import labels
-from components.reconciler import METRICS_PORT
+from gpufleet.fleetspec import labels
+from gpufleet.components.reconciler import METRICS_PORT
 from localenv import netns
 from localenv.control_plane import KWOK_ANNOTATION, _http_get
 from localenv.ports import free_port
 from gpufleet.waiting import wait_for
-from reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.kube import Kube
 
 pytestmark = pytest.mark.e2e
 
@@ -195,8 +195,8 @@ def test_lending_through_the_pods(local_pods):
     """The lending demo's story (demos/lending_demo.py) with the reconciler as these pods (their RBAC,
     their REST client): spares and the idle L40S node lend, inference runs on them, a training job takes
     its node back, and a fault on it takes the lent spare after its borrowers leave."""
-    from reconciler.adapters.kube import Kube
-    from fleetspec import ledger
+    from gpufleet.reconciler.adapters.kube import Kube
+    from gpufleet.fleetspec import ledger
 
     from demos.lending_demo import show_lending
 
@@ -294,7 +294,7 @@ def test_agent_image_on_the_node_reports_an_xid_from_a_kernel_log(local_pods, bu
 
 
 def _records(local_pods, node):
-    from reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
 
     return [r for r in KubeRemediationStore(local_pods.env.kube.api_client()).list() if r.node == node]
 
@@ -303,8 +303,8 @@ def test_the_lease_holder_heals_a_fault_and_the_other_replica_finishes_when_it_g
     """An XID 79 on a GPU node whose Slurm node is a NodeSet pod's hostname: the pod holding the Lease
     starts the remediation; deleting that pod mid-remediation hands the Lease (and the record) to the
     other replica, which finishes it without repeating a phase."""
-    from reconciler.adapters.kube import Kube
-    from reconciler.core.phases import Phase
+    from gpufleet.reconciler.adapters.kube import Kube
+    from gpufleet.reconciler.core.phases import Phase
 
     local_pods.env.wait_slurm_nodes(["h100-0", "h100-1"])  # the L40S pool lends its idle node: not waited for
     pods = local_pods.wait_ready()
@@ -349,7 +349,7 @@ def test_what_the_agent_needs_to_read_dev_kmsg_on_a_real_node(local_pods, built_
     and the same host path cannot (runc's device cgroup admits /dev/kmsg only to a privileged container, or with
     the device handed over by a device plugin, which this environment has not). (The stack's agent ran
     privileged as the image's user 65532 before, which under this kernel's dmesg_restrict=1 read nothing.)"""
-    from components.agent import agent_pod_spec
+    from gpufleet.components.agent import agent_pod_spec
 
     spec = local_pods.spec
     pod = agent_pod_spec(spec)  # without agent_kmsg_device: privileged, /dev/kmsg read-only

@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 import yaml
 
-from components.slinky import KINDS, crd_manifest
-from components.slinky_schema import strict_json_schema
-from fleetspec import labels, load_stack_file
+from gpufleet.components.slinky import KINDS, crd_manifest
+from gpufleet.components.slinky_schema import strict_json_schema
+from gpufleet.fleetspec import labels, load_stack_file
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from fleetspec import load_stack_file
+from gpufleet.fleetspec import load_stack_file
 from gpufleet.paths import PROJECT_DIR
 from gpufleet.preview import run_preview, scratch_stack, summarize
 

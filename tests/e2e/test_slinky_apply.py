@@ -7,7 +7,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from fleetspec import labels, load_stack_file
+from gpufleet.fleetspec import labels, load_stack_file
 from gpufleet.paths import PROJECT_DIR
 from gpufleet.preview import scratch_stack
 from localenv import stack_config

@@ -14,13 +14,13 @@ from kubernetes import client
 
 from demos import demo
 from demos.lending_demo import job_running
-from fleetspec import labels, load_stack_file
+from gpufleet.fleetspec import labels, load_stack_file
 from gpufleet.waiting import wait_for
 from localenv.env import LocalEnv
 from localenv.slinky_standin import POD_PROTECT_LABEL, TERMINATING_REASON
-from reconciler.adapters.records import KubeRemediationStore
-from reconciler.adapters.slurm.cli import SlurmCLI
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.records import KubeRemediationStore
+from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
+from gpufleet.reconciler.core.phases import Phase
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 ROOT = Path(__file__).resolve().parents[2]

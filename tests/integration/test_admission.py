@@ -27,20 +27,20 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.admission import KUBELET_PREFIX, NODE_NAME_KEY, binding, policies, pool_label_keys
-from components.agent import AGENT, agent_rules, agent_username
-from components.meta import pod_security_labels
-from components.reconciler import NAME as RECONCILER, cluster_rules, namespace_rules, reconciler_username
-from fleetspec import labels, load_stack_file
-from fleetspec.models import FleetSpec
-from fleetspec.placement import worker_selector
+from gpufleet.components.admission import KUBELET_PREFIX, NODE_NAME_KEY, binding, policies, pool_label_keys
+from gpufleet.components.agent import AGENT, agent_rules, agent_username
+from gpufleet.components.meta import pod_security_labels
+from gpufleet.components.reconciler import NAME as RECONCILER, cluster_rules, namespace_rules, reconciler_username
+from gpufleet.fleetspec import labels, load_stack_file
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.fleetspec.placement import worker_selector
 from gpufleet.waiting import wait_for
 from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
-from reconciler.adapters.health_checks import HealthChecks, job_manifest
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.providers import placeholder_pod
-from reconciler.core import membership
-from reconciler.errors import PermanentError
+from gpufleet.reconciler.adapters.health_checks import HealthChecks, job_manifest
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.providers import placeholder_pod
+from gpufleet.reconciler.core import membership
+from gpufleet.reconciler.errors import PermanentError
 from tests.fixtures.kube_cluster import create_or_keep
 from tests.integration.test_reconciler_rbac import ROOT
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 from gpufleet.waiting import wait_for
-from reconciler.adapters.kube import Kube
-from reconciler.agent.sightings import Cursor
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.agent.sightings import Cursor
 from tests.fixtures.kmsg import XID48, XID79, Kmsg
 
 pytestmark = pytest.mark.integration
@@ -174,8 +174,8 @@ def test_a_restarted_agent_reports_nothing_twice_and_nothing_from_before_the_rep
 
 from kubernetes import client  # noqa: E402
 
-from fleetspec import parse_fleet, remediation_crd  # noqa: E402
-from fleetspec.faults.condition import parse_condition  # noqa: E402
+from gpufleet.fleetspec import parse_fleet, remediation_crd  # noqa: E402
+from gpufleet.fleetspec.faults.condition import parse_condition  # noqa: E402
 from tests.fixtures.reconciler_kube import make_nodes, pod, reconciler, step  # noqa: E402
 
 XID94_MIG = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No"

@@ -10,15 +10,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from kubernetes import client
 
-from fleetspec import labels, parse_fleet
+from gpufleet.fleetspec import labels, parse_fleet
 from gpufleet.waiting import wait_for
 from localenv import fake_nodes
 from localenv.autoscaler_standin import AutoscalerStandIn, node_groups, template_node, unschedulable
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.providers import KubernetesSpares
-from reconciler.core import membership, refills
-from reconciler.core.model import Refill, RefillState, Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.providers import KubernetesSpares
+from gpufleet.reconciler.core import membership, refills
+from gpufleet.reconciler.core.model import Refill, RefillState, Remediation
+from gpufleet.reconciler.core.phases import Phase
 
 pytestmark = pytest.mark.integration
 NS = "gpufleet-asi"

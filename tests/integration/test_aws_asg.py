@@ -8,12 +8,12 @@ import pytest
 from kubernetes import client
 from moto.server import ThreadedMotoServer
 
-from fleetspec import labels, parse_fleet
-from reconciler.core import membership
-from reconciler.errors import PermanentError, TemporaryError
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.providers import AwsAsgProvider
-from reconciler.core.actions import ApplyMembership
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.reconciler.core import membership
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.providers import AwsAsgProvider
+from gpufleet.reconciler.core.actions import ApplyMembership
 
 pytestmark = pytest.mark.integration
 
@@ -271,9 +271,9 @@ def test_a_surplus_spare_is_scaled_in_once_and_a_full_group_says_so_in_its_numbe
     """The surplus decision (core/surplus.py) acted on by aws-asg: the spare leaves the group with the
     desired capacity decremented (the group does not replace it), once however often it is given back; a
     group at its MaxSize answers a refill with its numbers, which the record and the page say."""
-    from reconciler.core import surplus
-    from reconciler.core.actions import GiveBack
-    from reconciler.core.observe import node_view
+    from gpufleet.reconciler.core import surplus
+    from gpufleet.reconciler.core.actions import GiveBack
+    from gpufleet.reconciler.core.observe import node_view
 
     asg, pool = "gpu-itest-surplus", "awss"
     spec, core, kube, provider, ids = joined_group(kube_cluster, aws, asg, pool, "terminate", max_size=3)

@@ -11,11 +11,11 @@ import yaml
 from kubernetes import client
 from typer.testing import CliRunner
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 from gpufleet.cli import app
 from localenv.control_plane import CONTEXT_NAME
-from fleetspec import ledger as L
-from reconciler.core import ledger as B
+from gpufleet.fleetspec import ledger as L
+from gpufleet.reconciler.core import ledger as B
 
 pytestmark = pytest.mark.integration
 NS = "gpufleet-cap"

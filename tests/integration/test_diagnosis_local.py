@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from fleetspec import labels
-from fleetspec.faults import FaultAction, Kind
-from fleetspec.faults.condition import FaultSignal, format_message
-from reconciler.adapters.kube import Kube
-from reconciler.core.diagnosis_stages import Stage
-from reconciler.core.phases import Phase
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.condition import FaultSignal, format_message
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.core.diagnosis_stages import Stage
+from gpufleet.reconciler.core.phases import Phase
 from tests.fixtures.reconciler_kube import fleet, make_nodes, reconciler, records_for, run_until
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ import pytest
 
 from gpufleet.waiting import wait_for
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from tests.integration.test_slurm_contract import running, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -11,10 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from typer.testing import CliRunner
 
-from fleetspec import parse_fleet
+from gpufleet.fleetspec import parse_fleet
 from gpufleet.cli import app
-from reconciler.adapters.kube import Kube
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.core import job_record
+from gpufleet.reconciler.core.phases import Phase
 from tests.fixtures.reconciler_kube import reconciler, records_for, run_until
 
 from .test_reconciler_slurm import POOL, fleet_with_slurm, moved_by_the_operator  # noqa: F401
@@ -73,7 +74,8 @@ def test_a_requeued_job_carries_the_reason_keeps_its_comment_its_owner_is_told_a
 
     def resumed():
         j = rest.job(jid)
-        return j if j and j.state == "RUNNING" and "running again" in (j.admin_comment or "") else None
+        text = (j.admin_comment or "") if j else ""
+        return j if j and j.state == "RUNNING" and "running again" in text and " w=replaced " in text else None
 
     job = run_until(rec, resumed, timeout=150)
     (r,) = records_for(rec, f"{POOL}-0")
@@ -83,12 +85,14 @@ def test_a_requeued_job_carries_the_reason_keeps_its_comment_its_owner_is_told_a
     assert where in ("gpu-a-0", "gpu-a-2") and job.comment == "lr sweep 3"  # the user's comment untouched
     parts = job.admin_comment.split(" | ")
     assert parts[0] == "priority raised by ops"  # what was there survives, first
-    assert [p.split(": ")[1] for p in parts[1:]] == ["signalled SIGTERM to checkpoint", "requeued",
-                                                    f"running again on {where}"]
-    for p in parts[1:]:
-        assert p.startswith("gpufleet 20") and f"XID 79 (GPU has fallen off the bus) on {POOL}-0" in p
-        assert f"remediation {r.name}" in p
-    assert "checkpoint grace 5 s" in parts[1]
+    assert [p.split(": ")[1] for p in parts[1:4]] == ["SIGTERM to checkpoint", "requeued", "running again"]
+    assert all(p.startswith("gpufleet 20") and len(p) < 200 for p in parts[1:4])
+    assert parts[1].endswith(": a GPU on gpu-a-0: GPU has fallen off the bus (Xid 79); 5 s grace")  # told once
+    assert parts[2].endswith(": requeued: the machine behind gpu-a-0 is replaced")
+    assert f": running again: on {where}; gpu-a-0 runs on a healthy machine; " in parts[3]
+    (record,) = job_record.records_in(job.admin_comment, " | ")  # what `gpufleet why` reads on the login node
+    assert (record.slurm_node, record.code, record.state, record.grace_s) == ("gpu-a-0", 79, job_record.DONE, 5)
+    assert parts[5:] == [f"whole story: gpufleet why {jid}"]
     assert f"AdminComment={job.admin_comment}" in slurm.scontrol("show", "job", str(jid))
     run_until(rec, lambda: True)  # another pass: nothing is added twice
     assert rest.job(jid).admin_comment == job.admin_comment
@@ -97,6 +101,7 @@ def test_a_requeued_job_carries_the_reason_keeps_its_comment_its_owner_is_told_a
     assert [(m["gpufleet"]["event"], m["gpufleet"]["job_id"], m["gpufleet"]["user"]) for m in received] == [
         ("signalled", jid, "root"), ("requeued", jid, "root"), ("running-again", jid, "root")]
     assert all(m["gpufleet"]["remediation"] == r.name for m in received)
+    assert all(f"gpufleet: your job {jid}: Job {jid} (" in m["text"] for m in received)  # the engineer's paragraph
     assert not [m for m in channel.messages if m.job]  # on-call got the pages, not the owner's messages
 
     out = why(kube_cluster, slurm, jid)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from fleetspec import labels, parse_fleet
+from gpufleet.fleetspec import labels, parse_fleet
 from gpufleet.waiting import wait_for
-from reconciler.core import membership
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.providers import KubernetesSpares
+from gpufleet.reconciler.core import membership
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.providers import KubernetesSpares
 
 pytestmark = pytest.mark.integration
 NODEGROUP = "node-restriction.kubernetes.io/node-group"  # the platform sets it (no kubelet can)

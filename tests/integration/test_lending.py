@@ -16,18 +16,18 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleetspec import labels, parse_fleet
-from fleetspec.placement import borrower_placement
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.fleetspec.placement import borrower_placement
 from localenv.fake_nodes import fake_node
 from gpufleet.waiting import wait_for
 from localenv.slinky_standin import NodeSetDef, SlinkyStandIn
 from localenv.ports import free_ports
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
-from reconciler.app import build
-from fleetspec import ledger
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST
+from gpufleet.reconciler.app import build
+from gpufleet.fleetspec import ledger
+from gpufleet.reconciler.core.phases import Phase
 from tests.fixtures.reconciler_kube import Recorder
 from tests.fixtures.slurm_cluster import build_slurm_root
 

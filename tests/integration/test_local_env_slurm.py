@@ -8,15 +8,15 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.slinky import API_VERSION, GROUP, VERSION, crd_manifest
-from fleetspec import labels, load_stack_file
-from fleetspec.placement import worker_selector, worker_tolerations
+from gpufleet.components.slinky import API_VERSION, GROUP, VERSION, crd_manifest
+from gpufleet.fleetspec import labels, load_stack_file
+from gpufleet.fleetspec.placement import worker_selector, worker_tolerations
 from localenv.env import LocalEnv
 from localenv.slinky_standin import POD_HOSTNAME_LABEL
 from gpufleet import local_cluster
 from gpufleet.paths import PROJECT_DIR
 from gpufleet.waiting import wait_for
-from reconciler.adapters.slurm import make_client
+from gpufleet.reconciler.adapters.slurm import make_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -9,7 +9,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
-from components.slinky import KINDS, crd_manifest
+from gpufleet.components.slinky import KINDS, crd_manifest
 from gpufleet.cli import app
 from localenv.fake_nodes import fake_node
 from tests.fixtures.kube_cluster import create_or_keep

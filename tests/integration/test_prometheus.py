@@ -13,10 +13,10 @@ import httpx
 import pytest
 import yaml
 
-from components.alerts import alert_rules
-from components.dashboard import queries
+from gpufleet.components.alerts import alert_rules
+from gpufleet.components.dashboard import queries
 from gpufleet.waiting import wait_for
-from reconciler.runtime.metrics import Metrics, serve
+from gpufleet.reconciler.runtime.metrics import Metrics, serve
 
 pytestmark = pytest.mark.integration
 

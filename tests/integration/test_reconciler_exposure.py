@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from fleetspec import labels, remediation_crd
+from gpufleet.fleetspec import labels, remediation_crd
 from gpufleet.waiting import wait_for
 from localenv.host_reconciler import reconciler_proc
 from localenv.ports import free_ports
 from localenv.supervisor import Supervisor
-from reconciler.adapters.kube import Kube
-from reconciler.runtime.metrics import REQUEST_TIMEOUT
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.runtime.metrics import REQUEST_TIMEOUT
 from tests.fixtures.reconciler_kube import fleet, make_nodes
 
 pytestmark = pytest.mark.integration

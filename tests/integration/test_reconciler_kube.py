@@ -10,13 +10,13 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes import client
 
-from fleetspec import labels, remediation_crd
+from gpufleet.fleetspec import labels, remediation_crd
 from localenv import fake_nodes
 from gpufleet.waiting import wait_for
-from reconciler.app import build
-from reconciler.adapters.kube import Kube
-from reconciler.runtime.leader import LeaseElector
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.app import build
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.runtime.leader import LeaseElector
+from gpufleet.reconciler.core.phases import Phase
 from tests.fixtures.reconciler_kube import Recorder, fleet, make_nodes, pod, reconciler, records_for, run_until, step
 
 pytestmark = pytest.mark.integration
@@ -324,9 +324,9 @@ def test_a_record_is_deleted_only_as_last_seen(api):
     from dataclasses import replace
     from datetime import datetime, timezone
 
-    from reconciler.adapters.records import KubeRemediationStore
-    from reconciler.core.model import Remediation
-    from reconciler.errors import Conflict
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.core.model import Remediation
+    from gpufleet.reconciler.errors import Conflict
 
     store, other = KubeRemediationStore(api), KubeRemediationStore(api)
     r = Remediation(name="retention-itest", node="ret-0", pool="h100", xid=79, message="m", phase=Phase.SUCCEEDED,
@@ -350,10 +350,10 @@ def test_the_status_is_described_written_through_its_subresource_and_kept_apart_
     from dataclasses import replace
     from datetime import datetime, timezone
 
-    from reconciler.adapters.kube import _call
-    from reconciler.adapters.records import KubeRemediationStore
-    from reconciler.core.model import Remediation
-    from reconciler.errors import AlreadyExists, Invalid, NotFound
+    from gpufleet.reconciler.adapters.kube import _call
+    from gpufleet.reconciler.adapters.records import KubeRemediationStore
+    from gpufleet.reconciler.core.model import Remediation
+    from gpufleet.reconciler.errors import AlreadyExists, Invalid, NotFound
 
     resp = api.call_api(f"/openapi/v3/apis/{labels.GROUP}/{remediation_crd.VERSION}", "GET",
                         _preload_content=False, auth_settings=["BearerToken"])
@@ -403,7 +403,7 @@ def test_a_dry_run_against_a_real_api_server_changes_nothing(kube_cluster, api, 
                     if e.source and e.source.component == "gpufleet-reconciler"]
     events_before = len(ours())
     Kube(api).set_condition("dry-0", "GpuHealthy", "False", "Xid79", "off the bus")
-    caplog.set_level(logging.INFO, logger="reconciler")
+    caplog.set_level(logging.INFO, logger="gpufleet.reconciler")
     wait_for("the dry run to say it would cordon dry-0", lambda: (step(rec), any(
         "would Cordon(node='dry-0'" in r.getMessage() for r in caplog.records))[1], timeout=30)
     for _ in range(3):
@@ -471,9 +471,9 @@ def test_a_nodeset_pod_no_node_can_take_is_read_with_the_schedulers_own_words(ku
     """What a remediation waits on when its Slurm node's pod has nowhere to go (issue 23: a heal was called a
     success while that pod could not run): the pod as the real kube-scheduler leaves it (PodScheduled False,
     reason Unschedulable, its message), read by the reconciler's pod view, and what the record says."""
-    from reconciler.core import resume
-    from reconciler.core.model import Remediation, StepFacts
-    from reconciler.core.observe import pod_view
+    from gpufleet.reconciler.core import resume
+    from gpufleet.reconciler.core.model import Remediation, StepFacts
+    from gpufleet.reconciler.core.observe import pod_view
 
     from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
 

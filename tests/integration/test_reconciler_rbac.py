@@ -17,8 +17,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from components.reconciler import cluster_rules, namespace_rules, slurm_namespace_rules
-from fleetspec import labels, load_stack_file, remediation_crd
+from gpufleet.components.reconciler import cluster_rules, namespace_rules, slurm_namespace_rules
+from gpufleet.fleetspec import labels, load_stack_file, remediation_crd
 from tests.fixtures.kube_cluster import create_or_keep
 
 pytestmark = pytest.mark.integration

@@ -10,11 +10,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 from gpufleet.waiting import wait_for
 from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
-from reconciler.adapters.kube import Kube
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.core.phases import Phase
 
 from tests.fixtures.slurm_cluster import RECONCILER_USER, fail_epilog
 from tests.fixtures.reconciler_kube import Recorder, fleet, make_nodes, reconciler, records_for, run_until, step

@@ -11,12 +11,12 @@ import json
 import pytest
 from kubernetes import client
 
-from fleetspec import labels
-from fleetspec.node_repair import parse_check, parse_result
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.node_repair import parse_check, parse_result
 from gpufleet.waiting import wait_for
 from localenv.gpu_hardware_standin import BROKEN, NVLINK_DOWN, REBOOT_FIXES
-from reconciler.adapters.kube import Kube
-from reconciler.core.repair_phases import RepairPhase
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.fixtures.reconciler_kube import fleet, make_nodes, reconciler, records_for, run_until, step
 
 pytestmark = pytest.mark.integration
@@ -145,7 +145,7 @@ def test_a_kwok_nodes_reset_is_answered_once_per_id_as_the_agent_answers(kube_cl
     branch xid): the stand-in answers as reconciler/agent/repairs.py does, from the simulated hardware."""
     from datetime import datetime, timezone
 
-    from fleetspec.node_repair import RepairRequest
+    from gpufleet.fleetspec.node_repair import RepairRequest
     from localenv.gpu_hardware_standin import RESET_FIXES
     spec = fleet("rgp", nodes=2, spares=0)
     make_nodes(kube_cluster, spec)
@@ -178,8 +178,8 @@ def test_a_reset_fixable_node_is_replaced_then_reset_validated_and_returned_with
     """XID 95 (uncontained memory error): the catalogue's action is reset-gpu (fleetspec/faults), so the loop's
     first rung is a reset of the GPU the fault names, asked for once; the stand-in's reset fixes a `reset-fixes`
     node without a reboot (same boot id); its check passes and it is a spare again."""
-    from fleetspec.faults import FaultAction, Kind
-    from fleetspec.faults.condition import FaultSignal, format_message, reason_for
+    from gpufleet.fleetspec.faults import FaultAction, Kind
+    from gpufleet.fleetspec.faults.condition import FaultSignal, format_message, reason_for
     from localenv.gpu_hardware_standin import RESET_FIXES
     rec = a_pool_with_a_proven_spare(kube_cluster, api, "rsf")
     core, kube = client.CoreV1Api(api), Kube(api)

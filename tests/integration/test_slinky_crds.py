@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.slinky import GROUP, KINDS, VERSION, crd_manifest
+from gpufleet.components.slinky import GROUP, KINDS, VERSION, crd_manifest
 from tests.fixtures.kube_cluster import create_or_keep
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 from gpufleet.waiting import wait_for
 from localenv import slinky_conf
 from localenv.fake_nodes import fake_node
@@ -24,7 +24,7 @@ from localenv.slinky_standin import (
 )
 from localenv.ports import free_ports
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.slurm.cli import SlurmCLI
+from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
 from tests.fixtures.slurm_cluster import build_slurm_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]

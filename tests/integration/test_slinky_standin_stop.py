@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleetspec import labels
+from gpufleet.fleetspec import labels
 from gpufleet.paths import PROJECT_DIR
 from gpufleet.waiting import wait_for
 from localenv import slinky_conf

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.cli import SlurmCLI
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -20,9 +20,9 @@ import pytest
 
 from gpufleet.waiting import wait_for
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.slurm import SlurmClient, SlurmError, SlurmJob
-from reconciler.adapters.slurm.cli import SlurmCLI
-from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
+from gpufleet.reconciler.adapters.slurm import SlurmClient, SlurmError, SlurmJob
+from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
+from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from tests.fixtures.slurm_cluster import KUBE_NODE_OF, SLURM_NODES, SPARE_REASON
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

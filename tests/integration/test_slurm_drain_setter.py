@@ -10,16 +10,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleetspec import load_stack_file
+from gpufleet.fleetspec import load_stack_file
 from gpufleet.waiting import wait_for
 from localenv.slinky_standin import OPERATOR_USER, PREFIX
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.slurm import SlurmClient
-from reconciler.adapters.slurm.cli import SlurmCLI
-from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
-from reconciler.core.drains import Owner, SlurmUsers, drained_by_person, drained_by_slurm, owner
-from reconciler.core.slurm_reasons import CHECK, GONE
-from reconciler.runtime.facts import slurm_view
+from gpufleet.reconciler.adapters.slurm import SlurmClient
+from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
+from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST
+from gpufleet.reconciler.core.drains import Owner, SlurmUsers, drained_by_person, drained_by_slurm, owner
+from gpufleet.reconciler.core.slurm_reasons import CHECK, GONE
+from gpufleet.reconciler.runtime.facts import slurm_view
 from tests.fixtures.slurm_cluster import REPO_ROOT, RECONCILER_USER, SLURM_PARTITION, TENANT_USER, fail_epilog
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -1,6 +1,6 @@
 """Issue 24, "a Slurm identity of its own", against a real slurmrestd, slurmctld and slurmdbd (Slurm 26.05):
 the reconciler's own Slurm user (`gpufleet`, declared in accounting by the stack's SlurmUsers script with
-AdminLevel Administrator: fleetspec.models.RECONCILER_ADMIN_LEVEL) does every call the heal loop makes on nodes
+AdminLevel Administrator: gpufleet.fleetspec.models.RECONCILER_ADMIN_LEVEL) does every call the heal loop makes on nodes
 and on other users' jobs; an ordinary user's token does none of them; and Operator, the level the issue first
 named, is refused node updates (slurmctld's validate_super_user), which is why the stack declares Administrator.
 
@@ -13,8 +13,8 @@ import pytest
 
 from gpufleet.waiting import wait_for
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from tests.fixtures.slurm_cluster import RECONCILER_USER, TENANT_USER
 from tests.integration.test_slurm_contract import running
 

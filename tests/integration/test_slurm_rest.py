@@ -14,9 +14,9 @@ import pytest
 
 from localenv.slurm import LocalSlurm
 from gpufleet.waiting import wait_for
-from reconciler.adapters.slurm import SlurmError, make_client
-from reconciler.adapters.slurm.cli import SlurmCLI
-from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile
+from gpufleet.reconciler.adapters.slurm import SlurmError, make_client
+from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
+from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile
 from tests.integration.test_slurm_contract import running, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -12,10 +12,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.slinky import JWT_KEY, JWT_SECRET, TOKEN_KEY, TOKEN_SECRET, token_reader_rules
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.rest import RENEW_BEFORE_S
-from reconciler.adapters.slurm.token_secret import SecretRef, SecretToken
+from gpufleet.components.slinky import JWT_KEY, JWT_SECRET, TOKEN_KEY, TOKEN_SECRET, token_reader_rules
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.rest import RENEW_BEFORE_S
+from gpufleet.reconciler.adapters.slurm.token_secret import SecretRef, SecretToken
 from tests.fixtures.kube_cluster import create_or_keep
 from tests.integration.test_admission import token_client
 
@@ -99,9 +99,9 @@ def test_a_token_its_token_stopped_refreshing_is_read_again_and_paged_once(setup
     rights, one page goes out, and a token minted again ends the episode."""
     from prometheus_client import CollectorRegistry
 
-    from reconciler.adapters.slurm.rest import RECHECK_STALE_S
-    from reconciler.runtime.metrics import Metrics
-    from reconciler.runtime.token_alarm import TokenAlarm
+    from gpufleet.reconciler.adapters.slurm.rest import RECHECK_STALE_S
+    from gpufleet.reconciler.runtime.metrics import Metrics
+    from gpufleet.reconciler.runtime.token_alarm import TokenAlarm
 
     core, reconciler = setup
     now = [time.time()]

@@ -13,13 +13,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from components.meta import metadata
-from components.slinky import (
+from gpufleet.components.meta import metadata
+from gpufleet.components.slinky import (
     API_VERSION, CONFIG_FILES, GROUP, SLURM_USERS, SLURM_USERS_SCRIPT, VERSION, crd_manifest, slurm_users_job,
     slurm_users_script,
 )
-from fleetspec import load_stack_file
-from fleetspec.models import RECONCILER_ADMIN_LEVEL
+from gpufleet.fleetspec import load_stack_file
+from gpufleet.fleetspec.models import RECONCILER_ADMIN_LEVEL
 from gpufleet.waiting import wait_for
 from localenv.ports import free_ports
 from localenv.slinky_standin import SlinkyStandIn

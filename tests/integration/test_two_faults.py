@@ -17,18 +17,18 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleetspec import labels, parse_fleet
-from fleetspec.node_repair import parse_check
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.fleetspec.node_repair import parse_check
 from gpufleet.waiting import wait_for
 from localenv import fake_nodes
 from localenv.gpu_hardware_standin import REBOOT_FIXES
 from localenv.ports import free_ports
 from localenv.slinky_standin import NodeSetDef, SlinkyStandIn, pod_manifest
 from localenv.slurm import LocalSlurm
-from reconciler.adapters.kube import Kube
-from reconciler.adapters.slurm.rest import SignedToken, SlurmREST
-from reconciler.core.phases import Phase
-from reconciler.core.repair_phases import RepairPhase
+from gpufleet.reconciler.adapters.kube import Kube
+from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.fixtures.reconciler_kube import reconciler
 from tests.fixtures.slurm_cluster import build_slurm_root
 

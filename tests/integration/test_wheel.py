@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = {"fleetspec", "components", "reconciler", "policies", "gpufleet"}
+PRODUCT = {"gpufleet"}  # one package name: the repository's folders install as gpufleet.<folder>
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +32,9 @@ def test_the_wheel_holds_the_product_and_no_development_package(wheel):
     assert tops == PRODUCT, sorted(tops)
     assert not [n for n in names if n.split("/", 1)[0] in ("localenv", "demos", "bench", "tests", "infra")]
     assert "gpufleet/cli.py" in names and "gpufleet/local_cluster.py" in names
+    for folder in ("fleetspec", "reconciler", "components", "policies"):
+        assert f"gpufleet/{folder}/__init__.py" in names, folder
+    assert "gpufleet/reconciler/core/decide.py" in names and "gpufleet/policies/PulumiPolicy.yaml" in names
 
 
 def test_the_wheel_declares_python_3_11_to_3_13(wheel):

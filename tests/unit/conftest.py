@@ -11,7 +11,7 @@ def root_logging():
     """Every test: the session's root logger back afterwards. A test that sets the reconciler's logging up
     (`reconcile` through the CLI runner, logs.setup) leaves it writing to a stream the test owned, and a later
     test's log line would then fail in the writer thread ("Logging error")."""
-    from reconciler import logs
+    from gpufleet.reconciler import logs
 
     handlers, level = logging.root.handlers[:], logging.root.level
     yield

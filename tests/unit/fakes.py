@@ -6,16 +6,16 @@ import json
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from fleetspec import labels, parse_fleet
-from fleetspec.node_repair import PASSED, REBOOT, RESET_GPU, HealthCheckRecord, RepairResult, parse_request
-from fleetspec.models import FleetSpec, NodePool
-from fleetspec.placement import node_labels, node_taints, worker_selector
-from reconciler.adapters.records import MemoryRemediationStore
-from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
-from reconciler.core.membership import MembershipFacts
-from reconciler.core.validation import Verdict, read_report
-from reconciler.errors import TemporaryError
-from reconciler.runtime.manager import Manager
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.fleetspec.node_repair import PASSED, REBOOT, RESET_GPU, HealthCheckRecord, RepairResult, parse_request
+from gpufleet.fleetspec.models import FleetSpec, NodePool
+from gpufleet.fleetspec.placement import node_labels, node_taints, worker_selector
+from gpufleet.reconciler.adapters.records import MemoryRemediationStore
+from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
+from gpufleet.reconciler.core.membership import MembershipFacts
+from gpufleet.reconciler.core.validation import Verdict, read_report
+from gpufleet.reconciler.errors import TemporaryError
+from gpufleet.reconciler.runtime.manager import Manager
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 BOOT = "boot-1"

@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from typer.testing import CliRunner
 
-from fleetspec import labels
-from reconciler.agent.daemon import Agent, AgentFailed, KernelLog
-from reconciler.errors import NotFound, PermanentError, TemporaryError
-from reconciler.agent.sightings import Cursor
+from gpufleet.fleetspec import labels
+from gpufleet.reconciler.agent.daemon import Agent, AgentFailed, KernelLog
+from gpufleet.reconciler.errors import NotFound, PermanentError, TemporaryError
+from gpufleet.reconciler.agent.sightings import Cursor
 from tests.fixtures.kmsg import XID48, XID79, Kmsg
 
 NODE = "gpu-0"
@@ -22,7 +22,7 @@ XID13 = "NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp Exception"
 
 class FakeKube:
     """The three calls the agent makes, on one node; `down`, `missing` and `refuse` make them fail
-    as reconciler.adapters.kube.Kube does (TemporaryError, NotFound, PermanentError)."""
+    as gpufleet.reconciler.adapters.kube.Kube does (TemporaryError, NotFound, PermanentError)."""
 
     def __init__(self, node: str = NODE):
         self.nodes = {node: {"metadata": {"name": node, "annotations": {}}, "status": {"conditions": []}}}
@@ -273,7 +273,7 @@ def test_the_command_exits_clearly_for_an_unreadable_log_and_a_refusal(tmp_path,
     from gpufleet import commands
     from gpufleet.cli import app
 
-    monkeypatch.setattr("reconciler.logs.setup", lambda **_: None)  # keep pytest's log handlers
+    monkeypatch.setattr("gpufleet.reconciler.logs.setup", lambda **_: None)  # keep pytest's log handlers
     runner = CliRunner()
     r = runner.invoke(app, ["agent", "--node", NODE, "--kmsg", str(tmp_path / "nope")])
     assert r.exit_code == 2 and "cannot read the kernel log" in r.output and "No such file" in r.output
@@ -283,7 +283,7 @@ def test_the_command_exits_clearly_for_an_unreadable_log_and_a_refusal(tmp_path,
     kube.refuse = "cannot patch resource nodes"
     monkeypatch.setattr(commands, "_api", lambda *_: None)
     managers = []
-    monkeypatch.setattr("reconciler.adapters.kube.Kube", lambda _api, manager=None: managers.append(manager) or kube)
+    monkeypatch.setattr("gpufleet.reconciler.adapters.kube.Kube", lambda _api, manager=None: managers.append(manager) or kube)
     r = runner.invoke(app, ["agent", "--node", NODE, "--kmsg", str(log.path)])
     assert r.exit_code == 1 and "403 Forbidden cannot patch resource nodes" in r.output
     assert "Traceback" not in r.output
@@ -292,7 +292,7 @@ def test_the_command_exits_clearly_for_an_unreadable_log_and_a_refusal(tmp_path,
 
 # --- the agent's decisions on the corpus of real-format lines (tests/fixtures/kernel_lines.yaml) ----------
 
-from fleetspec.faults.condition import parse_condition  # noqa: E402
+from gpufleet.fleetspec.faults.condition import parse_condition  # noqa: E402
 from tests.fixtures.kmsg import corpus_in_forms  # noqa: E402
 
 CORPUS = corpus_in_forms()
@@ -353,8 +353,8 @@ def test_hostile_lines_in_a_file_never_crash_the_agent_and_never_fault_the_node(
 
 
 def test_a_spec_override_changes_what_the_agent_reports(kmsg):
-    from fleetspec.faults import FaultAction
-    from fleetspec.faults.policy import FaultPolicy
+    from gpufleet.fleetspec.faults import FaultAction
+    from gpufleet.fleetspec.faults.policy import FaultPolicy
 
     line = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No"
     kmsg.write(line)

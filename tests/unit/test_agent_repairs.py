@@ -10,18 +10,18 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetspec import labels
-from fleetspec.node_repair import REBOOT, RESET_GPU, RepairRequest, parse_result
-from reconciler.agent.gpu_clients import OPERATOR_LABELS, GpuClients
-from reconciler.agent.repairs import HOST, Repairs
-from reconciler.errors import TemporaryError
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.node_repair import REBOOT, RESET_GPU, RepairRequest, parse_result
+from gpufleet.reconciler.agent.gpu_clients import OPERATOR_LABELS, GpuClients
+from gpufleet.reconciler.agent.repairs import HOST, Repairs
+from gpufleet.reconciler.errors import TemporaryError
 
 NODE = "gpu-0"
 NOW = datetime(2026, 12, 2, 3, 0, tzinfo=timezone.utc)
 
 
 class Node:
-    """One node's annotations behind get_node/patch_node, as reconciler.adapters.kube.Kube answers them."""
+    """One node's annotations behind get_node/patch_node, as gpufleet.reconciler.adapters.kube.Kube answers them."""
 
     def __init__(self):
         self.node = {"metadata": {"name": NODE, "annotations": {}, "labels": {}}}
@@ -312,12 +312,12 @@ def test_a_client_that_does_not_come_back_fails_the_reset_so_the_repair_reboots(
 
 def test_the_core_reboots_a_node_whose_reset_was_answered_failed():
     """The agent's failed answer (its GPUs' clients would not stop) sends the repair up the ladder to a reboot."""
-    from fleetspec.faults import FaultAction
-    from fleetspec.node_repair import RepairResult
-    from reconciler.core.model import Remediation
-    from reconciler.core.observe import node_view
-    from reconciler.core.phases import Phase
-    from reconciler.core.repair import RepairFacts, plan_repair
+    from gpufleet.fleetspec.faults import FaultAction
+    from gpufleet.fleetspec.node_repair import RepairResult
+    from gpufleet.reconciler.core.model import Remediation
+    from gpufleet.reconciler.core.observe import node_view
+    from gpufleet.reconciler.core.phases import Phase
+    from gpufleet.reconciler.core.repair import RepairFacts, plan_repair
     from tests.unit.fakes import T0, fleet, pool_node
 
     spec = fleet(nodes=4, spares=2)

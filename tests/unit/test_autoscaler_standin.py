@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fleetspec import labels, load_stack_file
+from gpufleet.fleetspec import labels, load_stack_file
 from localenv import fake_nodes
 from localenv.autoscaler_standin import (
     NodeGroup, choose, misfit, node_groups, sanitized, template_node, unschedulable,
 )
-from reconciler.adapters.providers import placeholder_pod
+from gpufleet.reconciler.adapters.providers import placeholder_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
@@ -146,7 +146,7 @@ def test_the_not_trigger_scale_up_message_is_upstreams_counted_reasons_and_the_r
     """cluster-autoscaler 1.32.0 eventing_scale_up_processor.go: "pod didn't trigger scale-up: " and each
     reason with the count of node groups that gave it; gpufleet's reader takes it as the request's refusal."""
     from localenv.autoscaler_standin import MAX_SIZE_REACHED, NODE_AFFINITY, not_triggered
-    from reconciler.core.refills import pool_refusals, request_name
+    from gpufleet.reconciler.core.refills import pool_refusals, request_name
 
     assert not_triggered([MAX_SIZE_REACHED]) == "pod didn't trigger scale-up: 1 max node group size reached"
     assert not_triggered([NODE_AFFINITY, NODE_AFFINITY, MAX_SIZE_REACHED]) == (

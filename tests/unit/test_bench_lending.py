@@ -101,7 +101,7 @@ def test_skipping_passes_where_nothing_changed_gives_the_same_answer():
 
 def test_the_decisions_are_the_cores(monkeypatch):
     """With a core that lends nothing, the simulation lends nothing: it decides nothing itself."""
-    from reconciler.core import lending
+    from gpufleet.reconciler.core import lending
 
     monkeypatch.setattr(lending, "plan_lending", lambda facts, spec, now: lending.LendingPlan())
     _, _, _, results = run("--hours", "0.5", "--warmup-hours", "0.25")

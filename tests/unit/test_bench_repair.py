@@ -17,9 +17,9 @@ try:
 finally:
     sys.path.remove(str(BENCH))
 
-from fleetspec.faults import FaultAction  # noqa: E402
-from fleetspec.faults.policy import FaultPolicy  # noqa: E402
-from reconciler.core.phases import Phase  # noqa: E402
+from gpufleet.fleetspec.faults import FaultAction  # noqa: E402
+from gpufleet.fleetspec.faults.policy import FaultPolicy  # noqa: E402
+from gpufleet.reconciler.core.phases import Phase  # noqa: E402
 from tests.unit.fakes import fleet  # noqa: E402
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fleetspec import labels, load_stack_file
+from gpufleet.fleetspec import labels, load_stack_file
 from gpufleet import capacity_commands as C
 from gpufleet.cli import app
-from fleetspec import ledger as L
-from reconciler.core import ledger as B
+from gpufleet.fleetspec import ledger as L
+from gpufleet.reconciler.core import ledger as B
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = load_stack_file(ROOT / "Pulumi.local.yaml").fleet  # pools h100 (2 + 2 spares, lends) and l40s (1 + 1)

@@ -66,7 +66,7 @@ def test_the_whole_corpus_agrees_with_the_agent():
 def test_a_policy_changes_the_action(tmp_path):
     import yaml
 
-    from fleetspec import parse_fleet
+    from gpufleet.fleetspec import parse_fleet
 
     doc = yaml.safe_load(open("Pulumi.local.yaml"))["config"]["gpufleet:fleet"]
     doc["healing"]["faults"] = {"actions": {"xid": {94: "reset-gpu"}}}
@@ -110,7 +110,7 @@ def test_dev_kmsg_itself_is_read_to_its_newest_record_then_ends():
     from pathlib import Path
 
     from gpufleet.kmsg_commands import kmsg_records
-    from reconciler.agent.kmsg import split_line
+    from gpufleet.reconciler.agent.kmsg import split_line
 
     records = list(kmsg_records(Path("/dev/kmsg")))  # a blocking read would wait here forever
     heads = [split_line(r) for r in records if not r.startswith(" ")]  # " KEY=value" lines continue a record

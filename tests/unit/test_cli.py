@@ -6,8 +6,8 @@ from typer.testing import CliRunner
 
 from gpufleet.cli import app
 from gpufleet.commands import remediation_rows
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
 
 runner = CliRunner()
 
@@ -111,13 +111,14 @@ def test_demo_refuses_an_xid_that_leaves_the_node_in_service(xid, need, monkeypa
 def test_demo_injects_the_fault_as_the_agent_writes_it():
     """The demo's condition carries the action the spec's policy gives the XID, in the agent's format."""
     from demos.demo import demo_fault
-    from fleetspec.faults import FaultAction
-    from fleetspec.faults.condition import format_message, parse_header
+    from gpufleet.fleetspec.faults import FaultAction
+    from gpufleet.fleetspec.faults.condition import format_message, parse_header
     from gpufleet.console import load_spec
 
     fault = demo_fault(load_spec("local", None), 79)
     assert fault.action is FaultAction.REBOOT
-    assert parse_header(format_message(fault, "x")) == {"action": "reboot", "pci": "0000:3b:00"}
+    # the GPU by its index too, as the agent's nvidia-smi gives it: the stand-in's second GPU
+    assert parse_header(format_message(fault, "x")) == {"action": "reboot", "pci": "0000:3b:00", "gpu": "1"}
 
 
 @pytest.mark.parametrize("cmd", [["reconcile", "--stack", "prod", "--once"], ["why", "7", "--stack", "prod"]])
@@ -135,7 +136,7 @@ def test_inject_fault_names_no_gpu_it_was_not_given_and_says_the_meaning_once(mo
     """The condition a drill writes: the XID's meaning once, no made-up PCI address (which the admin comment
     would tell the job's owner as 'GPU 0000:00:00'); --pci names one, checked."""
     import gpufleet.commands
-    import reconciler.adapters.kube
+    import gpufleet.reconciler.adapters.kube
 
     written = []
 
@@ -147,7 +148,7 @@ def test_inject_fault_names_no_gpu_it_was_not_given_and_says_the_meaning_once(mo
             written.append((node, reason, message))
 
     monkeypatch.setattr(gpufleet.commands, "_api", lambda *a: object())
-    monkeypatch.setattr(reconciler.adapters.kube, "Kube", FakeKube)
+    monkeypatch.setattr(gpufleet.reconciler.adapters.kube, "Kube", FakeKube)
     r = runner.invoke(app, ["inject-fault", "kwok-h100-1", "--xid", "79"])
     assert r.exit_code == 0, r.output
     (_, reason, message), = written

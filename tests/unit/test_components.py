@@ -35,9 +35,9 @@ class Mocks(pulumi.runtime.Mocks):
 MOCKS = Mocks()
 pulumi.runtime.set_mocks(MOCKS, preview=False)
 
-from components import GpuFleet, GpuFleetArgs  # noqa: E402  (mocks first, then the code under test)
-from components.reconciler import cluster_rules, namespace_rules, slurm_namespace_rules  # noqa: E402
-from fleetspec import labels, load_stack_file  # noqa: E402
+from gpufleet.components import GpuFleet, GpuFleetArgs  # noqa: E402  (mocks first, then the code under test)
+from gpufleet.components.reconciler import cluster_rules, namespace_rules, slurm_namespace_rules  # noqa: E402
+from gpufleet.fleetspec import labels, load_stack_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_VALUE = "s3cr3t-munge-key-value"
@@ -72,7 +72,7 @@ def build_spec(spec, name: str) -> dict:
 
 def lending_spec(lend=("h100-a", "h100-b"), l40s_class: str | None = "gpufleet-inference"):
     """prod with lending on `lend` (the default borrower class), and l40s's borrowers in a class of their own."""
-    from fleetspec import CONFIG_KEY, parse_fleet
+    from gpufleet.fleetspec import CONFIG_KEY, parse_fleet
 
     doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())["config"][CONFIG_KEY]
     for pool in doc["pools"]:
@@ -96,7 +96,7 @@ def test_each_environment_declares_its_fleet(env):
     types = [r.typ for r in MOCKS.resources]
     assert types.count("kubernetes:slinky.slurm.net/v1beta1:NodeSet") == len(spec.pools)
     # the NodeSets whose pods the reconciler takes for Slurm nodes (observe.pod_view) are the ones declared
-    from fleetspec.placement import nodeset_names
+    from gpufleet.fleetspec.placement import nodeset_names
     assert {r.inputs["metadata"]["name"] for r in MOCKS.of_type(CR + "NodeSet")} == nodeset_names(spec.pools)
     # capacity per pool, policy (and the agent's copy), gres.conf, the lending ledger where a pool lends, the
     # dashboard where the spec asks for it, and the script of the Job that declares the reconciler's Slurm user
@@ -334,8 +334,8 @@ def _crs(kind: str) -> list:
 
 
 def _strict_schema(kind: str) -> dict:
-    from components.slinky import crd_manifest
-    from components.slinky_schema import strict_json_schema
+    from gpufleet.components.slinky import crd_manifest
+    from gpufleet.components.slinky_schema import strict_json_schema
 
     return strict_json_schema(crd_manifest(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
 
@@ -346,7 +346,7 @@ def test_every_slinky_resource_fits_the_v1beta1_schema(env):
     fields refused (what strict field validation does), so a misplaced field fails here."""
     import jsonschema
 
-    from components.slinky import KINDS
+    from gpufleet.components.slinky import KINDS
 
     build(env)
     seen = set()
@@ -511,7 +511,7 @@ def test_irsa_role_and_the_alert_on_undelivered_pages():
 
 
 def test_aws_calls_need_a_named_iam_role():
-    from fleetspec import SpecError, parse_fleet
+    from gpufleet.fleetspec import SpecError, parse_fleet
 
     doc = {"environment": "x", "cluster": {"kind": "kubeconfig"},
            "pools": [{"name": "a", "node_type": "p5", "gpu_model": "H", "nodes": 1, "spares": 1,
@@ -522,7 +522,7 @@ def test_aws_calls_need_a_named_iam_role():
 
 
 def test_the_agent_reads_the_policy_the_reconciler_reads_and_rolls_when_its_faults_change():
-    from fleetspec import CONFIG_KEY, parse_fleet
+    from gpufleet.fleetspec import CONFIG_KEY, parse_fleet
 
     spec = build("prod")
     ds = MOCKS.named("kubernetes:apps/v1:DaemonSet", "gpufleet-agent").inputs["spec"]["template"]
@@ -584,7 +584,7 @@ def test_namespaces_by_trust():
 
 
 def test_locally_the_reconcilers_namespace_admits_the_host_network_its_pods_need():
-    from components.reconciler import HostNetworkApi
+    from gpufleet.components.reconciler import HostNetworkApi
 
     spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
     MOCKS.resources.clear()
@@ -608,8 +608,8 @@ def _without_repairs(doc: dict) -> dict:
 
 
 def test_the_agent_without_a_kmsg_device_is_privileged_with_kmsg_read_only_and_nothing_else():
-    from components.agent import agent_pod_spec
-    from fleetspec.models import FleetSpec
+    from gpufleet.components.agent import agent_pod_spec
+    from gpufleet.fleetspec.models import FleetSpec
 
     doc = _without_repairs(load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json"))
     pod = agent_pod_spec(FleetSpec.model_validate(doc))
@@ -625,11 +625,11 @@ def test_the_agent_without_a_kmsg_device_is_privileged_with_kmsg_read_only_and_n
 
 
 def test_the_agent_with_a_kmsg_device_runs_unprivileged_with_cap_syslog_only():
-    from components.agent import agent_pod_spec
+    from gpufleet.components.agent import agent_pod_spec
 
     doc = _without_repairs(load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json"))
     doc["healing"]["reconciler"]["agent_kmsg_device"] = "squat.ai/kmsg"
-    from fleetspec.models import FleetSpec
+    from gpufleet.fleetspec.models import FleetSpec
 
     pod = agent_pod_spec(FleetSpec.model_validate(doc))
     (c,) = pod["containers"]
@@ -675,8 +675,8 @@ def test_admission_policies_bind_each_identity():
 def test_the_agents_events_are_about_its_own_node():
     """The agent creates Events (components/agent.py agent_rules; reconciler/adapters/kube.py node_event): the
     policy keys them, core/v1 and events.k8s.io/v1 alike, on the node its token names, as it keys node writes."""
-    from components.admission import NODE_NAME_KEY, agent_events_policy
-    from components.agent import agent_rules, agent_username
+    from gpufleet.components.admission import NODE_NAME_KEY, agent_events_policy
+    from gpufleet.components.agent import agent_rules, agent_username
 
     spec = build("prod")
     dep = spec.healing.reconciler
@@ -753,7 +753,7 @@ def test_slurm_images_are_pinned_by_the_digests_the_stack_file_records():
     doc = load_stack_file(ROOT / "Pulumi.prod.yaml").fleet.model_dump(mode="json")
     digest = "sha256:" + "cd" * 32
     doc["slurm"]["image_digests"] = {"slurmctld": digest}
-    from fleetspec.models import FleetSpec
+    from gpufleet.fleetspec.models import FleetSpec
 
     build_spec(FleetSpec.model_validate(doc), "prod")
     (ctl,) = MOCKS.of_type(CR + "Controller")
@@ -812,8 +812,8 @@ def test_a_local_stack_with_the_slurm_user_declares_no_users_job():
 def test_the_reconciler_gets_https_egress_only_where_something_needs_it():
     """HTTPS beyond the API server is for AWS (an aws-asg pool, SNS) and webhooks: a stack with neither gets no
     0.0.0.0/0 HTTPS peer; prod (aws-asg pools) keeps the one `network.https_egress_cidrs` names."""
-    from components.network import reconciler_policy
-    from fleetspec.models import FleetSpec
+    from gpufleet.components.network import reconciler_policy
+    from gpufleet.fleetspec.models import FleetSpec
 
     def https_peers(spec) -> list:
         return [e for e in reconciler_policy(spec)["spec"]["egress"] if e["ports"] == [{"protocol": "TCP", "port": 443}]]
@@ -830,20 +830,20 @@ def test_the_reconciler_gets_https_egress_only_where_something_needs_it():
 
 
 def test_the_readmes_privilege_figures_are_the_renders():
-    """The security section's figures (admission validations per policy, egress peers of 0.0.0.0/0) are counted
+    """The security model's figures (docs/security.md: admission validations per policy, egress peers of 0.0.0.0/0) are counted
     from what prod renders, so they cannot drift from it."""
     import re
 
-    from components.admission import policies
-    from components.network import network_policies
+    from gpufleet.components.admission import policies
+    from gpufleet.components.network import network_policies
 
     spec = build("prod")
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "security.md").read_text()
     found = {p["metadata"]["name"]: len(p["spec"]["validations"]) for p in policies(spec, "r", "a")}
     dep = spec.healing.reconciler
     m = re.search(r"(\d+) policies,\s+(\d+) validations: the reconciler's pods (\d+), Jobs (\d+), nodes (\d+), pod "
                   r"deletions (\d+); the agent's node (\d+), Events (\d+);\s+kubelets' membership (\d+), Events (\d+)\.", text)
-    assert m, "the README's admission figures"
+    assert m, "docs/security.md's admission figures"
     order = [f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-jobs", f"{dep.namespace}-reconciler-nodes",
              f"{dep.namespace}-reconciler-pod-deletion", f"{dep.agent_namespace}-agent-own-node",
              f"{dep.agent_namespace}-agent-own-events", f"{dep.namespace}-kubelet-membership",

@@ -15,9 +15,9 @@ from typing import Callable
 
 import pytest
 
-from reconciler.adapters.slurm import SlurmJob
-from reconciler.core.phases import Phase
-from reconciler.core.repair_phases import RepairPhase
+from gpufleet.reconciler.adapters.slurm import SlurmJob
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.unit.fakes import FakeNodes, World, fleet
 
 
@@ -316,7 +316,7 @@ def test_a_diagnosis_killed_at_every_point_resumes_and_never_repeats(crash_at):
     """Diagnostics asked on an idle node: drained, cleared, checked, passed. Kill the reconciler at each call,
     restart it: one health-check Job, the node back in service and its Slurm node resumed, the page at most once,
     and the record ends Passed (never taken for a condition cleared by someone else)."""
-    from reconciler.core.diagnosis_stages import Stage
+    from gpufleet.reconciler.core.diagnosis_stages import Stage
     w = diagnosing_world()
 
     def sent():

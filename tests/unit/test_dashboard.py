@@ -6,8 +6,8 @@ import promql_parser as pp
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
-from components.dashboard import PANELS, dashboard, queries
-from reconciler.runtime.metrics import Metrics
+from gpufleet.components.dashboard import PANELS, dashboard, queries
+from gpufleet.reconciler.runtime.metrics import Metrics
 
 
 def exported() -> dict[str, set[str]]:

@@ -6,20 +6,20 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetspec import labels, parse_fleet
-from reconciler.core.actions import (
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.reconciler.core.actions import (
     CarryDrain, DeletePods, DrainSlurm, EvictPods, NoteSignals, Notify, PromoteSpare, Quarantine, ReleaseJobs,
     RequestCapacity, RequeueJobs, ResumeSlurm, ReturnToSpares, SignalJobs,
 )
-from reconciler.core.admission import admission_facts
-from reconciler.core.decide import detect, fail, needs, next_look, plan_step, retry
-from reconciler.core.model import (
+from gpufleet.reconciler.core.admission import admission_facts
+from gpufleet.reconciler.core.decide import detect, fail, needs, next_look, plan_step, retry
+from gpufleet.reconciler.core.model import (
     Admission, Fault, JobView, NodeView, PodView, Remediation, ReplacementFailure, SlurmNodeView, StepFacts,
     remediation_name,
 )
-from reconciler.core.observe import node_view
-from reconciler.core.phases import InvalidTransition, Phase, check_transition
-from reconciler.core.repair_phases import RepairPhase, begin
+from gpufleet.reconciler.core.observe import node_view
+from gpufleet.reconciler.core.phases import InvalidTransition, Phase, check_transition
+from gpufleet.reconciler.core.repair_phases import RepairPhase, begin
 from tests.unit.fakes import PROVEN
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -252,7 +252,7 @@ def test_a_persons_drain_is_never_overwritten_and_goes_with_the_faulted_machine(
     assert st.actions == () and st.remediation is None
     # The quarantined machine that carries the drain: its repair stops for a person (it never returns to
     # the spares while it carries the drain), and goes on once the person removed it.
-    from reconciler.core.repair import RepairFacts, stop_reason
+    from gpufleet.reconciler.core.repair import RepairFacts, stop_reason
 
     quarantined = node("h100-0", role=labels.ROLE_QUARANTINED)
     carrying = replace(quarantined, carried_drain='{"gpu-3": "hardware check by ops"}')

@@ -8,18 +8,18 @@ from datetime import timedelta
 
 import pytest
 
-from fleetspec import labels
-from fleetspec.faults import FaultAction, Kind
-from fleetspec.faults.condition import FaultSignal, format_message
-from reconciler.adapters.slurm import SlurmJob, SlurmNode
-from reconciler.core import decide, diagnosis
-from reconciler.core.actions import DrainSlurm, Notify, ResumeSlurm
-from reconciler.core.diagnosis_stages import Stage, begin
-from reconciler.core.model import Fault, NodeView, SlurmNodeView, Setter
-from reconciler.core.phases import Phase
-from reconciler.core.repair_actions import BackInService, MarkHealthy, StartHealthCheck
-from reconciler.core.repair_phases import RepairPhase
-from reconciler.core.validation import Verdict
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.condition import FaultSignal, format_message
+from gpufleet.reconciler.adapters.slurm import SlurmJob, SlurmNode
+from gpufleet.reconciler.core import decide, diagnosis
+from gpufleet.reconciler.core.actions import DrainSlurm, Notify, ResumeSlurm
+from gpufleet.reconciler.core.diagnosis_stages import Stage, begin
+from gpufleet.reconciler.core.model import Fault, NodeView, SlurmNodeView, Setter
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_actions import BackInService, MarkHealthy, StartHealthCheck
+from gpufleet.reconciler.core.repair_phases import RepairPhase
+from gpufleet.reconciler.core.validation import Verdict
 from tests.unit.fakes import T0, FakeNodes, World, fleet
 
 PCI = "0000:cb:00"
@@ -68,7 +68,8 @@ def test_three_xid_13_bursts_leave_the_node_in_service_drained_once_idle_checked
     assert not any(c[0] in ("signal", "requeue") for c in w.slurm.calls)
     assert role(w, "h100-0") == labels.ROLE_ACTIVE and not cordoned(w, "h100-0") and w.checks.started == []
     assert w.provider.calls == []  # nothing promoted, quarantined, retired or terminated
-    assert "diagnose: XID 13" in w.slurm.comments.get(7, "") and "health-checked once idle" in w.slurm.comments[7]
+    assert "diagnose: GPU 0000:cb:00 on h100-w0: Graphics Engine Exception (Xid 13); repeated: diagnostics asked " \
+           "while the job runs on" in w.slurm.comments.get(7, "")
     end_job(w, 7)
     w.run(seconds=40)
     r = w.remediation("h100-0")

@@ -8,18 +8,18 @@ from dataclasses import replace
 
 import pytest
 
-from fleetspec import labels
-from reconciler.adapters.slurm.cli import _node, _parse_oneliner
-from reconciler.adapters.slurm.rest import NodesResponse, _node as rest_node
-from reconciler.core.decide import plan_step
-from reconciler.core.drains import (
+from gpufleet.fleetspec import labels
+from gpufleet.reconciler.adapters.slurm.cli import _node, _parse_oneliner
+from gpufleet.reconciler.adapters.slurm.rest import NodesResponse, _node as rest_node
+from gpufleet.reconciler.core.decide import plan_step
+from gpufleet.reconciler.core.drains import (
     Owner, SlurmUsers, drained_by_gpufleet, drained_by_operator, drained_by_person, drained_by_slurm, owner,
 )
-from reconciler.core.model import Setter, SlurmNodeView, StepFacts
-from reconciler.core.actions import CarryDrain, DrainSlurm, Notify
-from reconciler.core.phases import Phase
-from reconciler.core.repair import RepairFacts, stop_reason
-from reconciler.core.slurm_reasons import CHECK, GONE, REASONS
+from gpufleet.reconciler.core.model import Setter, SlurmNodeView, StepFacts
+from gpufleet.reconciler.core.actions import CarryDrain, DrainSlurm, Notify
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair import RepairFacts, stop_reason
+from gpufleet.reconciler.core.slurm_reasons import CHECK, GONE, REASONS
 from tests.unit.test_decide import T0, node, rec, spares, spec
 
 USERS = SlurmUsers(frozenset({"gpufleet"}), frozenset({"slurm", "root"}))

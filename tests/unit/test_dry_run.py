@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.phases import Phase
 from tests.unit.fakes import World, fleet
 
 
@@ -24,7 +24,7 @@ def would(caplog) -> str:
 
 @pytest.fixture
 def logs(caplog):
-    caplog.set_level(logging.INFO, logger="reconciler")
+    caplog.set_level(logging.INFO, logger="gpufleet.reconciler")
     return caplog
 
 
@@ -48,7 +48,7 @@ def test_a_storm_in_a_dry_run_changes_nothing_and_says_what_it_would_do(logs):
 
 def test_a_heal_in_a_dry_run_changes_nothing_and_goes_as_far_as_it_can_now(logs):
     w = World(fleet(grace_period_seconds=60), dry_run=True)
-    from reconciler.adapters.slurm import SlurmJob
+    from gpufleet.reconciler.adapters.slurm import SlurmJob
 
     w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",))
     w.fault("h100-0")
@@ -64,7 +64,7 @@ def test_a_heal_in_a_dry_run_changes_nothing_and_goes_as_far_as_it_can_now(logs)
 def test_a_dry_run_takes_no_lease():
     from kubernetes import client
 
-    from reconciler.app import build
+    from gpufleet.reconciler.app import build
 
     rec = build(fleet(), client.ApiClient(), slurm=None, leader_elect=True, dry_run=True)
     assert rec.elector is None and rec.dry_run

@@ -7,16 +7,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetspec import parse_fleet
-from fleetspec.faults import XIDS, FaultAction, Kind, default_action
-from fleetspec.faults.catalogue import BUCKET_ACTIONS, CHOICES
-from fleetspec.faults.condition import FaultSignal, format_message, parse_condition
-from fleetspec.faults.policy import FaultPolicy, Repeats
-from fleetspec.models import ConditionSource
-from fleetspec.faults.classify import BURST_SECONDS, Classifier, recovery_action
-from fleetspec.faults.driver import GpuEvent
-from reconciler.core.faults import FaultReader
-from reconciler.core.observe import node_view
+from gpufleet.fleetspec import parse_fleet
+from gpufleet.fleetspec.faults import XIDS, FaultAction, Kind, default_action
+from gpufleet.fleetspec.faults.catalogue import BUCKET_ACTIONS, CHOICES
+from gpufleet.fleetspec.faults.condition import FaultSignal, format_message, parse_condition
+from gpufleet.fleetspec.faults.policy import FaultPolicy, Repeats
+from gpufleet.fleetspec.models import ConditionSource
+from gpufleet.fleetspec.faults.classify import BURST_SECONDS, Classifier, recovery_action
+from gpufleet.fleetspec.faults.driver import GpuEvent
+from gpufleet.reconciler.core.faults import FaultReader
+from gpufleet.reconciler.core.observe import node_view
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 
@@ -112,7 +112,7 @@ def test_repeated_xid_13_on_one_gpu_within_the_window_is_possible_hardware():
 
 def _lines(*msgs_at):
     """Real messages at the times given (seconds), parsed as the agent parses them."""
-    from fleetspec.faults.driver import DriverMessages
+    from gpufleet.fleetspec.faults.driver import DriverMessages
     out = []
     for msg, at in msgs_at:
         (ev,) = DriverMessages().message(msg, time=at)
@@ -133,7 +133,7 @@ DRIVER_48 = "NVRM: Xid (PCI:0000:10:1c): 48, pid=1896, name=python3, Ch 00000010
 
 
 def test_every_escalation_rule_cites_the_page_or_file_it_follows():
-    from fleetspec.faults.escalation import RULES
+    from gpufleet.fleetspec.faults.escalation import RULES
     assert len({r.name for r in RULES}) == len(RULES)
     for r in RULES:
         assert ("docs.nvidia.com" in r.source or "NVSentinel" in r.source) and r.why, r.name
@@ -193,7 +193,7 @@ def test_five_fatal_xids_on_one_gpu_within_a_day_are_a_case_for_the_vendor():
 
 
 def test_the_driver_line_after_an_xid_79_is_that_xid_79():
-    from fleetspec.faults.driver import DriverMessages
+    from gpufleet.fleetspec.faults.driver import DriverMessages
     # github.com/leptonai/gpud components/accelerator/nvidia/sxid/README.md (dmesg of an Xid 79)
     (ev,) = DriverMessages().message("NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.")
     assert (ev.kind, ev.code, ev.pci) == (Kind.XID, 79, "0000:91:00")
@@ -369,14 +369,14 @@ def _spec():
 
 
 def _node(fault):
-    from reconciler.core.model import NodeView
+    from gpufleet.reconciler.core.model import NodeView
     return NodeView(name="p-0", pool="p", role="active", fault=fault)
 
 
 def test_detect_takes_out_only_faults_whose_action_remediates_and_the_remediation_keeps_what_it_needs():
-    from reconciler.core.admission import admission_facts
-    from reconciler.core.decide import detect
-    from reconciler.core.model import Fault
+    from gpufleet.reconciler.core.admission import admission_facts
+    from gpufleet.reconciler.core.decide import detect
+    from gpufleet.reconciler.core.model import Fault
 
     for need in (FaultAction.NONE, FaultAction.RESTART_APP):  # the job's problem: the node stays in service
         assert detect(_node(Fault(94, "m", T0, action=need)), [], _spec(), T0).remediation is None, need
@@ -393,9 +393,9 @@ def test_detect_takes_out_only_faults_whose_action_remediates_and_the_remediatio
 
 
 def test_the_remediation_keeps_the_fault_and_reads_remediations_from_before_it():
-    from reconciler.adapters.records import from_object, to_object
-    from reconciler.core.decide import detect
-    from reconciler.core.model import Fault
+    from gpufleet.reconciler.adapters.records import from_object, to_object
+    from gpufleet.reconciler.core.decide import detect
+    from gpufleet.reconciler.core.model import Fault
 
     f = Fault(94, "m", T0, Kind.XID, FaultAction.RESET_GPU, "0000:01:00", 5, 0, "GpuHealthy", "gpufleet-agent")
     r = detect(_node(f), [], _spec(), T0).remediation
@@ -410,7 +410,7 @@ def test_the_remediation_keeps_the_fault_and_reads_remediations_from_before_it()
 
 
 def test_the_classifiers_memory_is_bounded_however_many_gpus_a_log_names():
-    from fleetspec.faults.classify import GPUS, HISTORY
+    from gpufleet.fleetspec.faults.classify import GPUS, HISTORY
 
     c = Classifier()
     for i in range(GPUS * 3):
@@ -451,7 +451,7 @@ def test_another_detectors_condition_heals_through_the_runtime_and_the_remediati
 
 
 def test_the_storm_brake_weighs_only_faults_that_take_a_node_out():
-    from reconciler.core.phases import Phase
+    from gpufleet.reconciler.core.phases import Phase
     from tests.unit.fakes import World, fleet
 
     w = World(fleet(nodes=10, max_unhealthy_fraction=0.2, grace_period_seconds=0))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleetspec import health_report, labels
-from fleetspec.health_report import PASS, SKIP
+from gpufleet.fleetspec import health_report, labels
+from gpufleet.fleetspec.health_report import PASS, SKIP
 from localenv.gpu_hardware_standin import (
     BROKEN, HEALTHY, LOW_BANDWIDTH, NVLINK_DOWN, REBOOT_FIXES, RESET_FIXES, report, state_of,
 )

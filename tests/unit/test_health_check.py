@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fleetspec import health_report
-from fleetspec.health_report import FAIL, PASS, SKIP
+from gpufleet.fleetspec import health_report
+from gpufleet.fleetspec.health_report import FAIL, PASS, SKIP
 from localenv.gpu_hardware_standin import HEALTHY, NVLINK_DOWN, dcgm_diag, nvlink_status
-from reconciler.healthcheck import dcgm, nccl, nvidia_smi, nvlink
-from reconciler.healthcheck.floors import floor_for
-from reconciler.core.validation import read_report
+from gpufleet.reconciler.healthcheck import dcgm, nccl, nvidia_smi, nvlink
+from gpufleet.reconciler.healthcheck.floors import floor_for
+from gpufleet.reconciler.core.validation import read_report
 from tests.unit.fakes import fleet as fleet_spec
-from reconciler.healthcheck.run import Ran, run_checks
+from gpufleet.reconciler.healthcheck.run import Ran, run_checks
 
 GPU = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
 H100 = (GPU / "nvidia-smi-q.h100x8.535.161.08.txt").read_text()

@@ -7,11 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from reconciler.adapters.slurm import SlurmJob
-from reconciler.core import job_notes
-from reconciler.core.job_notes import JobSeen, appended, lines_for, note_line, settled
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.adapters.slurm import SlurmJob
+from gpufleet.reconciler.core import job_notes
+from gpufleet.reconciler.core.job_notes import JobSeen, appended, lines_for, note_line, settled
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
 from tests.unit.fakes import T0, World, fleet
 
 S = timedelta(seconds=1)
@@ -31,32 +31,31 @@ HEALED = ((Phase.SLURM_DRAINING, 0), (Phase.CHECKPOINTING, 1), (Phase.REQUEUED, 
           (Phase.REPLACING, 61), (Phase.RESUMING, 70), (Phase.SUCCEEDED, 80))
 
 
-def test_one_line_names_the_time_the_event_the_fault_the_node_the_remediation_and_the_grace():
-    assert note_line(T0, "requeued", "XID 79 (GPU has fallen off the bus)", "h100-3", "r1", 120) == (
-        "gpufleet 2026-11-29T12:00:00Z: requeued: XID 79 (GPU has fallen off the bus) on h100-3; remediation r1; "
-        "checkpoint grace 120 s")
-    assert "grace" not in note_line(T0, "requeued", "XID 79", "h100-3", "r1")
+def test_one_line_names_the_time_and_the_event_and_stays_short():
+    assert note_line(T0, "requeued", "GPU 3 on h100-3: GPU has fallen off the bus (Xid 79)") == (
+        "gpufleet 2026-11-29T12:00:00Z: requeued: GPU 3 on h100-3: GPU has fallen off the bus (Xid 79)")
+    assert len(note_line(T0, "requeued", "x" * 500)) == job_notes.LINE_MAX
 
 
 @pytest.mark.parametrize("phases, intents, job, expected", [
-    # contained and signalled: one line, with the grace the remediation gave
+    # contained and signalled: one line, the fault told once, with the grace the remediation gave
     (HEALED[:2], ("signal:TERM",), JobSeen(7, "RUNNING", ("h100-w3",), T0 - 600 * S),
-     ["signalled SIGTERM to checkpoint: XID 79 (GPU has fallen off the bus) on h100-3; remediation h100-3-xid79-1; "
-      "checkpoint grace 120 s"]),
-    # no grace (grace_period_seconds 0): no signal, straight to the requeue
+     ["SIGTERM to checkpoint: a GPU on h100-3: GPU has fallen off the bus (Xid 79); 120 s grace"]),
+    # no grace (grace_period_seconds 0): no signal, straight to the requeue, which then tells the fault
     (((Phase.SLURM_DRAINING, 0), (Phase.CHECKPOINTING, 1), (Phase.REQUEUED, 1)), (), JobSeen(7, "PENDING"),
-     ["requeued: XID 79"]),
+     ["requeued: a GPU on h100-3: GPU has fallen off the bus (Xid 79)"]),
     # healed, the job waiting in the queue: signalled and requeued, no resume yet
-    (HEALED, ("signal:TERM",), JobSeen(7, "PENDING"), ["signalled", "requeued"]),
+    (HEALED, ("signal:TERM",), JobSeen(7, "PENDING"),
+     ["SIGTERM to checkpoint", "requeued: the machine behind h100-3 is replaced"]),
     # healed and the job running again since after the requeue: the resume, with the time from the fault
     (HEALED, ("signal:TERM",), JobSeen(7, "RUNNING", ("h100-w9",), T0 + 85 * S),
-     ["signalled", "requeued", "2026-11-29T12:01:25Z: running again on h100-w9: XID 79 (GPU has fallen off the bus) "
-      "on h100-3; remediation h100-3-xid79-1; 85 s after the fault"]),
+     ["SIGTERM", "requeued", "2026-11-29T12:01:25Z: running again: on h100-w9; h100-3 runs on a healthy machine; "
+      "85 s after the fault"]),
     # still running from before the requeue (start before it): not a resume
-    (HEALED[:3], ("signal:TERM",), JobSeen(7, "RUNNING", ("h100-w3",), T0 - 600 * S), ["signalled", "requeued"]),
+    (HEALED[:3], ("signal:TERM",), JobSeen(7, "RUNNING", ("h100-w3",), T0 - 600 * S), ["SIGTERM", "requeued"]),
     # admission held the replacement
     (HEALED[:3] + ((Phase.HELD, 62),), ("signal:TERM",), JobSeen(7, "PENDING"),
-     ["signalled", "requeued", "held (its replacement waits for admission)"]),
+     ["SIGTERM", "requeued", "on hold: replacing h100-3's machine waits for the on-call"]),
     # a job this remediation never touched: nothing
     (HEALED, ("signal:TERM",), JobSeen(8, "RUNNING", ("h100-w9",), T0 + 85 * S), []),
 ])
@@ -65,21 +64,25 @@ def test_the_lines_a_remediation_owes_a_job(phases, intents, job, expected):
     assert len(lines) == len(expected)
     for line, part in zip(lines, expected):
         assert line.startswith("gpufleet 2026-11-29T12:") and part in line
+    assert sum("Xid 79" in line for line in lines) <= 1  # the fault told once
 
 
 def test_the_lines_are_the_same_on_every_pass_so_none_is_written_twice():
     r, job = remediation(*HEALED), JobSeen(7, "RUNNING", ("h100-w9",), T0 + 85 * S)
-    once = appended("", lines_for(r, job))
-    assert once is not None and appended(once, lines_for(r, job)) is None
+    once = appended("", 7, lines_for(r, job))
+    assert once is not None and appended(once, 7, lines_for(r, job)) is None
 
 
 @pytest.mark.parametrize("existing, expected", [
-    ("", "A | B"),
-    ("checked by ops", "checked by ops | A | B"),  # a person's text stays first, as it was
-    ("checked by ops | A", "checked by ops | A | B"),  # only what is missing
+    ("", "A | B | whole story: gpufleet why 7"),
+    ("checked by ops", "checked by ops | A | B | whole story: gpufleet why 7"),  # a person's text stays first
+    ("checked by ops | A | whole story: gpufleet why 7",
+     "checked by ops | A | B | whole story: gpufleet why 7"),  # only what is missing, the trailer last
 ])
 def test_appending_keeps_what_was_there(existing, expected):
-    assert appended(existing, ("A", "B")) == expected
+    a, b = "gpufleet 2026-11-29T12:00:00Z: A", "gpufleet 2026-11-29T12:00:01Z: B"
+    got = appended(existing.replace("A", a).replace("B", b) if existing else "", 7, (a, b))
+    assert got == expected.replace("A", a).replace("B", b)
 
 
 def test_settled_once_the_job_ran_again_or_is_gone_or_the_remediation_ended_long_ago():
@@ -112,15 +115,16 @@ def test_a_requeued_job_gets_its_lines_after_what_was_there_and_its_resume_once_
     assert r.jobs == (7,) and r.phase is Phase.RESUMING
     text = w.slurm.comments[7]
     assert text.startswith("checked by ops | gpufleet ")
-    assert "signalled SIGTERM to checkpoint: XID 79" in text and ": requeued: XID 79" in text
-    assert "checkpoint grace 5 s" in text
+    assert "SIGTERM to checkpoint: a GPU on h100-w3: GPU has fallen off the bus (Xid 79); 5 s grace" in text
+    assert ": requeued: the machine behind h100-w3 is replaced" in text
+    assert text.endswith(" | whole story: gpufleet why 7")
     writes = w.slurm.comment_writes
     w.run(seconds=10)
     assert w.slurm.comment_writes == writes  # nothing new: nothing written
     w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", ("h100-w10",), start_time=w.clock.now.timestamp())
     w.run(seconds=5)
-    assert ": running again on h100-w10: XID 79" in w.slurm.comments[7]
-    assert w.slurm.comments[7].count("gpufleet ") == 3
+    assert ": running again: on h100-w10; h100-w3 runs on a healthy machine;" in w.slurm.comments[7]
+    assert w.slurm.comments[7].count("gpufleet 20") == 3
     w.run(seconds=5)
     registry = w.manager.metrics.registry
     assert registry.get_sample_value("gpufleet_job_back_seconds_count") == 1  # observed once, with its resume line
@@ -132,7 +136,7 @@ def test_a_slurm_that_refuses_the_comment_delays_the_note_never_the_heal():
 
     def refuse(job_id, text):
         refused.append(job_id)
-        raise __import__("reconciler.adapters.slurm", fromlist=["SlurmError"]).SlurmError("slurmctld busy",
+        raise __import__("gpufleet.reconciler.adapters.slurm", fromlist=["SlurmError"]).SlurmError("slurmctld busy",
                                                                                             temporary=True)
 
     w.slurm.set_admin_comment = refuse
@@ -178,7 +182,7 @@ def test_a_finished_job_is_not_written_to_slurm_would_refuse_it():
 # --- telling the job's owner -----------------------------------------------------------------------
 
 def owner_world(per_hour=6):
-    from fleetspec import parse_fleet
+    from gpufleet.fleetspec import parse_fleet
 
     doc = fleet(grace_period_seconds=5).model_dump(mode="json")
     doc["healing"]["notifications"] = [
@@ -205,7 +209,10 @@ def test_the_owner_route_of_the_jobs_account_gets_one_message_per_transition_and
     sent = told(w)
     assert [(m.event, m.job["job_id"], m.job["user"]) for m in sent] == [
         ("signalled", 7, "alice"), ("requeued", 7, "alice"), ("running-again", 7, "alice")]
-    assert sent[1].text.startswith("your job 7: gpufleet ") and "XID 79" in sent[1].text
+    # the engineer's paragraph, as `gpufleet why` prints it on the login node
+    assert sent[1].text.startswith("your job 7: Job 7 (train): At 12:00:00 UTC, a GPU (H100) on h100-w3 failed: "
+                                   "GPU has fallen off the bus (NVIDIA Xid 79).")
+    assert "What to do: " in sent[1].text and "gpufleet 20" not in sent[1].text
     assert sent[1].fields()["remediation"] == w.remediation("h100-3").name
     assert {route for route, _ in w.notifier.to_owners} == {"ml-team"}  # job 8 (physics) told no one
 
@@ -218,7 +225,7 @@ def test_messages_about_one_job_are_rate_limited():
                                user="alice", account="ml")
     w.run(seconds=20)
     assert [m.event for m in told(w)] == ["signalled", "requeued"]  # the third within the hour is not sent
-    assert ": running again on h100-w10" in w.slurm.comments[7]  # the note is written all the same
+    assert ": running again: on h100-w10" in w.slurm.comments[7]  # the note is written all the same
 
 
 @pytest.mark.parametrize("users, accounts, user, account, told", [
@@ -228,7 +235,7 @@ def test_messages_about_one_job_are_rate_limited():
     (["alice"], ["ml"], "bob", "physics", False),
 ])
 def test_owner_routes_match_the_user_or_the_account(users, accounts, user, account, told):
-    from fleetspec.models import WebhookTarget
+    from gpufleet.fleetspec.models import WebhookTarget
 
     t = WebhookTarget(type="webhook", name="r", url_secret="x", job_owners={"users": users, "accounts": accounts})
     assert (job_notes.owner_routes([t], JobSeen(7, "RUNNING", user=user, account=account)) == ("r",)) is told
@@ -243,12 +250,12 @@ def test_two_remediations_of_one_job_tell_its_requeue_hold_and_restart_once():
     waiting = JobSeen(7, "PENDING")
     text = ""
     for r in (first, second):
-        text = appended(text, lines_for(r, waiting, [first, second])) or text
-    assert text.count(": requeued: ") == 1 and text.count(": held ") == 1
+        text = appended(text, 7, lines_for(r, waiting, [first, second])) or text
+    assert text.count(": requeued: ") == 1 and text.count(": on hold: ") == 1
     back = JobSeen(7, "RUNNING", ("h100-w9", "h100-w10"), T0 + 90 * S)
     both = lines_for(first, back, [first, second]) + lines_for(second, back, [second, first])
     assert sum("running again" in line for line in both) == 1
-    assert "remediation h100-3-xid79-1; 90 s after the fault" in next(x for x in both if "running again" in x)
+    assert "; 90 s after the fault" in next(x for x in both if "running again" in x)
     # a later requeue of the same job (after it ran again) is a new event, told again
     later = replace(second, phase_times=second.phase_times[:1] + (("Requeued", T0 + 95 * S),))
     assert any(": requeued: " in x for x in lines_for(later, back, [first, later]))
@@ -267,14 +274,14 @@ def test_the_pass_writes_one_requeue_line_for_a_job_two_remediations_requeued():
 # --- a fault that leaves its node in service still reaches the job on that GPU ------------------------------
 
 @pytest.mark.parametrize("code, event, said", [
-    (94, "restart-app", "the application on that GPU must restart (NVIDIA: RESTART_APP); the node stays in service"),
-    (31, "restart-app", "the application on that GPU must restart (NVIDIA: RESTART_APP); the node stays in service"),
+    (94, "restart-app", "Contained memory error (Xid 94); the app on it must restart; node stays in service"),
+    (31, "restart-app", "GPU memory page fault (Xid 31); the app on it must restart; node stays in service"),
 ])
 def test_a_fault_that_leaves_the_node_in_service_reaches_the_jobs_there_and_their_owners(code, event, said):
     """NVSentinel's condition (status True, "ErrorCode:94 PCI:0000:b3:00 ... Recommended Action=...;", the format the
-    README's condition_sources example reads): the node stays in service, and the job running there is told, in
+    docs/oncall.md's condition_sources example reads): the node stays in service, and the job running there is told, in
     its admin comment and through its owner's route, that the application on that GPU must restart."""
-    from fleetspec import parse_fleet
+    from gpufleet.fleetspec import parse_fleet
 
     doc = fleet(grace_period_seconds=5).model_dump(mode="json")
     doc["healing"]["condition_sources"] = [{
@@ -293,30 +300,30 @@ def test_a_fault_that_leaves_the_node_in_service_reaches_the_jobs_there_and_thei
     w.run(seconds=10)
     assert w.store.list() == [] and not w.kube.nodes["h100-3"]["spec"].get("unschedulable")  # in service
     line = w.slurm.comments[7]
-    assert f": {event}: XID {code} (" in line and f"GPU 0000:b3:00 on h100-3; {said}" in line
+    assert f": {event}: GPU 0000:b3:00 on h100-w3: {said}" in line  # the Slurm node, the name the engineer knows
     assert 8 not in w.slurm.comments  # the job on another node is not concerned
     told = [m for route, m in w.notifier.to_owners if route == "ml-team"]
-    assert [(m.event, m.job["job_id"]) for m in told] == [(event, 7)] and told[0].text.endswith(said)
+    assert [(m.event, m.job["job_id"]) for m in told] == [(event, 7)]
+    assert told[0].text.startswith("your job 7: Job 7 (train): At 12:00:00 UTC, the GPU at PCI 0000:b3:00 (H100) on "
+                                   "h100-w3 ")
     writes = w.slurm.comment_writes
     w.run(seconds=20)
     assert w.slurm.comment_writes == writes and len(w.notifier.to_owners) == 1  # once per signal
 
 
 def test_the_notice_line_is_for_a_job_that_ran_when_the_fault_came():
-    from fleetspec.faults import FaultAction
-    from reconciler.core.model import Fault
+    from gpufleet.fleetspec.faults import FaultAction
+    from gpufleet.reconciler.core.model import Fault
     f = Fault(94, "m", T0, action=FaultAction.RESTART_APP, pci="0000:01:00")
     running = JobSeen(7, "RUNNING", ("h100-w3",), T0 - timedelta(hours=1))
     assert job_notes.notice_line("h100-3", f, running) == (
-        "gpufleet 2026-11-29T12:00:00Z: restart-app: XID 94 (Contained memory error) GPU 0000:01:00 on h100-3; the "
-        "application on that GPU must restart (NVIDIA: RESTART_APP); the node stays in service")
+        "gpufleet 2026-11-29T12:00:00Z: restart-app: GPU 0000:01:00 on h100-3: Contained memory error (Xid 94); the "
+        "app on it must restart; node stays in service")
     assert job_notes.notice_line("h100-3", f, JobSeen(7, "RUNNING", (), T0 + timedelta(seconds=1))) is None  # later
     assert job_notes.notice_line("h100-3", f, JobSeen(7, "PENDING", ())) is None
-    diag = Fault(13, "m", T0, action=FaultAction.DIAGNOSE)
-    assert "diagnose: XID 13 (Graphics Engine Exception) on h100-3; the same error repeated on that GPU: " \
-           "diagnostics are asked" in job_notes.notice_line("h100-3", diag, running)
+    diag = Fault(13, "[action=diagnose gpu=2] m", T0, action=FaultAction.DIAGNOSE)
     # the job's owner learns the node is checked while it stays in service: the job runs on, no new one lands
-    assert job_notes.notice_line("h100-3", diag, running).endswith(
-        "the node stays in service and this job runs on: no new job lands there, and it is health-checked once "
-        "idle, back if it passes")
+    assert job_notes.notice_line("h100-3", diag, running) == (
+        "gpufleet 2026-11-29T12:00:00Z: diagnose: GPU 2 on h100-3: Graphics Engine Exception (Xid 13); repeated: "
+        "diagnostics asked while the job runs on")
     assert job_notes.notice_line("h100-3", Fault(79, "m", T0), running) is None  # a fault that takes the node out

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from reconciler.core.job_story import (
+from gpufleet.reconciler.core.job_story import (
     APP_RESTART, FAILED, HEALED, HEALING, HELD, NOTHING, OWN_ERROR, JobFacts, LendingEvent, NodeFault, reclaims, render, story)
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
 from tests.unit.fakes import T0
 
 S = timedelta(seconds=1)
@@ -125,7 +125,7 @@ def test_json_is_plain_data_with_utc_stamps():
 
 def test_slurms_expected_times_are_not_taken_for_a_start_or_an_end():
     from gpufleet.why_command import job_facts
-    from reconciler.adapters.slurm import SlurmJob
+    from gpufleet.reconciler.adapters.slurm import SlurmJob
 
     t = T0.timestamp()
     pending = job_facts(SlurmJob(7, "train", "PENDING", start_time=t + 600, end_time=t + 4200, submit_time=t))
@@ -139,14 +139,14 @@ def test_slurms_expected_times_are_not_taken_for_a_start_or_an_end():
 # --- reclaims for lending that delayed the start (issue 22 item 2) ---
 
 def _loan(node, start, end=None, reclaimed=None):
-    from fleetspec.ledger import Loan
+    from gpufleet.fleetspec.ledger import Loan
 
     at = lambda s: T0 + s * S if s is not None else None  # noqa: E731
     return Loan(node=node, kind="idle", gpus=8, start=at(start), end=at(end), reclaimed=at(reclaimed))
 
 
 def _ledger(*loans):
-    from fleetspec.ledger import PoolLedger
+    from gpufleet.fleetspec.ledger import PoolLedger
 
     return PoolLedger(at=T0, loans=loans)
 
@@ -229,5 +229,14 @@ def test_a_requeued_job_waiting_in_the_queue_lists_every_node_it_ran_on():
     (None, None, False),
 ])
 def test_a_nodes_story_counts_only_the_agents_events_about_it(component, host, counts):
-    from reconciler.core.job_story import agent_event
+    from gpufleet.reconciler.core.job_story import agent_event
     assert agent_event("kgpu-0", component, host) is counts
+
+
+def test_every_slurm_supplied_string_is_printed_escaped():
+    forged = replace(job(nodes=("gpu-a-2\n",), admin_comment="ok\r\nverdict: healed"),
+                     name="x\nverdict: all is well\x1b[0m")
+    text = render(story(7, forged, [healed()], [], KUBE, T0 + 100 * S))
+    assert "\x1b" not in text and "\r" not in text
+    assert [line for line in text.splitlines() if line.startswith("verdict:")] == [text.splitlines()[-1]]
+    assert "x\\x0averdict: all is well\\x1b[0m" in text and "ok\\x0d\\x0averdict: healed" in text

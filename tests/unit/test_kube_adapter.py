@@ -6,7 +6,7 @@ import threading
 
 from kubernetes import client
 
-from reconciler.adapters.kube import CONNECTIONS, Kube, _call
+from gpufleet.reconciler.adapters.kube import CONNECTIONS, Kube, _call
 
 
 class Raw:

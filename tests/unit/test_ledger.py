@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetspec import labels
-from fleetspec import ledger as L
-from reconciler.core import ledger as B
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec import ledger as L
+from gpufleet.reconciler.core import ledger as B
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 H = timedelta(hours=1)
@@ -71,7 +71,7 @@ def test_a_reclaim_is_marked_once_on_the_open_loan_and_kept_when_it_closes():
 
 
 def test_the_book_marks_a_reclaim_the_node_shows():
-    from reconciler.core.model import NodeView
+    from gpufleet.reconciler.core.model import NodeView
 
     lent = NodeView("a", pool="p", role=labels.ROLE_ACTIVE, lent=labels.LENT_IDLE, lent_since=T0, gpus=8)
     first = L.parse(B.book(None, "p", [lent], L.Capacity(), T0).text, "p")

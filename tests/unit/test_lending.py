@@ -7,17 +7,17 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetspec import labels, parse_fleet
-from reconciler.core.actions import (
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.reconciler.core.actions import (
     DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, PromoteSpare, ResumeSlurm, StartReclaim,
 )
-from reconciler.core.decide import plan_step, replacement_ready
-from reconciler.core.drains import drained_by_person, lending_reason
-from reconciler.core.lending import RECHECK, PoolFacts, capacity, demand_nodes, plan_lending
-from reconciler.core.model import (
+from gpufleet.reconciler.core.decide import plan_step, replacement_ready
+from gpufleet.reconciler.core.drains import drained_by_person, lending_reason
+from gpufleet.reconciler.core.lending import RECHECK, PoolFacts, capacity, demand_nodes, plan_lending
+from gpufleet.reconciler.core.model import (
     Fault, NodeView, PendingJob, PodView, Remediation, SlurmNodeView, StepFacts, remediation_name,
 )
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.phases import Phase
 from tests.unit.fakes import PROVEN
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)

@@ -7,10 +7,10 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from fleetspec import load_stack_file
-from fleetspec.models import FleetSpec
+from gpufleet.fleetspec import load_stack_file
+from gpufleet.fleetspec.models import FleetSpec
 from infra.program import LocalEnvironment, host_network_api, with_local_images
-from components.reconciler import HostNetworkApi
+from gpufleet.components.reconciler import HostNetworkApi
 
 ROOT = Path(__file__).resolve().parents[2]
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleetspec import labels, parse_fleet
-from reconciler.core.actions import ApplyMembership, NodeShape, Report
-from reconciler.core.membership import MembershipFacts, instance_id, membership_actions, merge_facts, plan
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.reconciler.core.actions import ApplyMembership, NodeShape, Report
+from gpufleet.reconciler.core.membership import MembershipFacts, instance_id, membership_actions, merge_facts, plan
 
 NODE_GROUP = "node-restriction.kubernetes.io/node-group"  # the platform's label (Cluster API syncs it from Machines)
 SPARE = {"key": labels.SPARE_TAINT, "value": "true", "effect": "NoSchedule"}
@@ -180,7 +180,7 @@ def test_a_role_a_node_joins_with_takes_no_active_place_its_pool_lacks():
     assert roles == {"b": None, "c": labels.ROLE_SPARE}
 
 def test_pools_and_system_nodes_select_only_on_labels_no_kubelet_can_set():
-    from fleetspec.load import SpecError
+    from gpufleet.fleetspec.load import SpecError
 
     raw = SPEC.model_dump(mode="json")
     raw["pools"][1]["member_selector"] = {"eks.amazonaws.com/nodegroup": "ng-l40s"}
@@ -242,7 +242,7 @@ def test_spares_fill_only_after_the_active_count():
 
 # --- capacity requests answered by joining nodes ---------------------------------------------------
 
-from reconciler.core.membership import Settlement, settle  # noqa: E402
+from gpufleet.reconciler.core.membership import Settlement, settle  # noqa: E402
 
 FULFILS = labels.FULFILS
 

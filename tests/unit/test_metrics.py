@@ -3,7 +3,7 @@ import socket
 
 import httpx
 
-from reconciler.runtime.metrics import Metrics, serve
+from gpufleet.reconciler.runtime.metrics import Metrics, serve
 
 
 def free_port() -> int:
@@ -104,8 +104,8 @@ def test_every_alert_rule_reads_a_metric_the_reconciler_exports():
     """The shipped PrometheusRule fires on metrics that exist, with the labels they carry."""
     import re
 
-    from components.alerts import alert_rules
-    from reconciler.runtime.metrics import Metrics
+    from gpufleet.components.alerts import alert_rules
+    from gpufleet.reconciler.runtime.metrics import Metrics
 
     m = Metrics()
     m.notify_failures.labels("pager").inc()
@@ -134,7 +134,7 @@ def test_a_port_still_held_by_an_ending_process_is_waited_for_not_a_crash(monkey
         old.close()
 
     threading.Thread(target=end_the_old_process, daemon=True).start()
-    import reconciler.runtime.metrics as metrics_module
+    import gpufleet.reconciler.runtime.metrics as metrics_module
 
     real = metrics_module.make_server
 

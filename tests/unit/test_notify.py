@@ -10,10 +10,10 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from fleetspec import parse_fleet
-from reconciler.core.model import Remediation
-from reconciler.adapters.notify import Message, Notifier, Sns, Webhook, channels_from_spec
-from reconciler.core.phases import Phase
+from gpufleet.fleetspec import parse_fleet
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.adapters.notify import Message, Notifier, Sns, Webhook, channels_from_spec
+from gpufleet.reconciler.core.phases import Phase
 
 REC = Remediation(name="h100-0-xid79-1", node="h100-0", pool="h100", xid=79, message="off the bus",
              phase=Phase.SUCCEEDED, created=datetime(2026, 1, 1, tzinfo=timezone.utc), replacement="h100-spare-0")

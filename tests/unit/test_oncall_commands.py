@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from gpufleet.cli import app
 from gpufleet.oncall_commands import newest, outcome
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
 from tests.unit.fakes import T0
 
 

@@ -17,10 +17,10 @@ import pytest
 from pulumi_policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from fleetspec import labels, load_stack_file
-from fleetspec.models import FleetSpec
-from policies.rules import BY_NAME, RULES, build_policies
-from policies.rules import opt_out
+from gpufleet.fleetspec import labels, load_stack_file
+from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.policies.rules import BY_NAME, RULES, build_policies
+from gpufleet.policies.rules import opt_out
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "policies" / "config"
@@ -434,7 +434,7 @@ SERVICE = "kubernetes:core/v1:Service"
 
 
 def test_load_balancers_are_internal_for_the_controller_that_serves_them():
-    from fleetspec.models import LB_INTERNAL, LB_SCHEME
+    from gpufleet.fleetspec.models import LB_INTERNAL, LB_SCHEME
 
     def svc(annotations, cls=None):
         spec = {"type": "LoadBalancer", "ports": [{"port": 22}], **({"loadBalancerClass": cls} if cls else {})}
@@ -579,7 +579,7 @@ def recorder():
 
 
 def declare(rec: Recorder, spec: FleetSpec) -> list[pulumi.runtime.MockResourceArgs]:
-    from components import GpuFleet, GpuFleetArgs
+    from gpufleet.components import GpuFleet, GpuFleetArgs
 
     rec.resources.clear()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from fleetspec import labels, load_stack_file
+from gpufleet.fleetspec import labels, load_stack_file
 from gpufleet import preflight as pf
 from gpufleet.cli import app
 from tests.unit.test_components import ROOT

@@ -9,8 +9,8 @@ Job's deadline, and the Job fails.
 """
 from __future__ import annotations
 
-from reconciler.adapters.health_checks import job_manifest
-from reconciler.adapters.providers import placeholder_pod
+from gpufleet.reconciler.adapters.health_checks import job_manifest
+from gpufleet.reconciler.adapters.providers import placeholder_pod
 from tests.unit.fakes import fleet
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.reconciler import HostNetworkApi, ReconcilerArgs, placement
-from fleetspec import load_stack_file
+from gpufleet.components.reconciler import HostNetworkApi, ReconcilerArgs, placement
+from gpufleet.fleetspec import load_stack_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ def test_locally_the_host_network_and_the_api_server_on_loopback():
 
 
 def test_locally_the_pods_reach_the_local_slurmrestd_with_the_tokens_secret():
-    from components.reconciler import reconciler_args
+    from gpufleet.components.reconciler import reconciler_args
 
     spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
     p = placement(ReconcilerArgs(spec, host_network_api=HostNetworkApi("127.0.0.1", 31443, "http://127.0.0.1:26820")))

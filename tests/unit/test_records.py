@@ -6,14 +6,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetspec import labels, parse_fleet, remediation_crd
-from reconciler.adapters.records import CorruptRemediation, MemoryRemediationStore, from_object, to_object
-from reconciler.core.conditions import conditions
-from reconciler.core.decide import plan_step
-from reconciler.core.model import (
+from gpufleet.fleetspec import labels, parse_fleet, remediation_crd
+from gpufleet.reconciler.adapters.records import CorruptRemediation, MemoryRemediationStore, from_object, to_object
+from gpufleet.reconciler.core.conditions import conditions
+from gpufleet.reconciler.core.decide import plan_step
+from gpufleet.reconciler.core.model import (
     Admission, NodeView, PodView, Refill, RefillState, Remediation, ReplacementFailure, SlurmNodeView, StepFacts,
 )
-from reconciler.core.phases import Phase
+from gpufleet.reconciler.core.phases import Phase
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

@@ -10,12 +10,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from reconciler import logs
-from reconciler.adapters.notify import Message, Notifier, Webhook
-from reconciler.adapters.records import to_object
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
-from reconciler.redact import REDACTED, redact, register
+from gpufleet.reconciler import logs
+from gpufleet.reconciler.adapters.notify import Message, Notifier, Webhook
+from gpufleet.reconciler.adapters.records import to_object
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.redact import REDACTED, redact, register
 
 TOKEN = "T0AAAAAAA/B0BBBBBBB/c2VjcmV0LXNsYWNrLXRva2Vu"
 
@@ -70,8 +70,8 @@ def test_every_free_text_of_a_record_is_redacted():
     reason, history and error are texts other code wrote too (a provider's, a node's, an API's error)."""
     from dataclasses import replace
 
-    from reconciler.core.model import Refill, RefillState, ReplacementFailure
-    from reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase
+    from gpufleet.reconciler.core.model import Refill, RefillState, ReplacementFailure
+    from gpufleet.reconciler.core.repair_phases import Repair, RepairEvent, RepairPhase
 
     leak = f"POST https://hooks.slack.com/services/{TOKEN} refused"
     at = datetime(2026, 1, 1, tzinfo=timezone.utc)

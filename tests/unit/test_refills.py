@@ -10,15 +10,15 @@ from datetime import timedelta
 
 import pytest
 
-from fleetspec import labels, parse_fleet
-from reconciler.core import refills, surplus
-from reconciler.core.actions import GiveBack, Notify, RequestCapacity, ReturnToSpares, SettleRefill
-from reconciler.core.decide import plan_step
-from reconciler.core.model import Refill, RefillState, StepFacts, Stock
-from reconciler.core.phases import Phase
-from reconciler.core.repair import retire
-from reconciler.core.repair_actions import Retire
-from reconciler.core.repair_phases import RepairPhase
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.reconciler.core import refills, surplus
+from gpufleet.reconciler.core.actions import GiveBack, Notify, RequestCapacity, ReturnToSpares, SettleRefill
+from gpufleet.reconciler.core.decide import plan_step
+from gpufleet.reconciler.core.model import Refill, RefillState, StepFacts, Stock
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair import retire
+from gpufleet.reconciler.core.repair_actions import Retire
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.unit.fakes import World, fleet, pool_node
 from tests.unit.test_decide import T0, node, rec, spec
 

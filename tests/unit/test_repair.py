@@ -11,17 +11,17 @@ from datetime import timedelta
 
 import pytest
 
-from fleetspec import labels
-from fleetspec.node_repair import parse_check
-from fleetspec.oncall import MARK_HEALTHY, RELEASE, RETIRE, RETURN, PersonRequest
-from reconciler.adapters.records import to_object
-from reconciler.core import repair
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
-from reconciler.core.repair import RepairFacts, plan_repair
-from reconciler.core.repair_actions import RequestRepair, Retire
-from reconciler.core.observe import node_view
-from reconciler.core.repair_phases import RepairPhase, begin
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.node_repair import parse_check
+from gpufleet.fleetspec.oncall import MARK_HEALTHY, RELEASE, RETIRE, RETURN, PersonRequest
+from gpufleet.reconciler.adapters.records import to_object
+from gpufleet.reconciler.core import repair
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair import RepairFacts, plan_repair
+from gpufleet.reconciler.core.repair_actions import RequestRepair, Retire
+from gpufleet.reconciler.core.observe import node_view
+from gpufleet.reconciler.core.repair_phases import RepairPhase, begin
 from localenv.gpu_hardware_standin import HEALTHY, LOW_BANDWIDTH, NVLINK_DOWN
 from localenv.gpu_hardware_standin import report as standin_report
 from tests.unit.fakes import T0, FakeNodes, World, fleet, pool_node
@@ -352,7 +352,7 @@ def test_a_node_that_faults_three_times_in_the_window_is_retired_with_its_histor
 def test_application_faults_never_count_toward_a_lemon():
     """Two records of a crashing job's XID 13 (a record of the old repeat rule says `replace`) and a reboot-fixable
     fault now: the node is repaired, not retired as a lemon."""
-    from fleetspec.faults import FaultAction
+    from gpufleet.fleetspec.faults import FaultAction
     w = world()
     w.hardware.state["h100-0"] = FakeNodes.REBOOT_FIXES
     for i, days in enumerate((3, 1)):
@@ -398,7 +398,7 @@ def test_a_second_xid_48_on_the_same_gpu_within_a_day_is_a_vendor_case_from_the_
     """The agent's kernel log is gone after a reboot; the records are not. A second double-bit ECC error on the GPU
     that was reset for one two hours ago is escalation rule RepeatedXID48OnSameGPU: held for the vendor, not reset
     again. One on another GPU is reset as its row says."""
-    from fleetspec.faults import FaultAction
+    from gpufleet.fleetspec.faults import FaultAction
     for pci, held in (("0000:3b:00", True), ("0000:3c:00", False)):
         w = world()
         w.hardware.state["h100-0"] = FakeNodes.RESET_FIXES

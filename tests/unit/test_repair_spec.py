@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from fleetspec import CONFIG_KEY, SpecError, labels, parse_fleet
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
-from reconciler.core.repair import plan_repair
-from reconciler.core.repair_phases import RepairPhase
+from gpufleet.fleetspec import CONFIG_KEY, SpecError, labels, parse_fleet
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair import plan_repair
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.unit.fakes import T0, FakeNodes, World, fleet, pool_node
 from tests.unit.test_repair import facts_for, role
 from tests.unit.test_spec import ROOT
@@ -158,11 +158,54 @@ def test_the_fleets_cap_holds_a_repair_of_another_pool():
     assert w.remediation("l40s-0").repair.phase is RepairPhase.RETURNED
 
 
+def test_two_workers_never_both_take_the_pools_last_slot():
+    """Two workers plan two repairs at once: the second plans while the first's write is on its way to the API
+    server. It counts the first as planned (the claims), so only one reboot is asked under a cap of one."""
+    import threading
+
+    w = capped(pool_cap=1)
+    for n in ("h100-0", "h100-1"):
+        w.hardware.state[n] = FakeNodes.REBOOT_FIXES
+    repairs = w.manager.repairs
+    repairs.reconcile = lambda node: None  # the heals first; no repair begins yet
+    w.fault("h100-0")
+    w.fault("h100-1")
+    w.run(seconds=15)
+    del repairs.reconcile
+    assert [(w.remediation(n).phase, w.remediation(n).repair) for n in ("h100-0", "h100-1")] == \
+        [(Phase.SUCCEEDED, None)] * 2
+
+    writing, go_on = threading.Event(), threading.Event()
+    write = repairs.executor.write_status
+
+    def slow(r):  # the first worker's write, held until the second worker has planned
+        if r.node == "h100-0" and not go_on.is_set():
+            writing.set()
+            go_on.wait(10)
+        return write(r)
+
+    repairs.executor.write_status = slow
+    first = threading.Thread(target=repairs.reconcile, args=("h100-0",))
+    first.start()
+    assert writing.wait(10)
+    second = threading.Thread(target=repairs.reconcile, args=("h100-1",))
+    second.start()
+    second.join(2)  # it plans and writes without waiting for the first (the claims lock is not held by a write)
+    go_on.set()
+    first.join(10)
+    second.join(10)
+    phases = sorted(w.remediation(n).repair.phase.value for n in ("h100-0", "h100-1"))
+    assert phases == ["Repairing", "Waiting"], phases
+    assert "max_concurrent 1" in w.remediation("h100-1").repair.reason
+    w.run(seconds=1)
+    assert [x[0] for x in w.hardware.reboots] == ["h100-0"]
+
+
 def test_the_pools_waiting_repairs_go_oldest_first():
     """Two repairs wait for the pool's one slot: when it frees, the one that waited longer goes first, whichever
     is looked at first."""
-    from reconciler.core.repair import RepairSlot, over_cap
-    from reconciler.core.repair_phases import begin
+    from gpufleet.reconciler.core.repair import RepairSlot, over_cap
+    from gpufleet.reconciler.core.repair_phases import begin
 
     spec = fleet(nodes=4, spares=2)
     spec = spec.model_copy(update={"pools": [spec.pools[0].model_copy(update={"repair": spec.pools[0].repair.model_copy(

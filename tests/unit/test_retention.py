@@ -6,11 +6,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from fleetspec import labels
-from fleetspec.models import HealingSpec
-from reconciler.core.model import Fault, NodeView, Remediation
-from reconciler.core.phases import Phase
-from reconciler.core.retention import expired_records, keep_for
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.models import HealingSpec
+from gpufleet.reconciler.core.model import Fault, NodeView, Remediation
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.retention import expired_records, keep_for
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 DAY = timedelta(days=1)

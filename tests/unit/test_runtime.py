@@ -9,13 +9,13 @@ from datetime import timedelta
 
 import pytest
 
-from fleetspec import labels, parse_fleet
-from fleetspec.ledger import parse as parse_ledger
-from reconciler.adapters.records import to_object
-from reconciler.adapters.slurm import SlurmJob, SlurmNode
-from reconciler.core.model import Remediation
-from reconciler.core.phases import Phase
-from reconciler.core.repair_phases import RepairPhase
+from gpufleet.fleetspec import labels, parse_fleet
+from gpufleet.fleetspec.ledger import parse as parse_ledger
+from gpufleet.reconciler.adapters.records import to_object
+from gpufleet.reconciler.adapters.slurm import SlurmJob, SlurmNode
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.unit.fakes import T0, FakeNodes, World, fleet, nodeset_owner, pool_node
 
 
@@ -454,7 +454,7 @@ def test_lending_is_fenced_and_lends_the_spare_beyond_the_floor_once_the_lease_i
 
 
 def test_a_ledger_the_api_could_not_take_is_written_on_a_later_pass_and_a_restart_keeps_the_loan():
-    from reconciler.errors import TemporaryError
+    from gpufleet.reconciler.errors import TemporaryError
 
     w = lending_world()
     original = w.kube.write_ledger
@@ -636,7 +636,7 @@ def test_a_refill_nobody_answers_in_time_is_a_failed_refill_in_the_record_a_page
 
 
 def test_a_refill_a_node_answers_is_recorded_as_answered_when_the_node_joins():
-    from reconciler.core.refills import request_name
+    from gpufleet.reconciler.core.refills import request_name
 
     w = World(fleet(grace_period_seconds=0, refill_timeout_seconds=600))
     w.fault("h100-0")

@@ -3,12 +3,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetspec.faults import FaultAction, Kind
-from fleetspec.faults.condition import parse_condition
-from fleetspec.faults.classify import Classification
-from fleetspec.faults.driver import GpuEvent
-from reconciler.agent.kmsg import record_seq
-from reconciler.agent.sightings import (Cursor, Pending, Sighting, Verdict, advance, condition_message, resume_from,
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.condition import parse_condition
+from gpufleet.fleetspec.faults.classify import Classification
+from gpufleet.fleetspec.faults.driver import GpuEvent
+from gpufleet.reconciler.agent.kmsg import record_seq
+from gpufleet.reconciler.agent.sightings import (Cursor, Pending, Sighting, Verdict, advance, condition_message, resume_from,
                                         verdict)
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)

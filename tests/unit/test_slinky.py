@@ -11,12 +11,12 @@ import jsonschema
 import pytest
 import yaml
 
-from components.slinky import (
+from gpufleet.components.slinky import (
     config_files, controller_extra_conf, login_service, restapi_url, topology_yaml,
 )
-from components.slinky_schema import KINDS, WEBHOOK_RULES, crd_manifest, strict_json_schema
-from fleetspec import CONFIG_KEY, SpecError, parse_fleet
-from fleetspec.models import SLINKY_RELEASE, SLURM_IMAGE_TAG
+from gpufleet.components.slinky_schema import KINDS, WEBHOOK_RULES, crd_manifest, strict_json_schema
+from gpufleet.fleetspec import CONFIG_KEY, SpecError, parse_fleet
+from gpufleet.fleetspec.models import SLINKY_RELEASE, SLURM_IMAGE_TAG
 from tests.unit.test_components import CR, MOCKS, ROOT, build
 
 ENVS = ["local", "staging", "prod"]

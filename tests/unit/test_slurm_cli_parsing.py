@@ -1,5 +1,5 @@
 """SlurmCLI's reading of the tools' output, as Slurm 26.05 prints it: no Slurm needed."""
-from reconciler.adapters.slurm.cli import expand_hostlist
+from gpufleet.reconciler.adapters.slurm.cli import expand_hostlist
 
 
 def test_expand_hostlist() -> None:

@@ -7,8 +7,8 @@ import json
 import httpx
 import pytest
 
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.rest import SlurmREST
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.rest import SlurmREST
 
 
 class _Tokens:
@@ -68,7 +68,7 @@ def test_release_skips_a_job_slurm_says_is_no_longer_pending():
 
 
 def test_the_table_is_the_headers_numbering():
-    from reconciler.adapters.slurm import rest
+    from gpufleet.reconciler.adapters.slurm import rest
 
     assert (rest.ESLURM_INVALID_JOB_ID, rest.ESLURM_TRANSITION_STATE_NO_UPDATE, rest.ESLURM_ALREADY_DONE,
             rest.ESLURM_IN_STANDBY_MODE, rest.ESLURM_NOT_SUPPORTED, rest.ESLURM_JOB_NOT_PENDING,

@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli import app
-from reconciler.adapters.slurm import make_client
-from reconciler.adapters.slurm.token_secret import SecretRef
+from gpufleet.reconciler.adapters.slurm import make_client
+from gpufleet.reconciler.adapters.slurm.token_secret import SecretRef
 
 runner = CliRunner()
 ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from fleetspec import labels
-from reconciler.core.slurm_names import comment_node, slurm_nodes_on
-from reconciler.core.model import PodView, SlurmNodeView
+from gpufleet.fleetspec import labels
+from gpufleet.reconciler.core.slurm_names import comment_node, slurm_nodes_on
+from gpufleet.reconciler.core.model import PodView, SlurmNodeView
 
 
 def worker(hostname: str, node: str | None, phase: str = "Running") -> PodView:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import jwt
 from prometheus_client import CollectorRegistry
 
-from reconciler.adapters.notify import Message
-from reconciler.adapters.slurm.rest import KeptToken
-from reconciler.core.slurm_token import TokenState, TokenWatch, assess
-from reconciler.runtime.metrics import Metrics
-from reconciler.runtime.token_alarm import TokenAlarm
+from gpufleet.reconciler.adapters.notify import Message
+from gpufleet.reconciler.adapters.slurm.rest import KeptToken
+from gpufleet.reconciler.core.slurm_token import TokenState, TokenWatch, assess
+from gpufleet.reconciler.runtime.metrics import Metrics
+from gpufleet.reconciler.runtime.token_alarm import TokenAlarm
 
 KEY = b"k" * 32
 T0 = 1_000_000.0

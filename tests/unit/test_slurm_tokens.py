@@ -10,8 +10,8 @@ import jwt
 import pytest
 
 from localenv.slinky_standin import POD_HOSTNAME_LABEL, NodeSetDef, pod_manifest
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile, token_expiry
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile, token_expiry
 
 KEY = b"k" * 32
 

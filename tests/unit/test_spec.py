@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetspec import CONFIG_KEY, SpecError, load_stack_file, parse_fleet
+from gpufleet.fleetspec import CONFIG_KEY, SpecError, load_stack_file, parse_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -241,7 +241,7 @@ def test_cli_spec_schema_is_json_schema():
 
 
 def test_the_login_service_says_its_scheme_to_every_controller_that_may_serve_it():
-    from fleetspec.models import LB_INTERNAL, LB_SCHEME, LoginSpec
+    from gpufleet.fleetspec.models import LB_INTERNAL, LB_SCHEME, LoginSpec
 
     plain = LoginSpec(service_type="LoadBalancer").service()
     assert plain["metadata"]["annotations"] == {LB_SCHEME: "internal", LB_INTERNAL: "true"}

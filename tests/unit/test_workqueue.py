@@ -1,7 +1,7 @@
 """The work queue: de-duplicated, one worker per key, delays, per-key backoff, the front of the line."""
 from __future__ import annotations
 
-from reconciler.runtime.workqueue import WorkQueue
+from gpufleet.reconciler.runtime.workqueue import WorkQueue
 
 
 class Clock:

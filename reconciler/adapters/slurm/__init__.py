@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence
 
-from reconciler.core import slurm_states
-from reconciler.errors import PermanentError, TemporaryError
+from gpufleet.reconciler.core import slurm_states
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
 
 
 class SlurmError(RuntimeError):
@@ -68,6 +68,13 @@ class SlurmJob:
     exit_code: str = ""   # e.g. "SUCCESS 0", "ERROR 1", "SIGNALED 9"
 
 
+@dataclass(frozen=True)
+class SlurmReservation:
+    name: str
+    nodes: tuple[str, ...] = ()  # Slurm node names, the hostlist expanded
+    flags: frozenset[str] = frozenset()
+
+
 class SlurmClient(Protocol):
     """What the reconciler needs from Slurm. Every call raises SlurmError on failure."""
 
@@ -82,6 +89,9 @@ class SlurmClient(Protocol):
 
     def pending_jobs(self) -> list[SlurmJob]:
         """Jobs waiting in the queue, with the partitions they may run in and the nodes they ask for."""
+
+    def running_jobs(self) -> list[SlurmJob]:
+        """Jobs running now, with their nodes (one call: the telemetry pass judges them all)."""
 
     def drain(self, name: str, reason: str) -> None:
         """Nothing new is scheduled on the node; running jobs go on."""
@@ -101,6 +111,16 @@ class SlurmClient(Protocol):
     def down(self, name: str, reason: str) -> None: ...
 
     def resume(self, name: str) -> None: ...
+
+    def reservations(self) -> list[SlurmReservation]:
+        """Every reservation slurmctld has, sorted by name."""
+
+    def reserve_for_maintenance(self, name: str, nodes: Sequence[str], minutes: int) -> None:
+        """A MAINT reservation `name` of `nodes`, from now for `minutes`, for this client's user; refused (a
+        SlurmError) while a job runs on one of them (no IGNORE_JOBS): reconciler/core/active_checks.py."""
+
+    def delete_reservation(self, name: str) -> None:
+        """Delete the reservation; one that is not there (deleted, or ended) is no error."""
 
 
 CLIENT_KINDS = ("rest", "cli", "none")
@@ -139,12 +159,12 @@ def make_client(kind: str, *, url: str | None = None, token_file: str | Path | N
     if kind == "none":
         return None
     if kind == "cli":
-        from reconciler.adapters.slurm.cli import SlurmCLI
+        from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
 
         return SlurmCLI(env=env)
     if kind != "rest":
         raise ValueError(f"--slurm: unknown backend {kind!r} (one of {', '.join(CLIENT_KINDS)})")
-    from reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile, TokenSource
+    from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile, TokenSource
 
     if not url:
         raise ValueError("--slurm rest needs --slurm-url (slurmrestd, e.g. http://slurm-restapi.slurm:6820)")
@@ -154,7 +174,7 @@ def make_client(kind: str, *, url: str | None = None, token_file: str | Path | N
                          "--slurm-jwt-key-file (the cluster's JWT key: the local environment only)")
     tokens: TokenSource
     if token_secret:
-        from reconciler.adapters.slurm.token_secret import SecretRef, SecretToken
+        from gpufleet.reconciler.adapters.slurm.token_secret import SecretRef, SecretToken
 
         if api is None:
             raise ValueError("--slurm-token-secret needs a Kubernetes client")

@@ -39,8 +39,8 @@ import re
 import subprocess
 from typing import Mapping, Sequence
 
-from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
-from reconciler.core.slurm_states import PENDING, SIGNALLABLE_JOB_STATES
+from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, SlurmReservation, signal_targets
+from gpufleet.reconciler.core.slurm_states import PENDING, SIGNALLABLE_JOB_STATES
 
 __all__ = ["SlurmCLI", "expand_hostlist"]
 
@@ -320,6 +320,9 @@ class SlurmCLI:
     def pending_jobs(self) -> list[SlurmJob]:
         return sorted(self._squeue("-t", PENDING), key=lambda j: j.job_id)
 
+    def running_jobs(self) -> list[SlurmJob]:
+        return sorted(self._squeue("-t", "RUNNING"), key=lambda j: j.job_id)
+
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows (finished jobs are kept for
         MinJobAge seconds); None when unknown or purged."""
@@ -334,6 +337,37 @@ class SlurmCLI:
             if j.job_id == int(job_id):
                 return j
         return None
+
+    # ------------------------------------------------------------------ reservations (active checks)
+
+    def reservations(self) -> list[SlurmReservation]:
+        """``scontrol -o show reservation``: one line each (``ReservationName=... Nodes=gpu-a-[0-1] ...
+        Flags=MAINT,SPEC_NODES``); "No reservations in the system" when none."""
+        out = self._run([self.scontrol, "-o", "show", "reservation"])
+        found = []
+        for line in out.splitlines():
+            f = _parse_oneliner(line)
+            if f.get("ReservationName"):
+                nodes = f.get("Nodes", "")
+                found.append(SlurmReservation(f["ReservationName"],
+                                              tuple(expand_hostlist(nodes)) if nodes and nodes != "(null)" else (),
+                                              frozenset(x for x in f.get("Flags", "").split(",") if x)))
+        return sorted(found, key=lambda r: r.name)
+
+    def reserve_for_maintenance(self, name: str, nodes: Sequence[str], minutes: int) -> None:
+        """``scontrol create reservation ReservationName=R Nodes=a,b StartTime=now Duration=M Users=U
+        Flags=MAINT`` (scontrol(1), "RESERVATIONS"): without IGNORE_JOBS slurmctld refuses nodes that run a job."""
+        self._run([self.scontrol, "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
+                   "StartTime=now", f"Duration={int(minutes)}", f"Users={self.acts_as}", "Flags=MAINT"])
+
+    def delete_reservation(self, name: str) -> None:
+        """``scontrol delete ReservationName=R``; one not there is already what was asked."""
+        try:
+            self._run([self.scontrol, "delete", f"ReservationName={name}"])
+        except SlurmError as e:
+            if not e.temporary and name not in {r.name for r in self.reservations()}:
+                return
+            raise
 
     # ------------------------------------------------------------------ nodes
 

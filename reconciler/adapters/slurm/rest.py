@@ -21,7 +21,7 @@ tells them apart by the token's own ``exp``: still expired after a re-read is te
 (the Token controller has not refreshed it yet), a rejected token that has not expired is
 permanent (wrong key or unknown user).
 
-Errors: every failure is a :class:`~reconciler.adapters.slurm.SlurmError` naming Slurm, the call and
+Errors: every failure is a :class:`~gpufleet.reconciler.adapters.slurm.SlurmError` naming Slurm, the call and
 what came back. Temporary: slurmrestd unreachable or slow (httpx timeouts), HTTP 502-504,
 Slurm errors that mean slurmctld did not answer; permanent: anything else (unknown node,
 invalid request, permission denied).
@@ -38,10 +38,10 @@ import httpx
 import jwt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
-from reconciler.adapters.slurm.cli import expand_hostlist
-from reconciler.core.slurm_states import ON_NODE_JOB_STATES, PENDING
-from reconciler.core.slurm_token import assess
+from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
+from gpufleet.reconciler.adapters.slurm.cli import expand_hostlist
+from gpufleet.reconciler.core.slurm_states import ON_NODE_JOB_STATES, PENDING
+from gpufleet.reconciler.core.slurm_token import assess
 
 __all__ = ["KNOWN_PARSERS", "KeptToken", "SignedToken", "SlurmREST", "TokenFile", "TokenSource"]
 
@@ -212,6 +212,26 @@ class TokenFile(KeptToken):
             return self.path.stat().st_mtime != self._mtime
         except OSError:
             return True
+
+
+class GivenToken:
+    """A token handed over once: an engineer's own, as `scontrol token` prints it (`SLURM_JWT=...`, which Slurm's
+    own clients read from the environment: Slurm's jwt documentation, "SLURM_JWT"). Never renewed here: when
+    slurmrestd refuses it, the engineer asks slurmctld for a new one."""
+
+    def __init__(self, token: str):
+        token = token.strip()
+        self._token = token.split("=", 1)[1].strip() if token.startswith("SLURM_JWT=") else token
+
+    def describe(self) -> str:
+        return "your token (SLURM_JWT)"
+
+    def token(self) -> str:
+        return self._token
+
+    def refresh(self) -> str:
+        raise SlurmError("Slurm REST: your token was refused (expired?): get a new one with "
+                         "`export $(scontrol token)`")
 
 
 class SignedToken:
@@ -525,6 +545,9 @@ class SlurmREST:
 
     def pending_jobs(self) -> list[SlurmJob]:
         return sorted((_job(j) for j in self._jobs() if PENDING in j.job_state), key=lambda j: j.job_id)
+
+    def running_jobs(self) -> list[SlurmJob]:
+        return sorted((_job(j) for j in self._jobs() if "RUNNING" in j.job_state), key=lambda j: j.job_id)
 
     def job(self, job_id: int) -> SlurmJob | None:
         """The job in any state slurmctld still knows; None when unknown or purged."""

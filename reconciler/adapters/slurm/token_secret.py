@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from reconciler.adapters.slurm import SlurmError
-from reconciler.adapters.slurm.rest import KeptToken
+from gpufleet.reconciler.adapters.slurm import SlurmError
+from gpufleet.reconciler.adapters.slurm.rest import KeptToken
 
 __all__ = ["SecretRef", "SecretToken"]
 
