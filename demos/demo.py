@@ -213,7 +213,7 @@ def run_demo(spec: FleetSpec, env: LocalEnv, stack: Stack, *, fresh: bool = True
         raise RuntimeError("the resumed job's result differs from an uninterrupted run")
     out(f"[8/{total}] replace first, repair after: {node} is repaired, checked and back among the spares")
     show_repair(store, kube, node, fault_at, alive, where, timeout, out)
-    print_why(job, out)
+    print_why(job, env, out)
     return tl
 
 
@@ -253,10 +253,22 @@ def show_repair(store, kube, node: str, fault_at: float, alive: Callable[[], boo
                            f"see {where}")
 
 
-def print_why(job: int, out: Callable[[str], None] = say) -> None:
-    """What the job's owner sees: `gpufleet why` (Slurm's job, its admin comment, the remediation)."""
-    out(f"\nWhat the job's owner sees, without Kubernetes:\n$ gpufleet why {job}")
-    r = subprocess.run([sys.executable, "-m", "gpufleet", "why", str(job)], capture_output=True, text=True, timeout=60)
+def print_why(job: int, env: LocalEnv, out: Callable[[str], None] = say) -> None:
+    """What the job's owner sees on the login node, without Kubernetes: `gpufleet why` through Slurm alone, with
+    the token `scontrol token` gives the job's owner (the demo submits as root: its owner)."""
+    import os
+
+    out(f"\nWhat the job's owner sees, without Kubernetes:\n$ export $(scontrol token)\n$ gpufleet why {job}")
+    from localenv.slurm import LocalSlurmError
+
+    try:
+        token = env.slurm.scontrol("token").strip()
+    except LocalSlurmError as e:  # the story is a courtesy at the demo's end: its absence fails nothing
+        print(f"  (no Slurm token for the job's owner: {e})", flush=True)
+        return
+    r = subprocess.run([sys.executable, "-m", "gpufleet", "why", str(job), "--login", "--slurm-url", env.slurm.rest_url],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "SLURM_JWT": token.split("=", 1)[-1], "KUBECONFIG": ""})
     print((r.stdout or r.stderr).rstrip(), flush=True)
 
 

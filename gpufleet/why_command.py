@@ -217,6 +217,8 @@ def why(
                                "default without Kubernetes credentials, or with SLURM_JWT set): your scontrol, or "
                                "slurmrestd at --slurm-url with SLURM_JWT (`export $(scontrol token)`)."),
     scontrol: str = typer.Option("scontrol", help="The scontrol to ask (--login without --slurm-url)."),
+    slurm_namespace: Optional[str] = typer.Option(None, help="Slinky's namespace, whose NodeSet pods alone map "
+                                                  "Slurm nodes to machines (default: the stack's slurm.namespace)."),
 ) -> None:
     """Why was this job requeued, held or stopped? In your words: which GPU failed, what gpufleet did, whether
     the job checkpointed in time, how long it was not running, and what to do. On the login node it reads
@@ -251,7 +253,7 @@ def why(
             found, source = accounted(slurm, job_id), "accounting"
         slurm_nodes = slurm.nodes()
         kube_nodes = {n.name: k for n in slurm_nodes if (k := kube_node_of(n.comment))} | slurm_hosts(
-            api, _slurm_namespace(stack))
+            api, slurm_namespace or _slurm_namespace(stack))
         remediations = KubeRemediationStore(api).list()
         job = job_facts(found, source) if found is not None else None
         nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}

@@ -61,7 +61,10 @@ def parse_exposition(text: str, at: datetime) -> tuple[list[Sample], dict[tuple[
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                got = _sample(s.name, dict(s.labels), float(s.value), at, pci)
+                # prometheus_client names a counter's samples `<name>_total` (OpenMetrics); the exporter's are
+                # the field's own name
+                name = s.name[:-len("_total")] if s.name not in FIELDS and s.name.endswith("_total") else s.name
+                got = _sample(name, dict(s.labels), float(s.value), at, pci)
                 if got is not None:
                     samples.append(got)
     except ValueError as e:

@@ -240,6 +240,16 @@ def tell(job_id: int, job: JobFacts | None, records: list[jr.JobRecord], now: da
             sentences.append(f"It runs again since {clock(job.started)} on {where}; it was not running for "
                              f"{span(not_running)}.")
             details.append((job.started, f"running again on {where}"))
+        elif _ran_again(job, last):
+            not_running = (job.started - stopped).total_seconds()
+            state = "ended"
+            where = ", ".join(shown(n) for n in job.nodes) or "?"
+            exit_code = f", {shown(job.exit_code)}" if job.exit_code else ""
+            sentences.append(f"It ran again from {clock(job.started)} on {where} (it was not running for "
+                             f"{span(not_running)}) and ended {shown(job.state)}{exit_code}.")
+            details.append((job.started, f"running again on {where}"))
+            if job.state != "COMPLETED":
+                todo = f"look at the job's own output for why it ended {shown(job.state)}"
         elif job.state in ENDED:
             state = "ended"
             ended = job.ended or now
@@ -266,6 +276,12 @@ def _order(d: tuple[datetime | None, str]) -> tuple[bool, datetime]:
 
 def _running_again(job: JobFacts, rec: jr.JobRecord) -> bool:
     return (job.state == "RUNNING" and job.started is not None and rec.requeued_at is not None
+            and job.started >= rec.requeued_at)
+
+
+def _ran_again(job: JobFacts, rec: jr.JobRecord) -> bool:
+    """It started again after the requeue and has ended since."""
+    return (job.state in ENDED and job.started is not None and rec.requeued_at is not None
             and job.started >= rec.requeued_at)
 
 

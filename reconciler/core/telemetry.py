@@ -29,7 +29,8 @@ from gpufleet.fleetspec.faults.telemetry import (
     FIELDS, SLOWDOWN_BITS, THRESHOLDS, Check, Threshold, When, slowdown_reasons,
 )
 
-from gpufleet.reconciler.core.actions import Action, DrainSlurm, MarkDegraded, Notify, RequeueJobs
+from gpufleet.reconciler.core import job_notes
+from gpufleet.reconciler.core.actions import Action, DrainSlurm, MarkDegraded, NoteJob, Notify, RequeueJobs
 from gpufleet.reconciler.core.drains import drained_by_gpufleet
 from gpufleet.reconciler.core.model import NodeView, SlurmNodeView
 
@@ -113,6 +114,7 @@ class RunningJob:
     nodes: tuple[str, ...]  # the Kubernetes nodes its Slurm nodes run on
     pools: tuple[str, ...]
     started: datetime | None = None
+    admin_comment: str | None = None  # None: not read (never written over)
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,13 @@ class Hang:
     gpus: int
     requeue: bool  # every pool of its nodes consents
     started: datetime | None = None  # the job's (latest) start: one hang per run of the job
+    admin_comment: str | None = None  # the job's, as read (None: not read)
+
+    def line(self) -> str:
+        """The job's admin-comment line (what `gpufleet why` shows), dated by when its GPUs went quiet."""
+        what = "requeued from its checkpoint" if self.requeue else "paged"
+        return job_notes.note_line(self.since, "hung", f"{self.field}=0 on all {self.gpus} GPUs of "
+                                   f"{', '.join(self.nodes)}; {what}")
 
     @property
     def key(self) -> str:
@@ -211,7 +220,8 @@ def hangs(jobs: Sequence[RunningJob], history: History, spec: FleetSpec, now: da
             continue  # not running that long (a requeued job starts its count again)
         quiet, since, name = _quiet(j.nodes, history, now, after)
         if quiet:
-            out.append(Hang(j.job_id, j.nodes, since, name, quiet, all(t.requeue_hung_jobs for t in known), j.started))
+            out.append(Hang(j.job_id, j.nodes, since, name, quiet, all(t.requeue_hung_jobs for t in known), j.started,
+                            j.admin_comment))
     return out
 
 
@@ -238,7 +248,8 @@ def _quiet(nodes: Sequence[str], history: History, now: datetime, after: float) 
     return total, max(starts, default=now), used  # all quiet since the last of them went quiet
 
 
-def stragglers(jobs: Sequence[RunningJob], history: History, spec: FleetSpec, now: datetime) -> list[Degradation]:
+def stragglers(jobs: Sequence[RunningJob], history: History, spec: FleetSpec, now: datetime,
+               pci: Mapping[tuple[str, str], str] | None = None) -> list[Degradation]:
     """A node of a multi-node job whose slowest GPU's best SM clock over the span is below the pool's ratio of the
     job's median node; its throttle reasons, when set, go with the evidence."""
     pools = {p.name: p.telemetry for p in spec.pools}
@@ -268,7 +279,7 @@ def stragglers(jobs: Sequence[RunningJob], history: History, spec: FleetSpec, no
                         node, FIELDS[SM_CLOCK].id, action, When.CHECKPOINT,
                         f"a straggler in job {j.job_id}: its GPUs hold the job's other nodes to their pace",
                         Evidence(SM_CLOCK, gpu, mhz, f"< {ratio:g} x the job's median node ({median:g} MHz) for "
-                                 f"{after}s", detail=f"clock event reasons {why}" if why else ""),
+                                 f"{after}s", (pci or {}).get((node, gpu), ""), detail=f"clock event reasons {why}" if why else ""),
                         "the pool's telemetry.straggler_clock_ratio; a synchronous job runs at its slowest GPU's pace")
     return [out[n] for n in sorted(out)]
 
@@ -339,7 +350,10 @@ def _eligible(v: NodeView, pools: set[str]) -> bool:
 
 
 def page_hang(h: Hang) -> tuple[Action, ...]:
-    """A hang's page, and its requeue where the pool consents."""
-    page = Notify("job-hung", "critical", h.text(), key=h.key)
-    return (page, RequeueJobs((h.job_id,))) if h.requeue else (page,)
+    """A hang's page, its line in the job's admin comment (what was there kept), and its requeue where the pool
+    consents."""
+    page: tuple[Action, ...] = (Notify("job-hung", "critical", h.text(), key=h.key),)
+    text = job_notes.appended(h.admin_comment, h.job_id, (h.line(),)) if h.admin_comment is not None else None
+    note = (NoteJob(h.job_id, text),) if text is not None else ()
+    return page + note + ((RequeueJobs((h.job_id,)),) if h.requeue else ())
 

@@ -60,10 +60,10 @@ class TelemetryPass:
             if kube:
                 started = datetime.fromtimestamp(j.start_time, timezone.utc) if j.start_time else None
                 jobs.append(telemetry.RunningJob(j.job_id, kube, tuple(sorted({views[k].pool or "" for k in kube})),
-                                                 started))
+                                                 started, j.admin_comment))
         degraded = telemetry.crossed(self.history, now, self.pci)
         seen = {d.node for d in degraded}
-        degraded += [d for d in telemetry.stragglers(jobs, self.history, self.spec, now) if d.node not in seen]
+        degraded += [d for d in telemetry.stragglers(jobs, self.history, self.spec, now, self.pci) if d.node not in seen]
         self.last = degraded
         mine = {s for names in on.values() for s in names}
         by_name = {n.name: slurm_view(n, self.facts.users) for n in call(self.slurm.nodes) if n.name in mine} \

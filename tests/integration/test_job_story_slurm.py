@@ -135,3 +135,36 @@ def test_why_of_a_job_that_saw_only_an_application_xid_is_its_own_error_and_an_u
 
     unknown = why(kube_cluster, slurm, 999999)
     assert unknown.exit_code == 1 and "unknown" in unknown.output
+
+
+def test_a_pod_outside_slinkys_namespace_that_claims_a_nodeset_maps_no_slurm_node(api) -> None:
+    """A pod in a tenant's namespace with the pod-hostname label of a Slurm node and a controller reference to a
+    NodeSet (anyone who may create pods there can write both) points the story at no machine: only the NodeSet
+    pods of Slinky's namespace map Slurm nodes to machines, as the reconciler reads them (observe.pod_view)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from gpufleet.fleetspec import labels
+    from gpufleet.why_command import slurm_hosts
+
+    from .test_reconciler_slurm import SLURM_NS, nodeset_pod
+
+    core = client.CoreV1Api(api)
+    real, forged = nodeset_pod(api, "story-a-0", f"{POOL}-1"), nodeset_pod(api, "story-a-0", f"{POOL}-spare-0")
+    forged["metadata"].update(name="claims-story-a-1", namespace="tenant-ns")
+    forged["metadata"]["labels"][labels.SLINKY_POD_HOSTNAME] = "story-a-1"
+    try:
+        core.create_namespace({"metadata": {"name": "tenant-ns"}})
+    except ApiException as e:
+        assert e.status == 409
+    core.create_namespaced_pod("tenant-ns", forged)
+    core.create_namespaced_pod(SLURM_NS, real)
+    try:
+        mapped = {k: v for k, v in slurm_hosts(api, SLURM_NS).items() if k.startswith("story-")}
+        assert mapped == {"story-a-0": f"{POOL}-1"}
+    finally:
+        for name, ns in (("claims-story-a-1", "tenant-ns"), ("story-a-0", SLURM_NS)):
+            try:
+                core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+            except ApiException as e:  # the garbage collector may have taken the one whose owner is elsewhere
+                assert e.status == 404

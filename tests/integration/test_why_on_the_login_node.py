@@ -37,14 +37,20 @@ NODE = "gpu-a-0"
 OTHER_USER = "nobody"  # another ordinary user of the Slurm root (Debian's own)
 HOST_USER = 65534  # who runs `gpufleet why` on this machine: nobody, not root
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = "#!/bin/sh\ntrap 'echo checkpoint saved; exit 0' TERM\nsleep 600 &\nwait\n"
+SCRIPT = "#!/bin/sh\ntrap 'echo checkpoint saved; exit 0' TERM\necho started\nwhile true; do sleep 0.2; done\n"
 
 
 def submit_as(cluster: LocalSlurm, user: str, script: Path) -> int:
+    """The job, submitted as `user`; it counts as running once its script has set its trap and said so (a
+    SIGTERM before the trap would kill it unsaved: test_reconciler_slurm.py job_on)."""
+    out = script.parent / "out-%j"
     r = cluster.run(["runuser", "-u", user, "--", "env", f"SLURM_CONF={cluster.daemon_conf}", "sbatch", "--parsable",
-                     "--requeue", "-p", "gpu", "-w", NODE, "-J", "train-llm", "--chdir=/tmp", "-o", "/dev/null",
-                     str(script)], timeout=15, check=True)
-    return int(r.stdout.strip().split(";")[0])
+                     "--requeue", "--open-mode=append", "-p", "gpu", "-w", NODE, "-J", "train-llm", "--chdir=/tmp",
+                     "-o", str(out), str(script)], timeout=15, check=True)
+    jid = int(r.stdout.strip().split(";")[0])
+    said = script.parent / f"out-{jid}"
+    wait_for(f"job {jid} to run and set its trap", lambda: said.exists() and "started" in said.read_text(), 30)
+    return jid
 
 
 def token_of(cluster: LocalSlurm, user: str) -> str:
@@ -90,7 +96,7 @@ def healed_job(slurm_fresh: LocalSlurm, slurm_rest: SlurmREST, tmp_path: Path) -
     script = tmp_path / "train.sh"
     script.write_text(SCRIPT)
     script.chmod(0o755)
-    tmp_path.chmod(0o755)
+    tmp_path.chmod(0o777)  # the tenant's job writes its output there
     job_id = submit_as(slurm_fresh, TENANT_USER, script)
     wait_for("the job to run", lambda: running(slurm_rest, job_id))
     fault = signalled = datetime.now(timezone.utc).replace(microsecond=0)

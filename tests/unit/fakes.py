@@ -200,6 +200,11 @@ class FakeSlurm:
         self._check("jobs")
         return [j for j in self.jobs.values() if name in j.nodes and j.state == "RUNNING"]
 
+    def running_jobs(self):
+        self._check("jobs")
+        return sorted((replace(j, admin_comment=self.comments.get(j.job_id, "")) for j in self.jobs.values()
+                       if j.state == "RUNNING"), key=lambda j: j.job_id)
+
     def drain(self, name, reason):
         self._check("drain")
         self.calls.append(("drain", name))

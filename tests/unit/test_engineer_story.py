@@ -201,3 +201,12 @@ def test_a_job_asked_to_checkpoint_is_told_so_not_that_it_waits_in_the_queue():
             "latest when its grace ends at 12:02:01 UTC, and it runs again on healthy machines.") in s.paragraph
     assert "Slurm's queue" not in s.paragraph and "not been running" not in s.paragraph
     assert s.what_to_do == engineer_story.NOTHING_TO_DO
+
+
+def test_a_job_that_ran_again_and_completed_is_told_so_not_that_it_did_not_run_again():
+    done = replace(facts("COMPLETED", exit_code="SUCCESS 0"), ended=T0 + 400 * S)
+    s = told(remediation(*HEALED), done, now=T0 + 500 * S)
+    assert ("It ran again from 12:05:30 UTC on h100-a-w16, h100-a-w17 (it was not running for 5 min 29 s) and "
+            "ended COMPLETED, SUCCESS 0.") in s.paragraph
+    assert s.state == "ended" and s.not_running_s == 329 and s.what_to_do == engineer_story.NOTHING_TO_DO
+    assert "did not run again" not in s.paragraph

@@ -15,7 +15,7 @@ from localenv.dcgm_exporter_standin import NodeGpus, exposition
 from localenv.gpu_hardware_standin import HUNG, ROW_REMAP_PENDING, THROTTLING
 from gpufleet.reconciler.adapters.dcgm import parse_exposition, parse_query
 from gpufleet.reconciler.core import telemetry as tm
-from gpufleet.reconciler.core.actions import DrainSlurm, MarkDegraded, Notify, RequeueJobs
+from gpufleet.reconciler.core.actions import DrainSlurm, MarkDegraded, NoteJob, Notify, RequeueJobs
 from gpufleet.reconciler.core.decide import detect
 from gpufleet.reconciler.core.faults import FaultReader
 from gpufleet.reconciler.core.model import NodeView, SlurmNodeView
@@ -180,8 +180,13 @@ def test_a_job_whose_gpus_are_all_quiet_for_the_declared_time_is_hung_and_paged_
     (hang,) = tm.hangs([job], h, spec(), T0 + timedelta(seconds=60))
     assert (hang.job_id, hang.gpus, hang.field, hang.since, hang.requeue) == (5, 4, "DCGM_FI_PROF_SM_ACTIVE", T0, False)
     assert "all 4 GPUs of a, b" in hang.text() and "paged only" in hang.text()
-    (page,) = tm.page_hang(hang)
+    (page,) = tm.page_hang(hang)  # its admin comment was not read: never written over
     assert isinstance(page, Notify) and page.event == "job-hung" and page.severity == "critical"
+    read = tm.RunningJob(5, ("a", "b"), ("h100",), T0 - timedelta(hours=1), "ops: priority")
+    _, note = tm.page_hang(tm.hangs([read], h, spec(), T0 + timedelta(seconds=60))[0])
+    assert isinstance(note, NoteJob) and note.text == ("ops: priority | gpufleet 2026-12-06T04:00:00Z: hung: "
+                                                       "DCGM_FI_PROF_SM_ACTIVE=0 on all 4 GPUs of a, b; paged | "
+                                                       "whole story: gpufleet why 5")
     later = {**quiet("a", values=(0,) * 9), **quiet("b", values=(0,) * 9)}
     assert tm.hangs([job], later, spec(), T0 + timedelta(seconds=120))[0].key == hang.key  # one episode, one key
 
@@ -201,7 +206,7 @@ def test_a_hang_needs_every_gpu_quiet_for_the_whole_time():
 def test_a_hung_job_is_requeued_only_where_the_pool_consents():
     job = tm.RunningJob(5, ("a",), ("h100",), T0 - timedelta(hours=1))
     (hang,) = tm.hangs([job], quiet("a"), spec(requeue_hung_jobs=True), T0 + timedelta(seconds=60))
-    page, requeue = tm.page_hang(hang)
+    page, requeue = tm.page_hang(hang)  # (no admin comment read: no line)
     assert requeue == RequeueJobs((5,)) and "requeued from its checkpoint" in page.text
 
 
@@ -253,6 +258,8 @@ def test_the_stand_in_serves_dcgm_exporters_lines_driven_by_the_gpu_state():
     assert got[("kwok-b", "3", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")] == HW_THERMAL
     assert got[("kwok-c", "0", "DCGM_FI_PROF_SM_ACTIVE")] == 0 and got[("kwok-c", "0", "DCGM_FI_DEV_SM_CLOCK")] > 0
     assert pci[("kwok-a", "0")] == "00000000:19:00.0"
+    assert got[("kwok-a", "0", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")] == 1  # a counter, read by its own name
+    assert got[("kwok-b", "0", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")] == 0
     assert [d.node for d in tm.crossed({(s.node, s.gpu, s.field): ((s.at, s.value),) for s in samples}, T0)] == \
         ["kwok-a"]
 

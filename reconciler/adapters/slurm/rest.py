@@ -38,7 +38,7 @@ import httpx
 import jwt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
+from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, SlurmReservation, signal_targets
 from gpufleet.reconciler.adapters.slurm.cli import expand_hostlist
 from gpufleet.reconciler.core.slurm_states import ON_NODE_JOB_STATES, PENDING
 from gpufleet.reconciler.core.slurm_token import assess
@@ -59,6 +59,7 @@ RECHECK_STALE_S = 30.0  # how often a stale token's source is read again
 SLURM_COMMUNICATIONS_CONNECTION_ERROR = 1001  # ... _SEND_ERROR 1002, _RECEIVE_ERROR 1003, _SHUTDOWN_ERROR 1004
 SLURM_PROTOCOL_AUTHENTICATION_ERROR = 1007
 SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR = 1800  # ... _SEND 1801, _RECEIVE 1802, _SHUTDOWN 1803, _BACKOFF 1804
+ESLURM_ACCESS_DENIED = 2002  # e.g. another user's job where slurm.conf sets PrivateData=jobs
 ESLURM_INVALID_JOB_ID = 2017
 ESLURM_TRANSITION_STATE_NO_UPDATE = 2020  # "try again later": a job or node mid-transition
 ESLURM_ALREADY_DONE = 2021
@@ -116,6 +117,15 @@ def token_claims(token: str) -> tuple[float | None, float | None]:
         return None, None
     exp, iat = claims.get("exp"), claims.get("iat")
     return (float(exp) if exp is not None else None), (float(iat) if iat is not None else None)
+
+
+def token_user(token: str) -> str:
+    """The Slurm user a token names (its `sun` claim, as slurmctld's auth/jwt reads it), read without checking the
+    signature; '' when it names none."""
+    try:
+        return str(jwt.decode(token, options={"verify_signature": False}).get("sun") or "")
+    except jwt.PyJWTError:
+        return ""
 
 
 class KeptToken:
@@ -416,6 +426,29 @@ class JobUpdate(_Model):
     admin_comment: str | None = None
 
 
+class ReservationInfo(_Model):
+    """v0.0.45/v0.0.44 `reservation_info`: the fields the client reads (`node_list` a hostlist expression)."""
+    name: str
+    node_list: str = ""
+    flags: list[str] = Field(default_factory=list)
+
+
+class ReservationsResponse(Envelope):
+    reservations: list[ReservationInfo] = Field(default_factory=list)
+
+
+class ReservationDesc(_Model):
+    """v0.0.45/v0.0.44 `reservation_desc_msg` (POST /slurm/v0.0.45/reservation, "create or update a reservation",
+    in the OpenAPI document `slurmrestd --generate-openapi-spec -s slurmctld -d v0.0.45` of slurm 26.05.5):
+    `node_list` a hostlist string, `users` a csv_string (an array), `duration` in minutes."""
+    name: str
+    node_list: str
+    start_time: NoValInt
+    duration: NoValInt
+    users: list[str]
+    flags: list[str]
+
+
 class OpenAPIDoc(_Model):
     paths: dict[str, Any] = Field(default_factory=dict)
 
@@ -550,11 +583,12 @@ class SlurmREST:
         return sorted((_job(j) for j in self._jobs() if "RUNNING" in j.job_state), key=lambda j: j.job_id)
 
     def job(self, job_id: int) -> SlurmJob | None:
-        """The job in any state slurmctld still knows; None when unknown or purged."""
+        """The job in any state slurmctld still knows; None when unknown, purged, or not this token's user's to
+        see (PrivateData=jobs)."""
         try:
             resp = self._call("GET", f"/job/{int(job_id)}", JobsResponse, ok_status=(404,))
         except SlurmError as e:
-            if _errnos(e) & {ESLURM_INVALID_JOB_ID}:
+            if _errnos(e) & {ESLURM_INVALID_JOB_ID, ESLURM_ACCESS_DENIED}:
                 return None
             raise
         for j in resp.jobs:
@@ -572,6 +606,36 @@ class SlurmREST:
         return _accounted_job(runs[-1]) if runs else None
 
     # ------------------------------------------------------------------ nodes
+
+    # ------------------------------------------------------------------ reservations (active checks)
+
+    def reservations(self) -> list[SlurmReservation]:
+        resp = self._call("GET", "/reservations/", ReservationsResponse)
+        return sorted((SlurmReservation(r.name, tuple(expand_hostlist(r.node_list)) if r.node_list else (),
+                                        frozenset(r.flags)) for r in resp.reservations), key=lambda r: r.name)
+
+    def reserve_for_maintenance(self, name: str, nodes: Sequence[str], minutes: int) -> None:
+        """POST /reservation with MAINT only (no IGNORE_JOBS: slurmctld refuses nodes that run a job), starting now,
+        for the token's user. The call creates or updates: the name is new each time (it carries when)."""
+        self._call("POST", "/reservation", Envelope, body=ReservationDesc(
+            name=name, node_list=",".join(nodes), start_time=NoValInt(set=True, number=int(time.time())),
+            duration=NoValInt(set=True, number=int(minutes)), users=[self._user()], flags=["MAINT"]))
+
+    def _user(self) -> str:
+        user = token_user(self.tokens.token())
+        if not user:
+            raise SlurmError(f"Slurm REST: the token from {self.tokens.describe()} names no user (claim sun): a "
+                             "reservation is made for a user", temporary=False)
+        return user
+
+    def delete_reservation(self, name: str) -> None:
+        """DELETE /reservation/{name}; one not there (deleted, or ended) is already what was asked."""
+        try:
+            self._call("DELETE", f"/reservation/{name}", Envelope)
+        except SlurmError as e:
+            if not e.temporary and name not in {r.name for r in self.reservations()}:
+                return
+            raise
 
     def _update_node(self, name: str, update: NodeUpdate) -> None:
         self._call("POST", f"/node/{name}", Envelope, body=update)

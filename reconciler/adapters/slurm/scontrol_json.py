@@ -11,9 +11,7 @@ from collections.abc import Callable, Sequence
 from pydantic import ValidationError
 
 from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob
-from gpufleet.reconciler.adapters.slurm.rest import ESLURM_INVALID_JOB_ID, JobsResponse, _job
-
-ESLURM_ACCESS_DENIED = 2002  # slurm/slurm_errno.h
+from gpufleet.reconciler.adapters.slurm.rest import ESLURM_ACCESS_DENIED, ESLURM_INVALID_JOB_ID, JobsResponse, _job
 
 
 def jobs_from_json(text: str) -> list[SlurmJob]:
