@@ -63,8 +63,12 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
   Accounting's `storageConfig.passwordKeyRef` Secret as the operator reads it, started before slurmctld; a
   MariaDB process of the local Slurm (`localenv.slurm.ACCOUNTING_DB`) stands in for the database it names.
   The stack's SlurmUsers Job, whose pod cannot run here, runs through `localenv.slurm_users_job`.
-* **Tokens** (controller/token): the Secret `spec.secretRef` holding a JWT for `spec.username`,
-  signed with the key slurmctld uses, renewed when a fifth of its `lifetime` is left (`refresh`).
+* **Tokens** (controller/token: token_controller.go, token_sync.go): the Secret `spec.secretRef` holding a
+  JWT for `spec.username`, signed with the key slurmctld uses, with the Token's labels and annotations
+  (builder/common/token_secret.go), re-minted when a fifth of its `lifetime` is left (`refresh`), by a
+  controller that visits a Token when it is first seen, when its object changes, at its RequeueAfter and at
+  the 10 h resync, never when its Secret changes. `token_v121_requeue` reproduces v1.2.1's requeue, after
+  which a Token whose pass re-minted it is not visited again until it changes.
 
 Level-based: each pass compares what is with what should be. Never imported by `reconciler/`: the
 reconciler meets the operator only through Kubernetes and Slurm, as in production.
@@ -77,7 +81,6 @@ import argparse
 import hashlib
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -89,6 +92,7 @@ from typing import Any, Callable
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.stop_signal import set_on_signals
 from gpufleet.waiting import wait_for
 from localenv import slinky_conf
 from localenv import slinky_update as upd
@@ -106,6 +110,8 @@ PREFIX = "slurm-operator: "  # slurmcontrol.go nodeReasonPrefix
 OPERATOR_USER = "slurm"
 TERMINATING_REASON = PREFIX + "Pod is terminating"  # workerbuilder/worker_app.go preStop
 RESYNC_SECONDS = 30.0  # nodeset_sync.go: durationStore.Push(key, 30*time.Second)
+# The manager's informers resync every 10 h (cmd/manager/main.go sets no SyncPeriod; controller-runtime's default)
+TOKEN_RESYNC_SECONDS = 10 * 3600.0
 MAX_REASON = 256  # nodeset_sync.go maxSlurmReasonLength
 # api/v1beta1/well_known.go, builder/labels/labels.go, pkg/taints/taints.go
 APP_LABEL, INSTANCE_LABEL, COMPONENT_LABEL = "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"
@@ -302,7 +308,8 @@ class SlinkyStandIn:
     keeps the configuration it was started with)."""
 
     def __init__(self, api: client.ApiClient, slurm: LocalSlurm, nodesets: list[NodeSetDef] | None = None,
-                 namespace: str = "slurm", resync: float = RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic):
+                 namespace: str = "slurm", resync: float = RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 token_v121_requeue: bool = False):
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -314,6 +321,11 @@ class SlinkyStandIn:
         self._synced: dict[str, tuple[str, float]] = {}  # NodeSet -> (fingerprint, when) of its last Slurm sync
         self.batch = client.BatchV1Api(api)
         self._users_done: set[str] = set()  # uids of the SlurmUsers Jobs whose script succeeded
+        self.token_v121_requeue = token_v121_requeue
+        self.token_resync = TOKEN_RESYNC_SECONDS
+        self._token_due: dict[str, float | None] = {}  # Token -> when its RequeueAfter comes due; None: never
+        self._token_version: dict[str, str | None] = {}  # Token -> the resourceVersion last reconciled
+        self._token_resync_at = time.time()
         self._not_kept: dict[str, set[str]] = {}  # NodeSet -> its pods outside doPodProcessing's podsToKeep
         self._deleted: set[str] = set()  # pods deleted in this pass
 
@@ -714,45 +726,98 @@ class SlinkyStandIn:
     # ------------------------------------------------------------------ tokens (controller/token)
 
     def _sync_tokens(self) -> None:
-        """Write each Token's Secret, and renew it before it expires."""
-        import base64
-
-        import jwt
-
+        """The Token controller's work queue (internal/controller/token/token_controller.go): a Token is
+        reconciled when it is first seen (the informer's initial list), when its object changes (any update
+        event: ``For(&Token{})`` with no predicate), at the informers' resync (TOKEN_RESYNC_SECONDS) and when
+        the RequeueAfter its last pass returned comes due. Its Secret changing wakes nothing: the Secret's
+        controller owner is the JWT-key Secret (internal/builder/common/token_secret.go BuildSecret(opts,
+        jwtSecret)), so ``Owns(&corev1.Secret{})`` maps it to no Token."""
         try:
             tokens = self.custom.list_cluster_custom_object(GROUP, VERSION, "tokens")["items"]
         except ApiException as e:
             if e.status == 404:
                 return
             raise
-        now = int(time.time())
+        now = time.time()
+        resync = now - self._token_resync_at >= self.token_resync
         for t in tokens:
-            spec, meta = t.get("spec") or {}, t["metadata"]
-            ref = spec.get("secretRef") or {}
-            name, key = ref.get("name"), ref.get("key", "SLURM_JWT")
-            if not name or not spec.get("username"):
+            meta = t["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}"
+            due = self._token_due.get(key, now)  # never seen: queued
+            changed = self._token_version.get(key) != meta.get("resourceVersion")
+            if not (changed or resync or (due is not None and now >= due)):
                 continue
-            lifetime = _seconds(spec.get("lifetime", "15m"))
-            try:
-                current = self.core.read_namespaced_secret(name, meta["namespace"])
-                old = base64.b64decode((current.data or {}).get(key, "")).decode()
-                exp = jwt.decode(old, options={"verify_signature": False}).get("exp", 0) if old else 0
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                current, exp = None, 0
-            if exp - now > lifetime / 5:
-                continue
-            token = self.slurm.token(spec["username"], lifetime)
-            body = {"metadata": {"name": name, "namespace": meta["namespace"],
-                                 "labels": {"app.kubernetes.io/managed-by": "slurm-operator-standin"}},
-                    "type": "Opaque", "stringData": {key: token}}
-            if current is None:
-                self.core.create_namespaced_secret(meta["namespace"], body)
-            else:
-                self.core.replace_namespaced_secret(name, meta["namespace"], body)
-            log.info("token %s/%s: wrote Secret %s for Slurm user %s (%ss)", meta["namespace"], meta["name"],
-                     name, spec["username"], lifetime)
+            self._token_version[key] = meta.get("resourceVersion")
+            after = self._reconcile_token(t, now)
+            self._token_due[key] = None if after is None else now + after
+            if after is None:
+                log.warning("token %s: the pass returned RequeueAfter <= 0: not visited again until the Token "
+                            "changes (slurm-operator v1.2.1, fixed after it)", key)
+        if resync:
+            self._token_resync_at = now
+
+    def _reconcile_token(self, t: dict, now: float) -> float | None:
+        """One pass of token_sync.go ``Sync``; the RequeueAfter it returns (the least duration its steps
+        pushed: durationstore.Less), None where that is <= 0 (controller-runtime then forgets the key).
+
+        With `token_v121_requeue` the pushes are v1.2.1's: the preamble pushes ``refreshTime - now`` of the
+        token it found (30 s when it has none, or it is expired: getExpTime fails), and the ``Refresh`` step
+        pushes it again before re-minting; so a pass that re-mints a token not yet expired returns <= 0 and
+        the Token is not revisited. Without it, the fix after v1.2.1 (commit fcc501f1): the preamble's push
+        is gone, ``Refresh`` clamps its push to [1 s, lifetime] and pushes 4/5 of the lifetime after a
+        re-mint. The status write (syncStatus: issuedAt from the Secret read through the informer cache just
+        after writing it, so still the old one in the usual case) is not made: it would change nothing."""
+        import base64
+
+        import jwt
+
+        spec, meta = t.get("spec") or {}, t["metadata"]
+        ref = spec.get("secretRef") or {}
+        name, key = ref.get("name") or f"{meta['name']}-jwt-{spec.get('username', '')}", ref.get("key", "SLURM_JWT")
+        if not spec.get("username"):
+            return None
+        lifetime = _seconds(spec.get("lifetime", "15m"))  # api/v1beta1/token_keys.go Lifetime
+        pushes: list[float] = []
+        try:
+            current = self.core.read_namespaced_secret(name, meta["namespace"])
+            old = base64.b64decode((current.data or {}).get(key, "")).decode()
+            exp = float(jwt.decode(old, options={"verify_signature": False}).get("exp", 0)) if old else None
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            current, exp = None, None
+        expired = exp is not None and exp <= now
+        if self.token_v121_requeue:  # the preamble (removed by fcc501f1)
+            pushes.append(30.0 if exp is None or expired else (exp - lifetime / 5) - now)
+        if current is None:  # step "Secret": SyncObject(..., false) creates it, minting a token
+            self._write_token_secret(t, name, key, lifetime, None)
+            return 1.0  # "Refresh" then fails to read it from the cache yet: an error, requeued with backoff
+        if spec.get("refresh", True) is False:  # defaults.DefaultTokenRefresh; false: an immutable Secret
+            return min(pushes) if pushes and min(pushes) > 0 else None
+        refresh_at = now if exp is None or expired else exp - lifetime / 5
+        if exp is not None and not expired:
+            pushes.append(refresh_at - now if self.token_v121_requeue else min(max(refresh_at - now, 1.0), lifetime))
+        if now >= refresh_at:
+            self._write_token_secret(t, name, key, lifetime, current)
+            if not self.token_v121_requeue:
+                pushes.append(lifetime - lifetime / 5)
+        after = min(pushes) if pushes else 0.0
+        return after if after > 0 else None
+
+    def _write_token_secret(self, t: dict, name: str, key: str, lifetime: int, current: Any) -> None:
+        """BuildTokenSecret: a new JWT for `spec.username`, with the Token's labels and annotations."""
+        spec, meta = t.get("spec") or {}, t["metadata"]
+        token = self.slurm.token(spec["username"], lifetime)
+        labels_ = {**(meta.get("labels") or {}), "app.kubernetes.io/managed-by": "slurm-operator-standin"}
+        body = {"metadata": {"name": name, "namespace": meta["namespace"], "labels": labels_,
+                             "annotations": dict(meta.get("annotations") or {})},
+                "type": "Opaque", "stringData": {key: token}}
+        if current is None:
+            self.core.create_namespaced_secret(meta["namespace"], body)
+        else:
+            self.core.replace_namespaced_secret(name, meta["namespace"], body)
+        log.info("token %s/%s: wrote Secret %s for Slurm user %s (%ss)", meta["namespace"], meta["name"],
+                 name, spec["username"], lifetime)
 
     # ------------------------------------------------------------------ loop
 
@@ -792,6 +857,9 @@ class StandInConfig:
     nodesets: list[dict[str, Any]] | None  # None: the NodeSet resources in the namespace
     slurm: dict[str, Any]  # LocalSlurm's arguments
     resync: float = RESYNC_SECONDS
+    # Reproduce slurm-operator v1.2.1's Token requeue (a pass that re-mints returns RequeueAfter <= 0 and the
+    # Token is not visited again until it changes); default: the fix after v1.2.1. SlinkyStandIn._reconcile_token.
+    token_v121_requeue: bool = False
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -817,16 +885,11 @@ def main(argv: list[str] | None = None) -> int:
     nodesets = None if cfg.nodesets is None else [NodeSetDef(**n) for n in cfg.nodesets]
     stop = threading.Event()  # set on SIGTERM; the local Slurm's cancel, so the pass in flight ends with it
     standin = SlinkyStandIn(config.new_client_from_config(config_file=cfg.kubeconfig), local_slurm(cfg.slurm, stop),
-                            nodesets, cfg.namespace, resync=cfg.resync)
+                            nodesets, cfg.namespace, resync=cfg.resync, token_v121_requeue=cfg.token_v121_requeue)
     if a.once:
         standin.reconcile_once()
         return 0
-    term: list[float] = []  # when SIGTERM came, for the log
-
-    def on_term(*_: Any) -> None:
-        term.append(time.monotonic())
-        stop.set()
-    signal.signal(signal.SIGTERM, on_term)
+    term = set_on_signals(stop)  # SIGTERM sets it (never from inside the handler: gpufleet/stop_signal.py)
     log.info("running for %s in namespace %s", "the Slinky resources" if nodesets is None
              else "NodeSets " + ", ".join(n.name for n in nodesets), cfg.namespace)
     try:
