@@ -72,7 +72,7 @@ def why_as_engineer(cluster: LocalSlurm, token: str, job_id: int, *args: str) ->
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "SLURM_JWT": token, "LANG": "C.UTF-8"}
     python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     return subprocess.run([python, "-c", launcher, "why", str(job_id), "--slurm-url", cluster.rest_url, *args],
-                          env=env, capture_output=True, text=True, timeout=60, user=HOST_USER, group=HOST_USER,
+                          env=env, capture_output=True, text=True, timeout=60, user=HOST_USER, group=HOST_USER, extra_groups=[],
                           cwd=home)
 
 
