@@ -31,6 +31,12 @@ else in the cluster is judged by them, and fails closed (`failurePolicy: Fail`).
 - `<ns>-reconciler-pod-deletion`: it deletes (with any grace, force included) only borrowers (a pod of
   a borrower PriorityClass) and its own placeholders. Evictions go through PodDisruptionBudgets and
   are not limited here.
+- `<ns>-reconciler-token-nudge`: on its Slinky Token (RBAC: `patch` on that one Token, components/slinky.py
+  token_reader_rules) it changes one annotation, its stale-token condition (fleetspec/labels.py TOKEN_NUDGE),
+  and nothing else: not the spec (the user, lifetime or key a token is minted with), labels, other
+  annotations (slurm-operator copies a Token's labels and annotations onto its Secret:
+  internal/builder/common/token_secret.go), finalizers or owners. The change is what makes the operator
+  reconcile the Token again (reconciler/core/slurm_token.py).
 - `<agent ns>-agent-own-node`: the agent writes only the node its token is bound to (the user's extra
   `authentication.kubernetes.io/node-name`: k8s.io/apiserver pkg/authentication/serviceaccount/util.go
   NodeNameKey, which the API server puts in a token bound to a pod that runs on a node; feature
@@ -402,6 +408,28 @@ def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
     ])
 
 
+def reconciler_token_policy(spec: FleetSpec, username: str) -> dict:
+    from .slinky import TOKEN_NAME
+    from .slinky_schema import GROUP as SLINKY_GROUP
+    from .slinky_schema import VERSION as SLINKY_VERSION
+
+    nudge = json.dumps(labels.TOKEN_NUDGE)
+    rule = {"apiGroups": [SLINKY_GROUP], "apiVersions": [SLINKY_VERSION], "operations": ["UPDATE"],
+            "resources": ["tokens", "tokens/status"]}
+    return _policy(f"{spec.healing.reconciler.namespace}-reconciler-token-nudge", username, [rule], [
+        {"expression": f"request.namespace == {json.dumps(spec.slurm.namespace)} && "
+                       f"request.name == {json.dumps(TOKEN_NAME)} && request.?subResource.orValue('') == ''",
+         "messageExpression": f"'the reconciler changes only its own Token ({spec.slurm.namespace}/{TOKEN_NAME}), "
+                              "not ' + request.namespace + '/' + request.name"},
+        {"expression": "object.?spec == oldObject.?spec && object.?status == oldObject.?status && "
+                       "object.metadata.?finalizers == oldObject.metadata.?finalizers && "
+                       "object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences && "
+                       "variables.oldLabels == variables.newLabels && "
+                       + _changed_only("oldAnnotations", "newAnnotations", f"k == {nudge}"),
+         "message": f"on its Token the reconciler changes only its {labels.TOKEN_NUDGE} annotation"},
+    ], variables=_maps("Labels", "labels") + _maps("Annotations", "annotations"))
+
+
 def agent_nodes_policy(spec: FleetSpec, username: str) -> dict:
     own = _strings({labels.KMSG_REPORTED, labels.REPAIR_RESULT, labels.GPU_CLIENTS_STOPPED})
     # a GPU reset stops the GPU Operator's operands by their deploy labels, and restores them (agent/gpu_clients.py)
@@ -508,7 +536,7 @@ def policies(spec: FleetSpec, reconciler: str, agent: str) -> list[dict]:
     """Every policy, for the reconciler's and the agent's usernames, and the kubelets'."""
     return [reconciler_pods_policy(spec, reconciler), reconciler_nodes_policy(spec, reconciler),
             reconciler_pod_deletion_policy(spec, reconciler), reconciler_jobs_policy(spec, reconciler),
-            agent_nodes_policy(spec, agent), agent_events_policy(spec, agent),
+            reconciler_token_policy(spec, reconciler), agent_nodes_policy(spec, agent), agent_events_policy(spec, agent),
             kubelet_membership_policy(spec), kubelet_events_policy(spec)]
 
 

@@ -45,6 +45,11 @@ LOGIN_PORT = 22
 TOPOLOGY = labels.SLURM_TOPOLOGY  # the block topology of topology.yaml; nodes join it as `blocks:<block>`
 TOKEN_NAME = "gpufleet-reconciler"
 TOKEN_SECRET = "gpufleet-reconciler-slurm-token"
+# The longest gap between two informer resyncs of slurm-operator v1.2.1's manager (it sets no SyncPeriod:
+# cmd/manager/main.go; controller-runtime v0.24 pkg/cache Options.SyncPeriod defaults to 10 h with up to 10 %
+# jitter), and the shortest Token lifetime whose refresh point (exp - lifetime/5) comes after it.
+OPERATOR_RESYNC_MAX_S = 11 * 3600
+MIN_SAFE_TOKEN_LIFETIME_S = OPERATOR_RESYNC_MAX_S * 5 / 4
 TOKEN_KEY = "SLURM_JWT"
 JWT_SECRET, JWT_KEY = "slurm-auth-jwt", "jwt.key"
 SLURM_KEY_SECRET, SLURM_KEY = "slurm-auth-slurm", "slurm.key"
@@ -197,9 +202,13 @@ def operator_values(spec: FleetSpec) -> dict:
 
 
 def token_reader_rules() -> list[dict]:
-    """What the reconciler may do in the Slurm namespace: read the Secret its Token writes, and nothing else
-    (no list: a name-limited get cannot be widened by a list)."""
-    return [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [TOKEN_SECRET], "verbs": ["get"]}]
+    """What the reconciler may do in the Slurm namespace: read the Secret its Token writes, and patch that one
+    Token (the nudge that makes slurm-operator reconcile it again when it stopped re-minting:
+    reconciler/core/slurm_token.py; the admission policy `<ns>-reconciler-token-nudge` lets the patch change
+    one annotation only), nothing else (no list: a name-limited get cannot be widened by a list)."""
+    return [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [TOKEN_SECRET], "verbs": ["get"]},
+            {"apiGroups": ["slinky.slurm.net"], "resources": ["tokens"], "resourceNames": [TOKEN_NAME],
+             "verbs": ["patch"]}]
 
 
 def controller_extra_conf(spec: FleetSpec) -> str:
@@ -407,6 +416,20 @@ class SlinkySlurm(pulumi.ComponentResource):
                 # internal/builder/common/token_secret.go), so a Token elsewhere needs a copy of the key
                 # there, and whoever reads Secrets there mints tokens for any Slurm user, root included.
                 # The reconciler reads only the minted token: `get` on that one Secret, by name.
+                # lifetime and refresh: slurm-operator v1.2.1 stops re-minting after a pass that re-mints (its
+                # Token reconcile returns RequeueAfter <= 0: internal/controller/token/token_sync.go Sync pushes
+                # refreshTime.Sub(now) computed from the OLD token, token_controller.go Reconcile returns
+                # durationStore.Pop, and the new Secret wakes nothing: its controller owner is the JWT-key
+                # Secret, not the Token, so SetupWithManager's Owns(&corev1.Secret{}) maps it to no Token).
+                # What still wakes it: a change of the Token, the operator's start, and the informers' resync
+                # (controller-runtime v0.24 pkg/cache Options.SyncPeriod: 10 h, jittered by up to 10 %: at
+                # most 11 h apart). That resync pass, before the refresh point, requeues it there with a
+                # positive RequeueAfter. So a lifetime whose refresh point (4/5 of it) comes after 11 h,
+                # i.e. >= 13.75 h (MIN_SAFE_TOKEN_LIFETIME_S), is always re-minted on time: the bug
+                # cannot bite. A shorter one (the spec may ask for it) stalls at each refresh and the
+                # reconciler's nudge wakes it (reconciler/runtime/token_alarm.py). `refresh: True` (the
+                # default, said explicitly): false makes the Secret immutable and never re-mints it at all
+                # (internal/builder/common/token_secret.go Immutable).
                 self.token = cr("Token", TOKEN_NAME, {
                     "jwtKeyRef": jwt_key_ref,
                     "username": slurm.reconciler_user,

@@ -113,6 +113,9 @@ SLURM_TOPOLOGY = "blocks"
 SLINKY_POD_HOSTNAME = "nodeset.slinky.slurm.net/pod-hostname"
 SLINKY_NODESET_API_VERSION = "slinky.slurm.net/v1beta1"
 SLINKY_NODESET_KIND = "NodeSet"
+# On the reconciler's Slinky Token: the reconciler's nudge, a condition (JSON) whose every write is a change of the
+# object, which makes slurm-operator reconcile the Token again (reconciler/core/slurm_token.py says why).
+TOKEN_NUDGE = f"{GROUP}/slurm-token-condition"
 
 # Pod opt-out (key configurable in the spec; this is the default)
 DEFAULT_OPT_OUT = f"{GROUP}/auto-replace-opt-out"

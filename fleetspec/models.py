@@ -586,7 +586,11 @@ class SlurmSpec(Strict):
         description="Slurm user of the reconciler's token: a dedicated user the stack declares in accounting with "
         f"AdminLevel {RECONCILER_ADMIN_LEVEL} (components/slinky.py SlurmUsers), never root or the SlurmUser "
         "(slurmctld treats both as root); accounting must be on.")
-    token_lifetime: str = Field("1h", pattern=r"^\d+(h|m|s)$", description="Lifetime of the reconciler's Slurm JWT.")
+    token_lifetime: str = Field(
+        "24h", pattern=r"^\d+(h|m|s)$",
+        description="Lifetime of the reconciler's Slurm JWT (its Slinky Token's). slurm-operator 1.2.1 re-mints it on "
+        "time only when 4/5 of it is longer than the operator's informer resync (at most 11 h), so from 14h up; "
+        "a shorter one is re-minted when the reconciler nudges its Token (components/slinky.py says why).")
     munge_key_secret: str = Field("mungeKey", description="Pulumi secret config key holding the munge key.")
     jwt_key_secret: str = Field("slurmJwtKey", description="Pulumi secret config key holding the Slurm JWT key.")
 

@@ -15,9 +15,22 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
   to the NodeSet object (its real uid: NewControllerRef(nodeset, NodeSetGVK)); the pod template's
   nodeSelector and tolerations plus the operator's worker toleration, the slurmd container's
   resources, anti-affinity to other slurmd pods. kube-scheduler places them. A failed or finished pod
-  is deleted and made again (nodeset_sync.go processNodeSetPod); a pod beyond `replicas` is drained in
-  Slurm first and deleted once drained (processCondemned). Slurm node records are never deleted
+  is deleted and made again (nodeset_sync.go processNodeSetPod). Slurm node records are never deleted
   (pruneSlurmNodeRecords applies to DaemonSet NodeSets only).
+* **Scale and update** (nodeset_sync.go syncNodeSetPods, doPodScale, processCondemned, syncUpdate,
+  syncRollingUpdate, splitUpdatePods; utils/sort.go ActivePods.Less; decisions in `slinky_update.py`): a
+  scale-out makes the lowest free ordinals; a scale-in condemns pods in ActivePods order (unassigned,
+  Pending, not Ready first, then lower deletion cost, earlier deadline, cordoned, higher ordinal). A
+  change of what makes a revision (the pod template, slurmd with its image, extraConf: nodeset_history.go
+  getPatch; label controller-revision-hash) is rolled out by `updateStrategy`: RollingUpdate (the default,
+  maxUnavailable 25 %) condemns old pods, unhealthy ones at once and at most maxUnavailable healthy ones in
+  ActivePods order less the new pods not yet available; OnDelete condemns none. A condemned pod is cordoned
+  and its Slurm node drained with `slurm-operator: Pod (<ns>/<pod>) is pending termination for scale-in`,
+  overwriting any reason there (a person's, gpufleet's: MakeNodeDrain with overrideReason), and deleted
+  once the node is drained and runs no job (IsNodeDrained); its ordinal is then made again at the new
+  revision. Pods being updated are not uncordoned (doPodProcessing keeps only splitUpdatePods' kept pods;
+  with OnDelete that is none). ScheduledUpdate (a Slurm reservation's window) is not modelled: refused
+  with a warning, nothing updated.
 * **slurmd** per Running pod (kwok runs no container): started with the NodeSet's `--conf`
   (`slinky_conf.slurmd_conf`); when the pod terminates, its **preStop**: the Slurm node DOWN with
   `slurm-operator: Pod is terminating` (worker_app.go), then slurmd stops. (kwok deletes a pod at
@@ -50,8 +63,12 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
   Accounting's `storageConfig.passwordKeyRef` Secret as the operator reads it, started before slurmctld; a
   MariaDB process of the local Slurm (`localenv.slurm.ACCOUNTING_DB`) stands in for the database it names.
   The stack's SlurmUsers Job, whose pod cannot run here, runs through `localenv.slurm_users_job`.
-* **Tokens** (controller/token): the Secret `spec.secretRef` holding a JWT for `spec.username`,
-  signed with the key slurmctld uses, renewed when a fifth of its `lifetime` is left (`refresh`).
+* **Tokens** (controller/token: token_controller.go, token_sync.go): the Secret `spec.secretRef` holding a
+  JWT for `spec.username`, signed with the key slurmctld uses, with the Token's labels and annotations
+  (builder/common/token_secret.go), re-minted when a fifth of its `lifetime` is left (`refresh`), by a
+  controller that visits a Token when it is first seen, when its object changes, at its RequeueAfter and at
+  the 10 h resync, never when its Secret changes. `token_v121_requeue` reproduces v1.2.1's requeue, after
+  which a Token whose pass re-minted it is not visited again until it changes.
 
 Level-based: each pass compares what is with what should be. Never imported by `reconciler/`: the
 reconciler meets the operator only through Kubernetes and Slurm, as in production.
@@ -78,6 +95,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.waiting import wait_for
 from localenv import slinky_conf
+from localenv import slinky_update as upd
 from localenv.slurm import Cancelled, LocalSlurm
 
 log = logging.getLogger("slinky-standin")
@@ -92,6 +110,8 @@ PREFIX = "slurm-operator: "  # slurmcontrol.go nodeReasonPrefix
 OPERATOR_USER = "slurm"
 TERMINATING_REASON = PREFIX + "Pod is terminating"  # workerbuilder/worker_app.go preStop
 RESYNC_SECONDS = 30.0  # nodeset_sync.go: durationStore.Push(key, 30*time.Second)
+# The manager's informers resync every 10 h (cmd/manager/main.go sets no SyncPeriod; controller-runtime's default)
+TOKEN_RESYNC_SECONDS = 10 * 3600.0
 MAX_REASON = 256  # nodeset_sync.go maxSlurmReasonLength
 # api/v1beta1/well_known.go, builder/labels/labels.go, pkg/taints/taints.go
 APP_LABEL, INSTANCE_LABEL, COMPONENT_LABEL = "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"
@@ -119,6 +139,8 @@ class NodeSetDef:
     tolerations: list[dict[str, str]] = field(default_factory=list)
     gpus: int = 0
     controller: str = "slurm"
+    image: str = ""  # the slurmd container's image (changing it rolls the NodeSet)
+    update_strategy: tuple[tuple[str, Any], ...] = ()  # spec.updateStrategy's items; () the operator's default
 
     def hostname(self, i: int) -> str:
         return f"{self.name}-{i}"
@@ -129,13 +151,16 @@ class NodeSetDef:
     def resource(self, namespace: str) -> dict[str, Any]:
         """As components/slinky.py declares a pool's NodeSet."""
         limits = {"nvidia.com/gpu": self.gpus} if self.gpus else {}
-        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeSet",
-                "metadata": {"name": self.name, "namespace": namespace},
-                "spec": {"controllerRef": {"name": self.controller}, "replicas": self.replicas,
-                         "extraConf": f"Gres=gpu:{self.gpus}" if self.gpus else "",
-                         "slurmd": {"resources": {"limits": limits}},
-                         "template": {"spec": {"nodeSelector": dict(self.node_selector),
-                                               "tolerations": list(self.tolerations)}}}}
+        out = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeSet",
+               "metadata": {"name": self.name, "namespace": namespace},
+               "spec": {"controllerRef": {"name": self.controller}, "replicas": self.replicas,
+                        "extraConf": f"Gres=gpu:{self.gpus}" if self.gpus else "",
+                        "slurmd": {"resources": {"limits": limits}, **({"image": self.image} if self.image else {})},
+                        "template": {"spec": {"nodeSelector": dict(self.node_selector),
+                                              "tolerations": list(self.tolerations)}}}}
+        if self.update_strategy:
+            out["spec"]["updateStrategy"] = dict(self.update_strategy)
+        return out
 
 
 def _spec(r: dict) -> dict:
@@ -157,7 +182,7 @@ def pod_manifest(nodeset: dict, i: int, namespace: str) -> dict[str, Any]:
     pod_labels = {**(meta.get("labels") or {}), **(tmeta.get("labels") or {}),
                   APP_LABEL: "slurmd", INSTANCE_LABEL: meta["name"], COMPONENT_LABEL: "worker", CLUSTER_LABEL: controller,
                   POD_NAME_LABEL: name, POD_INDEX_LABEL: name.rsplit("-", 1)[1], POD_HOSTNAME_LABEL: name,
-                  SCALING_MODE_LABEL: "StatefulSet"}
+                  SCALING_MODE_LABEL: "StatefulSet", upd.REVISION_LABEL: upd.revision(nodeset)}
     slurmd = spec.get("slurmd") or {}
     resources = {k: {r: str(v) for r, v in (slurmd.get("resources") or {}).get(k, {}).items()}
                  for k in ("limits", "requests") if (slurmd.get("resources") or {}).get(k)}
@@ -235,6 +260,20 @@ def _ensure_nodeset_crd(api: client.ApiClient) -> None:
         for c in ext.read_custom_resource_definition(name).status.conditions or []), timeout=30, interval=0.2)
 
 
+def pod_facts(pod: Any) -> upd.PodFacts:
+    """What the operator's sort and update decisions read of a pod (slinky_update.PodFacts)."""
+    ready = next((c for c in pod.status.conditions or [] if c.type == "Ready"), None) if pod.status else None
+    meta = pod.metadata
+    return upd.PodFacts(
+        name=meta.name, node_name=pod.spec.node_name or "", phase=(pod.status.phase if pod.status else None) or "",
+        ready=ready is not None and ready.status == "True",
+        ready_since=ready.last_transition_time.timestamp() if ready is not None and ready.status == "True"
+        and ready.last_transition_time else None,
+        created=meta.creation_timestamp.timestamp() if meta.creation_timestamp else None,
+        annotations=tuple(sorted((meta.annotations or {}).items())),
+        revision=(meta.labels or {}).get(upd.REVISION_LABEL, ""), terminating=meta.deletion_timestamp is not None)
+
+
 def pod_info(pod: Any, nodeset: dict) -> str:
     """podinfo.PodInfo as JSON (internal/utils/podinfo/podinfo.go: field order, omitempty)."""
     info: dict[str, str] = {"namespace": pod.metadata.namespace, "podName": pod.metadata.name,
@@ -269,7 +308,8 @@ class SlinkyStandIn:
     keeps the configuration it was started with)."""
 
     def __init__(self, api: client.ApiClient, slurm: LocalSlurm, nodesets: list[NodeSetDef] | None = None,
-                 namespace: str = "slurm", resync: float = RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic):
+                 namespace: str = "slurm", resync: float = RESYNC_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 token_v121_requeue: bool = False):
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -281,6 +321,13 @@ class SlinkyStandIn:
         self._synced: dict[str, tuple[str, float]] = {}  # NodeSet -> (fingerprint, when) of its last Slurm sync
         self.batch = client.BatchV1Api(api)
         self._users_done: set[str] = set()  # uids of the SlurmUsers Jobs whose script succeeded
+        self.token_v121_requeue = token_v121_requeue
+        self.token_resync = TOKEN_RESYNC_SECONDS
+        self._token_due: dict[str, float | None] = {}  # Token -> when its RequeueAfter comes due; None: never
+        self._token_version: dict[str, str | None] = {}  # Token -> the resourceVersion last reconciled
+        self._token_resync_at = time.time()
+        self._not_kept: dict[str, set[str]] = {}  # NodeSet -> its pods outside doPodProcessing's podsToKeep
+        self._deleted: set[str] = set()  # pods deleted in this pass
 
     # ------------------------------------------------------------------ reading
 
@@ -329,19 +376,12 @@ class SlinkyStandIn:
             self._sync_pdb(controller)
             own = {n: p for n, p in pods.items() if (p.metadata.labels or {}).get(INSTANCE_LABEL) == ns["metadata"]["name"]}
             mine |= set(own)
-            replicas = int(_spec(ns).get("replicas") if _spec(ns).get("replicas") is not None else 1)
-            wanted = {ordinal_name(ns, i): i for i in range(replicas)}
-            for name, i in wanted.items():
-                pod = own.get(name)
-                if pod is None:
-                    self._create_pod(ns, i)
-                elif pod.metadata.deletion_timestamp is None and pod.status.phase in ("Failed", "Succeeded"):
-                    self._delete_pod(name, "failed or finished: made again")
-                elif pod.metadata.deletion_timestamp is None and pod.status.phase == "Running" and pod.spec.node_name:
+            self._deleted.clear()
+            self._not_kept[ns["metadata"]["name"]] = self._sync_nodeset_pods(ns, own, slurm)
+            for name, pod in own.items():  # (a pod deleted just now is gone: its preStop runs below)
+                if pod.metadata.deletion_timestamp is None and pod.status.phase == "Running" and pod.spec.node_name \
+                        and name not in self._deleted:
                     running[name] = (ns, pod)
-            for name, pod in own.items():
-                if name not in wanted:
-                    self._condemn(pod, slurm.get(name))
         for name, pod in pods.items():  # pods of a NodeSet no longer declared (garbage collection)
             if name not in mine and pod.metadata.deletion_timestamp is None:
                 self._delete_pod(name, "its NodeSet is gone")
@@ -422,14 +462,49 @@ class SlinkyStandIn:
 
     def _delete_pod(self, name: str, why: str) -> None:
         log.info("deleting pod %s: %s", name, why)
+        self._deleted.add(name)
         try:
             self.core.delete_namespaced_pod(name, self.namespace)
         except ApiException as e:
             if e.status != 404:
                 raise
 
-    def _condemn(self, pod: Any, node: dict | None) -> None:
-        """processCondemned(): drain the Slurm node (overriding the reason), delete the pod once drained."""
+    def _sync_nodeset_pods(self, ns: dict, own: dict[str, Any], slurm: dict[str, dict]) -> set[str]:
+        """syncNodeSetPods (StatefulSet mode), then syncUpdate: scale out to the lowest free ordinals, scale in
+        in ActivePods order, else doPodProcessing and the update strategy's condemned pods. Returns the pods
+        that are not in podsToKeep (not to be uncordoned this pass)."""
+        spec = _spec(ns)
+        replicas = int(spec.get("replicas") if spec.get("replicas") is not None else 1)
+        facts = [pod_facts(p) for p in own.values()]
+        diff = len(own) - replicas  # every pod of the NodeSet, a terminating one too (getNodeSetPods)
+        if diff < 0:
+            for i in upd.free_ordinals({upd.ordinal(n) for n in own}, -diff):
+                self._create_pod(ns, i)
+            return set()  # doPodScale keeps them all; syncUpdate waits for the creations (expectations)
+        if diff > 0:
+            condemned, _ = upd.split_active(facts, diff)
+            for p in condemned:
+                self._condemn(own[p.name], slurm.get(p.name), "scale-in: beyond the NodeSet's replicas")
+            return {p.name for p in condemned}
+        for name, pod in own.items():  # processNodeSetPod
+            if pod.metadata.deletion_timestamp is None and pod.status.phase in ("Failed", "Succeeded"):
+                self._delete_pod(name, "failed or finished: made again")
+        kind, _ = upd.strategy(spec)
+        if kind == upd.SCHEDULED_UPDATE:
+            log.warning("NodeSet %s: updateStrategy ScheduledUpdate is not modelled by the stand-in: no update",
+                        ns["metadata"]["name"])
+            return set(own)
+        revision = upd.revision(ns)
+        condemned, keep = upd.split_update(spec, facts, revision, time.time())
+        if kind == upd.ROLLING_UPDATE:  # syncRollingUpdate: the unhealthy old pods, then splitUpdatePods' choice
+            unhealthy, _ = upd.split_unhealthy(upd.find_updated(facts, revision)[1])
+            for p in unhealthy + condemned:
+                self._condemn(own[p.name], slurm.get(p.name), f"rolling update to revision {revision}")
+        return set(own) - {p.name for p in keep}
+
+    def _condemn(self, pod: Any, node: dict | None, why: str) -> None:
+        """processCondemned(): drain the Slurm node (overriding the reason), delete the pod once drained and
+        idle (IsNodeDrained: DRAIN, not UNDRAIN, not ALLOCATED, MIXED or COMPLETING)."""
         if pod.metadata.deletion_timestamp is not None:
             return
         name = pod.metadata.name
@@ -441,7 +516,7 @@ class SlinkyStandIn:
                 self._drain(name, node, f"Pod ({self.namespace}/{name}) is pending termination for scale-in",
                             override=True)
                 return
-        self._delete_pod(name, "beyond its NodeSet's replicas, drained")
+        self._delete_pod(name, f"{why}, drained")
 
     def _ensure_namespace(self) -> None:
         try:
@@ -520,9 +595,10 @@ class SlinkyStandIn:
                 continue
             self._sync_cordon(pod, node, st)
         slurm = self._slurm_nodes()
+        not_kept = self._not_kept.get(key, set())
         for name, (_, pod) in sorted(running.items()):  # syncNodeSetPods -> doPodProcessing -> syncPodUncordon
             node = nodes.get(pod.spec.node_name)
-            if node is not None and name in slurm:
+            if node is not None and name in slurm and name not in not_kept:
                 self._sync_pod_uncordon(pod, node, slurm[name])
         slurm = self._slurm_nodes()
         for name, (_, pod) in sorted(running.items()):
@@ -650,45 +726,98 @@ class SlinkyStandIn:
     # ------------------------------------------------------------------ tokens (controller/token)
 
     def _sync_tokens(self) -> None:
-        """Write each Token's Secret, and renew it before it expires."""
-        import base64
-
-        import jwt
-
+        """The Token controller's work queue (internal/controller/token/token_controller.go): a Token is
+        reconciled when it is first seen (the informer's initial list), when its object changes (any update
+        event: ``For(&Token{})`` with no predicate), at the informers' resync (TOKEN_RESYNC_SECONDS) and when
+        the RequeueAfter its last pass returned comes due. Its Secret changing wakes nothing: the Secret's
+        controller owner is the JWT-key Secret (internal/builder/common/token_secret.go BuildSecret(opts,
+        jwtSecret)), so ``Owns(&corev1.Secret{})`` maps it to no Token."""
         try:
             tokens = self.custom.list_cluster_custom_object(GROUP, VERSION, "tokens")["items"]
         except ApiException as e:
             if e.status == 404:
                 return
             raise
-        now = int(time.time())
+        now = time.time()
+        resync = now - self._token_resync_at >= self.token_resync
         for t in tokens:
-            spec, meta = t.get("spec") or {}, t["metadata"]
-            ref = spec.get("secretRef") or {}
-            name, key = ref.get("name"), ref.get("key", "SLURM_JWT")
-            if not name or not spec.get("username"):
+            meta = t["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}"
+            due = self._token_due.get(key, now)  # never seen: queued
+            changed = self._token_version.get(key) != meta.get("resourceVersion")
+            if not (changed or resync or (due is not None and now >= due)):
                 continue
-            lifetime = _seconds(spec.get("lifetime", "15m"))
-            try:
-                current = self.core.read_namespaced_secret(name, meta["namespace"])
-                old = base64.b64decode((current.data or {}).get(key, "")).decode()
-                exp = jwt.decode(old, options={"verify_signature": False}).get("exp", 0) if old else 0
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                current, exp = None, 0
-            if exp - now > lifetime / 5:
-                continue
-            token = self.slurm.token(spec["username"], lifetime)
-            body = {"metadata": {"name": name, "namespace": meta["namespace"],
-                                 "labels": {"app.kubernetes.io/managed-by": "slurm-operator-standin"}},
-                    "type": "Opaque", "stringData": {key: token}}
-            if current is None:
-                self.core.create_namespaced_secret(meta["namespace"], body)
-            else:
-                self.core.replace_namespaced_secret(name, meta["namespace"], body)
-            log.info("token %s/%s: wrote Secret %s for Slurm user %s (%ss)", meta["namespace"], meta["name"],
-                     name, spec["username"], lifetime)
+            self._token_version[key] = meta.get("resourceVersion")
+            after = self._reconcile_token(t, now)
+            self._token_due[key] = None if after is None else now + after
+            if after is None:
+                log.warning("token %s: the pass returned RequeueAfter <= 0: not visited again until the Token "
+                            "changes (slurm-operator v1.2.1, fixed after it)", key)
+        if resync:
+            self._token_resync_at = now
+
+    def _reconcile_token(self, t: dict, now: float) -> float | None:
+        """One pass of token_sync.go ``Sync``; the RequeueAfter it returns (the least duration its steps
+        pushed: durationstore.Less), None where that is <= 0 (controller-runtime then forgets the key).
+
+        With `token_v121_requeue` the pushes are v1.2.1's: the preamble pushes ``refreshTime - now`` of the
+        token it found (30 s when it has none, or it is expired: getExpTime fails), and the ``Refresh`` step
+        pushes it again before re-minting; so a pass that re-mints a token not yet expired returns <= 0 and
+        the Token is not revisited. Without it, the fix after v1.2.1 (commit fcc501f1): the preamble's push
+        is gone, ``Refresh`` clamps its push to [1 s, lifetime] and pushes 4/5 of the lifetime after a
+        re-mint. The status write (syncStatus: issuedAt from the Secret read through the informer cache just
+        after writing it, so still the old one in the usual case) is not made: it would change nothing."""
+        import base64
+
+        import jwt
+
+        spec, meta = t.get("spec") or {}, t["metadata"]
+        ref = spec.get("secretRef") or {}
+        name, key = ref.get("name") or f"{meta['name']}-jwt-{spec.get('username', '')}", ref.get("key", "SLURM_JWT")
+        if not spec.get("username"):
+            return None
+        lifetime = _seconds(spec.get("lifetime", "15m"))  # api/v1beta1/token_keys.go Lifetime
+        pushes: list[float] = []
+        try:
+            current = self.core.read_namespaced_secret(name, meta["namespace"])
+            old = base64.b64decode((current.data or {}).get(key, "")).decode()
+            exp = float(jwt.decode(old, options={"verify_signature": False}).get("exp", 0)) if old else None
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            current, exp = None, None
+        expired = exp is not None and exp <= now
+        if self.token_v121_requeue:  # the preamble (removed by fcc501f1)
+            pushes.append(30.0 if exp is None or expired else (exp - lifetime / 5) - now)
+        if current is None:  # step "Secret": SyncObject(..., false) creates it, minting a token
+            self._write_token_secret(t, name, key, lifetime, None)
+            return 1.0  # "Refresh" then fails to read it from the cache yet: an error, requeued with backoff
+        if spec.get("refresh", True) is False:  # defaults.DefaultTokenRefresh; false: an immutable Secret
+            return min(pushes) if pushes and min(pushes) > 0 else None
+        refresh_at = now if exp is None or expired else exp - lifetime / 5
+        if exp is not None and not expired:
+            pushes.append(refresh_at - now if self.token_v121_requeue else min(max(refresh_at - now, 1.0), lifetime))
+        if now >= refresh_at:
+            self._write_token_secret(t, name, key, lifetime, current)
+            if not self.token_v121_requeue:
+                pushes.append(lifetime - lifetime / 5)
+        after = min(pushes) if pushes else 0.0
+        return after if after > 0 else None
+
+    def _write_token_secret(self, t: dict, name: str, key: str, lifetime: int, current: Any) -> None:
+        """BuildTokenSecret: a new JWT for `spec.username`, with the Token's labels and annotations."""
+        spec, meta = t.get("spec") or {}, t["metadata"]
+        token = self.slurm.token(spec["username"], lifetime)
+        labels_ = {**(meta.get("labels") or {}), "app.kubernetes.io/managed-by": "slurm-operator-standin"}
+        body = {"metadata": {"name": name, "namespace": meta["namespace"], "labels": labels_,
+                             "annotations": dict(meta.get("annotations") or {})},
+                "type": "Opaque", "stringData": {key: token}}
+        if current is None:
+            self.core.create_namespaced_secret(meta["namespace"], body)
+        else:
+            self.core.replace_namespaced_secret(name, meta["namespace"], body)
+        log.info("token %s/%s: wrote Secret %s for Slurm user %s (%ss)", meta["namespace"], meta["name"],
+                 name, spec["username"], lifetime)
 
     # ------------------------------------------------------------------ loop
 
@@ -728,6 +857,9 @@ class StandInConfig:
     nodesets: list[dict[str, Any]] | None  # None: the NodeSet resources in the namespace
     slurm: dict[str, Any]  # LocalSlurm's arguments
     resync: float = RESYNC_SECONDS
+    # Reproduce slurm-operator v1.2.1's Token requeue (a pass that re-mints returns RequeueAfter <= 0 and the
+    # Token is not visited again until it changes); default: the fix after v1.2.1. SlinkyStandIn._reconcile_token.
+    token_v121_requeue: bool = False
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -753,7 +885,7 @@ def main(argv: list[str] | None = None) -> int:
     nodesets = None if cfg.nodesets is None else [NodeSetDef(**n) for n in cfg.nodesets]
     stop = threading.Event()  # set on SIGTERM; the local Slurm's cancel, so the pass in flight ends with it
     standin = SlinkyStandIn(config.new_client_from_config(config_file=cfg.kubeconfig), local_slurm(cfg.slurm, stop),
-                            nodesets, cfg.namespace, resync=cfg.resync)
+                            nodesets, cfg.namespace, resync=cfg.resync, token_v121_requeue=cfg.token_v121_requeue)
     if a.once:
         standin.reconcile_once()
         return 0

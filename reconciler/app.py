@@ -53,17 +53,21 @@ def slurm_client(kind: str, env: dict[str, str] | None = None, **rest) -> SlurmC
 
 
 def watch_slurm_token(slurm: SlurmClient | None, metrics: Metrics, notifier: Notifier) -> None:
-    """A token kept by someone else (a Slinky Token's Secret) is watched for going stale: a gauge and one page
-    (reconciler/runtime/token_alarm.py); a token the reconciler signs itself cannot go stale."""
+    """A token kept by someone else (a Slinky Token's Secret) is watched for going stale: gauges, a nudge of the
+    Token it reads from the API server (its Secret's Token, components/slinky.py TOKEN_NAME, beside it) and one
+    page when that cannot help (reconciler/runtime/token_alarm.py); a token the reconciler signs itself cannot
+    go stale."""
     from gpufleet.reconciler.adapters.slurm.rest import KeptToken, SlurmREST
-    from gpufleet.reconciler.adapters.slurm.token_secret import SecretToken
+    from gpufleet.reconciler.adapters.slurm.token_secret import SecretToken, TokenNudge
     from gpufleet.reconciler.runtime.token_alarm import TokenAlarm
 
     tokens = slurm.tokens if isinstance(slurm, SlurmREST) else None
     if isinstance(tokens, KeptToken):
         ns = tokens.ref.namespace if isinstance(tokens, SecretToken) else "slurm"
+        name = "gpufleet-reconciler"  # components/slinky.py TOKEN_NAME
+        nudge = TokenNudge(tokens.core.api_client, ns, name) if isinstance(tokens, SecretToken) else None
         tokens.observer = TokenAlarm(metrics, notifier.send, tokens.describe(), time.time,
-                                     token_ref=(ns, "gpufleet-reconciler")).observe  # components/slinky.py TOKEN_NAME
+                                     token_ref=(ns, name), nudge=nudge).observe
 
 
 def build(spec: FleetSpec, api: client.ApiClient, *, slurm: SlurmClient | None, namespace: str | None = None,

@@ -239,10 +239,11 @@ def plan_active_checks(facts: PoolFacts, reservations: Iterable[Reservation], ve
         check = n.check
         failed_here = check is not None and check.job == job and check.state == "failed"
         if failed_here:  # noted failed: given back once its remediation holds the node
-            if n.remediation is not None or n.name in facts.remediated or n.unschedulable:
+            held_off = all(slurm_states.drained_or_down(s.states) for s in slurm_on.get(n.name, ()))
+            if (n.remediation is not None or n.name in facts.remediated or n.unschedulable) and held_off:
                 give_back(n.name, r.name, f"its remediation holds it ({check.message})", None)
             else:
-                failed.append(failed_node(n, check))
+                failed.append(failed_node(n, check, r.nodes))
                 held.add(n.name)
             continue
         if n.fault is not None or n.remediation is not None or n.name in facts.remediated or not n.ready \
@@ -262,7 +263,7 @@ def plan_active_checks(facts: PoolFacts, reservations: Iterable[Reservation], ve
             actions += [RecordCheck(n.name, record),
                         NodeEvent(n.name, "ActiveCheckFailed", f"{n.name} failed its active check ({job}): "
                                   f"{v.message}: it goes to the repair loop", "Warning")]
-            failed.append(failed_node(n, record))
+            failed.append(failed_node(n, record, r.nodes))
             results.append((n.name, FAILED_RESULT))
             held.add(n.name)
             continue
@@ -315,15 +316,17 @@ def plan_strays(reservations: Iterable[Reservation], nodes: frozenset[str]) -> t
                  for r in sorted(reservations, key=lambda r: r.name) if r.node not in nodes)
 
 
-def failed_node(n: NodeView, check: HealthCheckRecord) -> Remediation:
-    """An active node that failed its active check, as a remediation: the heal takes it out of service and the
-    repair begins at what the check says it needs. Named after the check, so making it again finds it made."""
+def failed_node(n: NodeView, check: HealthCheckRecord, slurm_nodes: tuple[str, ...] = ()) -> Remediation:
+    """An active node that failed its active check, as a remediation: the heal takes it out of service (its Slurm
+    nodes, those the check reserved, drained with gpufleet's reason: the NodeSet pods that would name them left for
+    the check) and the repair begins at what the check says it needs. Named after the check, so making it again
+    finds it made."""
     why = f"failed its active health check ({check.job}): {check.message}"
     needs = next((a for a in FaultAction if a.value == check.action and a.remediates), None)
     return Remediation(
         name=f"{n.name}-check-{int(check.at.timestamp())}", node=n.name, pool=n.pool or "", xid=0, message=why,
         phase=Phase.DETECTED, created=check.at, phase_times=((Phase.DETECTED.value, check.at),), reason=why,
-        was_spare=False, action=needs,
+        was_spare=False, action=needs, slurm_nodes=tuple(slurm_nodes),
     )
 
 

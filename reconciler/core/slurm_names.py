@@ -1,10 +1,16 @@
 """Which Slurm nodes run on a Kubernetes node. Pure.
 
-Slinky names a Slurm node after its NodeSet pod's hostname (`gpu-0` for pod `slurm-worker-gpu-0`),
-not after the Kubernetes node, and the pod may move. So the only truth is the pods: those on the
-node that carry the `nodeset.slinky.slurm.net/pod-hostname` label and that a NodeSet of the spec controls in
-the Slurm namespace (`observe.pod_view` drops the label on any other pod). The operator also writes the
-Kubernetes node into each Slurm node's comment (JSON); that is a cross-check, never the source.
+Slinky names a Slurm node after its NodeSet pod, not after the Kubernetes node, and the pod may move.
+slurm-operator v1.2.1 (internal/controller/nodeset/utils/utils.go initIdentity, GetOrdinalPodName,
+GetSlurmNodeName) names a NodeSet's pods `<nodeset>-<ordinal>` (the ordinal zero-padded to the NodeSet's
+`ordinalPadding`, none by default), with no `slurm-worker-` prefix: pod `gpu-0` of NodeSet `gpu` runs Slurm
+node `gpu-0`, its hostname. The template's `hostname`, if set, is a prefix the padded ordinal is appended to,
+and a pod on the host's network takes the Kubernetes node's name; a DaemonSet-mode NodeSet's pod takes the
+node's short name (GetDaemonSetPodHostname). Whatever the rule, the operator writes the result into the pod's
+`nodeset.slinky.slurm.net/pod-hostname` label, so that label is the truth, read from the pods: those on the
+node that carry it and that a NodeSet of the spec controls in the Slurm namespace (`observe.pod_view` drops the
+label on any other pod). The operator also writes the Kubernetes node into each Slurm node's comment (JSON,
+slurmcontrol.go UpdateNodeWithPodInfo); that is a cross-check, never the source.
 """
 from __future__ import annotations
 

@@ -61,6 +61,9 @@ class Metrics:
         self.slurm_token_stale = Gauge("gpufleet_slurm_token_stale",
                                        "1 while the Slurm token is past the point its Token should have refreshed it",
                                        registry=r)
+        self.slurm_token_nudges = Counter("gpufleet_slurm_token_nudges_total",
+                                          "Times the reconciler annotated its stale Token so the operator reconciles it",
+                                          registry=r)
         self.gpu_seconds_lent = Counter("gpufleet_gpu_seconds_lent_total", "GPU-seconds lent (counted as loans end)",
                                         ["pool"], registry=r)
         self.lending_events = Counter("gpufleet_lending_events_total", "Loans begun, reclaims begun, and reclaims "

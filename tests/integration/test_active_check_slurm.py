@@ -8,14 +8,17 @@ import pytest
 from gpufleet.waiting import wait_for
 from localenv.slurm import LocalSlurm
 from gpufleet.reconciler.adapters.slurm import SlurmError
-from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
 from gpufleet.reconciler.core import active_checks
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_check_reservation_is_made_only_on_an_idle_node_and_deleted_after(slurm_fresh: LocalSlurm,
-                                                                             slurm_cli: SlurmCLI) -> None:
+@pytest.mark.parametrize("backend", ["cli", "rest"])
+def test_a_check_reservation_is_made_only_on_an_idle_node_and_deleted_after(slurm_fresh: LocalSlurm, backend,
+                                                                             request) -> None:
+    """Both backends: scontrol (as root here) and slurmrestd (as the reconciler's own Slurm user, AdminLevel
+    Administrator, as the stack has it)."""
+    slurm_cli = request.getfixturevalue(f"slurm_{backend}")
     idle = "gpu-a-0"
     name = "gpufleet-check-kwok-gpu-0-1796126400"
     busy_name = "gpufleet-check-kwok-gpu-1-1796126400"

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.fleetspec import labels
 from gpufleet.waiting import wait_for
 from localenv import slinky_conf
+from localenv import slinky_update as upd
 from localenv.fake_nodes import fake_node
 from localenv.slinky_standin import (
     CORDON_REASON_ANNOTATION, POD_CORDON_ANNOTATION, POD_HOSTNAME_LABEL, POD_PROTECT_LABEL, PREFIX,
@@ -219,4 +220,94 @@ def test_scale_in_drains_first_and_keeps_the_slurm_node_record(world) -> None:
     settle(standin, "pool-a-1 gone", lambda: "pool-a-1" not in pods(core), timeout=90)
     n = cli.node("pool-a-1")
     assert n is not None and "DOWN" in n.states  # the record stays, DOWN by the preStop
+    standin.fixed = [NODESET]
+
+
+def revision_of(p: client.V1Pod) -> str:
+    return (p.metadata.labels or {}).get(upd.REVISION_LABEL, "")
+
+
+def test_scale_in_takes_the_cheaper_pod_first_and_scale_out_the_lowest_free_ordinal(world) -> None:
+    """utils/sort.go ActivePods.Less (a lower pod-deletion-cost goes before a higher ordinal);
+    nodeset_sync.go syncNodeSetPods (scale-out: the lowest ordinal no pod holds). Before, the stand-in
+    always removed the ordinals at or above `replicas`."""
+    standin, core, cli, _ = world
+    standin.fixed = [NODESET]
+    settle(standin, "two pods Running", lambda: sorted(n for n, p in pods(core).items()
+                                                       if p.status.phase == "Running") == ["pool-a-0", "pool-a-1"])
+    core.patch_namespaced_pod("pool-a-1", NS, {"metadata": {"annotations": {upd.POD_DELETION_COST_ANNOTATION: "10"}}})
+    standin.fixed = [NodeSetDef(POOL, 1, {labels.NODE_POOL: POOL}, [], gpus=8)]
+    settle(standin, "pool-a-0 condemned and gone", lambda: set(pods(core)) == {"pool-a-1"}, timeout=90)
+    assert "DRAIN" not in cli.node("pool-a-1").states
+    standin.fixed = [NODESET]
+    settle(standin, "pool-a-0 made again (not pool-a-2)", lambda: sorted(
+        n for n, p in pods(core).items() if p.status.phase == "Running") == ["pool-a-0", "pool-a-1"], timeout=90)
+    core.patch_namespaced_pod("pool-a-1", NS, {"metadata": {"annotations": {upd.POD_DELETION_COST_ANNOTATION: None}}})
+    for name in ("pool-a-0", "pool-a-1"):
+        if cli.node(name).drained_or_down:
+            cli.resume(name)
+
+
+def test_an_image_change_rolls_one_pod_at_a_time_waiting_for_a_busy_node(world) -> None:
+    """nodeset_sync.go syncRollingUpdate/splitUpdatePods (maxUnavailable 25 % of 2: one pod at a time, the
+    highest ordinal first), processCondemned (drain with the operator's reason, overriding a person's;
+    delete only once drained and idle: IsNodeDrained), then the ordinal made again at the new revision."""
+    standin, core, cli, slurm = world
+    standin.fixed = [NODESET]
+    settle(standin, "two pods Running", lambda: sorted(n for n, p in pods(core).items()
+                                                       if p.status.phase == "Running") == ["pool-a-0", "pool-a-1"])
+    for name in ("pool-a-0", "pool-a-1"):
+        if cli.node(name).drained_or_down:
+            cli.resume(name)
+    before = {n: p.metadata.uid for n, p in pods(core).items()}
+    old_rev = {revision_of(p) for p in pods(core).values()}
+    job = slurm.sbatch("-p", "gpu", "-w", "pool-a-1", "--wrap", "sleep 600")
+    wait_for("the job running", lambda: "ALLOCATED" in cli.node("pool-a-1").states or "MIXED" in cli.node("pool-a-1").states,
+             30, interval=0.3)
+    cli.drain("pool-a-1", "maintenance: alice")  # a person's drain: the operator overwrites it
+    v2 = NodeSetDef(POOL, 2, {labels.NODE_POOL: POOL}, [], gpus=8, image="slurmd:v2")
+    standin.fixed = [v2]
+    n = settle(standin, "pool-a-1 drained for the update", lambda: (n := cli.node("pool-a-1")).reason.startswith(PREFIX) and n)
+    assert n.reason == PREFIX + f"Pod ({NS}/pool-a-1) is pending termination for scale-in" and "DRAIN" in n.states
+    for _ in range(5):  # busy: the pod waits, and the budget (one) holds pool-a-0 back
+        standin.reconcile_once()
+    now = pods(core)
+    assert now["pool-a-1"].metadata.uid == before["pool-a-1"] and now["pool-a-0"].metadata.uid == before["pool-a-0"]
+    assert not cli.node("pool-a-0").drained_or_down
+    slurm.run(["scancel", str(job)], timeout=15)
+    most = [0]
+
+    def rolled() -> bool:
+        ps = pods(core)
+        most[0] = max(most[0], sum(1 for p in ps.values() if (p.metadata.annotations or {}).get(POD_CORDON_ANNOTATION)))
+        return sorted(ps) == ["pool-a-0", "pool-a-1"] and all(
+            p.status.phase == "Running" and p.metadata.uid != before[n] and revision_of(p) not in old_rev
+            for n, p in ps.items())
+    settle(standin, "both pods at the new revision", rolled, timeout=180)
+    assert most[0] <= 1  # never both condemned at once
+    assert {p.spec.containers[0].image for p in pods(core).values()} == {"slurmd:v2"}
+    for name in ("pool-a-0", "pool-a-1"):  # the preStop's DOWN (no ReturnToService here); the person's reason gone
+        assert cli.node(name).reason == TERMINATING_REASON
+        cli.resume(name)
+
+
+def test_on_delete_condemns_nothing_until_a_pod_is_deleted(world) -> None:
+    """nodeset_sync.go syncUpdate (OnDelete: nothing) and splitUpdatePods; a deleted pod comes back at the
+    new revision."""
+    standin, core, cli, _ = world
+    standin.fixed = [NodeSetDef(POOL, 2, {labels.NODE_POOL: POOL}, [], gpus=8, image="slurmd:v2",
+                                update_strategy=(("type", "OnDelete"),))]
+    settle(standin, "two pods Running", lambda: sorted(n for n, p in pods(core).items()
+                                                       if p.status.phase == "Running") == ["pool-a-0", "pool-a-1"])
+    revs = {n: revision_of(p) for n, p in pods(core).items()}
+    standin.fixed = [NodeSetDef(POOL, 2, {labels.NODE_POOL: POOL}, [], gpus=8, image="slurmd:v3",
+                                update_strategy=(("type", "OnDelete"),))]
+    for _ in range(5):
+        standin.reconcile_once()
+    assert {n: revision_of(p) for n, p in pods(core).items()} == revs
+    assert not any(cli.node(n).reason.startswith(PREFIX + "Pod (") for n in revs)
+    core.delete_namespaced_pod("pool-a-0", NS)
+    back = settle(standin, "pool-a-0 back at the new revision", lambda: (
+        (p := pods(core).get("pool-a-0")) and p.status.phase == "Running" and revision_of(p) != revs["pool-a-0"] and p))
+    assert back.spec.containers[0].image == "slurmd:v3" and revision_of(pods(core)["pool-a-1"]) == revs["pool-a-1"]
     standin.fixed = [NODESET]

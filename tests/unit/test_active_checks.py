@@ -205,14 +205,19 @@ def test_failed_enters_the_repair_loop_with_the_checks_action_and_keeps_the_node
     assert not any(isinstance(a, ac.GiveBackFromCheck) for a in plan.actions)  # no job lands on a failed node
     [rem] = plan.failed
     assert rem.node == n.name and rem.action is FaultAction.REBOOT and not rem.was_spare
+    assert rem.slurm_nodes == ("h100-0",)  # drained by the heal, though its NodeSet pod left for the check
     assert rem.name == f"kwok-h100-0-check-{int(T0.timestamp())}"  # made again: found made
     # a restart before the remediation was made: it is made (same name), the node still held
     noted = replace(n, check=HealthCheckRecord(ac.job_of(r), BOOT, FAILED, T0, v.message, "reboot"))
     again = ac.plan_active_checks(pool([noted]), [r], {ac.job_of(r): v}, spec(), T0 + timedelta(seconds=5))
     assert [x.name for x in again.failed] == [rem.name] and not again.actions
-    # the remediation holds it: given back to Slurm (its own drain keeps jobs off)
+    # cordoned by its remediation, its Slurm node not yet drained: still held
     held = replace(noted, remediation=rem.name)
-    done = ac.plan_active_checks(pool([held]), [r], {ac.job_of(r): v}, spec(), T0 + timedelta(seconds=9))
+    wait = ac.plan_active_checks(pool([held]), [r], {ac.job_of(r): v}, spec(), T0 + timedelta(seconds=9))
+    assert not any(isinstance(a, ac.GiveBackFromCheck) for a in wait.actions)
+    # the remediation holds it and Slurm has it drained: given back (its own drain keeps jobs off)
+    drained = [(held.name, (sl("h100-0", "IDLE", "DRAIN"),))]
+    done = ac.plan_active_checks(pool([held], drained), [r], {ac.job_of(r): v}, spec(), T0 + timedelta(seconds=9))
     assert ("GiveBackFromCheck", n.name) in kinds(done) and not done.failed
 
 

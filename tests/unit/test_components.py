@@ -440,15 +440,22 @@ def test_reconciler_reaches_slurm_through_the_restapi_with_its_token():
     token = MOCKS.named(CR + "Token", "gpufleet-reconciler").inputs
     assert token["metadata"]["namespace"] == spec.slurm.namespace
     assert token["spec"] == {"jwtKeyRef": {"name": "slurm-auth-jwt", "key": "jwt.key"}, "username": "gpufleet",
-                             "lifetime": "1h", "refresh": True,
+                             "lifetime": "24h", "refresh": True,
                              "secretRef": {"name": "gpufleet-reconciler-slurm-token", "key": "SLURM_JWT"}}
     keys = [r for r in MOCKS.of_type("kubernetes:core/v1:Secret") if r.inputs["metadata"]["name"] == "slurm-auth-jwt"]
     assert [k.inputs["metadata"]["namespace"] for k in keys] == [spec.slurm.namespace]
-    # The reconciler reads that one Secret, by name, and nothing else in the Slurm namespace.
+    # Its refresh point (4/5 of the lifetime) comes after the operator's longest resync gap (11 h), so the pass
+    # a resync queues always requeues it there: slurm-operator 1.2.1's stop after a re-mint cannot bite.
+    from gpufleet.components.slinky import MIN_SAFE_TOKEN_LIFETIME_S, OPERATOR_RESYNC_MAX_S
+    assert 24 * 3600 * 4 / 5 > OPERATOR_RESYNC_MAX_S and MIN_SAFE_TOKEN_LIFETIME_S <= 24 * 3600
+    # The reconciler reads that one Secret, by name, and patches that one Token (its nudge), nothing else in
+    # the Slurm namespace.
     role = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:Role", "gpufleet-reconciler-slurm-token").inputs
     assert role["metadata"]["namespace"] == spec.slurm.namespace
     assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"],
-                              "resourceNames": ["gpufleet-reconciler-slurm-token"], "verbs": ["get"]}]
+                              "resourceNames": ["gpufleet-reconciler-slurm-token"], "verbs": ["get"]},
+                             {"apiGroups": ["slinky.slurm.net"], "resources": ["tokens"],
+                              "resourceNames": ["gpufleet-reconciler"], "verbs": ["patch"]}]
     binding = MOCKS.named("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding", "gpufleet-reconciler-slurm-token")
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "gpufleet-reconciler",
                                            "namespace": spec.healing.reconciler.namespace}]
@@ -647,6 +654,7 @@ def test_admission_policies_bind_each_identity():
     assert set(policies) == set(bindings) == {f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-nodes",
                                               f"{dep.namespace}-reconciler-pod-deletion",
                                               f"{dep.namespace}-reconciler-jobs",
+                                              f"{dep.namespace}-reconciler-token-nudge",
                                               f"{dep.agent_namespace}-agent-own-node",
                                               f"{dep.agent_namespace}-agent-own-events",
                                               f"{dep.namespace}-kubelet-membership",
@@ -829,7 +837,7 @@ def test_the_reconciler_gets_https_egress_only_where_something_needs_it():
     assert https_peers(FleetSpec.model_validate(doc))
 
 
-def test_the_readmes_privilege_figures_are_the_renders():
+def test_the_security_models_privilege_figures_are_the_renders():
     """The security model's figures (docs/security.md: admission validations per policy, egress peers of 0.0.0.0/0) are counted
     from what prod renders, so they cannot drift from it."""
     import re
@@ -842,10 +850,11 @@ def test_the_readmes_privilege_figures_are_the_renders():
     found = {p["metadata"]["name"]: len(p["spec"]["validations"]) for p in policies(spec, "r", "a")}
     dep = spec.healing.reconciler
     m = re.search(r"(\d+) policies,\s+(\d+) validations: the reconciler's pods (\d+), Jobs (\d+), nodes (\d+), pod "
-                  r"deletions (\d+); the agent's node (\d+), Events (\d+);\s+kubelets' membership (\d+), Events (\d+)\.", text)
+                  r"deletions (\d+), Token (\d+); the agent's node (\d+), Events (\d+);\s+kubelets' membership (\d+), Events (\d+)\.", text)
     assert m, "docs/security.md's admission figures"
     order = [f"{dep.namespace}-reconciler-pods", f"{dep.namespace}-reconciler-jobs", f"{dep.namespace}-reconciler-nodes",
-             f"{dep.namespace}-reconciler-pod-deletion", f"{dep.agent_namespace}-agent-own-node",
+             f"{dep.namespace}-reconciler-pod-deletion", f"{dep.namespace}-reconciler-token-nudge",
+             f"{dep.agent_namespace}-agent-own-node",
              f"{dep.agent_namespace}-agent-own-events", f"{dep.namespace}-kubelet-membership",
              f"{dep.namespace}-kubelet-events"]
     assert sorted(order) == sorted(found)

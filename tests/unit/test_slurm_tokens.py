@@ -9,6 +9,7 @@ import httpx
 import jwt
 import pytest
 
+from localenv import slinky_update
 from localenv.slinky_standin import POD_HOSTNAME_LABEL, NodeSetDef, pod_manifest
 from gpufleet.reconciler.adapters.slurm import SlurmError
 from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST, TokenFile, token_expiry
@@ -99,7 +100,8 @@ def test_standin_pod_is_named_as_slinky_names_it() -> None:
     assert pod["spec"]["hostname"] == "h100-1" == pod["metadata"]["labels"][POD_HOSTNAME_LABEL]
     assert {k: v for k, v in pod["metadata"]["labels"].items() if not k.startswith("nodeset.")} == {
         "app.kubernetes.io/name": "slurmd", "app.kubernetes.io/instance": "h100",
-        "app.kubernetes.io/component": "worker", "slinky.slurm.net/cluster": "slurm"}
+        "app.kubernetes.io/component": "worker", "slinky.slurm.net/cluster": "slurm",
+        "controller-revision-hash": slinky_update.revision(ns)}  # historycontrol/utils.go SetRevision
     assert pod["metadata"]["labels"]["nodeset.slinky.slurm.net/pod-index"] == "1"
     assert pod["metadata"]["labels"]["nodeset.slinky.slurm.net/scaling-mode"] == "StatefulSet"
     assert pod["spec"]["nodeSelector"] == {"node-restriction.kubernetes.io/gpufleet-pool": "h100"}

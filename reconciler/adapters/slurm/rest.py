@@ -38,7 +38,7 @@ import httpx
 import jwt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, signal_targets
+from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, SlurmReservation, signal_targets
 from gpufleet.reconciler.adapters.slurm.cli import expand_hostlist
 from gpufleet.reconciler.core.slurm_states import ON_NODE_JOB_STATES, PENDING
 from gpufleet.reconciler.core.slurm_token import assess
@@ -117,6 +117,15 @@ def token_claims(token: str) -> tuple[float | None, float | None]:
         return None, None
     exp, iat = claims.get("exp"), claims.get("iat")
     return (float(exp) if exp is not None else None), (float(iat) if iat is not None else None)
+
+
+def token_user(token: str) -> str:
+    """The Slurm user a token names (its `sun` claim, as slurmctld's auth/jwt reads it), read without checking the
+    signature; '' when it names none."""
+    try:
+        return str(jwt.decode(token, options={"verify_signature": False}).get("sun") or "")
+    except jwt.PyJWTError:
+        return ""
 
 
 class KeptToken:
@@ -417,6 +426,29 @@ class JobUpdate(_Model):
     admin_comment: str | None = None
 
 
+class ReservationInfo(_Model):
+    """v0.0.45/v0.0.44 `reservation_info`: the fields the client reads (`node_list` a hostlist expression)."""
+    name: str
+    node_list: str = ""
+    flags: list[str] = Field(default_factory=list)
+
+
+class ReservationsResponse(Envelope):
+    reservations: list[ReservationInfo] = Field(default_factory=list)
+
+
+class ReservationDesc(_Model):
+    """v0.0.45/v0.0.44 `reservation_desc_msg` (POST /slurm/v0.0.45/reservation, "create or update a reservation",
+    in the OpenAPI document `slurmrestd --generate-openapi-spec -s slurmctld -d v0.0.45` of slurm 26.05.5):
+    `node_list` a hostlist string, `users` a csv_string (an array), `duration` in minutes."""
+    name: str
+    node_list: str
+    start_time: NoValInt
+    duration: NoValInt
+    users: list[str]
+    flags: list[str]
+
+
 class OpenAPIDoc(_Model):
     paths: dict[str, Any] = Field(default_factory=dict)
 
@@ -574,6 +606,36 @@ class SlurmREST:
         return _accounted_job(runs[-1]) if runs else None
 
     # ------------------------------------------------------------------ nodes
+
+    # ------------------------------------------------------------------ reservations (active checks)
+
+    def reservations(self) -> list[SlurmReservation]:
+        resp = self._call("GET", "/reservations/", ReservationsResponse)
+        return sorted((SlurmReservation(r.name, tuple(expand_hostlist(r.node_list)) if r.node_list else (),
+                                        frozenset(r.flags)) for r in resp.reservations), key=lambda r: r.name)
+
+    def reserve_for_maintenance(self, name: str, nodes: Sequence[str], minutes: int) -> None:
+        """POST /reservation with MAINT only (no IGNORE_JOBS: slurmctld refuses nodes that run a job), starting now,
+        for the token's user. The call creates or updates: the name is new each time (it carries when)."""
+        self._call("POST", "/reservation", Envelope, body=ReservationDesc(
+            name=name, node_list=",".join(nodes), start_time=NoValInt(set=True, number=int(time.time())),
+            duration=NoValInt(set=True, number=int(minutes)), users=[self._user()], flags=["MAINT"]))
+
+    def _user(self) -> str:
+        user = token_user(self.tokens.token())
+        if not user:
+            raise SlurmError(f"Slurm REST: the token from {self.tokens.describe()} names no user (claim sun): a "
+                             "reservation is made for a user", temporary=False)
+        return user
+
+    def delete_reservation(self, name: str) -> None:
+        """DELETE /reservation/{name}; one not there (deleted, or ended) is already what was asked."""
+        try:
+            self._call("DELETE", f"/reservation/{name}", Envelope)
+        except SlurmError as e:
+            if not e.temporary and name not in {r.name for r in self.reservations()}:
+                return
+            raise
 
     def _update_node(self, name: str, update: NodeUpdate) -> None:
         self._call("POST", f"/node/{name}", Envelope, body=update)

@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from gpufleet.reconciler.adapters.slurm import SlurmError
 from gpufleet.reconciler.adapters.slurm.rest import KeptToken
 
-__all__ = ["SecretRef", "SecretToken"]
+__all__ = ["SecretRef", "SecretToken", "TokenNudge"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,35 @@ class SecretToken(KeptToken):
         if not text:
             raise SlurmError(f"Slurm REST: the token's {self.describe()} is empty", temporary=True)
         return text
+
+
+class TokenNudge:
+    """Writes the reconciler's condition onto its Slinky Token (one annotation, a JSON merge patch), the
+    change that makes slurm-operator reconcile the Token again (reconciler/core/slurm_token.py says why).
+    Its rights: `patch` on that one Token by name (components/slinky.py token_reader_rules), and the stack's
+    admission policy lets that patch change this annotation only (components/admission.py)."""
+
+    GROUP, VERSION, PLURAL = "slinky.slurm.net", "v1beta1", "tokens"
+
+    def __init__(self, api: client.ApiClient, namespace: str, name: str):
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace, self.name = namespace, name
+
+    def __call__(self, condition: dict) -> None:
+        """Raises SlurmError (temporary) when the API server refuses or cannot be reached."""
+        import json
+
+        from gpufleet.fleetspec import labels
+
+        body = {"metadata": {"annotations": {labels.TOKEN_NUDGE: json.dumps(condition, sort_keys=True)}}}
+        try:
+            # a dict body goes as application/merge-patch+json (kubernetes-client CustomObjectsApi: json-patch
+            # only for a list), so nothing but this annotation is sent
+            self.custom.patch_namespaced_custom_object(self.GROUP, self.VERSION, self.namespace, self.PLURAL,
+                                                       self.name, body, _request_timeout=10)
+        except ApiException as e:
+            raise SlurmError(f"cannot annotate Token {self.namespace}/{self.name}: HTTP {e.status} {e.reason}",
+                             temporary=True) from None
+        except Exception as e:  # noqa: BLE001 - the API server unreachable or slow
+            raise SlurmError(f"cannot annotate Token {self.namespace}/{self.name}: {type(e).__name__}",
+                             temporary=True) from None
