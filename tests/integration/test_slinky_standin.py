@@ -320,12 +320,19 @@ def test_a_dead_machine_runs_no_prestop_and_slurmctld_marks_its_node_not_respond
     DOWN "Not responding" SlurmdTimeout later (slurm src/slurmctld/ping_nodes.c). The pod keeps its Running phase
     (nothing updates a dead kubelet's pods; the operator deletes none: nodeset_sync.go). The kubelet back, the
     pod's slurmd runs again, and the node stays DOWN (ReturnToService 0 here) until resumed."""
+    from gpufleet.reconciler.adapters.slurm import SlurmError
     from localenv.fake_nodes import KWOK_ANNOTATION, kill_kubelet
 
     standin, core, cli, slurm = world
     name = "pool-a-0"
-    settle(standin, "takes jobs to begin with", lambda: (p := pods(core).get(name)) is not None and
-           p.status.phase == "Running" and not cli.node(name).drained_or_down)
+    def up() -> bool:
+        p = pods(core).get(name)
+        try:
+            return p is not None and p.status.phase == "Running" and not cli.node(name).drained_or_down
+        except SlurmError:  # its slurmd not registered yet
+            return False
+
+    settle(standin, "takes jobs to begin with", up)
     host = where(core)[name]
     kill_kubelet(core, host)
     reasons: set[str] = set()
