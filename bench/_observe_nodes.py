@@ -7,7 +7,6 @@ nothing else to do, so what it sees late the API server delivered late (not a bu
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import threading
 import time
@@ -20,12 +19,13 @@ def main(kubeconfig: str, out: str) -> int:
     from kubernetes import config
 
     from _watch import node_informer
+    from gpufleet.stop_signal import set_on_signals
 
     fault: dict[str, float] = {}
     cordon: dict[str, float] = {}
     before: set[str] = set()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    set_on_signals(stop)  # SIGTERM sets it (never from inside the handler: gpufleet/stop_signal.py)
 
     def view(node: dict) -> tuple[bool, bool]:  # (GPU fault condition, cordoned)
         return (any(c.get("type") == "GpuHealthy" and c.get("status") == "False"

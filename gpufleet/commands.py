@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,6 +12,7 @@ import typer
 from gpufleet.console import EXIT_FAILED, EXIT_INVALID, _err, app, load_spec, refuse_jwt_key
 from gpufleet.fleetspec import labels
 from gpufleet import local_cluster
+from gpufleet.stop_signal import set_on_signals
 
 
 def default_kubeconfig(stack: Optional[str]) -> Path | None:
@@ -91,10 +91,7 @@ def reconcile(
         rec.kube.flush_events()
         return
 
-    def stop(*_):
-        rec.stop.set()
-
-    signal.signal(signal.SIGTERM, stop)
+    set_on_signals(rec.stop)  # SIGTERM sets it, never from inside the handler (a lock there can deadlock)
     try:
         rec.serve(metrics_port or None, health_port or None)
     except KeyboardInterrupt:
@@ -152,7 +149,7 @@ def agent(
         _err(f"cannot read the kernel log {kmsg}: {e.strerror or e}")
         raise typer.Exit(EXIT_INVALID)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    set_on_signals(stop)  # SIGTERM sets it, never from inside the handler (a lock there can deadlock)
     kube = Kube(_api(kubeconfig), manager=labels.MANAGER_AGENT)
     ag = Agent(kube, node, kernel_log, condition=condition or "GpuHealthy", policy=faults,
                stop=stop, max_backoff=max_backoff, gpus=_gpu_indexes())

@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 import threading
 from dataclasses import asdict, dataclass, field
@@ -59,6 +58,7 @@ from kubernetes import client, config
 from kubernetes.utils import parse_quantity
 
 from gpufleet.fleetspec.models import FleetSpec
+from gpufleet.stop_signal import set_on_signals
 from localenv import fake_nodes
 
 log = logging.getLogger("autoscaler-standin")
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = AutoscalerConfig.read(a.config)
     standin = AutoscalerStandIn(config.new_client_from_config(config_file=cfg.kubeconfig), cfg.node_groups())
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    set_on_signals(stop)  # SIGTERM sets it (never from inside the handler: gpufleet/stop_signal.py)
     log.info("node groups: %s", ", ".join(f"{g.name} (max {g.max_size})" for g in standin.groups))
     try:
         standin.run(stop, a.scan_interval)

@@ -24,7 +24,6 @@ import argparse
 import hashlib
 import json
 import logging
-import signal
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +33,7 @@ from kubernetes import client, config
 
 from gpufleet.fleetspec import labels
 from gpufleet.fleetspec.faults.telemetry import FIELDS, HW_THERMAL
+from gpufleet.stop_signal import set_on_signals
 from localenv.gpu_hardware_standin import (
     BROKEN, HUNG, IDLE, KWOK_ANNOTATION, REBOOT_FIXES, RESET_FIXES, ROW_REMAP_PENDING, THROTTLING, state_of,
 )
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     server = serve(KwokNodes(config.new_client_from_config(config_file=args.kubeconfig)), args.port, args.host)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    set_on_signals(stop)  # SIGTERM sets it (never from inside the handler: gpufleet/stop_signal.py)
     log.info("serving http://%s:%d/metrics", args.host, server.server_address[1])
     stop.wait()
     server.shutdown()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-import signal
 import sys
 import threading
 import uuid
@@ -44,6 +43,7 @@ from kubernetes import client, config
 from gpufleet.fleetspec import labels
 from gpufleet.fleetspec.health_report import EXPECTED_GPUS, HealthReport
 from gpufleet.fleetspec.node_repair import REBOOT, RESET_GPU, RepairResult, parse_request, parse_result
+from gpufleet.stop_signal import set_on_signals
 
 from gpufleet.reconciler.healthcheck.run import Ran, run_checks
 
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    set_on_signals(stop)  # SIGTERM sets it (never from inside the handler: gpufleet/stop_signal.py)
     GpuHardware(config.new_client_from_config(config_file=args.kubeconfig)).loop(stop, args.every, args.ready_file)
     return 0
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from gpufleet.stop_signal import set_on_signals
+
 OFFSETS = ".offsets.json"
 PATTERN = "*/*/*.log"  # <ns>_<pod>_<uid>/<container>/<restart>.log; rotated files (<n>.log.<time>) are not
 CHUNK = 1 << 20
@@ -125,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between two looks")
     args = ap.parse_args(argv)
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    set_on_signals(stop, (signal.SIGTERM, signal.SIGINT))  # never from inside the handler: gpufleet/stop_signal.py
     shipper = Shipper(args.source, args.dest)
     print(f"copying container logs from {args.source} to {args.dest} every {args.interval}s", flush=True)
     while not stop.is_set():

@@ -86,7 +86,6 @@ import argparse
 import hashlib
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -98,6 +97,7 @@ from typing import Any, Callable
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.stop_signal import set_on_signals
 from gpufleet.waiting import wait_for
 from localenv import slinky_conf
 from localenv import slinky_update as upd
@@ -950,12 +950,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.once:
         standin.reconcile_once()
         return 0
-    term: list[float] = []  # when SIGTERM came, for the log
-
-    def on_term(*_: Any) -> None:
-        term.append(time.monotonic())
-        stop.set()
-    signal.signal(signal.SIGTERM, on_term)
+    term = set_on_signals(stop)  # SIGTERM sets it (never from inside the handler: gpufleet/stop_signal.py)
     log.info("running for %s in namespace %s", "the Slinky resources" if nodesets is None
              else "NodeSets " + ", ".join(n.name for n in nodesets), cfg.namespace)
     try:

@@ -50,7 +50,8 @@ class TelemetryPass:
         self.history = telemetry.remember(self.history, samples, now, telemetry.keep_seconds(self.spec))
         pools = {p.name for p in self.spec.pools}
         views = {n.name: n for p in pools for n in self.caches.nodes.by_index("pool", p)}
-        self.history = telemetry.forget(self.history, [k for k, v in views.items() if v.fault or v.remediation])
+        # a node whose GPU condition is False (its heal and repair until the check passes) is judged afresh after
+        self.history = telemetry.forget(self.history, [k for k, v in views.items() if v.fault is not None])
         on = {name: slurm_nodes_on(name, self.caches.pods_on(name)).names for name in views}
         where = {s: k for k, names in on.items() for s in names}  # Slurm node -> Kubernetes node
         running = call(self.slurm.running_jobs) if self.slurm is not None else []

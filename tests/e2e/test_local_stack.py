@@ -31,11 +31,11 @@ def local(tmp_path_factory, kube_bin_dir, slurm_root, pulumi_bin_dir):
     mp.setenv("GPUFLEET_LOCAL_DIR", str(root))
     spec = load_stack_file(ROOT / "Pulumi.local.yaml").fleet
     env = LocalEnv(spec, root=root, bin_dir=kube_bin_dir, ports=LocalEnv.free_ports(spec), progress=print)
-    env.up()
-    stack = env.stack()
-    stack.ensure()
-    stack.ensure_secrets(spec.secret_keys())
-    try:
+    try:  # down also when up or the stack fails half-way: nothing left running for the tests after these
+        env.up()
+        stack = env.stack()
+        stack.ensure()
+        stack.ensure_secrets(spec.secret_keys())
         yield spec, env, stack
     finally:
         env.down()

@@ -14,11 +14,32 @@ from gpufleet.reconciler.adapters.kube import Kube
 from gpufleet.reconciler.core import active_checks
 from localenv.gpu_hardware_standin import BROKEN
 from tests.fixtures.reconciler_kube import Recorder, fleet, make_nodes, reconciler, records_for, run_until, step
-from tests.integration.test_reconciler_slurm import SLURM_NS, job_on, place
+from gpufleet.waiting import wait_for
+from localenv.slinky_standin import NodeSetDef, declare_nodesets, nodeset_owner
+from tests.integration.test_reconciler_slurm import SLURM_NS, job_on
 from tests.integration.test_repair_local import check_pods, simulate
 
 pytestmark = pytest.mark.integration
 POOL = "acheck"
+
+
+def place(api, slurm_name: str, node: str) -> None:
+    """The pool's NodeSet pod named as its Slurm node, on `node` (the reconciler counts a pod as a Slurm node's only
+    when one of the spec's NodeSets controls it: this pool's)."""
+    core = client.CoreV1Api(api)
+    (nodeset,) = declare_nodesets(api, SLURM_NS, [NodeSetDef(POOL, 0, {})])
+    try:
+        core.delete_namespaced_pod(slurm_name, SLURM_NS, grace_period_seconds=0)
+    except client.exceptions.ApiException as e:
+        assert e.status == 404
+    wait_for(f"{slurm_name} to be gone", lambda: slurm_name not in {
+        p.metadata.name for p in core.list_namespaced_pod(SLURM_NS).items}, timeout=10)
+    core.create_namespaced_pod(SLURM_NS, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": slurm_name, "namespace": SLURM_NS, "ownerReferences": [nodeset_owner(nodeset)],
+                     "labels": {labels.SLINKY_POD_HOSTNAME: slurm_name, "app.kubernetes.io/name": "slurmd"}},
+        "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "slurmd", "image": "ghcr.io/slinkyproject/slurmd:26.05"}]}})
 
 
 def ours(slurm_cli) -> list[str]:
@@ -60,3 +81,8 @@ def test_an_idle_node_failing_its_periodic_check_enters_the_repair_loop_and_a_bu
             slurm_cli.delete_reservation(name)
         for n in (f"{POOL}-0", f"{POOL}-1", f"{POOL}-spare-0"):  # no node of this pool left to the session's others
             core.delete_node(n)
+        for slurm_name in ("gpu-a-0", "gpu-a-1"):  # nor a NodeSet pod on a node that is gone
+            try:
+                core.delete_namespaced_pod(slurm_name, SLURM_NS, grace_period_seconds=0)
+            except client.exceptions.ApiException as e:
+                assert e.status == 404

@@ -18,7 +18,7 @@ from gpufleet.reconciler.core import job_record
 from gpufleet.reconciler.core.phases import Phase
 from tests.fixtures.reconciler_kube import reconciler, records_for, run_until
 
-from .test_reconciler_slurm import POOL, fleet_with_slurm, moved_by_the_operator  # noqa: F401
+from .test_reconciler_slurm import POOL, SLURM_NS, fleet_with_slurm, moved_by_the_operator  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -53,7 +53,7 @@ def owners_webhook():
 def why(kube_cluster, slurm, job_id: int, *extra: str):
     return CliRunner().invoke(app, ["why", str(job_id), "--kubeconfig", str(kube_cluster.kubeconfig_path),
                                     "--slurm-url", slurm.rest_url, "--slurm-jwt-key-file", str(slurm.jwt_key_path),
-                                    *extra])
+                                    "--slurm-namespace", SLURM_NS, *extra])  # the test spec's Slinky namespace
 
 
 def test_a_requeued_job_carries_the_reason_keeps_its_comment_its_owner_is_told_and_why_tells_its_story(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,11 +43,12 @@ SCRIPT = "#!/bin/sh\ntrap 'echo checkpoint saved; exit 0' TERM\necho started\nwh
 
 def submit_as(cluster: LocalSlurm, user: str, script: Path) -> int:
     """The job, submitted as `user`; it counts as running once its script has set its trap and said so (a
-    SIGTERM before the trap would kill it unsaved: test_reconciler_slurm.py job_on)."""
-    out = script.parent / "out-%j"
+    SIGTERM before the trap would kill it unsaved: test_reconciler_slurm.py job_on). The script and its output
+    are where the user reaches them: the cluster's work dir as the daemons see it (LocalSlurm.daemon_path)."""
+    out = cluster.daemon_path(script.parent) / "out-%j"
     r = cluster.run(["runuser", "-u", user, "--", "env", f"SLURM_CONF={cluster.daemon_conf}", "sbatch", "--parsable",
                      "--requeue", "--open-mode=append", "-p", "gpu", "-w", NODE, "-J", "train-llm", "--chdir=/tmp",
-                     "-o", str(out), str(script)], timeout=15, check=True)
+                     "-o", str(out), str(cluster.daemon_path(script))], timeout=15, check=True)
     jid = int(r.stdout.strip().split(";")[0])
     said = script.parent / f"out-{jid}"
     wait_for(f"job {jid} to run and set its trap", lambda: said.exists() and "started" in said.read_text(), 30)
@@ -70,7 +72,7 @@ def why_as_engineer(cluster: LocalSlurm, token: str, job_id: int, *args: str) ->
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "SLURM_JWT": token, "LANG": "C.UTF-8"}
     python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     return subprocess.run([python, "-c", launcher, "why", str(job_id), "--slurm-url", cluster.rest_url, *args],
-                          env=env, capture_output=True, text=True, timeout=60, user=HOST_USER, group=HOST_USER,
+                          env=env, capture_output=True, text=True, timeout=60, user=HOST_USER, group=HOST_USER, extra_groups=[],
                           cwd=home)
 
 
@@ -90,13 +92,16 @@ def remediation_of(job_id: int, fault: datetime, signalled: datetime, requeued: 
 
 
 @pytest.fixture
-def healed_job(slurm_fresh: LocalSlurm, slurm_rest: SlurmREST, tmp_path: Path) -> Iterator[int]:
+def healed_job(slurm_fresh: LocalSlurm, slurm_rest: SlurmREST) -> Iterator[int]:
     """A tenant's job that lost a GPU, checkpointed on SIGTERM, was requeued and runs again; its admin comment
     written by the reconciler's token as the job notes pass writes it."""
-    script = tmp_path / "train.sh"
+    folder = slurm_fresh.workdir / "engineer"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    folder.chmod(0o777)  # the tenant's job writes its output there
+    script = folder / "train.sh"
     script.write_text(SCRIPT)
     script.chmod(0o755)
-    tmp_path.chmod(0o777)  # the tenant's job writes its output there
     job_id = submit_as(slurm_fresh, TENANT_USER, script)
     wait_for("the job to run", lambda: running(slurm_rest, job_id))
     fault = signalled = datetime.now(timezone.utc).replace(microsecond=0)

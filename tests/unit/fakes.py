@@ -11,7 +11,7 @@ from gpufleet.fleetspec.node_repair import PASSED, REBOOT, RESET_GPU, HealthChec
 from gpufleet.fleetspec.models import FleetSpec, NodePool
 from gpufleet.fleetspec.placement import node_labels, node_taints, worker_selector
 from gpufleet.reconciler.adapters.records import MemoryRemediationStore
-from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode
+from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, SlurmReservation
 from gpufleet.reconciler.core.membership import MembershipFacts
 from gpufleet.reconciler.core.validation import Verdict, read_report
 from gpufleet.reconciler.errors import TemporaryError
@@ -104,6 +104,19 @@ class FakeKube:
     def patch_node(self, name, body):
         self._write("patch", name)
         self.nodes[name]["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
+        return json.loads(json.dumps(self.nodes[name]))
+
+    def take_for_check(self, name):
+        self._write("take-for-check", name)
+        spec = self.nodes[name]["spec"]
+        if not any(t["key"] == labels.CHECK_TAINT for t in spec.get("taints") or []):
+            spec["taints"] = (spec.get("taints") or []) + [{"key": labels.CHECK_TAINT, "effect": "NoSchedule"}]
+        return json.loads(json.dumps(self.nodes[name]))
+
+    def give_back_from_check(self, name):
+        self._write("give-back-from-check", name)
+        spec = self.nodes[name]["spec"]
+        spec["taints"] = [t for t in spec.get("taints") or [] if t["key"] != labels.CHECK_TAINT] or None
         return json.loads(json.dumps(self.nodes[name]))
 
     def evict(self, pod, grace_seconds=None):
@@ -228,6 +241,24 @@ class FakeSlurm:
 
     def release(self, ids):
         self.calls.append(("release", tuple(ids)))
+
+    # reservations, as slurmctld keeps them: a MAINT one without IGNORE_JOBS is refused on a node that runs a job
+    def reservations(self):
+        self._check("reservations")
+        return sorted(getattr(self, "reserved", {}).values(), key=lambda r: r.name)
+
+    def reserve_for_maintenance(self, name, nodes, minutes):
+        self._check("reserve")
+        busy = [n for n in nodes if self.table[n].states & {"ALLOCATED", "MIXED", "COMPLETING"}]
+        if busy:
+            raise SlurmError(f"Error creating the reservation: Requested nodes are busy ({busy})")
+        self.calls.append(("reserve", name))
+        self.__dict__.setdefault("reserved", {})[name] = SlurmReservation(name, tuple(nodes), frozenset({"MAINT"}))
+
+    def delete_reservation(self, name):
+        self._check("unreserve")
+        self.calls.append(("unreserve", name))
+        getattr(self, "reserved", {}).pop(name, None)
 
     def job(self, job_id):
         self._check("job")

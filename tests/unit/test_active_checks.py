@@ -286,3 +286,48 @@ def test_a_node_under_a_check_is_never_lent():
 def test_the_oldest_check_age():
     assert ac.oldest_check_age([active(0, timedelta(minutes=5)), active(1, timedelta(minutes=50))], T0) == 3000
     assert ac.oldest_check_age([active(0, None)], T0) == float("inf")
+
+
+# --- the pass, through the reconciler's runtime (tests/unit/fakes.py: the API server, Slurm, the check Jobs) -----
+
+def _world(max_at_once=1):
+    from tests.unit.fakes import FakeNodes, World, fleet
+    from gpufleet.fleetspec.active_checks import ActiveChecks
+    from gpufleet.reconciler.adapters.slurm import SlurmNode
+
+    s = fleet(nodes=3, spares=1, grace_period_seconds=0)
+    s = s.model_copy(update={"pools": [s.pools[0].model_copy(update={
+        "active_checks": ActiveChecks(period_seconds=3600, max_at_once=max_at_once)})]})
+    w = World(s)
+    w.slurm.table["h100-w0"] = SlurmNode("h100-w0", frozenset({"IDLE"}), "")  # idle; h100-w1 and w2 run jobs
+    return w, FakeNodes
+
+
+def test_the_pass_checks_an_idle_node_that_fails_into_the_repair_loop_and_never_a_busy_one():
+    w, nodes = _world()
+    w.hardware.state["h100-0"] = nodes.BROKEN
+    w.run(seconds=240)
+    [r] = [r for r in w.store.list() if r.node == "h100-0"]
+    assert "failed its active health check" in r.reason and r.slurm_nodes == ("h100-w0",)
+    checked = {node for node, _ in w.checks.jobs.values()}
+    assert "h100-0" in checked and not checked & {"h100-1", "h100-2"}  # busy nodes: never a check Job
+    assert not any(c[0] == "reserve" and "h100-1" in c[1] for c in w.slurm.calls)
+    # given back once its remediation holds it: no reservation left, no check taint
+    assert w.slurm.reservations() == [] and ("unreserve", next(c[1] for c in w.slurm.calls if c[0] == "reserve")) \
+        in w.slurm.calls
+    assert not any(t["key"] == labels.CHECK_TAINT for t in w.kube.nodes["h100-0"]["spec"].get("taints") or [])
+    assert ("drain", "h100-w0") in w.slurm.calls  # the heal drained its Slurm node, though its pod had left
+
+
+def test_a_passed_check_gives_the_node_back_and_a_restart_finds_its_reservation():
+    w, _ = _world()
+    w.run(seconds=2)
+    made = [c[1] for c in w.slurm.calls if c[0] == "reserve"]
+    assert len(made) == 1 and w.slurm.reservations()
+    w.restart()  # killed mid-check: a new reconciler finds the reservation and finishes the check
+    w.run(seconds=120)
+    assert w.slurm.reservations() == []
+    n = w.kube.nodes["h100-0"]
+    assert "passed" in n["metadata"]["annotations"][labels.HEALTH_CHECK]
+    assert not any(t["key"] == labels.CHECK_TAINT for t in n["spec"].get("taints") or [])
+    assert not w.store.list()

@@ -837,7 +837,7 @@ def test_the_reconciler_gets_https_egress_only_where_something_needs_it():
     assert https_peers(FleetSpec.model_validate(doc))
 
 
-def test_the_readmes_privilege_figures_are_the_renders():
+def test_the_security_models_privilege_figures_are_the_renders():
     """The security model's figures (docs/security.md: admission validations per policy, egress peers of 0.0.0.0/0) are counted
     from what prod renders, so they cannot drift from it."""
     import re

@@ -10,7 +10,7 @@ from gpufleet.reconciler.adapters.dcgm import parse_exposition
 from gpufleet.reconciler.adapters.slurm import SlurmJob
 from gpufleet.reconciler.core.phases import Phase
 from localenv.dcgm_exporter_standin import NodeGpus, exposition
-from localenv.gpu_hardware_standin import HEALTHY, HUNG, ROW_REMAP_PENDING
+from localenv.gpu_hardware_standin import HEALTHY, HUNG, ROW_REMAP_PENDING, THROTTLING
 from tests.unit.fakes import World, fleet
 
 DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
@@ -107,3 +107,17 @@ def test_an_uncorrectable_ecc_error_drains_the_node_at_its_jobs_boundary_and_hea
     r = w.remediation("h100-0")
     assert (r.kind, r.xid, r.jobs) == (Kind.DCGM, 311, ()) and "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL=1 on GPU 2" in r.reason
     assert ("signal", (4,)) not in w.slurm.calls
+
+
+def test_a_throttled_node_of_a_job_is_a_straggler_even_beside_a_node_a_finished_heal_left_its_annotation_on():
+    """The peer's `gpufleet.io/remediation` annotation names a heal that is over (its GPU condition healthy): its
+    clocks still count as the job's pace."""
+    w, exporter = world(straggler_after_seconds=30)
+    w.kube.nodes["h100-0"]["metadata"]["annotations"]["gpufleet.io/remediation"] = "h100-0-xid79-1"
+    running(w, 4, "h100-w0", "h100-w1")
+    w.run(20)
+    exporter.states["h100-1"] = THROTTLING
+    w.run(60)
+    r = w.remediation("h100-1")
+    assert (r.kind, r.xid, r.jobs) == (Kind.DCGM, 100, (4,)) and "a straggler in job 4" in r.reason
+    assert "DCGM_FI_DEV_SM_CLOCK=990 on GPU 3 (00000000:5D:00.0)" in r.reason and "HW_THERMAL" in r.reason
