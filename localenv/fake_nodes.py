@@ -75,3 +75,19 @@ def fleet_nodes(spec: FleetSpec, prefix: str = "") -> list[dict[str, Any]]:
         out += [pool_node(pool, prefix + n, labels.ROLE_ACTIVE) for n in pool.node_names()]
         out += [pool_node(pool, prefix + n, labels.ROLE_SPARE) for n in pool.spare_names()]
     return out
+
+
+def kill_kubelet(core: Any, name: str) -> None:
+    """The machine behind kwok node `name` dies: kwok stops acting as its kubelet (the annotation it manages
+    nodes by is removed: no heartbeat, no pod on it is confirmed deleted or updated again), and its Ready
+    condition becomes Unknown as kube-controller-manager's node lifecycle controller sets it once the node's
+    lease is not renewed (kubernetes v1.34 pkg/controller/nodelifecycle/node_lifecycle_controller.go
+    tryUpdateNodeHealth: reason NodeStatusUnknown, "Kubelet stopped posting node status."), at once instead of
+    after node-monitor-grace-period."""
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    core.patch_node(name, {"metadata": {"annotations": {KWOK_ANNOTATION: None}}})
+    core.patch_node_status(name, {"status": {"conditions": [{
+        "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})

@@ -33,7 +33,12 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
   with a warning, nothing updated.
 * **slurmd** per Running pod (kwok runs no container): started with the NodeSet's `--conf`
   (`slinky_conf.slurmd_conf`); when the pod terminates, its **preStop**: the Slurm node DOWN with
-  `slurm-operator: Pod is terminating` (worker_app.go), then slurmd stops. (kwok deletes a pod at
+  `slurm-operator: Pod is terminating` (worker_app.go), then slurmd stops. Only a live kubelet runs it
+  (kubernetes v1.34 pkg/kubelet/kuberuntime/kuberuntime_container.go killContainer, and only `if gracePeriod
+  > 0`): a pod whose Kubernetes node is gone or not Ready (a dead machine), or deleted with grace 0, gets
+  none; its slurmd dies silently (its pod keeps its Running phase) and slurmctld sets the Slurm node DOWN
+  `Not responding` SlurmdTimeout later (slurm src/slurmctld/ping_nodes.c); slurmd runs again once the node
+  is Ready (`_on_live_machines`, `_machine_lost`). (kwok deletes a pod at
   once, so this runs right after, not before.)
 * **Pod info and IDLE on migration** (controller/nodeset/slurmcontrol/slurmcontrol.go
   UpdateNodeWithPodInfo, for healthy pods): the Slurm node's comment is the pod's JSON
@@ -551,8 +556,11 @@ class SlinkyStandIn:
     # ------------------------------------------------------------------ slurmd per pod
 
     def _sync_slurmds(self, running: dict[str, tuple[dict, Any]]) -> None:
+        running = self._on_live_machines(running)
         wanted = set(self.slurm.wanted_nodes())
         for name in sorted(wanted - set(running)):
+            if self._machine_lost(name):
+                continue
             log.info("pod of Slurm node %s terminating or gone: preStop (DOWN, %r), slurmd stops", name,
                      TERMINATING_REASON)
             self.slurm.stop_node(name)
@@ -566,6 +574,59 @@ class SlinkyStandIn:
                 # The Slurm comment is the status sync's (UpdateNodeWithPodInfo), not the slurmd's start.
                 self.slurm.start_node(name, ns["metadata"]["name"], None, conf=slinky_conf.slurmd_conf(ns),
                                       host=pod.spec.node_name)
+
+    def _on_live_machines(self, running: dict[str, tuple[dict, Any]]) -> dict[str, tuple[dict, Any]]:
+        """The Running pods whose Kubernetes node is Ready. A pod on a node gone or not Ready (a dead kubelet,
+        which the node lifecycle controller marks Ready Unknown) keeps its Running phase, since nothing updates
+        a dead kubelet's pods, and the operator deletes none of them, but its slurmd died with the machine: it
+        is lost, with no preStop (LocalSlurm.lose_node; slurmctld marks it DOWN "Not responding"). A node
+        Ready again (its kubelet back) has its pods' slurmds started again."""
+        ready = {n.metadata.name for n in self.core.list_node().items
+                 if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])}
+        wanted = set(self.slurm.wanted_nodes())
+        live: dict[str, tuple[dict, Any]] = {}
+        for name, (ns, pod) in running.items():
+            if pod.spec.node_name in ready:
+                live[name] = (ns, pod)
+            elif name in wanted:
+                log.warning("Slurm node %s: its machine %s is gone or not Ready (kubelet dead): slurmd dies with it, "
+                            "no preStop; slurmctld will find it not responding", name, pod.spec.node_name)
+                self.slurm.lose_node(name)
+        return live
+
+    def _machine_lost(self, name: str) -> bool:
+        """A pod whose slurmd stops where no preStop runs: its Kubernetes node is gone or not Ready (the kubelet
+        is dead: nothing runs the container's hooks), or the pod is being deleted with a grace period of 0 (the
+        kubelet runs a preStop only `if gracePeriod > 0`, the grace being the pod's DeletionGracePeriodSeconds:
+        kubernetes v1.34 pkg/kubelet/kuberuntime/kuberuntime_container.go killContainer). Then slurmd dies with
+        no DOWN of the operator's, and slurmctld marks the node DOWN "Not responding" after SlurmdTimeout
+        (LocalSlurm.lose_node). True when it was so (the slurmd is gone then). kwok removes a deleted pod at once
+        on a node it manages, so a grace-0 delete shows here only on a node whose kubelet is dead."""
+        spec = self.slurm.node_spec(name)
+        try:
+            pod = self.core.read_namespaced_pod(name, self.namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            pod = None
+        host = (pod.spec.node_name if pod is not None and pod.spec.node_name else None) or (spec.host if spec else "")
+        grace0 = pod is not None and pod.metadata.deletion_timestamp is not None and \
+            pod.metadata.deletion_grace_period_seconds == 0
+        ready = False
+        if host:
+            try:
+                node = self.core.read_node(host)
+                ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        if ready and not grace0:
+            return False
+        why = "a grace-0 delete" if grace0 else f"its node {host or '?'} is gone or not Ready (kubelet dead)"
+        log.warning("pod of Slurm node %s gone with %s: no preStop; slurmd dies, slurmctld will find it not "
+                    "responding", name, why)
+        self.slurm.lose_node(name)
+        return True
 
     # ------------------------------------------------------------------ what reads Slurm, when it would run
 

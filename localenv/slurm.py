@@ -707,6 +707,18 @@ class LocalSlurm:
         if delete:
             self.run(["scontrol", "delete", f"NodeName={name}"], timeout=15)
 
+    def lose_node(self, name: str) -> None:
+        """The machine under Slurm node `name` died: its slurmd is killed (SIGKILL) and no preStop runs (no
+        kubelet is left to run it). slurmctld then finds it silent and, SlurmdTimeout after its last answer,
+        sets it DOWN with reason "Not responding" (slurm src/slurmctld/ping_nodes.c ping_nodes:
+        set_node_down_ptr(node_ptr, "Not responding")); nothing here sets that: slurmctld does."""
+        spec = self.node_spec(name)
+        if spec is None:
+            raise KeyError(f"no node {name} was started here")
+        spec.wanted = False
+        self._save_spec(spec)
+        self.supervisor.stop([self._slurmd(spec).name], 0, sig=signal.SIGKILL)
+
     def stop_daemon(self, name: str) -> None:
         """Stop one daemon: "munged", "slurmctld", "slurmrestd" or "slurmd:NODE" (to test an
         outage; the node stays wanted). `up()` starts it again."""

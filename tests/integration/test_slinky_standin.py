@@ -314,3 +314,44 @@ def test_on_delete_condemns_nothing_until_a_pod_is_deleted(world) -> None:
         (p := pods(core).get("pool-a-0")) and p.status.phase == "Running" and revision_of(p) != revs["pool-a-0"] and p))
     assert back.spec.containers[0].image == "slurmd:v3" and revision_of(pods(core)["pool-a-1"]) == revs["pool-a-1"]
     standin.fixed = [NODESET]
+
+
+def test_a_dead_machine_runs_no_prestop_and_slurmctld_marks_its_node_not_responding(world) -> None:
+    """A machine that dies takes its kubelet with it (localenv/fake_nodes.py kill_kubelet), and only a kubelet
+    runs a container's preStop (kubernetes v1.34 pkg/kubelet/kuberuntime/kuberuntime_container.go killContainer),
+    so the Slurm node never gets worker_app.go's `Pod is terminating`: its slurmd goes silent and slurmctld sets it
+    DOWN "Not responding" SlurmdTimeout later (slurm src/slurmctld/ping_nodes.c). The pod keeps its Running phase
+    (nothing updates a dead kubelet's pods; the operator deletes none: nodeset_sync.go). The kubelet back, the
+    pod's slurmd runs again, and the node stays DOWN (ReturnToService 0 here) until resumed."""
+    from gpufleet.reconciler.adapters.slurm import SlurmError
+    from localenv.fake_nodes import KWOK_ANNOTATION, kill_kubelet
+
+    standin, core, cli, slurm = world
+    name = "pool-a-0"
+    def up() -> bool:
+        p = pods(core).get(name)
+        try:
+            return p is not None and p.status.phase == "Running" and not cli.node(name).drained_or_down
+        except SlurmError:  # its slurmd not registered yet
+            return False
+
+    settle(standin, "takes jobs to begin with", up)
+    host = where(core)[name]
+    kill_kubelet(core, host)
+    reasons: set[str] = set()
+
+    def not_responding():
+        n = cli.node(name)
+        reasons.add(n.reason or "")
+        return "DOWN" in n.states and n
+
+    try:
+        n = settle(standin, "DOWN Not responding, set by slurmctld", not_responding, timeout=120)
+        assert n.reason == "Not responding" and TERMINATING_REASON not in reasons  # no preStop ran
+        assert pods(core)[name].status.phase == "Running" and pods(core)[name].spec.node_name == host
+        assert name not in slurm.wanted_nodes()  # its slurmd died with the machine
+    finally:
+        core.patch_node(host, {"metadata": {"annotations": {KWOK_ANNOTATION: "fake"}}})  # the kubelet back
+    settle(standin, "the pod's slurmd running again", lambda: name in slurm.wanted_nodes())
+    cli.resume(name)
+    settle(standin, "takes jobs again", lambda: not cli.node(name).drained_or_down)

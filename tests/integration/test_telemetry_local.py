@@ -6,11 +6,11 @@ source exporter`). Nothing in the reconciler knows the exporter is a stand-in.
 - a GPU whose pending row remap rises: its node is drained in Slurm, its job gets SIGTERM and checkpoints, is
   requeued and moved to the spare before any crash; the record and `gpufleet why` name the field, the GPU, the
   value and the threshold;
-- a job whose GPUs all go quiet is paged as hung within the pool's declared time, and requeued (the pool consents).
-A throttled node of a two-node job flagged as a straggler: tests/unit/test_telemetry_pass.py (the runtime with fakes
-reading the same stand-in's exposition)."""
+- a job whose GPUs all go quiet is paged as hung within the pool's declared time, and requeued (the pool consents);
+- a throttled node of a two-node job is a straggler: degraded, healed like any fault, its evidence recorded."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -18,7 +18,7 @@ from kubernetes import client
 
 from gpufleet.fleetspec import labels, parse_fleet
 from localenv.dcgm_exporter_standin import KwokNodes, serve
-from localenv.gpu_hardware_standin import HEALTHY, HUNG, ROW_REMAP_PENDING
+from localenv.gpu_hardware_standin import HEALTHY, HUNG, ROW_REMAP_PENDING, THROTTLING
 from gpufleet.reconciler.core.phases import Phase
 from tests.fixtures.reconciler_kube import reconciler, records_for, run_until
 
@@ -108,3 +108,21 @@ def test_a_job_whose_gpus_all_go_quiet_is_paged_as_hung_within_the_declared_time
         run_until(rec, lambda: True)
     assert len(paged()) == 1  # one page for the run that hung
     slurm.run(["scancel", str(jid)], timeout=15)
+
+
+def test_a_throttled_node_of_a_job_is_flagged_as_a_straggler_and_healed_as_degraded(watched, api, tmp_path):
+    spec, rec, channel, slurm, rest = watched
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\ntrap 'echo saved; exit 0' TERM\necho started\nwhile true; do sleep 0.2; done\n")
+    script.chmod(0o755)
+    jid = slurm.sbatch("--requeue", "-N", "2", "-w", "gpu-a-0,gpu-a-1", "-o", str(tmp_path / "out-%j"), str(script))
+    run_until(rec, lambda: (j := rest.job(jid)) is not None and j.state == "RUNNING", timeout=30)
+    gpu_state(api, f"{POOL}-1", THROTTLING)
+    (r,) = run_until(rec, lambda: records_for(rec, f"{POOL}-1"), timeout=60)
+    assert (r.kind.value, r.xid) == ("dcgm", 100), r
+    assert f"a straggler in job {jid}" in r.reason, r.reason
+    assert "DCGM_FI_DEV_SM_CLOCK=990 on GPU 3 (00000000:5D:00.0)" in r.reason and "HW_THERMAL" in r.reason, r.reason
+    assert not records_for(rec, f"{POOL}-0")  # its peer, at the job's pace, is not
+    run_until(rec, lambda: (j := rest.job(jid)) is not None and (j.restarts >= 1 or j.state == "PENDING"), timeout=60)
+    slurm.run(["scancel", str(jid)], timeout=15)
+    print(json.dumps({"reason": r.reason}))
