@@ -313,7 +313,14 @@ def test_on_delete_condemns_nothing_until_a_pod_is_deleted(world) -> None:
     back = settle(standin, "pool-a-0 back at the new revision", lambda: (
         (p := pods(core).get("pool-a-0")) and p.status.phase == "Running" and revision_of(p) != revs["pool-a-0"] and p))
     assert back.spec.containers[0].image == "slurmd:v3" and revision_of(pods(core)["pool-a-1"]) == revs["pool-a-1"]
-    standin.fixed = [NODESET]
+    standin.fixed = [NODESET]  # back to the first revision (rolled), for the tests after this one
+    first = upd.revision(NODESET.resource(NS))
+    settle(standin, "both pods back at the first revision", lambda: sorted(pods(core)) == ["pool-a-0", "pool-a-1"] and all(
+        p.status.phase == "Running" and revision_of(p) == first for p in pods(core).values()), timeout=180)
+    settle(standin, "both slurmds registered", lambda: {n.name for n in cli.nodes()} >= {"pool-a-0", "pool-a-1"})
+    for name in ("pool-a-0", "pool-a-1"):
+        if cli.node(name).drained_or_down:
+            cli.resume(name)
 
 
 def test_a_dead_machine_runs_no_prestop_and_slurmctld_marks_its_node_not_responding(world) -> None:
