@@ -397,7 +397,8 @@ def reconciler_pod_deletion_policy(spec: FleetSpec, username: str) -> dict:
     return _policy(f"{dep.namespace}-reconciler-pod-deletion", username, [_rule(["pods"], ["DELETE"])], [
         {"expression": f"(request.namespace == {json.dumps(dep.namespace)} && "
                        f"oldObject.metadata.?labels[?{json.dumps(capacity)}].hasValue()) || "
-                       # a NodeSet pod a stale busy-pod PDB keeps at the drain timeout (decide.py end_eviction)
+                       # a NodeSet pod a stale busy-pod PDB keeps at the drain timeout (decide.py end_eviction),
+                       # or one on a machine that stopped answering, force-deleted (core/node_lost.py)
                        f"(request.namespace == {json.dumps(spec.slurm.namespace)} && "
                        f"oldObject.metadata.?labels[?{json.dumps(labels.SLINKY_POD_HOSTNAME)}].hasValue() && "
                        f"{nodeset_controlled('oldObject', nodeset_names(spec.pools))}) || "

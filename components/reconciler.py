@@ -123,7 +123,8 @@ def pod_security_level(args: "ReconcilerArgs") -> str:
 
 def slurm_namespace_rules(spec: FleetSpec | None = None) -> list[dict]:
     """In the Slurm namespace: delete of the NodeSet pods a stale busy-pod PodDisruptionBudget still keeps at
-    the drain timeout (healing, reconciler/core/decide.py end_eviction, which picks only this namespace's).
+    the drain timeout (healing, reconciler/core/decide.py end_eviction, which picks only this namespace's), and
+    the NodeSet pods of a machine that stopped answering, deleted with grace 0 (reconciler/core/node_lost.py).
     None when a pool lends: the cluster-wide pod delete covers them then (no second grant of the same verb)."""
     return [] if lends(spec) else [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}]
 

@@ -770,6 +770,11 @@ class HealingSpec(Strict):
     occurrence_window_seconds: int = Field(600, ge=1, description="The window `occurrences` are counted in.")
     grace_period_seconds: int = Field(120, ge=0, le=3600, description="SIGTERM to kill, for the job to checkpoint.")
     drain_timeout_seconds: int = Field(300, ge=10, le=7200, description="How long the eviction of a faulted node's pods may take before its NodeSet pods are deleted.")
+    node_lost_after_seconds: int = Field(
+        300, ge=30, le=86400,
+        description="An active node carrying a NodeSet pod whose Ready condition has not been True for this long is "
+                    "a lost machine: healed like a fault (its NodeSet pod force-deleted, its job moved to a spare) and "
+                    "rebooted by the repair loop. 300 s: Kubernetes' default not-ready/unreachable toleration.")
     max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
     max_unhealthy_fraction: float = Field(
         0.2, gt=0, le=1, description="Above this fraction of a pool's declared nodes (its spares not counted) out "

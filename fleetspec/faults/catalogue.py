@@ -49,6 +49,7 @@ class Kind(str, Enum):
     SXID = "sxid"          # nvidia-nvswitchN: SXid (PCI:...): N, Fatal|Non-fatal, ...
     GPU_LOST = "gpu-lost"  # NVRM: The NVIDIA GPU ... has fallen off the bus (at probe time, no Xid)
     DCGM = "dcgm"          # a DCGM field past its threshold (telemetry.py); the code is the field's id
+    NODE_LOST = "node-lost"  # the machine stopped answering: its Node's Ready condition not True for too long
 
 
 # NVIDIA's immediate-action buckets (the catalogue's "Fault Resolution Buckets" sheet) -> gpufleet's action.
@@ -312,6 +313,10 @@ SXID_NONFATAL = FaultAction.NONE
 # A GPU gone at probe time (osapi.c's "has fallen off the bus and is not responding to commands"):
 # like Xid 79 (RESTART_BM), and nothing else will report it.
 GPU_LOST = FaultAction.REBOOT
+# A machine that stopped answering (its kubelet no longer posts Ready): nothing on it can say what broke, so it
+# is rebooted through its provider, the first step of the repair loop's ladder (Cluster API's MachineHealthCheck
+# remediates a Machine whose Ready condition stays Unknown or False past a timeout the same way: by replacing it).
+NODE_LOST = FaultAction.REBOOT
 
 
 def default_action(kind: Kind, code: int, fatal: bool | None = None) -> FaultAction:
@@ -327,6 +332,8 @@ def default_action(kind: Kind, code: int, fatal: bool | None = None) -> FaultAct
         from .telemetry import threshold_for  # the table imports FaultAction from here
         t = threshold_for(code)
         return t.action if t else FaultAction.NONE
+    if kind is Kind.NODE_LOST:
+        return NODE_LOST
     return GPU_LOST
 
 
@@ -337,6 +344,8 @@ def describe(code: int, kind: Kind | str = Kind.XID) -> str:
         return f"SXid {code}"
     if kind is Kind.GPU_LOST:
         return "GPU lost at probe"
+    if kind is Kind.NODE_LOST:
+        return "the machine stopped answering"
     if kind is Kind.DCGM:
         from .telemetry import describe_field
         return describe_field(code)

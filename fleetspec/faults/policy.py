@@ -47,6 +47,8 @@ class FaultPolicy:
             return self.sxid.get(code)
         if kind is Kind.DCGM:
             return None  # a threshold's action is its row's (fleetspec/faults/telemetry.py)
+        if kind is Kind.NODE_LOST:
+            return None  # a reboot, always: nothing on the machine can say more
         return self.gpu_lost
 
     def action(self, kind: Kind, code: int, fatal: bool | None = None) -> FaultAction:

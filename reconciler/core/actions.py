@@ -138,6 +138,7 @@ class DeletePods(Action):
 
     node: str
     pods: tuple[str, ...]
+    force: bool = False  # grace 0: a lost machine's NodeSet pods (core/node_lost.py); else the pod's own 30 s
 
 
 @dataclass(frozen=True)

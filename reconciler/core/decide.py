@@ -26,14 +26,14 @@ from datetime import datetime, timedelta
 from typing import Sequence
 
 from gpufleet.fleetspec import FleetSpec, labels
-from gpufleet.fleetspec.faults import describe
+from gpufleet.fleetspec.faults import Kind, describe
 from gpufleet.fleetspec.remediation_crd import Reason
 
 from gpufleet.reconciler.core.actions import (
-    Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, NoteSignals, Notify, PromoteSpare, Quarantine,
+    Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, EvictPods, NoteSignals, Notify, PromoteSpare, Quarantine,
     ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
-from gpufleet.reconciler.core import diagnosis, pages, refills, replacements, resume, signals
+from gpufleet.reconciler.core import diagnosis, node_lost, pages, refills, replacements, resume, signals
 from gpufleet.reconciler.core.admission import admit, evict
 from gpufleet.reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
 from gpufleet.reconciler.core.lending import evict_borrowers
@@ -60,16 +60,25 @@ class Detection:
     actions: tuple[Action, ...] = ()  # not tied to a remediation: remember a signal, return a healed node
 
 
-def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec, now: datetime) -> Detection:
+def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec, now: datetime,
+           carries_nodeset_pod: bool = False) -> Detection:
     """Whether `node` starts a remediation now. `remediations` are the node's own (any phase); the
     node's earlier fault signals (for `occurrences`) are on the node, and a new one is noted there.
     Only a fault whose action takes the node out starts one: `none` and `restart-app` (the job's
     problem, which the node agent records as an Event) leave the node in service. A `diagnose` fault starts
-    one in the Diagnosing phase (core/diagnosis.py): the node is checked while it stays in service."""
+    one in the Diagnosing phase (core/diagnosis.py): the node is checked while it stays in service.
+    A machine that stopped answering (`carries_nodeset_pod`: a NodeSet pod is on it) is a fault of its own
+    (core/node_lost.py) once its Ready condition has not been True for the spec's time; its own timeout is
+    its debounce, so `occurrences` does not count it."""
     policy = spec.healing
     f = node.fault
+    lost = node_lost.fault(node, spec, now, carries_nodeset_pod)
+    if lost is not None and (f is None or not f.needs.remediates):
+        f = lost
     signals, noted = node.signals, ()
-    if policy.occurrences > 1 and f is not None and f.since not in signals:
+    if f is lost and f is not None:
+        pass  # not a signal to count
+    elif policy.occurrences > 1 and f is not None and f.since not in signals:
         signals = signals[-(KEEP_SIGNALS - 1):] + (f.since,)
         noted = (NoteSignals(node.name, signals),)
     live = [r for r in remediations if r.active]
@@ -84,7 +93,7 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
         return Detection(actions=noted)  # this very signal was handled already (a stale condition)
     window = timedelta(seconds=policy.occurrence_window_seconds)
     seen = [t for t in signals if now - t <= window]
-    if len(seen) + (0 if f.since in seen else 1) < policy.occurrences:
+    if f is not lost and len(seen) + (0 if f.since in seen else 1) < policy.occurrences:
         return Detection(actions=noted)
     if not policy.enabled:
         return Detection(gate=Gate(Reason.HEALING_DISABLED, node.pool, f"{node.name}: healing is disabled in the spec"),
@@ -176,7 +185,11 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         )
         jobs = signals.on_node(facts)
         # A job another remediation signalled already is not signalled again: this one waits on that checkpoint.
-        signal, deadline = signals.checkpoint(facts, policy.grace_period_seconds, now)
+        # A lost machine's jobs get no SIGTERM and no grace: no slurmd is there to deliver it, nothing can
+        # checkpoint; Slurm requeues a --requeue job itself once it marks the node DOWN (slurmctld's
+        # SlurmdTimeout), and what still holds the node is requeued now.
+        grace = 0 if r.kind is Kind.NODE_LOST else policy.grace_period_seconds
+        signal, deadline = signals.checkpoint(facts, grace, now)
         actions: tuple[Action, ...] = drains + (_once(r, SignalJobs(signal, "TERM")) if signal else ())
         actions += carry_person_drains(r, kept, slurm)
         # With jobs, the remediation is what remembers them once they are requeued off the node: written first.
@@ -197,6 +210,8 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         return admit(r, facts, spec, now, _once)
 
     if phase is Phase.EVICTING:
+        if r.kind is Kind.NODE_LOST and (force := node_lost.force_delete(facts.node, facts.pods, spec.slurm.namespace)):
+            return _force_out(r, force, facts, now)
         left = tuple(sorted(p.key for p in evictable_views(facts.pods)))
         if left and now < (r.drain_deadline or now):
             eviction = evict(node, facts)  # those already leaving are waited for, not asked again
@@ -414,6 +429,17 @@ def carry_person_drains(r: Remediation, kept: tuple[str, ...], slurm: dict[str, 
         f"{r.node} faulted while a person had drained its Slurm node(s) ({said}). The drain is carried to "
         f"{r.node} (annotation {labels.CARRIED_DRAIN}), which stays quarantined until a person removes it; "
         "the Slurm node moves to a spare and takes jobs there."))
+
+
+def _force_out(r: Remediation, force: tuple[str, ...], facts: StepFacts, now: datetime) -> Step:
+    """A lost machine still not Ready: its NodeSet pods are deleted with grace 0 at once (their eviction would
+    never complete on a dead kubelet: node_lost.force_delete), the other pods' eviction is asked (their
+    controllers make them again elsewhere), and the heal goes on to the spare without waiting for them."""
+    others = tuple(p.key for p in evictable_views(facts.pods) if not p.deleting and p.key not in force)
+    reason = (f"{r.reason}; the machine still not Ready: NodeSet pod(s) {list(force)} force-deleted (grace 0: a "
+              "dead kubelet never ends an eviction nor runs the slurmd preStop)")
+    return Step((DeletePods(r.node, force, force=True),) + ((EvictPods(r.node, others),) if others else ()),
+                r.moved(Phase.REPLACING, now, reason=reason))
 
 
 def end_eviction(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -> Step:

@@ -48,6 +48,8 @@ def plain_fault(kind: str, code: int) -> str:
         return f"an NVSwitch error (NVIDIA SXid {code})"
     if k is Kind.GPU_LOST:
         return "the GPU was lost (NVIDIA: the GPU has fallen off the bus, at start-up)"
+    if k is Kind.NODE_LOST:
+        return "the machine stopped answering (its node stopped reporting to Kubernetes)"
     e = XIDS.get(code)
     if code == 0:
         return "a GPU fault"

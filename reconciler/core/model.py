@@ -49,6 +49,9 @@ class NodeView:
     ready: bool = True
     unschedulable: bool = False
     fault: Fault | None = None
+    not_ready_since: datetime | None = None  # the Ready condition's lastTransitionTime while it is not True
+    ready_status: str = ""  # the Ready condition's status (True, False, Unknown)
+    ready_message: str = ""  # and its message (the node controller's "Kubelet stopped posting node status.")
     health_check_passed: bool = False  # condition True with reason HealthCheckPassed
     remediation: str | None = None  # the remediation in progress, from the node annotation
     taints: tuple[str, ...] = ()  # taint keys
@@ -271,7 +274,7 @@ def remediation_name(node: str, fault: Fault) -> str:
     """Deterministic: the same node and signal give the same name, so a repeated signal or
     a restart creates nothing new (the API server answers AlreadyExists)."""
     what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost",
-            Kind.DCGM: f"dcgm{fault.xid}"}[fault.kind]
+            Kind.DCGM: f"dcgm{fault.xid}", Kind.NODE_LOST: "nodelost"}[fault.kind]
     return f"{node}-{what}-{int(fault.since.timestamp())}"
 
 
@@ -355,6 +358,7 @@ class StepFacts:
     stock: Stock | None = None  # the pool's spares against its declaration (None: not weighed)
     checkpoints: tuple[tuple[int, datetime], ...] = ()  # jobs another remediation signalled, and its grace deadline
     slurm_pods: tuple[PodView, ...] = ()  # the pods of the remediation's Slurm nodes, wherever they are
+    node: NodeView | None = None  # the faulted node as it is now (read with its pods)
 
 
 @dataclass(frozen=True)

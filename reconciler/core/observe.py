@@ -55,10 +55,18 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
     reader = FaultReader.of(conditions)
     types = reader.types
     ready, fault, healthy_check = False, None, False
+    not_ready_since, ready_status, ready_message = None, "", ""
     reporters = None
     for c in status.get("conditions") or []:
         if c.get("type") == "Ready":
-            ready = c.get("status") == "True"
+            ready, ready_status = c.get("status") == "True", str(c.get("status") or "")[:16]
+            ready_message = str(c.get("message") or "")[:256]
+            if not ready and c.get("lastTransitionTime"):
+                # Since when (core/node_lost.py); without the time it stays unknown: never lost on a guess.
+                try:
+                    not_ready_since = parse_time(c["lastTransitionTime"])
+                except ValueError:
+                    not_ready_since = None
         elif c.get("type") in types:
             if c.get("type") in reader.own and c.get("status") == "True" and c.get("reason") == "HealthCheckPassed":
                 healthy_check = True
@@ -71,6 +79,9 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
         pool=lab.get(labels.NODE_POOL),
         role=lab.get(labels.ROLE, ""),
         ready=ready,
+        not_ready_since=not_ready_since,
+        ready_status=ready_status,
+        ready_message=ready_message,
         unschedulable=bool(spec.get("unschedulable")),
         fault=fault,
         health_check_passed=healthy_check,

@@ -36,6 +36,8 @@ def detected(r: Remediation, spec: FleetSpec) -> str:
     grace = spec.healing.grace_period_seconds
     jobs = (f"running jobs get SIGTERM and {grace}s to checkpoint, then are requeued" if grace
             else "running jobs are requeued")
+    if r.kind is Kind.NODE_LOST:  # core/node_lost.py: no slurmd there to deliver a SIGTERM
+        jobs = "its jobs cannot checkpoint: Slurm requeues a --requeue job once it marks the node DOWN, gpufleet the rest"
     d = r.diagnosis
     said = f" Diagnosed while it served: {d.message}; it needs {d.needs}." if d is not None and d.needs else ""
     return (f"{r.node} ({r.pool}): {describe(r.xid, r.kind)} - {r.message}.{said} gpufleet has cordoned it and drains it "

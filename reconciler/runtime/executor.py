@@ -138,9 +138,12 @@ class Executor:
             case DeletePods():
                 for key in a.pods:
                     namespace, name = key.split("/", 1)
-                    self.kube.delete_pod(namespace, name, grace_seconds=30)
+                    # grace 0 (force): a lost machine's NodeSet pod, which its dead kubelet would never let go
+                    # (kubernetes.io/docs/tasks/run-application/force-delete-stateful-set-pod/)
+                    self.kube.delete_pod(namespace, name, grace_seconds=0 if a.force else 30)
                     self.caches.pod_leaving(key)
-                log.info("deleted pods a stale PodDisruptionBudget protected", extra={**context(r), "pods": a.pods})
+                log.info("force-deleted the NodeSet pods of a machine that stopped answering" if a.force
+                         else "deleted pods a stale PodDisruptionBudget protected", extra={**context(r), "pods": a.pods})
             case NoteHolds():
                 self.caches.node_written(self.kube.patch_node(a.node, {"metadata": {"annotations": {
                     labels.PERSON_HOLDS: a.holds}}}))

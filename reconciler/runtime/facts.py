@@ -56,7 +56,7 @@ class Facts:
         if need.jobs_on:
             f = replace(f, jobs_on_node=self._jobs(need.jobs_on))
         if need.pods:
-            f = replace(f, pods=tuple(c.pods_on(r.node)))
+            f = replace(f, pods=tuple(c.pods_on(r.node)), node=c.nodes.get(r.node))
         if need.spares:
             nodes = tuple(sorted(c.nodes.by_index("pool", r.pool), key=lambda n: n.name))
             on_spares = tuple((n.name, self._slurm_views(slurm_nodes_on(n.name, c.pods_on(n.name)).names))

@@ -30,11 +30,12 @@ from gpufleet.fleetspec.models import FleetSpec
 
 from gpufleet.reconciler.adapters.records import Unreadable
 from gpufleet.reconciler.core import decide as core
-from gpufleet.reconciler.core import oncall
+from gpufleet.reconciler.core import node_lost, oncall
 from gpufleet.reconciler.core import refills
 from gpufleet.reconciler.core.actions import Action
 from gpufleet.reconciler.core.model import Needs, Remediation, Step
 from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
 from gpufleet.reconciler.errors import PermanentError, TemporaryError
 from gpufleet.reconciler.runtime.alerts import Alerts
 from gpufleet.reconciler.runtime.caches import Caches
@@ -166,13 +167,16 @@ class Healing:
         view = self.caches.nodes.get(node)
         if view is None:
             return None
-        d = core.detect(view, remediations, self.spec, self.clock())
+        now = self.clock()
+        carries = bool(slurm_nodes_on(node, self.caches.pods_on(node)).names)  # a NodeSet pod is on it
+        d = core.detect(view, remediations, self.spec, now, carries_nodeset_pod=carries)
         for a in d.actions:
             self.executor.run(a)
         if d.gate is not None:
             self.alerts.gate(d.gate)
         if d.remediation is None:
-            return None
+            # a node not Ready is looked at again when it would count as lost (no event marks a timeout)
+            return node_lost.look_again_after(view, self.spec, now, carries)
         delay = self._advance(d.remediation, stored=False)  # contain at once: the cordon is the first step
         if delay == 0.0:
             self.queue.add(node, soon=True)  # its next step (admission, or containment's rest) after new faults

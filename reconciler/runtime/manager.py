@@ -115,8 +115,8 @@ class Manager:
         for t in self.timers.values():
             t.poke()
         for n in self.caches.nodes.values():
-            if n.fault is not None or n.role == labels.ROLE_QUARANTINED:
-                self.queue.add(n.name)
+            if n.fault is not None or n.role == labels.ROLE_QUARANTINED or n.not_ready_since is not None:
+                self.queue.add(n.name)  # a node not Ready: lost once that lasts (core/node_lost.py)
         for r in self.caches.remediations.values():
             if r.node and (isinstance(r, Unreadable) or r.active
                            or (r.repair is not None and r.repair.active)  # a repair runs after its heal ended

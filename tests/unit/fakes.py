@@ -60,6 +60,8 @@ class FakeKube:
     def __init__(self, store: MemoryRemediationStore):
         self.store, self.nodes, self.pods, self.calls = store, {}, {}, []
         self.evicted: list[dict] = []
+        self.deletes: list[tuple[str, int]] = []  # (namespace/name, grace seconds) of each pod delete
+        self.dead: set[str] = set()  # nodes whose kubelet is dead (World.kill)
         self.down = False
         self.ledger: dict[str, str] = {}
 
@@ -121,14 +123,31 @@ class FakeKube:
 
     def evict(self, pod, grace_seconds=None):
         self._write("evict", pod["metadata"]["name"])
-        gone = self.pods.pop(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", None)
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        if self._on_dead(key):
+            return True  # accepted, and never finished: no kubelet there to stop the pod (World.kill)
+        gone = self.pods.pop(key, None)
         if gone is not None and labels.SLINKY_POD_HOSTNAME in gone["metadata"].get("labels", {}):
             self.evicted.append(gone)  # its NodeSet makes it again (World.slinky places it)
         return True
 
     def delete_pod(self, namespace, name, grace_seconds=0):
         self._write("delete", name)
-        self.pods.pop(f"{namespace}/{name}", None)
+        key = f"{namespace}/{name}"
+        self.deletes.append((key, grace_seconds))
+        if grace_seconds and self._on_dead(key):
+            return  # a graceful delete waits for a kubelet that is not there
+        gone = self.pods.pop(key, None)
+        if gone is not None and grace_seconds == 0 and labels.SLINKY_POD_HOSTNAME in gone["metadata"].get("labels", {}):
+            self.evicted.append(gone)  # force-deleted: its NodeSet makes it again (World.slinky places it)
+
+    def _on_dead(self, key) -> bool:
+        """A pod on a machine whose kubelet is dead: marked for deletion, never gone."""
+        pod = self.pods.get(key)
+        if pod is None or pod["spec"].get("nodeName") not in self.dead:
+            return False
+        pod["metadata"].setdefault("deletionTimestamp", "2026-01-01T00:00:00Z")
+        return True
 
     def event(self, involved, reason, message, type_="Normal", namespace="default"):
         self._write("event", reason)
@@ -364,6 +383,8 @@ class FakeNodes:
             req = parse_request((n["metadata"].get("annotations") or {}).get(labels.REPAIR_REQUEST))
             if req is None or self.acted.get(name) == req.id:
                 continue
+            if name in self.kube.dead and req.action != REBOOT:
+                continue  # no agent answers on a dead machine; a reboot comes through the provider (EC2's)
             self.acted[name] = req.id
             if req.action == RESET_GPU:
                 self.resets.append((name, req.id))
@@ -384,6 +405,7 @@ class FakeNodes:
                 self.boots += 1
                 n["status"].setdefault("nodeInfo", {})["bootID"] = f"boot-{self.boots}"
                 self._ready(n, True)
+                self.kube.dead.discard(name)  # the machine answers again
                 if self.state.get(name) in (self.RESET_FIXES, self.REBOOT_FIXES):
                     self.state[name] = self.HEALTHY
 
@@ -496,6 +518,25 @@ class World:
         """What the watches would deliver: the caches report what changed, and queue it."""
         self.manager.caches.relist()
 
+    def kill(self, node, slurm_marks_down=True):
+        """The machine stops answering: the node controller sets its Ready condition Unknown ("Kubelet stopped
+        posting node status.", k8s.io/kubernetes pkg/controller/nodelifecycle), nothing on it acts any more, and
+        (`slurm_marks_down`) slurmctld marks its Slurm nodes DOWN "Not responding" and requeues their --requeue jobs."""
+        self.kube.dead.add(node)
+        for c in self.kube.nodes[node]["status"]["conditions"]:
+            if c["type"] == "Ready":
+                c.update(status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status.",
+                         lastTransitionTime=self.clock.now.isoformat())
+        if not slurm_marks_down:
+            return
+        hosts = {p["metadata"]["labels"].get(labels.SLINKY_POD_HOSTNAME) for p in self.kube.pods.values()
+                 if p["spec"].get("nodeName") == node}
+        for host in hosts - {None}:
+            self.slurm.table[host] = SlurmNode(host, frozenset({"DOWN"}), "Not responding", reason_set_by="slurm")
+            for j in list(self.slurm.jobs.values()):
+                if host in j.nodes and j.state == "RUNNING":
+                    self.slurm.jobs[j.job_id] = replace(j, state="PENDING", nodes=())
+
     def fault(self, node, xid=79):
         self.kube.nodes[node]["status"]["conditions"].append(
             {"type": "GpuHealthy", "status": "False", "reason": f"Xid{xid}", "message": "off the bus",
@@ -534,6 +575,8 @@ class World:
                 continue
             self.kube.evicted.remove(pod)
             pod = json.loads(json.dumps(pod))
+            if pod["metadata"].pop("deletionTimestamp", None):  # a new pod of the same name: a new uid
+                pod["metadata"]["uid"] = f"{pod['metadata']['uid']}-again"
             pod["spec"]["nodeName"] = to
             self.kube.pods[f"slurm/{pod['metadata']['name']}"] = pod
             old = self.slurm.table.get(host)

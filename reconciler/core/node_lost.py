@@ -1,0 +1,73 @@
+"""A machine that stopped answering: its Kubernetes node's `Ready` condition has not been True for
+`healing.node_lost_after_seconds`. Pure.
+
+Nothing on such a machine can report a fault (its node agent is as dead as its kubelet), so the reconciler
+reads the loss from the Node object itself, as Cluster API's MachineHealthCheck does: an `unhealthyConditions`
+entry of type Ready, status Unknown or False, with a timeout (cluster-api docs, "Configure a
+MachineHealthCheck"). The default, 300 s, is Kubernetes' own: the `node.kubernetes.io/not-ready` and
+`node.kubernetes.io/unreachable` NoExecute tolerations the DefaultTolerationSeconds admission plugin gives every
+pod (kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/#taint-based-evictions), after which
+Kubernetes itself gives up on the pods there. A node back to Ready before then was a blip: nothing happens.
+
+A lost node with a NodeSet pod on it is a fault of kind `node-lost` that needs a reboot: the same heal as any
+fault (containment, the storm brake, a spare promoted, its job moved; the repair loop then reboots it through
+its provider and, if it never answers, retires it). Its job cannot checkpoint (no SIGTERM reaches a dead
+slurmd) and its NodeSet pod's eviction never completes on a dead kubelet, so the heal force-deletes that pod
+(`force_delete`), which Kubernetes' "Force Delete StatefulSet Pods" page allows only for a node known to be down
+or partitioned (kubernetes.io/docs/tasks/run-application/force-delete-stateful-set-pod/): what the threshold
+establishes.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from gpufleet.fleetspec import FleetSpec, labels
+from gpufleet.fleetspec.faults import FaultAction, Kind
+
+from gpufleet.reconciler.core.model import Fault, NodeView, PodView
+
+SOURCE = "Ready"  # the condition the loss is read from
+
+
+def _after(spec: FleetSpec) -> timedelta:
+    return timedelta(seconds=spec.healing.node_lost_after_seconds)
+
+
+def watched(node: NodeView, spec: FleetSpec, carries_nodeset_pod: bool) -> bool:
+    """An active node of a managed pool, carrying a NodeSet pod, whose Ready condition is not True."""
+    return (carries_nodeset_pod and node.role == labels.ROLE_ACTIVE and node.not_ready_since is not None
+            and node.pool in {p.name for p in spec.pools})
+
+
+def fault(node: NodeView, spec: FleetSpec, now: datetime, carries_nodeset_pod: bool) -> Fault | None:
+    """The `node-lost` fault of `node`, once its Ready condition has not been True for the spec's time; else None.
+    Its `since` is the Ready condition's lastTransitionTime: one loss names one remediation however often it is read."""
+    if not watched(node, spec, carries_nodeset_pod):
+        return None
+    since = node.not_ready_since
+    assert since is not None
+    down = now - since
+    if down < _after(spec):
+        return None
+    message = (f"Kubernetes has not seen it Ready for {down.total_seconds():.0f}s "
+               f"(Ready {node.ready_status or 'Unknown'}"
+               + (f", {node.ready_message}" if node.ready_message else "") + ")")
+    return Fault(0, message[:1024], since, Kind.NODE_LOST, FaultAction.REBOOT, source=SOURCE)
+
+
+def look_again_after(node: NodeView, spec: FleetSpec, now: datetime, carries_nodeset_pod: bool) -> float | None:
+    """Seconds until a not-Ready node would be lost (no event comes when a timeout passes), or None."""
+    if not watched(node, spec, carries_nodeset_pod):
+        return None
+    assert node.not_ready_since is not None
+    return max(0.0, (node.not_ready_since + _after(spec) - now).total_seconds()) + 1.0
+
+
+def force_delete(node: NodeView | None, pods: tuple[PodView, ...], slurm_namespace: str) -> tuple[str, ...]:
+    """The NodeSet pods to delete with grace 0 from a node still not Ready: a dead kubelet never completes their
+    eviction nor runs their preStop, and the NodeSet makes no pod of the same name while the old one stands.
+    A node that came back Ready is drained as any other (its kubelet stops the pod, and the preStop runs)."""
+    if node is None or node.ready or node.not_ready_since is None:
+        return ()
+    return tuple(sorted(p.key for p in pods if p.label(labels.SLINKY_POD_HOSTNAME) is not None
+                        and p.namespace == slurm_namespace and p.phase not in ("Succeeded", "Failed")))

@@ -1,0 +1,196 @@
+"""A machine that stops answering (its kubelet dead): no agent reports from it, its NodeSet pod's eviction never
+ends there, and the slurmd preStop never runs. The core reads the loss from the Node's Ready condition
+(core/node_lost.py), heals it as any fault, force-deletes its NodeSet pod, and the repair loop reboots it."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.load import SpecError
+from gpufleet.reconciler.adapters.slurm import SlurmJob
+from gpufleet.reconciler.core import decide, pages
+from gpufleet.reconciler.core.actions import DeletePods, EvictPods, SignalJobs
+from gpufleet.reconciler.core.engineer_story import plain_fault
+from gpufleet.reconciler.core.model import PodView, Remediation, StepFacts
+from gpufleet.reconciler.core.observe import node_view
+from gpufleet.reconciler.core.phases import Phase
+from tests.unit.fakes import T0, World, fleet, pool_node
+
+SPEC = fleet()
+POOL = SPEC.pools[0]
+
+
+def _node(ready="Unknown", since=T0, role=labels.ROLE_ACTIVE):
+    n = pool_node(POOL, "h100-0", role)
+    n["status"]["conditions"] = [{"type": "Ready", "status": ready, "reason": "NodeStatusUnknown",
+                                  "message": "Kubelet stopped posting node status.",
+                                  "lastTransitionTime": since.isoformat()}]
+    return node_view(n, [labels.GPU_CONDITION])
+
+
+# --- detection (pure) --------------------------------------------------------------------------------
+
+def test_a_node_not_ready_for_the_specs_time_is_a_node_lost_fault_that_needs_a_reboot():
+    assert SPEC.healing.node_lost_after_seconds == 300  # Kubernetes' not-ready/unreachable toleration
+    node = _node()
+    early = decide.detect(node, [], SPEC, T0 + timedelta(seconds=299), carries_nodeset_pod=True)
+    assert early.remediation is None
+    r = decide.detect(node, [], SPEC, T0 + timedelta(seconds=300), carries_nodeset_pod=True).remediation
+    assert r is not None and r.kind is Kind.NODE_LOST and r.action is FaultAction.REBOOT
+    assert r.phase is Phase.DETECTED and r.name == f"h100-0-nodelost-{int(T0.timestamp())}"
+    assert r.reason.startswith("the machine stopped answering needs reboot")
+    assert "Kubelet stopped posting node status." in r.reason
+    assert "stopped answering" in plain_fault(r.kind.value, 0)
+    page = pages.detected(r, SPEC)
+    assert "the machine stopped answering - Kubernetes has not seen it Ready for 300s" in page
+    assert "SIGTERM" not in page and "cannot checkpoint" in page
+    # read again later, the same loss names the same remediation: nothing new
+    again = decide.detect(node, [r], SPEC, T0 + timedelta(seconds=900), carries_nodeset_pod=True)
+    assert again.remediation is None
+
+
+@pytest.mark.parametrize("case", ["ready", "no nodeset pod", "spare", "no transition time", "False counts too"])
+def test_only_an_active_node_with_a_nodeset_pod_not_ready_past_the_threshold_is_lost(case):
+    late = T0 + timedelta(seconds=3600)
+    node, carries = _node(), True
+    if case == "ready":
+        node = _node(ready="True")
+    elif case == "no nodeset pod":
+        carries = False
+    elif case == "spare":
+        node = _node(role=labels.ROLE_SPARE)
+    elif case == "no transition time":
+        n = pool_node(POOL, "h100-0", labels.ROLE_ACTIVE)
+        n["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+        node = node_view(n, [labels.GPU_CONDITION])
+    elif case == "False counts too":
+        node = _node(ready="False")
+    got = decide.detect(node, [], SPEC, late, carries_nodeset_pod=carries).remediation
+    assert (got is not None) == (case == "False counts too")
+
+
+def test_the_threshold_is_validated_and_its_error_names_the_field():
+    assert fleet(node_lost_after_seconds=600).healing.node_lost_after_seconds == 600
+    with pytest.raises(SpecError, match="healing.node_lost_after_seconds"):
+        fleet(node_lost_after_seconds=5)
+
+
+# --- the heal's steps (pure) ----------------------------------------------------------------------------
+
+def _lost_remediation(phase: Phase) -> Remediation:
+    r = decide.detect(_node(), [], SPEC, T0 + timedelta(seconds=300), carries_nodeset_pod=True).remediation
+    assert r is not None
+    return Remediation(**{**r.__dict__, "phase": phase, "slurm_nodes": ("h100-w0",)})
+
+
+def test_a_lost_machines_job_gets_no_sigterm_and_no_grace():
+    now = T0 + timedelta(seconds=301)
+    r = _lost_remediation(Phase.SLURM_DRAINING)
+    facts = StepFacts(jobs_on_node=(SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",)),))
+    step = decide.plan_step(r, facts, SPEC, now)
+    assert not [a for a in step.actions if isinstance(a, SignalJobs)]
+    assert step.remediation.phase is Phase.CHECKPOINTING and step.remediation.grace_deadline == now
+    # the very next step requeues what still holds the node (Slurm had not marked it DOWN yet)
+    nxt = decide.plan_step(step.remediation, facts, SPEC, now)
+    assert nxt.remediation.phase is Phase.REQUEUED and nxt.remediation.jobs == (7,)
+    # a GPU fault's job is signalled, as before
+    xid = Remediation(**{**r.__dict__, "kind": Kind.XID, "xid": 79})
+    assert [a for a in decide.plan_step(xid, facts, SPEC, now).actions if isinstance(a, SignalJobs)]
+
+
+def _pods():
+    nodeset = PodView("slurm", "slurm-worker-h100-w0", "h100-0", labels=((labels.SLINKY_POD_HOSTNAME, "h100-w0"),),
+                      owner_kinds=("NodeSet",))
+    other = PodView("default", "web", "h100-0", owner_kinds=("ReplicaSet",))
+    return nodeset, other
+
+
+def test_a_lost_machine_still_not_ready_has_its_nodeset_pod_force_deleted_and_the_heal_goes_on():
+    now = T0 + timedelta(seconds=310)
+    r = _lost_remediation(Phase.EVICTING)
+    nodeset, other = _pods()
+    step = decide.plan_step(r, StepFacts(pods=(nodeset, other), node=_node()), SPEC, now)
+    assert DeletePods("h100-0", (nodeset.key,), force=True) in step.actions
+    assert EvictPods("h100-0", (other.key,)) in step.actions
+    assert step.remediation.phase is Phase.REPLACING and "force-deleted" in step.remediation.reason
+
+
+def test_a_lost_machine_back_ready_before_its_eviction_is_drained_as_any_other():
+    now = T0 + timedelta(seconds=310)
+    r = _lost_remediation(Phase.EVICTING)
+    r = Remediation(**{**r.__dict__, "drain_deadline": now + timedelta(seconds=60)})
+    nodeset, other = _pods()
+    step = decide.plan_step(r, StepFacts(pods=(nodeset, other), node=_node(ready="True")), SPEC, now)
+    assert not [a for a in step.actions if isinstance(a, DeletePods)]
+    assert [a for a in step.actions if isinstance(a, EvictPods) and nodeset.key in a.pods]
+
+
+# --- the runtime with fakes ---------------------------------------------------------------------------
+
+def _world():
+    w = World(fleet(), operator=True)
+    w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",))
+    return w
+
+
+def test_a_dead_machine_is_healed_its_nodeset_pod_force_deleted_and_it_enters_the_repair_loop():
+    w = _world()
+    w.kill("h100-0")
+    w.run(seconds=200, step=10)
+    assert not w.store.list()  # not yet: a blip of Ready is no loss
+    w.run(seconds=200, step=10)
+    r = w.remediation_named("h100-0", Phase.SUCCEEDED)
+    assert r.kind is Kind.NODE_LOST and r.replacement == "h100-spare-0"
+    assert ("slurm/slurm-worker-h100-w0", 0) in w.kube.deletes  # force-deleted, once
+    assert len([d for d in w.kube.deletes if d[0] == "slurm/slurm-worker-h100-w0"]) == 1
+    assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-spare-0"
+    assert not [c for c in w.slurm.calls if c[0] == "signal"]  # nothing to SIGTERM on a dead node
+    assert w.slurm.jobs[7].state == "PENDING"  # Slurm requeued it; it runs again once the node is back
+    assert ("resume", "h100-w0") in w.slurm.calls
+    assert "the machine stopped answering" in r.reason
+    assert any(n == "h100-0" for n, _ in w.hardware.reboots)  # the repair loop rebooted it through the provider
+
+
+def test_a_node_back_ready_before_the_threshold_starts_nothing():
+    w = _world()
+    w.kill("h100-0")
+    w.run(seconds=250, step=10)
+    w.kube.dead.discard("h100-0")
+    for c in w.kube.nodes["h100-0"]["status"]["conditions"]:
+        c.update(status="True", reason="KubeletReady", message="", lastTransitionTime=w.clock.now.isoformat())
+    w.run(seconds=600, step=10)
+    assert not w.store.list() and not w.kube.deletes
+
+
+def test_a_node_back_mid_heal_is_still_replaced_and_then_repaired():
+    w = _world()
+    w.kill("h100-0")
+    w.run(seconds=300, step=10)
+    w.run(seconds=1, step=0.5)
+    assert w.remediation("h100-0").phase is not Phase.SUCCEEDED
+    w.kube.dead.discard("h100-0")
+    for c in w.kube.nodes["h100-0"]["status"]["conditions"]:
+        c.update(status="True", reason="KubeletReady", message="", lastTransitionTime=w.clock.now.isoformat())
+    w.run(seconds=300, step=10)
+    r = w.remediation_named("h100-0", Phase.SUCCEEDED)
+    assert r.replacement == "h100-spare-0"
+    assert w.kube.nodes["h100-0"]["metadata"]["labels"][labels.ROLE] != labels.ROLE_ACTIVE
+
+
+def test_the_storm_brake_counts_lost_machines_and_holds_their_replacement():
+    w = World(fleet(max_unhealthy_fraction=0.2), operator=True)
+    for i in range(5):
+        w.kill(f"h100-{i}")
+    w.run(seconds=400, step=10)
+    rs = [w.remediation(f"h100-{i}") for i in range(5)]
+    assert all(r.kind is Kind.NODE_LOST for r in rs)
+    assert all(w.kube.nodes[f"h100-{i}"]["spec"].get("unschedulable") for i in range(5))  # contained
+    # each counts: the first two (2 of 10, not above 0.2) are replaced, the third one out trips the brake
+    held = [r for r in rs if r.phase is Phase.HELD]
+    assert len(held) == 3 and all(r.replacement is None and "unhealthy" in r.held_message for r in held)
+    assert sorted(r.phase.value for r in rs if r not in held) == ["Succeeded", "Succeeded"]
+    assert w.notifier.sent.count("storm") == 1
+    assert not [d for d in w.kube.deletes if any(d[0].endswith(r.slurm_nodes[0]) for r in held)]
