@@ -731,6 +731,9 @@ class ConditionSource(Strict):
     @model_validator(mode="after")
     def _readable(self) -> "ConditionSource":
         patterns = {"reason_pattern": self.reason_pattern, "message_pattern": self.message_pattern}
+        if self.kind is Kind.NODE_LOST:
+            raise FieldError("kind", "node-lost is read from the node's Ready condition, not from a source: "
+                             "set healing.node_lost_after_seconds")
         if self.read == "kernel-log":
             extra = [k for k, v in patterns.items() if v]
             if extra:

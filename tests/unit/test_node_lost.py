@@ -76,6 +76,8 @@ def test_the_threshold_is_validated_and_its_error_names_the_field():
     assert fleet(node_lost_after_seconds=600).healing.node_lost_after_seconds == 600
     with pytest.raises(SpecError, match="healing.node_lost_after_seconds"):
         fleet(node_lost_after_seconds=5)
+    with pytest.raises(SpecError, match=r"condition_sources\[0\].kind: node-lost is read from the node's Ready"):
+        fleet(condition_sources=[{"type": "Broken", "kind": "node-lost", "action": "reboot"}])
 
 
 # --- the heal's steps (pure) ----------------------------------------------------------------------------
