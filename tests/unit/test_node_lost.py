@@ -196,3 +196,49 @@ def test_the_storm_brake_counts_lost_machines_and_holds_their_replacement():
     assert sorted(r.phase.value for r in rs if r not in held) == ["Succeeded", "Succeeded"]
     assert w.notifier.sent.count("storm") == 1
     assert not [d for d in w.kube.deletes if any(d[0].endswith(r.slurm_nodes[0]) for r in held)]
+
+
+# --- a reconciler killed anywhere on the path resumes, never repeats -----------------------------------------
+
+def lost_path(w: World) -> list:
+    return [(w.store, "write_status"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
+            (w.slurm, "requeue"), (w.kube, "evict"), (w.kube, "delete_pod"), (w.provider, "promote"),
+            (w.provider, "quarantine"), (w.notifier, "send")]
+
+
+def _dying():
+    """A machine dead 295 s, its job still RUNNING in Slurm (slurmctld has not marked the node DOWN yet)."""
+    w = _world()
+    w.kill("h100-0", slurm_marks_down=False)
+    w.run(seconds=295, step=5)
+    assert not w.store.list()
+    return w
+
+
+LOST_PATH = 19  # every call in the window: the heal, its pages, and the repair asked
+
+
+def test_the_crash_points_cover_every_call_of_the_lost_machines_heal():
+    from tests.unit.test_crashes import crash_after
+    w = _dying()
+    point = crash_after(w, 10_000, lost_path(w), 10, lambda: {})
+    assert point.call == "" and point.made == LOST_PATH
+
+
+@pytest.mark.parametrize("crash_at", range(1, LOST_PATH + 1))
+def test_a_reconciler_killed_anywhere_on_a_lost_machines_heal_resumes_and_never_repeats(crash_at):
+    from tests.unit.test_crashes import assert_guarantees, crash_after
+    w = _dying()
+
+    def sent():
+        return {"notify:detected": w.notifier.sent.count("detected"),
+                "signal:TERM": sum(1 for c in w.slurm.calls if c[0] == "signal")}
+
+    point = crash_after(w, crash_at, lost_path(w), 10, sent)
+    w.run(seconds=30, step=1)
+    r = w.remediation("h100-0")
+    assert r.phase in (Phase.RESUMING, Phase.SUCCEEDED) and r.replacement == "h100-spare-0", (point, r)
+    assert {c[1] for c in w.provider.calls if c[0] == "promote"} == {"h100-spare-0"}
+    assert_guarantees(point, sent(), ("notify:detected",))
+    assert sent()["signal:TERM"] == 0 and ("requeue", (7,)) in w.slurm.calls
+    assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-spare-0"
