@@ -373,6 +373,7 @@ class FakeNodes:
         self.reboots: list[tuple[str, str]] = []
         self.rebooting: dict[str, datetime] = {}  # node -> Ready again then
         self.boots = 1
+        self.revives_dead = True  # a reboot brings a dead machine back (World.kill); False: it never answers
 
     def healthy(self, node: str) -> bool:
         return self.state.get(node, self.HEALTHY) == self.HEALTHY
@@ -383,7 +384,7 @@ class FakeNodes:
             req = parse_request((n["metadata"].get("annotations") or {}).get(labels.REPAIR_REQUEST))
             if req is None or self.acted.get(name) == req.id:
                 continue
-            if name in self.kube.dead and req.action != REBOOT:
+            if name in self.kube.dead and (req.action != REBOOT or not self.revives_dead):
                 continue  # no agent answers on a dead machine; a reboot comes through the provider (EC2's)
             self.acted[name] = req.id
             if req.action == RESET_GPU:

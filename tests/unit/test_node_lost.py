@@ -17,6 +17,7 @@ from gpufleet.reconciler.core.engineer_story import plain_fault
 from gpufleet.reconciler.core.model import PodView, Remediation, StepFacts
 from gpufleet.reconciler.core.observe import node_view
 from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.unit.fakes import T0, World, fleet, pool_node
 
 SPEC = fleet()
@@ -154,6 +155,19 @@ def test_a_dead_machine_is_healed_its_nodeset_pod_force_deleted_and_it_enters_th
     assert ("resume", "h100-w0") in w.slurm.calls
     assert "the machine stopped answering" in r.reason
     assert any(n == "h100-0" for n, _ in w.hardware.reboots)  # the repair loop rebooted it through the provider
+
+
+def test_a_dead_machine_that_never_answers_its_reboot_is_retired_by_the_repair_ladder():
+    w = _world()
+    w.hardware.revives_dead = False
+    w.kill("h100-0")
+    w.run(seconds=400, step=10)
+    assert w.remediation_named("h100-0", Phase.SUCCEEDED).replacement == "h100-spare-0"
+    w.run(seconds=1300, step=20)  # the pool's reboot_timeout_seconds (1200) passes
+    r = w.remediation("h100-0")
+    assert r.repair is not None and r.repair.phase is RepairPhase.RETIRED, r.repair
+    assert w.kube.nodes["h100-0"]["metadata"]["labels"][labels.ROLE] == labels.ROLE_RETIRED
+    assert not w.hardware.reboots  # nothing on it ever acted
 
 
 def test_a_node_back_ready_before_the_threshold_starts_nothing():
