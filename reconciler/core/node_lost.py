@@ -56,11 +56,13 @@ def fault(node: NodeView, spec: FleetSpec, now: datetime, carries_nodeset_pod: b
 
 
 def look_again_after(node: NodeView, spec: FleetSpec, now: datetime, carries_nodeset_pod: bool) -> float | None:
-    """Seconds until a not-Ready node would be lost (no event comes when a timeout passes), or None."""
+    """Seconds until a not-Ready node would be lost (no event comes when a timeout passes), or None: not
+    watched, or lost already (its loss was read: a remediation, or a gate; events and the resync look again)."""
     if not watched(node, spec, carries_nodeset_pod):
         return None
     assert node.not_ready_since is not None
-    return max(0.0, (node.not_ready_since + _after(spec) - now).total_seconds()) + 1.0
+    left = (node.not_ready_since + _after(spec) - now).total_seconds()
+    return left + 1.0 if left >= 0 else None
 
 
 def force_delete(node: NodeView | None, pods: tuple[PodView, ...], slurm_namespace: str) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from gpufleet.fleetspec import labels
 from gpufleet.fleetspec.faults import FaultAction, Kind
 from gpufleet.fleetspec.load import SpecError
 from gpufleet.reconciler.adapters.slurm import SlurmJob
-from gpufleet.reconciler.core import decide, pages
+from gpufleet.reconciler.core import decide, node_lost, pages
 from gpufleet.reconciler.core.actions import DeletePods, EvictPods, SignalJobs
 from gpufleet.reconciler.core.engineer_story import plain_fault
 from gpufleet.reconciler.core.model import PodView, Remediation, StepFacts
@@ -51,6 +51,14 @@ def test_a_node_not_ready_for_the_specs_time_is_a_node_lost_fault_that_needs_a_r
     # read again later, the same loss names the same remediation: nothing new
     again = decide.detect(node, [r], SPEC, T0 + timedelta(seconds=900), carries_nodeset_pod=True)
     assert again.remediation is None
+
+
+def test_a_not_ready_node_is_looked_at_again_when_its_time_passes_and_not_in_a_loop_after():
+    node = _node()
+    assert node_lost.look_again_after(node, SPEC, T0 + timedelta(seconds=100), True) == 201.0
+    assert node_lost.look_again_after(node, SPEC, T0 + timedelta(seconds=301), True) is None  # seen: no spin
+    assert node_lost.look_again_after(_node(ready="True"), SPEC, T0, True) is None
+    assert node_lost.look_again_after(node, SPEC, T0, False) is None
 
 
 @pytest.mark.parametrize("case", ["ready", "no nodeset pod", "spare", "no transition time", "False counts too"])
