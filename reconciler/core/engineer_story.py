@@ -196,10 +196,16 @@ def tell(job_id: int, job: JobFacts | None, records: list[jr.JobRecord], now: da
     for i, rec in enumerate(heals):
         node = shown(rec.slurm_node, 80)
         of = f", one of its {len(job.nodes)} nodes," if len(job.nodes) > 1 else ""
-        sentences.append(f"At {clock(rec.fault_at)}, {gpu_words(rec)} on {node}{of} failed: "
-                         f"{plain_fault(rec.kind, rec.code)}.")
-        details.append((rec.fault_at, f"fault: {plain_fault(rec.kind, rec.code)} on {gpu_words(rec)}, {node} "
-                                      f"(record {shown(rec.remediation, 40)})"))
+        if rec.kind == Kind.NODE_LOST.value:  # the whole machine, not a GPU (core/node_lost.py)
+            sentences.append(f"At {clock(rec.fault_at)}, the machine behind {node}{of} stopped answering (its node "
+                             "stopped reporting to Kubernetes); the job could not checkpoint there.")
+            details.append((rec.fault_at, f"fault: {plain_fault(rec.kind, rec.code)}, {node} "
+                                          f"(record {shown(rec.remediation, 40)})"))
+        else:
+            sentences.append(f"At {clock(rec.fault_at)}, {gpu_words(rec)} on {node}{of} failed: "
+                             f"{plain_fault(rec.kind, rec.code)}.")
+            details.append((rec.fault_at, f"fault: {plain_fault(rec.kind, rec.code)} on {gpu_words(rec)}, {node} "
+                                          f"(record {shown(rec.remediation, 40)})"))
         cp = checkpoint_of(rec)
         if cp is not None:
             checkpoint = checkpoint or cp

@@ -264,3 +264,22 @@ def test_a_reconciler_killed_anywhere_on_a_lost_machines_heal_resumes_and_never_
     assert_guarantees(point, sent(), ("notify:detected",))
     assert sent()["signal:TERM"] == 0 and ("requeue", (7,)) in w.slurm.calls
     assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-spare-0"
+
+
+def test_gpufleet_why_tells_the_engineer_the_machine_stopped_answering_not_a_gpu():
+    from gpufleet.reconciler.core import engineer_story, job_notes, job_record
+    from gpufleet.reconciler.core.job_notes import JobSeen, appended, lines_for
+    from gpufleet.reconciler.core.job_story import JobFacts
+
+    r = _lost_remediation(Phase.SLURM_DRAINING)
+    r = Remediation(**{**r.__dict__, "jobs": (7,)})
+    for phase in (Phase.CHECKPOINTING, Phase.REQUEUED, Phase.EVICTING, Phase.REPLACING, Phase.RESUMING,
+                  Phase.SUCCEEDED):
+        r = r.moved(phase, T0 + timedelta(seconds=310))
+    seen = JobSeen(7, "RUNNING", ("h100-w0",), T0 + timedelta(seconds=400))
+    comment = appended("", 7, lines_for(r, seen), (job_record.encode(job_record.record_of(r, "H100")),)) or ""
+    records = job_record.records_in(comment, job_notes.SEPARATOR)
+    job = JobFacts(7, "train", "RUNNING", "alice", "ml", ("h100-w0",), T0, T0 + timedelta(seconds=400), None, 1)
+    s = engineer_story.tell(7, job, records, T0 + timedelta(seconds=500))
+    assert "the machine behind h100-w0 stopped answering" in s.paragraph, s.paragraph
+    assert "GPU" not in s.paragraph.split("What to do")[0], s.paragraph
