@@ -210,7 +210,7 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         return admit(r, facts, spec, now, _once)
 
     if phase is Phase.EVICTING:
-        if r.kind is Kind.NODE_LOST and (force := node_lost.force_delete(facts.node, facts.pods, spec.slurm.namespace)):
+        if force := node_lost.force_delete(facts.node, facts.pods, spec, now):
             return _force_out(r, force, facts, now)
         left = tuple(sorted(p.key for p in evictable_views(facts.pods)))
         if left and now < (r.drain_deadline or now):
@@ -235,6 +235,13 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         if facts.replacement is not None and facts.replacement.on_loan:
             # Lent between its choice and its promotion (a race with a lending pass): end that loan first.
             return Step((EndLoan(facts.replacement.name, back_to_spare=False),), recheck_after=0.5)
+        if stuck := node_lost.stuck_on(facts.node, facts.slurm_pods, spec, now):
+            # The faulted machine died after its pods were asked to leave: they never will (node_lost.py).
+            said = "force-deleted" in r.reason
+            why = (f"{r.reason}; {node} stopped answering mid-heal: NodeSet pod(s) {list(stuck)} force-deleted "
+                   "(grace 0: a dead kubelet never ends a deletion)")
+            return Step((DeletePods(node, stuck, force=True),), None if said else replace(r, reason=why),
+                        recheck_after=1.0)
         resumes = tuple(ResumeSlurm(n) for n in resume_candidates(r, facts))
         if resumes:
             return Step(resumes, recheck_after=0.5)
@@ -432,7 +439,8 @@ def carry_person_drains(r: Remediation, kept: tuple[str, ...], slurm: dict[str, 
 
 
 def _force_out(r: Remediation, force: tuple[str, ...], facts: StepFacts, now: datetime) -> Step:
-    """A lost machine still not Ready: its NodeSet pods are deleted with grace 0 at once (their eviction would
+    """A machine not Ready for `healing.node_lost_after_seconds` (lost, or a faulted one that died mid-heal): its
+    NodeSet pods are deleted with grace 0 at once (their eviction would
     never complete on a dead kubelet: node_lost.force_delete), the other pods' eviction is asked (their
     controllers make them again elsewhere), and the heal goes on to the spare without waiting for them."""
     others = tuple(p.key for p in evictable_views(facts.pods) if not p.deleting and p.key not in force)

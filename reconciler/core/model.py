@@ -106,6 +106,7 @@ class PodView:
     owner_kinds: tuple[str, ...] = ()
     mirror: bool = False
     deleting: bool = False  # has a deletionTimestamp: on its way out (never undone for this uid)
+    deletion_grace: int | None = None  # its deletion's grace (metadata.deletionGracePeriodSeconds); 0: forced
     uid: str = ""
     unschedulable: str = ""  # the scheduler found no node for it (PodScheduled=False, Unschedulable): its message
 

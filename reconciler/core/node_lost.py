@@ -65,11 +65,22 @@ def look_again_after(node: NodeView, spec: FleetSpec, now: datetime, carries_nod
     return left + 1.0 if left >= 0 else None
 
 
-def force_delete(node: NodeView | None, pods: tuple[PodView, ...], slurm_namespace: str) -> tuple[str, ...]:
-    """The NodeSet pods to delete with grace 0 from a node still not Ready: a dead kubelet never completes their
-    eviction nor runs their preStop, and the NodeSet makes no pod of the same name while the old one stands.
-    A node that came back Ready is drained as any other (its kubelet stops the pod, and the preStop runs)."""
-    if node is None or node.ready or node.not_ready_since is None:
+def force_delete(node: NodeView | None, pods: tuple[PodView, ...], spec: FleetSpec, now: datetime) -> tuple[str, ...]:
+    """The NodeSet pods (the Slurm namespace's) to delete with grace 0 from a node under a heal (of any fault:
+    a GPU fault's machine may die mid-heal too) that has not been Ready for the spec's time: a dead kubelet never
+    completes their eviction nor runs their preStop, and the NodeSet makes no pod of the same name while the old
+    one stands. A node Ready again, or not Ready for less, is drained as any other (its kubelet stops the pod,
+    and the preStop runs)."""
+    if node is None or node.ready or node.not_ready_since is None or now - node.not_ready_since < _after(spec):
         return ()
     return tuple(sorted(p.key for p in pods if p.label(labels.SLINKY_POD_HOSTNAME) is not None
-                        and p.namespace == slurm_namespace and p.phase not in ("Succeeded", "Failed")))
+                        and p.namespace == spec.slurm.namespace and p.phase not in ("Succeeded", "Failed")
+                        and p.deletion_grace != 0))  # forced already: gone from the API server
+
+
+def stuck_on(node: NodeView | None, slurm_pods: tuple[PodView, ...], spec: FleetSpec, now: datetime) -> tuple[str, ...]:
+    """The remediation's NodeSet pods still on its node once that node is lost (it died after their eviction or
+    their delete was asked with a grace: both wait for a kubelet that is not there): to delete with grace 0."""
+    if node is None:
+        return ()
+    return force_delete(node, tuple(p for p in slurm_pods if p.node == node.name), spec, now)

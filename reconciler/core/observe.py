@@ -173,6 +173,8 @@ def pod_view(pod: dict[str, Any], opt_out_label: str = labels.DEFAULT_OPT_OUT, *
         owner_kinds=tuple(o.get("kind", "") for o in meta.get("ownerReferences") or []),
         mirror=labels.MIRROR_POD in (meta.get("annotations") or {}),
         deleting=bool(meta.get("deletionTimestamp")), uid=meta.get("uid") or "", unschedulable=unplaced[:500],
+        deletion_grace=_int(meta["deletionGracePeriodSeconds"]) if meta.get("deletionTimestamp")
+        and meta.get("deletionGracePeriodSeconds") is not None else None,
     )
 
 

@@ -77,8 +77,10 @@ class Caches:
         if obj and (obj.get("metadata") or {}).get("name"):
             self.nodes.put(obj["metadata"]["name"], node_view(obj, self.conditions))
 
-    def pod_leaving(self, key: str) -> None:
-        self.pods.update(key, lambda p: replace(p, deleting=True))
+    def pod_leaving(self, key: str, grace: int | None = None) -> None:
+        """Write-through of a deletion asked (`grace` 0: forced, gone from the API server at once)."""
+        self.pods.update(key, lambda p: replace(p, deleting=True,
+                                                deletion_grace=p.deletion_grace if grace is None else grace))
 
     def remediation_written(self, r: Remediation) -> None:
         self.remediations.put(r.name, r)

@@ -141,7 +141,7 @@ class Executor:
                     # grace 0 (force): a lost machine's NodeSet pod, which its dead kubelet would never let go
                     # (kubernetes.io/docs/tasks/run-application/force-delete-stateful-set-pod/)
                     self.kube.delete_pod(namespace, name, grace_seconds=0 if a.force else 30)
-                    self.caches.pod_leaving(key)
+                    self.caches.pod_leaving(key, 0 if a.force else 30)
                 log.info("force-deleted the NodeSet pods of a machine that stopped answering" if a.force
                          else "deleted pods a stale PodDisruptionBudget protected", extra={**context(r), "pods": a.pods})
             case NoteHolds():

@@ -65,7 +65,8 @@ class Facts:
         if need.replacement and r.replacement:
             f = replace(f, replacement=c.nodes.get(r.replacement), replacement_pods=tuple(c.pods_on(r.replacement)))
         if need.slurm_pods or need.replacement_slurm:
-            f = replace(f, slurm_pods=tuple(p for n in r.slurm_nodes for p in c.pods.by_index("slurm", n)))
+            f = replace(f, slurm_pods=tuple(p for n in r.slurm_nodes for p in c.pods.by_index("slurm", n)),
+                        node=c.nodes.get(r.node))
         if need.replacement_slurm and r.replacement:
             on = slurm_nodes_on(r.replacement, c.pods_on(r.replacement)).names
             f = replace(f, replacement_slurm=on, slurm=self._slurm_views(set(on) | set(resume.moved(r, f))))

@@ -147,6 +147,7 @@ class FakeKube:
         if pod is None or pod["spec"].get("nodeName") not in self.dead:
             return False
         pod["metadata"].setdefault("deletionTimestamp", "2026-01-01T00:00:00Z")
+        pod["metadata"].setdefault("deletionGracePeriodSeconds", 30)
         return True
 
     def event(self, involved, reason, message, type_="Normal", namespace="default"):

@@ -283,3 +283,43 @@ def test_gpufleet_why_tells_the_engineer_the_machine_stopped_answering_not_a_gpu
     s = engineer_story.tell(7, job, records, T0 + timedelta(seconds=500))
     assert "the machine behind h100-w0 stopped answering" in s.paragraph, s.paragraph
     assert "GPU" not in s.paragraph.split("What to do")[0], s.paragraph
+
+
+# --- a machine that dies during a GPU fault's heal -------------------------------------------------------------
+
+def _xid(phase: Phase) -> Remediation:
+    r = _lost_remediation(phase)
+    return Remediation(**{**r.__dict__, "kind": Kind.XID, "xid": 79, "name": "h100-0-xid79-1"})
+
+
+def test_a_gpu_faults_heal_force_deletes_the_nodeset_pod_once_its_machine_is_lost_and_not_before():
+    nodeset, other = _pods()
+    r = Remediation(**{**_xid(Phase.EVICTING).__dict__, "drain_deadline": T0 + timedelta(seconds=600)})
+    lost = decide.plan_step(r, StepFacts(pods=(nodeset, other), node=_node()), SPEC, T0 + timedelta(seconds=300))
+    assert DeletePods("h100-0", (nodeset.key,), force=True) in lost.actions
+    early = decide.plan_step(r, StepFacts(pods=(nodeset, other), node=_node()), SPEC, T0 + timedelta(seconds=299))
+    assert not [a for a in early.actions if isinstance(a, DeletePods)]
+
+
+def test_a_pod_left_terminating_on_a_machine_that_died_after_its_eviction_is_force_deleted_while_resuming():
+    from dataclasses import replace as dc_replace
+    nodeset, _ = _pods()
+    waiting = dc_replace(nodeset, deleting=True, deletion_grace=30)
+    r = Remediation(**{**_xid(Phase.RESUMING).__dict__, "replacement": "h100-spare-0"})
+    step = decide.plan_step(r, StepFacts(slurm_pods=(waiting,), node=_node()), SPEC, T0 + timedelta(seconds=300))
+    assert step.actions == (DeletePods("h100-0", (nodeset.key,), force=True),)
+    assert "stopped answering mid-heal" in step.remediation.reason
+    forced = dc_replace(nodeset, deleting=True, deletion_grace=0)  # asked already: gone from the API server
+    again = decide.plan_step(r, StepFacts(slurm_pods=(forced,), node=_node()), SPEC, T0 + timedelta(seconds=301))
+    assert not [a for a in again.actions if isinstance(a, DeletePods)]
+
+
+def test_a_machine_that_dies_right_after_its_gpu_fault_still_has_its_job_moved_to_the_spare():
+    w = _world()
+    w.fault("h100-0")
+    w.kill("h100-0")
+    w.run(seconds=400, step=10)
+    r = w.remediation("h100-0")
+    assert r.kind is Kind.XID and r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0", r
+    assert ("slurm/slurm-worker-h100-w0", 0) in w.kube.deletes
+    assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-spare-0"
