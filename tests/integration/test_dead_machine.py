@@ -45,9 +45,17 @@ def spec():
 
 
 class DeadWorld(World):
+    """test_two_faults.py's world, on this module's spec and Slurm namespace."""
+
     def reconciler(self, fraction: float = 1.0):
         self.rec = reconciler(self.api, spec(), slurm=self.rest)
         return self.rec
+
+    def nodeset_pods(self, nodeset: str | None = None) -> dict[str, str | None]:
+        """Slurm name -> the Kubernetes node its NodeSet pod runs on (None: pending)."""
+        return {p.metadata.labels[labels.SLINKY_POD_HOSTNAME]: (p.spec.node_name if p.status.phase == "Running" else None)
+                for p in self.core.list_namespaced_pod(NS).items if p.metadata.deletion_timestamp is None
+                and (nodeset is None or p.metadata.labels[labels.SLINKY_POD_HOSTNAME].startswith(nodeset))}
 
 
 @pytest.fixture(scope="module")
