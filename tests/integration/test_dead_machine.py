@@ -92,7 +92,8 @@ def test_a_machine_that_dies_under_a_requeue_job_is_replaced_its_pod_force_delet
     jid = w.slurm.sbatch("--requeue", "-p", f"{POOL}p", "-N", "1", "-w", f"{POOL}-0", "--output=/dev/null",
                          "--wrap", "sleep 3600")
     w.until("the job running on the first node", lambda: w.job(jid) == ("RUNNING", f"{POOL}-0"))
-    dead = NODES[0]
+    dead = w.nodeset_pods(POOL)[f"{POOL}-0"]  # the machine the scheduler put the job's Slurm node on
+    assert dead in NODES[:2]
     fake_nodes.kill_kubelet(w.core, dead)
 
     w.until("the heal over", lambda: (r := w.record(dead)) is not None and r.phase is Phase.SUCCEEDED, timeout=240)
