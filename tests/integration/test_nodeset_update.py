@@ -147,7 +147,7 @@ def test_an_image_change_during_a_heal_and_a_repair_with_a_persons_drain_and_a_l
     (rec,) = [r for r in w.records() if r.node == faulted]  # healed once
     phases = [p for p, _ in rec.phase_times]
     assert len(phases) == len(set(phases)), phases  # no step repeated
-    assert not [r for r in w.records() if r.node != faulted]  # no other node taken for a fault
+    assert not [r for r in w.records() if r.pool == POOL and r.node != faulted]  # no other node faulted (of this pool: the API server is shared)
     on = {p.spec.node_name for p in w.pods().values()}
     assert not on & set(w.lent()) and len(on) == 3  # the new pods on three unlent machines
     assert lent  # a spare was on loan through it all (the floor may take it back once the heal took the other)
