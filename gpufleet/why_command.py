@@ -256,16 +256,18 @@ def why(
             api, slurm_namespace or _slurm_namespace(stack))
         remediations = KubeRemediationStore(api).list()
         job = job_facts(found, source) if found is not None else None
-        nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}
-        nodes |= {x for r in remediations if job_id in r.jobs for x in (r.node, *(kube_nodes.get(n, n) for n in r.job_nodes))}
-        faults = node_faults(api, nodes)
         ledgers, events, under_way, pool_of = lending_records(api, namespace)
+        # The pools its partitions use: those of the Kubernetes nodes under the partitions' Slurm nodes.
+        parts = set(found.partitions) if found is not None else set()
+        pools = {pool_of.get(kube_nodes.get(n.name, n.name), "") for n in slurm_nodes
+                 if parts & set(n.partitions)} - {""}
+        nodes = {kube_nodes.get(n, n) for n in (job.nodes if job else ())}
+        nodes |= {x for r in remediations if job_story.touched(r, job_id, job, pools)
+                  for x in (r.node, *(kube_nodes.get(n, n) for n in r.job_nodes))}
+        faults = node_faults(api, nodes)
     except (SlurmError, TemporaryError, PermanentError, ApiException) as e:
         _err(f"gpufleet why {job_id}: {e}")
         raise typer.Exit(EXIT_FAILED)
-    # The pools its partitions use: those of the Kubernetes nodes under the partitions' Slurm nodes.
-    parts = set(found.partitions) if found is not None else set()
-    pools = {pool_of.get(kube_nodes.get(n.name, n.name), "") for n in slurm_nodes if parts & set(n.partitions)} - {""}
     s = job_story.story(job_id, job, remediations, faults, kube_nodes, datetime.now(timezone.utc),
                         job_story.reclaims(ledgers, events, under_way), pools)
     if s is None:

@@ -128,8 +128,22 @@ class Story:
         return d
 
 
-def touched(r: Remediation, job_id: int) -> bool:
-    return job_id in r.jobs
+CLOCK_SLACK_SECONDS = 5.0  # the reconciler's clock and slurmctld's may differ by this much
+
+
+def touched(r: Remediation, job_id: int, job: "JobFacts | None" = None, pools: Iterable[str] = ()) -> bool:
+    """Whether remediation `r` is about this job, not another job that had the same id: Slurm reuses ids
+    (a new slurmctld state starts again at FirstJobId), so the id alone is not enough. A fault on a pool
+    outside the job's partitions never reached it, and a job never requeued was submitted after no record
+    about it was made (slurmctld sets the submit time anew only at a requeue)."""
+    if job_id not in r.jobs:
+        return False
+    pools = set(pools)
+    if pools and r.pool and r.pool not in pools:
+        return False
+    if job is not None and job.submitted is not None and job.restarts == 0:
+        return (job.submitted - r.created).total_seconds() <= CLOCK_SLACK_SECONDS
+    return True
 
 
 def _phases(r: Remediation) -> list[Entry]:
@@ -257,7 +271,8 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
     """The story of one job; None when neither Slurm nor any remediation knows it. `kube_nodes` maps
     Slurm node names to Kubernetes node names (from the operator's comment on each Slurm node);
     `reclaimed`: the reclaims the records show (`reclaims`); `pools`: those its partitions use."""
-    mine = sorted((r for r in remediations if touched(r, job_id)), key=lambda r: (r.created, r.name))
+    pools = set(pools)
+    mine = sorted((r for r in remediations if touched(r, job_id, job, pools)), key=lambda r: (r.created, r.name))
     if job is None and not mine:
         return None
     entries: list[Entry] = []

@@ -240,3 +240,19 @@ def test_every_slurm_supplied_string_is_printed_escaped():
     assert "\x1b" not in text and "\r" not in text
     assert [line for line in text.splitlines() if line.startswith("verdict:")] == [text.splitlines()[-1]]
     assert "x\\x0averdict: all is well\\x1b[0m" in text and "ok\\x0d\\x0averdict: healed" in text
+
+
+def test_a_record_about_another_job_with_the_same_id_is_not_its_story():
+    """Slurm reuses job ids (a new slurmctld state starts again at FirstJobId): a record of job 7 made before
+    this job 7 was submitted, never requeued, or of a pool outside its partitions, is another job's."""
+    fresh = job(nodes=("gpu-a-2",), started=1000, restarts=0)  # submitted at T0 - 900 s
+    older = replace(healed(), created=T0 - 1000 * S)  # a remediation 100 s before that submission
+    s = story(7, fresh, [older], [], KUBE, T0 + 2000 * S)
+    assert s is not None and "kgpu-0-xid79-1" not in render(s) and s.verdict != HEALED
+    # the same record, made after its submission, is its story; requeued, the submit time proves nothing
+    assert "kgpu-0-xid79-1" in render(story(7, fresh, [healed()], [], KUBE, T0 + 2000 * S))
+    assert "kgpu-0-xid79-1" in render(story(7, replace(fresh, restarts=1), [older], [], KUBE, T0 + 2000 * S))
+    # a fault on a pool its partitions do not use never reached it
+    s = story(7, job(), [healed()], [], KUBE, T0 + 2000 * S, pools=["lend"])
+    assert "kgpu-0-xid79-1" not in render(s)
+    assert "kgpu-0-xid79-1" in render(story(7, job(), [healed()], [], KUBE, T0 + 2000 * S, pools=["kgpu", "lend"]))
