@@ -776,8 +776,9 @@ class HealingSpec(Strict):
     node_lost_after_seconds: int = Field(
         300, ge=30, le=86400,
         description="An active node carrying a NodeSet pod whose Ready condition has not been True for this long is "
-                    "a lost machine: healed like a fault (its NodeSet pod force-deleted, its job moved to a spare) and "
-                    "rebooted by the repair loop. 300 s: Kubernetes' default not-ready/unreachable toleration.")
+                    "a lost machine: healed like a fault (its NodeSet pod force-deleted, its job moved to a spare), "
+                    "then power-cycled by the repair loop where its provider can (aws-asg), else retired. 300 s: "
+                    "Kubernetes' default not-ready/unreachable toleration.")
     max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
     max_unhealthy_fraction: float = Field(
         0.2, gt=0, le=1, description="Above this fraction of a pool's declared nodes (its spares not counted) out "
