@@ -36,9 +36,12 @@ def _after(spec: FleetSpec) -> timedelta:
 
 
 def watched(node: NodeView, spec: FleetSpec, carries_nodeset_pod: bool) -> bool:
-    """An active node of a managed pool, carrying a NodeSet pod, whose Ready condition is not True."""
-    return (carries_nodeset_pod and node.role == labels.ROLE_ACTIVE and node.not_ready_since is not None
-            and node.pool in {p.name for p in spec.pools})
+    """A node of a managed pool whose Ready condition is not True, and that serves: an active node carrying a
+    NodeSet pod, or a node on loan (its NodeSet pods left for the borrowers; lending keeps the loan until the
+    loss is read, core/lending.py, and the heal ends it: no eviction there can finish on a dead kubelet)."""
+    serves = (carries_nodeset_pod and node.role == labels.ROLE_ACTIVE) or \
+        (node.on_loan and node.role in (labels.ROLE_ACTIVE, labels.ROLE_SPARE))
+    return serves and node.not_ready_since is not None and node.pool in {p.name for p in spec.pools}
 
 
 def fault(node: NodeView, spec: FleetSpec, now: datetime, carries_nodeset_pod: bool) -> Fault | None:

@@ -81,6 +81,21 @@ def test_only_an_active_node_with_a_nodeset_pod_not_ready_past_the_threshold_is_
     assert (got is not None) == (case == "False counts too")
 
 
+@pytest.mark.parametrize("role", [labels.ROLE_ACTIVE, labels.ROLE_SPARE])
+def test_a_node_on_loan_is_watched_without_a_nodeset_pod_and_its_loss_is_a_remediation(role):
+    """A lent node's NodeSet pods left for the borrowers; its loss is read all the same (lending keeps the loan
+    until then), and the heal takes it: a lent spare as a spare (nothing to move), an idle node as any."""
+    n = pool_node(POOL, "h100-0", role)
+    n["metadata"]["labels"][labels.LENT] = labels.LENT_SPARE if role == labels.ROLE_SPARE else labels.LENT_IDLE
+    n["spec"]["taints"] = [{"key": labels.LENDING_TAINT, "effect": "NoSchedule"}]
+    n["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "lastTransitionTime": T0.isoformat()}]
+    node = node_view(n, [labels.GPU_CONDITION])
+    assert node.on_loan
+    assert decide.detect(node, [], SPEC, T0 + timedelta(seconds=299)).remediation is None
+    r = decide.detect(node, [], SPEC, T0 + timedelta(seconds=300)).remediation
+    assert r is not None and r.kind is Kind.NODE_LOST and r.was_spare is (role == labels.ROLE_SPARE)
+
+
 def test_the_threshold_is_validated_and_its_error_names_the_field():
     assert fleet(node_lost_after_seconds=600).healing.node_lost_after_seconds == 600
     with pytest.raises(SpecError, match="healing.node_lost_after_seconds"):
@@ -375,3 +390,34 @@ def test_a_machine_that_dies_right_after_its_gpu_fault_still_has_its_job_moved_t
     assert r.kind is Kind.XID and r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0", r
     assert ("slurm/slurm-worker-h100-w0", 0) in w.kube.deletes
     assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-spare-0"
+
+
+# --- a lent machine that dies (the runtime with fakes) -------------------------------------------------------
+
+def test_a_lent_spare_that_dies_ends_its_loan_as_lost_is_healed_and_taken_by_the_repair_loop_never_waited_on():
+    """Its borrowers can never leave a dead kubelet: nothing waits on them. The loan stands until the loss is read,
+    then the heal takes the node (a spare: nothing to move), the loan ends counted as lost, and the repair loop
+    retires it (kubernetes-spares: nothing can power-cycle it)."""
+    from gpufleet.fleetspec.ledger import parse as parse_ledger
+
+    w = World(parse_fleet({
+        "environment": "t", "cluster": {"kind": "local"},
+        "pools": [{"name": "h100", "node_type": "x", "gpu_model": "H100", "nodes": 2, "spares": 2,
+                   "lending": {"spares": True, "spare_floor": 1, "borrowers": {"selector": {"app": "inference"}}}}],
+        "slurm": {"partitions": [{"name": "train", "pools": ["h100"]}]},
+    }))
+    w.run(seconds=3)
+    assert ("lend", "h100-spare-1") in w.kube.calls
+    w.kube.pods["inf/a"] = {"metadata": {"name": "a", "namespace": "inf", "uid": "uid-a", "labels": {"app": "inference"}},
+                            "spec": {"nodeName": "h100-spare-1"}, "status": {"phase": "Running"}}
+    w.kill("h100-spare-1", slurm_marks_down=False)
+    w.run(seconds=290, step=10)
+    assert not w.store.list() and ("end_loan", "h100-spare-1") not in w.kube.calls  # not lost yet: the loan stands
+    w.run(seconds=60, step=5)
+    r = w.remediation("h100-spare-1")
+    assert r.kind is Kind.NODE_LOST and r.was_spare and r.phase is Phase.SUCCEEDED, r
+    assert ("end_loan", "h100-spare-1") in w.kube.calls
+    assert w.manager.metrics.lending_events.labels("h100", "lost")._value.get() == 1
+    assert not [l for l in parse_ledger(w.kube.ledger["h100"], "h100").loans if l.node == "h100-spare-1" and l.open]
+    assert r.repair is not None and r.repair.phase is RepairPhase.RETIRED, r.repair
+    assert w.kube.nodes["h100-spare-1"]["metadata"]["labels"][labels.ROLE] == labels.ROLE_RETIRED
