@@ -29,8 +29,8 @@ from gpufleet.fleetspec.faults.telemetry import (
     FIELDS, SLOWDOWN_BITS, THRESHOLDS, Check, Threshold, When, slowdown_reasons,
 )
 
-from gpufleet.reconciler.core import job_notes
-from gpufleet.reconciler.core.actions import Action, DrainSlurm, MarkDegraded, NoteJob, Notify, RequeueJobs
+from gpufleet.reconciler.core import job_boundary, job_notes
+from gpufleet.reconciler.core.actions import Action, MarkDegraded, NoteJob, Notify, RequeueJobs
 from gpufleet.reconciler.core.drains import drained_by_gpufleet
 from gpufleet.reconciler.core.model import NodeView, SlurmNodeView
 
@@ -287,9 +287,9 @@ def stragglers(jobs: Sequence[RunningJob], history: History, spec: FleetSpec, no
 # --- what each verdict asks ------------------------------------------------------------------------
 
 def boundary_reason(d: Degradation) -> str:
-    """A job-boundary drain's Slurm reason: gpufleet's (so its heal owns it), naming the field that asked."""
-    return f"{labels.SLURM_REASON_PREFIX} {FIELDS_BY_ID.get(d.code, str(d.code))} degraded, healed when its job " \
-           f"ends [dcgm{d.code} {d.node}]"[:200]
+    """A job-boundary drain's Slurm reason: gpufleet's (so its heal owns it), naming the field that asked
+    (core/job_boundary.py, which kernel-reported faults that wait for their job's end use too)."""
+    return job_boundary.reason(f"{FIELDS_BY_ID.get(d.code, str(d.code))} degraded", Kind.DCGM, d.code, d.node)
 
 
 FIELDS_BY_ID = {f.id: f.name for f in FIELDS.values()}
@@ -330,8 +330,7 @@ def plan(degraded: Sequence[Degradation], nodes: Mapping[str, NodeJobs], spec: F
         if d.when is When.CHECKPOINT or not nj.jobs:
             actions.append(mark(d))
         else:
-            # a node drained already (by gpufleet, a person or the operator) keeps its drain and its reason
-            actions += [DrainSlurm(s.name, boundary_reason(d)) for s in nj.slurm if not s.drained]
+            actions += job_boundary.drains(nj.slurm, boundary_reason(d))
     return tuple(actions)
 
 
