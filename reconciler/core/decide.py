@@ -138,7 +138,9 @@ def needs(r: Remediation, now: datetime) -> Needs:
         case Phase.SLURM_DRAINING:
             return Needs(slurm_nodes=r.slurm_nodes, jobs_on=r.slurm_nodes, checkpoints=True)
         case Phase.CHECKPOINTING:
-            return Needs(slurm_nodes=r.slurm_nodes, jobs_on=r.slurm_nodes)
+            lost = node_lost.requeued_by_slurm_since(r)
+            return Needs(slurm_nodes=r.slurm_nodes, jobs_on=r.slurm_nodes, failed_on=r.slurm_nodes if lost else (),
+                         failed_since=lost)
         case Phase.REQUEUED | Phase.HELD:
             return Needs(pods=True, admission=True)
         case Phase.EVICTING:
@@ -222,7 +224,12 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
             again = signals.undelivered(r, facts, now)  # noted, never marked sent (a crash): sent again
             return Step((again,) if again else (), recheck_after=min(1.0, (deadline - now).total_seconds()))
         jobs = tuple(sorted(set(r.jobs) | {j.job_id for j in still}))
-        return Step((RequeueJobs(jobs),) if jobs else (), r.moved(Phase.REQUEUED, now, jobs=jobs))
+        # A lost machine's jobs that slurmctld requeued itself before the loss was read are the record's too (so
+        # their admin comment and `gpufleet why` tell it), never requeued again: one may run elsewhere already.
+        gone = node_lost.requeued_by_slurm(r, facts.failed_jobs, jobs)
+        return Step((RequeueJobs(jobs),) if jobs else (),
+                    r.moved(Phase.REQUEUED, now, jobs=tuple(sorted(set(jobs) | {j.job_id for j in gone})),
+                            job_nodes=tuple(sorted(set(r.job_nodes) | {n for j in gone for n in j.nodes}))))
 
     if phase in (Phase.REQUEUED, Phase.HELD):
         return admit(r, facts, spec, now, _once)

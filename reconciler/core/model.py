@@ -329,10 +329,12 @@ class Needs:
     can_refill: bool = False  # ask the node provider whether it has room for one more node
     checkpoints: bool = False  # the jobs other remediations have signalled and whose checkpoint is under way
     slurm_pods: bool = False  # where the pods of the remediation's Slurm nodes are (placed or not)
+    failed_on: tuple[str, ...] = ()  # jobs whose run on these Slurm nodes ended NODE_FAIL (Slurm requeued them) ...
+    failed_since: datetime | None = None  # ... since then (accounting's record)
 
     @property
     def asks_slurm(self) -> bool:
-        return bool(self.slurm_nodes or self.jobs_on or self.spares or self.replacement_slurm)
+        return bool(self.slurm_nodes or self.jobs_on or self.spares or self.replacement_slurm or self.failed_on)
 
     @property
     def shared(self) -> bool:
@@ -362,6 +364,7 @@ class StepFacts:
     checkpoints: tuple[tuple[int, datetime], ...] = ()  # jobs another remediation signalled, and its grace deadline
     slurm_pods: tuple[PodView, ...] = ()  # the pods of the remediation's Slurm nodes, wherever they are
     node: NodeView | None = None  # the faulted node as it is now (read with its pods)
+    failed_jobs: tuple[JobView, ...] = ()  # jobs Slurm failed off the Slurm nodes (Needs.failed_on), their nodes the run's
 
 
 @dataclass(frozen=True)

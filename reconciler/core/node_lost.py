@@ -19,6 +19,7 @@ establishes.
 """
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 from gpufleet.fleetspec import FleetSpec, labels
@@ -26,9 +27,11 @@ from gpufleet.fleetspec.faults import FaultAction, Kind
 from gpufleet.fleetspec.models import NodePool
 from gpufleet.fleetspec.repair import REBOOT
 
-from gpufleet.reconciler.core.model import Fault, NodeView, PodView
+from gpufleet.reconciler.core.model import Fault, JobView, NodeView, PodView, Remediation
 
 SOURCE = "Ready"  # the condition the loss is read from
+_SEEN = "Kubernetes has not seen it Ready for"  # the fault message's head, then the seconds (read back: _DOWN)
+_DOWN = re.compile(re.escape(_SEEN) + r" (\d+)s")
 
 
 def _after(spec: FleetSpec) -> timedelta:
@@ -54,7 +57,7 @@ def fault(node: NodeView, spec: FleetSpec, now: datetime, carries_nodeset_pod: b
     down = now - since
     if down < _after(spec):
         return None
-    message = (f"Kubernetes has not seen it Ready for {down.total_seconds():.0f}s "
+    message = (f"{_SEEN} {down.total_seconds():.0f}s "
                f"(Ready {node.ready_status or 'Unknown'}"
                + (f", {node.ready_message}" if node.ready_message else "") + ")")
     return Fault(0, message[:1024], since, Kind.NODE_LOST, FaultAction.REBOOT, source=SOURCE)
@@ -107,6 +110,34 @@ def cannot_reach(rung: str, node: NodeView, pool: NodePool, spec: FleetSpec, now
     how = "its node agent" if rung != REBOOT else \
         f"its node agent (provider {pool.provider} has no power control to power-cycle it)"
     return f"{node.name} does not answer (not Ready for {down:.0f}s): a {rung} is carried out by {how}"
+
+
+# How long before the node stopped being Ready a job's NODE_FAIL on its Slurm nodes still counts as this loss's:
+# slurmctld's SlurmdTimeout (slurm.conf(5): 300 s by default) may mark the Slurm node DOWN before Kubernetes
+# notices the kubelet's silence.
+REQUEUED_WINDOW = timedelta(seconds=300)
+
+
+def requeued_by_slurm_since(r: Remediation) -> datetime | None:
+    """Since when a lost machine's remediation looks for jobs slurmctld requeued off its Slurm nodes (None: not
+    a lost machine's). slurmctld requeues a requeueable batch job of a node it marks DOWN and then keeps no trace
+    of where it ran (slurm-26-05-3-1 src/slurmctld/job_mgr.c kill_running_job_by_node_ptr; batch_requeue_fini
+    clears its nodes); accounting keeps the run that ended NODE_FAIL. From when the node stopped being Ready
+    (the fault's message says how long before the loss was read: `fault`), less REQUEUED_WINDOW."""
+    if r.kind is not Kind.NODE_LOST or not r.slurm_nodes:
+        return None
+    m = _DOWN.search(r.message)
+    down = timedelta(seconds=int(m.group(1))) if m else timedelta()
+    return r.created - down - REQUEUED_WINDOW
+
+
+def requeued_by_slurm(r: Remediation, failed: tuple[JobView, ...], requeued: tuple[int, ...]) -> tuple[JobView, ...]:
+    """The jobs slurmctld failed off `r`'s Slurm nodes (accounting's NODE_FAIL runs) that gpufleet did not see
+    on them: noted on the record, not requeued."""
+    if r.kind is not Kind.NODE_LOST:
+        return ()
+    mine = set(r.slurm_nodes)
+    return tuple(j for j in failed if j.job_id not in requeued and mine & set(j.nodes))
 
 
 def stuck_on(node: NodeView | None, slurm_pods: tuple[PodView, ...], spec: FleetSpec, now: datetime) -> tuple[str, ...]:

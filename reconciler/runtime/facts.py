@@ -55,6 +55,8 @@ class Facts:
             f = replace(f, slurm=self._slurm_views(need.slurm_nodes))
         if need.jobs_on:
             f = replace(f, jobs_on_node=self._jobs(need.jobs_on))
+        if need.failed_on and need.failed_since is not None:
+            f = replace(f, failed_jobs=self._failed(need.failed_on, need.failed_since))
         if need.pods:
             f = replace(f, pods=tuple(c.pods_on(r.node)), node=c.nodes.get(r.node))
         if need.spares:
@@ -173,6 +175,19 @@ class Facts:
             for j in call(self.slurm.jobs_on_node, name):
                 jobs[j.job_id] = JobView(j.job_id, j.state, tuple(j.nodes))
         return tuple(jobs.values())
+
+    def _failed(self, names: Iterable[str], since: datetime) -> tuple[JobView, ...]:
+        """The jobs Slurm failed off these nodes since then, as accounting recorded them; none where no accounting
+        runs or it does not answer now (those jobs then miss their note, never the heal its step)."""
+        if self.slurm is None:
+            return ()
+        try:
+            failed = self.slurm.jobs_failed_on(sorted(set(names)), since.timestamp())
+        except SlurmError as e:
+            log.warning("jobs Slurm requeued off %s not read from accounting (their admin comments will not tell "
+                        "it): %s", ",".join(sorted(set(names))), e)
+            return ()
+        return tuple(JobView(j.job_id, j.state, tuple(j.nodes)) for j in failed)
 
     def refusal(self, pool: str) -> str:
         """The provider's no to one more node of the pool, in its words ('' when it has room)."""

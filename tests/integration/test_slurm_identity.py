@@ -146,3 +146,33 @@ def test_accounting_remembers_a_job_for_gpufleet_why(slurm_fresh: LocalSlurm, re
     assert j.submit_time and j.start_time and j.end_time >= j.start_time
     assert accounted(reconciler, job_id) == j
     assert reconciler.accounted_job(987654) is None and accounted(reconciler, 987654) is None
+
+
+def test_accounting_names_the_job_slurm_requeued_off_a_node_it_set_down(slurm_fresh: LocalSlurm,
+                                                                        reconciler: SlurmREST) -> None:
+    """What a lost machine's heal reads when slurmctld requeued the job itself (core/node_lost.py): a node set DOWN
+    requeues its --requeue batch job as a run that ended NODE_FAIL (slurm-26-05-3-1 src/slurmctld/job_mgr.c
+    kill_running_job_by_node_ptr, the path SlurmdTimeout's "Not responding" takes too), after which slurmctld keeps
+    no node for it; slurmdbd keeps that run (GET /slurmdb/v0.0.45/jobs/ with node, state=NODE_FAIL, start_time and
+    end_time)."""
+    import time
+
+    since = time.time() - 5
+    job_id = submit_as(slurm_fresh, TENANT_USER)
+    wait_for("the tenant's job to run", lambda: running(reconciler, job_id))
+    slurm_fresh.set_node_state(NODE, "DOWN", reason="Not responding")
+    wait_for("slurmctld to requeue it", lambda: (j := reconciler.job(job_id)) is not None and j.state == "PENDING"
+             and not j.nodes)
+    def explain():
+        from urllib.parse import urlencode
+        from gpufleet.reconciler.adapters.slurm.rest import AccountedJobsResponse
+        q = urlencode({"node": NODE, "state": "NODE_FAIL", "start_time": str(int(since)),
+                       "end_time": str(int(time.time()) + 60), "show_duplicates": "true", "skip_steps": "true"})
+        resp = reconciler._call("GET", f"/slurmdb/{reconciler.parser}/jobs/?{q}", AccountedJobsResponse,
+                                versioned=False)
+        return f"{reconciler.parser} {q} -> {resp!r}"
+    [j] = wait_for("slurmdbd to record the failed run", lambda: reconciler.jobs_failed_on([NODE], since), 60,
+                   interval=1, explain=explain)
+    assert (j.job_id, j.state, j.nodes) == (job_id, "NODE_FAIL", (NODE,))
+    assert reconciler.jobs_failed_on(["gpu-a-1"], since) == []  # another node: none
+    assert reconciler.jobs_failed_on([NODE], time.time() + 3600) == []  # none since then

@@ -210,6 +210,8 @@ class FakeSlurm:
         self.calls, self.down = [], False
         self.comments: dict[int, str] = {}  # admin comments (their writes are not in `calls`)
         self.comment_writes = 0
+        self.failed: list[tuple[int, str, float]] = []  # accounting's NODE_FAIL runs: (job, Slurm node, epoch)
+        self.accounting = True  # False: no slurmdbd (jobs_failed_on raises, as slurmrestd answers then)
 
     def _check(self, what):
         if self.down:
@@ -232,6 +234,12 @@ class FakeSlurm:
     def jobs_on_node(self, name):
         self._check("jobs")
         return [j for j in self.jobs.values() if name in j.nodes and j.state == "RUNNING"]
+
+    def jobs_failed_on(self, names, since):
+        self._check("accounting")
+        if not self.accounting:
+            raise SlurmError("slurmdbd: Unable to connect to database", temporary=False)
+        return [SlurmJob(j, "train", "NODE_FAIL", (n,)) for j, n, at in self.failed if n in names and at >= since]
 
     def running_jobs(self):
         self._check("jobs")
@@ -537,7 +545,8 @@ class World:
             self.slurm.table[host] = SlurmNode(host, frozenset({"DOWN"}), "Not responding", reason_set_by="slurm")
             for j in list(self.slurm.jobs.values()):
                 if host in j.nodes and j.state == "RUNNING":
-                    self.slurm.jobs[j.job_id] = replace(j, state="PENDING", nodes=())
+                    self.slurm.jobs[j.job_id] = replace(j, state="PENDING", nodes=(), restarts=j.restarts + 1)
+                    self.slurm.failed.append((j.job_id, host, self.clock.now.timestamp()))
 
     def fault(self, node, xid=79):
         self.kube.nodes[node]["status"]["conditions"].append(

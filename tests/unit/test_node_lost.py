@@ -352,6 +352,43 @@ def test_gpufleet_why_tells_the_engineer_the_machine_stopped_answering_not_a_gpu
     assert "GPU" not in s.paragraph.split("What to do")[0], s.paragraph
 
 
+# --- a job Slurm requeued itself before the loss was read ------------------------------------------------------
+
+@pytest.mark.parametrize("accounting", [True, False])
+def test_a_job_slurm_requeued_before_the_loss_was_read_is_noted_on_the_record_and_in_its_admin_comment(accounting):
+    """slurmctld marks the Slurm node DOWN and requeues its --requeue job before the reconciler reads the loss: the
+    job is on no node when the heal looks, and Slurm forgot where it ran. Accounting's NODE_FAIL run names it: the
+    record keeps it (jobs, job_nodes), it is not requeued again, and its admin comment tells the story that
+    `gpufleet why` reads. Without accounting the heal is the same, the job only untold."""
+    from gpufleet.reconciler.core import job_notes, job_record
+
+    w = _world()
+    w.slurm.accounting = accounting
+    w.kill("h100-0")  # slurm_marks_down: job 7 requeued by Slurm at once, PENDING, no nodes
+    assert w.slurm.jobs[7].state == "PENDING" and not w.slurm.jobs[7].nodes
+    w.run(seconds=400, step=10)
+    r = w.remediation_named("h100-0", Phase.SUCCEEDED)
+    assert not [c for c in w.slurm.calls if c[0] == "requeue" and 7 in c[1]]  # Slurm did it: never again
+    comment = w.slurm.comments.get(7, "")
+    if not accounting:
+        assert r.jobs == () and comment == ""
+        return
+    assert r.jobs == (7,) and r.job_nodes == ("h100-w0",), r
+    assert "requeued" in comment and "stopped answering" in comment, comment
+    (rec,) = job_record.records_in(comment, job_notes.SEPARATOR)
+    assert rec.kind == Kind.NODE_LOST.value and rec.slurm_node == "h100-w0" and rec.requeued_at is not None
+    assert comment.endswith(job_notes.trailer(7))
+
+
+def test_a_nodefail_on_the_slurm_node_long_before_this_loss_is_not_this_losss_job():
+    r = _lost_remediation(Phase.CHECKPOINTING)  # lost after 300 s not Ready, read at T0 + 300
+    since = node_lost.requeued_by_slurm_since(r)
+    assert since == T0 - node_lost.REQUEUED_WINDOW
+    assert decide.needs(r, T0).failed_on == ("h100-w0",) and decide.needs(r, T0).failed_since == since
+    xid = Remediation(**{**r.__dict__, "kind": Kind.XID})
+    assert node_lost.requeued_by_slurm_since(xid) is None and not decide.needs(xid, T0).failed_on
+
+
 # --- a machine that dies during a GPU fault's heal -------------------------------------------------------------
 
 def _xid(phase: Phase) -> Remediation:

@@ -4,6 +4,7 @@ stand-in (httpx.MockTransport) that answers as slurm 26.05.5's v0.0.45 OpenAPI d
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import jwt
@@ -60,3 +61,31 @@ def test_a_maintenance_reservation_for_the_tokens_user_starting_now_then_deleted
     rest.delete_reservation("gpufleet-check-n-1")
     rest.delete_reservation("gpufleet-check-n-1")  # gone already: what was asked
     assert rest.reservations() == []
+
+
+def test_the_jobs_slurm_failed_off_a_node_are_read_from_accounting_each_run_its_own_record():
+    """GET /slurmdb/v0.0.45/jobs/ with node, state=NODE_FAIL, start_time and show_duplicates (slurm-26-05-3-1
+    src/plugins/data_parser/v0.0.45/parsers.c JOB_CONDITION, JOB_CONDITION_FLAGS): a requeued job has a record per
+    run; only the run that ended NODE_FAIL on the node counts."""
+    asked: list[httpx.URL] = []
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/openapi/v3":
+            return httpx.Response(200, json={"paths": {"/slurm/v0.0.45/ping/": {}}})
+        asked.append(req.url)
+        return httpx.Response(200, json={"jobs": [
+            {"job_id": 7, "name": "train", "nodes": "gpu-a-[0-1]", "state": {"current": ["NODE_FAIL"]}},
+            {"job_id": 7, "name": "train", "nodes": "None assigned", "state": {"current": ["PENDING"]}},
+            {"job_id": 8, "name": "other", "nodes": "gpu-b-0", "state": {"current": ["NODE_FAIL"]}},
+        ]})
+
+    rest = SlurmREST("http://slurmrestd", _Tokens(), transport=httpx.MockTransport(answer))
+    [j] = rest.jobs_failed_on(["gpu-a-1"], 1796126400.0)
+    assert (j.job_id, j.state, j.nodes) == (7, "NODE_FAIL", ("gpu-a-0", "gpu-a-1"))
+    (url,) = asked
+    assert url.path == "/slurmdb/v0.0.45/jobs/"
+    params = dict(url.params)
+    assert int(params.pop("end_time")) > time.time()  # slurmdbd matches the state within the window: an end is needed
+    assert params == {"node": "gpu-a-1", "state": "NODE_FAIL", "start_time": "1796126400", "show_duplicates": "true",
+                      "skip_steps": "true"}
+    assert rest.jobs_failed_on([], 0) == [] and len(asked) == 1  # nothing to ask

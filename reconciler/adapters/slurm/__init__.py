@@ -93,6 +93,12 @@ class SlurmClient(Protocol):
     def running_jobs(self) -> list[SlurmJob]:
         """Jobs running now, with their nodes (one call: the telemetry pass judges them all)."""
 
+    def jobs_failed_on(self, names: Sequence[str], since: float) -> list[SlurmJob]:
+        """Jobs whose run on one of these nodes ended NODE_FAIL since `since` (epoch seconds), as accounting
+        recorded them: slurmctld requeues a requeueable batch job off a node it marks DOWN and then forgets
+        where it ran (src/slurmctld/job_mgr.c kill_running_job_by_node_ptr, batch_requeue_fini). Their nodes
+        are that run's. Raises SlurmError where no accounting runs."""
+
     def drain(self, name: str, reason: str) -> None:
         """Nothing new is scheduled on the node; running jobs go on."""
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from datetime import datetime, timezone
 from typing import Mapping, Sequence
 
 from gpufleet.reconciler.adapters.slurm import SlurmError, SlurmJob, SlurmNode, SlurmReservation, signal_targets
@@ -211,12 +212,13 @@ class SlurmCLI:
 
     def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 30,
                  scontrol: str = "scontrol", squeue: str = "squeue",
-                 scancel: str = "scancel"):
+                 scancel: str = "scancel", sacct: str = "sacct"):
         self.env = dict(env) if env is not None else None
         self.timeout = timeout
         self.scontrol = scontrol
         self.squeue = squeue
         self.scancel = scancel
+        self.sacct = sacct
 
     # ------------------------------------------------------------------ running
 
@@ -337,6 +339,27 @@ class SlurmCLI:
             if j.job_id == int(job_id):
                 return j
         return None
+
+    def jobs_failed_on(self, names: Sequence[str], since: float) -> list[SlurmJob]:
+        """`sacct -X -D -N <nodes> -s NODE_FAIL -S <since>`: each run of a requeued job is its own record (-D), the
+        allocation only (-X); man sacct(1). Their nodes are the failed run's. A SlurmError where no accounting
+        runs."""
+        if not names:
+            return []
+        start = datetime.fromtimestamp(int(since), timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        out = self._run([self.sacct, "-X", "-D", "-n", "-P", "-N", ",".join(sorted(set(names))), "-s", "NODE_FAIL",
+                         "-S", start, "-o", "JobID,JobName,State,NodeList"])
+        wanted, jobs = set(names), {}
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) < 4 or not parts[0].strip().isdigit():
+                continue
+            nodes = tuple(expand_hostlist(parts[3].strip())) if parts[3].strip() not in ("", "None assigned") else ()
+            state = parts[2].strip().split()[0] if parts[2].strip() else ""
+            if state == "NODE_FAIL" and wanted & set(nodes):
+                jid = int(parts[0])
+                jobs[jid] = SlurmJob(jid, parts[1], state, nodes)
+        return sorted(jobs.values(), key=lambda j: j.job_id)
 
     # ------------------------------------------------------------------ reservations (active checks)
 

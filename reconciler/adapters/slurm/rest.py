@@ -33,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
+from urllib.parse import urlencode
 
 import httpx
 import jwt
@@ -604,6 +605,27 @@ class SlurmREST:
                           versioned=False, ok_status=(404,))
         runs = [j for j in resp.jobs if j.job_id == int(job_id)]
         return _accounted_job(runs[-1]) if runs else None
+
+    def jobs_failed_on(self, names: Sequence[str], since: float) -> list[SlurmJob]:
+        """`GET /slurmdb/v0.0.45/jobs/` with `node` (where the jobs ran), `state=NODE_FAIL`, `start_time`, `end_time` and
+        `show_duplicates` (each run of a requeued job is its own record; without it slurmdbd answers with the
+        latest, the pending one): src/plugins/data_parser/v0.0.45/parsers.c JOB_CONDITION and
+        JOB_CONDITION_FLAGS at slurm-26-05-3-1. The failed runs only, their nodes those runs' (SlurmError where no
+        accounting runs)."""
+        if not names:
+            return []
+        # A state is matched within [start_time, end_time]: sacct sets the end to now itself, slurmrestd does not
+        # (without it slurmdbd finds nothing).
+        query = urlencode({"node": ",".join(sorted(set(names))), "state": "NODE_FAIL", "start_time": str(int(since)),
+                           "end_time": str(int(time.time()) + 60), "show_duplicates": "true", "skip_steps": "true"})
+        resp = self._call("GET", f"/slurmdb/{self.parser}/jobs/?{query}", AccountedJobsResponse, versioned=False)
+        wanted = set(names)
+        out: dict[int, SlurmJob] = {}
+        for j in resp.jobs:
+            job = _accounted_job(j)
+            if job.state == "NODE_FAIL" and wanted & set(job.nodes):
+                out[job.job_id] = job
+        return sorted(out.values(), key=lambda j: j.job_id)
 
     # ------------------------------------------------------------------ nodes
 
