@@ -101,7 +101,7 @@ from gpufleet.stop_signal import set_on_signals
 from gpufleet.waiting import wait_for
 from localenv import slinky_conf
 from localenv import slinky_update as upd
-from localenv.slurm import Cancelled, LocalSlurm
+from localenv.slurm import Cancelled, LocalSlurm, LocalSlurmError
 
 log = logging.getLogger("slinky-standin")
 
@@ -761,7 +761,13 @@ class SlinkyStandIn:
         self.slurm.scontrol("update", f"NodeName={name}", f"Comment={new}", user=OPERATOR_USER)
         if isinstance(old, dict) and old.get("node"):
             log.info("Slurm node %s: IDLE (its pod moved from %s to %s)", name, old.get("node"), pod.spec.node_name)
-            self.slurm.set_node_state(name, "IDLE", user=OPERATOR_USER)
+            try:
+                self.slurm.set_node_state(name, "IDLE", user=OPERATOR_USER)
+            except LocalSlurmError as e:
+                # Upstream returns the error (controller-runtime logs it and requeues) and never sends the IDLE
+                # again: the comment is written, so the next pass finds it equal and skips. slurmctld refuses it,
+                # e.g., once the moved node runs a job again ("Invalid node state transition").
+                log.warning("Slurm node %s: IDLE refused, not tried again (as upstream): %s", name, e)
 
     def _annotate_pod(self, pod: Any, key: str, value: str | None) -> None:
         self._patch_pod(pod, {"metadata": {"annotations": {key: value}}})
