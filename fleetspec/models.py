@@ -734,6 +734,9 @@ class ConditionSource(Strict):
         if self.kind is Kind.NODE_LOST:
             raise FieldError("kind", "node-lost is read from the node's Ready condition, not from a source: "
                              "set healing.node_lost_after_seconds")
+        if self.kind is Kind.SLURM_DRAIN:
+            raise FieldError("kind", "slurm-drain is read from Slurm's own drains, not from a source: "
+                             "see healing.slurm_drains")
         if self.read == "kernel-log":
             extra = [k for k, v in patterns.items() if v]
             if extra:
@@ -778,6 +781,11 @@ class HealingSpec(Strict):
         description="An active node carrying a NodeSet pod whose Ready condition has not been True for this long is "
                     "a lost machine: healed like a fault (its NodeSet pod force-deleted, its job moved to a spare) and "
                     "rebooted by the repair loop. 300 s: Kubernetes' default not-ready/unreachable toleration.")
+    slurm_drains: Literal["act", "ignore"] = Field(
+        "act",
+        description="A node Slurm drained itself (slurmctld's or slurmd's own reason, e.g. `Kill task failed`, "
+                    "`Prolog error`, a GPU missing at registration): act: rebooted or health-checked as its reason asks, "
+                    "then returned with Slurm's drain lifted; ignore: left drained for a person (spares still avoid it).")
     max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
     max_unhealthy_fraction: float = Field(
         0.2, gt=0, le=1, description="Above this fraction of a pool's declared nodes (its spares not counted) out "
