@@ -44,6 +44,19 @@ class FaultAction(str, Enum):
         return list(FaultAction).index(self)
 
 
+class When(str, Enum):
+    """When a fault's running job moves off its node.
+
+    `job-boundary` is NVIDIA's DRAIN_AND_RESET (the Xid catalogue's resolution for WORKFLOW_XID_48 with 63/64 and
+    for Xid 154's "Drain and Reset": docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, "Fault
+    Resolution Buckets"): stop new work landing on the GPU, let the work on it finish, then reset it. gpufleet
+    drains the node's Slurm nodes (DRAIN: the running job runs to its end, no new job starts) and heals the node
+    once they run no job, or once `healing.job_boundary_max_seconds` passed (then at a checkpoint, as any fault)."""
+
+    CHECKPOINT = "checkpoint"      # the running job checkpoints (SIGTERM, grace) and moves now
+    JOB_BOUNDARY = "job-boundary"  # drained: the running job finishes, the node is healed when idle
+
+
 class Kind(str, Enum):
     XID = "xid"            # NVRM: Xid (PCI:...): N, ...
     SXID = "sxid"          # nvidia-nvswitchN: SXid (PCI:...): N, Fatal|Non-fatal, ...

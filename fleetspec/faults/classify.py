@@ -9,7 +9,9 @@ xid-errors/analyzing-xid-catalog.html, "Fault Resolution Buckets" and "XID 144-1
   (gpu.c's _gpuRecoveryActionName: None, GPU Reset Required, Node Reboot Required, Drain P2P, Drain and
   Reset, Recover IMEX Domain; later drivers print other labels, so the value decides when the label is
   new). "... to 0x0 (None)" means the GPU is fine again: nothing to do.
-- Xid 48 (WORKFLOW_XID_48): solo RESET_GPU, with 63/64 DRAIN_AND_RESET; a GPU reset either way.
+- Xid 48 (WORKFLOW_XID_48): solo RESET_GPU, with 63/64 DRAIN_AND_RESET; a GPU reset either way. DRAIN_AND_RESET
+  (and Xid 154's "Drain and Reset") is said when: at the job's boundary (`When.JOB_BOUNDARY`: no new work lands on
+  the GPU, the running job finishes, then the reset), where RESET_GPU resets now.
 - Xid 144-150 (WORKFLOW_NVLINK5_ERR): the line says Fatal or Nonfatal. Fatal ones reset the GPU, except
   the two link-down reasons of Xid 149 NETIR_LINK_EVT the decode table marks IGNORE (intrInfo[25:20]
   0b100110 and 0b101000); non-fatal ones are counted, not acted on.
@@ -30,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
-from .catalogue import XIDS, FaultAction, Kind, default_action
+from .catalogue import XIDS, FaultAction, Kind, When, default_action
 from .driver import GpuEvent
 from .escalation import Seen, escalate
 from .policy import FaultPolicy
@@ -45,6 +47,7 @@ RECOVERY_LABELS = {
     "Drain and Reset": FaultAction.RESET_GPU,
     "Recover IMEX Domain": FaultAction.RESTART_APP,  # the IMEX domain, not this GPU (dra-driver-nvidia-gpu #1441)
 }
+DRAIN_AND_RESET_LABEL, DRAIN_AND_RESET_VALUE = "Drain and Reset", 4  # NV2080_CTRL_GPU_RECOVERY_ACTION_DRAIN_AND_RESET
 RECOVERY_VALUES = {0: FaultAction.NONE, 1: FaultAction.RESET_GPU, 2: FaultAction.REBOOT, 3: FaultAction.RESTART_APP,
                    4: FaultAction.RESET_GPU, 5: FaultAction.RESTART_APP, 6: FaultAction.RESET_GPU, 7: FaultAction.REBOOT}
 LINK_DOWN_IGNORED = frozenset({0b100110, 0b101000})  # Xid 149 NETIR_LINK_EVT reasons marked IGNORE
@@ -60,6 +63,7 @@ class Classification:
     action: FaultAction
     nvidia: str  # what NVIDIA's catalogue says, e.g. "RESTART_APP", "XID_154 -> 0x0 (None)"
     why: str = "catalogue"  # catalogue | rule | override | unknown code
+    when: When = When.CHECKPOINT  # JOB_BOUNDARY: NVIDIA's DRAIN_AND_RESET (the running job finishes first)
 
     @property
     def remediates(self) -> bool:
@@ -80,6 +84,15 @@ def recovery_action(text: str) -> tuple[FaultAction, str] | None:
         if v in RECOVERY_VALUES:
             return RECOVERY_VALUES[v], f"0x{value} ({label})"
     return None
+
+
+def _value(said: str) -> int | None:
+    """The value of "0x4 (Drain and Reset)" as `recovery_action` says it; None when unreadable."""
+    head = said.partition(" ")[0]
+    try:
+        return int(head, 16)
+    except ValueError:
+        return None
 
 
 class Classifier:
@@ -131,11 +144,14 @@ class Classifier:
             if got is None:
                 return Classification(FaultAction.NONE, "XID_154, recovery action unreadable: the Xid it follows "
                                       "decides", "rule")
-            return Classification(got[0], f"XID_154 -> {got[1]}", "rule")
+            drain = got[1].endswith(f"({DRAIN_AND_RESET_LABEL})") or _value(got[1]) == DRAIN_AND_RESET_VALUE
+            return Classification(got[0], f"XID_154 -> {got[1]}" + (": DRAIN_AND_RESET" if drain else ""), "rule",
+                                  When.JOB_BOUNDARY if drain else When.CHECKPOINT)
         if ev.code == 48:
             paired = self._recent(ev.gpu, {63, 64}, t, PAIRED_SECONDS)
             return Classification(entry.action, "WORKFLOW_XID_48: " + ("with 63/64, DRAIN_AND_RESET" if paired
-                                                              else "solo, RESET_GPU"), "rule")
+                                                              else "solo, RESET_GPU"), "rule",
+                                  When.JOB_BOUNDARY if paired else When.CHECKPOINT)
         if ev.code in range(144, 151):
             return self._nvlink5(ev)
         rep = self.policy.repeats

@@ -6,7 +6,9 @@ One write carries everything, so a reader never sees half of it:
     message: [action=reset-gpu pci=0000:3b:00 gi=5 ci=0] XID 46 (GPU stopped processing): <the driver's text>
 
 The bracketed header says what the fault needs and which GPU (PCI address as the driver printed it;
-`gi`/`ci` the MIG GPU and compute instance when the driver named them); the rest is for people. A
+`gi`/`ci` the MIG GPU and compute instance when the driver named them) and, for NVIDIA's DRAIN_AND_RESET,
+when: `when=job-boundary` (catalogue.When: the node is drained and healed once its running job ended; a header
+without it, as every header before it, means now); the rest is for people. A
 condition without the header (written by hand, by `gpufleet inject-fault` before this format, or by an
 older agent) is still read: its code from the reason, its action from the effective catalogue.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .catalogue import FaultAction, Kind, describe
+from .catalogue import FaultAction, Kind, When, describe
 
 REASON_PREFIXES = (("SXid", Kind.SXID), ("Xid", Kind.XID), ("Dcgm", Kind.DCGM),  # Dcgm: a DCGM field id
                    ("SlurmDrain", Kind.SLURM_DRAIN))  # SlurmDrain: the row of Slurm's own reason (slurm_reasons.py)
@@ -34,6 +36,7 @@ class FaultSignal:
     gpu_instance: int | None = None
     compute_instance: int | None = None
     gpu: int | None = None  # the GPU's index on its node (nvidia-smi's `index`, what CUDA_VISIBLE_DEVICES counts)
+    when: When = When.CHECKPOINT  # JOB_BOUNDARY: NVIDIA's DRAIN_AND_RESET, written as `when=job-boundary`
 
 
 def reason_for(kind: Kind, code: int) -> str:
@@ -56,6 +59,8 @@ def format_message(s: FaultSignal, text: str, limit: int = 1024) -> str:
         head.append(f"ci={s.compute_instance}")
     if s.gpu is not None:
         head.append(f"gpu={s.gpu}")
+    if s.when is When.JOB_BOUNDARY:
+        head.append(f"when={s.when.value}")  # only then: every older reader and header means "now"
     return f"[{' '.join(head)}] {describe(s.code, s.kind)}: {text}"[:limit]
 
 
@@ -105,4 +110,6 @@ def parse_condition(reason: str, message: str) -> FaultSignal | None:
     pci = head.get("pci", "")
     if len(pci) > 16 or not set(pci) <= _PCI_CHARS:
         pci = ""
-    return FaultSignal(rk[0], rk[1], action, pci, _digits(head.get("gi", ""), 3), _digits(head.get("ci", ""), 3))
+    when = When.JOB_BOUNDARY if head.get("when") == When.JOB_BOUNDARY.value else When.CHECKPOINT  # else: now
+    return FaultSignal(rk[0], rk[1], action, pci, _digits(head.get("gi", ""), 3), _digits(head.get("ci", ""), 3),
+                       when=when)

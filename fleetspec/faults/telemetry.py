@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .catalogue import FaultAction
+from .catalogue import FaultAction, When
 
 DCGM_EXPORTER = "github.com/NVIDIA/dcgm-exporter 4.5.3-4.8.2"
 LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")  # render_metrics.go gpuMetricsFormat
@@ -77,11 +77,6 @@ def slowdown_reasons(mask: float) -> str:
     """`HW_THERMAL|HW_POWER_BRAKE` for a mask; "" when none of the slowing bits is set."""
     m = int(mask)
     return "|".join(n for bit, n in SLOWDOWN_NAMES.items() if m & bit)
-
-
-class When(str, Enum):
-    CHECKPOINT = "checkpoint"      # the running job checkpoints (SIGTERM, grace) and moves now
-    JOB_BOUNDARY = "job-boundary"  # drained: the running job finishes, the node is healed when idle
 
 
 class Check(str, Enum):

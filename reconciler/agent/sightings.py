@@ -79,7 +79,7 @@ class Sighting:
     @property
     def key(self) -> tuple:
         e = self.event
-        return (e.kind, e.code, e.pci, e.gpu_instance, e.compute_instance, self.verdict.action)
+        return (e.kind, e.code, e.pci, e.gpu_instance, e.compute_instance, self.verdict.action, self.verdict.when)
 
     @property
     def reason(self) -> str:
@@ -94,7 +94,8 @@ class Sighting:
     @property
     def signal(self) -> FaultSignal:
         e = self.event
-        return FaultSignal(e.kind, e.code, self.verdict.action, e.pci, e.gpu_instance, e.compute_instance)
+        return FaultSignal(e.kind, e.code, self.verdict.action, e.pci, e.gpu_instance, e.compute_instance,
+                           when=self.verdict.when)
 
 
 class Pending:

@@ -33,7 +33,7 @@ from gpufleet.reconciler.core.actions import (
     Action, CarryDrain, Cordon, DeletePods, DrainSlurm, EndLoan, EvictPods, NoteSignals, Notify, PromoteSpare, Quarantine,
     ReleaseJobs, RequestCapacity, RequeueJobs, ResumeSlurm, SignalJobs, StartReclaim,
 )
-from gpufleet.reconciler.core import diagnosis, node_lost, pages, refills, replacements, resume, signals
+from gpufleet.reconciler.core import diagnosis, job_boundary, node_lost, pages, refills, replacements, resume, signals
 from gpufleet.reconciler.core.admission import admit, evict
 from gpufleet.reconciler.core.drains import drained_by_gpufleet, drained_by_operator, drained_by_person, set_by, slurm_reason
 from gpufleet.reconciler.core.lending import evict_borrowers
@@ -58,10 +58,11 @@ class Detection:
     remediation: Remediation | None = None  # a new remediation to create
     gate: Gate | None = None  # why nothing starts (healing disabled)
     actions: tuple[Action, ...] = ()  # not tied to a remediation: remember a signal, return a healed node
+    look_after: float | None = None  # a fault waiting for its job's boundary: when to look again (seconds)
 
 
 def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec, now: datetime,
-           carries_nodeset_pod: bool = False) -> Detection:
+           carries_nodeset_pod: bool = False, on_node: job_boundary.OnNode | None = None) -> Detection:
     """Whether `node` starts a remediation now. `remediations` are the node's own (any phase); the
     node's earlier fault signals (for `occurrences`) are on the node, and a new one is noted there.
     Only a fault whose action takes the node out starts one: `none` and `restart-app` (the job's
@@ -69,7 +70,11 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     one in the Diagnosing phase (core/diagnosis.py): the node is checked while it stays in service.
     A machine that stopped answering (`carries_nodeset_pod`: a NodeSet pod is on it) is a fault of its own
     (core/node_lost.py) once its Ready condition has not been True for the spec's time; its own timeout is
-    its debounce, so `occurrences` does not count it."""
+    its debounce, so `occurrences` does not count it.
+    A fault NVIDIA resolves with DRAIN_AND_RESET (`when=job-boundary`) starts none while `on_node` (its Slurm nodes
+    and their running jobs, which the runtime reads for such a fault: `boundary_facts_needed`) shows a job running
+    and `healing.job_boundary_max_seconds` has not passed: its Slurm nodes are drained instead, nobody is signalled,
+    and the node is looked at again (core/job_boundary.py). The record then says it waited, and why."""
     policy = spec.healing
     f = node.fault
     lost = node_lost.fault(node, spec, now, carries_nodeset_pod)
@@ -99,14 +104,27 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     if not policy.enabled:
         return Detection(gate=Gate(Reason.HEALING_DISABLED, node.pool, f"{node.name}: healing is disabled in the spec"),
                          actions=noted)
+    boundary = ""
+    if f is not lost and not diagnose and on_node is not None and job_boundary.asks(f):
+        wait = job_boundary.wait(node.name, f, on_node, spec, now)
+        if wait is not None:
+            return Detection(actions=noted + wait.actions, look_after=wait.look_after)
+        boundary = job_boundary.note(f, on_node, spec, now)
     first = Phase.DIAGNOSING if diagnose else Phase.DETECTED
     return Detection(actions=noted, remediation=Remediation(
         name=name, node=node.name, pool=node.pool or "", xid=f.xid, message=f.message,
         phase=first, created=now, phase_times=((first.value, now),),
-        reason=f"{describe(f.xid, f.kind)} needs {f.needs.value}: {f.message}", was_spare=node.is_spare,
+        reason=f"{describe(f.xid, f.kind)} needs {f.needs.value}: {f.message}{boundary}", was_spare=node.is_spare,
         kind=f.kind, action=f.needs, pci=f.pci, gpu_instance=f.gpu_instance, compute_instance=f.compute_instance,
         source=f.source, reporter=f.reporter,
     ))
+
+
+def boundary_facts_needed(node: NodeView, remediations: Sequence[Remediation]) -> bool:
+    """Whether `detect` weighs this node's job boundary: its fault waits for it and no record handled it yet (the
+    runtime then reads its Slurm nodes and their jobs, and only then)."""
+    f = node.fault
+    return job_boundary.asks(f) and f is not None and remediation_name(node.name, f) not in {r.name for r in remediations}
 
 
 # --- what a step must see -------------------------------------------------------------------------

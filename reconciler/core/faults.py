@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from gpufleet.fleetspec import labels
 from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.catalogue import When
 from gpufleet.fleetspec.faults.classify import Classifier
 from gpufleet.fleetspec.faults.condition import parse_condition
 from gpufleet.fleetspec.faults.driver import DriverMessages, GpuEvent
@@ -68,7 +69,8 @@ class FaultReader:
         if sig is not None:
             action = sig.action or self.policy.action(sig.kind, sig.code, fatal=True)
             return Fault(sig.code, message, since, sig.kind, action, sig.pci, sig.gpu_instance,
-                         sig.compute_instance, cond.get("type", ""))
+                         sig.compute_instance, cond.get("type", ""), when=sig.when if sig.action is not None else
+                         When.CHECKPOINT)
         m = _LEGACY.search(reason[:REASON_MAX]) or _LEGACY.search(message[:MESSAGE_MAX])
         if m is None:
             return None
@@ -106,18 +108,21 @@ class FaultReader:
         """The driver's lines in the message (node-problem-detector's kmsg monitor copies them): the
         event that needs most decides."""
         parser, classifier = DriverMessages(), Classifier(self.policy)
-        best: tuple[FaultAction, GpuEvent] | None = None
+        best: tuple[FaultAction, GpuEvent, When] | None = None
         for line in message[:8 * MESSAGE_MAX].split("\n")[:32]:
             for ev in parser.feed_message(line):
                 if not isinstance(ev, GpuEvent):
                     continue
-                action = src.actions.get(ev.code) or classifier.classify(ev).action
+                said = classifier.classify(ev)
+                action, when = (src.actions[ev.code], When.CHECKPOINT) if ev.code in src.actions else \
+                    (said.action, said.when)
                 if best is None or action.rank > best[0].rank:
-                    best = (action, ev)
+                    best = (action, ev, when)
         if best is None:
             return self._fixed(src, message, since)
-        action, ev = best
-        return Fault(ev.code, message, since, ev.kind, action, ev.pci, ev.gpu_instance, ev.compute_instance, src.type)
+        action, ev, when = best
+        return Fault(ev.code, message, since, ev.kind, action, ev.pci, ev.gpu_instance, ev.compute_instance, src.type,
+                     when=when)
 
 
 _CACHE: dict[str, re.Pattern] = {}

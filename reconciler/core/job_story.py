@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from gpufleet.fleetspec.faults import FaultAction, Kind, default_action, describe
-from gpufleet.fleetspec.faults.catalogue import CONTAINED_HARDWARE
+from gpufleet.fleetspec.faults.catalogue import CONTAINED_HARDWARE, When
 from gpufleet.fleetspec.faults.condition import parse_header
 from gpufleet.fleetspec.ledger import PoolLedger
 
@@ -25,6 +25,7 @@ from gpufleet.reconciler.core.phases import Phase
 
 HEALED, HEALING, HELD, FAILED, OWN_ERROR, NOTHING = "healed", "healing", "held", "heal-failed", "own-error", "nothing"
 APP_RESTART = "gpu-error-contained"  # a hardware error the GPU contained: only the application had to restart
+AT_BOUNDARY = "drained-at-boundary"  # NVIDIA's DRAIN_AND_RESET: the job ran to its end, its node reset after
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "OUT_OF_MEMORY",
          "DEADLINE")
 
@@ -297,6 +298,10 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
         if _application(f.xid):
             own.append(f)
             entries.append(Entry(f.at, f"{describe(f.xid)} on its node {f.node}: {app_fault_meaning(f.xid, f.message)}"))
+        elif at_boundary(f):
+            own.append(f)
+            entries.append(Entry(f.at, f"{describe(f.xid) if f.xid else 'fault'} on its node {f.node}: "
+                                       f"{BOUNDARY_MEANING}; {f.message}"))
         else:
             entries.append(Entry(f.at, f"{describe(f.xid) if f.xid else 'fault'} on its node {f.node}: "
                                        f"{f.message}"))
@@ -320,6 +325,15 @@ def story(job_id: int, job: JobFacts | None, remediations: list[Remediation], fa
     return Story(job_id=job_id, known_to_slurm=job is not None, verdict=verdict, summary=summary, job=job,
                  kube_nodes=tuple(sorted(job_nodes)), remediations=tuple(r.name for r in mine),
                  entries=tuple(entries), fault_to_running_seconds=back)
+
+
+BOUNDARY_MEANING = ("NVIDIA's resolution is DRAIN_AND_RESET: the node was drained in Slurm at this job's boundary "
+                    "(the job runs on to its end, no new job lands there) and is reset after it")
+
+
+def at_boundary(f: NodeFault) -> bool:
+    """A fault whose condition says NVIDIA's DRAIN_AND_RESET (`when=job-boundary`): the job was left to finish."""
+    return parse_header(f.message).get("when") == When.JOB_BOUNDARY.value
 
 
 def _application(xid: int | None) -> bool:
@@ -362,6 +376,9 @@ def _verdict(job: JobFacts | None, mine: list[Remediation], own: list[NodeFault]
         return HEALED, f"hardware fault healed ({fault}); the job waits in Slurm's queue{waits}"
     if own:
         f = own[-1]
+        if at_boundary(f):
+            return AT_BOUNDARY, (f"{describe(f.xid)} on {f.node} at {stamp(f.at)}, a GPU fault the job was left to "
+                                 f"finish on: {BOUNDARY_MEANING}; gpufleet neither signalled nor requeued the job")
         if f.xid in CONTAINED_HARDWARE:
             return APP_RESTART, f"{describe(f.xid)} on {f.node} at {stamp(f.at)}: {app_fault_meaning(f.xid, f.message)}"
         return OWN_ERROR, (f"most likely the job's own error: {describe(f.xid)} on {f.node} at {stamp(f.at)}; "

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from gpufleet.fleetspec import labels
 from gpufleet.fleetspec.faults import FaultAction, Kind, default_action
+from gpufleet.fleetspec.faults.catalogue import When
 from gpufleet.fleetspec.node_repair import HealthCheckRecord, RepairRequest, RepairResult
 from gpufleet.fleetspec.oncall import PersonRequest
 
@@ -33,6 +34,7 @@ class Fault:
     compute_instance: int | None = None
     source: str = ""  # the condition type it was read from
     reporter: str = ""  # who wrote that condition: its field manager in the node's managedFields ("" unknown)
+    when: When = When.CHECKPOINT  # JOB_BOUNDARY: NVIDIA's DRAIN_AND_RESET, healed at its job's end (core/job_boundary.py)
 
     @property
     def needs(self) -> FaultAction:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import statistics
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Iterable, Mapping, Sequence
 
 from gpufleet.fleetspec import FleetSpec, labels
@@ -29,14 +29,16 @@ from gpufleet.fleetspec.faults.telemetry import (
     FIELDS, SLOWDOWN_BITS, THRESHOLDS, Check, Threshold, When, slowdown_reasons,
 )
 
-from gpufleet.reconciler.core import job_notes
-from gpufleet.reconciler.core.actions import Action, DrainSlurm, MarkDegraded, NoteJob, Notify, RequeueJobs
+from gpufleet.reconciler.core import job_boundary, job_notes
+from gpufleet.reconciler.core.actions import Action, MarkDegraded, NoteJob, Notify, RequeueJobs
 from gpufleet.reconciler.core.drains import drained_by_gpufleet
 from gpufleet.reconciler.core.model import NodeView, SlurmNodeView
 
 SM_CLOCK, THROTTLE = "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 SM_ACTIVE, GPU_UTIL = "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL"
 BOUNDARY_TAG = re.compile(r"\[dcgm([0-9]{1,5}) ")  # in a job-boundary drain's reason: the field that asked for it
+HUNG = "hung"  # a hang's event word in the job's admin comment
+_HUNG_LINE = re.compile(rf"^{job_notes.PREFIX} ([0-9T:Z-]{{20}}): {HUNG}(?::|$)")
 
 
 @dataclass(frozen=True)
@@ -129,9 +131,11 @@ class Hang:
     admin_comment: str | None = None  # the job's, as read (None: not read)
 
     def line(self) -> str:
-        """The job's admin-comment line (what `gpufleet why` shows), dated by when its GPUs went quiet."""
+        """The job's admin-comment line (what `gpufleet why` shows), dated by when its GPUs went quiet in this run
+        (never before the run started: the date tells this run's hang from an earlier run's, `paged_before`)."""
         what = "requeued from its checkpoint" if self.requeue else "paged"
-        return job_notes.note_line(self.since, "hung", f"{self.field}=0 on all {self.gpus} GPUs of "
+        at = max(self.since, self.started) if self.started is not None else self.since
+        return job_notes.note_line(at, HUNG, f"{self.field}=0 on all {self.gpus} GPUs of "
                                    f"{', '.join(self.nodes)}; {what}")
 
     @property
@@ -287,9 +291,9 @@ def stragglers(jobs: Sequence[RunningJob], history: History, spec: FleetSpec, no
 # --- what each verdict asks ------------------------------------------------------------------------
 
 def boundary_reason(d: Degradation) -> str:
-    """A job-boundary drain's Slurm reason: gpufleet's (so its heal owns it), naming the field that asked."""
-    return f"{labels.SLURM_REASON_PREFIX} {FIELDS_BY_ID.get(d.code, str(d.code))} degraded, healed when its job " \
-           f"ends [dcgm{d.code} {d.node}]"[:200]
+    """A job-boundary drain's Slurm reason: gpufleet's (so its heal owns it), naming the field that asked
+    (core/job_boundary.py, which kernel-reported faults that wait for their job's end use too)."""
+    return job_boundary.reason(f"{FIELDS_BY_ID.get(d.code, str(d.code))} degraded", Kind.DCGM, d.code, d.node)
 
 
 FIELDS_BY_ID = {f.id: f.name for f in FIELDS.values()}
@@ -330,8 +334,7 @@ def plan(degraded: Sequence[Degradation], nodes: Mapping[str, NodeJobs], spec: F
         if d.when is When.CHECKPOINT or not nj.jobs:
             actions.append(mark(d))
         else:
-            # a node drained already (by gpufleet, a person or the operator) keeps its drain and its reason
-            actions += [DrainSlurm(s.name, boundary_reason(d)) for s in nj.slurm if not s.drained]
+            actions += job_boundary.drains(nj.slurm, boundary_reason(d))
     return tuple(actions)
 
 
@@ -349,11 +352,34 @@ def _eligible(v: NodeView, pools: set[str]) -> bool:
             and v.remediation is None)
 
 
+def paged_before(h: Hang) -> bool:
+    """Whether the job's admin comment already has this run's hang line: it is written before the page, so a hang
+    whose line is there was paged (by this leader, or by one before a restart or a failover): one hang, one page.
+    A line dated before the run's start is an earlier run's (a requeued job that hangs again is paged again)."""
+    start = int(h.started.timestamp()) if h.started is not None else None
+    for segment in (h.admin_comment or "").split(job_notes.SEPARATOR):
+        m = _HUNG_LINE.match(segment)
+        if m is None:
+            continue
+        try:
+            at = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+        if start is None or int(at.timestamp()) >= start:
+            return True
+    return False
+
+
 def page_hang(h: Hang) -> tuple[Action, ...]:
-    """A hang's page, its line in the job's admin comment (what was there kept), and its requeue where the pool
-    consents."""
+    """A hang's line in the job's admin comment (what was there kept), then its page, then its requeue where the
+    pool consents. The line goes first: it is what remembers the page across a restart (`paged_before`), so a crash
+    between the two loses the page rather than sending it twice. A hang paged before asks only its requeue again
+    (a crash may have cut it off; a requeued job runs anew, and is no longer this run's hang)."""
+    requeue: tuple[Action, ...] = (RequeueJobs((h.job_id,)),) if h.requeue else ()
+    if paged_before(h):
+        return requeue
     page: tuple[Action, ...] = (Notify("job-hung", "critical", h.text(), key=h.key),)
     text = job_notes.appended(h.admin_comment, h.job_id, (h.line(),)) if h.admin_comment is not None else None
     note = (NoteJob(h.job_id, text),) if text is not None else ()
-    return page + note + ((RequeueJobs((h.job_id,)),) if h.requeue else ())
+    return note + page + requeue
 

@@ -30,12 +30,13 @@ from gpufleet.fleetspec.models import FleetSpec
 
 from gpufleet.reconciler.adapters.records import Unreadable
 from gpufleet.reconciler.core import decide as core
-from gpufleet.reconciler.core import node_lost, oncall
+from gpufleet.reconciler.core import job_boundary, node_lost, oncall
 from gpufleet.reconciler.core import refills
 from gpufleet.reconciler.core.actions import Action
 from gpufleet.reconciler.core.model import Needs, Remediation, Step
 from gpufleet.reconciler.core.phases import Phase
 from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
+from gpufleet.reconciler.core.slurm_states import ON_NODE_JOB_STATES
 from gpufleet.reconciler.errors import PermanentError, TemporaryError
 from gpufleet.reconciler.runtime.alerts import Alerts
 from gpufleet.reconciler.runtime.caches import Caches
@@ -168,15 +169,22 @@ class Healing:
         if view is None:
             return None
         now = self.clock()
-        carries = bool(slurm_nodes_on(node, self.caches.pods_on(node)).names)  # a NodeSet pod is on it
-        d = core.detect(view, remediations, self.spec, now, carries_nodeset_pod=carries)
+        names = slurm_nodes_on(node, self.caches.pods_on(node)).names
+        carries = bool(names)  # a NodeSet pod is on it
+        on = None
+        if core.boundary_facts_needed(view, remediations):  # NVIDIA's DRAIN_AND_RESET: does a job run there?
+            jobs = self.facts.jobs_on(names)
+            on = job_boundary.OnNode(self.facts.slurm_views(names),
+                                     tuple(sorted(j.job_id for j in jobs if j.state in ON_NODE_JOB_STATES)))
+        d = core.detect(view, remediations, self.spec, now, carries_nodeset_pod=carries, on_node=on)
         for a in d.actions:
             self.executor.run(a)
         if d.gate is not None:
             self.alerts.gate(d.gate)
         if d.remediation is None:
-            # a node not Ready is looked at again when it would count as lost (no event marks a timeout)
-            return node_lost.look_again_after(view, self.spec, now, carries)
+            # a node not Ready is looked at again when it would count as lost (no event marks a timeout), one
+            # waiting for its job's boundary when that may have come (no event marks a job's end)
+            return _sooner(node_lost.look_again_after(view, self.spec, now, carries), d.look_after)
         delay = self._advance(d.remediation, stored=False)  # contain at once: the cordon is the first step
         if delay == 0.0:
             self.queue.add(node, soon=True)  # its next step (admission, or containment's rest) after new faults

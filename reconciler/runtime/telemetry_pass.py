@@ -2,10 +2,11 @@
 them (core/telemetry.py: thresholds, stragglers, hangs) and carry out what it asks.
 
 A degraded node gets gpufleet's GPU condition and the node queue heals it like any fault; a job-boundary row drains
-it in Slurm first. A hang is paged once per episode (a job and the start of its quiet span), and requeued where the
-pool consents. The samples are remembered in memory for the longest span a rule reads: a new leader or a restart
-reads the spans again from its start, so it decides later, never twice (a condition written is on the node, a
-drain in Slurm; a page is keyed by the job and its quiet span's start).
+it in Slurm first. A hang is paged once per run of the job, and requeued where the pool consents. The samples are
+remembered in memory for the longest span a rule reads: a new leader or a restart reads the spans again from its
+start, so it decides later, never twice (a condition written is on the node, a drain in Slurm, a hang's line in the
+job's admin comment, written before its page: core/telemetry.py `paged_before`). Where that line cannot be written
+(Slurm refuses it), the page still goes, deduplicated in this process's memory only.
 """
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from typing import Callable
 from gpufleet.fleetspec.models import FleetSpec
 
 from gpufleet.reconciler.adapters.dcgm import TelemetryReader, reader_for
-from gpufleet.reconciler.adapters.slurm import SlurmClient, call
+from gpufleet.reconciler.adapters.slurm import SlurmClient, SlurmError, call
 from gpufleet.reconciler.core import telemetry
+from gpufleet.reconciler.core.actions import NoteJob
+from gpufleet.reconciler.errors import PermanentError, TemporaryError
 from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
 from gpufleet.reconciler.runtime.caches import Caches
 from gpufleet.reconciler.runtime.executor import Executor
@@ -79,8 +82,25 @@ class TelemetryPass:
             if h.key in self._paged:
                 continue
             self._paged.add(h.key)  # at most once: a page lost in a crash here is the lesser harm than two
-            log.warning("%s", h.text(), extra={"job": h.job_id})
+            if not telemetry.paged_before(h):
+                log.warning("%s", h.text(), extra={"job": h.job_id})
             for a in telemetry.page_hang(h):
-                self.executor.run(a)
+                if not self._run_page(a):
+                    self._paged.discard(h.key)  # its line could not be written now: paged at the next pass
+                    break
         self._paged &= {h.key for h in self.hung}  # a run no longer hung is forgotten
         return every
+
+    def _run_page(self, a) -> bool:
+        """Run a hang's action; False when it is its admin-comment line and Slurm cannot take it now (the page waits
+        for the next pass). A line Slurm refuses for good is logged, and the page goes, deduplicated in memory only."""
+        try:
+            self.executor.run(a)
+        except (TemporaryError, PermanentError, SlurmError) as e:
+            if not isinstance(a, NoteJob):
+                raise
+            if isinstance(e, TemporaryError) or (isinstance(e, SlurmError) and e.temporary):
+                log.warning("job %s: its hang line not written now (%s): paged at the next pass", a.job_id, e)
+                return False
+            log.warning("job %s: its hang line refused (%s): paged, deduplicated in memory only", a.job_id, e)
+        return True

@@ -183,7 +183,7 @@ def test_a_job_whose_gpus_are_all_quiet_for_the_declared_time_is_hung_and_paged_
     (page,) = tm.page_hang(hang)  # its admin comment was not read: never written over
     assert isinstance(page, Notify) and page.event == "job-hung" and page.severity == "critical"
     read = tm.RunningJob(5, ("a", "b"), ("h100",), T0 - timedelta(hours=1), "ops: priority")
-    _, note = tm.page_hang(tm.hangs([read], h, spec(), T0 + timedelta(seconds=60))[0])
+    note, _ = tm.page_hang(tm.hangs([read], h, spec(), T0 + timedelta(seconds=60))[0])  # the line first
     assert isinstance(note, NoteJob) and note.text == ("ops: priority | gpufleet 2026-12-06T04:00:00Z: hung: "
                                                        "DCGM_FI_PROF_SM_ACTIVE=0 on all 4 GPUs of a, b; paged | "
                                                        "whole story: gpufleet why 5")
@@ -299,3 +299,22 @@ def test_the_reconcilers_network_policy_lets_it_reach_the_telemetry_it_reads_and
     on = reconciler_policy(parse_fleet({**base, "healing": {"telemetry": {
         "source": "prometheus", "prometheus_url": "http://prometheus.monitoring:9090"}}}))["spec"]["egress"]
     assert on[:-1] == off and on[-1] == {"ports": [{"protocol": "TCP", "port": 9090}]}
+
+
+def test_a_hang_whose_line_is_in_the_jobs_admin_comment_was_paged_and_is_not_paged_again():
+    """The line is written before the page: a restarted or new leader reads it back and pages nothing."""
+    job = tm.RunningJob(5, ("a",), ("h100",), T0 - timedelta(hours=1), "ops: priority")
+    (hang,) = tm.hangs([job], quiet("a"), spec(), T0 + timedelta(seconds=60))
+    note, page = tm.page_hang(hang)
+    assert isinstance(note, NoteJob) and isinstance(page, Notify)
+    again = tm.RunningJob(5, ("a",), ("h100",), T0 - timedelta(hours=1), note.text)  # as Slurm keeps it
+    (seen,) = tm.hangs([again], quiet("a"), spec(), T0 + timedelta(seconds=90))
+    assert tm.paged_before(seen) and tm.page_hang(seen) == ()
+    consents = tm.hangs([again], quiet("a"), spec(requeue_hung_jobs=True), T0 + timedelta(seconds=90))[0]
+    assert tm.page_hang(consents) == (RequeueJobs((5,)),)  # a requeue a crash cut off is asked again, never the page
+    # the job requeued and running again (a new start): its earlier run's line is not this run's page
+    rerun = tm.RunningJob(5, ("a",), ("h100",), T0 + timedelta(seconds=61), note.text)
+    later = quiet("a", values=(0,) * 20)
+    (new,) = tm.hangs([rerun], later, spec(), T0 + timedelta(seconds=200))
+    assert not tm.paged_before(new) and any(isinstance(a, Notify) for a in tm.page_hang(new))
+    assert new.line().startswith("gpufleet 2026-12-06T04:01:01Z: hung:")  # dated within its own run

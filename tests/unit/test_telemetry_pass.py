@@ -81,6 +81,20 @@ def test_a_hung_job_is_paged_once_after_the_pools_time_and_requeued_only_with_it
         assert w.store.list() == []  # a hang is the job's: no node is healed
 
 
+def test_a_hang_is_paged_once_across_a_reconciler_restart():
+    """The dedup survives the process: a restarted reconciler (fresh memory, the same Slurm) reads the hang's line in
+    the job's admin comment and pages nothing more."""
+    w, exporter = world(hang_after_seconds=120)
+    running(w, 9, "h100-w1")
+    exporter.states["h100-1"] = HUNG
+    w.run(150)
+    assert w.notifier.sent.count("job-hung") == 1 and "hung:" in w.slurm.comments[9]
+    w.restart()
+    w.manager.passes["telemetry"].reader = exporter
+    w.run(200)
+    assert w.notifier.sent.count("job-hung") == 1 and w.slurm.comments[9].count("hung:") == 1
+
+
 def test_an_uncorrectable_ecc_error_drains_the_node_at_its_jobs_boundary_and_heals_it_once_the_job_ended():
     """NVIDIA's DRAIN_AND_RESET (Xid 48 with 63/64): the running job is not signalled; no new job lands; the heal
     follows once the node runs nothing."""
