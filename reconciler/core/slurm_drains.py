@@ -28,17 +28,18 @@ with one page: the heals wait for a person instead of rebooting a pool at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Collection, Mapping
+from datetime import datetime, timedelta
+from typing import Collection, Mapping, Sequence
 
 from gpufleet.fleetspec import FleetSpec, labels
 from gpufleet.fleetspec.faults import FaultAction, Kind
 from gpufleet.fleetspec.faults.condition import FaultSignal, format_message
 
-from gpufleet.reconciler.core.actions import MarkDegraded
+from gpufleet.reconciler.core.actions import Action, MarkDegraded, Notify
+from gpufleet.reconciler.core.diagnosis_stages import Stage
 from gpufleet.reconciler.core.drains import drained_by_slurm
-from gpufleet.reconciler.core.model import NodeView, SlurmNodeView
-from gpufleet.reconciler.core.slurm_reasons import BY_CODE, CHECK, SlurmReason
+from gpufleet.reconciler.core.model import NodeView, Remediation, SlurmNodeView
+from gpufleet.reconciler.core.slurm_reasons import CHECK, SlurmReason
 
 ACT, IGNORE = "act", "ignore"  # healing.slurm_drains
 
@@ -85,16 +86,22 @@ def _checkable(v: NodeView, spec: FleetSpec) -> bool:
     return spec.healing.repair.enabled and spec.pool(v.pool or "").repair.enabled
 
 
-def plan(nodes: Mapping[str, Drained], live: Collection[str], spec: FleetSpec, now: datetime) -> tuple[MarkDegraded, ...]:
+def plan(nodes: Mapping[str, Drained], records: Sequence[Remediation], spec: FleetSpec, now: datetime,
+         unreadable: Collection[str] = ()) -> tuple[Action, ...]:
     """The conditions to write: one per active node of a managed pool, with no fault and no live remediation
-    (`live`: the nodes that have one), one of whose Slurm nodes Slurm drained itself with a reason that asks for
-    an action (the gravest, if several). `now` is not read: a drain is acted on when it is seen (Slurm's own
-    timeouts, UnkillableStepTimeout, SlurmdTimeout, are its debounce)."""
-    del now
+    (`records`: every remediation; `unreadable`: nodes whose record cannot be read, left alone), one of whose Slurm
+    nodes Slurm drained itself with a reason that asks for an action (the gravest, if several). A drain is acted on
+    when it is seen: Slurm's own timeouts (UnkillableStepTimeout, SlurmdTimeout) are its debounce.
+
+    A drain that asks for a check and comes back after a check of the same node passed (`returned`) is not
+    checked again: a health check does not mend it (a configuration that does not match the machine, a Prolog that
+    fails every job). It stays drained and one page asks a person (keyed by the drain: the runtime sends it once).
+    A reboot that comes back is the attempt cap's (core/admission.py: `max_attempts_per_node`)."""
     if spec.healing.slurm_drains == IGNORE:
         return ()
     pools = {p.name for p in spec.pools}
-    out = []
+    live = {r.node for r in records if r.active or (r.repair is not None and r.repair.active)} | set(unreadable)
+    out: list[Action] = []
     for name in sorted(nodes):
         d = nodes[name]
         v = d.view
@@ -105,10 +112,34 @@ def plan(nodes: Mapping[str, Drained], live: Collection[str], spec: FleetSpec, n
         if not rows:
             continue
         s, row = max(rows, key=lambda p: p[1].needs.rank if p[1].needs else -1)
-        out.append(mark(s, row, name))
+        passed = returned(name, s, row, records, spec, now)
+        out.append(mark(s, row, name) if passed is None else again(v, s, row, passed))
     return tuple(out)
 
 
-def row_of(code: int) -> SlurmReason | None:
-    """The row a `SlurmDrain<code>` condition names."""
-    return BY_CODE.get(code)
+def returned(node: str, s: SlurmNodeView, row: SlurmReason, records: Sequence[Remediation], spec: FleetSpec,
+             now: datetime) -> Remediation | None:
+    """The diagnosis of `node` for the same reason that passed within `healing.attempts_window_seconds`, before
+    Slurm set this drain (or Slurm did not say when), if any."""
+    if row.needs is not FaultAction.DIAGNOSE:
+        return None
+    window = timedelta(seconds=spec.healing.attempts_window_seconds)
+    for r in sorted(records, key=lambda r: r.created, reverse=True):
+        d = r.diagnosis
+        ended = d.entered(Stage.PASSED) if d is not None else None
+        if (r.node == node and r.kind is Kind.SLURM_DRAIN and r.xid == row.code and ended is not None
+                and now - ended <= window and (s.reason_at is None or s.reason_at >= ended)):
+            return r
+    return None
+
+
+def again(v: NodeView, s: SlurmNodeView, row: SlurmReason, passed: Remediation) -> Notify:
+    """The page for a drain that came back after its check passed: the node stays drained for a person."""
+    d = passed.diagnosis
+    ended = d.entered(Stage.PASSED) if d is not None else None
+    when = ended.isoformat(timespec="seconds") if ended else "?"
+    return Notify("slurm-drain-again", "warning",
+                  f"{v.name} ({v.pool}): Slurm drained {s.name} itself again: {s.reason!r}, after its health check "
+                  f"passed ({passed.name}, {when}). A check does not mend it ({row.means}): it stays drained for a "
+                  f"person. Fix the cause, then `scontrol update NodeName={s.name} State=RESUME`.",
+                  key=f"{s.name}:{row.code}:{int(s.reason_at.timestamp()) if s.reason_at else 0}")

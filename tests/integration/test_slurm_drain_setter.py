@@ -152,7 +152,7 @@ def test_slurmctlds_own_drain_is_marked_for_a_check_and_lifted_once_gpufleet_too
                      [labels.GPU_CONDITION])
     s = slurm_view(n, USERS)
     assert s.reason_at is not None
-    (mark,) = slurm_drains.plan({kube: slurm_drains.Drained(view, (s,))}, set(), FLEET, s.reason_at)
+    (mark,) = slurm_drains.plan({kube: slurm_drains.Drained(view, (s,))}, [], FLEET, s.reason_at)
     sig = parse_condition(mark.reason, mark.message)
     assert mark.node == kube and (sig.kind, sig.code, sig.action) == (Kind.SLURM_DRAIN, 6, FaultAction.DIAGNOSE)
     assert f"Slurm drained gpu-a-1 itself: Epilog error [slurm at {s.reason_at.isoformat(timespec='seconds')}]" \

@@ -19,7 +19,8 @@ from gpufleet.reconciler.core.diagnosis_stages import Stage
 from gpufleet.reconciler.core.drains import SlurmUsers
 from gpufleet.reconciler.core.job_notes import JobSeen, appended, lines_for
 from gpufleet.reconciler.core.job_story import JobFacts
-from gpufleet.reconciler.core.model import Fault
+from gpufleet.reconciler.core.actions import Notify
+from gpufleet.reconciler.core.model import Fault, Remediation
 from gpufleet.reconciler.core.observe import node_view
 from gpufleet.reconciler.core.phases import Phase
 from gpufleet.reconciler.core.repair_phases import RepairPhase
@@ -48,8 +49,8 @@ def drained(reason: str, by: str = "root", role=labels.ROLE_ACTIVE, node="h100-0
     return {node: slurm_drains.Drained(v, (slurm(reason, by),))}
 
 
-def plan(nodes, live=(), spec=SPEC):
-    return slurm_drains.plan(nodes, set(live), spec, T0)
+def plan(nodes, records=(), spec=SPEC, now=T0):
+    return slurm_drains.plan(nodes, list(records), spec, now)
 
 
 # --- the table -----------------------------------------------------------------------------------------------
@@ -108,8 +109,8 @@ def test_what_is_not_slurms_own_drain_asking_for_an_action_is_never_marked(case)
 @pytest.mark.parametrize("case", ["a live remediation", "a fault read", "a spare", "an unmanaged pool"])
 def test_a_node_already_healing_or_not_serving_in_a_managed_pool_is_left_alone(case):
     live, nodes = (), drained(KILL)
-    if case == "a live remediation":
-        live = ("h100-0",)
+    if case == "a live remediation":  # of any fault: its heal drains over Slurm's drain and resumes it at its end
+        live = (Remediation("h100-0-xid79-1", "h100-0", "h100", 79, "off the bus", Phase.SLURM_DRAINING, T0),)
     elif case == "a fault read":
         nodes = drained(KILL, fault=Fault(79, "off the bus", T0))
     elif case == "a spare":
@@ -229,6 +230,31 @@ def test_a_burst_of_kill_task_failed_drains_is_held_by_the_storm_brake_not_heale
     assert all(r.phase is Phase.HELD for r in rs), [r.phase for r in rs]
     assert w.notifier.sent.count("storm") == 1 and not any(c[0] == "promote" for c in w.provider.calls)
     assert w.hardware.reboots == []
+
+
+def test_a_drain_back_after_its_check_passed_is_left_to_a_person_with_one_page():
+    """A registration that does not match (RealMemory configured above what the machine has) drains the node each
+    time its slurmd registers again: a passing GPU check does not mend it, so it is not checked in a loop."""
+    w = world()
+    slurm_drains_node(w, "h100-w2", LOW_MEM)
+    w.run(seconds=120)
+    first = w.remediation("h100-2")
+    assert first.diagnosis.stage is Stage.PASSED and "DRAIN" not in w.slurm.table["h100-w2"].states
+    slurm_drains_node(w, "h100-w2", LOW_MEM)  # slurmd registered again: slurmctld drains it again
+    w.run(seconds=300)
+    assert w.store.list() == [first] and len(w.checks.started) == 1
+    (page,) = w.notifier.texts["slurm-drain-again"]
+    assert f"Slurm drained h100-w2 itself again: {LOW_MEM!r}, after its health check passed ({first.name}" in page
+    assert "State=RESUME" in page and w.slurm.table["h100-w2"].reason == LOW_MEM  # left as Slurm set it
+    # past healing.attempts_window_seconds after that check passed, the same reason is checked again
+    ended = first.diagnosis.entered(Stage.PASSED)
+    window = timedelta(seconds=SPEC.healing.attempts_window_seconds)
+    late = slurm_view(SlurmNode("h100-w2", frozenset({"IDLE", "DRAIN"}), LOW_MEM, reason_set_by="slurm",
+                                reason_changed_at=(ended + timedelta(seconds=60)).timestamp()), USERS)
+    nodes = {"h100-2": slurm_drains.Drained(w.manager.caches.nodes.get("h100-2"), (late,))}
+    assert isinstance(plan(nodes, w.store.list(), now=ended + window)[0], Notify)
+    (a,) = plan(nodes, w.store.list(), now=ended + window + timedelta(seconds=1))
+    assert not isinstance(a, Notify) and a.node == "h100-2"
 
 
 def test_ignore_leaves_slurms_drains_to_a_person():
