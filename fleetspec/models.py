@@ -778,9 +778,11 @@ class HealingSpec(Strict):
     drain_timeout_seconds: int = Field(300, ge=10, le=7200, description="How long the eviction of a faulted node's pods may take before its NodeSet pods are deleted.")
     node_lost_after_seconds: int = Field(
         300, ge=30, le=86400,
-        description="An active node carrying a NodeSet pod whose Ready condition has not been True for this long is "
-                    "a lost machine: healed like a fault (its NodeSet pod force-deleted, its job moved to a spare) and "
-                    "rebooted by the repair loop. 300 s: Kubernetes' default not-ready/unreachable toleration.")
+        description="An active node carrying a NodeSet pod, or a node on loan, whose Ready condition has not been "
+                    "True for this long is "
+                    "a lost machine: healed like a fault (its NodeSet pod force-deleted, its job moved to a spare), "
+                    "then power-cycled by the repair loop where its provider can (aws-asg), else retired. 300 s: "
+                    "Kubernetes' default not-ready/unreachable toleration.")
     slurm_drains: Literal["act", "ignore"] = Field(
         "act",
         description="A node Slurm drained itself (slurmctld's or slurmd's own reason, e.g. `Kill task failed`, "

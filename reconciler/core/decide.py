@@ -246,7 +246,7 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         return Step(recheck_after=10.0)
 
     if phase is Phase.RESUMING:
-        broke = replacements.broken(facts.replacement, r.replacement or "", spec)
+        broke = replacements.broken(facts.replacement, r.replacement or "", spec, now)
         if broke:
             return replacements.give_up(r, broke, now)
         if others := resume.taken_by_others(r, facts):
@@ -294,7 +294,7 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
     if r.stands_in_for:
         return _stood_in(r, facts, spec, now)
     chosen = replacement_view(r.replacement, facts)
-    if r.replacement and (broke := replacements.broken(chosen, r.replacement, spec)):
+    if r.replacement and (broke := replacements.broken(chosen, r.replacement, spec, now)):
         return replacements.give_up(r, broke, now)
     lent = chosen is not None and chosen.on_loan
     borrowers = borrower_views(facts.replacement_pods)

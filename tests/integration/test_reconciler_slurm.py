@@ -130,6 +130,27 @@ def test_heals_with_slurm_names_that_are_not_kubernetes_names(fleet_with_slurm, 
     assert [m.event for m in channel.messages].count("succeeded") == 1
 
 
+def test_a_drain_and_reset_xid_drains_the_busy_node_lets_its_job_finish_and_heals_the_node_after(
+        fleet_with_slurm, api, tmp_path):
+    """NVIDIA's DRAIN_AND_RESET (Xid 48 with 63/64), as the node agent writes it: the job's Slurm node is drained,
+    the job is not signalled and runs on; once it ended, the heal starts and its record says why it waited."""
+    spec, rec, channel, slurm, rest = fleet_with_slurm
+    jid = job_on(slurm, "gpu-a-0", tmp_path)
+    Kube(api).set_condition(f"{POOL}-0", "GpuHealthy", "False", "Xid48",
+                            "[action=reset-gpu pci=0000:3b:00 when=job-boundary] XID 48 (DBE ECC error): DBE (double "
+                            "bit error) ECC error detected. [NVIDIA: WORKFLOW_XID_48: with 63/64, DRAIN_AND_RESET]")
+    run_until(rec, lambda: "DRAIN" in slurm_node(slurm, "gpu-a-0"), timeout=30)
+    assert f"[xid48 {POOL}-0]" in slurm_node(slurm, "gpu-a-0")
+    for _ in range(5):
+        step(rec)
+    assert not records_for(rec, f"{POOL}-0")  # no heal while the job runs
+    assert slurm.run(["squeue", "-h", "-j", str(jid), "-o", "%T"]).stdout.split() == ["RUNNING"]
+    assert "saved" not in (tmp_path / f"out-{jid}").read_text()  # never signalled
+    slurm.run(["scancel", str(jid)], timeout=15)  # the job ends
+    (r,) = run_until(rec, lambda: records_for(rec, f"{POOL}-0"), timeout=60)
+    assert r.jobs == () and "drained at its job's boundary" in r.reason and "DRAIN_AND_RESET" in r.reason, r.reason
+
+
 def test_a_persons_drain_is_never_changed_nor_its_spare_promoted(fleet_with_slurm, api):
     spec, rec, channel, slurm, rest = fleet_with_slurm
     slurm.set_node_state("gpu-a-2", "DRAIN", "hardware check by ops")  # the spare's Slurm node
