@@ -309,10 +309,12 @@ class EvictBorrowers(Action):
 
 @dataclass(frozen=True)
 class EndLoan(Action):
-    """The borrowers are gone: the lending taint off (a spare gets its spare taint back)."""
+    """The borrowers are gone (or, `lost`, the machine stopped answering and its heal took it): the lending
+    taint off (a spare gets its spare taint back)."""
 
     node: str
     back_to_spare: bool
+    lost: bool = False
 
 
 @dataclass(frozen=True)

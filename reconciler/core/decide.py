@@ -81,7 +81,8 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     if lost is not None and (f is None or not f.needs.remediates):
         f = lost
     signals, noted = node.signals, ()
-    if f is lost and f is not None:
+    counted = f is not lost and f is not None and f.kind is not Kind.SLURM_DRAIN  # Slurm's drain: its own debounce
+    if not counted:
         pass  # not a signal to count
     elif policy.occurrences > 1 and f is not None and f.since not in signals:
         signals = signals[-(KEEP_SIGNALS - 1):] + (f.since,)
@@ -98,7 +99,7 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
         return Detection(actions=noted)  # this very signal was handled already (a stale condition)
     window = timedelta(seconds=policy.occurrence_window_seconds)
     seen = [t for t in signals if now - t <= window]
-    if f is not lost and len(seen) + (0 if f.since in seen else 1) < policy.occurrences:
+    if counted and len(seen) + (0 if f.since in seen else 1) < policy.occurrences:
         return Detection(actions=noted)
     if not policy.enabled:
         return Detection(gate=Gate(Reason.HEALING_DISABLED, node.pool, f"{node.name}: healing is disabled in the spec"),
@@ -245,7 +246,7 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
         return Step(recheck_after=10.0)
 
     if phase is Phase.RESUMING:
-        broke = replacements.broken(facts.replacement, r.replacement or "", spec)
+        broke = replacements.broken(facts.replacement, r.replacement or "", spec, now)
         if broke:
             return replacements.give_up(r, broke, now)
         if others := resume.taken_by_others(r, facts):
@@ -293,7 +294,7 @@ def _replace(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) -
     if r.stands_in_for:
         return _stood_in(r, facts, spec, now)
     chosen = replacement_view(r.replacement, facts)
-    if r.replacement and (broke := replacements.broken(chosen, r.replacement, spec)):
+    if r.replacement and (broke := replacements.broken(chosen, r.replacement, spec, now)):
         return replacements.give_up(r, broke, now)
     lent = chosen is not None and chosen.on_loan
     borrowers = borrower_views(facts.replacement_pods)

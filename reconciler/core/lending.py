@@ -17,6 +17,11 @@ A node's loan, as its labels and taints show it:
 - Taking back: a pending job that the pool could run reclaims idle loans (as many nodes as it
   lacks); the floor reclaims spares; a spec that lends less reclaims the rest. A node that faults or
   is quarantined ends its loan at once (its borrowers are evicted with everything else).
+- A lent machine that stops answering (its node not Ready) is neither reclaimed nor evicted: nothing there
+  would carry an eviction out, and a take-back would wait on it for ever. Its loan stands until the node is
+  Ready again (a blip: the loan goes on) or the loss is read (core/node_lost.py watches a node on loan): its
+  heal then takes it, and the loan ends as lost (counted so) while the heal replaces it and the repair loop
+  takes the machine. With healing off, a lost loan ends all the same.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from gpufleet.fleetspec.ledger import Capacity
 from gpufleet.reconciler.core.actions import (
     Action, DrainSlurm, EndLoan, EvictBorrowers, EvictPods, Lend, ResumeSlurm, StartReclaim,
 )
+from gpufleet.reconciler.core import node_lost
 from gpufleet.reconciler.core.drains import drained_by_gpufleet, drained_by_person, drained_for_lending, lending_reason
 from gpufleet.reconciler.core.model import NodeView, PendingJob, PodView, SlurmNodeView
 from gpufleet.reconciler.core.observe import borrower_views, evictable_views
@@ -86,10 +92,18 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
         return (n.fault is not None or n.name in facts.remediated or n.role not in (labels.ROLE_ACTIVE, labels.ROLE_SPARE)
                 or not n.ready or n.unschedulable or labels.CHECK_TAINT in n.taints)  # taken for an active check
 
-    # 1. A loan on a node that faulted or left service ends now; its borrowers go with everything else.
+    def unanswered(n: NodeView) -> bool:
+        """A loan whose machine does not answer, that no heal has taken yet: it waits for the loss to be read."""
+        return (n.on_loan and not n.ready and n.not_ready_since is not None and n.fault is None
+                and n.name not in facts.remediated
+                and n.role in (labels.ROLE_ACTIVE, labels.ROLE_SPARE)
+                and (spec.healing.enabled or not node_lost.lost(n, spec, now)))
+
+    # 1. A loan on a node that faulted or left service ends now; its borrowers go with everything else. One
+    # whose machine stopped answering waits for its heal (core/node_lost.py), which ends it as lost.
     for n in facts.nodes:
-        if n.on_loan and n.name not in facts.claimed and out_of_service(n):
-            actions.append(EndLoan(n.name, back_to_spare=n.is_spare))
+        if n.on_loan and n.name not in facts.claimed and out_of_service(n) and not unanswered(n):
+            actions.append(EndLoan(n.name, back_to_spare=n.is_spare, lost=node_lost.lost(n, spec, now)))
     live = [n for n in facts.nodes if not out_of_service(n) and n.name not in facts.claimed]
 
     spares = [n for n in live if n.is_spare and serves(n, spec)]  # an unproven spare is checked first, never lent

@@ -23,6 +23,8 @@ from datetime import datetime, timedelta
 
 from gpufleet.fleetspec import FleetSpec, labels
 from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.models import NodePool
+from gpufleet.fleetspec.repair import REBOOT
 
 from gpufleet.reconciler.core.model import Fault, NodeView, PodView
 
@@ -34,9 +36,12 @@ def _after(spec: FleetSpec) -> timedelta:
 
 
 def watched(node: NodeView, spec: FleetSpec, carries_nodeset_pod: bool) -> bool:
-    """An active node of a managed pool, carrying a NodeSet pod, whose Ready condition is not True."""
-    return (carries_nodeset_pod and node.role == labels.ROLE_ACTIVE and node.not_ready_since is not None
-            and node.pool in {p.name for p in spec.pools})
+    """A node of a managed pool whose Ready condition is not True, and that serves: an active node carrying a
+    NodeSet pod, or a node on loan (its NodeSet pods left for the borrowers; lending keeps the loan until the
+    loss is read, core/lending.py, and the heal ends it: no eviction there can finish on a dead kubelet)."""
+    serves = (carries_nodeset_pod and node.role == labels.ROLE_ACTIVE) or \
+        (node.on_loan and node.role in (labels.ROLE_ACTIVE, labels.ROLE_SPARE))
+    return serves and node.not_ready_since is not None and node.pool in {p.name for p in spec.pools}
 
 
 def fault(node: NodeView, spec: FleetSpec, now: datetime, carries_nodeset_pod: bool) -> Fault | None:
@@ -76,6 +81,32 @@ def force_delete(node: NodeView | None, pods: tuple[PodView, ...], spec: FleetSp
     return tuple(sorted(p.key for p in pods if p.label(labels.SLINKY_POD_HOSTNAME) is not None
                         and p.namespace == spec.slurm.namespace and p.phase not in ("Succeeded", "Failed")
                         and p.deletion_grace != 0))  # forced already: gone from the API server
+
+
+def lost(node: NodeView, spec: FleetSpec, now: datetime) -> bool:
+    """Whether `node` does not answer: its Ready condition not True for the spec's time (what a loss reads)."""
+    return not node.ready and node.not_ready_since is not None and now - node.not_ready_since >= _after(spec)
+
+
+# Providers that reboot a machine without anything on it: aws-asg's reboot is EC2's RebootInstances, which
+# "performs a hard reboot" of an instance that does not shut down cleanly within a few minutes (Amazon EC2 API
+# Reference, RebootInstances): a power cycle, as Metal3's reboot remediation is one through the BMC (Cluster
+# API's external remediation). kubernetes-spares asks every repair of the node agent (a request annotation,
+# adapters/providers.py): on a machine that does not answer, nothing carries it out.
+POWER_CYCLES = frozenset({"aws-asg"})
+
+
+def cannot_reach(rung: str, node: NodeView, pool: NodePool, spec: FleetSpec, now: datetime) -> str:
+    """Why a repair rung asked now would never be carried out on `node` ('' when it would): the node does not
+    answer (`lost`) and the rung needs its node agent (a GPU reset always; a reboot unless the pool's provider
+    power-cycles the machine). A node not Ready for less is asked as any other: a reboot takes a node NotReady,
+    and its agent acts once it is back."""
+    if not lost(node, spec, now) or (rung == REBOOT and pool.provider in POWER_CYCLES):
+        return ""
+    down = (now - node.not_ready_since).total_seconds() if node.not_ready_since else 0.0
+    how = "its node agent" if rung != REBOOT else \
+        f"its node agent (provider {pool.provider} has no power control to power-cycle it)"
+    return f"{node.name} does not answer (not Ready for {down:.0f}s): a {rung} is carried out by {how}"
 
 
 def stuck_on(node: NodeView | None, slurm_pods: tuple[PodView, ...], spec: FleetSpec, now: datetime) -> tuple[str, ...]:

@@ -13,6 +13,12 @@ as the pool allows and no longer than the pool's timeout for it:
            ▼                       ▼
                       retired (quarantined for the vendor, paged; the provider replaces it)
 
+A machine that does not answer (not Ready for `healing.node_lost_after_seconds`: core/node_lost.py) gets only
+the rungs something can still carry out there: a reboot where its provider power-cycles it (aws-asg, through EC2),
+never a GPU reset nor a reboot asked of its node agent (kubernetes-spares), which nothing would act on; with none
+left it is retired at once. A power cycle that does not bring it back Ready within the rung's timeout climbs to
+retirement as any reboot that gives no sign.
+
 A check that gives no verdict (its Job outlived its deadline, or its pod ended without a report) is
 inconclusive, not failed: it runs once more on a fresh pod, and a second one without a verdict is a failed
 check. A check that could not prove the node (a required tool not in its image) stops the repair for a person.
@@ -46,7 +52,7 @@ from gpufleet.fleetspec.models import FleetSpec
 from gpufleet.fleetspec.node_repair import RepairRequest
 from gpufleet.fleetspec.repair import REBOOT, REPLACE, RESET_GPU, RUNGS
 
-from gpufleet.reconciler.core import pages
+from gpufleet.reconciler.core import node_lost, pages
 from gpufleet.reconciler.core.actions import Action, Notify, ReturnToSpares
 from gpufleet.reconciler.core import refills
 from gpufleet.reconciler.core.diagnosis_stages import Stage
@@ -353,6 +359,11 @@ def _first_step(r: Remediation, node: NodeView, spec: FleetSpec, now: datetime, 
     rung = _first_allowed(spec, r.pool, floor)
     if rung is None:
         return retire(r, None, now, f"{why}; pool {r.pool} allows {spec.pool(r.pool).repair.actions or 'no rung'}")
+    rung, cannot = _reachable(r, rung, node, spec, now)
+    if rung is None:
+        return retire(r, waiting, now, f"{why}; {cannot}: no repair reaches it")
+    if cannot:
+        why = f"{why}; {cannot}: a {rung} instead"
     full = over_cap(r, facts.repairs, spec, now)
     if full:
         return _wait(r, waiting, now, f"waits its turn: {full}", in_place)
@@ -387,6 +398,22 @@ def _wait(r: Remediation, waiting: Repair | None, now: datetime, why: str, in_pl
     new = begin(RepairPhase.WAITING, now, reason=why, in_place=in_place).noted(RepairEvent("wait", "waiting", now, why))
     return Step((NodeEvent(r.node, "RepairWaiting", f"repair of {r.node} {why}"),), replace(r, repair=new),
                 recheck_after=RECHECK_WAITING)
+
+
+def _reachable(r: Remediation, rung: str, node: NodeView, spec: FleetSpec, now: datetime) -> tuple[str | None, str]:
+    """The rung to ask of `node`: `rung`, or on a machine that does not answer the next one the pool allows that
+    can still be carried out there (node_lost.cannot_reach: a reboot through a provider that power-cycles it);
+    None when none can, and then the machine is retired at once rather than waited on for a rung's timeout (Cluster
+    API's MachineHealthCheck remediates a Machine whose node's Ready condition stays Unknown or False past its
+    timeout by replacing it; a reboot first only where an external remediation can power-cycle it, as Metal3's
+    reboot remediation does through the BMC: cluster-api.sigs.k8s.io, "Configure a MachineHealthCheck").
+    The second value says why it is not `rung` ('' when it is)."""
+    pool = spec.pool(r.pool)
+    why = node_lost.cannot_reach(rung, node, pool, spec, now)
+    if not why:
+        return rung, ""
+    later = (x for x in RUNGS[RUNGS.index(rung) + 1:] if pool.repair.allows(x))
+    return next((x for x in later if not node_lost.cannot_reach(x, node, pool, spec, now)), None), why
 
 
 def _above(rung: str) -> str | None:
@@ -517,7 +544,10 @@ def _climb(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: da
     rung = _first_allowed(spec, r.pool, floor) if floor else None
     if rung is None:
         return retire(r, failed, now, f"{why}; nothing left to try ({' -> '.join(rep.rungs) or 'no rung'} tried)")
-    return _begin_rung(r, failed, rung, node, spec, now, why)
+    rung, cannot = _reachable(r, rung, node, spec, now)
+    if rung is None:
+        return retire(r, failed, now, f"{why}; {cannot}: no repair reaches it")
+    return _begin_rung(r, failed, rung, node, spec, now, f"{why}; {cannot}: a {rung} instead" if cannot else why)
 
 
 def _resume(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime) -> Step:
@@ -542,7 +572,11 @@ def _resume(r: Remediation, facts: RepairFacts, spec: FleetSpec, now: datetime) 
     rung = rep.rungs[-1] if rep.rungs else _first_allowed(spec, r.pool, fault_needs(r))
     if rung is None:
         return retire(r, rep, now, f"pool {r.pool} allows no rung for {fault_needs(r)}")
-    return _begin_rung(r, rep, rung, node, spec, now, f"{lifted}: the repair begins ({fault_needs(r)} needed)")
+    why = f"{lifted}: the repair begins ({fault_needs(r)} needed)"
+    rung, cannot = _reachable(r, rung, node, spec, now)
+    if rung is None:
+        return retire(r, rep, now, f"{why}; {cannot}: no repair reaches it")
+    return _begin_rung(r, rep, rung, node, spec, now, f"{why}; {cannot}: a {rung} instead" if cannot else why)
 
 
 def _resume_rung(r: Remediation, rep: Repair, node: NodeView, spec: FleetSpec, now: datetime, lifted: str) -> Step:

@@ -21,6 +21,7 @@ from typing import Iterable
 from gpufleet.fleetspec import FleetSpec, labels
 from gpufleet.fleetspec.faults import describe
 
+from gpufleet.reconciler.core import node_lost
 from gpufleet.reconciler.core.actions import Notify
 from gpufleet.reconciler.core.model import NodeView, Remediation, ReplacementFailure, Step
 from gpufleet.reconciler.core.phases import Phase
@@ -28,11 +29,15 @@ from gpufleet.reconciler.core.phases import Phase
 MAX_REPLACEMENTS = 3  # broken replacements one remediation gives up before it fails
 
 
-def broken(view: NodeView | None, name: str, spec: FleetSpec) -> str | None:
+def broken(view: NodeView | None, name: str, spec: FleetSpec, now: datetime | None = None) -> str | None:
     """Why the chosen replacement can no longer replace anything (None: it still can, or it is not seen:
-    a replacement that left the cluster is not waited on past the resume timeout)."""
+    a replacement that left the cluster is not waited on past the resume timeout). A machine that stopped
+    answering (core/node_lost.py) is one: a lent spare's borrowers would never leave it, nor a pod start there."""
     if view is None:
         return None
+    if now is not None and node_lost.lost(view, spec, now):
+        down = (now - view.not_ready_since).total_seconds() if view.not_ready_since else 0.0
+        return f"{name} stopped answering (not Ready for {down:.0f}s)"
     if view.fault is not None and view.fault.needs.remediates:
         return f"{name} reported {describe(view.fault.xid, view.fault.kind)}"
     if view.role == labels.ROLE_QUARANTINED:

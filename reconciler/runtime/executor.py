@@ -287,6 +287,11 @@ class Executor:
             self.metrics.gpu_seconds_lent.labels(view.pool).inc(max(0.0, lent_for) * view.gpus)
             if view.reclaiming is not None:
                 self.metrics.reclaim_seconds.labels(view.pool).observe(max(0.0, (now - view.reclaiming).total_seconds()))
+        if a.lost:
+            self._lending_event(a.node, "LoanLost", f"{a.node} stopped answering {lent_for:.0f}s into its loan: the "
+                                "loan ends with its borrowers left to their controllers, the machine to its heal",
+                                "lost", "Warning")
+            return
         self._lending_event(a.node, "Reclaimed", f"{a.node} is back from its loan after {lent_for:.0f}s"
                             + (" (to the spares)" if a.back_to_spare else ""), None)
 

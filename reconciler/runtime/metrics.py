@@ -66,8 +66,8 @@ class Metrics:
                                           registry=r)
         self.gpu_seconds_lent = Counter("gpufleet_gpu_seconds_lent_total", "GPU-seconds lent (counted as loans end)",
                                         ["pool"], registry=r)
-        self.lending_events = Counter("gpufleet_lending_events_total", "Loans begun, reclaims begun, and reclaims "
-                                      "forced past the grace", ["pool", "event"], registry=r)
+        self.lending_events = Counter("gpufleet_lending_events_total", "Loans begun, reclaims begun, reclaims "
+                                      "forced past the grace, and loans lost with their machine", ["pool", "event"], registry=r)
         self.reclaim_seconds = Histogram("gpufleet_reclaim_seconds", "From a reclaim's start to its node free",
                                          ["pool"], buckets=BUCKETS, registry=r)
         self.heal_reclaim_wait = Histogram("gpufleet_heal_reclaim_wait_seconds",

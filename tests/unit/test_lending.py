@@ -344,3 +344,65 @@ def test_a_slurmd_registering_again_after_a_loan_counts_for_the_waiting_job():
     on.append(("kwok-h100-2", (sl("h100-3", "IDLE", "NOT_RESPONDING", "DYNAMIC_NORM"),)))
     plan = plan_lending(pool(busy + [active(2), lent(active(3), labels.LENT_IDLE)], on, pending=[job]), s, T0)
     assert ("StartReclaim", "kwok-h100-3") not in kinds(plan)
+
+
+# --- a lent machine that stops answering -------------------------------------------------------------------
+
+def dead(n: NodeView, since=T0) -> NodeView:
+    """Its kubelet dead: the node controller set Ready Unknown at `since`."""
+    return replace(n, ready=False, not_ready_since=since, ready_status="Unknown")
+
+
+@pytest.mark.parametrize("loan", ["idle", "spare", "idle being reclaimed"])
+def test_a_lent_machine_that_stops_answering_is_neither_reclaimed_nor_evicted_until_its_heal_ends_the_loan_as_lost(loan):
+    """No eviction there can finish on a dead kubelet, so the take-back never waits on one: the loan stands until
+    the loss is read (healing.node_lost_after_seconds, 300 s), then the heal takes the node and the loan ends, lost."""
+    nodes, on = busy_fleet(idle=(3,))
+    if loan == "spare":
+        gone, rest = lent(spare(2), labels.LENT_SPARE), [spare(0), spare(1)]
+        s = spec(n_spares=3, spare_floor=1)
+    else:
+        gone, rest = lent(active(3), labels.LENT_IDLE, reclaiming=T0 if "reclaimed" in loan else None), [spare(0)]
+        s = spec(n_spares=1, spare_floor=1)
+    gone = dead(gone)
+    pods = [(gone.name, (borrower("inf/a", gone.name),))]
+    wants = (PendingJob(9, ("train",), 1, "Resources"),)  # a job that would take an idle loan back
+    for seconds in (5, 299, 600):  # a blip, the threshold not reached, lost but not yet taken by a heal
+        plan = plan_lending(pool(nodes[:3] + [gone] + rest, on[:3], pods=pods, pending=wants), s,
+                            T0 + timedelta(seconds=seconds))
+        assert not [a for a in plan.actions if getattr(a, "node", "") == gone.name], (seconds, plan.actions)
+    taken = pool(nodes[:3] + [gone] + rest, on[:3], pods=pods, remediated=frozenset({gone.name}))
+    plan = plan_lending(taken, s, T0 + timedelta(seconds=301))
+    assert EndLoan(gone.name, back_to_spare=gone.is_spare, lost=True) in plan.actions
+    assert not [a for a in plan.actions if isinstance(a, EvictBorrowers)]
+    # Ready again before then: a blip, and the loan goes on as any other
+    back = replace(gone, ready=True, not_ready_since=None)
+    plan = plan_lending(pool(nodes[:3] + [back] + rest, on[:3], pods=pods), s, T0 + timedelta(seconds=30))
+    assert EndLoan(back.name, back_to_spare=back.is_spare) not in plan.actions
+
+
+def test_a_lost_loan_ends_all_the_same_when_healing_is_off():
+    nodes, on = busy_fleet(idle=(3,))
+    s = spec(n_spares=1, spare_floor=1)
+    off = s.model_copy(update={"healing": s.healing.model_copy(update={"enabled": False})})
+    gone = dead(lent(active(3), labels.LENT_IDLE))
+    facts = pool(nodes[:3] + [gone, spare(0)], on[:3])
+    assert EndLoan(gone.name, False, lost=True) not in plan_lending(facts, off, T0 + timedelta(seconds=299)).actions
+    assert EndLoan(gone.name, False, lost=True) in plan_lending(facts, off, T0 + timedelta(seconds=300)).actions
+
+
+def test_a_heal_taking_back_a_lent_spare_whose_machine_dies_gives_it_up_and_takes_another():
+    """The heal's own take-back of a chosen lent spare waits on its borrowers; once that spare's machine is lost,
+    it never will: the spare is given up (a page says why) and another chosen."""
+    s = spec()
+    r = _record(replacement="kwok-h100-spare-1", reclaim_started=T0)
+    gone = dead(lent(spare(1), labels.LENT_SPARE))
+    facts = StepFacts(replacement=gone, replacement_pods=(borrower("inf/a", gone.name),),
+                      pool_nodes=(gone, spare(2)))
+    st = plan_step(r, facts, s, T0 + timedelta(seconds=299))
+    assert [a.kind for a in st.actions] == ["EvictBorrowers"]  # not lost yet: its take-back goes on
+    assert st.remediation is None or st.remediation.replacement == "kwok-h100-spare-1"
+    st = plan_step(r, facts, s, T0 + timedelta(seconds=300))
+    assert st.remediation.replacement is None
+    assert st.remediation.failed_replacements[-1].why == "kwok-h100-spare-1 stopped answering (not Ready for 300s)"
+    assert "stopped answering" in st.remediation.reason

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from gpufleet.fleetspec import labels
+from gpufleet.fleetspec import labels, parse_fleet
 from gpufleet.fleetspec.faults import FaultAction, Kind
 from gpufleet.fleetspec.load import SpecError
 from gpufleet.reconciler.adapters.slurm import SlurmJob
@@ -81,6 +81,21 @@ def test_only_an_active_node_with_a_nodeset_pod_not_ready_past_the_threshold_is_
     assert (got is not None) == (case == "False counts too")
 
 
+@pytest.mark.parametrize("role", [labels.ROLE_ACTIVE, labels.ROLE_SPARE])
+def test_a_node_on_loan_is_watched_without_a_nodeset_pod_and_its_loss_is_a_remediation(role):
+    """A lent node's NodeSet pods left for the borrowers; its loss is read all the same (lending keeps the loan
+    until then), and the heal takes it: a lent spare as a spare (nothing to move), an idle node as any."""
+    n = pool_node(POOL, "h100-0", role)
+    n["metadata"]["labels"][labels.LENT] = labels.LENT_SPARE if role == labels.ROLE_SPARE else labels.LENT_IDLE
+    n["spec"]["taints"] = [{"key": labels.LENDING_TAINT, "effect": "NoSchedule"}]
+    n["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "lastTransitionTime": T0.isoformat()}]
+    node = node_view(n, [labels.GPU_CONDITION])
+    assert node.on_loan
+    assert decide.detect(node, [], SPEC, T0 + timedelta(seconds=299)).remediation is None
+    r = decide.detect(node, [], SPEC, T0 + timedelta(seconds=300)).remediation
+    assert r is not None and r.kind is Kind.NODE_LOST and r.was_spare is (role == labels.ROLE_SPARE)
+
+
 def test_the_threshold_is_validated_and_its_error_names_the_field():
     assert fleet(node_lost_after_seconds=600).healing.node_lost_after_seconds == 600
     with pytest.raises(SpecError, match="healing.node_lost_after_seconds"):
@@ -141,8 +156,16 @@ def test_a_lost_machine_back_ready_before_its_eviction_is_drained_as_any_other()
 
 # --- the runtime with fakes ---------------------------------------------------------------------------
 
-def _world():
-    w = World(fleet(), operator=True)
+def _world(provider: str = "kubernetes-spares"):
+    spec = fleet()
+    if provider == "aws-asg":  # the same fleet, its pool behind an Auto Scaling group (EC2 reboots it)
+        spec = parse_fleet({"environment": "t", "cluster": {"kind": "local"},
+                            "pools": [{"name": "h100", "node_type": "x", "gpu_model": "H100", "nodes": 10, "spares": 2,
+                                       "provider": "aws-asg", "aws": {"asg_name": "g"}}],
+                            "slurm": {"partitions": [{"name": "train", "pools": ["h100"]}]},
+                            "healing": {"grace_period_seconds": 60, "max_concurrent": 4, "max_unhealthy_fraction": 0.5,
+                                        "drain_timeout_seconds": 10}})
+    w = World(spec, operator=True)
     w.slurm.jobs[7] = SlurmJob(7, "train", "RUNNING", nodes=("h100-w0",))
     return w
 
@@ -162,20 +185,64 @@ def test_a_dead_machine_is_healed_its_nodeset_pod_force_deleted_and_it_enters_th
     assert w.slurm.jobs[7].state == "PENDING"  # Slurm requeued it; it runs again once the node is back
     assert ("resume", "h100-w0") in w.slurm.calls
     assert "the machine stopped answering" in r.reason
-    assert any(n == "h100-0" for n, _ in w.hardware.reboots)  # the repair loop rebooted it through the provider
+    assert r.repair is not None  # the repair loop took it
 
 
-def test_a_dead_machine_that_never_answers_its_reboot_is_retired_by_the_repair_ladder():
+def test_a_dead_machine_nothing_can_power_cycle_is_retired_at_once_not_after_a_reboot_asked_of_its_dead_agent():
+    """kubernetes-spares asks a reboot of the node agent, which died with the machine: retired at once (Cluster
+    API's MachineHealthCheck replaces such a Machine), not after the pool's reboot timeout of asking no one."""
     w = _world()
+    w.kill("h100-0")
+    w.run(seconds=400, step=10)
+    r = w.remediation("h100-0")
+    assert r.phase is Phase.SUCCEEDED and r.repair is not None and r.repair.phase is RepairPhase.RETIRED, r.repair
+    assert "h100-0 does not answer (not Ready for" in r.repair.reason
+    assert "provider kubernetes-spares has no power control" in r.repair.reason
+    assert not [c for c in w.provider.calls if c[0] == "repair"]  # nothing asked of a dead agent
+    assert w.kube.nodes["h100-0"]["metadata"]["labels"][labels.ROLE] == labels.ROLE_RETIRED
+    assert [t for t in w.notifier.texts.get("retired", []) if "h100-0" in t]  # one page
+
+
+def test_a_dead_machine_behind_a_provider_that_power_cycles_it_is_rebooted_checked_and_returned_to_the_spares():
+    w = _world("aws-asg")
+    w.kill("h100-0")
+    w.run(seconds=400, step=10)
+    assert w.remediation_named("h100-0", Phase.SUCCEEDED).replacement == "h100-spare-0"
+    w.run(seconds=600, step=10)
+    r = w.remediation("h100-0")
+    assert ("repair", "h100-0", "reboot") in w.provider.calls  # through the provider: EC2's RebootInstances
+    assert any(n == "h100-0" for n, _ in w.hardware.reboots)
+    assert r.repair is not None and r.repair.phase is RepairPhase.RETURNED, r.repair
+    assert [e.step for e in r.repair.history][:2] == ["reboot", "reboot"]
+    assert w.kube.nodes["h100-0"]["metadata"]["labels"][labels.ROLE] == labels.ROLE_SPARE
+
+
+def test_a_dead_machine_that_never_answers_its_power_cycle_is_retired_by_the_repair_ladder():
+    w = _world("aws-asg")
     w.hardware.revives_dead = False
     w.kill("h100-0")
     w.run(seconds=400, step=10)
     assert w.remediation_named("h100-0", Phase.SUCCEEDED).replacement == "h100-spare-0"
+    assert ("repair", "h100-0", "reboot") in w.provider.calls
     w.run(seconds=1300, step=20)  # the pool's reboot_timeout_seconds (1200) passes
     r = w.remediation("h100-0")
     assert r.repair is not None and r.repair.phase is RepairPhase.RETIRED, r.repair
+    assert "reboot gave no sign of success within 1200s" in r.repair.reason
     assert w.kube.nodes["h100-0"]["metadata"]["labels"][labels.ROLE] == labels.ROLE_RETIRED
     assert not w.hardware.reboots  # nothing on it ever acted
+
+
+@pytest.mark.parametrize("rung,provider,down,expected", [
+    ("reboot", "kubernetes-spares", 300, "its node agent (provider kubernetes-spares has no power control"),
+    ("reboot", "aws-asg", 300, ""),  # EC2 power-cycles it
+    ("reset-gpu", "aws-asg", 300, "a reset-gpu is carried out by its node agent"),
+    ("reboot", "kubernetes-spares", 299, ""),  # not lost yet: asked as any other (its agent acts once back)
+])
+def test_what_a_repair_can_reach_on_a_machine_that_does_not_answer(rung, provider, down, expected):
+    pool = POOL.model_copy(update={"provider": provider})
+    got = node_lost.cannot_reach(rung, _node(), pool, SPEC, T0 + timedelta(seconds=down))
+    assert (expected in got) if expected else got == ""
+    assert node_lost.cannot_reach(rung, _node(ready="True"), pool, SPEC, T0 + timedelta(seconds=down)) == ""
 
 
 def test_a_node_back_ready_before_the_threshold_starts_nothing():
@@ -225,7 +292,7 @@ def test_the_storm_brake_counts_lost_machines_and_holds_their_replacement():
 def lost_path(w: World) -> list:
     return [(w.store, "write_status"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
             (w.slurm, "requeue"), (w.kube, "evict"), (w.kube, "delete_pod"), (w.provider, "promote"),
-            (w.provider, "quarantine"), (w.notifier, "send")]
+            (w.provider, "quarantine"), (w.provider, "retire"), (w.notifier, "send")]
 
 
 def _dying():
@@ -237,7 +304,7 @@ def _dying():
     return w
 
 
-LOST_PATH = 19  # every call in the window: the heal, its pages, and the repair asked
+LOST_PATH = 21  # every call in the window: the heal, its pages, and the retirement (nothing can power-cycle it)
 
 
 def test_the_crash_points_cover_every_call_of_the_lost_machines_heal():
@@ -323,3 +390,34 @@ def test_a_machine_that_dies_right_after_its_gpu_fault_still_has_its_job_moved_t
     assert r.kind is Kind.XID and r.phase is Phase.SUCCEEDED and r.replacement == "h100-spare-0", r
     assert ("slurm/slurm-worker-h100-w0", 0) in w.kube.deletes
     assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-spare-0"
+
+
+# --- a lent machine that dies (the runtime with fakes) -------------------------------------------------------
+
+def test_a_lent_spare_that_dies_ends_its_loan_as_lost_is_healed_and_taken_by_the_repair_loop_never_waited_on():
+    """Its borrowers can never leave a dead kubelet: nothing waits on them. The loan stands until the loss is read,
+    then the heal takes the node (a spare: nothing to move), the loan ends counted as lost, and the repair loop
+    retires it (kubernetes-spares: nothing can power-cycle it)."""
+    from gpufleet.fleetspec.ledger import parse as parse_ledger
+
+    w = World(parse_fleet({
+        "environment": "t", "cluster": {"kind": "local"},
+        "pools": [{"name": "h100", "node_type": "x", "gpu_model": "H100", "nodes": 2, "spares": 2,
+                   "lending": {"spares": True, "spare_floor": 1, "borrowers": {"selector": {"app": "inference"}}}}],
+        "slurm": {"partitions": [{"name": "train", "pools": ["h100"]}]},
+    }))
+    w.run(seconds=3)
+    assert ("lend", "h100-spare-1") in w.kube.calls
+    w.kube.pods["inf/a"] = {"metadata": {"name": "a", "namespace": "inf", "uid": "uid-a", "labels": {"app": "inference"}},
+                            "spec": {"nodeName": "h100-spare-1"}, "status": {"phase": "Running"}}
+    w.kill("h100-spare-1", slurm_marks_down=False)
+    w.run(seconds=290, step=10)
+    assert not w.store.list() and ("end_loan", "h100-spare-1") not in w.kube.calls  # not lost yet: the loan stands
+    w.run(seconds=60, step=5)
+    r = w.remediation("h100-spare-1")
+    assert r.kind is Kind.NODE_LOST and r.was_spare and r.phase is Phase.SUCCEEDED, r
+    assert ("end_loan", "h100-spare-1") in w.kube.calls
+    assert w.manager.metrics.lending_events.labels("h100", "lost")._value.get() == 1
+    assert not [l for l in parse_ledger(w.kube.ledger["h100"], "h100").loans if l.node == "h100-spare-1" and l.open]
+    assert r.repair is not None and r.repair.phase is RepairPhase.RETIRED, r.repair
+    assert w.kube.nodes["h100-spare-1"]["metadata"]["labels"][labels.ROLE] == labels.ROLE_RETIRED
