@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from gpufleet.fleetspec.faults import FaultAction, describe
+from gpufleet.fleetspec.faults import FaultAction, Kind, describe
 from gpufleet.fleetspec.models import WebhookTarget
 
+from gpufleet.reconciler.core import slurm_drains
 from gpufleet.reconciler.core.job_record import HEAD, gpu_index
 from gpufleet.reconciler.core.model import Fault, RefillState, Remediation
 from gpufleet.reconciler.core.phases import Phase
@@ -75,6 +76,8 @@ def trailer(job_id: int) -> str:
 def fault_summary(r: Remediation) -> str:
     """The fault in a few words, GPU first: `GPU 3 on h100-a-w17: GPU has fallen off the bus (Xid 79)`."""
     node = ",".join(r.slurm_nodes) or r.node
+    if r.kind is Kind.SLURM_DRAIN:  # not a GPU's report: Slurm's own reason (core/slurm_drains.py)
+        return slurm_drains.headline(r.message) or f"Slurm drained {node} itself"
     return f"{_gpu(r.message, r.pci)} on {node}: {_plain(r.xid, r.kind)}"
 
 
@@ -213,6 +216,9 @@ def notice_line(node: str, fault: Fault, job: JobSeen) -> str | None:
     if job.start_time is not None and job.start_time > fault.since:
         return None
     event, said = NOTICES[fault.needs]
+    if fault.kind is Kind.SLURM_DRAIN:
+        return note_line(fault.since, event, f"{slurm_drains.headline(fault.message) or node}; health check asked "
+                                             "once the job ends")
     return note_line(fault.since, event, f"{_gpu(fault.message, fault.pci)} on {node}: "
                                          f"{_plain(fault.xid, fault.kind)}; {said}")
 

@@ -164,7 +164,8 @@ def notice_record(node: str, slurm_nodes, fault: Fault, model: str = "") -> JobR
     """The record of a fault that left its node in service (restart-app, diagnose): nothing was done to the job;
     keyed as a remediation of that node and signal would be (model.remediation_name)."""
     what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost",
-            Kind.DCGM: f"dcgm{fault.xid}", Kind.NODE_LOST: "nodelost"}[fault.kind]
+            Kind.DCGM: f"dcgm{fault.xid}", Kind.NODE_LOST: "nodelost",
+            Kind.SLURM_DRAIN: f"slurmdrain{fault.xid}"}[fault.kind]
     return JobRecord(remediation=record_id(f"{node}-{what}-{int(fault.since.timestamp())}"),
                      slurm_node=",".join(sorted(slurm_nodes)) or node, fault_at=fault.since, kind=fault.kind.value,
                      code=fault.xid, action=fault.needs.value, gpu=gpu_index(fault.message), pci=fault.pci,
