@@ -158,6 +158,14 @@ def test_other_faults_heal_now_whatever_runs_and_a_handled_boundary_fault_reads_
     assert not boundary_facts_needed(n, [r])  # its record exists: the runtime asks Slurm nothing more
 
 
+def test_a_machine_that_stopped_answering_is_not_waited_for():
+    """Its job ends only when slurmctld gives up on it: the heal starts now (and forces its pods out as any)."""
+    dead = boundary_node(ready=False, not_ready_since=T0, ready_status="Unknown")
+    later = T0 + timedelta(seconds=spec().healing.node_lost_after_seconds + 1)
+    d = detect(dead, [], spec(), later, carries_nodeset_pod=True, on_node=job_boundary.OnNode((BUSY,), (7,)))
+    assert d.remediation is not None and not any(isinstance(a, DrainSlurm) for a in d.actions)
+
+
 def test_healing_disabled_drains_nothing():
     d = detect(boundary_node(), [], spec(enabled=False), T0, on_node=job_boundary.OnNode((BUSY,), (7,)))
     assert d.actions == () and d.gate is not None
