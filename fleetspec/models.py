@@ -792,8 +792,9 @@ class HealingSpec(Strict):
         86400, ge=0, le=30 * 86400,
         description="A fault NVIDIA resolves with DRAIN_AND_RESET (Xid 48 with 63/64, Xid 154 'Drain and Reset') waits "
                     "for its job's boundary: the node's Slurm nodes are drained (the running job finishes, no new job "
-                    "lands) and it is healed once they run no job. Past this long after the fault, a job still running "
-                    "there is moved at a checkpoint (SIGTERM and the grace period) like any fault's. 0: never wait.")
+                    "lands) and it is healed once they run no job. Past this long after the fault (for a telemetry row that "
+                    "waits so: after its drain), a job still running there is moved at a checkpoint (SIGTERM and the "
+                    "grace period) like any fault's. 0: never wait.")
     max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
     max_unhealthy_fraction: float = Field(
         0.2, gt=0, le=1, description="Above this fraction of a pool's declared nodes (its spares not counted) out "

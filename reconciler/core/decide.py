@@ -105,7 +105,7 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
         return Detection(gate=Gate(Reason.HEALING_DISABLED, node.pool, f"{node.name}: healing is disabled in the spec"),
                          actions=noted)
     boundary = ""
-    if f is not lost and not diagnose and on_node is not None and job_boundary.asks(f):
+    if lost is None and not diagnose and on_node is not None and job_boundary.asks(f):  # a dead machine: no job ends
         wait = job_boundary.wait(node.name, f, on_node, spec, now)
         if wait is not None:
             return Detection(actions=noted + wait.actions, look_after=wait.look_after)
