@@ -409,6 +409,13 @@ class LocalKube:
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--profiling=false",
+                # On SIGTERM, stop serving once the in-flight requests have drained, and give the HTTP server's
+                # Shutdown 2 s instead of the request timeout (60 s) it otherwise waits for the clients' open
+                # watches (kwok, the controllers, the reconciler) to go: k8s.io/apiserver v0.34.4
+                # pkg/server/lifecycle_signals.go and genericapiserver.go (ShutdownSendRetryAfter). The local
+                # API server has no load balancer in front to wait for; a stop from elsewhere (an outage drill,
+                # `local down` while clients still watch) then ends in seconds, not in a SIGKILL or a minute.
+                "--shutdown-send-retry-after=true",
                 v,
             ]
 

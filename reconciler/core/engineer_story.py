@@ -162,7 +162,8 @@ def _waiting_words(rec: jr.JobRecord, node: str) -> str:
 
 
 def _app_fault(rec: jr.JobRecord) -> bool:
-    return rec.action == FaultAction.RESTART_APP.value or rec.action == FaultAction.DIAGNOSE.value
+    """A fault that left the job running: the application's, a diagnosis, or a drain at the job's boundary."""
+    return rec.action in (FaultAction.RESTART_APP.value, FaultAction.DIAGNOSE.value) or rec.state == jr.AT_BOUNDARY
 
 
 def tell(job_id: int, job: JobFacts | None, records: list[jr.JobRecord], now: datetime) -> EngineerStory:
@@ -191,7 +192,12 @@ def tell(job_id: int, job: JobFacts | None, records: list[jr.JobRecord], now: da
     checkpoint, not_running, state, waiting, todo = None, None, "nothing", "", NOTHING_TO_DO
     for rec in apps:
         node = shown(rec.slurm_node, 80)
-        if rec.kind == Kind.SLURM_DRAIN.value and rec.action == FaultAction.DIAGNOSE.value:
+        if rec.state == jr.AT_BOUNDARY:
+            sentences.append(f"At {clock(rec.fault_at)}, {gpu_words(rec)} on {node} reported "
+                             f"{plain_fault(rec.kind, rec.code)}; NVIDIA's resolution is to drain and reset at the "
+                             f"job's boundary, so gpufleet drained {node} in Slurm and left the job running to its "
+                             "end: no new job lands there, and the GPU is reset after.")
+        elif rec.kind == Kind.SLURM_DRAIN.value and rec.action == FaultAction.DIAGNOSE.value:
             sentences.append(f"At {clock(rec.fault_at)}, Slurm drained {node} itself: {slurm_words(rec.code)}; "
                              "gpufleet asked for a health check and left the job running: no new job lands there.")
         elif rec.action == FaultAction.DIAGNOSE.value:

@@ -189,7 +189,9 @@ def test_slurms_own_drain_on_a_faulted_node_is_drained_over_not_kept_as_a_person
 
 def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fleet_with_slurm, api, tmp_path):
     spec, rec, channel, slurm, rest = fleet_with_slurm
-    spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 40})})
+    # A grace that outlasts the outage below (slurmrestd stopped, two failed attempts 0.5 s and 1 s apart, started
+    # again), so the remediation is still checkpointing while Slurm is away.
+    spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 20})})
     rec = reconciler(api, spec, channel, rest)
     job_on(slurm, "gpu-a-1", tmp_path, slow_checkpoint=True)  # checkpointing for its whole grace period
     Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid48", "DBE")  # replace (94 is restart-app since issue 21)

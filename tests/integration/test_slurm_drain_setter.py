@@ -68,8 +68,8 @@ def test_slurmctlds_own_drain_is_recorded_as_the_slurm_user_and_not_taken_for_a_
 
 def test_a_slurmd_that_stops_answering_is_slurms_down_not_a_persons(slurm_fresh: LocalSlurm) -> None:
     """slurmctld sets it DOWN, "Not responding" (src/slurmctld/ping_nodes.c, as the SlurmUser), SlurmdTimeout
-    (the local stack's 30 s) after its last answer. Both clients read the same record, so one wait for that
-    timeout serves both (one test per client waited for it twice)."""
+    (the test cluster's 10 s: tests/fixtures/slurm_cluster.py) after its last answer. Both clients read the
+    same record, so one wait for that timeout serves both (one test per client waited for it twice)."""
     c = slurm_fresh
     rest = SlurmREST(c.rest_url, SignedToken(c.jwt_key_path, user=RECONCILER_USER), timeout=10)
     clients: dict[str, SlurmClient] = {"rest": rest, "cli": SlurmCLI(env=c.env(), timeout=20)}

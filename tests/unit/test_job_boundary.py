@@ -243,3 +243,36 @@ def test_a_telemetry_boundary_drain_whose_job_outlives_the_bound_moves_it_at_a_c
     busy = {"h100-0": tm.NodeJobs(view, (BUSY,), (7,))}
     (now,) = tm.plan([d], busy, fleet(job_boundary_max_seconds=0), T0)  # 0: never wait
     assert isinstance(now, MarkDegraded)
+
+
+# --- the job's own story (its admin comment: `gpufleet why` on the login node, and its owner told) -------------
+
+def test_the_job_left_to_finish_is_told_in_its_admin_comment_and_its_owner_hears_why():
+    from gpufleet.fleetspec import parse_fleet
+    from gpufleet.reconciler.adapters.slurm import SlurmJob
+    from gpufleet.reconciler.adapters.slurm.job_facts import job_facts
+    from gpufleet.reconciler.core import engineer_story, job_notes, job_record
+    from tests.unit.fakes import World, fleet
+
+    doc = fleet(nodes=3, spares=1).model_dump(mode="json")
+    doc["healing"]["notifications"] = [{"type": "webhook", "name": "ml-team", "url_secret": "ml",
+                                        "job_owners": {"accounts": ["ml"]}}]
+    w = World(parse_fleet(doc))
+    started = (w.clock.now - timedelta(minutes=5)).timestamp()
+    w.slurm.jobs[4] = SlurmJob(4, "train", "RUNNING", ("h100-w0",), start_time=started, user="alice", account="ml")
+    w.kube.nodes["h100-0"]["status"]["conditions"].append(
+        {"type": "GpuHealthy", "status": "False", "reason": "Xid48", "lastTransitionTime": w.clock.now.isoformat(),
+         "message": "[action=reset-gpu pci=0000:3b:00 gpu=1 when=job-boundary] XID 48 (DBE): ECC"})
+    w.run(20)
+    comment = w.slurm.comments[4]
+    assert ": drained at its end: GPU 1 on h100-w0: " in comment and "NVIDIA: drain, reset after the job" in comment
+    (rec,) = job_record.records_in(comment, job_notes.SEPARATOR)
+    assert rec.state == job_record.AT_BOUNDARY
+    story = engineer_story.tell(4, job_facts(w.slurm.job(4)), [rec], w.clock.now)
+    assert "drain and reset at the job's boundary" in story.paragraph and "left the job running" in story.paragraph
+    assert "saw no GPU fault" not in story.paragraph
+    told = [m for route, m in w.notifier.to_owners if route == "ml-team"]
+    assert [(m.event, m.job["job_id"]) for m in told] == [("drained-at-boundary", 4)]
+    writes = w.slurm.comment_writes
+    w.run(20)
+    assert w.slurm.comment_writes == writes  # once

@@ -74,7 +74,7 @@ def test_stop_waits_for_the_whole_tree_and_kills_what_ignores_term(sup):
     time.sleep(0.3)
     tree = [root, *root.children(recursive=True)]
     assert len(tree) >= 2  # the grandchild, in a session of its own
-    sup.stop(["srv"])
+    sup.stop(["srv"], timeout=0.5)  # what still runs then is killed: the grandchild ignores SIGTERM
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert any("sending SIGKILL" in line for line in sup.lines)  # the grandchild ignored SIGTERM
 
