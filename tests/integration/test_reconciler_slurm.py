@@ -146,6 +146,9 @@ def test_a_drain_and_reset_xid_drains_the_busy_node_lets_its_job_finish_and_heal
     assert not records_for(rec, f"{POOL}-0")  # no heal while the job runs
     assert slurm.run(["squeue", "-h", "-j", str(jid), "-o", "%T"]).stdout.split() == ["RUNNING"]
     assert "saved" not in (tmp_path / f"out-{jid}").read_text()  # never signalled
+    noted = run_until(rec, lambda: (j := rest.job(jid)) is not None and ": drained at its end: " in (
+        j.admin_comment or "") and j.admin_comment, timeout=30)
+    assert "on gpu-a-0: " in noted and "NVIDIA: drain, reset after the job" in noted, noted  # what `why` tells its owner
     slurm.run(["scancel", str(jid)], timeout=15)  # the job ends
     (r,) = run_until(rec, lambda: records_for(rec, f"{POOL}-0"), timeout=60)
     assert r.jobs == () and "drained at its job's boundary" in r.reason and "DRAIN_AND_RESET" in r.reason, r.reason

@@ -288,3 +288,15 @@ def test_a_job_on_a_node_slurm_drained_for_a_check_is_told_so_not_of_a_gpu():
     line = job_notes.notice_line("h100-w0", fault, JobSeen(7, "RUNNING", ("h100-w0",), T0 - timedelta(hours=1)))
     assert line == "gpufleet 2026-11-29T12:00:00Z: diagnose: Slurm drained h100-w0 itself: Prolog error; health " \
                    "check asked once the job ends"
+
+
+def test_why_tells_a_job_left_running_on_a_node_slurm_drained_for_a_check_what_was_asked():
+    (a,) = plan(drained(PROLOG))
+    fault = Fault(3, a.message, T0, Kind.SLURM_DRAIN, FaultAction.DIAGNOSE)
+    rec = job_record.notice_record("h100-0", ("h100-w0",), fault, "H100")
+    assert rec.remediation == job_record.record_id(f"h100-0-slurmdrain3-{int(T0.timestamp())}")
+    job = JobFacts(7, "train", "RUNNING", "alice", "ml", ("h100-w0",), T0 - timedelta(hours=1),
+                   T0 - timedelta(minutes=50), None, 0)
+    story = engineer_story.tell(7, job, [rec], T0 + timedelta(minutes=1))
+    assert "At 12:00:00 UTC, Slurm drained h100-w0 itself: Prolog error (the node's Prolog failed); gpufleet asked " \
+           "for a health check and left the job running" in story.paragraph
