@@ -734,6 +734,9 @@ class ConditionSource(Strict):
         if self.kind is Kind.NODE_LOST:
             raise FieldError("kind", "node-lost is read from the node's Ready condition, not from a source: "
                              "set healing.node_lost_after_seconds")
+        if self.kind is Kind.SLURM_DRAIN:
+            raise FieldError("kind", "slurm-drain is read from Slurm's own drains, not from a source: "
+                             "see healing.slurm_drains")
         if self.read == "kernel-log":
             extra = [k for k, v in patterns.items() if v]
             if extra:
@@ -780,12 +783,18 @@ class HealingSpec(Strict):
                     "a lost machine: healed like a fault (its NodeSet pod force-deleted, its job moved to a spare), "
                     "then power-cycled by the repair loop where its provider can (aws-asg), else retired. 300 s: "
                     "Kubernetes' default not-ready/unreachable toleration.")
+    slurm_drains: Literal["act", "ignore"] = Field(
+        "act",
+        description="A node Slurm drained itself (slurmctld's or slurmd's own reason, e.g. `Kill task failed`, "
+                    "`Prolog error`, a GPU missing at registration): act: rebooted or health-checked as its reason asks, "
+                    "then returned with Slurm's drain lifted; ignore: left drained for a person (spares still avoid it).")
     job_boundary_max_seconds: int = Field(
         86400, ge=0, le=30 * 86400,
         description="A fault NVIDIA resolves with DRAIN_AND_RESET (Xid 48 with 63/64, Xid 154 'Drain and Reset') waits "
                     "for its job's boundary: the node's Slurm nodes are drained (the running job finishes, no new job "
-                    "lands) and it is healed once they run no job. Past this long after the fault, a job still running "
-                    "there is moved at a checkpoint (SIGTERM and the grace period) like any fault's. 0: never wait.")
+                    "lands) and it is healed once they run no job. Past this long after the fault (for a telemetry row that "
+                    "waits so: after its drain), a job still running there is moved at a checkpoint (SIGTERM and the "
+                    "grace period) like any fault's. 0: never wait.")
     max_concurrent: int = Field(2, ge=1, description="Remediations in progress at once.")
     max_unhealthy_fraction: float = Field(
         0.2, gt=0, le=1, description="Above this fraction of a pool's declared nodes (its spares not counted) out "

@@ -60,6 +60,7 @@ DEFAULT_PORTS = {
     "controller_manager": 20257,
     "scheduler": 20259,
     "kwok": 20247,
+    "dcgm_exporter": 29400,  # dcgm-exporter's own default is 9400
 }
 
 KUBELET_CLIENT_BINDING = "gpufleet-local:apiserver-kubelet-client"
@@ -67,7 +68,10 @@ KUBELET_CLIENT_BINDING = "gpufleet-local:apiserver-kubelet-client"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # kwok's nodes' GPU hardware (localenv/gpu_hardware_standin.py): a process of ours, no binary to build
 GPU_HARDWARE = "gpu-hardware-standin"
-PROCESSES = (*COMPONENTS, GPU_HARDWARE)
+# dcgm-exporter's stand-in (localenv/dcgm_exporter_standin.py): their GPUs' telemetry on one /metrics, read only by a
+# reconciler whose spec sets healing.telemetry (the local spec's source stays `none`: docs/local.md)
+DCGM_EXPORTER = "dcgm-exporter-standin"
+PROCESSES = (*COMPONENTS, GPU_HARDWARE, DCGM_EXPORTER)
 
 
 class LocalKubeError(SupervisorError):
@@ -90,6 +94,7 @@ class LocalKube:
     controller_manager_port: int = DEFAULT_PORTS["controller_manager"]
     scheduler_port: int = DEFAULT_PORTS["scheduler"]
     kwok_port: int = DEFAULT_PORTS["kwok"]
+    dcgm_exporter_port: int = DEFAULT_PORTS["dcgm_exporter"]
     service_cluster_ip_range: str = "10.96.0.0/16"
     pod_cidr: str = "10.244.0.1/16"  # kwok hands out fake pod IPs from this (no traffic goes there)
     stages_dir: Path = DEFAULT_STAGES_DIR
@@ -123,6 +128,11 @@ class LocalKube:
         return f"https://127.0.0.1:{self.apiserver_port}"
 
     @property
+    def dcgm_exporter_url(self) -> str:
+        """The dcgm-exporter stand-in's metrics, for `healing.telemetry.exporter_urls`."""
+        return f"http://127.0.0.1:{self.dcgm_exporter_port}/metrics"
+
+    @property
     def etcd_url(self) -> str:
         return f"http://127.0.0.1:{self.etcd_port}"
 
@@ -149,7 +159,7 @@ class LocalKube:
         self._ensure([comps["etcd"]])
         self._ensure([comps["kube-apiserver"]])
         self._ensure([comps["kube-controller-manager"], comps["kube-scheduler"], comps["kwok"]])
-        self._ensure([comps[GPU_HARDWARE]])
+        self._ensure([comps[GPU_HARDWARE], comps[DCGM_EXPORTER]])
         self._wait_bootstrapped()
         self._authorize_kubelet_client()
         self._say(f"[local] control plane ready in {time.monotonic() - t0:.1f}s; "
@@ -158,7 +168,8 @@ class LocalKube:
 
     def down(self) -> None:
         """Stop every component (SIGTERM, then SIGKILL after ``stop_timeout``). Idempotent."""
-        for group in ((GPU_HARDWARE, "kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",),
+        for group in ((DCGM_EXPORTER, GPU_HARDWARE, "kwok", "kube-scheduler", "kube-controller-manager"),
+                      ("kube-apiserver",),
                       ("etcd",)):
             try:
                 self.supervisor.stop(group)
@@ -398,6 +409,13 @@ class LocalKube:
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--profiling=false",
+                # On SIGTERM, stop serving once the in-flight requests have drained, and give the HTTP server's
+                # Shutdown 2 s instead of the request timeout (60 s) it otherwise waits for the clients' open
+                # watches (kwok, the controllers, the reconciler) to go: k8s.io/apiserver v0.34.4
+                # pkg/server/lifecycle_signals.go and genericapiserver.go (ShutdownSendRetryAfter). The local
+                # API server has no load balancer in front to wait for; a stop from elsewhere (an outage drill,
+                # `local down` while clients still watch) then ends in seconds, not in a SIGKILL or a minute.
+                "--shutdown-send-retry-after=true",
                 v,
             ]
 
@@ -479,6 +497,10 @@ class LocalKube:
                                               f"--ready-file={hw_ready}"],
                                lambda: _fresh(hw_ready, 10.0), str(hw_ready), cwd=PROJECT_DIR,
                                before_start=lambda: hw_ready.unlink(missing_ok=True)),
+            DCGM_EXPORTER: Proc(DCGM_EXPORTER, [sys.executable, "-m", "localenv.dcgm_exporter_standin",
+                                                f"--kubeconfig={kc}", f"--port={self.dcgm_exporter_port}"],
+                                lambda: _http_get(self.dcgm_exporter_url) is not None, self.dcgm_exporter_url,
+                                ports=(self.dcgm_exporter_port,), cwd=PROJECT_DIR),
         }
 
     def _admin_ssl(self) -> ssl.SSLContext:

@@ -103,13 +103,16 @@ def exposition(nodes: Iterable[NodeGpus]) -> str:
 
 
 class KwokNodes:
-    """The kwok nodes and the NodeSet pod on each, read from the API server at each scrape."""
+    """The kwok nodes and the NodeSet pod on each, read from the API server at each scrape; with `label_selector`,
+    only the nodes it selects (a test's pool on an API server that other tests fill with nodes of their own: each
+    node's dcgm-exporter serves that node's GPUs, so the exporters of a pool's nodes serve the pool's alone)."""
 
-    def __init__(self, api: client.ApiClient):
+    def __init__(self, api: client.ApiClient, label_selector: str = ""):
         self.core = client.CoreV1Api(api)
+        self.label_selector = label_selector
 
     def __call__(self) -> list[NodeGpus]:
-        nodes = json.loads(self.core.list_node(_preload_content=False).data)["items"]
+        nodes = json.loads(self.core.list_node(label_selector=self.label_selector, _preload_content=False).data)["items"]
         pods = json.loads(self.core.list_pod_for_all_namespaces(
             label_selector=labels.SLINKY_POD_HOSTNAME, _preload_content=False).data)["items"]
         on = {p["spec"].get("nodeName"): p for p in pods

@@ -61,7 +61,8 @@ class LocalEnv:
         self.kube = LocalKube(
             self.root / "kube", self.bin_dir, etcd_port=p["etcd"], etcd_peer_port=p["etcd_peer"],
             apiserver_port=p["apiserver"], controller_manager_port=p["controller_manager"],
-            scheduler_port=p["scheduler"], kwok_port=p["kwok"], etcd_unsafe_no_fsync=True, progress=self.progress,
+            scheduler_port=p["scheduler"], kwok_port=p["kwok"], dcgm_exporter_port=p["dcgm_exporter"],
+            etcd_unsafe_no_fsync=True, progress=self.progress,
         )
         # Partitions over NodeSets, one NodeSet per pool named after it (as the stack declares them).
         partitions = {part.name: list(part.pools) for part in self.spec.slurm.partitions}
@@ -71,9 +72,10 @@ class LocalEnv:
             self.root / "slurm", partitions, binds=binds, cpus_per_node=max(p.cpus_per_node for p in self.spec.pools),
             ctld_port=p["slurm_ctld"], rest_port=p["slurm_rest"], cluster_name=self.spec.slurm.cluster_name,
         )
-        # The pods on the kubelet nodes reach slurmrestd on their node's loopback, as the API server.
+        # The pods on the kubelet nodes reach slurmrestd and the dcgm-exporter stand-in on their node's loopback, as
+        # the API server.
         self.nodes = SystemNodes(self.root / "nodes", self.kube, self.kubelet_nodes, self.bin_dir,
-                                 progress=self.progress, relay_ports=(p["slurm_rest"],),
+                                 progress=self.progress, relay_ports=(p["slurm_rest"], p["dcgm_exporter"]),
                                  log_archive=self.pod_log_archive)
         # The host processes of this module (pid files and logs in the environment's folder).
         self.host = Supervisor(self.root, self.root, start_timeout=30.0, stop_timeout=10.0, progress=self.progress)

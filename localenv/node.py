@@ -55,7 +55,7 @@ from localenv.certs import ensure_client_cert, ensure_serving_cert
 from localenv.images import BuiltImages
 from localenv.control_plane import LocalKube, _http_get
 from localenv.ports import port_free
-from localenv.supervisor import Proc, Supervisor, SupervisorError, tail
+from localenv.supervisor import Proc, Supervisor, SupervisorError, deaf_to_sigterm, tail
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -184,7 +184,11 @@ class KubeletNode:
         procs = shims + [c for p in shims for c in p.children(recursive=True)]
         for p in procs:
             try:
-                p.terminate()
+                # A pod sandbox's process (the pause image's `sleep infinity`) is its pid namespace's init with no
+                # SIGTERM handler: a SIGTERM never reaches it, so it gets the SIGKILL that containerd's
+                # StopPodSandbox sends it (containerd v1.7.29 pkg/cri/server/sandbox_stop.go) now, not after
+                # `timeout`; the containers' processes get their SIGTERM.
+                p.kill() if deaf_to_sigterm(p.pid) else p.terminate()
             except psutil.NoSuchProcess:
                 pass
         _, alive = psutil.wait_procs(procs, timeout=timeout)

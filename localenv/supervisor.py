@@ -313,3 +313,19 @@ def tail(path: Path, lines: int = 25) -> str:
     except FileNotFoundError:
         return f"  (no log file {path})"
     return "\n".join("  | " + line for line in data[-lines:])
+
+
+def deaf_to_sigterm(pid: int) -> bool:
+    """Whether a SIGTERM sent from this pid namespace can never reach `pid`: it is the init (pid 1) of a pid namespace
+    of its own and has no handler for SIGTERM. The kernel delivers to such an init, from an ancestor namespace, only
+    the signals it has a handler for, and SIGKILL and SIGSTOP (pid_namespaces(7), "The namespace init process"), so
+    a SIGTERM is dropped and only a SIGKILL after the stop's timeout ends it. A container's `sleep infinity` (the
+    local pause image's process: scripts/build-images.sh) is one. False when it cannot be told (gone, no /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    ns_pids = fields.get("NSpid", "").split()
+    caught = int(fields.get("SigCgt", "0").strip() or "0", 16)
+    return len(ns_pids) > 1 and ns_pids[-1] == "1" and not caught & (1 << (signal.SIGTERM - 1))

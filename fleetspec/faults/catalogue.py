@@ -63,6 +63,7 @@ class Kind(str, Enum):
     GPU_LOST = "gpu-lost"  # NVRM: The NVIDIA GPU ... has fallen off the bus (at probe time, no Xid)
     DCGM = "dcgm"          # a DCGM field past its threshold (telemetry.py); the code is the field's id
     NODE_LOST = "node-lost"  # the machine stopped answering: its Node's Ready condition not True for too long
+    SLURM_DRAIN = "slurm-drain"  # Slurm drained the node itself (reconciler/core/slurm_reasons.py); code: the row's
 
 
 # NVIDIA's immediate-action buckets (the catalogue's "Fault Resolution Buckets" sheet) -> gpufleet's action.
@@ -330,6 +331,9 @@ GPU_LOST = FaultAction.REBOOT
 # is rebooted through its provider, the first step of the repair loop's ladder (Cluster API's MachineHealthCheck
 # remediates a Machine whose Ready condition stays Unknown or False past a timeout the same way: by replacing it).
 NODE_LOST = FaultAction.REBOOT
+# A node Slurm drained itself: each reason's row says what it asks (reconciler/core/slurm_reasons.py) and the
+# condition carries it; one without the header is checked, the milder of the two.
+SLURM_DRAIN = FaultAction.DIAGNOSE
 
 
 def default_action(kind: Kind, code: int, fatal: bool | None = None) -> FaultAction:
@@ -347,6 +351,8 @@ def default_action(kind: Kind, code: int, fatal: bool | None = None) -> FaultAct
         return t.action if t else FaultAction.NONE
     if kind is Kind.NODE_LOST:
         return NODE_LOST
+    if kind is Kind.SLURM_DRAIN:
+        return SLURM_DRAIN
     return GPU_LOST
 
 
@@ -359,6 +365,8 @@ def describe(code: int, kind: Kind | str = Kind.XID) -> str:
         return "GPU lost at probe"
     if kind is Kind.NODE_LOST:
         return "the machine stopped answering"
+    if kind is Kind.SLURM_DRAIN:
+        return "Slurm's own drain"
     if kind is Kind.DCGM:
         from .telemetry import describe_field
         return describe_field(code)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from .catalogue import FaultAction, Kind, When, describe
 
-REASON_PREFIXES = (("SXid", Kind.SXID), ("Xid", Kind.XID), ("Dcgm", Kind.DCGM))  # Dcgm: a DCGM field id
+REASON_PREFIXES = (("SXid", Kind.SXID), ("Xid", Kind.XID), ("Dcgm", Kind.DCGM),  # Dcgm: a DCGM field id
+                   ("SlurmDrain", Kind.SLURM_DRAIN))  # SlurmDrain: the row of Slurm's own reason (slurm_reasons.py)
 GPU_LOST_REASON = "GpuLost"
 _HEADER_MAX = 160
 _PCI_CHARS = frozenset("0123456789abcdefABCDEF:.")
@@ -43,6 +44,8 @@ def reason_for(kind: Kind, code: int) -> str:
         return GPU_LOST_REASON
     if kind is Kind.DCGM:
         return f"Dcgm{code}"
+    if kind is Kind.SLURM_DRAIN:
+        return f"SlurmDrain{code}"
     return f"{'SXid' if kind is Kind.SXID else 'Xid'}{code}"
 
 

@@ -49,6 +49,8 @@ class FaultPolicy:
             return None  # a threshold's action is its row's (fleetspec/faults/telemetry.py)
         if kind is Kind.NODE_LOST:
             return None  # a reboot, always: nothing on the machine can say more
+        if kind is Kind.SLURM_DRAIN:
+            return None  # the reason's row says (reconciler/core/slurm_reasons.py); healing.slurm_drains turns it off
         return self.gpu_lost
 
     def action(self, kind: Kind, code: int, fatal: bool | None = None) -> FaultAction:

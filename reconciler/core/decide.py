@@ -81,7 +81,8 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
     if lost is not None and (f is None or not f.needs.remediates):
         f = lost
     signals, noted = node.signals, ()
-    if f is lost and f is not None:
+    counted = f is not lost and f is not None and f.kind is not Kind.SLURM_DRAIN  # Slurm's drain: its own debounce
+    if not counted:
         pass  # not a signal to count
     elif policy.occurrences > 1 and f is not None and f.since not in signals:
         signals = signals[-(KEEP_SIGNALS - 1):] + (f.since,)
@@ -98,13 +99,13 @@ def detect(node: NodeView, remediations: Sequence[Remediation], spec: FleetSpec,
         return Detection(actions=noted)  # this very signal was handled already (a stale condition)
     window = timedelta(seconds=policy.occurrence_window_seconds)
     seen = [t for t in signals if now - t <= window]
-    if f is not lost and len(seen) + (0 if f.since in seen else 1) < policy.occurrences:
+    if counted and len(seen) + (0 if f.since in seen else 1) < policy.occurrences:
         return Detection(actions=noted)
     if not policy.enabled:
         return Detection(gate=Gate(Reason.HEALING_DISABLED, node.pool, f"{node.name}: healing is disabled in the spec"),
                          actions=noted)
     boundary = ""
-    if f is not lost and not diagnose and on_node is not None and job_boundary.asks(f):
+    if lost is None and not diagnose and on_node is not None and job_boundary.asks(f):  # a dead machine: no job ends
         wait = job_boundary.wait(node.name, f, on_node, spec, now)
         if wait is not None:
             return Detection(actions=noted + wait.actions, look_after=wait.look_after)

@@ -28,9 +28,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from gpufleet.fleetspec import labels
-from gpufleet.fleetspec.faults import FaultAction, describe
+from gpufleet.fleetspec.faults import FaultAction, Kind, describe
 from gpufleet.fleetspec.models import FleetSpec
 
+from gpufleet.reconciler.core import slurm_drains
 from gpufleet.reconciler.core.actions import Action, Cordon, DeletePods, DrainSlurm, Notify, ResumeSlurm
 from gpufleet.reconciler.core.admission import evict
 from gpufleet.reconciler.core.diagnosis_stages import Diagnosis, Stage, begin
@@ -50,6 +51,13 @@ RECHECK_DRAINING = 30.0  # while its job runs on (Slurm is asked, not watched)
 RECHECK_HELD = 30.0
 RETURN_TIMEOUT = timedelta(minutes=10)  # passed: how long its Slurm nodes' pods are waited for before they are resumed
 NO_VERDICT_NEEDS = FaultAction.REBOOT.value  # no verdict at all: the catalogue's most common answer for a node taken out
+
+
+def what(r: Remediation) -> str:
+    """What asked for the diagnosis, for a person: Slurm's own drain (core/slurm_drains.py), else the repeated Xid."""
+    if r.kind is Kind.SLURM_DRAIN:
+        return slurm_drains.headline(r.message) or describe(r.xid, r.kind)
+    return f"{describe(r.xid, r.kind)} repeated on GPU {r.pci or '?'}"
 
 
 def asked(node: NodeView, spec: FleetSpec) -> bool:
@@ -95,7 +103,8 @@ def plan(r: Remediation, facts: DiagnosisFacts, spec: FleetSpec, now: datetime) 
         return Step((), r.moved(Phase.FAILED, now, reason=f"{r.reason}; the node is gone before its diagnosis ended"))
     if d is None:
         names = r.slurm_nodes or slurm_nodes_on(r.node, facts.pods).names
-        why = f"{describe(r.xid, r.kind)} repeated on GPU {r.pci or '?'}: diagnostics asked (NVIDIA: RUN_DCGMEUD)"
+        why = f"{what(r)}: " + ("health check asked (core/slurm_drains.py)" if r.kind is Kind.SLURM_DRAIN
+                                 else "diagnostics asked (NVIDIA: RUN_DCGMEUD)")
         return Step((NodeEvent(r.node, "DiagnosticsAsked", f"{why}; {r.node} stays in service: drained in Slurm, "
                                "health-checked once its job ends"),),
                     replace(r, slurm_nodes=names, diagnosis=begin(now, message=why)), recheck_after=0.0)
@@ -155,8 +164,8 @@ def _draining(r: Remediation, d: Diagnosis, facts: DiagnosisFacts, slurm: dict[s
         waited = (now - d.started).total_seconds()
         if waited >= wait:
             page = Notify("diagnosis-waiting", "warning",
-                          f"{r.node} ({r.pool}) is asked for diagnostics ({describe(r.xid, r.kind)} repeated on GPU "
-                          f"{r.pci or '?'}) and has been drained in Slurm for {waited / 3600:.1f} h waiting for "
+                          f"{r.node} ({r.pool}) is asked for diagnostics ({what(r)}) and has been drained in Slurm "
+                          f"for {waited / 3600:.1f} h waiting for "
                           f"job(s) {running or busy} to end. It stays drained (no new job lands on a GPU that may be "
                           f"faulty) and is checked once idle. To check it now, requeue the job(s); to keep it in "
                           f"service unchecked, `gpufleet mark-healthy {r.node}` (the diagnosis ends, its drain undone).")
@@ -199,8 +208,8 @@ def _unproven(r: Remediation, d: Diagnosis, v: Verdict) -> Step:
     sound, so it stays out (cordoned, drained in Slurm) and a person is paged once; `gpufleet mark-healthy` puts it
     back unproven (the condition cleared ends the diagnosis, `_cleared`)."""
     page = Notify("diagnosis-unproven", "critical",
-                  f"{r.node} ({r.pool}) was asked for diagnostics ({describe(r.xid, r.kind)} repeated on GPU "
-                  f"{r.pci or '?'}), but its health check could not prove it ({v.message}). It stays out of service "
+                  f"{r.node} ({r.pool}) was asked for diagnostics ({what(r)}), but its health check could not prove "
+                  f"it ({v.message}). It stays out of service "
                   f"(cordoned, drained in Slurm) until a person decides: `gpufleet mark-healthy {r.node}` puts it back "
                   f"unproven. {UNPROVEN_HELP}")
     if page.once in r.intents:
@@ -252,8 +261,8 @@ def _returning(r: Remediation, d: Diagnosis, facts: DiagnosisFacts, slurm: dict[
     resumes = tuple(ResumeSlurm(n) for n in _drained_here(r, d, slurm))
     took = (now - r.created).total_seconds()
     return Step(resumes + (Notify("diagnosis-passed", "info",
-                                  f"{r.node} ({r.pool}) was diagnosed ({describe(r.xid, r.kind)} repeated on GPU "
-                                  f"{r.pci or '?'}): {d.message}; back in service after {took:.0f}s"),),
+                                  f"{r.node} ({r.pool}) was diagnosed ({what(r)}): {d.message}; back in service "
+                                  f"after {took:.0f}s"),),
                 r.moved(Phase.SUCCEEDED, now, reason=f"{r.reason}; diagnosed: {d.message}",
                         diagnosis=d.moved(Stage.PASSED, now)))
 

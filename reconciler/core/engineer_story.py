@@ -19,6 +19,7 @@ from gpufleet.fleetspec.faults.catalogue import CONTAINED_HARDWARE, XIDS
 
 from gpufleet.reconciler.core import job_record as jr
 from gpufleet.reconciler.core.job_story import ENDED, JobFacts, shown
+from gpufleet.reconciler.core.slurm_reasons import BY_CODE
 
 NOTHING_TO_DO = "nothing: the job resumes from its last checkpoint, as it does after any requeue"
 
@@ -50,12 +51,20 @@ def plain_fault(kind: str, code: int) -> str:
         return "the GPU was lost (NVIDIA: the GPU has fallen off the bus, at start-up)"
     if k is Kind.NODE_LOST:
         return "the machine stopped answering (its node stopped reporting to Kubernetes)"
+    if k is Kind.SLURM_DRAIN:
+        return f"Slurm drained the node itself: {slurm_words(code)}"
     e = XIDS.get(code)
     if code == 0:
         return "a GPU fault"
     if e is None or e.description == "Unused":
         return f"a GPU error (NVIDIA Xid {code})"
     return f"{e.description} (NVIDIA Xid {code})"
+
+
+def slurm_words(code: int) -> str:
+    """Slurm's own reason a `slurm-drain` record names (core/slurm_reasons.py): `Kill task failed (what it means)`."""
+    row = BY_CODE.get(code)
+    return f"{row.prefix} ({row.means})" if row else f"a reason of its own ({code})"
 
 
 def gpu_words(rec: jr.JobRecord) -> str:
@@ -153,7 +162,8 @@ def _waiting_words(rec: jr.JobRecord, node: str) -> str:
 
 
 def _app_fault(rec: jr.JobRecord) -> bool:
-    return rec.action == FaultAction.RESTART_APP.value or rec.action == FaultAction.DIAGNOSE.value
+    """A fault that left the job running: the application's, a diagnosis, or a drain at the job's boundary."""
+    return rec.action in (FaultAction.RESTART_APP.value, FaultAction.DIAGNOSE.value) or rec.state == jr.AT_BOUNDARY
 
 
 def tell(job_id: int, job: JobFacts | None, records: list[jr.JobRecord], now: datetime) -> EngineerStory:
@@ -182,7 +192,15 @@ def tell(job_id: int, job: JobFacts | None, records: list[jr.JobRecord], now: da
     checkpoint, not_running, state, waiting, todo = None, None, "nothing", "", NOTHING_TO_DO
     for rec in apps:
         node = shown(rec.slurm_node, 80)
-        if rec.action == FaultAction.DIAGNOSE.value:
+        if rec.state == jr.AT_BOUNDARY:
+            sentences.append(f"At {clock(rec.fault_at)}, {gpu_words(rec)} on {node} reported "
+                             f"{plain_fault(rec.kind, rec.code)}; NVIDIA's resolution is to drain and reset at the "
+                             f"job's boundary, so gpufleet drained {node} in Slurm and left the job running to its "
+                             "end: no new job lands there, and the GPU is reset after.")
+        elif rec.kind == Kind.SLURM_DRAIN.value and rec.action == FaultAction.DIAGNOSE.value:
+            sentences.append(f"At {clock(rec.fault_at)}, Slurm drained {node} itself: {slurm_words(rec.code)}; "
+                             "gpufleet asked for a health check and left the job running: no new job lands there.")
+        elif rec.action == FaultAction.DIAGNOSE.value:
             sentences.append(f"At {clock(rec.fault_at)}, {gpu_words(rec)} on {node} repeated {plain_fault(rec.kind, rec.code)}; "
                              "gpufleet asked for diagnostics and left the job running: no new job lands there.")
         elif rec.code in CONTAINED_HARDWARE:
@@ -196,7 +214,11 @@ def tell(job_id: int, job: JobFacts | None, records: list[jr.JobRecord], now: da
     for i, rec in enumerate(heals):
         node = shown(rec.slurm_node, 80)
         of = f", one of its {len(job.nodes)} nodes," if len(job.nodes) > 1 else ""
-        if rec.kind == Kind.NODE_LOST.value:  # the whole machine, not a GPU (core/node_lost.py)
+        if rec.kind == Kind.SLURM_DRAIN.value:  # Slurm's own drain, not a GPU's report (core/slurm_drains.py)
+            sentences.append(f"At {clock(rec.fault_at)}, Slurm drained {node}{of} itself: {slurm_words(rec.code)}.")
+            details.append((rec.fault_at, f"fault: Slurm drained {node} itself: {slurm_words(rec.code)} "
+                                          f"(record {shown(rec.remediation, 40)})"))
+        elif rec.kind == Kind.NODE_LOST.value:  # the whole machine, not a GPU (core/node_lost.py)
             sentences.append(f"At {clock(rec.fault_at)}, the machine behind {node}{of} stopped answering (its node "
                              "stopped reporting to Kubernetes); the job could not checkpoint there.")
             details.append((rec.fault_at, f"fault: {plain_fault(rec.kind, rec.code)}, {node} "

@@ -50,6 +50,15 @@ def drains(slurm: Sequence[SlurmNodeView], why: str) -> tuple[DrainSlurm, ...]:
     return tuple(DrainSlurm(s.name, why) for s in slurm if not s.drained)
 
 
+def overdue(slurm: Sequence[SlurmNodeView], spec: FleetSpec, now: datetime) -> float | None:
+    """Seconds a job-boundary drain of these Slurm nodes has waited, once that is `healing.job_boundary_max_seconds`
+    or more (Slurm's time of the reason: reason_changed_at); None while it may wait on, or when no time is known."""
+    bound = spec.healing.job_boundary_max_seconds
+    times = [s.reason_at for s in slurm if s.reason_at is not None and TAG.search(s.reason) and drained_by_gpufleet(s)]
+    waited = (now - min(times)).total_seconds() if times else None
+    return waited if waited is not None and waited >= bound else None
+
+
 def drained_at_boundary(slurm: Sequence[SlurmNodeView]) -> tuple[str, ...]:
     """The Slurm nodes gpufleet drained for a job's boundary (their reason carries the tag)."""
     return tuple(s.name for s in slurm if TAG.search(s.reason) and drained_by_gpufleet(s))

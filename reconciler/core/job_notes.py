@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from gpufleet.fleetspec.faults import FaultAction, describe
+from gpufleet.fleetspec.faults import FaultAction, Kind, describe
 from gpufleet.fleetspec.models import WebhookTarget
 
+from gpufleet.reconciler.core import job_boundary, slurm_drains
 from gpufleet.reconciler.core.job_record import HEAD, gpu_index
 from gpufleet.reconciler.core.model import Fault, RefillState, Remediation
 from gpufleet.reconciler.core.phases import Phase
@@ -39,7 +40,7 @@ WAITING, NO_REFILL = "waiting for a spare", "no spare"
 # A fault that leaves its node in service still concerns the job on that GPU: NVIDIA's RESTART_APP (94 among
 # them, a contained ECC error: the hardware caught it, only the application must restart) and the diagnostics
 # a repeated 13/31 asks for (RUN_DCGMEUD). The job gets a line, and its owner is told.
-APP_RESTART, DIAGNOSTICS = "restart-app", "diagnose"
+APP_RESTART, DIAGNOSTICS, AT_BOUNDARY = "restart-app", "diagnose", "drained at its end"
 NOTICES = {FaultAction.RESTART_APP: (APP_RESTART, "the app on it must restart; node stays in service"),
            FaultAction.DIAGNOSE: (DIAGNOSTICS, "repeated: diagnostics asked while the job runs on")}
 
@@ -75,6 +76,8 @@ def trailer(job_id: int) -> str:
 def fault_summary(r: Remediation) -> str:
     """The fault in a few words, GPU first: `GPU 3 on h100-a-w17: GPU has fallen off the bus (Xid 79)`."""
     node = ",".join(r.slurm_nodes) or r.node
+    if r.kind is Kind.SLURM_DRAIN:  # not a GPU's report: Slurm's own reason (core/slurm_drains.py)
+        return slurm_drains.headline(r.message) or f"Slurm drained {node} itself"
     return f"{_gpu(r.message, r.pci)} on {node}: {_plain(r.xid, r.kind)}"
 
 
@@ -205,14 +208,26 @@ def record_key(segment: str) -> str:
     return next((t[2:] for t in segment.split(" ") if t.startswith("r=")), segment)
 
 
+def noticed(fault: Fault) -> bool:
+    """A fault that leaves its node in service while its job runs: restart-app, diagnose, and one NVIDIA resolves
+    with DRAIN_AND_RESET (core/job_boundary.py: the node drained, the job left to run to its end)."""
+    return fault.needs in NOTICES or job_boundary.asks(fault)
+
+
 def notice_line(node: str, fault: Fault, job: JobSeen) -> str | None:
     """The line a job running on `node` gets for a fault there that leaves the node in service; None when the
     fault is not such a one, or the job does not run or started after it (it is not that job's)."""
-    if fault.needs not in NOTICES or job.state != RUNNING:
+    if not noticed(fault) or job.state != RUNNING:
         return None
     if job.start_time is not None and job.start_time > fault.since:
         return None
+    if fault.needs not in NOTICES:
+        return note_line(fault.since, AT_BOUNDARY, f"{_gpu(fault.message, fault.pci)} on {node}: "
+                                                   f"{_plain(fault.xid, fault.kind)}; NVIDIA: drain, reset after the job")
     event, said = NOTICES[fault.needs]
+    if fault.kind is Kind.SLURM_DRAIN:
+        return note_line(fault.since, event, f"{slurm_drains.headline(fault.message) or node}; health check asked "
+                                             "once the job ends")
     return note_line(fault.since, event, f"{_gpu(fault.message, fault.pci)} on {node}: "
                                          f"{_plain(fault.xid, fault.kind)}; {said}")
 
@@ -221,10 +236,11 @@ def notice_line(node: str, fault: Fault, job: JobSeen) -> str | None:
 
 def event_of(line: str) -> str:
     """The event a line tells: signalled | requeued | held | waiting | no-refill | running-again | restart-app |
-    diagnose."""
+    diagnose | drained-at-boundary."""
     what = line.split(": ", 2)[1] if line.count(": ") >= 1 else ""
     names = {SIGNALLED: "signalled", REQUEUED: "requeued", HELD: "held", WAITING: "waiting", NO_REFILL: "no-refill",
-             RESUMED: "running-again", APP_RESTART: APP_RESTART, DIAGNOSTICS: DIAGNOSTICS}
+             RESUMED: "running-again", APP_RESTART: APP_RESTART, DIAGNOSTICS: DIAGNOSTICS,
+             AT_BOUNDARY: "drained-at-boundary"}
     for event, name in names.items():
         if what.startswith(event):
             return name

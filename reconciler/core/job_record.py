@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from urllib.parse import quote, unquote
 
 from gpufleet.fleetspec.faults import Kind
+from gpufleet.fleetspec.faults.catalogue import When
 from gpufleet.fleetspec.faults.condition import parse_header
 
 from gpufleet.reconciler.core.model import Fault, Remediation, RefillState
@@ -32,6 +33,7 @@ HEAD = "gpufleet-record v1"
 # What the job waits on while its remediation is not over (`waiting_for`), and how it ended.
 REPLACING, SPARE, REFILL_PENDING, REFILL_FAILED = "replacing", "spare", "refill-pending", "refill-failed"
 HELD, PERSON, REPAIR, DONE, NOTHING = "held", "person", "repair-in-place", "replaced", "nothing"
+AT_BOUNDARY = "at-boundary"  # NVIDIA's DRAIN_AND_RESET: its node drained, the job left to run to its end
 CHECKPOINTING = "checkpointing"  # contained, the job asked to checkpoint: not requeued yet
 
 
@@ -164,11 +166,12 @@ def notice_record(node: str, slurm_nodes, fault: Fault, model: str = "") -> JobR
     """The record of a fault that left its node in service (restart-app, diagnose): nothing was done to the job;
     keyed as a remediation of that node and signal would be (model.remediation_name)."""
     what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost",
-            Kind.DCGM: f"dcgm{fault.xid}", Kind.NODE_LOST: "nodelost"}[fault.kind]
+            Kind.DCGM: f"dcgm{fault.xid}", Kind.NODE_LOST: "nodelost",
+            Kind.SLURM_DRAIN: f"slurmdrain{fault.xid}"}[fault.kind]
     return JobRecord(remediation=record_id(f"{node}-{what}-{int(fault.since.timestamp())}"),
                      slurm_node=",".join(sorted(slurm_nodes)) or node, fault_at=fault.since, kind=fault.kind.value,
                      code=fault.xid, action=fault.needs.value, gpu=gpu_index(fault.message), pci=fault.pci,
-                     model=model, state=NOTHING, since=fault.since)
+                     model=model, state=AT_BOUNDARY if fault.when is When.JOB_BOUNDARY else NOTHING, since=fault.since)
 
 
 def records_in(admin_comment: str, separator: str) -> list[JobRecord]:

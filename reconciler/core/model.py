@@ -142,6 +142,7 @@ class SlurmNodeView:
     partitions: tuple[str, ...] = ()
     last_busy: datetime | None = None  # when it last ran a job (Slurm's LastBusyTime)
     set_by: Setter | None = None  # who set `reason` (Slurm's record); None when Slurm did not name one
+    reason_at: datetime | None = None  # when `reason` was set (Slurm's reason_time); None when Slurm did not say
 
     @property
     def busy(self) -> bool:
@@ -277,7 +278,8 @@ def remediation_name(node: str, fault: Fault) -> str:
     """Deterministic: the same node and signal give the same name, so a repeated signal or
     a restart creates nothing new (the API server answers AlreadyExists)."""
     what = {Kind.XID: f"xid{fault.xid}", Kind.SXID: f"sxid{fault.xid}", Kind.GPU_LOST: "gpulost",
-            Kind.DCGM: f"dcgm{fault.xid}", Kind.NODE_LOST: "nodelost"}[fault.kind]
+            Kind.DCGM: f"dcgm{fault.xid}", Kind.NODE_LOST: "nodelost",
+            Kind.SLURM_DRAIN: f"slurmdrain{fault.xid}"}[fault.kind]
     return f"{node}-{what}-{int(fault.since.timestamp())}"
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Iterable, Mapping, Sequence
 
@@ -314,8 +314,11 @@ class NodeJobs:
     jobs: tuple[int, ...] = ()
 
 
-def plan(degraded: Sequence[Degradation], nodes: Mapping[str, NodeJobs], spec: FleetSpec) -> tuple[Action, ...]:
-    """The actions for the degraded nodes, and for nodes a job-boundary drain waits on whose job has ended."""
+def plan(degraded: Sequence[Degradation], nodes: Mapping[str, NodeJobs], spec: FleetSpec,
+         now: datetime | None = None) -> tuple[Action, ...]:
+    """The actions for the degraded nodes, and for nodes a job-boundary drain waits on whose job has ended. A
+    job-boundary drain whose job still runs `healing.job_boundary_max_seconds` after it was set (Slurm's time of the
+    reason; `now` None: never) moves the job at a checkpoint, as any fault's (core/job_boundary.py)."""
     pools = {p.name for p in spec.pools}
     actions: list[Action] = []
     by_node = {d.node: d for d in degraded}
@@ -324,14 +327,19 @@ def plan(degraded: Sequence[Degradation], nodes: Mapping[str, NodeJobs], spec: F
         if nj is None or not _eligible(nj.view, pools):
             continue
         d = by_node.get(name)
+        waited = job_boundary.overdue(nj.slurm, spec, now) if now is not None and nj.jobs else None
         if d is None:  # its drain waits for the job's end, and the threshold no longer holds: it asked, it is done
             code = next((int(m.group(1)) for s in nj.slurm if (m := BOUNDARY_TAG.search(s.reason))), 0)
-            if nj.jobs:
+            if nj.jobs and waited is None:
                 continue
             d = Degradation(name, code, _row_action(code), When.JOB_BOUNDARY, "drained at its job's end",
                             Evidence(FIELDS_BY_ID.get(code, str(code)), "?", 0, "crossed earlier",
                                      detail=next(s.reason for s in nj.slurm if BOUNDARY_TAG.search(s.reason))), "")
-        if d.when is When.CHECKPOINT or not nj.jobs:
+        if waited is not None:
+            d = replace(d, meaning=f"{d.meaning}; drained at its job's boundary {waited:.0f}s ago and job(s) "
+                        f"{', '.join(map(str, nj.jobs))} still ran (healing.job_boundary_max_seconds, "
+                        f"{spec.healing.job_boundary_max_seconds}s): moved at a checkpoint")
+        if d.when is When.CHECKPOINT or not nj.jobs or waited is not None or spec.healing.job_boundary_max_seconds == 0:
             actions.append(mark(d))
         else:
             actions += job_boundary.drains(nj.slurm, boundary_reason(d))

@@ -22,6 +22,7 @@
     retention_pass.py   deleting finished remediations, a timed runnable
     telemetry_pass.py   GPU telemetry (dcgm-exporter) judged: degraded nodes, stragglers, hangs; a timed runnable
     holds_pass.py       people's Slurm drains Slinky's operator overwrote, put back; a timed runnable
+    slurm_drains_pass.py  nodes Slurm drained itself: the condition each reason asks for; a timed runnable
     leader.py           leader election on a Lease, with fencing
     metrics.py          Prometheus metrics, /healthz
 """

@@ -32,7 +32,9 @@ def slurm_view(n: SlurmNode, users: SlurmUsers) -> SlurmNodeView:
     return SlurmNodeView(n.name, frozenset(n.states), n.reason, comment_node(n.comment or ""),
                          partitions=tuple(n.partitions),
                          last_busy=datetime.fromtimestamp(n.last_busy, timezone.utc) if n.last_busy else None,
-                         set_by=users.setter(n.reason_set_by))
+                         set_by=users.setter(n.reason_set_by),
+                         reason_at=datetime.fromtimestamp(n.reason_changed_at, timezone.utc) if n.reason_changed_at
+                         else None)
 
 
 class Facts:

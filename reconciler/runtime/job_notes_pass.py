@@ -6,7 +6,8 @@ heal. Level-based: each pass reads the jobs still owed a line and appends what i
 write, a crash or a new leader is made good on a later pass (at least once; a line present is never added
 again). Jobs with nothing more to come are remembered as settled and not read again.
 
-A fault that leaves its node in service (restart-app, diagnose), read from a node's condition, reaches the
+A fault that leaves its node in service (restart-app, diagnose, or NVIDIA's drain-and-reset while the job runs to its
+end: core/job_boundary.py), read from a node's condition, reaches the
 jobs running on that node's Slurm nodes the same way: a line each (`job_notes.notice_line`), and their
 owners told; once per node and signal.
 """
@@ -81,7 +82,7 @@ class JobNotesPass:
     def _notices(self, pools: set[str]) -> None:
         """Each node fault that leaves the node in service, once: a line on each job running there, its owner told."""
         now_faults = {(n.name, n.fault.since): n for n in self.caches.nodes.values()
-                      if n.pool in pools and n.fault is not None and n.fault.needs in job_notes.NOTICES}
+                      if n.pool in pools and n.fault is not None and job_notes.noticed(n.fault)}
         self._noticed &= set(now_faults)  # forget what cleared
         for key, n in sorted(now_faults.items()):
             if key in self._noticed:

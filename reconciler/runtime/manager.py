@@ -2,7 +2,8 @@
 metrics server; one of each, wired here.
 
     informers ─► triggers ─► WorkQueue[node name] ─► N workers ─► healing.reconcile(node)
-    timers: membership, lending, retention, validation, job notes, telemetry (each its own loop) ─► their passes
+    timers: membership, lending, retention, validation, job notes, telemetry, holds, Slurm's own drains (each its
+            own loop) ─► their passes
     every action of either ─► executor (fenced by the Lease; nothing in a dry run)
 
 The resync (at start, every RESYNC_SECONDS, and when this replica starts leading) queues every node with
@@ -41,6 +42,7 @@ from gpufleet.reconciler.runtime.metrics import Metrics, serve
 from gpufleet.reconciler.runtime.diagnoses import Diagnoses
 from gpufleet.reconciler.runtime.repairs import Repairs
 from gpufleet.reconciler.runtime.retention_pass import RetentionPass
+from gpufleet.reconciler.runtime.slurm_drains_pass import SlurmDrainsPass
 from gpufleet.reconciler.runtime.validation_pass import ValidationPass
 from gpufleet.reconciler.runtime.active_check_pass import ActiveCheckPass
 from gpufleet.reconciler.runtime.telemetry_pass import TelemetryPass
@@ -97,6 +99,7 @@ class Manager:
             "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
             "telemetry": TelemetryPass(spec, self.caches, self.facts, slurm, self.executor, clock),
             "holds": HoldsPass(self.caches, self.facts, self.executor, self.metrics),
+            "slurm-drains": SlurmDrainsPass(spec, self.caches, self.facts, self.executor, self.metrics, clock),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
 

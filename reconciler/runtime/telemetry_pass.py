@@ -75,7 +75,7 @@ class TelemetryPass:
         busy = {k: tuple(sorted({j.job_id for j in jobs if k in j.nodes})) for k in views}
         nodes = {k: telemetry.NodeJobs(v, tuple(by_name[s] for s in on[k] if s in by_name), busy[k])
                  for k, v in views.items()}
-        for a in telemetry.plan(degraded, nodes, self.spec):
+        for a in telemetry.plan(degraded, nodes, self.spec, now):
             self.executor.run(a)
         self.hung = telemetry.hangs(jobs, self.history, self.spec, now)
         for h in self.hung:

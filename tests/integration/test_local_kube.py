@@ -6,6 +6,8 @@ the tools with scripts/build-kube.sh when they are not cached yet.
 
 from __future__ import annotations
 
+import urllib.request
+
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +94,8 @@ def test_api_server_answers(kube_cluster: LocalKube) -> None:
     status = kube_cluster.status()
     assert status["ready"], status
     assert set(status["components"]) == {
-        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "gpu-hardware-standin"}
+        "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "gpu-hardware-standin",
+        "dcgm-exporter-standin"}
     assert Path(status["kubeconfig"]) == kube_cluster.kubeconfig_path
 
     # A second up() reuses the running processes.
@@ -122,6 +125,23 @@ def test_fake_gpu_node_becomes_ready(kube_cluster: LocalKube, gpu_node: client.V
     assert lease.spec.renew_time is not None
     wait_for("not-ready taint removed",
              lambda: "node.kubernetes.io/not-ready" not in taint_keys(core.read_node("gpu-h100-0")))
+
+
+def test_the_dcgm_exporter_standin_serves_the_fake_gpu_nodes_telemetry(kube_cluster: LocalKube,
+                                                                        gpu_node: client.V1Node) -> None:
+    """Started with the control plane: dcgm-exporter's exposition for each kwok GPU node, at the URL a spec's
+    `healing.telemetry.exporter_urls` names."""
+    def scraped() -> str | None:
+        try:
+            with urllib.request.urlopen(kube_cluster.dcgm_exporter_url, timeout=2) as r:  # noqa: S310 - loopback
+                body = r.read().decode()
+        except OSError:
+            return None
+        return body if 'Hostname="gpu-h100-0"' in body else None
+
+    body = wait_for("the stand-in to serve gpu-h100-0's GPUs", scraped, timeout=30)
+    assert "# TYPE DCGM_FI_DEV_ROW_REMAP_PENDING gauge" in body
+    assert 'DCGM_FI_DEV_SM_CLOCK{gpu="0",' in body and 'pci_bus_id="00000000:19:00.0"' in body
 
 
 def _lease(kube: LocalKube, name: str):

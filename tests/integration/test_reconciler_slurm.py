@@ -146,6 +146,9 @@ def test_a_drain_and_reset_xid_drains_the_busy_node_lets_its_job_finish_and_heal
     assert not records_for(rec, f"{POOL}-0")  # no heal while the job runs
     assert slurm.run(["squeue", "-h", "-j", str(jid), "-o", "%T"]).stdout.split() == ["RUNNING"]
     assert "saved" not in (tmp_path / f"out-{jid}").read_text()  # never signalled
+    noted = run_until(rec, lambda: (j := rest.job(jid)) is not None and ": drained at its end: " in (
+        j.admin_comment or "") and j.admin_comment, timeout=30)
+    assert "on gpu-a-0: " in noted and "NVIDIA: drain, reset after the job" in noted, noted  # what `why` tells its owner
     slurm.run(["scancel", str(jid)], timeout=15)  # the job ends
     (r,) = run_until(rec, lambda: records_for(rec, f"{POOL}-0"), timeout=60)
     assert r.jobs == () and "drained at its job's boundary" in r.reason and "DRAIN_AND_RESET" in r.reason, r.reason
@@ -189,7 +192,9 @@ def test_slurms_own_drain_on_a_faulted_node_is_drained_over_not_kept_as_a_person
 
 def test_slurmrestd_down_for_a_while_is_outlived_and_the_remediation_goes_on(fleet_with_slurm, api, tmp_path):
     spec, rec, channel, slurm, rest = fleet_with_slurm
-    spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 40})})
+    # A grace that outlasts the outage below (slurmrestd stopped, two failed attempts 0.5 s and 1 s apart, started
+    # again), so the remediation is still checkpointing while Slurm is away.
+    spec = spec.model_copy(update={"healing": spec.healing.model_copy(update={"grace_period_seconds": 20})})
     rec = reconciler(api, spec, channel, rest)
     job_on(slurm, "gpu-a-1", tmp_path, slow_checkpoint=True)  # checkpointing for its whole grace period
     Kube(api).set_condition(f"{POOL}-1", "GpuHealthy", "False", "Xid48", "DBE")  # replace (94 is restart-app since issue 21)

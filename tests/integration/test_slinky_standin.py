@@ -26,7 +26,7 @@ from localenv.slinky_standin import (
 from localenv.ports import free_ports
 from localenv.slurm import LocalSlurm
 from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
-from tests.fixtures.slurm_cluster import build_slurm_root
+from tests.fixtures.slurm_cluster import build_slurm_root, cluster_extra_conf
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -50,7 +50,7 @@ def world(kube_cluster, tmp_path_factory) -> Iterator[tuple[SlinkyStandIn, clien
         kube_cluster.wait_node_ready(name)
     ctld, rest = free_ports(2)
     slurm = LocalSlurm(tmp_path_factory.mktemp("standin-slurm"), {"gpu": [POOL]}, root=build_slurm_root(),
-                       ctld_port=ctld, rest_port=rest)
+                       ctld_port=ctld, rest_port=rest, extra_conf=cluster_extra_conf())  # a dead slurmd: DOWN in 10 s
     # The operator's files for a Controller without ReturnToService (and the local stack's other lines).
     stack = slurm.operator_files()
     extra = "GresTypes=gpu\nPartitionName=gpu Nodes=pool-a State=UP Default=YES\n" + "\n".join(slurm.extra_conf) + "\n"

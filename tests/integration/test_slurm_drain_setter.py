@@ -17,14 +17,26 @@ from localenv.slurm import LocalSlurm
 from gpufleet.reconciler.adapters.slurm import SlurmClient
 from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
 from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST
-from gpufleet.reconciler.core.drains import Owner, SlurmUsers, drained_by_person, drained_by_slurm, owner
+from gpufleet.fleetspec import labels
+from gpufleet.fleetspec.faults import FaultAction, Kind
+from gpufleet.fleetspec.faults.condition import parse_condition
+from gpufleet.reconciler.core import slurm_drains
+from gpufleet.reconciler.core.drains import (
+    Owner, SlurmUsers, drained_by_gpufleet, drained_by_person, drained_by_slurm, owner, slurm_reason,
+)
+from gpufleet.reconciler.core.model import Remediation
+from gpufleet.reconciler.core.observe import node_view
+from gpufleet.reconciler.core.phases import Phase
 from gpufleet.reconciler.core.slurm_reasons import CHECK, GONE
 from gpufleet.reconciler.runtime.facts import slurm_view
-from tests.fixtures.slurm_cluster import REPO_ROOT, RECONCILER_USER, SLURM_PARTITION, TENANT_USER, fail_epilog
+from tests.fixtures.slurm_cluster import (
+    KUBE_NODE_OF, REPO_ROOT, RECONCILER_USER, SLURM_PARTITION, TENANT_USER, fail_epilog,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-USERS = SlurmUsers.of(load_stack_file(REPO_ROOT / "Pulumi.local.yaml").fleet)  # gpufleet; slurm and root
+FLEET = load_stack_file(REPO_ROOT / "Pulumi.local.yaml").fleet
+USERS = SlurmUsers.of(FLEET)  # gpufleet; slurm and root
 
 
 @pytest.fixture(params=["rest", "cli"])
@@ -56,8 +68,8 @@ def test_slurmctlds_own_drain_is_recorded_as_the_slurm_user_and_not_taken_for_a_
 
 def test_a_slurmd_that_stops_answering_is_slurms_down_not_a_persons(slurm_fresh: LocalSlurm) -> None:
     """slurmctld sets it DOWN, "Not responding" (src/slurmctld/ping_nodes.c, as the SlurmUser), SlurmdTimeout
-    (the local stack's 30 s) after its last answer. Both clients read the same record, so one wait for that
-    timeout serves both (one test per client waited for it twice)."""
+    (the test cluster's 10 s: tests/fixtures/slurm_cluster.py) after its last answer. Both clients read the
+    same record, so one wait for that timeout serves both (one test per client waited for it twice)."""
     c = slurm_fresh
     rest = SlurmREST(c.rest_url, SignedToken(c.jwt_key_path, user=RECONCILER_USER), timeout=10)
     clients: dict[str, SlurmClient] = {"rest": rest, "cli": SlurmCLI(env=c.env(), timeout=20)}
@@ -120,3 +132,43 @@ def test_the_operator_stand_ins_drain_is_set_by_the_operators_user(slurm_fresh: 
     c.set_node_state("gpu-a-0", "DRAIN", PREFIX + "cordoned", user=OPERATOR_USER)  # what the stand-in sends
     n = client.node("gpu-a-0")
     assert n.reason_set_by == OPERATOR_USER == "slurm" and owner(slurm_view(n, USERS)) is Owner.OPERATOR
+
+
+def test_slurmctlds_own_drain_is_marked_for_a_check_and_lifted_once_gpufleet_took_it_over(
+        slurm_fresh: LocalSlurm, client: SlurmClient) -> None:
+    """The real "Epilog error" drain, read by each client, gets gpufleet's condition naming Slurm's reason, who set
+    it and when (core/slurm_drains.py); the diagnosis then drains over it with gpufleet's reason (as gpufleet's
+    user: its own now) and, the check passed, resumes it: the node takes jobs again. A person's drain of the same
+    words was never marked (test above: drained_by_slurm is None for it)."""
+    c = slurm_fresh
+    fail_epilog(c, "gpu-a-1")
+    c.sbatch("-p", SLURM_PARTITION, "-w", "gpu-a-1", "--chdir=/tmp", "-o", "/dev/null", "--wrap", "true")
+    n = wait_for("slurmctld to drain gpu-a-1", lambda: (x := client.node("gpu-a-1")) and "DRAIN" in x.states and x,
+                 60, interval=0.5, explain=lambda: c.scontrol("-o", "show", "node", "gpu-a-1"))
+    fail_epilog(c, "gpu-a-1", fail=False)
+    kube = KUBE_NODE_OF["gpu-a-1"]
+    view = node_view({"metadata": {"name": kube, "labels": {labels.NODE_POOL: FLEET.pools[0].name,
+                                                            labels.ROLE: labels.ROLE_ACTIVE}}},
+                     [labels.GPU_CONDITION])
+    s = slurm_view(n, USERS)
+    assert s.reason_at is not None
+    (mark,) = slurm_drains.plan({kube: slurm_drains.Drained(view, (s,))}, [], FLEET, s.reason_at)
+    sig = parse_condition(mark.reason, mark.message)
+    assert mark.node == kube and (sig.kind, sig.code, sig.action) == (Kind.SLURM_DRAIN, 6, FaultAction.DIAGNOSE)
+    assert f"Slurm drained gpu-a-1 itself: Epilog error [slurm at {s.reason_at.isoformat(timespec='seconds')}]" \
+        in mark.message
+    # the diagnosis's Draining step drains over it with gpufleet's reason; its Passed step resumes what it drained
+    r = Remediation(f"{kube}-slurmdrain6-1", kube, FLEET.pools[0].name, 6, mark.message, Phase.DIAGNOSING,
+                    s.reason_at, kind=Kind.SLURM_DRAIN)
+    gpufleet = SlurmREST(c.rest_url, SignedToken(c.jwt_key_path, user=RECONCILER_USER), timeout=10)
+    try:
+        gpufleet.drain("gpu-a-1", slurm_reason(r))
+        took = slurm_view(client.node("gpu-a-1"), USERS)
+        assert drained_by_gpufleet(took) and drained_by_slurm(took) is None and f"[{r.name}]" in took.reason
+        gpufleet.resume("gpu-a-1")
+    finally:
+        gpufleet.close()
+    back = wait_for("gpu-a-1 to take jobs again", lambda: (x := client.node("gpu-a-1")) and
+                    not ({"DRAIN", "DOWN"} & set(x.states)) and x, 30, interval=0.5,
+                    explain=lambda: c.scontrol("-o", "show", "node", "gpu-a-1"))
+    assert back.reason == ""

@@ -158,6 +158,14 @@ def test_other_faults_heal_now_whatever_runs_and_a_handled_boundary_fault_reads_
     assert not boundary_facts_needed(n, [r])  # its record exists: the runtime asks Slurm nothing more
 
 
+def test_a_machine_that_stopped_answering_is_not_waited_for():
+    """Its job ends only when slurmctld gives up on it: the heal starts now (and forces its pods out as any)."""
+    dead = boundary_node(ready=False, not_ready_since=T0, ready_status="Unknown")
+    later = T0 + timedelta(seconds=spec().healing.node_lost_after_seconds + 1)
+    d = detect(dead, [], spec(), later, carries_nodeset_pod=True, on_node=job_boundary.OnNode((BUSY,), (7,)))
+    assert d.remediation is not None and not any(isinstance(a, DrainSlurm) for a in d.actions)
+
+
 def test_healing_disabled_drains_nothing():
     d = detect(boundary_node(), [], spec(enabled=False), T0, on_node=job_boundary.OnNode((BUSY,), (7,)))
     assert d.actions == () and d.gate is not None
@@ -207,3 +215,64 @@ def test_the_node_queue_drains_a_drain_and_reset_node_while_its_job_runs_and_hea
     r = w.remediation("h100-0")
     assert (r.xid, r.jobs) == (48, ()) and "drained at its job's boundary" in r.reason
     assert not any(c[0] == "signal" for c in w.slurm.calls)
+
+
+# --- the bound, for the telemetry rows that wait for the job's boundary too --------------------------------
+
+def test_a_telemetry_boundary_drain_whose_job_outlives_the_bound_moves_it_at_a_checkpoint():
+    from gpufleet.fleetspec import parse_fleet
+    from gpufleet.reconciler.core import telemetry as tm
+    from gpufleet.reconciler.core.actions import MarkDegraded
+
+    def fleet(**healing):
+        return parse_fleet({"environment": "test", "cluster": {"kind": "local"},
+                            "pools": [{"name": "h100", "node_type": "x", "gpu_model": "H100", "nodes": 4, "spares": 1}],
+                            "slurm": {"partitions": [{"name": "train", "pools": ["h100"]}]}, "healing": healing})
+
+    d = tm.Degradation("h100-0", 311, FaultAction.RESET_GPU, When.JOB_BOUNDARY, "an uncorrectable ECC error",
+                       tm.Evidence("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "2", 1, "rose by >= 1"), "NVIDIA's doc")
+    view = NodeView(name="h100-0", pool="h100", role=labels.ROLE_ACTIVE)
+    drained = SlurmNodeView("h100-w0", frozenset({"ALLOCATED", "DRAIN"}), tm.boundary_reason(d), reason_at=T0)
+    on = {"h100-0": tm.NodeJobs(view, (drained,), (7,))}
+    s = fleet(job_boundary_max_seconds=3600)
+    assert tm.plan([d], on, s, T0 + 3599 * S) == ()  # within the bound: it waits
+    (m,) = tm.plan([d], on, s, T0 + 3600 * S)
+    assert isinstance(m, MarkDegraded) and "still ran" in m.message and "job_boundary_max_seconds" in m.message
+    (m2,) = tm.plan([], on, s, T0 + 3600 * S)  # the threshold no longer holds: the drain it asked for still ends
+    assert isinstance(m2, MarkDegraded) and m2.reason == "Dcgm311"
+    busy = {"h100-0": tm.NodeJobs(view, (BUSY,), (7,))}
+    (now,) = tm.plan([d], busy, fleet(job_boundary_max_seconds=0), T0)  # 0: never wait
+    assert isinstance(now, MarkDegraded)
+
+
+# --- the job's own story (its admin comment: `gpufleet why` on the login node, and its owner told) -------------
+
+def test_the_job_left_to_finish_is_told_in_its_admin_comment_and_its_owner_hears_why():
+    from gpufleet.fleetspec import parse_fleet
+    from gpufleet.reconciler.adapters.slurm import SlurmJob
+    from gpufleet.reconciler.adapters.slurm.job_facts import job_facts
+    from gpufleet.reconciler.core import engineer_story, job_notes, job_record
+    from tests.unit.fakes import World, fleet
+
+    doc = fleet(nodes=3, spares=1).model_dump(mode="json")
+    doc["healing"]["notifications"] = [{"type": "webhook", "name": "ml-team", "url_secret": "ml",
+                                        "job_owners": {"accounts": ["ml"]}}]
+    w = World(parse_fleet(doc))
+    started = (w.clock.now - timedelta(minutes=5)).timestamp()
+    w.slurm.jobs[4] = SlurmJob(4, "train", "RUNNING", ("h100-w0",), start_time=started, user="alice", account="ml")
+    w.kube.nodes["h100-0"]["status"]["conditions"].append(
+        {"type": "GpuHealthy", "status": "False", "reason": "Xid48", "lastTransitionTime": w.clock.now.isoformat(),
+         "message": "[action=reset-gpu pci=0000:3b:00 gpu=1 when=job-boundary] XID 48 (DBE): ECC"})
+    w.run(20)
+    comment = w.slurm.comments[4]
+    assert ": drained at its end: GPU 1 on h100-w0: " in comment and "NVIDIA: drain, reset after the job" in comment
+    (rec,) = job_record.records_in(comment, job_notes.SEPARATOR)
+    assert rec.state == job_record.AT_BOUNDARY
+    story = engineer_story.tell(4, job_facts(w.slurm.job(4)), [rec], w.clock.now)
+    assert "drain and reset at the job's boundary" in story.paragraph and "left the job running" in story.paragraph
+    assert "saw no GPU fault" not in story.paragraph
+    told = [m for route, m in w.notifier.to_owners if route == "ml-team"]
+    assert [(m.event, m.job["job_id"]) for m in told] == [("drained-at-boundary", 4)]
+    writes = w.slurm.comment_writes
+    w.run(20)
+    assert w.slurm.comment_writes == writes  # once

@@ -42,8 +42,10 @@ def test_the_corpus_covers_every_action_kind_and_driver_era():
     expected = [x for e in entries for x in e["expect"]]
     # every action NVIDIA's catalogue and rules give (`replace` only a spec's override gives)
     assert {x["action"] for x in expected} == {a.value for a in FaultAction} - {"replace"}
-    # dcgm: telemetry, node-lost: the Ready condition (core/node_lost.py); neither has a log line
-    assert {x["kind"] for x in expected} == {k.value for k in Kind} - {Kind.DCGM.value, Kind.NODE_LOST.value}
+    # dcgm: telemetry, node-lost: the Ready condition (core/node_lost.py), slurm-drain: Slurm's own drains
+    # (core/slurm_drains.py); none has a log line
+    assert {x["kind"] for x in expected} == {k.value for k in Kind} - {Kind.DCGM.value, Kind.NODE_LOST.value,
+                                                                      Kind.SLURM_DRAIN.value}
     text = " ".join(e.get("message", "") + " ".join(e.get("lines", [])) for e in entries)
     for era in ("Xid (0000:", "pid='<unknown>', name=<unknown>", "pid=1234, name=python3", "): 79, GPU has",
                 "caused by previous Xid", "GPU-I:05", "GPU-CI:00", " Fatal XC0 ", " Nonfatal XC0 ", "SXid (PCI:",

@@ -649,7 +649,7 @@ def test_a_refill_a_node_answers_is_recorded_as_answered_when_the_node_joins():
     r = w.remediation("h100-0")
     assert r.refill.state == "Answered" and "refill-failed" not in w.notifier.sent
     assert w.manager.metrics.refills.labels("h100", "answered")._value.get() == 1
-    w.run(seconds=700)
+    w.run(seconds=700, step=5)  # past the refill timeout (600 s)
     assert w.remediation("h100-0").refill.state == "Answered"
 
 

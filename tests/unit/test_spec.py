@@ -214,21 +214,32 @@ def cli(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "gpufleet", *args], cwd=cwd, capture_output=True, text=True)
 
 
+def clis(*argvs: list[str], cwd=ROOT) -> list[subprocess.CompletedProcess]:
+    """`cli` for each argv, the processes run side by side (each starts Python and imports gpufleet)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "gpufleet", *a], cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for a in argvs]
+    outs = [p.communicate(timeout=300) for p in procs]
+    return [subprocess.CompletedProcess(p.args, p.returncode, *out) for p, out in zip(procs, outs)]
+
+
 def test_cli_validate_exit_codes(tmp_path):
-    ok = cli("validate", "--stack", "local")
-    assert ok.returncode == 0, ok.stderr
-    assert "valid" in ok.stdout
-    for what, fn, path, reason in CASES[:8]:
-        doc = {"config": {CONFIG_KEY: mutate(fn)}}
-        p = tmp_path / "Pulumi.bad.yaml"
-        p.write_text(yaml.safe_dump(doc))
-        bad = cli("validate", str(p))
-        assert bad.returncode == 2, (what, bad.stdout, bad.stderr)
-        assert path in bad.stderr, (what, bad.stderr)
+    bad_files = []
+    for i, (what, fn, path, reason) in enumerate(CASES[:8]):
+        p = tmp_path / f"case-{i}" / "Pulumi.bad.yaml"
+        p.parent.mkdir()
+        p.write_text(yaml.safe_dump({"config": {CONFIG_KEY: mutate(fn)}}))
+        bad_files.append(p)
     bare = tmp_path / "fleet.yaml"
     bare.write_text(yaml.safe_dump(base()))
-    assert cli("validate", str(bare)).returncode == 0
-    assert cli("validate", str(tmp_path / "missing.yaml")).returncode == 2
+    ok, *bad, bare_ok, missing = clis(["validate", "--stack", "local"], *(["validate", str(p)] for p in bad_files),
+                                      ["validate", str(bare)], ["validate", str(tmp_path / "missing.yaml")])
+    assert ok.returncode == 0, ok.stderr
+    assert "valid" in ok.stdout
+    for (what, fn, path, reason), r in zip(CASES[:8], bad, strict=True):
+        assert r.returncode == 2, (what, r.stdout, r.stderr)
+        assert path in r.stderr, (what, r.stderr)
+    assert bare_ok.returncode == 0
+    assert missing.returncode == 2
 
 
 def test_cli_spec_schema_is_json_schema():

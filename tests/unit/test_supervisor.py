@@ -6,14 +6,16 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 
 import psutil
 import pytest
 
+from gpufleet.waiting import wait_for
 from localenv.ports import free_port
-from localenv.supervisor import Proc, Supervisor, SupervisorError
+from localenv.supervisor import Proc, Supervisor, SupervisorError, deaf_to_sigterm
 
 # Listens on PORT (its health); on SIGTERM closes the socket at once but takes 1.5 s to exit, like an
 # API server draining; with CHILD=1 it first starts a grandchild in a session of its own that ignores TERM.
@@ -74,7 +76,7 @@ def test_stop_waits_for_the_whole_tree_and_kills_what_ignores_term(sup):
     time.sleep(0.3)
     tree = [root, *root.children(recursive=True)]
     assert len(tree) >= 2  # the grandchild, in a session of its own
-    sup.stop(["srv"])
+    sup.stop(["srv"], timeout=0.5)  # what still runs then is killed: the grandchild ignores SIGTERM
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert any("sending SIGKILL" in line for line in sup.lines)  # the grandchild ignored SIGTERM
 
@@ -144,3 +146,22 @@ def test_a_busy_port_names_the_component(sup, tmp_path):
         s.listen()
         with pytest.raises(SupervisorError, match=r"srv: port \d+ on 127.0.0.1 is in use"):
             sup.ensure([server(s.getsockname()[1])])
+
+
+def test_a_pid_namespaces_init_without_a_sigterm_handler_is_known_deaf_to_it():
+    """pid_namespaces(7): from outside, a namespace's init gets only the signals it handles (and SIGKILL, SIGSTOP).
+    `sleep infinity` as a container's process (the local pause image's) handles none; a process with a SIGTERM
+    handler, or one that is no namespace's init, gets its SIGTERM."""
+    handler = "import signal, time; signal.signal(signal.SIGTERM, lambda *a: None); print('ready', flush=True); time.sleep(60)"
+    procs = [subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", *argv], stdout=subprocess.PIPE, text=True)
+             for argv in (["sleep", "infinity"], [sys.executable, "-c", handler])]
+    try:
+        assert procs[1].stdout.readline() == "ready\n"  # its handler is set
+        deaf, handled = (wait_for("the namespace's init", lambda p=p: psutil.Process(p.pid).children(), 10)[0]
+                         for p in procs)
+        assert deaf_to_sigterm(deaf.pid) and not deaf_to_sigterm(handled.pid)
+        assert not deaf_to_sigterm(os.getpid())  # the init of no namespace
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
