@@ -9,7 +9,6 @@ it is retired at once, with a page and a node asked for (a power cycle through E
 tests/unit/test_node_lost.py)."""
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import pytest
@@ -48,26 +47,8 @@ def spec():
     })
 
 
-log = logging.getLogger(__name__)
-
-
 class DeadWorld(World):
     """test_two_faults.py's world, on this module's spec and Slurm namespace."""
-
-    def tick(self) -> None:
-        """A stand-in pass that fails is logged and the next one runs, as the stand-in's own loop does
-        (SlinkyStandIn.run) and as slurm-operator's reconcile returns the error to be requeued: its pod-info sync
-        writes the moved Slurm node's comment in a request of its own, then the IDLE, which slurmctld refuses once
-        the job runs there again (slurmcontrol.go UpdateNodeWithPodInfo, v1.2.1); the next pass finds the comment
-        written and asks nothing."""
-        if self.operator:
-            try:
-                self.standin.reconcile_once()
-            except Exception as e:  # noqa: BLE001 - the operator's pass fails and is tried again
-                log.warning("Slinky stand-in pass failed: %s", e)
-        if self.rec is not None:
-            self.rec.sync()
-            self.rec.process_due()
 
     def reconciler(self, fraction: float = 1.0):
         self.rec = reconciler(self.api, spec(), slurm=self.rest)
