@@ -104,6 +104,17 @@ class Executor:
         self.fenced()
         self._do(a, r)
 
+    def run_or_defer(self, a: Action, what: str) -> bool:
+        """Run a pass's action; a temporary error is one node's trouble, logged and counted, and the pass's next
+        round tries again (the passes are level-based). False when it was deferred."""
+        try:
+            self.run(a)
+            return True
+        except TemporaryError as e:
+            log.warning("%s: %s on %s: %s", what, a.kind, getattr(a, "node", "?"), e)
+            self.metrics.action_errors.labels(a.kind, "temporary").inc()
+            return False
+
     def _do(self, a: Action, r: Remediation | None) -> None:
         match a:
             case Notify():

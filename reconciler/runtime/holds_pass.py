@@ -6,7 +6,6 @@ import logging
 
 from gpufleet.reconciler.core.actions import DrainSlurm
 from gpufleet.reconciler.core.person_holds import plan_holds
-from gpufleet.reconciler.errors import TemporaryError
 from gpufleet.reconciler.runtime.caches import Caches
 from gpufleet.reconciler.runtime.executor import Executor
 from gpufleet.reconciler.runtime.facts import Facts
@@ -27,9 +26,5 @@ class HoldsPass:
             if isinstance(a, DrainSlurm):
                 log.info("a person's Slurm drain put back on %s after Slinky's operator replaced it: %r", a.node,
                          a.reason)
-            try:
-                self.executor.run(a)
-            except TemporaryError as e:  # one node's trouble: the next pass tries again
-                log.warning("person holds: %s on %s: %s", a.kind, getattr(a, "node", "?"), e)
-                self.metrics.action_errors.labels(a.kind, "temporary").inc()
+            self.executor.run_or_defer(a, "person holds")
         return EVERY

@@ -51,11 +51,7 @@ class LendingPass:
             self.claims.hold_for_lending(touched, LENDING_BUSY)
         try:
             for a in plan.actions:
-                try:
-                    self.executor.run(a)
-                except TemporaryError as e:  # one node's trouble: the others go on, the next pass retries
-                    log.warning("lending %s on %s: %s", a.kind, getattr(a, "node", "?"), e)
-                    self.metrics.action_errors.labels(a.kind, "temporary").inc()
+                self.executor.run_or_defer(a, "lending")  # one node's trouble: the others go on
         finally:
             with self.claims.lock:
                 self.claims.hold_for_lending(touched, LENDING_HOLD)

@@ -63,9 +63,5 @@ class SlurmDrainsPass:
                 log.warning("%s", a.text)
             else:
                 log.warning("Slurm drained a node itself: %s", a.message, extra={"node": a.node})
-            try:
-                self.executor.run(a)
-            except TemporaryError as e:  # one node's trouble: the next pass tries again
-                log.warning("slurm drains: %s on %s: %s", a.kind, getattr(a, "node", "?"), e)
-                self.metrics.action_errors.labels(a.kind, "temporary").inc()
+            self.executor.run_or_defer(a, "slurm drains")
         return EVERY

@@ -762,3 +762,20 @@ def test_every_page_says_what_gpufleet_does_and_whether_a_person_must_act(spares
         assert "Action needed: see why (`kubectl describe remediation h100-0-" in text
     for texts in w.notifier.texts.values():
         assert all("ction needed" in t or t.startswith("h100-0 replaced by") for t in texts)
+
+
+def test_a_passs_action_that_meets_a_temporary_error_is_deferred_logged_and_counted():
+    """The timed passes (person holds, lending, Slurm drains) run their actions through `run_or_defer`: Slurm
+    unreachable for one action is counted in gpufleet_action_errors_total and the pass goes on; the next round
+    runs it."""
+    from gpufleet.reconciler.core.actions import DrainSlurm
+
+    w = World(fleet(nodes=2, spares=0))
+    errors = w.manager.metrics.action_errors.labels("DrainSlurm", "temporary")
+    before = errors._value.get()
+    w.slurm.down = True
+    assert w.manager.executor.run_or_defer(DrainSlurm("h100-w0", "gpufleet: test"), "test") is False
+    assert errors._value.get() == before + 1
+    w.slurm.down = False
+    assert w.manager.executor.run_or_defer(DrainSlurm("h100-w0", "gpufleet: test"), "test") is True
+    assert w.slurm.calls.count(("drain", "h100-w0")) == 1 and w.slurm.table["h100-w0"].reason == "gpufleet: test"
