@@ -115,11 +115,16 @@ class Facts:
         if self.slurm is None:
             return {}, []
         try:
-            nodes = {n.name: slurm_view(n, self.users) for n in call(self.slurm.nodes)}
-            return nodes, call(self.slurm.pending_jobs)
+            return self.slurm_nodes(), call(self.slurm.pending_jobs)
         except TemporaryError as e:
             log.warning("lending: Slurm unreachable (%s): idle nodes wait, spares go on", e)
             return {}, []
+
+    def slurm_nodes(self) -> dict[str, SlurmNodeView]:
+        """Every Slurm node, as the core sees it (who set its reason named); raises TemporaryError when Slurm does
+        not answer. Only with a Slurm client."""
+        assert self.slurm is not None
+        return {n.name: slurm_view(n, self.users) for n in call(self.slurm.nodes)}
 
     def pool(self, pool: NodePool, slurm: dict[str, SlurmNodeView], pending: Iterable) -> lending.PoolFacts:
         """One pool's nodes, the Slurm nodes and pods on each, and the jobs waiting for it."""

@@ -14,7 +14,6 @@ import logging
 from gpufleet.fleetspec.models import FleetSpec
 
 from gpufleet.reconciler.adapters.records import Unreadable
-from gpufleet.reconciler.adapters.slurm import call
 from gpufleet.reconciler.core import slurm_drains
 from gpufleet.reconciler.core.actions import Notify
 from gpufleet.reconciler.core.model import Remediation
@@ -22,7 +21,7 @@ from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
 from gpufleet.reconciler.errors import TemporaryError
 from gpufleet.reconciler.runtime.caches import Caches
 from gpufleet.reconciler.runtime.executor import Executor
-from gpufleet.reconciler.runtime.facts import Facts, slurm_view
+from gpufleet.reconciler.runtime.facts import Facts
 from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,7 @@ class SlurmDrainsPass:
             return OFF
         self.executor.fenced()
         try:
-            slurm = {n.name: slurm_view(n, self.facts.users) for n in call(self.facts.slurm.nodes)}
+            slurm = self.facts.slurm_nodes()
         except TemporaryError as e:
             log.warning("slurm drains: Slurm unreachable (%s): nothing marked", e)
             return EVERY
