@@ -9,15 +9,14 @@ from gpufleet.reconciler.core.person_holds import plan_holds
 from gpufleet.reconciler.runtime.caches import Caches
 from gpufleet.reconciler.runtime.executor import Executor
 from gpufleet.reconciler.runtime.facts import Facts
-from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 EVERY = 3.0  # seconds: a drain put back should beat the new pod's slurmd registering (its image pulled, started)
 
 
 class HoldsPass:
-    def __init__(self, caches: Caches, facts: Facts, executor: Executor, metrics: Metrics):
-        self.caches, self.facts, self.executor, self.metrics = caches, facts, executor, metrics
+    def __init__(self, caches: Caches, facts: Facts, executor: Executor):
+        self.caches, self.facts, self.executor = caches, facts, executor
 
     def __call__(self) -> float:
         self.executor.fenced()

@@ -98,8 +98,8 @@ class Manager:
                                              self.queue, clock, slurm, checks),
             "job-notes": JobNotesPass(spec, self.caches, slurm, self.executor, self.metrics, clock),
             "telemetry": TelemetryPass(spec, self.caches, self.facts, slurm, self.executor, clock),
-            "holds": HoldsPass(self.caches, self.facts, self.executor, self.metrics),
-            "slurm-drains": SlurmDrainsPass(spec, self.caches, self.facts, self.executor, self.metrics, clock),
+            "holds": HoldsPass(self.caches, self.facts, self.executor),
+            "slurm-drains": SlurmDrainsPass(spec, self.caches, self.facts, self.executor, clock),
         }
         self.timers = {name: Timer(name, self._pass(name), monotonic) for name in self.passes}
 

@@ -22,7 +22,6 @@ from gpufleet.reconciler.errors import TemporaryError
 from gpufleet.reconciler.runtime.caches import Caches
 from gpufleet.reconciler.runtime.executor import Executor
 from gpufleet.reconciler.runtime.facts import Facts
-from gpufleet.reconciler.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 EVERY = 30.0  # seconds: Slurm's own timeouts (UnkillableStepTimeout, 60 s by default) came before; a look is cheap
@@ -30,9 +29,8 @@ OFF = 600.0  # `healing.slurm_drains: ignore`, or no Slurm: the spec is fixed fo
 
 
 class SlurmDrainsPass:
-    def __init__(self, spec: FleetSpec, caches: Caches, facts: Facts, executor: Executor, metrics: Metrics, clock):
-        self.spec, self.caches, self.facts, self.executor, self.metrics, self.clock = \
-            spec, caches, facts, executor, metrics, clock
+    def __init__(self, spec: FleetSpec, caches: Caches, facts: Facts, executor: Executor, clock):
+        self.spec, self.caches, self.facts, self.executor, self.clock = spec, caches, facts, executor, clock
         self.last: tuple = ()  # the pass's latest actions (tests)
         self._paged: set[str] = set()  # slurm-drain-again pages sent (Notify.once: one per drain)
 
