@@ -60,8 +60,8 @@ behaviour names the upstream file it follows (SlinkyProject/slurm-operator at v1
 * **Topology** (nodeset_sync.go syncSlurmTopology): the Kubernetes node's topology.slinky.slurm.net/spec
   annotation onto the pod and the Slurm node's topology.
 * **When**: like the operator's NodeSet controller, the steps that read Slurm run when a NodeSet's
-  objects change (the NodeSet, any update of its pods, a cordon or a metadata change of their nodes:
-  eventhandler/eventhandler_pod.go, eventhandler_node.go), or `RESYNC_SECONDS` after its last sync
+  objects change (the NodeSet, any update of its pods, its own patches too, a cordon or a metadata change of
+  their nodes: eventhandler/eventhandler_pod.go, eventhandler_node.go), or `RESYNC_SECONDS` after its last sync
   (nodeset_sync.go: every NodeSet is requeued 30 s later); Slurm changes alone trigger nothing sooner.
 * **Accounting** (internal/builder/accountingbuilder/accounting_config.go, via `slinky_conf.slurmdbd_conf`):
   the Controller's Accounting becomes the local Slurm's slurmdbd, its storage password read from the
@@ -675,11 +675,12 @@ class SlinkyStandIn:
         for name, (_, pod) in sorted(running.items()):
             busy = bool(set(slurm.get(name, {}).get("state", [])) & BUSY)
             self._label_pod(pod, POD_PROTECT_LABEL, "true" if busy and protect else None)
-        self._synced[key] = (self._fingerprint(ns, self._pods_now(), nodes), self.clock())
-
-    def _pods_now(self) -> dict[str, Any]:
-        return {p.metadata.name: p for p in self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"{COMPONENT_LABEL}=worker").items}
+        # The objects as this pass read them: whatever changed since (a pod turned Ready while the pass ran, or
+        # this pass's own label and annotation patches) is an event for the next pass. Upstream, every update of
+        # an owned pod with a new resourceVersion queues its NodeSet (eventhandler_pod.go updatePod), the
+        # operator's own writes too, and a key queued while it is reconciled is reconciled again after
+        # (client-go util/workqueue/queue.go: dirty while processing, re-added at Done).
+        self._synced[key] = (fp, self.clock())
 
     @staticmethod
     def _ready(pod: Any) -> bool:
