@@ -17,7 +17,7 @@ from demos.lending_demo import job_running
 from gpufleet.fleetspec import labels, load_stack_file
 from gpufleet.waiting import wait_for
 from localenv.env import LocalEnv
-from localenv.slinky_standin import POD_PROTECT_LABEL, TERMINATING_REASON
+from localenv.slinky_standin import BUSY, POD_PROTECT_LABEL, TERMINATING_REASON
 from gpufleet.reconciler.adapters.records import KubeRemediationStore
 from gpufleet.reconciler.adapters.slurm.cli import SlurmCLI
 from gpufleet.reconciler.core.phases import Phase
@@ -106,7 +106,9 @@ def test_a_persons_drain_on_a_node_that_faults_goes_with_the_machine(world):
 
 def test_an_eviction_meets_the_busy_pod_pdb_and_still_heals(world):
     """The faulted node's NodeSet pod is labelled pod-protect while its job runs; after the requeue the
-    operator relabels it only at its next sync: the reconciler's evictions get 429 until then."""
+    operator relabels it only at its next sync: the reconciler's evictions get 429 until then. The test
+    brings each of those syncs on with an update of the pod (`_touch`) instead of waiting up to 30 s for the
+    operator's resync; the resync itself is tests/integration/test_slinky_standin.py's."""
     spec, env, kube, cli = world
     # The second fault of this two-node pool within the window would be a storm: open the brake.
     env.stop_reconciler()
@@ -121,17 +123,24 @@ def test_an_eviction_meets_the_busy_pod_pdb_and_still_heals(world):
     job = env.slurm.sbatch("--partition=train", f"--nodelist={slurm_name}", "--requeue", "--wrap",
                            "trap '' TERM; sleep 600")
     wait_for("the job running", lambda: job_running(env, job), 60, interval=0.5)
+    _touch(kube, slurm_name)  # the operator's sync now: the busy node's pod gets pod-protect
     wait_for("the pod protected", lambda: (_pod_of(kube, slurm_name).metadata.labels or {}).get(POD_PROTECT_LABEL)
              == "true", 60, interval=0.5)
     kube.set_condition(machine, spec.healing.condition_types[0], "False", "Xid79", "GPU has fallen off the bus")
     protected_while_evicting = []
+    touched = []
 
     def done():
         recs = _remediations(env, machine)
         live = [r for r in recs if not r.phase.terminal]
         if live and live[0].phase is Phase.EVICTING:
             pod = _pod_of(kube, slurm_name)
-            protected_while_evicting.append(pod is not None and (pod.metadata.labels or {}).get(POD_PROTECT_LABEL) == "true")
+            protected = pod is not None and (pod.metadata.labels or {}).get(POD_PROTECT_LABEL) == "true"
+            protected_while_evicting.append(protected)
+            # Refused while protected: once the job has left the Slurm node, the operator's next sync relabels the
+            # pod; an update of the pod brings that sync on (else its resync does, at most 30 s later).
+            if protected and not touched and not cli.node(slurm_name).states & BUSY:
+                touched.append(_touch(kube, slurm_name))
         return [r for r in recs if r.phase.terminal and r.xid == 79] or None
 
     (rec,) = wait_for("the heal", done, 300, interval=0.2)
@@ -139,11 +148,22 @@ def test_an_eviction_meets_the_busy_pod_pdb_and_still_heals(world):
     times = dict(rec.phase_times)
     evicting = (times["Replacing"] - times["Evicting"]).total_seconds()
     print(f"busy-pod PDB: Evicting took {evicting:.1f}s; pod protected in {sum(protected_while_evicting)} of "
-          f"{len(protected_while_evicting)} looks while evicting")
+          f"{len(protected_while_evicting)} looks while evicting"
+          f"{'; its relabelling sync brought on by a pod update' if touched else '; relabelled at the resync'}")
     assert any(protected_while_evicting), "the PDB never protected the pod while it was evicted"
     assert evicting <= spec.healing.drain_timeout_seconds + 5  # bounded by the drain timeout
     wait_for("the job running again", lambda: job_running(env, job), 120, interval=1)
     env.slurm.run(["scancel", str(job)], timeout=15)
+
+
+def _touch(kube, slurm_name: str) -> float:
+    """An update of the NodeSet pod (an annotation of the test's): upstream, any new resourceVersion of a pod the
+    NodeSet owns queues the NodeSet (internal/controller/nodeset/eventhandler/eventhandler_pod.go updatePod), so
+    its sync runs now instead of at its resync 30 s after the last (nodeset_sync.go); the stand-in does the same."""
+    pod = _pod_of(kube, slurm_name)
+    kube.core.patch_namespaced_pod(pod.metadata.name, "slurm",
+                                   {"metadata": {"annotations": {"e2e.gpufleet.io/touched": str(time.time())}}})
+    return time.monotonic()
 
 
 def test_the_pdb_the_stand_in_declares_is_the_operators(world):
