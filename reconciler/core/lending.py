@@ -165,9 +165,12 @@ def plan_lending(facts: PoolFacts, spec: FleetSpec, now: datetime) -> LendingPla
         actions.append(evict_borrowers(n.name, borrowers[n.name], n.reclaiming, pool, now))
         recheck = RECLAIM_RECHECK
 
-    # 4. Lend. Spares beyond the floor; none while a remediation waits for one.
+    # 4. Lend. Spares beyond the floor, within the pool's declared count; none while a remediation waits for one.
+    # A spare above the declared count (a repaired node back while the refill that replaced it is here) is surplus
+    # the membership pass gives back (core/surplus.py), and only a free one can be: lending it would leave the other
+    # free spare, the one just repaired, to be given back, and the floor would take the loan back at once.
     if lend_spares and not facts.waiting_for_spare:
-        extra = len(free_spares) - floor
+        extra = min(len(free_spares), pool.spares - len(lent_spares) - len(back_spares)) - floor
         for n in sorted(free_spares, key=lambda n: n.name, reverse=True):  # the first by name stays free longest
             if extra <= 0 or on_loan >= cap:
                 break

@@ -119,6 +119,20 @@ def test_a_fault_that_takes_the_last_free_spare_reclaims_a_lent_one():
     assert kinds(plan) == [("StartReclaim", "kwok-h100-spare-1")]
 
 
+def test_no_spare_above_the_declared_count_lends_the_surplus_is_given_back_first():
+    """A repaired node back among the spares while the refill that replaced it is lent: three spares of two
+    declared. Lending the other free one would leave the repaired node the only free spare, which the surplus
+    pass gives back, and the pool below its floor: a loan taken back a second later."""
+    nodes, on = busy_fleet()
+    fleet = [*nodes, spare(0), spare(1), lent(spare(2), labels.LENT_SPARE)]
+    assert plan_lending(pool(fleet, on), spec(n_spares=2, spare_floor=1), T0).actions == ()
+    # At the declared count again (one given back), it lends as before: here nothing, the floor is the free one.
+    assert plan_lending(pool([*nodes, spare(0), lent(spare(2), labels.LENT_SPARE)], on),
+                        spec(n_spares=2, spare_floor=1), T0).actions == ()
+    assert kinds(plan_lending(pool([*nodes, spare(0), spare(1)], on), spec(n_spares=2, spare_floor=1), T0)) == [
+        ("Lend", "kwok-h100-spare-1")]
+
+
 def test_no_spare_lends_while_a_remediation_waits_for_one():
     nodes, on = busy_fleet()
     plan = plan_lending(pool(nodes + [spare(0), spare(1), spare(2)], on, waiting_for_spare=1), spec(), T0)
