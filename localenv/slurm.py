@@ -142,6 +142,17 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _open_files(proc: Path) -> list[str]:
+    """What process `proc` (/proc/PID) has open: its file descriptors' targets (one closed meanwhile is left out)."""
+    out = []
+    for fd in (proc / "fd").iterdir():
+        try:
+            out.append(os.readlink(fd))
+        except OSError:
+            pass
+    return out
+
+
 @dataclass(frozen=True)
 class _Daemon:
     name: str                    # "munged", "slurmctld", "slurmrestd", "slurmd:NAME"
@@ -479,7 +490,6 @@ class LocalSlurm:
              "-L", str(self.node_log(spec.name))],
             lambda: _is_up(self._node_states_now().get(spec.name, "")), f"node {spec.name} up in sinfo",
             (self.node_log(spec.name), self.ctld_log), (spec.port,),
-            (("GPUFLEET_SLURMD_NODE", spec.name),),  # inherited by its slurmstepds
         )
 
     def _daemons(self, with_nodes: bool = True) -> list[_Daemon]:
@@ -518,7 +528,6 @@ class LocalSlurm:
     def _proc(self, d: _Daemon) -> Proc:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         env.update(d.env)
-        env["GPUFLEET_LOCAL_SLURM"] = str(self.workdir)  # inherited by slurmstepd: see _kill_leftover_jobs
         def health() -> bool:  # the supervisor's wait for it looks here: a cancel ends the wait
             self._check_cancel()
             return d.health()
@@ -708,16 +717,20 @@ class LocalSlurm:
             self.run(["scontrol", "delete", f"NodeName={name}"], timeout=15)
 
     def lose_node(self, name: str) -> None:
-        """The machine under Slurm node `name` died: its slurmd is killed (SIGKILL) and no preStop runs (no
-        kubelet is left to run it). slurmctld then finds it silent and, SlurmdTimeout after its last answer,
-        sets it DOWN with reason "Not responding" (slurm src/slurmctld/ping_nodes.c ping_nodes:
-        set_node_down_ptr(node_ptr, "Not responding")); nothing here sets that: slurmctld does."""
+        """The machine under Slurm node `name` died: its slurmd is killed (SIGKILL), and with it everything the
+        machine ran (its slurmstepds and its jobs' processes: here they share a host with the others, and a
+        slurmd started again for the name would find a live slurmstepd and report its job, which a new machine
+        never does); no preStop runs (no kubelet is left to run it). slurmctld then finds it silent and,
+        SlurmdTimeout after its last answer, sets it DOWN with reason "Not responding" (slurm
+        src/slurmctld/ping_nodes.c ping_nodes: set_node_down_ptr(node_ptr, "Not responding")); nothing here sets
+        that: slurmctld does."""
         spec = self.node_spec(name)
         if spec is None:
             raise KeyError(f"no node {name} was started here")
         spec.wanted = False
         self._save_spec(spec)
         self.supervisor.stop([self._slurmd(spec).name], 0, sig=signal.SIGKILL)
+        self._kill_leftover_jobs(node=name)
 
     def stop_daemon(self, name: str) -> None:
         """Stop one daemon: "munged", "slurmctld", "slurmrestd" or "slurmd:NODE" (to test an
@@ -757,13 +770,12 @@ class LocalSlurm:
         wait_for("the cancelled jobs to end", gone, timeout, interval=0.2)  # TimeoutError: the caller goes on
 
     def _kill_leftover_jobs(self, node: str | None = None) -> int:
-        """A stopped slurmd leaves its slurmstepds and their jobs running. Kill this cluster's
-        (of `node` only, if given): slurmstepds started by our slurmd (GPUFLEET_LOCAL_SLURM in
-        their environment) and job processes (our SLURM_CONF and SLURM_JOB_ID)."""
-        marker = f"GPUFLEET_LOCAL_SLURM={self.workdir}".encode()
+        """A stopped slurmd leaves its slurmstepds and their jobs running. Kill this cluster's (of `node` only, if
+        given): slurmstepds holding a file of a node of ours open (each keeps its node's slurmd.log; slurmstepd
+        starts with an empty environment, so nothing there names the node), and job processes whose SLURM_CONF is
+        one of ours (slurmd's configless cache under the node's folder, or the cluster's slurm.conf)."""
+        mine = f"{self.workdir}/nodes/{node}/" if node else f"{self.workdir}/nodes/"
         conf = f"SLURM_CONF={self.conf_path}".encode()
-        nodevar = f"SLURMD_NODENAME={node}".encode() if node else None
-        stepvar = f"GPUFLEET_SLURMD_NODE={node}".encode() if node else None
         skip = {os.getpid(), os.getppid()}
         killed = 0
         for _ in range(5):
@@ -772,17 +784,17 @@ class LocalSlurm:
                 if not entry.name.isdigit() or int(entry.name) in skip:
                     continue
                 try:
-                    environ = (entry / "environ").read_bytes().split(b"\0")
                     cmd = (entry / "cmdline").read_bytes()
+                    if cmd.startswith(b"slurmstepd"):
+                        ours = any(mine in f for f in _open_files(entry))
+                    else:
+                        environ = (entry / "environ").read_bytes().split(b"\0")
+                        ours = any(v.startswith(b"SLURM_JOB_ID=") for v in environ) and any(
+                            v.startswith(b"SLURM_CONF=") and (mine.encode() in v or (node is None and v == conf))
+                            for v in environ)
                 except OSError:
                     continue
-                stepd = cmd.startswith(b"slurmstepd") and marker in environ
-                job = conf in environ and any(v.startswith(b"SLURM_JOB_ID=") for v in environ)
-                if not (stepd or job):
-                    continue
-                if nodevar and job and nodevar not in environ:
-                    continue
-                if stepvar and stepd and stepvar not in environ:
+                if not ours:
                     continue
                 try:
                     os.kill(int(entry.name), signal.SIGKILL)

@@ -94,6 +94,15 @@ class DrainSlurm(Action):
 
 
 @dataclass(frozen=True)
+class DownSlurm(Action):
+    """Set a Slurm node DOWN: what the slurmd preStop of a lost machine's NodeSet pod would have done
+    (core/node_lost.py `let_go`)."""
+
+    node: str  # a Slurm node name
+    reason: str
+
+
+@dataclass(frozen=True)
 class SignalJobs(Action):
     job_ids: tuple[int, ...]
     signal: str = "TERM"

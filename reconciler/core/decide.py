@@ -265,8 +265,8 @@ def plan_step(r: Remediation, facts: StepFacts, spec: FleetSpec, now: datetime) 
             # The faulted machine died after its pods were asked to leave: they never will (node_lost.py).
             said = "force-deleted" in r.reason
             why = (f"{r.reason}; {node} stopped answering mid-heal: NodeSet pod(s) {list(stuck)} force-deleted "
-                   "(grace 0: a dead kubelet never ends a deletion)")
-            return Step((DeletePods(node, stuck, force=True),), None if said else replace(r, reason=why),
+                   "(grace 0: a dead kubelet never ends a deletion), their Slurm nodes set DOWN first")
+            return Step(node_lost.let_go(r, stuck, facts.slurm_pods), None if said else replace(r, reason=why),
                         recheck_after=1.0)
         resumes = tuple(ResumeSlurm(n) for n in resume_candidates(r, facts))
         if resumes:
@@ -466,13 +466,14 @@ def carry_person_drains(r: Remediation, kept: tuple[str, ...], slurm: dict[str, 
 
 def _force_out(r: Remediation, force: tuple[str, ...], facts: StepFacts, now: datetime) -> Step:
     """A machine not Ready for `healing.node_lost_after_seconds` (lost, or a faulted one that died mid-heal): its
-    NodeSet pods are deleted with grace 0 at once (their eviction would
-    never complete on a dead kubelet: node_lost.force_delete), the other pods' eviction is asked (their
-    controllers make them again elsewhere), and the heal goes on to the spare without waiting for them."""
+    NodeSet pods are deleted with grace 0 at once, their Slurm nodes set DOWN first as their preStop would have
+    (their eviction would never complete on a dead kubelet: node_lost.force_delete, node_lost.let_go), the other
+    pods' eviction is asked (their controllers make them again elsewhere), and the heal goes on to the spare
+    without waiting for them."""
     others = tuple(p.key for p in evictable_views(facts.pods) if not p.deleting and p.key not in force)
     reason = (f"{r.reason}; the machine still not Ready: NodeSet pod(s) {list(force)} force-deleted (grace 0: a "
-              "dead kubelet never ends an eviction nor runs the slurmd preStop)")
-    return Step((DeletePods(r.node, force, force=True),) + ((EvictPods(r.node, others),) if others else ()),
+              "dead kubelet never ends an eviction nor runs the slurmd preStop), their Slurm nodes set DOWN first")
+    return Step(node_lost.let_go(r, force, facts.pods) + ((EvictPods(r.node, others),) if others else ()),
                 r.moved(Phase.REPLACING, now, reason=reason))
 
 

@@ -39,6 +39,12 @@ def tag(kind: Kind, code: int) -> str:
     return f"{'sxid' if kind is Kind.SXID else 'dcgm' if kind is Kind.DCGM else 'xid'}{code}"
 
 
+def asked_by(reason: str) -> tuple[str, int] | None:
+    """The tag and code a job-boundary drain's reason names (`reason`), e.g. ("dcgm", 311); None: not one."""
+    m = TAG.search(reason)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
 def reason(what: str, kind: Kind, code: int, node: str) -> str:
     """A job-boundary drain's Slurm reason: gpufleet's (its heal owns it), naming the code that asked."""
     return f"{labels.SLURM_REASON_PREFIX} {what}, healed when its job ends [{tag(kind, code)} {node}]"[:200]

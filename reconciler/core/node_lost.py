@@ -27,6 +27,8 @@ from gpufleet.fleetspec.faults import FaultAction, Kind
 from gpufleet.fleetspec.models import NodePool
 from gpufleet.fleetspec.repair import REBOOT
 
+from gpufleet.reconciler.core.actions import Action, DeletePods, DownSlurm
+from gpufleet.reconciler.core.drains import slurm_reason
 from gpufleet.reconciler.core.model import Fault, JobView, NodeView, PodView, Remediation
 
 SOURCE = "Ready"  # the condition the loss is read from
@@ -84,6 +86,24 @@ def force_delete(node: NodeView | None, pods: tuple[PodView, ...], spec: FleetSp
     return tuple(sorted(p.key for p in pods if p.label(labels.SLINKY_POD_HOSTNAME) is not None
                         and p.namespace == spec.slurm.namespace and p.phase not in ("Succeeded", "Failed")
                         and p.deletion_grace != 0))  # forced already: gone from the API server
+
+
+def let_go(r: Remediation, keys: tuple[str, ...], pods: tuple[PodView, ...]) -> tuple[Action, ...]:
+    """A lost machine's NodeSet pods `keys`, deleted with grace 0, their Slurm nodes first set DOWN: what each
+    pod's slurmd preStop does (`scontrol update state=down`, slurm-operator v1.2.1
+    internal/builder/workerbuilder/worker_app.go), which a dead kubelet never runs.
+
+    The DOWN is what ends the old run's termination. A requeued job is COMPLETING on its node until that node's
+    slurmd confirms the kill, and slurmctld resends TERMINATE_JOB to each of its nodes that is not DOWN, skipping
+    only one that does not respond (slurm-26-05-3-1 src/slurmctld/node_scheduler.c `re_kill_job`). Once the pod is
+    made again on the spare, the Slurm node's name answers again: the resent termination reaches the new slurmd,
+    the requeue ends, the job is scheduled there and the next resend kills its new run (ExitCode 0:15). A node set
+    DOWN counts the job done on it at once (src/slurmctld/node_mgr.c `update_node` -> job_mgr.c
+    `kill_running_job_by_node_ptr`, which clears it from the job's completing nodes). The DOWN carries the
+    remediation's reason, so the heal resumes the Slurm node once it runs on the spare (as it does a drain); a
+    person's drain there went with the machine (decide.py `carry_person_drains`)."""
+    names = sorted({name for p in pods if p.key in keys and (name := p.label(labels.SLINKY_POD_HOSTNAME))})
+    return tuple(DownSlurm(n, slurm_reason(r)) for n in names) + (DeletePods(r.node, keys, force=True),)
 
 
 def lost(node: NodeView, spec: FleetSpec, now: datetime) -> bool:

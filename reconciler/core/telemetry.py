@@ -36,7 +36,6 @@ from gpufleet.reconciler.core.model import NodeView, SlurmNodeView
 
 SM_CLOCK, THROTTLE = "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 SM_ACTIVE, GPU_UTIL = "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL"
-BOUNDARY_TAG = re.compile(r"\[dcgm([0-9]{1,5}) ")  # in a job-boundary drain's reason: the field that asked for it
 HUNG = "hung"  # a hang's event word in the job's admin comment
 _HUNG_LINE = re.compile(rf"^{job_notes.PREFIX} ([0-9T:Z-]{{20}}): {HUNG}(?::|$)")
 
@@ -329,12 +328,13 @@ def plan(degraded: Sequence[Degradation], nodes: Mapping[str, NodeJobs], spec: F
         d = by_node.get(name)
         waited = job_boundary.overdue(nj.slurm, spec, now) if now is not None and nj.jobs else None
         if d is None:  # its drain waits for the job's end, and the threshold no longer holds: it asked, it is done
-            code = next((int(m.group(1)) for s in nj.slurm if (m := BOUNDARY_TAG.search(s.reason))), 0)
+            asked = next(((s.reason, code) for s in nj.slurm if (code := _field_asked(s))), ("", 0))
+            code = asked[1]
             if nj.jobs and waited is None:
                 continue
             d = Degradation(name, code, _row_action(code), When.JOB_BOUNDARY, "drained at its job's end",
                             Evidence(FIELDS_BY_ID.get(code, str(code)), "?", 0, "crossed earlier",
-                                     detail=next(s.reason for s in nj.slurm if BOUNDARY_TAG.search(s.reason))), "")
+                                     detail=asked[0]), "")
         if waited is not None:
             d = replace(d, meaning=f"{d.meaning}; drained at its job's boundary {waited:.0f}s ago and job(s) "
                         f"{', '.join(map(str, nj.jobs))} still ran (healing.job_boundary_max_seconds, "
@@ -350,8 +350,14 @@ def _row_action(code: int) -> FaultAction:
     return next((t.action for t in THRESHOLDS if t.code == code), FaultAction.RESET_GPU)
 
 
+def _field_asked(s: SlurmNodeView) -> int:
+    """The DCGM field a job-boundary drain of `s` names (core/job_boundary.py's tag `dcgm<id>`); 0: none."""
+    asked = job_boundary.asked_by(s.reason)
+    return asked[1] if asked and asked[0] == "dcgm" else 0
+
+
 def _waiting(nj: NodeJobs) -> bool:
-    return any(BOUNDARY_TAG.search(s.reason) and drained_by_gpufleet(s) for s in nj.slurm)
+    return any(_field_asked(s) and drained_by_gpufleet(s) for s in nj.slurm)
 
 
 def _eligible(v: NodeView, pools: set[str]) -> bool:

@@ -21,8 +21,8 @@ from gpufleet.reconciler.adapters.providers import NodeProvider
 from gpufleet.reconciler.adapters.records import RemediationStore
 from gpufleet.reconciler.adapters.slurm import SlurmClient, call
 from gpufleet.reconciler.core.actions import (
-    Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DrainSlurm, EndLoan, EvictBorrowers,
-    EvictPods, Lend, MarkDegraded, NoteHolds, NoteJob, NoteSignals, Notify, NotifyOwner,
+    Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DownSlurm, DrainSlurm, EndLoan,
+    EvictBorrowers, EvictPods, Lend, MarkDegraded, NoteHolds, NoteJob, NoteSignals, Notify, NotifyOwner,
     PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
     GiveBack, ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
@@ -133,6 +133,8 @@ class Executor:
                 log.warning("degraded: %s", a.message, extra={"node": a.node})
             case DrainSlurm():
                 self._slurm(lambda s: s.drain(a.node, a.reason))
+            case DownSlurm():
+                self._slurm(lambda s: s.down(a.node, a.reason))
             case SignalJobs():
                 self._slurm(lambda s: s.signal_jobs(a.job_ids, a.signal))
             case RequeueJobs():

@@ -1,9 +1,11 @@
 """A machine dies under a running `--requeue` job, on the local pieces production's contracts run on (a real API
 server and scheduler with kwok nodes, a real Slurm 26.05 through slurmrestd, the Slinky stand-in, the reconciler
 as built for a cluster). Its kubelet dies with it (localenv/fake_nodes.py kill_kubelet): no preStop runs, its
-NodeSet pod stays on it, and slurmctld sets the Slurm node DOWN "Not responding" and requeues the job. Past
-`healing.node_lost_after_seconds` the reconciler heals it (reconciler/core/node_lost.py): the spare promoted,
-the NodeSet pod force-deleted and made again on the spare, the job running again; then the repair loop takes the
+NodeSet pod stays on it, and slurmctld finds the Slurm node not responding (DOWN only SlurmdTimeout later, 300 s by
+default). Past `healing.node_lost_after_seconds` the reconciler heals it (reconciler/core/node_lost.py): the job
+requeued, the spare promoted, the Slurm node set DOWN as the preStop would have, the NodeSet pod force-deleted and
+made again on the spare, the job running again and not killed there by its old run's termination; then the repair
+loop takes the
 dead node: its pool's provider (kubernetes-spares) asks a reboot of the node agent, which died with the machine, so
 it is retired at once, with a page and a node asked for (a power cycle through EC2, aws-asg, is shown with fakes:
 tests/unit/test_node_lost.py)."""
@@ -106,15 +108,16 @@ def test_a_machine_that_dies_under_a_requeue_job_is_replaced_its_pod_force_delet
     assert w.nodeset_pods(POOL).get(f"{POOL}-0") == NODES[2]  # made again on the spare
     waiting = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "COMPLETING", ""}
     w.until("the job running again (or ended)", lambda: w.job(jid)[0] not in waiting, timeout=120)
-    if w.job(jid)[0] != "RUNNING":
-        show = w.slurm.run(["scontrol", "show", "job", str(jid)]).stdout
-        if "ExitCode=0:15" in show:
-            # A known race, not fixed: the old run's termination is still pending when the Slurm node's name
-            # comes back on the spare, and slurmctld delivers it to the new slurmd, which kills the new run
-            # (slurmctld.log: "Resending TERMINATE_JOB request", "_job_complete: ... WTERMSIG 15"). The likely fix
-            # is a lost machine's Slurm node set DOWN, not drained, before its pod is made again.
-            pytest.xfail("the requeued job's new run was killed by its old run's pending termination (known race)")
-        raise AssertionError(f"the job ended instead of running again:\n{show}")
+    # Not ended: the requeued job's old run, never confirmed killed on the dead slurmd, would have its termination
+    # resent to the slurmd made again on the spare, killing the new run (ExitCode 0:15), had the heal not set the
+    # Slurm node DOWN before the pod was made again (reconciler/core/node_lost.py let_go).
+    assert w.job(jid) == ("RUNNING", f"{POOL}-0"), w.slurm.run(["scontrol", "show", "job", str(jid)]).stdout
+    # The old run was over in slurmctld's books (batch_requeue_fini logs "Requeuing", job_mgr.c) before the Slurm
+    # node's name answered again from the spare ("now responding", node_mgr.c): nothing of it was left to deliver.
+    log = w.slurm.ctld_log.read_text()
+    since = log.index(f"update_node: node {POOL}-0 reason set to: gpufleet")
+    requeued, back = log.index(f"Requeuing JobId={jid}", since), log.find(f"Node {POOL}-0 now responding", since)
+    assert back == -1 or requeued < back, log[since:]
     # The repair loop takes the dead node once Slurm agrees nothing of the pool runs there (the operator's comment
     # on dm-0 names the spare): nothing there can carry out a reboot, so it is retired at once.
     w.until("the dead node's repair over", lambda: (x := w.record(dead)).repair is not None and x.repair.phase.terminal,
@@ -124,4 +127,6 @@ def test_a_machine_that_dies_under_a_requeue_job_is_replaced_its_pod_force_delet
     assert f"{dead} does not answer" in rep.reason and "provider kubernetes-spares has no power control" in rep.reason
     assert w.role(dead) == labels.ROLE_RETIRED
     assert labels.REPAIR_REQUEST not in (w.core.read_node(dead).metadata.annotations or {})  # nothing asked of it
+    show = w.slurm.run(["scontrol", "show", "job", str(jid)]).stdout
+    assert "JobState=RUNNING" in show and "Restarts=1" in show, show  # still its one new run, all through the repair
     w.slurm.run(["scancel", str(jid)], timeout=15)

@@ -6,7 +6,9 @@ runtime. Borrowers are a real Deployment that asks for GPUs and carries `borrowe
 - a pending Slurm job takes an idle node back from its borrowers, and starts on it;
 - a fault that finds only lent spares evicts the borrowers (a PodDisruptionBudget honoured for the
   reclaim grace, then forced, and the record says so), then promotes;
-- never below the floor of unlent spares, never a node a person drained."""
+- never below the floor of unlent spares, never a node a person drained;
+- a lent spare whose machine dies (its kubelet with it) is not waited on: its loan ends, counted as lost, and the
+  repair loop retires it (last: its machine stays dead)."""
 from __future__ import annotations
 
 import time
@@ -27,7 +29,9 @@ from gpufleet.reconciler.adapters.kube import Kube
 from gpufleet.reconciler.adapters.slurm.rest import SignedToken, SlurmREST
 from gpufleet.reconciler.app import build
 from gpufleet.fleetspec import ledger
+from gpufleet.fleetspec.faults import Kind
 from gpufleet.reconciler.core.phases import Phase
+from gpufleet.reconciler.core.repair_phases import RepairPhase
 from tests.fixtures.reconciler_kube import Recorder
 from tests.fixtures.slurm_cluster import build_slurm_root
 
@@ -41,7 +45,7 @@ BORROWER = {"app.kubernetes.io/name": "inference"}
 NODESET = NodeSetDef(POOL, 2, {labels.NODE_POOL: POOL}, [], gpus=8)
 
 
-def lending_spec(**lending):
+def lending_spec(healing: dict | None = None, **lending):
     return parse_fleet({
         "environment": "itest", "cluster": {"kind": "local"},
         "pools": [{"name": POOL, "node_type": "kwok", "gpu_model": "H100", "gpus_per_node": 8, "cpus_per_node": 8,
@@ -52,7 +56,7 @@ def lending_spec(**lending):
         # the stand-in's NodeSet pods are in NS: the reconciler takes Slurm nodes from that namespace only
         "slurm": {"namespace": NS, "partitions": [{"name": PARTITION, "pools": [POOL]}]},
         "healing": {"grace_period_seconds": 0, "drain_timeout_seconds": 10, "max_unhealthy_fraction": 0.9,
-                    "reconciler": {"namespace": "default"}},
+                    "reconciler": {"namespace": "default"}, **(healing or {})},
     })
 
 
@@ -153,6 +157,9 @@ class World:
                                                                   labels.REMEDIATION: None}}})
             Kube(self.api).set_condition(n, "GpuHealthy", "True", "Healthy", "ok")
         self.slurm.run(["scancel", "--full", "-u", "root"], timeout=15)
+        for p in self.core.list_namespaced_pod(NS).items:  # one a heal moved to a spare: made again on an active node
+            if p.spec.node_name not in ACTIVE and p.metadata.deletion_timestamp is None:
+                self.core.delete_namespaced_pod(p.metadata.name, NS)
         self.until("NodeSet pods back on the active nodes", lambda: sorted(
             v for v in self.nodeset_pods().values() if v) == ACTIVE, timeout=60)
         for name in (f"{POOL}-0", f"{POOL}-1"):
@@ -293,3 +300,39 @@ def test_a_fault_takes_a_lent_spare_after_its_borrowers_leave_forced_past_the_gr
     assert r.replacement in w.events("ReclaimForced")
     other = next(s for s in SPARES if s != r.replacement)
     assert w.loans() == {other: labels.LENT_SPARE}  # the other spare lends on
+
+
+def test_a_lent_spare_whose_machine_dies_ends_its_loan_as_lost_and_is_retired_never_waited_on(world):
+    """No eviction ever ends on a dead kubelet: the loan stands until the loss is read
+    (`healing.node_lost_after_seconds`), then the heal takes the spare (nothing to move), ends the loan as lost,
+    and the repair loop retires it (kubernetes-spares: nothing can power-cycle it). The other loan goes on."""
+    from localenv.fake_nodes import kill_kubelet
+
+    w = world
+    w.reset()
+    w.reconciler(lending_spec({"node_lost_after_seconds": 30}, spare_floor=0, idle_nodes=False))
+    w.until("both spares lent", lambda: set(w.loans()) == set(SPARES))
+    w.inference(2)
+    w.until("borrowers on both spares", lambda: sorted(n for n in w.borrowers().values() if n) == SPARES)
+    dead, other = SPARES
+    kill_kubelet(w.core, dead)
+
+    def over():
+        rs = [r for r in w.rec.store.list() if r.node == dead and r.repair is not None and r.repair.phase.terminal]
+        return rs[0] if rs else None
+
+    r = w.until("the dead spare's heal and repair over", over, timeout=120)
+    assert r.kind is Kind.NODE_LOST and r.was_spare and r.phase is Phase.SUCCEEDED, r
+    assert r.reclaim_started is None  # its borrowers were never waited on
+    assert dead in w.events("LoanLost")
+    assert r.repair.phase is RepairPhase.RETIRED and "does not answer" in r.repair.reason, r.repair
+    node = w.node(dead)
+    assert (node.metadata.labels or {}).get(labels.ROLE) == labels.ROLE_RETIRED
+    assert not any(t.key == labels.LENDING_TAINT for t in node.spec.taints or [])  # no longer on loan
+    assert w.loans() == {other: labels.LENT_SPARE}  # the other spare lends on
+
+    def closed():  # the books close it at the lending pass that follows
+        book = ledger.parse(w.core.read_namespaced_config_map(labels.LENDING_LEDGER, "default").data[POOL], POOL)
+        return [loan for loan in book.loans if loan.node == dead] and book.open_loan_of(dead) is None
+
+    w.until("the dead spare's loan closed in the ledger", closed, timeout=30)

@@ -207,14 +207,14 @@ class FakeSlurm:
     def __init__(self):
         self.table: dict[str, SlurmNode] = {}
         self.jobs: dict[int, SlurmJob] = {}
-        self.calls, self.down = [], False
+        self.calls, self.unreachable = [], False
         self.comments: dict[int, str] = {}  # admin comments (their writes are not in `calls`)
         self.comment_writes = 0
         self.failed: list[tuple[int, str, float]] = []  # accounting's NODE_FAIL runs: (job, Slurm node, epoch)
         self.accounting = True  # False: no slurmdbd (jobs_failed_on raises, as slurmrestd answers then)
 
     def _check(self, what):
-        if self.down:
+        if self.unreachable:
             raise SlurmError(f"{what}: Unable to contact slurm controller", temporary=True)
 
     def node(self, name):
@@ -251,6 +251,16 @@ class FakeSlurm:
         self.calls.append(("drain", name))
         # as Slurm records it: the reconciler's Slurm user set the reason (the local spec's, `gpufleet`)
         self.table[name] = SlurmNode(name, frozenset({"IDLE", "DRAIN"}), reason, reason_set_by="gpufleet")
+
+    def down(self, name, reason):
+        """As slurmctld: the node DOWN with the reason (a DRAIN flag kept); what ran there is no longer there."""
+        self._check("down")
+        self.calls.append(("down", name))
+        drain = self.table[name].states & {"DRAIN"} if name in self.table else frozenset()
+        self.table[name] = SlurmNode(name, frozenset({"DOWN"}) | drain, reason, reason_set_by="gpufleet")
+        for j in self.jobs.values():
+            if name in j.nodes and j.state == "RUNNING":
+                self.jobs[j.job_id] = replace(j, state="NODE_FAIL")
 
     def signal_jobs(self, ids, signal="TERM"):
         self._check("signal")

@@ -23,7 +23,6 @@ from gpufleet.reconciler.core.faults import FaultReader
 from gpufleet.reconciler.core.job_story import AT_BOUNDARY, NodeFault, render, story
 from gpufleet.reconciler.core.model import Fault, JobView, NodeView, SlurmNodeView, StepFacts
 from gpufleet.reconciler.core.phases import Phase
-from gpufleet.reconciler.core.telemetry import BOUNDARY_TAG
 from tests.unit.test_decide import T0, spec
 from tests.unit.test_job_story import KUBE, job
 
@@ -103,7 +102,7 @@ def test_a_drain_and_reset_fault_drains_a_busy_node_signals_nobody_and_starts_no
     (drain,) = d.actions
     assert isinstance(drain, DrainSlurm) and drain.node == "gpu-0"
     assert drain.reason.startswith(labels.SLURM_REASON_PREFIX) and "DRAIN_AND_RESET" in drain.reason
-    assert "[xid48 h100-0]" in drain.reason and not BOUNDARY_TAG.search(drain.reason)  # not telemetry's to heal
+    assert "[xid48 h100-0]" in drain.reason and job_boundary.asked_by(drain.reason) == ("xid", 48)  # not telemetry's
     assert not any(isinstance(a, (SignalJobs, Cordon)) for a in d.actions)
     assert 0 < d.look_after <= job_boundary.LOOK_EVERY
     draining = SlurmNodeView("gpu-0", frozenset({"ALLOCATED", "DRAIN"}), drain.reason)

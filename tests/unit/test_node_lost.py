@@ -12,7 +12,8 @@ from gpufleet.fleetspec.faults import FaultAction, Kind
 from gpufleet.fleetspec.load import SpecError
 from gpufleet.reconciler.adapters.slurm import SlurmJob
 from gpufleet.reconciler.core import decide, node_lost, pages
-from gpufleet.reconciler.core.actions import DeletePods, EvictPods, SignalJobs
+from gpufleet.reconciler.core.actions import DeletePods, DownSlurm, EvictPods, SignalJobs
+from gpufleet.reconciler.core.drains import slurm_reason
 from gpufleet.reconciler.core.engineer_story import plain_fault
 from gpufleet.reconciler.core.model import PodView, Remediation, StepFacts
 from gpufleet.reconciler.core.observe import node_view
@@ -139,7 +140,9 @@ def test_a_lost_machine_still_not_ready_has_its_nodeset_pod_force_deleted_and_th
     r = _lost_remediation(Phase.EVICTING)
     nodeset, other = _pods()
     step = decide.plan_step(r, StepFacts(pods=(nodeset, other), node=_node()), SPEC, now)
-    assert DeletePods("h100-0", (nodeset.key,), force=True) in step.actions
+    # its Slurm node DOWN first, as the preStop a dead kubelet never runs would have (node_lost.let_go): else the
+    # requeued job's pending termination reaches the slurmd made again on the spare and kills its next run there
+    assert step.actions[:2] == (DownSlurm("h100-w0", slurm_reason(r)), DeletePods("h100-0", (nodeset.key,), force=True))
     assert EvictPods("h100-0", (other.key,)) in step.actions
     assert step.remediation.phase is Phase.REPLACING and "force-deleted" in step.remediation.reason
 
@@ -183,7 +186,7 @@ def test_a_dead_machine_is_healed_its_nodeset_pod_force_deleted_and_it_enters_th
     assert w.kube.pods["slurm/slurm-worker-h100-w0"]["spec"]["nodeName"] == "h100-spare-0"
     assert not [c for c in w.slurm.calls if c[0] == "signal"]  # nothing to SIGTERM on a dead node
     assert w.slurm.jobs[7].state == "PENDING"  # Slurm requeued it; it runs again once the node is back
-    assert ("resume", "h100-w0") in w.slurm.calls
+    assert w.slurm.calls.index(("down", "h100-w0")) < w.slurm.calls.index(("resume", "h100-w0"))
     assert "the machine stopped answering" in r.reason
     assert r.repair is not None  # the repair loop took it
 
@@ -291,7 +294,7 @@ def test_the_storm_brake_counts_lost_machines_and_holds_their_replacement():
 
 def lost_path(w: World) -> list:
     return [(w.store, "write_status"), (w.store, "create"), (w.kube, "cordon"), (w.slurm, "drain"),
-            (w.slurm, "requeue"), (w.kube, "evict"), (w.kube, "delete_pod"), (w.provider, "promote"),
+            (w.slurm, "requeue"), (w.slurm, "down"), (w.kube, "evict"), (w.kube, "delete_pod"), (w.provider, "promote"),
             (w.provider, "quarantine"), (w.provider, "retire"), (w.notifier, "send")]
 
 
@@ -304,7 +307,7 @@ def _dying():
     return w
 
 
-LOST_PATH = 21  # every call in the window: the heal, its pages, and the retirement (nothing can power-cycle it)
+LOST_PATH = 22  # every call in the window: the heal, its pages, and the retirement (nothing can power-cycle it)
 
 
 def test_the_crash_points_cover_every_call_of_the_lost_machines_heal():
@@ -411,7 +414,7 @@ def test_a_pod_left_terminating_on_a_machine_that_died_after_its_eviction_is_for
     waiting = dc_replace(nodeset, deleting=True, deletion_grace=30)
     r = Remediation(**{**_xid(Phase.RESUMING).__dict__, "replacement": "h100-spare-0"})
     step = decide.plan_step(r, StepFacts(slurm_pods=(waiting,), node=_node()), SPEC, T0 + timedelta(seconds=300))
-    assert step.actions == (DeletePods("h100-0", (nodeset.key,), force=True),)
+    assert step.actions == (DownSlurm("h100-w0", slurm_reason(r)), DeletePods("h100-0", (nodeset.key,), force=True))
     assert "stopped answering mid-heal" in step.remediation.reason
     forced = dc_replace(nodeset, deleting=True, deletion_grace=0)  # asked already: gone from the API server
     again = decide.plan_step(r, StepFacts(slurm_pods=(forced,), node=_node()), SPEC, T0 + timedelta(seconds=301))

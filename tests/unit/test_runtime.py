@@ -201,7 +201,7 @@ def test_parallel_workers_never_give_a_spare_twice():
 
 def test_backoff_is_honoured_across_wakes_and_restarts():
     w = World(fleet())
-    w.slurm.down = True
+    w.slurm.unreachable = True
     w.fault("h100-0")
     w.run()
     r = w.remediation("h100-0")
@@ -228,11 +228,11 @@ def test_a_slurm_outage_of_a_minute_is_outlived():
     w.fault("h100-0")
     w.run()
     assert w.remediation("h100-0").phase is Phase.CHECKPOINTING
-    w.slurm.down = True
+    w.slurm.unreachable = True
     w.run(seconds=60)
     r = w.remediation("h100-0")
     assert r.phase is Phase.CHECKPOINTING and r.retries > 3  # failing, not Failed
-    w.slurm.down = False
+    w.slurm.unreachable = False
     w.slurm.jobs[7] = SlurmJob(7, "train", "COMPLETED", nodes=("h100-w0",))
     w.run(seconds=40)
     r = w.remediation("h100-0")
@@ -773,9 +773,9 @@ def test_a_passs_action_that_meets_a_temporary_error_is_deferred_logged_and_coun
     w = World(fleet(nodes=2, spares=0))
     errors = w.manager.metrics.action_errors.labels("DrainSlurm", "temporary")
     before = errors._value.get()
-    w.slurm.down = True
+    w.slurm.unreachable = True
     assert w.manager.executor.run_or_defer(DrainSlurm("h100-w0", "gpufleet: test"), "test") is False
     assert errors._value.get() == before + 1
-    w.slurm.down = False
+    w.slurm.unreachable = False
     assert w.manager.executor.run_or_defer(DrainSlurm("h100-w0", "gpufleet: test"), "test") is True
     assert w.slurm.calls.count(("drain", "h100-w0")) == 1 and w.slurm.table["h100-w0"].reason == "gpufleet: test"

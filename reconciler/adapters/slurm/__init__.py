@@ -114,7 +114,9 @@ class SlurmClient(Protocol):
     def set_admin_comment(self, job_id: int, text: str) -> None:
         """Set the job's admin comment (the admin's field; the user's `comment` is left alone)."""
 
-    def down(self, name: str, reason: str) -> None: ...
+    def down(self, name: str, reason: str) -> None:
+        """Set the node DOWN with `reason`: slurmctld kills or requeues what runs there and counts a job still
+        completing there as done (slurm-26-05-3-1 src/slurmctld/job_mgr.c kill_running_job_by_node_ptr)."""
 
     def resume(self, name: str) -> None: ...
 
