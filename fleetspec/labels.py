@@ -65,6 +65,9 @@ CARRIED_DRAIN = f"{GROUP}/person-drain"
 # People's Slurm drains on the Slurm nodes this machine runs, kept to put back after Slinky's operator overwrites
 # them (reconciler/core/person_holds.py): JSON {slurm node: [reason, pod uid]}
 PERSON_HOLDS = f"{GROUP}/person-holds"
+# The slurm-drain-again page sent for a Slurm drain of this machine's Slurm nodes: its key (Slurm node, the reason's
+# code and Slurm's time of it), so a restart or a new leader does not page the same drain again
+SLURM_DRAIN_PAGED = f"{GROUP}/slurm-drain-paged"
 KMSG_REPORTED = f"{GROUP}/kmsg-reported"   # the node agent's cursor: "<boot id>:<kernel-log record>" reported up to
 
 # The repair loop (issue 25): what is asked of a node, what it answered, what its last health check said.

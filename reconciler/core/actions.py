@@ -169,6 +169,15 @@ class NoteHolds(Action):
 
 
 @dataclass(frozen=True)
+class NotePaged(Action):
+    """Note on the node the Slurm drain a page was sent for (annotation labels.SLURM_DRAIN_PAGED), before the
+    page: at most once, across restarts (core/slurm_drains.py `again`)."""
+
+    node: str
+    key: str
+
+
+@dataclass(frozen=True)
 class PromoteSpare(Action):
     spare: str
     replaces: str

@@ -68,6 +68,7 @@ class NodeView:
     reclaiming: datetime | None = None  # borrowers are being evicted since then
     carried_drain: str = ""  # a person's Slurm drain carried to this machine (annotation labels.CARRIED_DRAIN)
     person_holds: str = ""  # people's drains of its Slurm nodes, kept (annotation labels.PERSON_HOLDS)
+    slurm_drain_paged: str = ""  # the Slurm drain its slurm-drain-again page was sent for (labels.SLURM_DRAIN_PAGED)
     topology: str = ""  # annotation labels.SLINKY_TOPOLOGY_SPEC
     boot_id: str = ""  # status.nodeInfo.bootID: a reboot changes it
     check: HealthCheckRecord | None = None  # its last health check (issue 25)

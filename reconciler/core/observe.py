@@ -102,6 +102,7 @@ def node_view(node: dict[str, Any], conditions: FaultReader | Iterable[str]) -> 
         repair_result=parse_result(ann.get(labels.REPAIR_RESULT)),
         carried_drain=ann.get(labels.CARRIED_DRAIN, ""),
         person_holds=ann.get(labels.PERSON_HOLDS, ""),
+        slurm_drain_paged=ann.get(labels.SLURM_DRAIN_PAGED, ""),
         topology=ann.get(labels.SLINKY_TOPOLOGY_SPEC, ""),
     )
 

@@ -35,7 +35,7 @@ from gpufleet.fleetspec import FleetSpec, labels
 from gpufleet.fleetspec.faults import FaultAction, Kind
 from gpufleet.fleetspec.faults.condition import FaultSignal, format_message
 
-from gpufleet.reconciler.core.actions import Action, MarkDegraded, Notify
+from gpufleet.reconciler.core.actions import Action, MarkDegraded, NotePaged, Notify
 from gpufleet.reconciler.core.diagnosis_stages import Stage
 from gpufleet.reconciler.core.drains import drained_by_slurm
 from gpufleet.reconciler.core.model import NodeView, Remediation, SlurmNodeView
@@ -95,8 +95,9 @@ def plan(nodes: Mapping[str, Drained], records: Sequence[Remediation], spec: Fle
 
     A drain that asks for a check and comes back after a check of the same node passed (`returned`) is not
     checked again: a health check does not mend it (a configuration that does not match the machine, a Prolog that
-    fails every job). It stays drained and one page asks a person (keyed by the drain: the runtime sends it once).
-    A reboot that comes back is the attempt cap's (core/admission.py: `max_attempts_per_node`)."""
+    fails every job). It stays drained and one page asks a person, once per drain: the drain is noted on the node
+    before the page (`again`), so a restart or a new leader does not page it again. A reboot that comes back is the
+    attempt cap's (core/admission.py: `max_attempts_per_node`)."""
     if spec.healing.slurm_drains == IGNORE:
         return ()
     pools = {p.name for p in spec.pools}
@@ -113,7 +114,7 @@ def plan(nodes: Mapping[str, Drained], records: Sequence[Remediation], spec: Fle
             continue
         s, row = max(rows, key=lambda p: p[1].needs.rank if p[1].needs else -1)
         passed = returned(name, s, row, records, spec, now)
-        out.append(mark(s, row, name) if passed is None else again(v, s, row, passed))
+        out.extend((mark(s, row, name),) if passed is None else again(v, s, row, passed))
     return tuple(out)
 
 
@@ -133,13 +134,16 @@ def returned(node: str, s: SlurmNodeView, row: SlurmReason, records: Sequence[Re
     return None
 
 
-def again(v: NodeView, s: SlurmNodeView, row: SlurmReason, passed: Remediation) -> Notify:
-    """The page for a drain that came back after its check passed: the node stays drained for a person."""
+def again(v: NodeView, s: SlurmNodeView, row: SlurmReason, passed: Remediation) -> tuple[Action, ...]:
+    """The page for a drain that came back after its check passed (the node stays drained for a person), the drain
+    noted on the node first; nothing when the node notes that drain paged already."""
+    key = f"{s.name}:{row.code}:{int(s.reason_at.timestamp()) if s.reason_at else 0}"
+    if v.slurm_drain_paged == key:
+        return ()
     d = passed.diagnosis
     ended = d.entered(Stage.PASSED) if d is not None else None
     when = ended.isoformat(timespec="seconds") if ended else "?"
-    return Notify("slurm-drain-again", "warning",
-                  f"{v.name} ({v.pool}): Slurm drained {s.name} itself again: {s.reason!r}, after its health check "
-                  f"passed ({passed.name}, {when}). A check does not mend it ({row.means}): it stays drained for a "
-                  f"person. Fix the cause, then `scontrol update NodeName={s.name} State=RESUME`.",
-                  key=f"{s.name}:{row.code}:{int(s.reason_at.timestamp()) if s.reason_at else 0}")
+    text = (f"{v.name} ({v.pool}): Slurm drained {s.name} itself again: {s.reason!r}, after its health check passed "
+            f"({passed.name}, {when}). A check does not mend it ({row.means}): it stays drained for a person. Fix the "
+            f"cause, then `scontrol update NodeName={s.name} State=RESUME`.")
+    return NotePaged(v.name, key), Notify("slurm-drain-again", "warning", text, key=key)

@@ -5,7 +5,8 @@ Kubernetes nodes. The node queue then heals or diagnoses them like any fault (co
 Level-based and idempotent: a condition written is on the node (its fault read, the next pass leaves it); a node
 whose remediation lives is left alone; a restart or a new leader reads the same drains again. Nothing is read
 when Slurm does not answer (its nodes are not known: nothing is marked on a guess). A drain a passed check did
-not mend is paged once a process (a restart may page it once more: the lesser harm than none).
+not mend is paged once: noted on its node first (the core's NotePaged), so a restart reads that it was; a note
+that cannot be written sends no page this round.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from gpufleet.fleetspec.models import FleetSpec
 
 from gpufleet.reconciler.adapters.records import Unreadable
 from gpufleet.reconciler.core import slurm_drains
-from gpufleet.reconciler.core.actions import Notify
+from gpufleet.reconciler.core.actions import NotePaged, Notify
 from gpufleet.reconciler.core.model import Remediation
 from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
 from gpufleet.reconciler.errors import TemporaryError
@@ -32,7 +33,6 @@ class SlurmDrainsPass:
     def __init__(self, spec: FleetSpec, caches: Caches, facts: Facts, executor: Executor, clock):
         self.spec, self.caches, self.facts, self.executor, self.clock = spec, caches, facts, executor, clock
         self.last: tuple = ()  # the pass's latest actions (tests)
-        self._paged: set[str] = set()  # slurm-drain-again pages sent (Notify.once: one per drain)
 
     def __call__(self) -> float:
         if self.spec.healing.slurm_drains == slurm_drains.IGNORE or self.facts.slurm is None:
@@ -52,11 +52,14 @@ class SlurmDrainsPass:
                 names = slurm_nodes_on(v.name, self.caches.pods_on(v.name)).names
                 nodes[v.name] = slurm_drains.Drained(v, tuple(slurm[n] for n in names if n in slurm))
         self.last = slurm_drains.plan(nodes, records, self.spec, self.clock(), unreadable)
+        noted = True
         for a in self.last:
+            if isinstance(a, NotePaged):
+                noted = self.executor.run_or_defer(a, "slurm drains")
+                continue
             if isinstance(a, Notify):
-                if a.once in self._paged:
-                    continue
-                self._paged.add(a.once)  # at most once a process: a page lost in a crash here is the lesser harm
+                if not noted:
+                    continue  # its note was not written: paged at the round that writes it
                 log.warning("%s", a.text)
             else:
                 log.warning("Slurm drained a node itself: %s", a.message, extra={"node": a.node})

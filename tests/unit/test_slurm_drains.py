@@ -19,7 +19,7 @@ from gpufleet.reconciler.core.diagnosis_stages import Stage
 from gpufleet.reconciler.core.drains import SlurmUsers
 from gpufleet.reconciler.core.job_notes import JobSeen, appended, lines_for
 from gpufleet.reconciler.core.job_story import JobFacts
-from gpufleet.reconciler.core.actions import Notify
+from gpufleet.reconciler.core.actions import NotePaged, Notify
 from gpufleet.reconciler.core.model import Fault, Remediation
 from gpufleet.reconciler.core.observe import node_view
 from gpufleet.reconciler.core.phases import Phase
@@ -246,13 +246,17 @@ def test_a_drain_back_after_its_check_passed_is_left_to_a_person_with_one_page()
     (page,) = w.notifier.texts["slurm-drain-again"]
     assert f"Slurm drained h100-w2 itself again: {LOW_MEM!r}, after its health check passed ({first.name}" in page
     assert "State=RESUME" in page and w.slurm.table["h100-w2"].reason == LOW_MEM  # left as Slurm set it
+    assert w.kube.nodes["h100-2"]["metadata"]["annotations"][labels.SLURM_DRAIN_PAGED].startswith("h100-w2:")
+    w.restart()  # a new process (or leader) reads that this drain was paged: no second page
+    w.run(seconds=120)
+    assert len(w.notifier.texts["slurm-drain-again"]) == 1
     # past healing.attempts_window_seconds after that check passed, the same reason is checked again
     ended = first.diagnosis.entered(Stage.PASSED)
     window = timedelta(seconds=SPEC.healing.attempts_window_seconds)
     late = slurm_view(SlurmNode("h100-w2", frozenset({"IDLE", "DRAIN"}), LOW_MEM, reason_set_by="slurm",
                                 reason_changed_at=(ended + timedelta(seconds=60)).timestamp()), USERS)
     nodes = {"h100-2": slurm_drains.Drained(w.manager.caches.nodes.get("h100-2"), (late,))}
-    assert isinstance(plan(nodes, w.store.list(), now=ended + window)[0], Notify)
+    assert [type(a) for a in plan(nodes, w.store.list(), now=ended + window)] == [NotePaged, Notify]  # noted, paged
     (a,) = plan(nodes, w.store.list(), now=ended + window + timedelta(seconds=1))
     assert not isinstance(a, Notify) and a.node == "h100-2"
 
