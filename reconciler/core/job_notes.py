@@ -78,6 +78,8 @@ def fault_summary(r: Remediation) -> str:
     node = ",".join(r.slurm_nodes) or r.node
     if r.kind is Kind.SLURM_DRAIN:  # not a GPU's report: Slurm's own reason (core/slurm_drains.py)
         return slurm_drains.headline(r.message) or f"Slurm drained {node} itself"
+    if r.kind is Kind.NODE_LOST:  # no GPU reported anything: the whole machine went silent (core/node_lost.py)
+        return f"the machine behind {node} stopped answering"
     return f"{_gpu(r.message, r.pci)} on {node}: {_plain(r.xid, r.kind)}"
 
 

@@ -348,6 +348,8 @@ def test_gpufleet_why_tells_the_engineer_the_machine_stopped_answering_not_a_gpu
         r = r.moved(phase, T0 + timedelta(seconds=310))
     seen = JobSeen(7, "RUNNING", ("h100-w0",), T0 + timedelta(seconds=400))
     comment = appended("", 7, lines_for(r, seen), (job_record.encode(job_record.record_of(r, "H100")),)) or ""
+    lines = comment.split(job_notes.SEPARATOR)[0]  # the lines `scontrol show job` shows the engineer
+    assert "requeued: the machine behind h100-w0 stopped answering" in lines and "GPU" not in lines, lines
     records = job_record.records_in(comment, job_notes.SEPARATOR)
     job = JobFacts(7, "train", "RUNNING", "alice", "ml", ("h100-w0",), T0, T0 + timedelta(seconds=400), None, 1)
     s = engineer_story.tell(7, job, records, T0 + timedelta(seconds=500))
