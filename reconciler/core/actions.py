@@ -169,12 +169,14 @@ class NoteHolds(Action):
 
 
 @dataclass(frozen=True)
-class NotePaged(Action):
-    """Note on the node the Slurm drain a page was sent for (annotation labels.SLURM_DRAIN_PAGED), before the
-    page: at most once, across restarts (core/slurm_drains.py `again`)."""
+class PageOnce(Action):
+    """Send `page` once per `key` across restarts: the key is noted on the node first (annotation
+    labels.SLURM_DRAIN_PAGED), and a node that notes it is not paged again (core/slurm_drains.py `again`). At most
+    once: a crash between the note and the send loses the page, as an intent does a remediation's."""
 
     node: str
     key: str
+    page: Notify
 
 
 @dataclass(frozen=True)

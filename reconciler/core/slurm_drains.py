@@ -35,7 +35,7 @@ from gpufleet.fleetspec import FleetSpec, labels
 from gpufleet.fleetspec.faults import FaultAction, Kind
 from gpufleet.fleetspec.faults.condition import FaultSignal, format_message
 
-from gpufleet.reconciler.core.actions import Action, MarkDegraded, NotePaged, Notify
+from gpufleet.reconciler.core.actions import Action, MarkDegraded, Notify, PageOnce
 from gpufleet.reconciler.core.diagnosis_stages import Stage
 from gpufleet.reconciler.core.drains import drained_by_slurm
 from gpufleet.reconciler.core.model import NodeView, Remediation, SlurmNodeView
@@ -114,7 +114,10 @@ def plan(nodes: Mapping[str, Drained], records: Sequence[Remediation], spec: Fle
             continue
         s, row = max(rows, key=lambda p: p[1].needs.rank if p[1].needs else -1)
         passed = returned(name, s, row, records, spec, now)
-        out.extend((mark(s, row, name),) if passed is None else again(v, s, row, passed))
+        if passed is None:
+            out.append(mark(s, row, name))
+        elif (page := again(v, s, row, passed)) is not None:
+            out.append(page)
     return tuple(out)
 
 
@@ -134,16 +137,16 @@ def returned(node: str, s: SlurmNodeView, row: SlurmReason, records: Sequence[Re
     return None
 
 
-def again(v: NodeView, s: SlurmNodeView, row: SlurmReason, passed: Remediation) -> tuple[Action, ...]:
-    """The page for a drain that came back after its check passed (the node stays drained for a person), the drain
-    noted on the node first; nothing when the node notes that drain paged already."""
+def again(v: NodeView, s: SlurmNodeView, row: SlurmReason, passed: Remediation) -> PageOnce | None:
+    """The page for a drain that came back after its check passed (the node stays drained for a person), once per
+    drain; None when the node notes that drain paged already."""
     key = f"{s.name}:{row.code}:{int(s.reason_at.timestamp()) if s.reason_at else 0}"
     if v.slurm_drain_paged == key:
-        return ()
+        return None
     d = passed.diagnosis
     ended = d.entered(Stage.PASSED) if d is not None else None
     when = ended.isoformat(timespec="seconds") if ended else "?"
     text = (f"{v.name} ({v.pool}): Slurm drained {s.name} itself again: {s.reason!r}, after its health check passed "
             f"({passed.name}, {when}). A check does not mend it ({row.means}): it stays drained for a person. Fix the "
             f"cause, then `scontrol update NodeName={s.name} State=RESUME`.")
-    return NotePaged(v.name, key), Notify("slurm-drain-again", "warning", text, key=key)
+    return PageOnce(v.name, key, Notify("slurm-drain-again", "warning", text))

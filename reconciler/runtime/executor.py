@@ -22,7 +22,7 @@ from gpufleet.reconciler.adapters.records import RemediationStore
 from gpufleet.reconciler.adapters.slurm import SlurmClient, call
 from gpufleet.reconciler.core.actions import (
     Action, ApplyMembership, CarryDrain, Cordon, DeletePods, DeleteRemediation, DownSlurm, DrainSlurm, EndLoan,
-    EvictBorrowers, EvictPods, Lend, MarkDegraded, NoteHolds, NoteJob, NotePaged, NoteSignals, Notify, NotifyOwner,
+    EvictBorrowers, EvictPods, Lend, MarkDegraded, NoteHolds, NoteJob, NoteSignals, Notify, NotifyOwner, PageOnce,
     PromoteSpare, Quarantine, ReleaseJobs, Report, RequestCapacity, RequeueJobs,
     GiveBack, ResumeSlurm, ReturnToSpares, SettleCapacityRequests, SettleRefill, SignalJobs, StartReclaim, WriteLedger,
 )
@@ -157,9 +157,10 @@ class Executor:
                     self.caches.pod_leaving(key, 0 if a.force else 30)
                 log.info("force-deleted the NodeSet pods of a machine that stopped answering" if a.force
                          else "deleted pods a stale PodDisruptionBudget protected", extra={**context(r), "pods": a.pods})
-            case NotePaged():
+            case PageOnce():
                 self.caches.node_written(self.kube.patch_node(a.node, {"metadata": {"annotations": {
                     labels.SLURM_DRAIN_PAGED: a.key}}}))
+                self._do(a.page, r)
             case NoteHolds():
                 self.caches.node_written(self.kube.patch_node(a.node, {"metadata": {"annotations": {
                     labels.PERSON_HOLDS: a.holds}}}))

@@ -5,8 +5,8 @@ Kubernetes nodes. The node queue then heals or diagnoses them like any fault (co
 Level-based and idempotent: a condition written is on the node (its fault read, the next pass leaves it); a node
 whose remediation lives is left alone; a restart or a new leader reads the same drains again. Nothing is read
 when Slurm does not answer (its nodes are not known: nothing is marked on a guess). A drain a passed check did
-not mend is paged once: noted on its node first (the core's NotePaged), so a restart reads that it was; a note
-that cannot be written sends no page this round.
+not mend is paged once (the core's PageOnce: noted on its node before the page, so a restart reads that it was;
+a note that cannot be written sends no page this round).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from gpufleet.fleetspec.models import FleetSpec
 
 from gpufleet.reconciler.adapters.records import Unreadable
 from gpufleet.reconciler.core import slurm_drains
-from gpufleet.reconciler.core.actions import NotePaged, Notify
+from gpufleet.reconciler.core.actions import PageOnce
 from gpufleet.reconciler.core.model import Remediation
 from gpufleet.reconciler.core.slurm_names import slurm_nodes_on
 from gpufleet.reconciler.errors import TemporaryError
@@ -52,15 +52,9 @@ class SlurmDrainsPass:
                 names = slurm_nodes_on(v.name, self.caches.pods_on(v.name)).names
                 nodes[v.name] = slurm_drains.Drained(v, tuple(slurm[n] for n in names if n in slurm))
         self.last = slurm_drains.plan(nodes, records, self.spec, self.clock(), unreadable)
-        noted = True
         for a in self.last:
-            if isinstance(a, NotePaged):
-                noted = self.executor.run_or_defer(a, "slurm drains")
-                continue
-            if isinstance(a, Notify):
-                if not noted:
-                    continue  # its note was not written: paged at the round that writes it
-                log.warning("%s", a.text)
+            if isinstance(a, PageOnce):
+                log.warning("%s", a.page.text)
             else:
                 log.warning("Slurm drained a node itself: %s", a.message, extra={"node": a.node})
             self.executor.run_or_defer(a, "slurm drains")

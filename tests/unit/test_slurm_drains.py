@@ -19,7 +19,7 @@ from gpufleet.reconciler.core.diagnosis_stages import Stage
 from gpufleet.reconciler.core.drains import SlurmUsers
 from gpufleet.reconciler.core.job_notes import JobSeen, appended, lines_for
 from gpufleet.reconciler.core.job_story import JobFacts
-from gpufleet.reconciler.core.actions import NotePaged, Notify
+from gpufleet.reconciler.core.actions import Notify, PageOnce
 from gpufleet.reconciler.core.model import Fault, Remediation
 from gpufleet.reconciler.core.observe import node_view
 from gpufleet.reconciler.core.phases import Phase
@@ -256,7 +256,8 @@ def test_a_drain_back_after_its_check_passed_is_left_to_a_person_with_one_page()
     late = slurm_view(SlurmNode("h100-w2", frozenset({"IDLE", "DRAIN"}), LOW_MEM, reason_set_by="slurm",
                                 reason_changed_at=(ended + timedelta(seconds=60)).timestamp()), USERS)
     nodes = {"h100-2": slurm_drains.Drained(w.manager.caches.nodes.get("h100-2"), (late,))}
-    assert [type(a) for a in plan(nodes, w.store.list(), now=ended + window)] == [NotePaged, Notify]  # noted, paged
+    (page,) = plan(nodes, w.store.list(), now=ended + window)
+    assert isinstance(page, PageOnce) and isinstance(page.page, Notify) and page.node == "h100-2"
     (a,) = plan(nodes, w.store.list(), now=ended + window + timedelta(seconds=1))
     assert not isinstance(a, Notify) and a.node == "h100-2"
 
